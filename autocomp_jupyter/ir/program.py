@@ -1,0 +1,420 @@
+"""The Program IR: tensors, ops, and each op's lowering to comprehension statements.
+
+Everything here is a frozen dataclass; passes build new objects instead of mutating.
+
+A *statement* is one tensor comprehension over a box iteration domain:
+
+    target[f(i...)] (=|+=|max=) expr(i...)      for 0 <= loop < extent, each loop
+
+Index expressions are affine (`Affine`), so every domain is an isl box set and every
+access an isl affine map (see `poly.py`); reads outside a tensor's bounds yield the
+access's `pad` value (0 unless a lowering says otherwise, e.g. -inf for max pooling).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Iterator, Mapping
+
+DTYPES = ("f32", "f16", "bf16", "i8", "i32")
+DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i8": 1, "i32": 4}
+
+# TVM FuseOps-style operator classes, from most to least fusable.
+OP_CLASSES = ("elementwise", "broadcast", "injective", "reduction", "contraction")
+
+# Scalar functions an expression may call, with their arity.
+FUNCTIONS = {
+    "exp": 1, "sqrt": 1, "tanh": 1, "sigmoid": 1, "relu": 1, "gelu": 1, "abs": 1,
+    "max": 2, "min": 2, "neg": 1,
+}
+# Floating-point operations one call of each function counts as (for flop totals).
+FUNCTION_FLOPS = {
+    "exp": 1, "sqrt": 1, "tanh": 1, "sigmoid": 1, "relu": 1, "gelu": 1, "abs": 1,
+    "max": 1, "min": 1, "neg": 1,
+}
+
+
+@dataclass(frozen=True)
+class Span:
+    """A place in the source text: 1-based line and column, `length` characters long."""
+
+    line: int
+    col: int
+    length: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.line}:{self.col}"
+
+
+# --------------------------------------------------------------------------- indices
+
+
+@dataclass(frozen=True)
+class Affine:
+    """An affine index: sum(coeff * loop) + const, terms sorted by loop name."""
+
+    terms: tuple[tuple[str, int], ...] = ()
+    const: int = 0
+
+    @staticmethod
+    def var(name: str, coeff: int = 1) -> "Affine":
+        return Affine(((name, coeff),), 0)
+
+    @staticmethod
+    def constant(value: int) -> "Affine":
+        return Affine((), value)
+
+    @staticmethod
+    def of(terms: Mapping[str, int], const: int = 0) -> "Affine":
+        return Affine(tuple(sorted((k, v) for k, v in terms.items() if v != 0)), const)
+
+    def __add__(self, other: "Affine | int") -> "Affine":
+        if isinstance(other, int):
+            return Affine(self.terms, self.const + other)
+        merged = dict(self.terms)
+        for k, v in other.terms:
+            merged[k] = merged.get(k, 0) + v
+        return Affine.of(merged, self.const + other.const)
+
+    def __sub__(self, other: "Affine | int") -> "Affine":
+        return self + (other * -1 if isinstance(other, Affine) else -other)
+
+    def __mul__(self, factor: int) -> "Affine":
+        return Affine.of({k: v * factor for k, v in self.terms}, self.const * factor)
+
+    @property
+    def loops(self) -> tuple[str, ...]:
+        return tuple(k for k, _ in self.terms)
+
+    @property
+    def single_loop(self) -> str | None:
+        """The loop name if this index is exactly one loop (coefficient 1, no offset)."""
+        if len(self.terms) == 1 and self.terms[0][1] == 1 and self.const == 0:
+            return self.terms[0][0]
+        return None
+
+    def coeff(self, loop: str) -> int:
+        return dict(self.terms).get(loop, 0)
+
+    def evaluate(self, env: Mapping[str, object]):
+        """Value for loop values in `env` (ints or broadcastable numpy arrays)."""
+        value = self.const
+        for k, v in self.terms:
+            value = value + v * env[k]
+        return value
+
+    def rename(self, mapping: Mapping[str, "Affine"]) -> "Affine":
+        """Substitute loops by affine expressions (loops absent from `mapping` stay)."""
+        out = Affine.constant(self.const)
+        for k, v in self.terms:
+            out = out + (mapping[k] * v if k in mapping else Affine.var(k, v))
+        return out
+
+    def __str__(self) -> str:
+        parts: list[str] = []
+        for k, v in self.terms:
+            term = k if abs(v) == 1 else f"{abs(v)}*{k}"
+            if not parts:
+                parts.append(term if v > 0 else f"-{term}")
+            else:
+                parts.append(f"+ {term}" if v > 0 else f"- {term}")
+        if self.const or not parts:
+            if not parts:
+                parts.append(str(self.const))
+            else:
+                parts.append(f"+ {self.const}" if self.const > 0 else f"- {-self.const}")
+        return " ".join(parts)
+
+
+# --------------------------------------------------------------------------- expressions
+
+
+class Expr:
+    """Base of scalar expressions evaluated at each point of a statement's domain."""
+
+    def children(self) -> tuple["Expr", ...]:
+        return ()
+
+    def walk(self) -> Iterator["Expr"]:
+        yield self
+        for child in self.children():
+            yield from child.walk()
+
+    def accesses(self) -> list["Access"]:
+        return [e for e in self.walk() if isinstance(e, Access)]
+
+    def flops(self) -> int:
+        """Arithmetic operations per evaluation (accesses and constants are free)."""
+        total = 0
+        for e in self.walk():
+            if isinstance(e, BinOp):
+                total += 1
+            elif isinstance(e, Call):
+                total += FUNCTION_FLOPS[e.fn]
+        return total
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    value: float
+
+    def __str__(self) -> str:
+        if self.value == math.inf:
+            return "inf"
+        if self.value == -math.inf:
+            return "-inf"
+        return repr(self.value) if not float(self.value).is_integer() else str(int(self.value))
+
+
+@dataclass(frozen=True)
+class Access(Expr):
+    """A read of `tensor` at affine `indices`; out-of-range reads give `pad`."""
+
+    tensor: str
+    indices: tuple[Affine, ...]
+    pad: float = 0.0
+    span: Span | None = field(default=None, compare=False)
+
+    def __str__(self) -> str:
+        return f"{self.tensor}[{', '.join(map(str, self.indices))}]"
+
+
+@dataclass(frozen=True)
+class BinOp(Expr):
+    op: str  # one of + - * /
+    lhs: Expr
+    rhs: Expr
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.lhs, self.rhs)
+
+    def __str__(self) -> str:
+        return f"({self.lhs} {self.op} {self.rhs})"
+
+
+@dataclass(frozen=True)
+class Call(Expr):
+    fn: str
+    args: tuple[Expr, ...]
+
+    def children(self) -> tuple[Expr, ...]:
+        return self.args
+
+    def __str__(self) -> str:
+        if self.fn == "neg":
+            return f"-{self.args[0]}"
+        return f"{self.fn}({', '.join(map(str, self.args))})"
+
+
+def substitute(expr: Expr, fn) -> Expr:
+    """Rebuild `expr` bottom-up, replacing each node `e` by `fn(e)` (or `e` if None)."""
+    if isinstance(expr, BinOp):
+        expr = BinOp(expr.op, substitute(expr.lhs, fn), substitute(expr.rhs, fn))
+    elif isinstance(expr, Call):
+        expr = Call(expr.fn, tuple(substitute(a, fn) for a in expr.args))
+    out = fn(expr)
+    return expr if out is None else out
+
+
+# --------------------------------------------------------------------------- statements
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One dimension of an iteration domain: `name` runs over 0 .. extent-1."""
+
+    name: str
+    extent: int
+
+
+REDUCE_INIT = {None: None, "+": 0.0, "max": -math.inf}
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One comprehension: `target[target_indices] reduce= expr` over `loops`.
+
+    `reduce` is None for '=', '+' for '+=' and 'max' for 'max='. Loops that do not appear
+    in `target_indices` are reduction loops. `loops` lists output loops first, in target
+    order, then reduction loops in order of first appearance.
+    """
+
+    target: str
+    target_indices: tuple[Affine, ...]
+    reduce: str | None
+    loops: tuple[Loop, ...]
+    expr: Expr
+    span: Span | None = field(default=None, compare=False)
+
+    @property
+    def loop_names(self) -> tuple[str, ...]:
+        return tuple(l.name for l in self.loops)
+
+    @property
+    def extents(self) -> dict[str, int]:
+        return {l.name: l.extent for l in self.loops}
+
+    @property
+    def output_loops(self) -> tuple[Loop, ...]:
+        used = {n for a in self.target_indices for n in a.loops}
+        return tuple(l for l in self.loops if l.name in used)
+
+    @property
+    def reduction_loops(self) -> tuple[Loop, ...]:
+        used = {n for a in self.target_indices for n in a.loops}
+        return tuple(l for l in self.loops if l.name not in used)
+
+    @property
+    def points(self) -> int:
+        return math.prod(l.extent for l in self.loops)
+
+    def reads(self) -> list[Access]:
+        return self.expr.accesses()
+
+    @property
+    def flops(self) -> int:
+        """Total arithmetic operations: per-point expression ops plus the reduction op."""
+        per_point = self.expr.flops() + (1 if self.reduce else 0)
+        return per_point * self.points
+
+    def __str__(self) -> str:
+        op = {None: "=", "+": "+=", "max": "max="}[self.reduce]
+        lhs = f"{self.target}[{', '.join(map(str, self.target_indices))}]"
+        bounds = ", ".join(f"{l.name} < {l.extent}" for l in self.loops)
+        return f"{lhs} {op} {self.expr}    # {bounds}"
+
+
+# --------------------------------------------------------------------------- program
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A named tensor. role: 'input', 'param', 'intermediate' or 'temp' (local to an op)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    role: str
+    span: Span | None = field(default=None, compare=False)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * DTYPE_BYTES[self.dtype]
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.dtype}[{', '.join(map(str, self.shape))}]"
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator: a library call or a comprehension, producing tensor `output`.
+
+    `kind` is the library op name ('conv2d', 'matmul', ...) or 'comprehension';
+    `statements` is its lowering, run in order; `temps` are tensors only it uses.
+    """
+
+    kind: str
+    op_class: str
+    inputs: tuple[str, ...]
+    output: str
+    attrs: tuple[tuple[str, object], ...]
+    statements: tuple[Statement, ...]
+    temps: tuple[str, ...] = ()
+    span: Span | None = field(default=None, compare=False)
+
+    @property
+    def name(self) -> str:
+        """Ops are named after the tensor they define (single assignment)."""
+        return self.output
+
+    def attr(self, key: str, default=None):
+        return dict(self.attrs).get(key, default)
+
+    @property
+    def flops(self) -> int:
+        return sum(s.flops for s in self.statements)
+
+    def __str__(self) -> str:
+        if self.kind == "comprehension":
+            return str(self.statements[0]).split("    #")[0]
+        args = list(self.inputs) + [f"{k}={v}" for k, v in self.attrs]
+        return f"{self.output} = {self.kind}({', '.join(map(str, args))})"
+
+
+@dataclass(frozen=True)
+class Program:
+    """A whole tensor program: tensors, ops in execution order, and its outputs."""
+
+    tensors: tuple[Tensor, ...]
+    ops: tuple[Op, ...]
+    outputs: tuple[str, ...]
+    source: str = field(default="", compare=False)
+    filename: str = field(default="<program>", compare=False)
+
+    @cached_property
+    def _tensor_index(self) -> dict[str, Tensor]:
+        return {t.name: t for t in self.tensors}
+
+    @cached_property
+    def _producer_index(self) -> dict[str, Op]:
+        return {op.output: op for op in self.ops}
+
+    def tensor(self, name: str) -> Tensor:
+        return self._tensor_index[name]
+
+    def has_tensor(self, name: str) -> bool:
+        return name in self._tensor_index
+
+    def producer(self, tensor: str) -> Op | None:
+        """The op that defines `tensor`, or None for inputs and params."""
+        return self._producer_index.get(tensor)
+
+    def op(self, name: str) -> Op:
+        return self._producer_index[name]
+
+    def readers(self, tensor: str) -> tuple[Op, ...]:
+        """Ops that read `tensor`, in program order."""
+        return tuple(op for op in self.ops if tensor in op.inputs)
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        """Tensors supplied from outside: inputs and params, in declaration order."""
+        return tuple(t for t in self.tensors if t.role in ("input", "param"))
+
+    @property
+    def flops(self) -> int:
+        return sum(op.flops for op in self.ops)
+
+    @property
+    def statements(self) -> tuple[Statement, ...]:
+        return tuple(s for op in self.ops for s in op.statements)
+
+    def with_ops(self, ops) -> "Program":
+        return replace(self, ops=tuple(ops))
+
+    def summary(self) -> str:
+        """A plain-text table of tensors and ops (what `autocomp check` prints)."""
+        rows = [("tensor", "role", "dtype", "shape", "bytes")]
+        for t in self.tensors:
+            if t.role == "temp":
+                continue
+            role = "output" if t.name in self.outputs else t.role
+            rows.append((t.name, role, t.dtype, "[" + ", ".join(map(str, t.shape)) + "]", str(t.nbytes)))
+        out = [_table(rows), ""]
+        rows = [("op", "kind", "class", "reads", "flops")]
+        for op in self.ops:
+            rows.append((op.output, op.kind, op.op_class, ", ".join(op.inputs), f"{op.flops:,}"))
+        out.append(_table(rows))
+        return "\n".join(out)
+
+
+def _table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
