@@ -1,0 +1,549 @@
+"""Accelerator targets: the YAML description, its validation, and the presets.
+
+A target file describes one simulated accelerator: a clock, a compute fabric (a systolic
+array, SIMT cores or vector cores), a memory hierarchy listed from the innermost level
+(registers, accumulator, vector memory) out to DRAM, and energy costs.
+
+Loading follows ZigZag's accelerator validator in three steps, each of which may raise
+`TargetError` naming the file, the key path and what was expected:
+
+1. schema  — keys, types and value ranges of every field (`memory[1].bandwidth_gbps:
+   expected a positive number, got -4`), unknown keys with a did-you-mean hint;
+2. meaning — facts across fields: sizes grow outward, DRAM last and unbounded, names
+   unique, the fields a compute kind needs are present;
+3. build   — frozen `Target`, `ComputeSpec` and `MemoryLevel` objects.
+
+The `host` preset writes `auto` for what this machine decides (cores, SIMD width from
+/proc/cpuinfo, cache sizes from /sys); those are resolved before validation.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from ..ir.program import DTYPE_BYTES, DTYPES
+
+PRESET_DIR = Path(__file__).parent / "presets"
+COMPUTE_KINDS = ("systolic", "simt", "vector")
+DATAFLOWS = ("weight_stationary", "output_stationary")
+HOLDS = ("inputs", "outputs")
+
+
+class TargetError(ValueError):
+    """A target description is wrong; the message names file, key path and expectation."""
+
+    def __init__(self, filename: str, key_path: str, message: str):
+        self.filename = filename
+        self.key_path = key_path
+        self.detail = message
+        where = f"{filename}: {key_path}: " if key_path else f"{filename}: "
+        super().__init__(where + message)
+
+
+# --------------------------------------------------------------------------- built objects
+
+
+@dataclass(frozen=True)
+class MemoryLevel:
+    """One level of the hierarchy.
+
+    `bandwidth_gbps` is the rate (GB/s, 1e9 bytes) at which this level feeds the level inside
+    it; with `per_unit` the level is replicated in every compute unit (SM, core, array) and
+    size and bandwidth are per unit. `holds` says which tensors the level buffers: Gemmini's
+    accumulator holds outputs only, its scratchpad inputs only; the others hold both.
+    """
+
+    name: str
+    size_bytes: float  # math.inf for DRAM
+    bandwidth_gbps: float
+    latency_cycles: float
+    energy_pj_per_byte: float
+    per_unit: bool = False
+    holds: tuple[str, ...] = HOLDS
+
+    @property
+    def is_unbounded(self) -> bool:
+        return math.isinf(self.size_bytes)
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    """The compute fabric.
+
+    systolic: `units` arrays of pe_rows x pe_cols MACs; simt: `units` SMs whose warps are
+    `lanes` wide; vector: `units` cores with `lanes`-wide SIMD (f32 lanes) and `fma_units`
+    pipes. `macs_per_cycle` is per unit and per dtype; `vector_ops_per_cycle` (per unit) is
+    the rate of non-MAC work (epilogues, exp, max-reductions).
+    """
+
+    kind: str
+    units: int
+    pe_rows: int = 1
+    pe_cols: int = 1
+    lanes: int = 1
+    fma_units: int = 1
+    dataflow: str = "weight_stationary"
+    macs_per_cycle: tuple[tuple[str, float], ...] = ()
+    vector_ops_per_cycle: float = 1.0
+    max_blocks_per_unit: int = 1
+
+    def macs(self, dtype: str) -> float:
+        """MACs per cycle per unit for `dtype`."""
+        return dict(self.macs_per_cycle)[dtype]
+
+    def vector_width(self, dtype: str) -> int:
+        """Elements one SIMD instruction / warp covers (the granularity of edge waste)."""
+        if self.kind == "vector":
+            return max(1, self.lanes * 4 // DTYPE_BYTES[dtype])
+        return self.lanes
+
+    @property
+    def spatial_width(self) -> int:
+        """MAC positions of one pass: the array, or one vector / warp (f32)."""
+        return self.pe_rows * self.pe_cols if self.kind == "systolic" else self.lanes
+
+    def describe(self) -> str:
+        if self.kind == "systolic":
+            n = f"{self.units}x " if self.units > 1 else ""
+            return f"systolic {n}{self.pe_rows}x{self.pe_cols}"
+        if self.kind == "simt":
+            return f"simt {self.units} SMs x {self.lanes} lanes"
+        return f"vector {self.units} cores x {self.lanes} lanes"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A validated accelerator description. `memory` runs innermost → DRAM."""
+
+    name: str
+    clock_ghz: float
+    compute: ComputeSpec
+    memory: tuple[MemoryLevel, ...]
+    energy_pj_per_mac: float
+    description: str = ""
+    source: str = field(default="<target>", compare=False)
+
+    @property
+    def dram(self) -> MemoryLevel:
+        return self.memory[-1]
+
+    @property
+    def on_chip(self) -> tuple[MemoryLevel, ...]:
+        """On-chip levels, outer → inner (the order tiles are listed in)."""
+        return tuple(reversed(self.memory[:-1]))
+
+    @property
+    def tiling_levels(self) -> tuple[str, ...]:
+        """Names of the levels a schedule tiles for, outer → inner (e.g. VMEM, vregs)."""
+        return tuple(m.name for m in self.on_chip)
+
+    def level(self, name: str) -> MemoryLevel:
+        for m in self.memory:
+            if m.name == name:
+                return m
+        raise KeyError(f"target {self.name!r} has no memory level {name!r}; "
+                       f"levels: {', '.join(m.name for m in self.memory)}")
+
+    def peak_flops(self, dtype: str = "f32") -> float:
+        """Peak floating-point operations per second (a MAC is 2 flops)."""
+        return 2.0 * self.compute.macs(dtype) * self.compute.units * self.clock_ghz * 1e9
+
+    @property
+    def dram_bandwidth(self) -> float:
+        """DRAM bandwidth in bytes/s."""
+        return self.dram.bandwidth_gbps * 1e9
+
+    @property
+    def shared_mem_kb(self) -> float | None:
+        """Shared memory per block (simt targets): the outermost per-unit level, in KiB."""
+        for m in self.on_chip:
+            if m.per_unit:
+                return m.size_bytes / 1024
+        return None
+
+    @property
+    def sm_count(self) -> int:
+        return self.compute.units
+
+    def summary_row(self) -> dict:
+        """One row of `list_targets()`."""
+        on_chip = ", ".join(f"{m.name} {_format_bytes(m.size_bytes)}" for m in self.on_chip)
+        return {
+            "name": self.name,
+            "compute": self.compute.describe(),
+            "peak_tflops_f32": round(self.peak_flops("f32") / 1e12, 3),
+            "on_chip": on_chip,
+            "dram_gbps": self.dram.bandwidth_gbps,
+        }
+
+
+def _format_bytes(n: float) -> str:
+    if math.isinf(n):
+        return "unbounded"
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale and n % (scale // 16 or 1) == 0:
+            value = n / scale
+            return f"{value:g} {unit}"
+    return f"{int(n)} B"
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def list_presets() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_target(name_or_path: "str | os.PathLike | Target") -> Target:
+    """A preset by name (`tpu`), or a YAML file path; a Target passes through."""
+    if isinstance(name_or_path, Target):
+        return name_or_path
+    text_name = str(name_or_path)
+    path = Path(text_name)
+    if text_name.endswith((".yaml", ".yml")) or path.is_file():
+        if not path.is_file():
+            raise TargetError(text_name, "", "no such target file")
+        return parse_target(path.read_text(), filename=text_name)
+    preset = PRESET_DIR / f"{text_name}.yaml"
+    if not preset.is_file():
+        presets = list_presets()
+        hint = difflib.get_close_matches(text_name, presets, n=1)
+        extra = f"; did you mean {hint[0]!r}?" if hint else ""
+        raise TargetError(text_name, "", f"unknown target; presets are {', '.join(presets)}{extra}")
+    return parse_target(preset.read_text(), filename=str(preset))
+
+
+def list_targets() -> list[dict]:
+    """Rows (name, compute, peak_tflops_f32, on_chip, dram_gbps) for every preset."""
+    return [load_target(name).summary_row() for name in list_presets()]
+
+
+def parse_target(text: str, filename: str = "<target>") -> Target:
+    """Validate and build a target from YAML text: schema → meaning → build."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else ""
+        raise TargetError(filename, where, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(raw, dict):
+        raise TargetError(filename, "", f"expected a mapping of target fields, got {_kind(raw)}")
+    raw = _resolve_auto(raw)
+    _check_schema(raw, filename)
+    _check_meaning(raw, filename)
+    return _build(raw, filename)
+
+
+# --------------------------------------------------------------------------- step 1: schema
+
+# Field kinds: 'str', 'pos' (positive number), 'nonneg', 'posint', 'bool', 'size' (bytes:
+# positive int or "256 KiB"), 'frac' (0 < x <= 1), ('enum', values), ('list', kinds).
+COMPUTE_SCHEMA: dict[str, Any] = {
+    "kind": ("enum", COMPUTE_KINDS),
+    "pe_rows": "posint", "pe_cols": "posint",
+    "arrays": "posint", "cores": "posint", "lanes": "posint", "fma_units": "posint",
+    "dataflow": ("enum", DATAFLOWS),
+    "peak_macs_per_cycle": ("dtype_map", "pos"),
+    "vector_ops_per_cycle": "pos",
+    "max_blocks_per_core": "posint",
+}
+MEMORY_SCHEMA: dict[str, Any] = {
+    "name": "str", "size_bytes": "size", "bandwidth_gbps": "pos", "latency_cycles": "nonneg",
+    "energy_pj_per_byte": "nonneg", "per_unit": "bool", "holds": ("enum_list", HOLDS),
+    "description": "str",
+}
+TOP_SCHEMA: dict[str, Any] = {
+    "name": "str", "description": "str", "clock_ghz": "pos", "compute": COMPUTE_SCHEMA,
+    "memory": [MEMORY_SCHEMA], "energy_pj_per_mac": "nonneg",
+}
+REQUIRED_TOP = ("name", "clock_ghz", "compute", "memory", "energy_pj_per_mac")
+REQUIRED_MEMORY = ("name", "bandwidth_gbps", "latency_cycles", "energy_pj_per_byte")
+
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 10**6, "gb": 10**9,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmg]i?b|b)?\s*$", re.I)
+
+
+def parse_size(value: Any) -> float | None:
+    """Bytes from an int or a string like '256 KiB'; 'unbounded'/None → inf; else None."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("unbounded", "inf")):
+        return math.inf
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if value > 0 else None
+    if isinstance(value, str):
+        m = _SIZE_RE.match(value)
+        if m:
+            n = float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()]
+            return n if n > 0 else None
+    return None
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return f"{value!r} (a boolean)"
+    if isinstance(value, (int, float, str)):
+        return repr(value)
+    return f"a {type(value).__name__}"
+
+
+def _check_schema(raw: dict, filename: str) -> None:
+    for key in REQUIRED_TOP:
+        if key not in raw:
+            raise TargetError(filename, key, "missing required field")
+    _check_mapping(raw, TOP_SCHEMA, "", filename)
+    if not isinstance(raw["memory"], list) or not raw["memory"]:
+        raise TargetError(filename, "memory", f"expected a list of memory levels (innermost first), got {_kind(raw['memory'])}")
+    for i, level in enumerate(raw["memory"]):
+        if not isinstance(level, dict):
+            raise TargetError(filename, f"memory[{i}]", f"expected a mapping, got {_kind(level)}")
+        for key in REQUIRED_MEMORY:
+            if key not in level:
+                raise TargetError(filename, f"memory[{i}].{key}", "missing required field")
+        _check_mapping(level, MEMORY_SCHEMA, f"memory[{i}]", filename)
+
+
+def _check_mapping(raw: dict, schema: dict, path: str, filename: str) -> None:
+    if not isinstance(raw, dict):
+        raise TargetError(filename, path, f"expected a mapping, got {_kind(raw)}")
+    for key, value in raw.items():
+        key_path = f"{path}.{key}" if path else str(key)
+        if key not in schema:
+            hint = difflib.get_close_matches(str(key), list(schema), n=1, cutoff=0.5)
+            extra = f"; did you mean {hint[0]!r}?" if hint else f"; known keys: {', '.join(schema)}"
+            raise TargetError(filename, key_path, f"unknown key{extra}")
+        spec = schema[key]
+        if isinstance(spec, dict):
+            _check_mapping(value, spec, key_path, filename)
+        elif isinstance(spec, list):
+            continue  # lists of mappings are checked element by element by the caller
+        else:
+            _check_value(value, spec, key_path, filename)
+
+
+def _check_value(value: Any, spec: Any, key_path: str, filename: str) -> None:
+    def fail(expected: str) -> None:
+        raise TargetError(filename, key_path, f"expected {expected}, got {_kind(value)}")
+
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if spec == "str":
+        if not isinstance(value, str) or not value:
+            fail("a non-empty string")
+    elif spec == "pos":
+        if not is_number or not value > 0 or math.isinf(value):
+            fail("a positive number")
+    elif spec == "nonneg":
+        if not is_number or value < 0 or math.isinf(value):
+            fail("a number >= 0")
+    elif spec == "posint":
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            fail("a positive integer")
+    elif spec == "bool":
+        if not isinstance(value, bool):
+            fail("true or false")
+    elif spec == "size":
+        if parse_size(value) is None:
+            fail("a positive size in bytes (e.g. 262144 or '256 KiB'), or 'unbounded'")
+    elif spec[0] == "enum":
+        if value not in spec[1]:
+            hint = difflib.get_close_matches(str(value), spec[1], n=1)
+            extra = f" (did you mean {hint[0]!r}?)" if hint else ""
+            fail(f"one of {', '.join(spec[1])}{extra}")
+    elif spec[0] == "enum_list":
+        if not isinstance(value, list) or not value or any(v not in spec[1] for v in value):
+            fail(f"a non-empty list drawn from {', '.join(spec[1])}")
+    elif spec[0] == "dtype_map":
+        if not isinstance(value, dict):
+            fail(f"a mapping from dtype ({', '.join(DTYPES)}) to a number")
+        for dtype, number in value.items():
+            if dtype not in DTYPES:
+                hint = difflib.get_close_matches(str(dtype), DTYPES, n=1)
+                extra = f"; did you mean {hint[0]!r}?" if hint else f"; dtypes are {', '.join(DTYPES)}"
+                raise TargetError(filename, f"{key_path}.{dtype}", f"unknown dtype{extra}")
+            _check_value(number, spec[1], f"{key_path}.{dtype}", filename)
+
+
+# --------------------------------------------------------------------------- step 2: meaning
+
+KIND_FIELDS = {
+    "systolic": {"required": ("pe_rows", "pe_cols"),
+                 "allowed": ("kind", "pe_rows", "pe_cols", "arrays", "dataflow",
+                             "peak_macs_per_cycle", "vector_ops_per_cycle")},
+    "simt": {"required": ("cores", "lanes"),
+             "allowed": ("kind", "cores", "lanes", "fma_units", "peak_macs_per_cycle",
+                         "vector_ops_per_cycle", "max_blocks_per_core")},
+    "vector": {"required": ("lanes",),
+               "allowed": ("kind", "cores", "lanes", "fma_units", "peak_macs_per_cycle",
+                           "vector_ops_per_cycle")},
+}
+
+
+def _check_meaning(raw: dict, filename: str) -> None:
+    compute = raw["compute"]
+    if "kind" not in compute:
+        raise TargetError(filename, "compute.kind", f"missing required field (one of {', '.join(COMPUTE_KINDS)})")
+    fields = KIND_FIELDS[compute["kind"]]
+    for key in fields["required"]:
+        if key not in compute:
+            raise TargetError(filename, f"compute.{key}", f"missing; a {compute['kind']} target needs {', '.join(fields['required'])}")
+    for key in compute:
+        if key not in fields["allowed"]:
+            raise TargetError(filename, f"compute.{key}",
+                              f"does not apply to a {compute['kind']} target (allowed: {', '.join(fields['allowed'])})")
+
+    memory = raw["memory"]
+    if len(memory) < 2:
+        raise TargetError(filename, "memory", "expected at least two levels: one on-chip level and DRAM (last)")
+    names = [m["name"] for m in memory]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise TargetError(filename, f"memory[{i}].name", f"level name {name!r} is used twice")
+    sizes = [parse_size(m.get("size_bytes")) for m in memory]
+    for i, (level, size) in enumerate(zip(memory, sizes)):
+        last = i == len(memory) - 1
+        if not last and ("size_bytes" not in level or math.isinf(size)):
+            raise TargetError(filename, f"memory[{i}].size_bytes",
+                              f"on-chip level {level['name']!r} needs a finite size; only the last level (DRAM) is unbounded")
+        if last and "holds" in level and tuple(level["holds"]) != HOLDS and set(level["holds"]) != set(HOLDS):
+            raise TargetError(filename, f"memory[{i}].holds", "the last level (DRAM) holds every tensor")
+        if last and level.get("per_unit"):
+            raise TargetError(filename, f"memory[{i}].per_unit", "the last level (DRAM) is shared, not per unit")
+    # Levels that hold the same tensors must grow outward; a level holding only outputs
+    # (an accumulator) may sit inside a larger input scratchpad, not the reverse.
+    for i in range(1, len(memory)):
+        for j in range(i):
+            inner_holds = set(memory[j].get("holds", HOLDS))
+            outer_holds = set(memory[i].get("holds", HOLDS))
+            if inner_holds & outer_holds and sizes[i] < sizes[j]:
+                raise TargetError(filename, f"memory[{i}].size_bytes",
+                                  f"level {names[i]!r} ({_format_bytes(sizes[i])}) is smaller than inner level "
+                                  f"{names[j]!r} ({_format_bytes(sizes[j])}); list levels from innermost to DRAM with sizes growing outward")
+    for role in HOLDS:
+        if not any(role in m.get("holds", HOLDS) for m in memory[:-1]):
+            raise TargetError(filename, "memory", f"no on-chip level holds {role}; add {role!r} to some level's holds")
+
+
+# --------------------------------------------------------------------------- step 3: build
+
+
+def _build(raw: dict, filename: str) -> Target:
+    c = raw["compute"]
+    kind = c["kind"]
+    if kind == "systolic":
+        units = c.get("arrays", 1)
+        derived = {d: float(c["pe_rows"] * c["pe_cols"]) for d in DTYPES}
+        vector_ops = c.get("vector_ops_per_cycle", c["pe_cols"])
+    elif kind == "simt":
+        units = c["cores"]
+        derived = {d: float(c["lanes"] * c.get("fma_units", 1)) for d in DTYPES}
+        vector_ops = c.get("vector_ops_per_cycle", c["lanes"] * c.get("fma_units", 1))
+    else:
+        units = c.get("cores", 1)
+        # Narrower dtypes pack more elements into one SIMD register.
+        derived = {d: float(c["lanes"] * c.get("fma_units", 1) * 4 // DTYPE_BYTES[d]) for d in DTYPES}
+        vector_ops = c.get("vector_ops_per_cycle", c["lanes"] * c.get("fma_units", 1))
+    derived.update({d: float(v) for d, v in c.get("peak_macs_per_cycle", {}).items()})
+    compute = ComputeSpec(
+        kind=kind, units=units, pe_rows=c.get("pe_rows", 1), pe_cols=c.get("pe_cols", 1),
+        lanes=c.get("lanes", 1), fma_units=c.get("fma_units", 1),
+        dataflow=c.get("dataflow", "weight_stationary"),
+        macs_per_cycle=tuple(sorted(derived.items())), vector_ops_per_cycle=float(vector_ops),
+        max_blocks_per_unit=c.get("max_blocks_per_core", 1),
+    )
+    memory = tuple(
+        MemoryLevel(
+            name=m["name"], size_bytes=parse_size(m.get("size_bytes")),
+            bandwidth_gbps=float(m["bandwidth_gbps"]), latency_cycles=float(m["latency_cycles"]),
+            energy_pj_per_byte=float(m["energy_pj_per_byte"]), per_unit=bool(m.get("per_unit", False)),
+            holds=tuple(h for h in HOLDS if h in m.get("holds", HOLDS)),
+        )
+        for m in raw["memory"]
+    )
+    return Target(name=raw["name"], clock_ghz=float(raw["clock_ghz"]), compute=compute, memory=memory,
+                  energy_pj_per_mac=float(raw["energy_pj_per_mac"]),
+                  description=raw.get("description", ""), source=filename)
+
+
+# --------------------------------------------------------------------------- host detection
+
+
+def detect_host() -> dict:
+    """What this machine offers: cores, f32 SIMD lanes, cache sizes per level, clock."""
+    flags: set[str] = set()
+    mhz = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+                elif line.startswith("cpu MHz") and mhz is None:
+                    mhz = float(line.split(":", 1)[1])
+    except OSError:
+        pass
+    lanes = 16 if "avx512f" in flags else 8 if "avx2" in flags or "avx" in flags else 4
+    fma_units = 2 if "fma" in flags or "avx512f" in flags else 1
+    caches: dict[str, int] = {}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = parse_size((index / "size").read_text().strip().replace("K", " KiB").replace("M", " MiB"))
+        except OSError:
+            continue
+        if kind in ("Data", "Unified") and size and not math.isinf(size):
+            caches[f"L{level}"] = int(size)
+    caches.setdefault("L1", 32 * 1024)
+    caches.setdefault("L2", 512 * 1024)
+    caches.setdefault("L3", max(caches["L2"] * 4, 8 * 2**20))
+    cores = os.cpu_count() or 1
+    return {"cores": cores, "lanes": lanes, "fma_units": fma_units, "caches": caches,
+            "clock_ghz": round(mhz / 1000, 3) if mhz else 2.5,
+            # ~10 GB/s per core of streaming bandwidth, as a shared DDR4/5 channel gives.
+            "dram_gbps": float(min(10 * cores, 80))}
+
+
+def _resolve_auto(raw: dict) -> dict:
+    """Replace `auto` values (host preset) by what this machine reports."""
+    if not any(v == "auto" for v in _walk_values(raw)):
+        return raw
+    host = detect_host()
+    out = dict(raw)
+    if out.get("clock_ghz") == "auto":
+        out["clock_ghz"] = host["clock_ghz"]
+    compute = dict(out.get("compute") or {})
+    for key in ("cores", "lanes", "fma_units"):
+        if compute.get(key) == "auto":
+            compute[key] = host[key]
+    out["compute"] = compute
+    memory = []
+    for level in out.get("memory") or []:
+        level = dict(level) if isinstance(level, dict) else level
+        if isinstance(level, dict):
+            if level.get("size_bytes") == "auto":
+                level["size_bytes"] = host["caches"].get(level.get("name"), 32 * 1024)
+            if level.get("bandwidth_gbps") == "auto":
+                level["bandwidth_gbps"] = host["dram_gbps"]
+        memory.append(level)
+    out["memory"] = memory
+    return out
+
+
+def _walk_values(value: Any):
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _walk_values(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _walk_values(v)
+    else:
+        yield value
