@@ -1,0 +1,855 @@
+"""Polyhedral legality: what a kernel's loop transformations may and may not do.
+
+poly.py owns the isl view of one kernel (a sequence of fused `Statement`s in program
+order) and every legality question the passes ask about it:
+
+- iteration domains (`S0[i, j, k] : 0 <= i < M ...`), read and write access relations
+  (in-bounds reads only: an out-of-range read yields the access's pad value, not memory),
+  and the original schedule (statement order, then loop order: 2d+1 form);
+- dependences: flow (read after write), anti (write after read) and output (write after
+  write), each kept per (kind, source statement, sink statement, tensor);
+- schedules built from loop transformations (`KernelSchedule`: interchange, reverse,
+  skew, strip-mine, tile), and `check_legal`, which says whether a new schedule keeps
+  every dependence's source strictly before its sink, naming the dependences it breaks;
+- parallelism: a loop is parallel iff it carries no dependence (`parallel_loops`,
+  `is_parallel`), and dependence distances for the report (`dependence_distances`).
+
+The passes in `rules/` decide what to try; this module only answers whether it is legal.
+Everything built from a kernel is cached on the (frozen, hashable) statements, so a
+legality check on an already-seen kernel costs a few milliseconds.
+
+Statement `k` of a kernel is named `S{k}` in isl and in every message.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Iterable, Mapping, Sequence, Union
+
+import islpy as isl
+
+from autocomp_jupyter.ir.program import Affine, Statement
+
+DEPENDENCE_KINDS = ("flow", "anti", "output")
+DEPENDENCE_DESCRIPTIONS = {
+    "flow": "read after write",
+    "anti": "write after read",
+    "output": "write after write",
+}
+# Words isl's parser reserves; a loop or tensor with one of these names cannot be
+# written into an isl string.
+_ISL_RESERVED = frozenset(
+    "and or not exists floor ceil mod min max true false infty NaN domain range".split()
+)
+
+Statements = Sequence[Statement]
+ScheduleLike = Union["KernelSchedule", Mapping[str, Union[str, isl.Map]], isl.UnionMap]
+
+
+def statement_name(index: int) -> str:
+    """The isl tuple name of the kernel's `index`-th statement."""
+    return f"S{index}"
+
+
+# --------------------------------------------------------------------------- domains and accesses
+
+
+def _maps(relation: isl.UnionMap) -> list[isl.Map]:
+    """The maps of a union map, one per (domain tuple, range tuple) pair."""
+    out: list[isl.Map] = []
+    relation.foreach_map(out.append)
+    return out
+
+
+def _check_name(name: str, what: str) -> None:
+    if name in _ISL_RESERVED or not name.isidentifier():
+        raise ValueError(f"{what} name {name!r} cannot be used in isl (reserved or not an identifier)")
+
+
+def _affine_str(index: Affine) -> str:
+    return str(index)
+
+
+def _tuple_str(name: str, loops: Sequence[str]) -> str:
+    return f"{name}[{', '.join(loops)}]"
+
+
+def _bounds_str(statement: Statement) -> str:
+    return " and ".join(f"0 <= {l.name} < {l.extent}" for l in statement.loops) or "true"
+
+
+@dataclass(frozen=True, eq=False)
+class KernelPolyhedra:
+    """The isl objects of one kernel: domains, accesses, original schedule.
+
+    `reads` and `writes` map statement instances to tensor elements (`C[i, j]`);
+    `reads` holds only in-bounds reads, and the accumulation read of a reduction
+    statement (`C[i, j] += ...` reads C[i, j] before writing it).
+    """
+
+    statements: tuple[Statement, ...]
+    names: tuple[str, ...]
+    domain: isl.UnionSet
+    reads: isl.UnionMap
+    writes: isl.UnionMap
+    original: "KernelSchedule"
+    original_map: isl.UnionMap
+    tensor_shapes: Mapping[str, tuple[int, ...]]
+
+    def statement(self, name: str) -> Statement:
+        return self.statements[self.names.index(name)]
+
+
+def _written_shapes(statements: Sequence[Statement]) -> dict[str, tuple[int, ...]]:
+    """Shape of each tensor the kernel writes, as the bounding box of its write footprint.
+
+    Single assignment: each tensor is written by one statement, in full, so the footprint
+    box is the tensor's shape (as far as dependences can see).
+    """
+    shapes: dict[str, tuple[int, ...]] = {}
+    for s in statements:
+        extents = s.extents
+        box = []
+        for index in s.target_indices:
+            top = index.const + sum(c * (extents[l] - 1) for l, c in index.terms if c > 0)
+            box.append(top + 1)
+        previous = shapes.get(s.target, ())
+        shapes[s.target] = tuple(max(a, b) for a, b in zip(previous, box)) if previous else tuple(box)
+    return shapes
+
+
+def _access_map(stmt_tuple: str, bounds: str, tensor: str, indices: Sequence[Affine],
+                shape: tuple[int, ...] | None) -> isl.Map:
+    element = f"{tensor}[{', '.join(_affine_str(i) for i in indices)}]"
+    constraints = [bounds]
+    if shape is not None:
+        # Out-of-range reads yield the pad value: they touch no memory, so no dependence.
+        constraints += [f"0 <= {_affine_str(i)} < {n}" for i, n in zip(indices, shape)]
+    return isl.Map(f"{{ {stmt_tuple} -> {element} : {' and '.join(constraints)} }}")
+
+
+@lru_cache(maxsize=256)
+def _polyhedra(statements: tuple[Statement, ...],
+               shapes: tuple[tuple[str, tuple[int, ...]], ...]) -> KernelPolyhedra:
+    names = tuple(statement_name(k) for k in range(len(statements)))
+    tensor_shapes = _written_shapes(statements)
+    tensor_shapes.update(dict(shapes))
+    domain = isl.UnionSet("{ }")
+    reads = isl.UnionMap("{ }")
+    writes = isl.UnionMap("{ }")
+    for name, s in zip(names, statements):
+        for loop in s.loop_names:
+            _check_name(loop, "loop")
+        _check_name(s.target, "tensor")
+        stmt_tuple = _tuple_str(name, s.loop_names)
+        bounds = _bounds_str(s)
+        domain = domain.union(isl.UnionSet(isl.Set(f"{{ {stmt_tuple} : {bounds} }}")))
+        write = _access_map(stmt_tuple, bounds, s.target, s.target_indices, None)
+        writes = writes.union(isl.UnionMap(write))
+        if s.reduce is not None:
+            reads = reads.union(isl.UnionMap(write))
+        for access in s.reads():
+            _check_name(access.tensor, "tensor")
+            shape = tensor_shapes.get(access.tensor)
+            reads = reads.union(isl.UnionMap(
+                _access_map(stmt_tuple, bounds, access.tensor, access.indices, shape)))
+    original = original_schedule(statements)
+    return KernelPolyhedra(statements, names, domain, reads, writes, original,
+                           original.to_isl(), tensor_shapes)
+
+
+def kernel_polyhedra(statements: Statements,
+                     tensor_shapes: Mapping[str, Sequence[int]] | None = None) -> KernelPolyhedra:
+    """Domains, accesses and original schedule of a kernel (cached on the statements).
+
+    `tensor_shapes` bounds reads of tensors the kernel does not write (inputs); tensors it
+    writes are bounded by their write footprint. Dependences only involve written tensors.
+    """
+    shapes = tuple(sorted((k, tuple(v)) for k, v in (tensor_shapes or {}).items()))
+    return _polyhedra(tuple(statements), shapes)
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+@dataclass(frozen=True)
+class ScheduleDim:
+    """One dimension of a statement's schedule (one loop of the transformed nest).
+
+    `expr` is an isl quasi-affine expression over the statement's original loops
+    (`"i"`, `"-j"`, `"i + 2*j"`, `"floor(i/32)"`, `"i mod 32"`) or a constant for
+    the statement-order dimensions of the 2d+1 form, whose names start with `seq`.
+    """
+
+    name: str
+    expr: str
+
+    @property
+    def is_sequence(self) -> bool:
+        return self.name.startswith("seq")
+
+
+@dataclass(frozen=True)
+class StatementSchedule:
+    """The schedule of one statement: its instance `name[loops]` runs at time `dims`."""
+
+    name: str
+    loops: tuple[str, ...]
+    dims: tuple[ScheduleDim, ...]
+
+    def dim_names(self) -> tuple[str, ...]:
+        return tuple(d.name for d in self.dims)
+
+    def position(self, dim: str) -> int | None:
+        names = self.dim_names()
+        return names.index(dim) if dim in names else None
+
+    def to_isl(self, width: int | None = None) -> isl.Map:
+        exprs = [d.expr for d in self.dims]
+        exprs += ["0"] * ((width or len(exprs)) - len(exprs))
+        return isl.Map(f"{{ {_tuple_str(self.name, self.loops)} -> [{', '.join(exprs)}] }}")
+
+    def _replace(self, dims: Iterable[ScheduleDim]) -> "StatementSchedule":
+        return replace(self, dims=tuple(dims))
+
+
+def _require_dims(names: Iterable[str], have: set[str], transform: str) -> None:
+    missing = [n for n in names if n not in have]
+    if missing:
+        raise ValueError(f"{transform}: no loop named {', '.join(map(repr, missing))} "
+                         f"(loops: {', '.join(sorted(have))})")
+
+
+@dataclass(frozen=True)
+class KernelSchedule:
+    """A schedule for every statement of a kernel, built by loop transformations.
+
+    Dimensions align by position across statements (shorter ones are padded with 0);
+    a transformation names loops and applies to every statement that has them, so a
+    fused nest is transformed as one. Every transformation returns a new schedule;
+    none checks legality — `check_legal` does.
+
+    Example (GEMM, one statement S0[i, j, k]):
+
+        original_schedule([gemm])                       # [0, i, 0, j, 0, k, 0]
+          .tile({"i": 32, "j": 32})                      # i_outer, j_outer, i_inner, j_inner
+          .interchange("j_inner", "i_inner")
+    """
+
+    statements: tuple[StatementSchedule, ...]
+
+    # ---------------------------------------------------------------- queries
+    @property
+    def width(self) -> int:
+        return max((len(s.dims) for s in self.statements), default=0)
+
+    def loop_dims(self) -> tuple[str, ...]:
+        """Names of loop (non-sequence) dimensions, outermost first."""
+        seen: dict[str, int] = {}
+        for s in self.statements:
+            for position, d in enumerate(s.dims):
+                if not d.is_sequence:
+                    seen.setdefault(d.name, position)
+        return tuple(sorted(seen, key=seen.__getitem__))
+
+    def position(self, dim: str) -> int:
+        """The time position of loop `dim`; it must be the same in every statement."""
+        positions = {s.position(dim) for s in self.statements} - {None}
+        if not positions:
+            raise ValueError(f"no loop named {dim!r} (loops: {', '.join(self.loop_dims())})")
+        if len(positions) > 1:
+            raise ValueError(f"loop {dim!r} sits at different depths in different statements")
+        return positions.pop()
+
+    def to_isl(self) -> isl.UnionMap:
+        width = self.width
+        out = isl.UnionMap("{ }")
+        for s in self.statements:
+            out = out.union(isl.UnionMap(s.to_isl(width)))
+        return out
+
+    def __str__(self) -> str:
+        lines = []
+        for s in self.statements:
+            dims = ", ".join(d.expr if d.is_sequence else f"{d.name}={d.expr}" for d in s.dims)
+            lines.append(f"{_tuple_str(s.name, s.loops)} -> [{dims}]")
+        return "\n".join(lines)
+
+    def _map(self, fn) -> "KernelSchedule":
+        return KernelSchedule(tuple(fn(s) for s in self.statements))
+
+    def _all_dims(self) -> set[str]:
+        return {d.name for s in self.statements for d in s.dims}
+
+    # ---------------------------------------------------------------- transformations
+    def interchange(self, *order: str) -> "KernelSchedule":
+        """Permute loops: the positions the named loops hold get them in `order`.
+
+        `interchange("j", "i")` on [i, j, k] gives [j, i, k]. A statement holding only
+        some of the loops permutes those among their own positions.
+        """
+        _require_dims(order, self._all_dims(), "interchange")
+
+        def permute(s: StatementSchedule) -> StatementSchedule:
+            present = [n for n in order if s.position(n) is not None]
+            slots = sorted(s.position(n) for n in present)
+            dims = list(s.dims)
+            by_name = {d.name: d for d in s.dims}
+            for slot, n in zip(slots, present):
+                dims[slot] = by_name[n]
+            return s._replace(dims)
+
+        return self._map(permute)
+
+    def reverse(self, loop: str) -> "KernelSchedule":
+        """Run `loop` backwards: its time expression e becomes -(e)."""
+        _require_dims([loop], self._all_dims(), "reverse")
+        return self._map(lambda s: s._replace(
+            ScheduleDim(d.name, f"-({d.expr})") if d.name == loop else d for d in s.dims))
+
+    def skew(self, loop: str, by: str, factor: int = 1) -> "KernelSchedule":
+        """Skew `loop` by `by`: loop' = loop + factor * by (in statements having both)."""
+        _require_dims([loop, by], self._all_dims(), "skew")
+
+        def skewed(s: StatementSchedule) -> StatementSchedule:
+            if s.position(loop) is None or s.position(by) is None:
+                return s
+            other = s.dims[s.position(by)].expr
+            return s._replace(ScheduleDim(d.name, f"({d.expr}) + {factor}*({other})")
+                              if d.name == loop else d for d in s.dims)
+
+        return self._map(skewed)
+
+    def strip_mine(self, loop: str, size: int) -> "KernelSchedule":
+        """Split `loop` (time e) into `{loop}_outer` = floor(e/size), `{loop}_inner` = e mod size."""
+        _require_dims([loop], self._all_dims(), "strip_mine")
+        if size < 1:
+            raise ValueError(f"strip_mine: tile size of {loop!r} must be >= 1, got {size}")
+
+        def split(s: StatementSchedule) -> StatementSchedule:
+            dims: list[ScheduleDim] = []
+            for d in s.dims:
+                if d.name == loop:
+                    dims.append(ScheduleDim(f"{loop}_outer", f"floor(({d.expr})/{size})"))
+                    dims.append(ScheduleDim(f"{loop}_inner", f"({d.expr}) mod {size}"))
+                else:
+                    dims.append(d)
+            return s._replace(dims)
+
+        return self._map(split)
+
+    def tile(self, sizes: Mapping[str, int]) -> "KernelSchedule":
+        """Rectangular tiling: strip-mine each loop, then all tile loops outside all point loops.
+
+        `tile({"i": 32, "j": 16})` on [i, j, k] gives [i_outer, j_outer, i_inner, j_inner, k].
+        """
+        out = self
+        for loop, size in sizes.items():
+            out = out.strip_mine(loop, size)
+        order = [f"{l}_outer" for l in sizes] + [f"{l}_inner" for l in sizes]
+        return out.interchange(*order)
+
+    def with_statement(self, name: str, dims: Sequence[tuple[str, str]]) -> "KernelSchedule":
+        """Replace one statement's dimensions by (name, isl expression) pairs."""
+        return self._map(lambda s: s._replace(ScheduleDim(n, e) for n, e in dims)
+                         if s.name == name else s)
+
+
+def original_schedule(statements: Statements) -> KernelSchedule:
+    """Program order, each statement its own loop nest: S_k -> [k, l1, 0, l2, 0, ..., 0].
+
+    The textbook 2d+1 schedule: sequence dimensions (`seq0`, `seq1`, ...) interleave the
+    loops; the first orders the statements, the others are 0 (one statement per nest).
+    """
+    return KernelSchedule(tuple(
+        _two_d_plus_one(statement_name(k), s.loop_names, [k] + [0] * len(s.loops))
+        for k, s in enumerate(statements)))
+
+
+def fused_schedule(statements: Statements) -> KernelSchedule:
+    """One loop nest: statements share the leading loops they have in common (by name and
+    extent) with the statement before them, and run in program order inside the deepest
+    shared loop. For S0[i, j, k] (C += A*B) then S1[i, j] (D = relu(C)):
+    S0 -> [0, i, 0, j, 0, k, 0] and S1 -> [0, i, 0, j, 1, 0, 0]: D[i, j] right after C[i, j]
+    is complete.
+    """
+    schedules: list[StatementSchedule] = []
+    previous: Statement | None = None
+    previous_seq: list[int] = []
+    for k, s in enumerate(statements):
+        if previous is None:
+            seq = [0] * (len(s.loops) + 1)
+        else:
+            shared = 0
+            for a, b in zip(previous.loops, s.loops):
+                if a != b:
+                    break
+                shared += 1
+            seq = previous_seq[:shared] + [previous_seq[shared] + 1] + [0] * (len(s.loops) - shared)
+        schedules.append(_two_d_plus_one(statement_name(k), s.loop_names, seq))
+        previous, previous_seq = s, seq
+    return KernelSchedule(tuple(schedules))
+
+
+def _two_d_plus_one(name: str, loops: Sequence[str], seq: Sequence[int]) -> StatementSchedule:
+    dims = [ScheduleDim("seq0", str(seq[0]))]
+    for depth, loop in enumerate(loops, start=1):
+        dims.append(ScheduleDim(loop, loop))
+        dims.append(ScheduleDim(f"seq{depth}", str(seq[depth])))
+    return StatementSchedule(name, tuple(loops), tuple(dims))
+
+
+def _schedule_map(poly: KernelPolyhedra, schedule: ScheduleLike) -> isl.UnionMap:
+    """Any accepted schedule form as one union map into a single anonymous time space."""
+    if isinstance(schedule, KernelSchedule):
+        return _kernel_schedule_map(schedule)
+    if isinstance(schedule, isl.UnionMap):
+        maps = _maps(schedule)
+    else:
+        maps = [isl.Map(m) if isinstance(m, str) else m for m in schedule.values()]
+    width = max(m.dim(isl.dim_type.out) for m in maps)
+    out = isl.UnionMap("{ }")
+    for m in maps:
+        extra = width - m.dim(isl.dim_type.out)
+        padded = m.add_dims(isl.dim_type.out, extra)
+        for position in range(width - extra, width):
+            padded = padded.fix_val(isl.dim_type.out, position, 0)
+        out = out.union(isl.UnionMap(padded.reset_tuple_id(isl.dim_type.out)))
+    return out
+
+
+@lru_cache(maxsize=1024)
+def _kernel_schedule_map(schedule: KernelSchedule) -> isl.UnionMap:
+    return schedule.to_isl()
+
+
+def _check_schedule(poly: KernelPolyhedra, schedule_map: isl.UnionMap) -> None:
+    """A schedule must give every instance exactly one time, and distinct instances of a
+    statement distinct times (else it silently makes them run concurrently)."""
+    for name, s in zip(poly.names, poly.statements):
+        domain = isl.Set(f"{{ {_tuple_str(name, s.loop_names)} : {_bounds_str(s)} }}")
+        restricted = schedule_map.intersect_domain(isl.UnionSet(domain))
+        maps = _maps(restricted)
+        if not maps or not domain.is_subset(maps[0].domain()):
+            raise ValueError(f"the schedule does not cover every instance of {name}")
+        m = maps[0]
+        if not m.is_single_valued():
+            raise ValueError(f"the schedule gives some instance of {name} more than one time")
+        if not m.is_injective():
+            raise ValueError(f"the schedule runs two instances of {name} at the same time; "
+                             f"mark loops parallel instead (check_legal(..., parallel=...))")
+
+
+# --------------------------------------------------------------------------- dependences
+
+
+@dataclass(frozen=True, eq=False)
+class Dependence:
+    """Instances of `sink` that must run after instances of `source`, through `tensor`.
+
+    `relation` maps source instances to sink instances (`S0[i, j, k] -> S0[i, j, k + 1]`).
+    `reduction_loops` is non-empty for the accumulation dependences of a '+=' / 'max='
+    statement on its own target (the ones an associative, commutative reduction may
+    reorder) and names the loops they are carried along.
+    """
+
+    kind: str
+    source: str
+    sink: str
+    tensor: str
+    relation: isl.Map = field(repr=False)
+    reduction_loops: tuple[str, ...] = ()
+
+    @property
+    def reduction(self) -> bool:
+        return bool(self.reduction_loops)
+
+    def describe(self, poly: KernelPolyhedra) -> str:
+        """`flow dependence S0[i, j, k] -> S0[i, j, k + 1] on C (reduction over k)`."""
+        text = f"{self.kind} dependence {self._pattern(poly)} on {self.tensor}"
+        if self.reduction_loops:
+            text += f" (reduction over {', '.join(self.reduction_loops)})"
+        return text
+
+    def _pattern(self, poly: KernelPolyhedra) -> str:
+        source_loops = poly.statement(self.source).loop_names
+        sink_loops = poly.statement(self.sink).loop_names
+        if self.source == self.sink:
+            distance = _uniform_distance(self.relation)
+            if distance is not None:
+                shifted = [_shift_str(l, d) for l, d in zip(source_loops, distance)]
+                return f"{_tuple_str(self.source, source_loops)} -> {_tuple_str(self.sink, shifted)}"
+        # Name each source coordinate by what it is across the relation: the same-named
+        # sink loop when equal to it, a constant (the last k of a reduction feeding a
+        # consumer), or a primed name when it is some other function of the sink.
+        sources = self.relation.domain()
+        shown = []
+        for position, loop in enumerate(source_loops):
+            lo, hi = sources.dim_min_val(position), sources.dim_max_val(position)
+            if loop in sink_loops and _equal_coordinates(self.relation, position, sink_loops.index(loop)):
+                shown.append(loop)
+            elif lo.eq(hi):
+                shown.append(str(lo.to_python()))
+            else:
+                shown.append(f"{loop}'" if loop in sink_loops else loop)
+        return f"{_tuple_str(self.source, shown)} -> {_tuple_str(self.sink, sink_loops)}"
+
+
+def _equal_coordinates(relation: isl.Map, source_position: int, sink_position: int) -> bool:
+    """Whether every pair of `relation` has source[source_position] == sink[sink_position]."""
+    equal = isl.Map.universe(relation.get_space()).equate(
+        isl.dim_type.in_, source_position, isl.dim_type.out, sink_position)
+    return relation.is_subset(equal)
+
+
+def _shift_str(loop: str, by: int) -> str:
+    return loop if by == 0 else f"{loop} + {by}" if by > 0 else f"{loop} - {-by}"
+
+
+def _uniform_distance(relation: isl.Map) -> tuple[int, ...] | None:
+    """sink - source if it is the same vector for every pair, else None."""
+    deltas = relation.deltas()
+    if not deltas.is_singleton():
+        return None
+    point = deltas.sample_point()
+    return _point_coordinates(point, deltas.dim(isl.dim_type.set))
+
+
+def _point_coordinates(point: isl.Point, n: int, offset: int = 0) -> tuple[int, ...]:
+    return tuple(point.get_coordinate_val(isl.dim_type.set, offset + d).to_python() for d in range(n))
+
+
+def _split(poly: KernelPolyhedra, kind: str, tensor: str, relation: isl.UnionMap) -> list[Dependence]:
+    out = []
+    for m in _maps(relation.coalesce()):
+        if m.is_empty():
+            continue
+        source = m.get_tuple_name(isl.dim_type.in_)
+        sink = m.get_tuple_name(isl.dim_type.out)
+        reduction_loops: tuple[str, ...] = ()
+        statement = poly.statement(source)
+        if source == sink and statement.reduce is not None and tensor == statement.target:
+            # An accumulation dependence; name the loops along which it is carried
+            # (k for GEMM; both i and j for a wavefront like T[i + j] += X[i, j]).
+            deltas = m.deltas()
+            reduction_loops = tuple(
+                l.name for position, l in enumerate(statement.loops)
+                if not (deltas.dim_min_val(position).is_zero() and deltas.dim_max_val(position).is_zero()))
+        out.append(Dependence(kind, source, sink, tensor, m, reduction_loops))
+    return out
+
+
+@lru_cache(maxsize=256)
+def _exact_dependences(poly: KernelPolyhedra) -> tuple[Dependence, ...]:
+    """Value-based dependences: each read's last writer, each write's previous writer, and
+    the reads since the previous write for anti. Enough for legality under any schedule,
+    because lexicographic order is transitive and the omitted pairs are chains of these."""
+    schedule = poly.original_map
+    out: list[Dependence] = []
+    for tensor in sorted({s.target for s in poly.statements}):
+        writes = _restrict_range_to(poly.writes, tensor)
+        reads = _restrict_range_to(poly.reads, tensor)
+        flow = (isl.UnionAccessInfo.from_sink(reads).set_must_source(writes)
+                .set_schedule_map(schedule).compute_flow().get_must_dependence())
+        output = (isl.UnionAccessInfo.from_sink(writes).set_must_source(writes)
+                  .set_schedule_map(schedule).compute_flow().get_must_dependence())
+        anti = (isl.UnionAccessInfo.from_sink(writes).set_may_source(reads).set_kill(writes)
+                .set_schedule_map(schedule).compute_flow().get_may_dependence())
+        for kind, relation in (("flow", flow), ("anti", anti), ("output", output)):
+            out += _split(poly, kind, tensor, relation)
+    return tuple(out)
+
+
+@lru_cache(maxsize=256)
+def _memory_dependences(poly: KernelPolyhedra) -> tuple[Dependence, ...]:
+    """Memory-based dependences: every ordered pair touching the same element.
+
+    Used when reductions may be reordered: their accumulation dependences are dropped,
+    so chains through them no longer order e.g. a consumer after *every* update of an
+    accumulator; these all-pairs relations do."""
+    before = poly.original_map.lex_lt_union_map(poly.original_map)
+    out: list[Dependence] = []
+    for tensor in sorted({s.target for s in poly.statements}):
+        writes = _restrict_range_to(poly.writes, tensor)
+        reads = _restrict_range_to(poly.reads, tensor)
+        pairs = {
+            "flow": writes.apply_range(reads.reverse()),
+            "anti": reads.apply_range(writes.reverse()),
+            "output": writes.apply_range(writes.reverse()),
+        }
+        for kind, relation in pairs.items():
+            out += _split(poly, kind, tensor, relation.intersect(before))
+    return tuple(out)
+
+
+def _restrict_range_to(accesses: isl.UnionMap, tensor: str) -> isl.UnionMap:
+    out = isl.UnionMap("{ }")
+    for m in _maps(accesses):
+        if m.get_tuple_name(isl.dim_type.out) == tensor:
+            out = out.union(isl.UnionMap(m))
+    return out
+
+
+def dependences(statements: Statements, *, reduction_reorderable: bool = False,
+                tensor_shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[Dependence, ...]:
+    """The dependences a schedule of the kernel must respect.
+
+    Strict (default): exact value-based flow, anti and output dependences, including the
+    accumulation chain of every reduction (`C += ...` at k before k + 1).
+
+    `reduction_reorderable=True`: '+' and 'max' are treated as associative and
+    commutative, so updates of one reduction to one element may run in any order; the
+    accumulation dependences are left out and every other dependence is taken
+    memory-based. Floating-point '+' then rounds differently; the equivalence check
+    compares with a per-dtype tolerance, which absorbs that. Concurrent updates are still
+    a race: parallel loops are checked against all dependences in either mode.
+    """
+    poly = kernel_polyhedra(statements, tensor_shapes)
+    if not reduction_reorderable:
+        return _exact_dependences(poly)
+    return tuple(d for d in _memory_dependences(poly) if not d.reduction)
+
+
+# --------------------------------------------------------------------------- legality
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One dependence the new schedule breaks, with an example pair of instances.
+
+    `distance` is sink - source in the new schedule's time space for the example pair
+    (lexicographically non-positive, which is what makes it a violation).
+    """
+
+    kind: str
+    source: str
+    sink: str
+    tensor: str
+    example_source: tuple[int, ...]
+    example_sink: tuple[int, ...]
+    distance: tuple[int, ...]
+    message: str
+    reduction: bool = False
+    loop: str | None = None  # for a refused parallel loop: its name
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class Legality:
+    """The verdict of `check_legal`: `ok`, or the dependences broken (`violated`)."""
+
+    ok: bool
+    violated: tuple[Violation, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    @property
+    def reason(self) -> str:
+        """One line for a rollback log: the first violation, and how many more."""
+        if self.ok:
+            return ""
+        more = len(self.violated) - 1
+        return self.violated[0].message + (f" (and {more} more)" if more else "")
+
+
+def _time_of(schedule_map: isl.UnionMap, name: str, instance: tuple[int, ...]) -> tuple[int, ...]:
+    point = isl.Set(f"{{ {name}[{', '.join(map(str, instance))}] }}")
+    image = isl.Set.from_union_set(isl.UnionSet(point).apply(schedule_map))
+    return _point_coordinates(image.sample_point(), image.dim(isl.dim_type.set))
+
+
+def _example(relation: isl.Map) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The lexicographically first (source, sink) pair of a relation."""
+    n_in = relation.dim(isl.dim_type.in_)
+    n_out = relation.dim(isl.dim_type.out)
+    point = relation.wrap().lexmin().sample_point()
+    coords = _point_coordinates(point, n_in + n_out)
+    return coords[:n_in], coords[n_in:]
+
+
+def _format_instance(name: str, instance: tuple[int, ...]) -> str:
+    return f"{name}[{', '.join(map(str, instance))}]"
+
+
+def check_legal(statements: Statements, new_schedule: ScheduleLike, *,
+                reduction_reorderable: bool = False, parallel: Iterable[str] = (),
+                tensor_shapes: Mapping[str, Sequence[int]] | None = None) -> Legality:
+    """Is `new_schedule` a legal reordering of the kernel?
+
+    Legal iff every dependence's sink runs strictly after its source (a lexicographically
+    positive time difference), and every loop named in `parallel` carries no dependence.
+
+    `new_schedule`: a `KernelSchedule` (from `original_schedule` / `fused_schedule` and
+    its transformations), a mapping `{"S0": "{ S0[i, j, k] -> [j, i, k] }", ...}`, or an
+    isl union map. Time vectors of different lengths are padded with zeros. A schedule must
+    give distinct instances of a statement distinct times (ValueError otherwise).
+
+    `reduction_reorderable`: see `dependences`. Parallel loops are always checked against
+    every dependence, reductions included: a parallel reduction loop is a race.
+
+    >>> check_legal([gemm], original_schedule([gemm]).reverse("k")).reason
+    'flow dependence S0[i, j, k] -> S0[i, j, k + 1] on C (reduction over k) would be reversed, ...'
+    """
+    poly = kernel_polyhedra(statements, tensor_shapes)
+    schedule_map = _schedule_map(poly, new_schedule)
+    _check_schedule(poly, schedule_map)
+    not_after = schedule_map.lex_ge_union_map(schedule_map)  # x -> y: y runs no later than x
+    violations: list[Violation] = []
+    for dep in dependences(statements, reduction_reorderable=reduction_reorderable,
+                           tensor_shapes=tensor_shapes):
+        broken = isl.UnionMap(dep.relation).intersect(not_after)
+        if broken.is_empty():
+            continue
+        source, sink = _example(_maps(broken)[0])
+        source_time = _time_of(schedule_map, dep.source, source)
+        sink_time = _time_of(schedule_map, dep.sink, sink)
+        distance = tuple(b - a for a, b in zip(source_time, sink_time))
+        how = "reversed" if any(distance) else "run at the same time"
+        message = (f"{dep.describe(poly)} would be {how}: {_format_instance(dep.sink, sink)} "
+                   f"would run at {list(sink_time)}, not after {_format_instance(dep.source, source)} "
+                   f"at {list(source_time)}")
+        violations.append(Violation(dep.kind, dep.source, dep.sink, dep.tensor, source, sink,
+                                    distance, message, dep.reduction))
+    for loop in parallel:
+        violations += _parallel_violations(poly, schedule_map, new_schedule, loop)
+    return Legality(not violations, tuple(violations))
+
+
+# --------------------------------------------------------------------------- parallelism and distances
+
+
+def _loop_position(schedule: ScheduleLike, loop: str | int) -> int:
+    if isinstance(loop, int):
+        return loop
+    if not isinstance(schedule, KernelSchedule):
+        raise ValueError(f"name loops by time position (int) for a schedule given as isl maps, not {loop!r}")
+    return schedule.position(loop)
+
+
+def _carried_at(time_pairs: isl.Map, position: int) -> isl.Map:
+    """The pairs of `time_pairs` (source time -> sink time) carried at `position`: equal
+    on every outer dimension, different at `position`."""
+    width = time_pairs.dim(isl.dim_type.in_)
+    ins = [f"t{d}" for d in range(width)]
+    outs = [f"u{d}" for d in range(width)]
+    equal = [f"u{d} = t{d}" for d in range(position)] or ["true"]
+    carried = isl.Map(f"{{ [{', '.join(ins)}] -> [{', '.join(outs)}] : "
+                      f"{' and '.join(equal)} and (u{position} < t{position} or u{position} > t{position}) }}")
+    return time_pairs.intersect(carried)
+
+
+def _parallel_violations(poly: KernelPolyhedra, schedule_map: isl.UnionMap,
+                         schedule: ScheduleLike, loop: str | int) -> list[Violation]:
+    position = _loop_position(schedule, loop)
+    out: list[Violation] = []
+    for dep in _exact_dependences(poly):
+        pairs = _maps(isl.UnionMap(dep.relation).apply_domain(schedule_map)
+                      .apply_range(schedule_map))
+        if not pairs or _carried_at(pairs[0], position).is_empty():
+            continue
+        # An instance pair behind a carried time pair, for the message.
+        carried_times = _carried_at(pairs[0], position)
+        instance_pairs = (isl.UnionMap(dep.relation)
+                          .intersect(schedule_map.apply_range(isl.UnionMap(carried_times))
+                                     .apply_range(schedule_map.reverse())))
+        source, sink = _example(_maps(instance_pairs)[0])
+        distance = tuple(b - a for a, b in zip(_time_of(schedule_map, dep.source, source),
+                                               _time_of(schedule_map, dep.sink, sink)))
+        message = (f"loop {loop} cannot run in parallel: it carries the {dep.describe(poly)} "
+                   f"(e.g. {_format_instance(dep.source, source)} -> {_format_instance(dep.sink, sink)})")
+        out.append(Violation(dep.kind, dep.source, dep.sink, dep.tensor, source, sink, distance,
+                             message, dep.reduction, loop=str(loop)))
+    return out
+
+
+def is_parallel(statements: Statements, loop: str | int, schedule: ScheduleLike | None = None,
+                *, tensor_shapes: Mapping[str, Sequence[int]] | None = None) -> bool:
+    """Whether `loop` carries no dependence (under `schedule`, default the original one).
+
+    Always strict: a reduction loop carries its accumulation, so it is never parallel.
+    """
+    poly = kernel_polyhedra(statements, tensor_shapes)
+    schedule = poly.original if schedule is None else schedule
+    return not _parallel_violations(poly, _schedule_map(poly, schedule), schedule, loop)
+
+
+def parallel_loops(statements: Statements, schedule: ScheduleLike | None = None, *,
+                   tensor_shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[str, ...]:
+    """Loops of `schedule` (a KernelSchedule, default the original) that carry no dependence."""
+    poly = kernel_polyhedra(statements, tensor_shapes)
+    schedule = poly.original if schedule is None else schedule
+    if not isinstance(schedule, KernelSchedule):
+        raise ValueError("parallel_loops needs a KernelSchedule (loops are named there)")
+    schedule_map = _schedule_map(poly, schedule)
+    return tuple(l for l in schedule.loop_dims()
+                 if not _parallel_violations(poly, schedule_map, schedule, l))
+
+
+@dataclass(frozen=True)
+class DependenceDistance:
+    """A dependence's distance per loop of a schedule, for the report.
+
+    `distance[n]` is the (min, max) of sink time - source time along loop `loops[n]`
+    (equal when uniform); `carried_by` is the loop that carries it, or the statement
+    order (`seq...`) when it is loop-independent.
+    """
+
+    kind: str
+    source: str
+    sink: str
+    tensor: str
+    loops: tuple[str, ...]
+    distance: tuple[tuple[int, int], ...]
+    carried_by: str | None
+    reduction: bool
+
+    @property
+    def uniform(self) -> tuple[int, ...] | None:
+        if all(lo == hi for lo, hi in self.distance):
+            return tuple(lo for lo, _ in self.distance)
+        return None
+
+    def __str__(self) -> str:
+        parts = [str(lo) if lo == hi else f"{lo}..{hi}" for lo, hi in self.distance]
+        carried = f" carried by {self.carried_by}" if self.carried_by else ""
+        return (f"{self.kind} {self.source}->{self.sink} on {self.tensor}: "
+                f"({', '.join(parts)}) over ({', '.join(self.loops)}){carried}")
+
+
+def dependence_distances(statements: Statements, schedule: KernelSchedule | None = None, *,
+                         tensor_shapes: Mapping[str, Sequence[int]] | None = None
+                         ) -> tuple[DependenceDistance, ...]:
+    """Every (exact) dependence with its distance along each loop of `schedule`.
+
+    GEMM under its original schedule: flow S0->S0 on C, (0, 0, 1) over (i, j, k), carried by k.
+    """
+    poly = kernel_polyhedra(statements, tensor_shapes)
+    schedule = poly.original if schedule is None else schedule
+    schedule_map = _schedule_map(poly, schedule)
+    names = [d.name for d in max(schedule.statements, key=lambda s: len(s.dims)).dims]
+    names += [f"seq_pad{n}" for n in range(schedule.width - len(names))]
+    dims_of = {s.name: set(s.dim_names()) for s in schedule.statements}
+    out = []
+    for dep in _exact_dependences(poly):
+        # Distances along the loops both ends run in (a consumer has no k to differ along).
+        shared = dims_of[dep.source] & dims_of[dep.sink]
+        loop_positions = [p for p, n in enumerate(names)
+                          if n in shared and n in schedule.loop_dims()]
+        pairs = _maps(isl.UnionMap(dep.relation).apply_domain(schedule_map)
+                      .apply_range(schedule_map))[0]
+        deltas = pairs.deltas()
+        bounds = [(deltas.dim_min_val(p).to_python(), deltas.dim_max_val(p).to_python())
+                  for p in range(schedule.width)]
+        carried_by = None
+        for p in range(schedule.width):
+            if not _carried_at(pairs, p).is_empty():
+                carried_by = names[p]
+                break
+        out.append(DependenceDistance(dep.kind, dep.source, dep.sink, dep.tensor,
+                                      tuple(names[p] for p in loop_positions),
+                                      tuple(bounds[p] for p in loop_positions),
+                                      carried_by, dep.reduction))
+    return tuple(out)

@@ -1,0 +1,270 @@
+"""isl legality: dependences of hand-built kernels, and transformations refused or accepted.
+
+Each refusal has a legal twin next to it, so a check that refuses everything fails too.
+"""
+import time
+
+import islpy as isl
+import pytest
+
+from autocomp_jupyter import poly
+from autocomp_jupyter.ir.program import Access, Affine, BinOp, Call, Const, Loop, Statement
+
+V = Affine.var
+N = 16
+
+
+def gemm(n: int = N) -> Statement:
+    """C[i, j] += A[i, k] * B[k, j]"""
+    return Statement("C", (V("i"), V("j")), "+", (Loop("i", n), Loop("j", n), Loop("k", n)),
+                     BinOp("*", Access("A", (V("i"), V("k"))), Access("B", (V("k"), V("j")))))
+
+
+def relu_of_c(n: int = N) -> Statement:
+    """D[i, j] = relu(C[i, j])"""
+    return Statement("D", (V("i"), V("j")), None, (Loop("i", n), Loop("j", n)),
+                     Call("relu", (Access("C", (V("i"), V("j"))),)))
+
+
+def wavefront(n: int = 8) -> Statement:
+    """T[i + j] += X[i, j]: S0[i, j] and S0[i + 1, j - 1] update the same element, a
+    dependence of distance (1, -1), as in a stencil sweep."""
+    return Statement("T", (V("i") + V("j"),), "+", (Loop("i", n), Loop("j", n)),
+                     Access("X", (V("i"), V("j"))))
+
+
+def conv_pair(n: int = 8):
+    """S0: Y[h] = X[h] * 2;  S1: P[h] += Y[h + r - 1] * K[r] (r < 3, out of range reads 0)."""
+    produce = Statement("Y", (V("h"),), None, (Loop("h", n),),
+                        BinOp("*", Access("X", (V("h"),)), Const(2.0)))
+    convolve = Statement("P", (V("h"),), "+", (Loop("h", n), Loop("r", 3)),
+                         BinOp("*", Access("Y", (V("h") + V("r") - 1,)), Access("K", (V("r"),))))
+    return [produce, convolve]
+
+
+# --------------------------------------------------------------------------- dependences
+
+
+def test_gemm_accumulation_is_a_flow_dependence_carried_by_k():
+    distances = {(d.kind, d.tensor): d for d in poly.dependence_distances([gemm()])}
+    flow = distances[("flow", "C")]
+    assert flow.uniform == (0, 0, 1)
+    assert flow.loops == ("i", "j", "k")
+    assert flow.carried_by == "k"
+    assert flow.reduction
+    assert str(flow) == "flow S0->S0 on C: (0, 0, 1) over (i, j, k) carried by k"
+    assert {d.kind for d in distances.values()} == {"flow", "anti", "output"}
+
+
+def test_dependence_message_names_kind_statements_tensor_and_reduction():
+    kernel = [gemm()]
+    flow = next(d for d in poly.dependences(kernel) if d.kind == "flow")
+    assert flow.describe(poly.kernel_polyhedra(kernel)) == \
+        "flow dependence S0[i, j, k] -> S0[i, j, k + 1] on C (reduction over k)"
+
+
+def test_conv_reads_with_offset_indices_depend_only_in_bounds():
+    kernel = conv_pair()
+    flows = [d for d in poly.dependences(kernel) if d.kind == "flow" and d.tensor == "Y"]
+    assert len(flows) == 1 and (flows[0].source, flows[0].sink) == ("S0", "S1")
+    expected = isl.Map("{ S0[y] -> S1[h, r] : y = h + r - 1 and 0 <= h < 8 and 0 <= r < 3 "
+                       "and 0 <= y < 8 }")
+    assert flows[0].relation.is_equal(expected)
+    # The padded reads (Y[-1] at h = 0, Y[8] at h = 7) have no producer.
+    sinks = flows[0].relation.range()
+    assert sinks.intersect(isl.Set("{ S1[0, 0]; S1[7, 2] }")).is_empty()
+
+
+def test_conv_accumulates_over_r_and_leaves_h_parallel():
+    kernel = conv_pair()
+    p_deps = [d for d in poly.dependence_distances(kernel) if d.tensor == "P"]
+    assert {d.uniform for d in p_deps} == {(0, 1)} and all(d.carried_by == "r" for d in p_deps)
+    assert poly.parallel_loops(kernel) == ("h",)
+
+
+def test_conv_fused_naively_reads_y_before_it_is_written():
+    # S1[h, r = 2] reads Y[h + 1], produced one h iteration later in the fused nest.
+    result = poly.check_legal(conv_pair(), poly.fused_schedule(conv_pair()))
+    assert not result.ok
+    violation = result.violated[0]
+    assert (violation.kind, violation.source, violation.sink, violation.tensor) == ("flow", "S0", "S1", "Y")
+    assert violation.example_sink[1] == 2
+
+
+# --------------------------------------------------------------------------- reverse
+
+
+def test_reversing_the_reduction_loop_is_refused_in_strict_mode():
+    kernel = [gemm()]
+    result = poly.check_legal(kernel, poly.original_schedule(kernel).reverse("k"))
+    assert not result.ok
+    kinds = {v.kind for v in result.violated}
+    assert kinds == {"flow", "anti", "output"}
+    flow = next(v for v in result.violated if v.kind == "flow")
+    assert flow.message.startswith(
+        "flow dependence S0[i, j, k] -> S0[i, j, k + 1] on C (reduction over k) would be reversed")
+    assert (flow.example_source, flow.example_sink) == ((0, 0, 0), (0, 0, 1))
+    assert flow.reduction and result.reason.startswith("flow dependence")
+
+
+def test_reversing_the_reduction_loop_is_allowed_when_reductions_may_reorder():
+    kernel = [gemm()]
+    schedule = poly.original_schedule(kernel).reverse("k")
+    assert poly.check_legal(kernel, schedule, reduction_reorderable=True).ok
+
+
+def test_reversing_a_parallel_loop_is_legal():
+    kernel = [gemm()]
+    for loop in ("i", "j"):
+        assert poly.check_legal(kernel, poly.original_schedule(kernel).reverse(loop)).ok
+
+
+# --------------------------------------------------------------------------- parallel
+
+
+@pytest.mark.parametrize("reorderable", [False, True])
+def test_parallelising_the_reduction_loop_is_refused_in_both_modes(reorderable):
+    kernel = [gemm()]
+    result = poly.check_legal(kernel, poly.original_schedule(kernel), parallel=["k"],
+                              reduction_reorderable=reorderable)
+    assert not result.ok
+    assert result.violated[0].loop == "k"
+    assert "loop k cannot run in parallel" in result.reason
+    assert "flow dependence S0[i, j, k] -> S0[i, j, k + 1] on C" in result.reason
+
+
+def test_parallelising_an_output_loop_is_legal():
+    kernel = [gemm()]
+    assert poly.check_legal(kernel, poly.original_schedule(kernel), parallel=["i", "j"]).ok
+    assert poly.is_parallel(kernel, "i") and not poly.is_parallel(kernel, "k")
+    assert poly.parallel_loops(kernel) == ("i", "j")
+
+
+def test_tiled_gemm_parallel_loops():
+    kernel = [gemm()]
+    tiled = poly.original_schedule(kernel).tile({"i": 4, "j": 4, "k": 4})
+    assert set(poly.parallel_loops(kernel, tiled)) == {"i_outer", "j_outer", "i_inner", "j_inner"}
+
+
+# --------------------------------------------------------------------------- interchange and tiling
+
+
+def test_interchanging_gemm_loops_is_legal():
+    kernel = [gemm()]
+    original = poly.original_schedule(kernel)
+    assert poly.check_legal(kernel, original.interchange("j", "i")).ok
+    assert poly.check_legal(kernel, original.interchange("k", "i", "j")).ok
+
+
+def test_tiling_gemm_is_legal():
+    kernel = [gemm()]
+    tiled = poly.original_schedule(kernel).tile({"i": 4, "j": 8, "k": 2})
+    assert tiled.loop_dims() == ("i_outer", "j_outer", "k_outer", "i_inner", "j_inner", "k_inner")
+    assert poly.check_legal(kernel, tiled).ok
+    assert poly.check_legal(kernel, tiled.interchange("k_outer", "i_outer", "j_outer")).ok
+
+
+def test_tiling_with_a_reversed_point_loop_of_k_is_refused():
+    kernel = [gemm()]
+    tiled = poly.original_schedule(kernel).tile({"k": 4}).reverse("k_inner")
+    result = poly.check_legal(kernel, tiled)
+    assert not result.ok and result.violated[0].tensor == "C"
+
+
+def test_schedule_given_as_isl_strings():
+    kernel = [gemm()]
+    assert poly.check_legal(kernel, {"S0": "{ S0[i, j, k] -> [j, i, k] }"}).ok
+    assert not poly.check_legal(kernel, {"S0": "{ S0[i, j, k] -> [i, j, -k] }"}).ok
+
+
+def test_a_schedule_that_runs_two_instances_at_once_is_rejected():
+    kernel = [gemm()]
+    with pytest.raises(ValueError, match="same time"):
+        poly.check_legal(kernel, {"S0": "{ S0[i, j, k] -> [i, j] }"})
+
+
+# --------------------------------------------------------------------------- skew
+
+
+def test_wavefront_has_distance_one_minus_one():
+    kernel = [wavefront()]
+    distances = {d.uniform for d in poly.dependence_distances(kernel)}
+    assert distances == {(1, -1)}
+
+
+def test_interchange_of_a_wavefront_is_refused():
+    kernel = [wavefront()]
+    result = poly.check_legal(kernel, poly.original_schedule(kernel).interchange("j", "i"))
+    assert not result.ok
+    assert "S0[i, j] -> S0[i + 1, j - 1] on T" in result.reason
+
+
+def test_skewing_j_by_i_makes_the_interchange_legal():
+    kernel = [wavefront()]
+    skewed = poly.original_schedule(kernel).skew("j", "i", 1)  # j' = j + i: distance (1, 0)
+    assert poly.check_legal(kernel, skewed).ok
+    assert poly.check_legal(kernel, skewed.interchange("j", "i")).ok  # distance (0, 1)
+
+
+def test_skewing_in_the_wrong_direction_is_refused():
+    kernel = [wavefront()]
+    skewed = poly.original_schedule(kernel).skew("j", "i", -1)  # j' = j - i: distance (1, -2)
+    assert poly.check_legal(kernel, skewed).ok  # still legal with i outermost
+    result = poly.check_legal(kernel, skewed.interchange("j", "i"))  # (-2, 1): reversed
+    assert not result.ok
+    assert result.violated[0].distance[:4] == (0, -2, 0, 1)
+
+
+# --------------------------------------------------------------------------- fused producer-consumer
+
+
+def test_fused_gemm_relu_is_legal_and_keeps_i_j_parallel():
+    kernel = [gemm(), relu_of_c()]
+    fused = poly.fused_schedule(kernel)
+    assert poly.check_legal(kernel, fused).ok
+    assert poly.parallel_loops(kernel, fused) == ("i", "j")
+    flow = next(d for d in poly.dependence_distances(kernel, fused) if d.sink == "S1")
+    assert flow.uniform == (0, 0) and flow.carried_by == "seq2"
+
+
+def test_consumer_before_its_producer_is_refused():
+    kernel = [gemm(), relu_of_c()]
+    # D[i, j] computed right before the k loop that produces C[i, j].
+    early = poly.fused_schedule(kernel).with_statement(
+        "S1", [("seq0", "0"), ("i", "i"), ("seq1", "0"), ("j", "j"), ("seq2", "-1")])
+    result = poly.check_legal(kernel, early)
+    assert not result.ok
+    violation = result.violated[0]
+    assert (violation.kind, violation.source, violation.sink, violation.tensor) == ("flow", "S0", "S1", "C")
+    assert violation.message.startswith(
+        "flow dependence S0[i, j, 15] -> S1[i, j] on C would be reversed")
+    # Reordering the sum does not help: D still needs every update of C[i, j].
+    assert not poly.check_legal(kernel, early, reduction_reorderable=True).ok
+
+
+def test_reversed_k_in_a_fused_nest_keeps_the_consumer_after_the_last_update():
+    kernel = [gemm(), relu_of_c()]
+    reversed_k = poly.fused_schedule(kernel).reverse("k")
+    assert not poly.check_legal(kernel, reversed_k).ok
+    assert poly.check_legal(kernel, reversed_k, reduction_reorderable=True).ok
+
+
+def test_unfused_original_schedule_runs_statements_in_program_order():
+    kernel = [gemm(), relu_of_c()]
+    original = poly.original_schedule(kernel)
+    assert poly.check_legal(kernel, original).ok
+    flow = next(d for d in poly.dependence_distances(kernel) if d.sink == "S1")
+    assert flow.carried_by == "seq0"
+
+
+# --------------------------------------------------------------------------- speed
+
+
+def test_gemm_legality_check_is_interactive():
+    kernel = [gemm(1024)]
+    schedule = poly.original_schedule(kernel).tile({"i": 32, "j": 32}).interchange("j_outer", "i_outer")
+    poly.check_legal(kernel, schedule)  # builds and caches the kernel's isl objects
+    start = time.perf_counter()
+    for _ in range(10):
+        assert poly.check_legal(kernel, schedule).ok
+    assert (time.perf_counter() - start) / 10 < 0.05
