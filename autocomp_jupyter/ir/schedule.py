@@ -1,0 +1,376 @@
+"""Kernels (groups of ops fused into one loop nest) and their schedules.
+
+A `Kernel` is what the fusion pass produces: some ops of a Program whose statements run in
+one loop nest. Its *anchor* is the statement with the most points (the contraction of a
+conv+relu group); the anchor's loops are the kernel's loops, the ones a schedule tiles and
+orders. Every other statement is mapped onto anchor loops where it can be (a relu epilogue
+follows the anchor's output tile); loops that map nowhere (the reduction of a softmax row)
+stay local and run in full inside each tile.
+
+A `Schedule` gives one kernel multi-level tiles `{loop: {level: size}}` (levels are a
+target's memory-level names, outer → inner), a loop order per level and annotations
+(parallel loops, the vectorised loop, an unroll factor). Tiles need not divide extents:
+the last tile of a loop is a remainder tile. Both classes are frozen; passes build new ones.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Mapping
+
+from .program import Access, BinOp, Loop, Program, Statement, Tensor
+
+
+def is_mac_statement(stmt: Statement) -> bool:
+    """A multiply-accumulate contraction (`+=` of a product): runs on the PE array."""
+    return stmt.reduce == "+" and isinstance(stmt.expr, BinOp) and stmt.expr.op == "*"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A group of ops fused into one loop nest.
+
+    inputs: tensors read from outside (program inputs/params, other kernels' results);
+    outputs: tensors written here that something outside reads or that the program outputs;
+    internals: tensors produced and consumed only here (they stay on chip: no DRAM traffic).
+    `loop_maps[s]` maps statement s's loops to anchor loops (local loops are absent).
+    """
+
+    name: str
+    ops: tuple[str, ...]
+    statements: tuple[Statement, ...]
+    loops: tuple[Loop, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    internals: tuple[str, ...]
+    tensors: tuple[Tensor, ...]
+    anchor: int = 0
+    loop_maps: tuple[tuple[tuple[str, str], ...], ...] = ()
+
+    # ------------------------------------------------------------------ construction
+
+    @staticmethod
+    def from_ops(program: Program, op_names: Iterable[str], name: str | None = None) -> "Kernel":
+        """The kernel running `op_names` (ops of `program`) in one nest, in program order."""
+        wanted = set(op_names)
+        missing = wanted - {op.name for op in program.ops}
+        if missing:
+            raise KeyError(f"no op named {', '.join(sorted(missing))} in the program")
+        ops = [op for op in program.ops if op.name in wanted]
+        statements = tuple(s for op in ops for s in op.statements)
+        written = [s.target for s in statements]
+        written_set = set(written)
+        inputs: list[str] = []
+        for s in statements:
+            for a in s.reads():
+                if a.tensor not in written_set and a.tensor not in inputs:
+                    inputs.append(a.tensor)
+        outputs, internals = [], []
+        for t in dict.fromkeys(written):
+            read_outside = any(op.name not in wanted for op in program.readers(t))
+            if t in program.outputs or read_outside:
+                outputs.append(t)
+            else:
+                internals.append(t)
+        tensors = tuple(_tensor_of(program, t, statements) for t in dict.fromkeys(inputs + written))
+        anchor = max(range(len(statements)),
+                     key=lambda i: (statements[i].points, is_mac_statement(statements[i]), -i))
+        maps = _map_loops(statements, anchor)
+        return Kernel(
+            name=name or "_".join(op.name for op in ops), ops=tuple(op.name for op in ops),
+            statements=statements, loops=statements[anchor].loops, inputs=tuple(inputs),
+            outputs=tuple(outputs), internals=tuple(internals), tensors=tensors, anchor=anchor,
+            loop_maps=tuple(tuple(sorted(m.items())) for m in maps),
+        )
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def anchor_statement(self) -> Statement:
+        return self.statements[self.anchor]
+
+    @property
+    def loop_names(self) -> tuple[str, ...]:
+        return tuple(l.name for l in self.loops)
+
+    @property
+    def extents(self) -> dict[str, int]:
+        return {l.name: l.extent for l in self.loops}
+
+    def tensor(self, name: str) -> Tensor:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def loop_map(self, index: int) -> dict[str, str]:
+        """Statement `index`'s loops → anchor loops (local loops absent)."""
+        return dict(self.loop_maps[index])
+
+    @property
+    def flops(self) -> int:
+        return sum(s.flops for s in self.statements)
+
+    def __str__(self) -> str:
+        return f"kernel {self.name} [{', '.join(self.ops)}]"
+
+
+def kernels_unfused(program: Program) -> tuple[Kernel, ...]:
+    """One kernel per op, in program order (the library baseline's grouping)."""
+    return tuple(Kernel.from_ops(program, [op.name]) for op in program.ops)
+
+
+def _tensor_of(program: Program, name: str, statements: tuple[Statement, ...]) -> Tensor:
+    if program.has_tensor(name):
+        return program.tensor(name)
+    # A temp not declared in the program: its shape is what its statement writes.
+    for s in statements:
+        if s.target == name:
+            ext = s.extents
+            shape = tuple(int(a.evaluate({k: ext[k] - 1 if c > 0 else 0 for k, c in a.terms})) + 1
+                          for a in s.target_indices)
+            dtype = next((program.tensor(a.tensor).dtype for a in s.reads()
+                          if program.has_tensor(a.tensor)), "f32")
+            return Tensor(name, dtype, shape, "temp")
+    raise KeyError(name)
+
+
+def _map_loops(statements: tuple[Statement, ...], anchor: int) -> list[dict[str, str]]:
+    """For each statement, which anchor loop each of its loops follows.
+
+    Tensor dimensions tie loops together: if the anchor writes Y[n, f, h, w] and a relu reads
+    Y[a, b, c, d], then a→n, b→f, ... . Dimensions learnt from one statement carry to the
+    next (a chain of epilogues). Loops still free then match an unused anchor loop of the same
+    name and extent, then of the same extent; what remains is local to the statement.
+    """
+    anchor_stmt = statements[anchor]
+    anchor_ext = anchor_stmt.extents
+    maps: list[dict[str, str]] = [dict() for _ in statements]
+    maps[anchor] = {n: n for n in anchor_stmt.loop_names}
+    dim_loop: dict[tuple[str, int], str] = {}  # (tensor, dim) -> anchor loop it follows
+
+    def learn(index: int) -> None:
+        s, m = statements[index], maps[index]
+        for tensor, indices in [(s.target, s.target_indices)] + [(a.tensor, a.indices) for a in s.reads()]:
+            for dim, idx in enumerate(indices):
+                loop = idx.single_loop
+                if loop in m:
+                    dim_loop.setdefault((tensor, dim), m[loop])
+
+    learn(anchor)
+    pending = [i for i in range(len(statements)) if i != anchor]
+    changed = True
+    while changed:
+        changed = False
+        for i in pending:
+            s, m = statements[i], maps[i]
+            ext = s.extents
+            for tensor, indices in [(s.target, s.target_indices)] + [(a.tensor, a.indices) for a in s.reads()]:
+                for dim, idx in enumerate(indices):
+                    loop = idx.single_loop
+                    target_loop = dim_loop.get((tensor, dim))
+                    if (loop and loop not in m and target_loop and target_loop not in m.values()
+                            and ext[loop] == anchor_ext[target_loop]):
+                        m[loop] = target_loop
+                        changed = True
+            learn(i)
+    for i in pending:
+        s, m = statements[i], maps[i]
+        for l in s.loops:  # same name and extent
+            if l.name not in m and anchor_ext.get(l.name) == l.extent and l.name not in m.values():
+                m[l.name] = l.name
+        for l in s.output_loops:  # same extent, in order
+            if l.name in m:
+                continue
+            for a in anchor_stmt.loops:
+                if a.extent == l.extent and a.name not in m.values():
+                    m[l.name] = a.name
+                    break
+    return maps
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Tiles, loop order and annotations for one kernel.
+
+    tiles: {loop: {level: size}}; a level absent for a loop keeps the enclosing tile.
+    order: {level: (loop, ...)} outer → inner, the order of the loops that step through
+    that level's tiles; a level absent inherits the next outer level's order, the first
+    the kernel's source order. annotations: {"parallel": (loops), "vectorize": loop,
+    "unroll": factor}. levels: tiling level names outer → inner (a target's
+    `tiling_levels`); derived from `tiles` when not given.
+    """
+
+    kernel: Kernel
+    tiles: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    annotations: Mapping[str, object] = field(default_factory=dict)
+    levels: tuple[str, ...] = ()
+
+    __hash__ = None  # holds dicts: compare, don't hash
+
+    def __post_init__(self) -> None:
+        names = set(self.kernel.loop_names)
+        tiles: dict[str, dict[str, int]] = {}
+        for loop, per_level in self.tiles.items():
+            if loop not in names:
+                raise ValueError(f"schedule for {self.kernel.name}: no loop {loop!r} (loops: {', '.join(self.kernel.loop_names)})")
+            for level, size in per_level.items():
+                if int(size) != size or size < 1:
+                    raise ValueError(f"schedule for {self.kernel.name}: tile {loop}@{level} must be a positive integer, got {size!r}")
+            tiles[loop] = {lv: int(sz) for lv, sz in per_level.items()}
+        levels = tuple(self.levels)
+        if not levels:
+            seen: dict[str, list[int]] = {}
+            for per_level in tiles.values():
+                for lv, sz in per_level.items():
+                    seen.setdefault(lv, []).append(sz)
+            levels = tuple(sorted(seen, key=lambda lv: -sum(seen[lv]) / len(seen[lv])))
+        order = {}
+        for level, loops in self.order.items():
+            loops = tuple(loops)
+            unknown = [l for l in loops if l not in names]
+            if unknown or len(set(loops)) != len(loops):
+                raise ValueError(f"schedule for {self.kernel.name}: order at {level} must list distinct loops of {', '.join(self.kernel.loop_names)}, got {loops}")
+            order[level] = loops + tuple(l for l in self.kernel.loop_names if l not in loops)
+            if level not in levels:
+                levels = levels + (level,)
+        annotations = dict(self.annotations)
+        if "parallel" in annotations:
+            annotations["parallel"] = tuple(annotations["parallel"])
+        object.__setattr__(self, "tiles", tiles)
+        object.__setattr__(self, "order", order)
+        object.__setattr__(self, "annotations", annotations)
+        object.__setattr__(self, "levels", levels)
+
+    @staticmethod
+    def default(kernel: Kernel, levels: Iterable[str] = ()) -> "Schedule":
+        """No tiling, source order: the naive schedule."""
+        return Schedule(kernel, levels=tuple(levels))
+
+    def with_tiles(self, tiles: Mapping[str, Mapping[str, int]]) -> "Schedule":
+        return replace(self, tiles=tiles)
+
+    def with_order(self, order: Mapping[str, tuple[str, ...]]) -> "Schedule":
+        return replace(self, order=order)
+
+    def with_levels(self, levels: Iterable[str]) -> "Schedule":
+        return replace(self, levels=tuple(levels))
+
+    # ------------------------------------------------------------------ effective values
+
+    def tile_sizes(self, levels: Iterable[str] | None = None) -> dict[str, list[int]]:
+        """{loop: [size at each level, outer → inner]}, inherited and clipped so each
+        tile fits inside the enclosing one (the tile a level really holds)."""
+        levels = tuple(self.levels if levels is None else levels)
+        out = {}
+        for loop in self.kernel.loops:
+            size, sizes = loop.extent, []
+            for lv in levels:
+                size = min(size, self.tiles.get(loop.name, {}).get(lv, size))
+                sizes.append(size)
+            out[loop.name] = sizes
+        return out
+
+    def order_at(self, level: str, levels: Iterable[str] | None = None) -> tuple[str, ...]:
+        """The loop order at `level` (inherited from outer levels when not given)."""
+        levels = tuple(self.levels if levels is None else levels)
+        current = self.kernel.loop_names
+        for lv in levels:
+            current = self.order.get(lv, current)
+            if lv == level:
+                return current
+        return self.order.get(level, current)
+
+    # ------------------------------------------------------------------ printing
+
+    def loop_nest(self) -> str:
+        """The tiled loop nest as readable Python-like pseudo-code."""
+        k = self.kernel
+        extent = k.extents
+        sizes = self.tile_sizes()
+        parallel = set(self.annotations.get("parallel", ()))
+        vectorize = self.annotations.get("vectorize")
+        unroll = self.annotations.get("unroll")
+        lines: list[str] = []
+        var = {l: None for l in k.loop_names}      # variable holding the current tile start
+        span = dict(extent)                          # size of the enclosing tile
+        depth = 0
+        marked_parallel: set[str] = set()
+        for li, level in enumerate(self.levels):
+            for loop in self.order_at(level):
+                t = sizes[loop][li]
+                if t >= span[loop]:
+                    continue
+                name = f"{loop}_{level}"
+                note = ""
+                if loop in parallel and loop not in marked_parallel:
+                    note, _ = "    # parallel", marked_parallel.add(loop)
+                lines.append("    " * depth + f"for {name} in {_range(var[loop], span[loop], extent[loop], t)}:{note}")
+                var[loop], span[loop] = name, t
+                depth += 1
+        inner_order = self.order_at(self.levels[-1]) if self.levels else k.loop_names
+        for si, stmt in enumerate(k.statements):
+            m = k.loop_map(si)
+            renamed = {l: m.get(l, l) for l in stmt.loop_names}
+            own = [renamed[l] for l in stmt.loop_names]
+            loops = [l for l in inner_order if l in own] + [l for l in own if l not in inner_order]
+            d = depth
+            for i, loop in enumerate(loops):
+                local_ext = stmt.extents[next(s for s in stmt.loop_names if renamed[s] == loop)]
+                notes = []
+                if loop in parallel and loop not in marked_parallel:
+                    notes.append("parallel")
+                    marked_parallel.add(loop)
+                if loop == vectorize and i == len(loops) - 1:
+                    notes.append("vectorize")
+                if unroll and unroll > 1 and i == len(loops) - 1:
+                    notes.append(f"unroll {unroll}")
+                note = f"    # {', '.join(notes)}" if notes else ""
+                if loop in var and var[loop] is not None:
+                    rng = _point_range(var[loop], span[loop], extent[loop])
+                else:
+                    rng = f"range({local_ext})"
+                lines.append("    " * d + f"for {loop} in {rng}:{note}")
+                d += 1
+            lines.append("    " * d + _rename_statement(stmt, renamed))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        head = f"# kernel {self.kernel.name}: ops {', '.join(self.kernel.ops)}"
+        return head + "\n" + self.loop_nest()
+
+
+def _range(start: str | None, span: int, extent: int, step: int) -> str:
+    if start is None:
+        return f"range(0, {extent}, {step})"
+    if extent % span == 0:
+        return f"range({start}, {start} + {span}, {step})"
+    return f"range({start}, min({start} + {span}, {extent}), {step})"
+
+
+def _point_range(start: str, span: int, extent: int) -> str:
+    if extent % span == 0:
+        return f"range({start}, {start} + {span})"
+    return f"range({start}, min({start} + {span}, {extent}))"
+
+
+def _rename_statement(stmt: Statement, renamed: Mapping[str, str]) -> str:
+    from .program import Affine, substitute
+
+    mapping = {k: Affine.var(v) for k, v in renamed.items() if k != v}
+    if not mapping:
+        return str(stmt).split("    #")[0]
+
+    def rn(e):
+        if isinstance(e, Access):
+            return Access(e.tensor, tuple(i.rename(mapping) for i in e.indices), e.pad)
+        return None
+
+    new = replace(stmt, target_indices=tuple(i.rename(mapping) for i in stmt.target_indices),
+                  expr=substitute(stmt.expr, rn),
+                  loops=tuple(Loop(renamed.get(l.name, l.name), l.extent) for l in stmt.loops))
+    return str(new).split("    #")[0]
