@@ -1,0 +1,48 @@
+# Two entry points (see README): `make demo` sets up and runs the main job headless,
+# `make test` sets up and runs every test. `make lab` opens the tutorials in JupyterLab.
+# Works on a fresh Debian machine as root (or with sudo), inside or outside a venv.
+
+SHELL := /bin/bash
+# Outside a virtual environment, use (and create) .venv; inside one, use it as it is.
+ifdef VIRTUAL_ENV
+PY := python
+else
+PY := .venv/bin/python
+endif
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+EXAMPLES := $(wildcard examples/*.acir)
+
+.PHONY: setup system-deps python-deps demo test lab bench clean
+
+setup: system-deps python-deps
+
+# System packages: graphviz's `dot` (graphs), Chromium (the browser test), a C compiler
+# (the host target), Node.js/npm (building the JupyterLab extension). Installed only where missing.
+system-deps:
+	@missing=""; \
+	command -v dot >/dev/null || missing="$$missing graphviz"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v cc >/dev/null || missing="$$missing gcc"; \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+	python3 -c 'import venv, ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+python-deps:
+	@if [ -z "$$VIRTUAL_ENV" ] && [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test,notebook]"
+
+demo: setup
+	@for f in $(EXAMPLES); do $(PY) -m autocomp_jupyter.cli check $$f --run --max-extent 64 || exit 1; done
+
+test: setup
+	$(PY) -m pytest -q
+
+lab: setup
+	$(PY) -m jupyter lab --allow-root tutorials/
+
+clean:
+	rm -rf .venv build dist *.egg-info .pytest_cache

@@ -1,0 +1,437 @@
+"""Semantic analysis: surface syntax → a shape-checked, immutable `Program`.
+
+Checks names (unknown, repeated, with suggestions), dtypes, dimensions, library-op
+signatures and shapes, access ranks, and infers every comprehension index's range
+(DESIGN §3: left-hand indices take the output shape, reduction indices the extent of
+the dimension they index directly, any other index needs a declared shape or `where`).
+All problems are collected as diagnostics and raised once as a `UserError`.
+"""
+from __future__ import annotations
+
+from ..errors import Diagnostic, UserError, did_you_mean
+from ..ir.program import (DTYPES, FUNCTIONS, Access, Affine, BinOp, Call, Const, Loop, Op, Program, Span,
+                          Statement, Tensor)
+from . import syntax as S
+from .library import LIBRARY, Operand, OpError
+
+
+class _Skip(Exception):
+    """The current statement has an error already recorded; move on to the next."""
+
+
+def _span(at: S.Where) -> Span:
+    return Span(at.line, at.col, at.length)
+
+
+class Builder:
+    def __init__(self, source: str, filename: str, max_extent: int | None):
+        self.source, self.filename, self.max_extent = source, filename, max_extent
+        self.errors: list[Diagnostic] = []
+        self.tensors: dict[str, Tensor] = {}
+        self.declared: dict[str, S.Decl] = {}  # 'tensor' declarations awaiting a definition
+        self.defined_at: dict[str, S.Where] = {}
+        self.ops: list[Op] = []
+        self.outputs: list[str] | None = None
+        # Names whose definition had an error: later uses stay quiet instead of cascading.
+        self.poisoned: set[str] = set()
+
+    def error(self, at: S.Where | None, message: str, hint: str = "") -> None:
+        if at is None:
+            self.errors.append(Diagnostic(message, hint=hint))
+        else:
+            self.errors.append(Diagnostic(message, at.line, at.col, at.length, hint))
+
+    def scaled(self, dim: int) -> int:
+        """Shape scaling for equivalence checks: large dims shrink, equal dims stay equal."""
+        if self.max_extent is None or dim <= self.max_extent:
+            return dim
+        return self.max_extent
+
+    # ---------------------------------------------------------------- statements
+
+    def build(self, nodes: list) -> Program:
+        for node in nodes:
+            try:
+                n_errors = len(self.errors)
+                if isinstance(node, S.Decl):
+                    self.declaration(node)
+                elif isinstance(node, S.Outputs):
+                    self.output_list(node)
+                elif isinstance(node, S.LibCall):
+                    self.library_call(node)
+                elif isinstance(node, S.Comprehension):
+                    self.comprehension(node)
+            except _Skip:
+                pass
+            if len(self.errors) > n_errors:
+                name = getattr(node, "name", None) or getattr(node, "target", None)
+                if name and name not in self.tensors:
+                    self.poisoned.add(name)
+        for name, decl in self.declared.items():
+            self.error(decl.name_at, f"tensor '{name}' is declared but never defined",
+                       f"add a statement that defines '{name}', or remove the declaration")
+        if not self.ops and not any(d.message.startswith(("expected", "unexpected")) for d in self.errors):
+            if not self.errors:
+                self.error(None, "empty program: no statements",
+                           "write at least one statement, e.g. 'Y = relu(X)' after 'input X: f32[4, 4]'")
+        outputs = self.outputs
+        if outputs is None:
+            read = {t for op in self.ops for t in op.inputs}
+            outputs = [op.output for op in self.ops if op.output not in read]
+        if self.errors:
+            raise UserError(sorted(self.errors, key=lambda d: (d.line, d.col)), self.source, self.filename)
+        return Program(tuple(self.tensors.values()), tuple(self.ops), tuple(outputs), self.source, self.filename)
+
+    def new_name(self, name: str, at: S.Where) -> None:
+        if name in self.tensors:
+            first = self.defined_at.get(name)
+            where = f" (first at line {first.line})" if first else ""
+            self.error(at, f"'{name}' is already defined{where}",
+                       "every tensor is assigned once; pick a new name")
+            raise _Skip
+
+    def declaration(self, d: S.Decl) -> None:
+        ok = True
+        if d.dtype not in DTYPES:
+            self.error(d.dtype_at, f"unknown dtype '{d.dtype}'", did_you_mean(d.dtype, DTYPES))
+            ok = False
+        for value, at in d.shape:
+            if value <= 0:
+                self.error(at, f"dimension {value} of '{d.name}' must be positive", "dimensions are integers >= 1")
+                ok = False
+        if d.name in self.tensors or d.name in self.declared:
+            self.new_name(d.name, d.name_at) if d.name in self.tensors else self.error(
+                d.name_at, f"'{d.name}' is already declared", "declare each tensor once")
+            return
+        if not ok:
+            raise _Skip
+        shape = tuple(self.scaled(v) for v, _ in d.shape)
+        if d.role == "tensor":
+            self.declared[d.name] = d
+            return
+        self.tensors[d.name] = Tensor(d.name, d.dtype, shape, d.role, _span(d.name_at))
+        self.defined_at[d.name] = d.name_at
+
+    def output_list(self, node: S.Outputs) -> None:
+        names = []
+        for ref in node.names:
+            if ref.name in self.poisoned:
+                continue
+            if ref.name not in self.tensors:
+                self.error(ref.at, f"unknown tensor '{ref.name}' in output", did_you_mean(ref.name, self.tensors))
+            elif self.tensors[ref.name].role in ("input", "param"):
+                self.error(ref.at, f"'{ref.name}' is an {self.tensors[ref.name].role}, not a computed tensor",
+                           "list tensors that statements compute")
+            else:
+                names.append(ref.name)
+        self.outputs = (self.outputs or []) + names
+
+    def lookup(self, name: str, at: S.Where) -> Tensor:
+        if name in self.poisoned and name not in self.tensors:
+            raise _Skip
+        if name not in self.tensors:
+            hint = did_you_mean(name, self.tensors)
+            if name in self.declared:
+                msg, hint = f"'{name}' is used before it is defined", "statements run in order; define it first"
+            else:
+                msg = f"unknown tensor '{name}'"
+            self.error(at, msg, hint)
+            raise _Skip
+        return self.tensors[name]
+
+    def declared_shape(self, name: str) -> tuple[int, ...] | None:
+        d = self.declared.get(name)
+        return tuple(self.scaled(v) for v, _ in d.shape) if d else None
+
+    def define(self, name: str, dtype: str, shape: tuple[int, ...], at: S.Where) -> None:
+        declared = self.declared.pop(name, None)
+        if declared is not None:
+            dshape = tuple(self.scaled(v) for v, _ in declared.shape)
+            if dshape != shape:
+                self.error(at, f"'{name}' is declared {list(dshape)} but computes {list(shape)}",
+                           f"shape {list(shape)} vs {list(dshape)} (declared at line {declared.at.line})")
+                raise _Skip
+            dtype = declared.dtype
+        self.tensors[name] = Tensor(name, dtype, shape, "intermediate", _span(at))
+        self.defined_at[name] = at
+
+    def temp_name(self, wanted: str) -> str:
+        name = wanted
+        while name in self.tensors or name in self.declared:
+            name += "_"
+        return name
+
+    # ---------------------------------------------------------------- library calls
+
+    def library_call(self, node: S.LibCall) -> None:
+        self.new_name(node.target, node.at)
+        lib = LIBRARY.get(node.op)
+        if lib is None:
+            hint = did_you_mean(node.op, LIBRARY)
+            if node.op in FUNCTIONS:
+                hint = f"'{node.op}' is an expression function; use it in a comprehension"
+            self.error(node.op_at, f"unknown op '{node.op}'", hint)
+            raise _Skip
+        lo, hi = lib.n_inputs
+        if not lo <= len(node.args) <= hi:
+            want = str(lo) if lo == hi else f"{lo} to {hi}"
+            self.error(node.op_at, f"{node.op} takes {want} tensor operand{'s' if hi > 1 else ''}, got {len(node.args)}",
+                       f"{node.op}: {lib.doc}")
+            raise _Skip
+        operands, arg_at = [], []
+        bad = False
+        for arg in node.args:
+            if not isinstance(arg, S.Ref):
+                at = getattr(arg, "at", node.op_at)
+                self.error(at, f"operands of {node.op} must be tensor names",
+                           "compute expressions in a comprehension, then pass its name")
+                bad = True
+                continue
+            if arg.name not in self.tensors:
+                try:
+                    self.lookup(arg.name, arg.at)
+                except _Skip:
+                    bad = True
+                    continue
+            operands.append(Operand(arg.name, self.tensors[arg.name].shape))
+            arg_at.append(arg.at)
+        attrs = dict(lib.attrs)
+        kw_at = {}
+        for key, value, at in node.kwargs:
+            if key not in lib.attrs:
+                valid = ", ".join(lib.attrs) or "none"
+                hint = did_you_mean(key, lib.attrs) if lib.attrs else ""
+                self.error(at, f"unknown keyword argument '{key}' for {node.op}",
+                           (hint + " " if hint else "") + f"(valid: {valid})")
+                bad = True
+                continue
+            attrs[key] = value
+            kw_at[key] = at
+        if bad:
+            raise _Skip
+        out = node.target
+        try:
+            lowered = lib.lower(out, operands, attrs)
+        except OpError as err:
+            if isinstance(err.arg, int) and err.arg < len(arg_at):
+                at = arg_at[err.arg]
+            else:
+                at = kw_at.get(err.arg, node.op_at)
+            self.error(at, err.message, err.hint)
+            raise _Skip
+        declared = self.declared_shape(out)
+        if declared is not None and declared != lowered.shape:
+            self.error(node.at, f"'{out}' is declared {list(declared)} but {node.op} gives {list(lowered.shape)}",
+                       f"shape {list(lowered.shape)} vs {list(declared)}")
+            raise _Skip
+        dtype = self.tensors[operands[0].name].dtype
+        # temporaries get collision-free names before the op is recorded
+        renames = {t: self.temp_name(t) for t, _ in lowered.temps}
+        statements = tuple(_rename_tensors(st, renames) for st in lowered.statements)
+        statements = tuple(_with_span(st, _span(node.at)) for st in statements)
+        self.define(out, dtype, lowered.shape, node.at)
+        for t, shape in lowered.temps:
+            self.tensors[renames[t]] = Tensor(renames[t], dtype, shape, "temp", _span(node.at))
+        self.ops.append(Op(node.op, lowered.op_class, tuple(o.name for o in operands), out,
+                           tuple(sorted(attrs.items())), statements, tuple(renames[t] for t, _ in lowered.temps),
+                           _span(node.at)))
+
+    # ---------------------------------------------------------------- comprehensions
+
+    def comprehension(self, node: S.Comprehension) -> None:
+        self.new_name(node.target, node.at)
+        lhs = [r.name for r in node.indices]
+        for k, ref in enumerate(node.indices):
+            if ref.name in lhs[:k]:
+                self.error(ref.at, f"index '{ref.name}' appears twice on the left-hand side",
+                           "use distinct indices, e.g. D[i] = A[i, i] for a diagonal")
+                raise _Skip
+            if ref.name in self.tensors:
+                self.error(ref.at, f"'{ref.name}' is a tensor name, not an index", "pick another index name")
+                raise _Skip
+        # expression, with accesses' affine indices
+        accesses: list[tuple[Access, S.Where, Tensor]] = []
+        expr = self.expression(node.expr, accesses)
+        # index ranges
+        extents: dict[str, int] = {}
+        origin: dict[str, str] = {}
+        for ref, bound, bat in node.bounds:
+            if bound <= 0:
+                self.error(bat, f"bound of '{ref.name}' must be positive, got {bound}")
+                raise _Skip
+            extents[ref.name] = bound
+            origin[ref.name] = f"'where {ref.name} < {bound}'"
+        declared = self.declared_shape(node.target)
+        if declared is not None:
+            if len(declared) != len(lhs):
+                self.error(node.at, f"'{node.target}' is declared with rank {len(declared)} but indexed with "
+                           f"{len(lhs)} indices", f"declared shape {list(declared)}")
+                raise _Skip
+            for name, extent in zip(lhs, declared):
+                extents.setdefault(name, extent)
+                origin.setdefault(name, f"the declared shape of '{node.target}'")
+        for acc, at, tensor in accesses:
+            for dim, idx in enumerate(acc.indices):
+                loop = idx.single_loop
+                if loop is None:
+                    continue
+                extent = tensor.shape[dim]
+                if loop not in extents:
+                    extents[loop], origin[loop] = extent, f"'{tensor.name}' {list(tensor.shape)} (axis {dim})"
+                elif extents[loop] != extent and loop not in {r.name for r, _, _ in node.bounds}:
+                    self.error(at, f"index '{loop}' ranges over {extents[loop]} from {origin[loop]} but over "
+                               f"{extent} in '{tensor.name}' {list(tensor.shape)} (axis {dim})",
+                               f"shape mismatch: {extents[loop]} vs {extent}")
+                    raise _Skip
+        used = []
+        for acc, _, _ in accesses:
+            for idx in acc.indices:
+                for loop in idx.loops:
+                    if loop not in used:
+                        used.append(loop)
+        for ref, _, _ in node.bounds:
+            if ref.name not in lhs and ref.name not in used:
+                self.error(ref.at, f"'where' bounds index '{ref.name}', which the statement does not use")
+                raise _Skip
+        missing = [n for n in lhs + used if n not in extents]
+        if missing:
+            at = next((r.at for r in node.indices if r.name == missing[0]), node.at)
+            for acc, aat, _ in accesses:
+                if any(missing[0] in i.loops for i in acc.indices):
+                    at = aat if missing[0] not in lhs else at
+                    break
+            self.error(at, f"cannot infer the range of index '{missing[0]}'",
+                       f"'{missing[0]}' never indexes a tensor dimension directly; declare "
+                       f"'tensor {node.target}: f32[...]' or add 'where {missing[0]} < N'")
+            raise _Skip
+        reduction = [n for n in used if n not in lhs]
+        if node.reduce is None and reduction:
+            self.error(node.at, f"index '{reduction[0]}' is not on the left-hand side of '='",
+                       f"use '+=' or 'max=' to reduce over '{reduction[0]}', or add it to {node.target}[...]")
+            raise _Skip
+        shape = tuple(extents[n] for n in lhs)
+        loops = tuple(Loop(n, extents[n]) for n in lhs + reduction)
+        st = Statement(node.target, tuple(Affine.var(n) for n in lhs), node.reduce, loops, expr, _span(node.at))
+        dtype = accesses[0][2].dtype if accesses else "f32"
+        self.define(node.target, dtype, shape, node.at)
+        inputs = []
+        for acc, _, _ in accesses:
+            if acc.tensor not in inputs:
+                inputs.append(acc.tensor)
+        self.ops.append(Op("comprehension", _comprehension_class(st), tuple(inputs), node.target,
+                           (), (st,), (), _span(node.at)))
+
+    def expression(self, e, accesses: list):
+        if isinstance(e, S.Num):
+            return Const(e.value)
+        if isinstance(e, S.Negate):
+            inner = self.expression(e.operand, accesses)
+            return Const(-inner.value) if isinstance(inner, Const) else Call("neg", (inner,))
+        if isinstance(e, S.Binary):
+            return BinOp(e.op, self.expression(e.lhs, accesses), self.expression(e.rhs, accesses))
+        if isinstance(e, S.Apply):
+            if e.fn not in FUNCTIONS:
+                hint = did_you_mean(e.fn, FUNCTIONS)
+                if e.fn in LIBRARY:
+                    hint = f"'{e.fn}' is a library op; call it on its own line: 'Y = {e.fn}(X)'"
+                self.error(e.at, f"unknown function '{e.fn}'", hint)
+                raise _Skip
+            if len(e.args) != FUNCTIONS[e.fn]:
+                self.error(e.at, f"{e.fn} takes {FUNCTIONS[e.fn]} argument{'s' if FUNCTIONS[e.fn] > 1 else ''}, "
+                           f"got {len(e.args)}")
+                raise _Skip
+            return Call(e.fn, tuple(self.expression(a, accesses) for a in e.args))
+        if isinstance(e, S.Index):
+            tensor = self.lookup(e.tensor, e.at)
+            if len(e.indices) != len(tensor.shape):
+                self.error(e.at, f"'{e.tensor}' has rank {len(tensor.shape)} but is indexed with "
+                           f"{len(e.indices)} ind{'ex' if len(e.indices) == 1 else 'ices'}",
+                           f"'{e.tensor}' is {tensor.dtype}{list(tensor.shape)}")
+                raise _Skip
+            indices = tuple(self.affine(i) for i in e.indices)
+            acc = Access(e.tensor, indices, 0.0, _span(e.at))
+            accesses.append((acc, e.at, tensor))
+            return acc
+        if isinstance(e, S.Ref):
+            if e.name in self.tensors:
+                self.error(e.at, f"tensor '{e.name}' needs indices here",
+                           f"write {e.name}[...] with {len(self.tensors[e.name].shape)} indices")
+            else:
+                self.error(e.at, f"unknown name '{e.name}'", did_you_mean(e.name, self.tensors) or
+                           "index names may only appear inside brackets")
+            raise _Skip
+        raise _Skip  # unreachable: the parser produces only the nodes above
+
+    def affine(self, e) -> Affine:
+        """An index expression as `Affine`, or a diagnostic if it is not affine."""
+        if isinstance(e, S.Ref):
+            if e.name in self.tensors:
+                self.error(e.at, f"tensor '{e.name}' used as an index", "indices are loop names like i, j, k")
+                raise _Skip
+            return Affine.var(e.name)
+        if isinstance(e, S.Num):
+            if not float(e.value).is_integer():
+                self.error(e.at, f"index offset {e.value} is not an integer")
+                raise _Skip
+            return Affine.constant(int(e.value))
+        if isinstance(e, S.Negate):
+            return self.affine(e.operand) * -1
+        if isinstance(e, S.Binary) and e.op in "+-":
+            lhs, rhs = self.affine(e.lhs), self.affine(e.rhs)
+            return lhs + rhs if e.op == "+" else lhs - rhs
+        if isinstance(e, S.Binary) and e.op == "*":
+            lhs, rhs = self.affine(e.lhs), self.affine(e.rhs)
+            if not lhs.terms:
+                return rhs * lhs.const
+            if not rhs.terms:
+                return lhs * rhs.const
+        at = getattr(e, "at", None)
+        self.error(at, "index expression is not affine",
+                   "indices are sums of loop names times integers plus a constant, e.g. 2*h + r - 1")
+        raise _Skip
+
+
+def _comprehension_class(st: Statement) -> str:
+    reads = st.reads()
+    if st.reduce is not None:
+        products = [e for e in st.expr.walk() if isinstance(e, BinOp) and e.op == "*"
+                    and e.lhs.accesses() and e.rhs.accesses()]
+        return "contraction" if products else "reduction"
+    lhs = tuple(st.target_indices)
+    if all(a.indices == lhs for a in reads):
+        return "elementwise"
+    lhs_names = [i.single_loop for i in lhs]
+    def is_broadcast(a: Access) -> bool:
+        names = [i.single_loop for i in a.indices if not (not i.terms)]
+        consts_zero = all(i.terms or i.const == 0 for i in a.indices)
+        order = [lhs_names.index(n) for n in names if n in lhs_names]
+        return consts_zero and None not in names and len(order) == len(names) and order == sorted(order)
+    if all(is_broadcast(a) for a in reads):
+        return "broadcast"
+    return "injective"
+
+
+def _rename_tensors(st: Statement, renames: dict[str, str]) -> Statement:
+    if not renames or all(k == v for k, v in renames.items()):
+        return st
+    from ..ir.program import substitute
+
+    def fn(e):
+        if isinstance(e, Access) and e.tensor in renames:
+            return Access(renames[e.tensor], e.indices, e.pad, e.span)
+        return None
+    return Statement(renames.get(st.target, st.target), st.target_indices, st.reduce, st.loops,
+                     substitute(st.expr, fn), st.span)
+
+
+def _with_span(st: Statement, span: Span) -> Statement:
+    return Statement(st.target, st.target_indices, st.reduce, st.loops, st.expr, span)
+
+
+def build_program(source: str, filename: str = "<program>", max_extent: int | None = None) -> Program:
+    errors: list[Diagnostic] = []
+    nodes, broken_names = S.parse_syntax(source, errors)
+    builder = Builder(source, filename, max_extent)
+    builder.errors = errors
+    builder.poisoned |= broken_names
+    return builder.build(nodes)

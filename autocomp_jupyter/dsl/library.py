@@ -1,0 +1,396 @@
+"""Library ops: their signatures, shape rules, op classes, and lowering to comprehensions.
+
+Each op lowers to one or more `Statement`s (NCHW layout, as in DESIGN §3) and keeps its
+op name, so fusion rules can match `conv2d` or `batchnorm` as well as op classes.
+A shape problem raises `OpError` naming the operand and both shapes; the DSL builder
+turns it into a diagnostic at the operand's place in the source.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from ..ir.program import Access, Affine, BinOp, Call, Const, Expr, Loop, Statement
+
+A = Affine.var
+
+
+class OpError(Exception):
+    """A shape or attribute problem in a library call; `arg` is the operand index or kw name."""
+
+    def __init__(self, message: str, hint: str = "", arg: int | str | None = None):
+        super().__init__(message)
+        self.message, self.hint, self.arg = message, hint, arg
+
+
+@dataclass(frozen=True)
+class Operand:
+    name: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Lowered:
+    op_class: str
+    shape: tuple[int, ...]
+    statements: tuple[Statement, ...]
+    temps: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class LibraryOp:
+    name: str
+    n_inputs: tuple[int, int]  # (min, max) positional tensor operands
+    attrs: dict  # keyword → default
+    lower: Callable[..., Lowered]
+    doc: str
+
+
+def _fmt(shape) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
+def _rank(x: Operand, rank: int, arg: int, what: str) -> None:
+    if len(x.shape) != rank:
+        raise OpError(f"{what} '{x.name}' must have rank {rank}, got {_fmt(x.shape)} (rank {len(x.shape)})",
+                      arg=arg)
+
+
+def _statement(target: str, out: list[tuple[str, int]], expr: Expr, reduce=None,
+               red: list[tuple[str, int]] = (), target_indices=None) -> Statement:
+    loops = tuple(Loop(n, e) for n, e in list(out) + list(red))
+    idx = tuple(target_indices) if target_indices is not None else tuple(A(n) for n, _ in out)
+    return Statement(target, idx, reduce, loops, expr)
+
+
+def _acc(name: str, *indices, pad: float = 0.0) -> Access:
+    return Access(name, tuple(i if isinstance(i, Affine) else (A(i) if isinstance(i, str) else Affine.constant(i))
+                              for i in indices), pad)
+
+
+def _loops(shape, names) -> list[tuple[str, int]]:
+    return list(zip(names, shape))
+
+
+def _axis_names(rank: int) -> list[str]:
+    return ["n", "c", "h", "w"] if rank == 4 else [f"i{d}" for d in range(rank)]
+
+
+def _int_attr(attrs, key, minimum=0):
+    value = attrs[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise OpError(f"'{key}' must be an integer >= {minimum}, got {value!r}", arg=key)
+    return value
+
+
+# --------------------------------------------------------------------------- contractions
+
+
+def lower_matmul(out, xs, attrs):
+    a, b = xs
+    _rank(a, 2, 0, "matmul operand")
+    _rank(b, 2, 1, "matmul operand")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise OpError(f"matmul inner dimensions differ: '{a.name}' is {_fmt(a.shape)}, '{b.name}' is {_fmt(b.shape)}",
+                      f"shape [{m}, K] x [K, {n}] needs the same K; got {k} vs {k2}", arg=1)
+    s = _statement(out, [("i", m), ("j", n)], BinOp("*", _acc(a.name, "i", "k"), _acc(b.name, "k", "j")),
+                   "+", [("k", k)])
+    return Lowered("contraction", (m, n), (s,))
+
+
+def lower_batch_matmul(out, xs, attrs):
+    a, b = xs
+    _rank(a, 3, 0, "batch_matmul operand")
+    _rank(b, 3, 1, "batch_matmul operand")
+    (bb, m, k), (bb2, k2, n) = a.shape, b.shape
+    if bb != bb2 or k != k2:
+        raise OpError(f"batch_matmul shapes do not match: {_fmt(a.shape)} vs {_fmt(b.shape)}",
+                      "expected A[b, M, K] and B[b, K, N]", arg=1)
+    s = _statement(out, [("b", bb), ("i", m), ("j", n)],
+                   BinOp("*", _acc(a.name, "b", "i", "k"), _acc(b.name, "b", "k", "j")), "+", [("k", k)])
+    return Lowered("contraction", (bb, m, n), (s,))
+
+
+def lower_linear(out, xs, attrs):
+    x, w = xs[0], xs[1]
+    _rank(x, 2, 0, "linear input")
+    _rank(w, 2, 1, "linear weight")
+    (m, k), (k2, n) = x.shape, w.shape
+    if k != k2:
+        raise OpError(f"linear: input {_fmt(x.shape)} and weight {_fmt(w.shape)} disagree on K ({k} vs {k2})",
+                      "expected X[M, K], W[K, N]", arg=1)
+    prod = BinOp("*", _acc(x.name, "i", "k"), _acc(w.name, "k", "j"))
+    if len(xs) == 2:
+        return Lowered("contraction", (m, n), (_statement(out, [("i", m), ("j", n)], prod, "+", [("k", k)]),))
+    bias = xs[2]
+    if bias.shape != (n,):
+        raise OpError(f"linear bias '{bias.name}' must be [{n}], got {_fmt(bias.shape)}", arg=2)
+    acc = f"{out}_acc"
+    s0 = _statement(acc, [("i", m), ("j", n)], prod, "+", [("k", k)])
+    s1 = _statement(out, [("i", m), ("j", n)], BinOp("+", _acc(acc, "i", "j"), _acc(bias.name, "j")))
+    return Lowered("contraction", (m, n), (s0, s1), ((acc, (m, n)),))
+
+
+def _conv_out(size, kernel, stride, padding, dilation, what, arg):
+    o = (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+    if o <= 0:
+        raise OpError(f"{what}: output size would be {o} (input {size}, kernel {kernel}, stride {stride}, "
+                      f"padding {padding})", "use a smaller kernel or more padding", arg=arg)
+    return o
+
+
+def lower_conv2d(out, xs, attrs):
+    x, w = xs
+    _rank(x, 4, 0, "conv2d input")
+    _rank(w, 4, 1, "conv2d weight")
+    stride, padding = _int_attr(attrs, "stride", 1), _int_attr(attrs, "padding", 0)
+    dilation, groups = _int_attr(attrs, "dilation", 1), _int_attr(attrs, "groups", 1)
+    n, c, h, wd = x.shape
+    f, cg, r, s = w.shape
+    if c % groups or f % groups:
+        raise OpError(f"conv2d: groups={groups} must divide input channels {c} and filters {f}", arg="groups")
+    if cg != c // groups:
+        raise OpError(f"conv2d weight '{w.name}' {_fmt(w.shape)} does not fit input '{x.name}' {_fmt(x.shape)}",
+                      f"expected weight [F, {c // groups}, R, S] (C/groups = {c}/{groups})", arg=1)
+    ho = _conv_out(h, r, stride, padding, dilation, "conv2d height", 0)
+    wo = _conv_out(wd, s, stride, padding, dilation, "conv2d width", 0)
+    hi = A("h", stride) + A("r", dilation) - padding
+    wi = A("w", stride) + A("s", dilation) - padding
+    if groups == 1:
+        expr = BinOp("*", _acc(x.name, "n", "c", hi, wi), _acc(w.name, "f", "c", "r", "s"))
+        st = _statement(out, [("n", n), ("f", f), ("h", ho), ("w", wo)], expr, "+",
+                        [("c", c), ("r", r), ("s", s)])
+    else:
+        fg = f // groups
+        fi = A("g", fg) + A("fo")
+        ci = A("g", cg) + A("c")
+        expr = BinOp("*", _acc(x.name, "n", ci, hi, wi), _acc(w.name, fi, "c", "r", "s"))
+        st = _statement(out, [("n", n), ("g", groups), ("fo", fg), ("h", ho), ("w", wo)], expr, "+",
+                        [("c", cg), ("r", r), ("s", s)], target_indices=(A("n"), fi, A("h"), A("w")))
+    return Lowered("contraction", (n, f, ho, wo), (st,))
+
+
+def lower_depthwise_conv2d(out, xs, attrs):
+    x, w = xs
+    _rank(x, 4, 0, "depthwise_conv2d input")
+    _rank(w, 4, 1, "depthwise_conv2d weight")
+    stride, padding = _int_attr(attrs, "stride", 1), _int_attr(attrs, "padding", 0)
+    n, c, h, wd = x.shape
+    if w.shape[0] != c or w.shape[1] != 1:
+        raise OpError(f"depthwise_conv2d weight '{w.name}' {_fmt(w.shape)} does not fit input {_fmt(x.shape)}",
+                      f"expected weight [{c}, 1, R, S]", arg=1)
+    r, s = w.shape[2], w.shape[3]
+    ho = _conv_out(h, r, stride, padding, 1, "depthwise_conv2d height", 0)
+    wo = _conv_out(wd, s, stride, padding, 1, "depthwise_conv2d width", 0)
+    expr = BinOp("*", _acc(x.name, "n", "c", A("h", stride) + A("r") - padding, A("w", stride) + A("s") - padding),
+                 _acc(w.name, "c", 0, "r", "s"))
+    st = _statement(out, [("n", n), ("c", c), ("h", ho), ("w", wo)], expr, "+", [("r", r), ("s", s)])
+    return Lowered("contraction", (n, c, ho, wo), (st,))
+
+
+# --------------------------------------------------------------------------- elementwise
+
+
+def _unary(fn_expr: Callable[[Expr], Expr]):
+    def lower(out, xs, attrs):
+        (x,) = xs
+        names = _axis_names(len(x.shape))
+        st = _statement(out, _loops(x.shape, names), fn_expr(_acc(x.name, *names)))
+        return Lowered("elementwise", x.shape, (st,))
+    return lower
+
+
+def _broadcast_shape(a: Operand, b: Operand) -> tuple[int, ...]:
+    rank = max(len(a.shape), len(b.shape))
+    pa = (1,) * (rank - len(a.shape)) + a.shape
+    pb = (1,) * (rank - len(b.shape)) + b.shape
+    shape = []
+    for da, db in zip(pa, pb):
+        if da != db and 1 not in (da, db):
+            raise OpError(f"shapes do not broadcast: '{a.name}' {_fmt(a.shape)} vs '{b.name}' {_fmt(b.shape)}",
+                          f"shape {_fmt(a.shape)} vs {_fmt(b.shape)}: numpy broadcasting needs trailing "
+                          "dimensions that match or are 1", arg=1)
+        shape.append(max(da, db))
+    return tuple(shape)
+
+
+def _broadcast_access(x: Operand, out_shape, names) -> Access:
+    offset = len(out_shape) - len(x.shape)
+    idx = [0 if (d == 1 and out_shape[offset + k] != 1) else names[offset + k] for k, d in enumerate(x.shape)]
+    return _acc(x.name, *idx)
+
+
+def _binary(op: str):
+    def lower(out, xs, attrs):
+        a, b = xs
+        shape = _broadcast_shape(a, b)
+        names = _axis_names(len(shape))
+        st = _statement(out, _loops(shape, names),
+                        BinOp(op, _broadcast_access(a, shape, names), _broadcast_access(b, shape, names)))
+        return Lowered("elementwise" if a.shape == b.shape else "broadcast", shape, (st,))
+    return lower
+
+
+def _channel_axis(x: Operand) -> int:
+    return 1 if len(x.shape) >= 2 else 0
+
+
+def lower_bias_add(out, xs, attrs):
+    x, b = xs
+    axis = 1 if len(x.shape) == 4 else len(x.shape) - 1
+    if b.shape != (x.shape[axis],):
+        raise OpError(f"bias '{b.name}' must be [{x.shape[axis]}] (axis {axis} of {_fmt(x.shape)}), got {_fmt(b.shape)}",
+                      arg=1)
+    names = _axis_names(len(x.shape))
+    st = _statement(out, _loops(x.shape, names), BinOp("+", _acc(x.name, *names), _acc(b.name, names[axis])))
+    return Lowered("broadcast", x.shape, (st,))
+
+
+def lower_batchnorm(out, xs, attrs):
+    x, scale, shift = xs
+    if len(x.shape) < 2:
+        raise OpError(f"batchnorm input '{x.name}' needs a channel axis (rank >= 2), got {_fmt(x.shape)}", arg=0)
+    c = x.shape[1]
+    for k, p in ((1, scale), (2, shift)):
+        if p.shape != (c,):
+            raise OpError(f"batchnorm {('scale', 'shift')[k - 1]} '{p.name}' must be [{c}] (channels of "
+                          f"{_fmt(x.shape)}), got {_fmt(p.shape)}", arg=k)
+    names = _axis_names(len(x.shape))
+    ch = names[1]
+    st = _statement(out, _loops(x.shape, names),
+                    BinOp("+", BinOp("*", _acc(x.name, *names), _acc(scale.name, ch)), _acc(shift.name, ch)))
+    return Lowered("broadcast", x.shape, (st,))
+
+
+# --------------------------------------------------------------------------- reductions
+
+
+def lower_softmax(out, xs, attrs):
+    (x,) = xs
+    rank = len(x.shape)
+    axis = attrs["axis"]
+    if not isinstance(axis, int) or not -rank <= axis < rank:
+        raise OpError(f"softmax axis {axis!r} is out of range for rank {rank}", arg="axis")
+    axis %= rank
+    names = _axis_names(rank)
+    keep = [nm for d, nm in enumerate(names) if d != axis]
+    keep_shape = tuple(e for d, e in enumerate(x.shape) if d != axis)
+    full = _loops(x.shape, names)
+    mx, ex, sm = f"{out}_max", f"{out}_exp", f"{out}_sum"
+    s0 = _statement(mx, _loops(keep_shape, keep), _acc(x.name, *names), "max", [(names[axis], x.shape[axis])])
+    s1 = _statement(ex, full, Call("exp", (BinOp("-", _acc(x.name, *names), _acc(mx, *keep)),)))
+    s2 = _statement(sm, _loops(keep_shape, keep), _acc(ex, *names), "+", [(names[axis], x.shape[axis])])
+    s3 = _statement(out, full, BinOp("/", _acc(ex, *names), _acc(sm, *keep)))
+    return Lowered("reduction", x.shape, (s0, s1, s2, s3),
+                   ((mx, keep_shape), (ex, x.shape), (sm, keep_shape)))
+
+
+def lower_layernorm(out, xs, attrs):
+    x, gamma, beta = xs
+    d = x.shape[-1]
+    for k, p in ((1, gamma), (2, beta)):
+        if p.shape != (d,):
+            raise OpError(f"layernorm {('gamma', 'beta')[k - 1]} '{p.name}' must be [{d}] (last axis of "
+                          f"{_fmt(x.shape)}), got {_fmt(p.shape)}", arg=k)
+    eps = attrs["eps"]
+    if not isinstance(eps, (int, float)) or eps < 0:
+        raise OpError(f"layernorm eps must be a non-negative number, got {eps!r}", arg="eps")
+    names = _axis_names(len(x.shape))
+    keep, last = names[:-1], names[-1]
+    keep_shape = x.shape[:-1]
+    full = _loops(x.shape, names)
+    mean, var = f"{out}_mean", f"{out}_var"
+    centred = BinOp("-", _acc(x.name, *names), _acc(mean, *keep))
+    s0 = _statement(mean, _loops(keep_shape, keep), BinOp("*", _acc(x.name, *names), Const(1.0 / d)), "+",
+                    [(last, d)])
+    s1 = _statement(var, _loops(keep_shape, keep), BinOp("*", BinOp("*", centred, centred), Const(1.0 / d)), "+",
+                    [(last, d)])
+    norm = BinOp("/", centred, Call("sqrt", (BinOp("+", _acc(var, *keep), Const(float(eps))),)))
+    s2 = _statement(out, full, BinOp("+", BinOp("*", norm, _acc(gamma.name, last)), _acc(beta.name, last)))
+    return Lowered("reduction", x.shape, (s0, s1, s2), ((mean, keep_shape), (var, keep_shape)))
+
+
+def _pool(kind: str):
+    def lower(out, xs, attrs):
+        (x,) = xs
+        _rank(x, 4, 0, f"{kind} input")
+        kernel = _int_attr(attrs, "kernel", 1)
+        stride = attrs["stride"] if attrs["stride"] is not None else kernel
+        attrs = dict(attrs, stride=stride)
+        stride, padding = _int_attr(attrs, "stride", 1), _int_attr(attrs, "padding", 0)
+        n, c, h, w = x.shape
+        ho = _conv_out(h, kernel, stride, padding, 1, f"{kind} height", 0)
+        wo = _conv_out(w, kernel, stride, padding, 1, f"{kind} width", 0)
+        hi, wi = A("h", stride) + A("r") - padding, A("w", stride) + A("s") - padding
+        out_loops = [("n", n), ("c", c), ("h", ho), ("w", wo)]
+        red = [("r", kernel), ("s", kernel)]
+        if kind == "maxpool2d":
+            st = _statement(out, out_loops, _acc(x.name, "n", "c", hi, wi, pad=-math.inf), "max", red)
+        else:  # count_include_pad, as PyTorch's default
+            st = _statement(out, out_loops, BinOp("*", _acc(x.name, "n", "c", hi, wi), Const(1.0 / kernel ** 2)),
+                            "+", red)
+        return Lowered("reduction", (n, c, ho, wo), (st,))
+    return lower
+
+
+def lower_global_avgpool(out, xs, attrs):
+    (x,) = xs
+    _rank(x, 4, 0, "global_avgpool input")
+    n, c, h, w = x.shape
+    st = _statement(out, [("n", n), ("c", c)], BinOp("*", _acc(x.name, "n", "c", "h", "w"), Const(1.0 / (h * w))),
+                    "+", [("h", h), ("w", w)])
+    return Lowered("reduction", (n, c), (st,))
+
+
+def lower_transpose(out, xs, attrs):
+    (x,) = xs
+    rank = len(x.shape)
+    perm = attrs["perm"]
+    perm = tuple(reversed(range(rank))) if perm is None else perm
+    if not isinstance(perm, tuple) or sorted(perm) != list(range(rank)):
+        raise OpError(f"transpose perm {list(perm) if isinstance(perm, tuple) else perm!r} is not a permutation "
+                      f"of 0..{rank - 1}", arg="perm")
+    names = [f"i{d}" for d in range(rank)]
+    shape = tuple(x.shape[p] for p in perm)
+    # out[i0, i1, ...] = x[...] with x's axis perm[d] indexed by i_d
+    src = [None] * rank
+    for d, p in enumerate(perm):
+        src[p] = names[d]
+    st = _statement(out, _loops(shape, names), _acc(x.name, *src))
+    return Lowered("injective", shape, (st,))
+
+
+def _relu6(x: Expr) -> Expr:
+    return Call("min", (Call("max", (x, Const(0.0))), Const(6.0)))
+
+
+LIBRARY: dict[str, LibraryOp] = {op.name: op for op in [
+    LibraryOp("matmul", (2, 2), {}, lower_matmul, "A[M,K], B[K,N] -> [M,N]"),
+    LibraryOp("batch_matmul", (2, 2), {}, lower_batch_matmul, "A[b,M,K], B[b,K,N] -> [b,M,N]"),
+    LibraryOp("linear", (2, 3), {}, lower_linear, "X[M,K], W[K,N], b[N] -> X.W + b"),
+    LibraryOp("conv2d", (2, 2), {"stride": 1, "padding": 0, "dilation": 1, "groups": 1}, lower_conv2d,
+              "X[N,C,H,W], W[F,C/groups,R,S] -> [N,F,H',W']"),
+    LibraryOp("depthwise_conv2d", (2, 2), {"stride": 1, "padding": 0}, lower_depthwise_conv2d,
+              "X[N,C,H,W], W[C,1,R,S] -> [N,C,H',W']"),
+    LibraryOp("relu", (1, 1), {}, _unary(lambda x: Call("relu", (x,))), "elementwise max(x, 0)"),
+    LibraryOp("relu6", (1, 1), {}, _unary(_relu6), "elementwise min(max(x, 0), 6)"),
+    LibraryOp("gelu", (1, 1), {}, _unary(lambda x: Call("gelu", (x,))), "elementwise GELU (tanh form)"),
+    LibraryOp("sigmoid", (1, 1), {}, _unary(lambda x: Call("sigmoid", (x,))), "elementwise 1/(1+e^-x)"),
+    LibraryOp("tanh", (1, 1), {}, _unary(lambda x: Call("tanh", (x,))), "elementwise tanh"),
+    LibraryOp("exp", (1, 1), {}, _unary(lambda x: Call("exp", (x,))), "elementwise e^x"),
+    LibraryOp("add", (2, 2), {}, _binary("+"), "elementwise, numpy broadcasting"),
+    LibraryOp("sub", (2, 2), {}, _binary("-"), "elementwise, numpy broadcasting"),
+    LibraryOp("mul", (2, 2), {}, _binary("*"), "elementwise, numpy broadcasting"),
+    LibraryOp("bias_add", (2, 2), {}, lower_bias_add, "b along axis 1 for rank 4, the last axis otherwise"),
+    LibraryOp("batchnorm", (3, 3), {}, lower_batchnorm, "X*scale[c] + shift[c], c = axis 1"),
+    LibraryOp("layernorm", (3, 3), {"eps": 1e-5}, lower_layernorm, "over the last axis"),
+    LibraryOp("softmax", (1, 1), {"axis": -1}, lower_softmax, "exp(x - max) / sum"),
+    LibraryOp("maxpool2d", (1, 1), {"kernel": 2, "stride": None, "padding": 0}, _pool("maxpool2d"),
+              "window max, padding reads -inf"),
+    LibraryOp("avgpool2d", (1, 1), {"kernel": 2, "stride": None, "padding": 0}, _pool("avgpool2d"),
+              "window mean, padding counted"),
+    LibraryOp("global_avgpool", (1, 1), {}, lower_global_avgpool, "[N,C,H,W] -> [N,C]"),
+    LibraryOp("transpose", (1, 1), {"perm": None}, lower_transpose, "permute axes (default: reverse)"),
+]}

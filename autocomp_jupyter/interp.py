@@ -1,0 +1,272 @@
+"""The numpy reference interpreter: what a Program computes, and equivalence checks.
+
+`run(program, inputs)` executes every statement in order over its whole box domain,
+vectorised: each access is gathered over just the loops it uses (out-of-range reads give
+the access's pad value), products of accesses under '+=' go through `np.einsum` (BLAS for
+GEMM-like shapes), anything else is evaluated by broadcasting; boxes too large for memory
+are split and recombined. Values are computed in float64 and rounded to each tensor's
+dtype after every statement, so f16/bf16/i8 programs see their own rounding.
+
+`equivalent(a, b)` runs two programs on the same random inputs and compares outputs
+with a tolerance per dtype: the check behind every rewrite (DESIGN §6).
+"""
+from __future__ import annotations
+
+import math
+import string
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from .ir.program import Access, BinOp, Call, Const, Expr, Program, Statement, Tensor
+
+# Largest number of points one vectorised evaluation may touch (float64: 8 bytes each).
+MAX_BOX_POINTS = 1 << 22
+
+# Relative/absolute tolerances per dtype for equivalence (reassociated sums differ slightly).
+TOLERANCE = {"f32": (2e-4, 1e-4), "f16": (2e-2, 2e-2), "bf16": (6e-2, 6e-2), "i8": (0, 0.51), "i32": (0, 0.51)}
+
+
+def round_to_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Round float64 values to what a `dtype` tensor can hold (kept as float64)."""
+    if dtype == "f32":
+        return values.astype(np.float32).astype(np.float64)
+    if dtype == "f16":
+        return values.astype(np.float16).astype(np.float64)
+    if dtype == "bf16":  # keep the top 16 bits of the float32 pattern, rounding to nearest even
+        bits = values.astype(np.float32).view(np.uint32)
+        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+        return bits.view(np.float32).astype(np.float64)
+    if dtype == "i8":
+        return np.clip(np.rint(values), -128, 127)
+    if dtype == "i32":
+        return np.clip(np.rint(values), -(2 ** 31), 2 ** 31 - 1)
+    raise ValueError(f"unknown dtype {dtype}")
+
+
+def random_inputs(program: Program, seed: int = 0) -> dict[str, np.ndarray]:
+    """Reproducible random values for every input and param (small ints for integer dtypes)."""
+    rng = np.random.default_rng(seed)
+    values = {}
+    for t in program.inputs:
+        if t.dtype in ("i8", "i32"):
+            values[t.name] = rng.integers(-3, 4, size=t.shape).astype(np.float64)
+        else:
+            values[t.name] = round_to_dtype(rng.standard_normal(t.shape), t.dtype)
+    return values
+
+
+def run(program: Program, inputs: Mapping[str, np.ndarray] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """Execute `program`; returns every tensor's value (inputs, intermediates, temps)."""
+    env: dict[str, np.ndarray] = {}
+    given = dict(inputs) if inputs is not None else random_inputs(program, seed)
+    for t in program.inputs:
+        if t.name not in given:
+            raise ValueError(f"missing value for {t.role} '{t.name}' {list(t.shape)}")
+        value = np.asarray(given[t.name], dtype=np.float64)
+        if value.shape != t.shape:
+            raise ValueError(f"'{t.name}' must have shape {list(t.shape)}, got {list(value.shape)}")
+        env[t.name] = value
+    for st in program.statements:
+        env[st.target] = run_statement(st, env, program.tensor(st.target))
+    return env
+
+
+def run_statement(st: Statement, env: Mapping[str, np.ndarray], target: Tensor) -> np.ndarray:
+    """One comprehension over its whole domain, into a fresh array for `target`."""
+    ranges = tuple((0, l.extent) for l in st.loops)
+    result = _evaluate_box(st, env, ranges)
+    init = {None: 0.0, "+": 0.0, "max": -math.inf}[st.reduce]
+    out = np.full(target.shape, init if st.reduce == "max" else 0.0)
+    n_out = len(st.output_loops)
+    if all(idx.single_loop == st.loops[k].name for k, idx in enumerate(st.target_indices)) \
+            and len(st.target_indices) == n_out:
+        out[...] = result
+    else:
+        grids = np.ix_(*[np.arange(l.extent) for l in st.loops[:n_out]])
+        env_idx = {l.name: g for l, g in zip(st.loops[:n_out], grids)}
+        index = tuple(np.broadcast_to(idx.evaluate(env_idx), result.shape) for idx in st.target_indices)
+        out[index] = result
+    return round_to_dtype(out, target.dtype)
+
+
+def _box_points(ranges) -> int:
+    return math.prod(b - a for a, b in ranges)
+
+
+def _gather(acc: Access, st: Statement, env: Mapping[str, np.ndarray], ranges) -> tuple[np.ndarray, tuple[int, ...]]:
+    """Values of `acc` over the loops it uses (axes in domain order), with pad out of range."""
+    data = env[acc.tensor]
+    used = sorted({k for idx in acc.indices for k in idx.loops}, key=st.loop_names.index)
+    axes = tuple(st.loop_names.index(n) for n in used)
+    grids = np.ix_(*[np.arange(*ranges[a]) for a in axes]) if axes else ()
+    loop_env = dict(zip(used, grids))
+    index, valid = [], None
+    shape = tuple(ranges[a][1] - ranges[a][0] for a in axes)
+    for dim, idx in enumerate(acc.indices):
+        raw = np.broadcast_to(np.asarray(idx.evaluate(loop_env)), shape) if shape else np.asarray(idx.evaluate(loop_env))
+        ok = (raw >= 0) & (raw < data.shape[dim])
+        valid = ok if valid is None else valid & ok
+        index.append(np.clip(raw, 0, data.shape[dim] - 1))
+    values = data[tuple(index)] if index else data
+    if valid is not None and not np.all(valid):
+        values = np.where(valid, values, acc.pad)
+    return np.asarray(values, dtype=np.float64), axes
+
+
+def _product_terms(expr: Expr):
+    """(accesses, constant) if `expr` is a product of accesses and constants, else None."""
+    if isinstance(expr, Access):
+        return [expr], 1.0
+    if isinstance(expr, Const):
+        return [], expr.value
+    if isinstance(expr, BinOp) and expr.op == "*":
+        left, right = _product_terms(expr.lhs), _product_terms(expr.rhs)
+        if left is None or right is None:
+            return None
+        return left[0] + right[0], left[1] * right[1]
+    if isinstance(expr, Call) and expr.fn == "neg":
+        inner = _product_terms(expr.args[0])
+        return None if inner is None else (inner[0], -inner[1])
+    return None
+
+
+def _evaluate_box(st: Statement, env, ranges) -> np.ndarray:
+    """The statement's reduced values over the output loops of a sub-box of its domain."""
+    n_out = len(st.output_loops)
+    product = _product_terms(st.expr) if st.reduce == "+" else None
+    if product is not None and product[0]:
+        biggest = max(math.prod(ranges[i][1] - ranges[i][0] for i in range(len(ranges))
+                                if st.loop_names[i] in {k for idx in a.indices for k in idx.loops})
+                      for a in product[0])
+        out_points = _box_points(ranges[:n_out])
+        too_big = max(biggest, out_points) > MAX_BOX_POINTS
+    else:
+        too_big = _box_points(ranges) > MAX_BOX_POINTS
+    if too_big:
+        return _split(st, env, ranges)
+    if product is not None and product[0]:
+        letters = string.ascii_letters
+        operands, subscripts = [], []
+        for acc in product[0]:
+            values, axes = _gather(acc, st, env, ranges)
+            operands.append(values)
+            subscripts.append("".join(letters[a] for a in axes))
+        spec = ",".join(subscripts) + "->" + "".join(letters[a] for a in range(n_out))
+        # Loops no operand uses still multiply the sum (e.g. a constant summed over k).
+        unused = [a for a in range(n_out, len(ranges)) if letters[a] not in "".join(subscripts)]
+        scale = product[1] * math.prod(ranges[a][1] - ranges[a][0] for a in unused)
+        result = np.einsum(spec, *operands, optimize=True) if operands else None
+        shape = tuple(ranges[a][1] - ranges[a][0] for a in range(n_out))
+        return np.broadcast_to(result * scale, shape).copy()
+    rank = len(ranges)
+    values = _eval_expr(st.expr, st, env, ranges, rank)
+    full = tuple(b - a for a, b in ranges)
+    values = np.broadcast_to(values, full)
+    red_axes = tuple(range(n_out, rank))
+    if st.reduce == "+":
+        return values.sum(axis=red_axes) if red_axes else values.copy()
+    if st.reduce == "max":
+        return values.max(axis=red_axes) if red_axes else values.copy()
+    return values.copy()
+
+
+def _split(st: Statement, env, ranges) -> np.ndarray:
+    """Evaluate a box too large for memory as two halves and recombine them."""
+    n_out = len(st.output_loops)
+    sizes = [b - a for a, b in ranges]
+    out_axes = [a for a in range(n_out) if sizes[a] > 1]
+    axis = max(out_axes, key=lambda a: sizes[a]) if out_axes else \
+        max(range(n_out, len(ranges)), key=lambda a: sizes[a])
+    lo, hi = ranges[axis]
+    mid = (lo + hi) // 2
+    first = _evaluate_box(st, env, ranges[:axis] + ((lo, mid),) + ranges[axis + 1:])
+    second = _evaluate_box(st, env, ranges[:axis] + ((mid, hi),) + ranges[axis + 1:])
+    if axis < n_out:
+        return np.concatenate([first, second], axis=axis)
+    return first + second if st.reduce == "+" else np.maximum(first, second)
+
+
+_UNARY = {
+    "exp": np.exp, "sqrt": np.sqrt, "tanh": np.tanh, "abs": np.abs, "neg": np.negative,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "gelu": lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3))),
+}
+
+
+def _eval_expr(e: Expr, st: Statement, env, ranges, rank: int):
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Access):
+        values, axes = _gather(e, st, env, ranges)
+        shape = [1] * rank
+        for a in axes:
+            shape[a] = ranges[a][1] - ranges[a][0]
+        return values.reshape(shape)
+    if isinstance(e, BinOp):
+        lhs = _eval_expr(e.lhs, st, env, ranges, rank)
+        rhs = _eval_expr(e.rhs, st, env, ranges, rank)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}[e.op](lhs, rhs)
+    if isinstance(e, Call):
+        args = [_eval_expr(a, st, env, ranges, rank) for a in e.args]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            if e.fn == "max":
+                return np.maximum(*args)
+            if e.fn == "min":
+                return np.minimum(*args)
+            return _UNARY[e.fn](args[0])
+    raise TypeError(f"cannot evaluate {e!r}")
+
+
+# --------------------------------------------------------------------------- equivalence
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    """The outcome of comparing two programs on the same random inputs."""
+
+    ok: bool
+    max_abs_error: float
+    worst_tensor: str
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def compare_outputs(program: Program, expected: Mapping[str, np.ndarray],
+                    actual: Mapping[str, np.ndarray]) -> Equivalence:
+    """Compare the outputs of `program` (tolerance by dtype); NaN where expected is NaN is fine."""
+    worst, worst_name = 0.0, ""
+    for name in program.outputs:
+        if name not in actual:
+            return Equivalence(False, math.inf, name, f"output '{name}' was not computed")
+        exp, got = np.asarray(expected[name]), np.asarray(actual[name])
+        if exp.shape != got.shape:
+            return Equivalence(False, math.inf, name, f"output '{name}' has shape {list(got.shape)}, "
+                                                      f"expected {list(exp.shape)}")
+        rtol, atol = TOLERANCE[program.tensor(name).dtype]
+        both_nan = np.isnan(exp) & np.isnan(got)
+        err = np.where(both_nan, 0.0, np.abs(exp - got))
+        err = np.where(np.isnan(err), np.inf, err)
+        scale = atol + rtol * np.abs(np.where(np.isfinite(exp), exp, 0.0)).max(initial=0.0)
+        bad = err > scale
+        max_err = float(err.max(initial=0.0))
+        if max_err > worst:
+            worst, worst_name = max_err, name
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            return Equivalence(False, max_err, name,
+                               f"output '{name}' differs at {list(where)}: expected {exp[where]:.6g}, "
+                               f"got {got[where]:.6g} (tolerance {scale:.3g})")
+    return Equivalence(True, worst, worst_name)
+
+
+def equivalent(original: Program, rewritten: Program, seed: int = 0,
+               inputs: Mapping[str, np.ndarray] | None = None) -> Equivalence:
+    """Run both programs on the same random inputs and compare their outputs."""
+    inputs = inputs if inputs is not None else random_inputs(original, seed)
+    return compare_outputs(original, run(original, inputs), run(rewritten, inputs))
