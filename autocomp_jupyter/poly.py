@@ -604,7 +604,10 @@ def dependences(statements: Statements, *, reduction_reorderable: bool = False,
     compares with a per-dtype tolerance, which absorbs that. Concurrent updates are still
     a race: parallel loops are checked against all dependences in either mode.
     """
-    poly = kernel_polyhedra(statements, tensor_shapes)
+    return _dependences_of(kernel_polyhedra(statements, tensor_shapes), reduction_reorderable)
+
+
+def _dependences_of(poly: KernelPolyhedra, reduction_reorderable: bool) -> tuple[Dependence, ...]:
     if not reduction_reorderable:
         return _exact_dependences(poly)
     return tuple(d for d in _memory_dependences(poly) if not d.reduction)
@@ -694,12 +697,25 @@ def check_legal(statements: Statements, new_schedule: ScheduleLike, *,
     'flow dependence S0[i, j, k] -> S0[i, j, k + 1] on C (reduction over k) would be reversed, ...'
     """
     poly = kernel_polyhedra(statements, tensor_shapes)
+    if isinstance(new_schedule, KernelSchedule):
+        # Tuners and sliders revisit schedules: remember verdicts per kernel and schedule.
+        return _check_legal_cached(poly, new_schedule, reduction_reorderable, tuple(parallel))
+    return _check_legal(poly, new_schedule, reduction_reorderable, tuple(parallel))
+
+
+@lru_cache(maxsize=4096)
+def _check_legal_cached(poly: KernelPolyhedra, schedule: KernelSchedule, reduction_reorderable: bool,
+                        parallel: tuple[str | int, ...]) -> Legality:
+    return _check_legal(poly, schedule, reduction_reorderable, parallel)
+
+
+def _check_legal(poly: KernelPolyhedra, new_schedule: ScheduleLike, reduction_reorderable: bool,
+                 parallel: tuple[str | int, ...]) -> Legality:
     schedule_map = _schedule_map(poly, new_schedule)
     _check_schedule(poly, schedule_map)
     not_after = schedule_map.lex_ge_union_map(schedule_map)  # x -> y: y runs no later than x
     violations: list[Violation] = []
-    for dep in dependences(statements, reduction_reorderable=reduction_reorderable,
-                           tensor_shapes=tensor_shapes):
+    for dep in _dependences_of(poly, reduction_reorderable):
         broken = isl.UnionMap(dep.relation).intersect(not_after)
         if broken.is_empty():
             continue
@@ -713,8 +729,11 @@ def check_legal(statements: Statements, new_schedule: ScheduleLike, *,
                    f"at {list(source_time)}")
         violations.append(Violation(dep.kind, dep.source, dep.sink, dep.tensor, source, sink,
                                     distance, message, dep.reduction))
-    for loop in parallel:
-        violations += _parallel_violations(poly, schedule_map, new_schedule, loop)
+    if parallel:
+        time_pairs = _time_pairs(poly, schedule_map)
+        for loop in parallel:
+            violations += _parallel_violations(poly, schedule_map, time_pairs, loop,
+                                               _loop_position(new_schedule, loop))
     return Legality(not violations, tuple(violations))
 
 
@@ -741,17 +760,26 @@ def _carried_at(time_pairs: isl.Map, position: int) -> isl.Map:
     return time_pairs.intersect(carried)
 
 
-def _parallel_violations(poly: KernelPolyhedra, schedule_map: isl.UnionMap,
-                         schedule: ScheduleLike, loop: str | int) -> list[Violation]:
-    position = _loop_position(schedule, loop)
-    out: list[Violation] = []
+def _time_pairs(poly: KernelPolyhedra, schedule_map: isl.UnionMap) -> list[tuple[Dependence, isl.Map]]:
+    """Each exact dependence with its (source time -> sink time) map under a schedule."""
+    out = []
     for dep in _exact_dependences(poly):
-        pairs = _maps(isl.UnionMap(dep.relation).apply_domain(schedule_map)
-                      .apply_range(schedule_map))
-        if not pairs or _carried_at(pairs[0], position).is_empty():
+        pairs = _maps(isl.UnionMap(dep.relation).apply_domain(schedule_map).apply_range(schedule_map))
+        if pairs:
+            out.append((dep, pairs[0]))
+    return out
+
+
+def _parallel_violations(poly: KernelPolyhedra, schedule_map: isl.UnionMap,
+                         time_pairs: list[tuple[Dependence, isl.Map]], loop: str | int,
+                         position: int, *, first_only: bool = False) -> list[Violation]:
+    """Dependences carried by the loop at time `position`, each with an example pair."""
+    out: list[Violation] = []
+    for dep, pairs in time_pairs:
+        carried_times = _carried_at(pairs, position)
+        if carried_times.is_empty():
             continue
         # An instance pair behind a carried time pair, for the message.
-        carried_times = _carried_at(pairs[0], position)
         instance_pairs = (isl.UnionMap(dep.relation)
                           .intersect(schedule_map.apply_range(isl.UnionMap(carried_times))
                                      .apply_range(schedule_map.reverse())))
@@ -762,30 +790,38 @@ def _parallel_violations(poly: KernelPolyhedra, schedule_map: isl.UnionMap,
                    f"(e.g. {_format_instance(dep.source, source)} -> {_format_instance(dep.sink, sink)})")
         out.append(Violation(dep.kind, dep.source, dep.sink, dep.tensor, source, sink, distance,
                              message, dep.reduction, loop=str(loop)))
+        if first_only:
+            break
     return out
+
+
+def _is_carried(time_pairs: list[tuple[Dependence, isl.Map]], position: int) -> bool:
+    return any(not _carried_at(pairs, position).is_empty() for _, pairs in time_pairs)
 
 
 def is_parallel(statements: Statements, loop: str | int, schedule: ScheduleLike | None = None,
                 *, tensor_shapes: Mapping[str, Sequence[int]] | None = None) -> bool:
-    """Whether `loop` carries no dependence (under `schedule`, default the original one).
+    """Whether `loop` (a name in a KernelSchedule, or a time position) carries no
+    dependence under `schedule` (default: the original schedule).
 
     Always strict: a reduction loop carries its accumulation, so it is never parallel.
     """
     poly = kernel_polyhedra(statements, tensor_shapes)
     schedule = poly.original if schedule is None else schedule
-    return not _parallel_violations(poly, _schedule_map(poly, schedule), schedule, loop)
+    time_pairs = _time_pairs(poly, _schedule_map(poly, schedule))
+    return not _is_carried(time_pairs, _loop_position(schedule, loop))
 
 
-def parallel_loops(statements: Statements, schedule: ScheduleLike | None = None, *,
+def parallel_loops(statements: Statements, schedule: KernelSchedule | None = None, *,
                    tensor_shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[str, ...]:
-    """Loops of `schedule` (a KernelSchedule, default the original) that carry no dependence."""
+    """Loops of `schedule` (default: the original schedule) that carry no dependence,
+    outermost first. Always strict, like `is_parallel`."""
     poly = kernel_polyhedra(statements, tensor_shapes)
     schedule = poly.original if schedule is None else schedule
     if not isinstance(schedule, KernelSchedule):
         raise ValueError("parallel_loops needs a KernelSchedule (loops are named there)")
-    schedule_map = _schedule_map(poly, schedule)
-    return tuple(l for l in schedule.loop_dims()
-                 if not _parallel_violations(poly, schedule_map, schedule, l))
+    time_pairs = _time_pairs(poly, _schedule_map(poly, schedule))
+    return tuple(l for l in schedule.loop_dims() if not _is_carried(time_pairs, schedule.position(l)))
 
 
 @dataclass(frozen=True)

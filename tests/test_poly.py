@@ -262,9 +262,15 @@ def test_unfused_original_schedule_runs_statements_in_program_order():
 
 def test_gemm_legality_check_is_interactive():
     kernel = [gemm(1024)]
-    schedule = poly.original_schedule(kernel).tile({"i": 32, "j": 32}).interchange("j_outer", "i_outer")
-    poly.check_legal(kernel, schedule)  # builds and caches the kernel's isl objects
+    original = poly.original_schedule(kernel)
+    poly.check_legal(kernel, original)  # builds and caches the kernel's isl objects
+    schedules = [original.tile({"i": size, "j": size}).interchange("j_outer", "i_outer")
+                 for size in (8, 16, 32, 64, 128)]
     start = time.perf_counter()
-    for _ in range(10):
+    for schedule in schedules:
         assert poly.check_legal(kernel, schedule).ok
-    assert (time.perf_counter() - start) / 10 < 0.05
+    assert (time.perf_counter() - start) / len(schedules) < 0.05
+    # A schedule seen before is answered from the cache.
+    start = time.perf_counter()
+    assert poly.check_legal(kernel, schedules[0]).ok
+    assert time.perf_counter() - start < 0.005
