@@ -1,2 +1,13 @@
 """autocomp-jupyter: rule-driven optimisation of tensor programs for tensor accelerators."""
 __version__ = "0.1.0"
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext autocomp_jupyter`: registers %%autocomp, %autocomp_targets, %autocomp_rules."""
+    from .magics import load_ipython_extension as load
+
+    load(ipython)
+
+
+def _jupyter_labextension_paths():
+    return [{"src": "labextension", "dest": "autocomp-jupyter-labextension"}]
