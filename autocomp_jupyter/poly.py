@@ -391,6 +391,75 @@ def fused_schedule(statements: Statements) -> KernelSchedule:
     return KernelSchedule(tuple(schedules))
 
 
+def from_tiled_schedule(schedule) -> KernelSchedule:
+    """The `KernelSchedule` of an `ir.schedule.Schedule`: the nest its `loop_nest()` prints.
+
+    Tile loops (outer → inner level, each level in `order_at(level)`, skipped where the
+    tile covers its enclosing tile) are shared by every statement and named
+    `{loop}_{level}`; inside them the statements run in program order, each over its own
+    point loops (named after the anchor loops they follow, innermost order first, then
+    local loops). A tile index is floor(offset / size), the offset taken inside the
+    enclosing tile, so remainder tiles are exact.
+
+    A statement that does not follow a tiled anchor loop (a relu epilogue has no k) is
+    printed inside that loop's tiles; as each run overwrites the last, it is modelled as
+    running once, in the loop's last tile. Then `check_legal` proves the epilogue sees
+    every update of its input.
+
+    Call: `check_legal(kernel.statements, from_tiled_schedule(s),
+    parallel=parallel_dims(s))`.
+    """
+    kernel = schedule.kernel
+    sizes = schedule.tile_sizes()
+    extents = kernel.extents
+    span = dict(extents)
+    # (anchor loop, dim name, tile size, enclosing tile sizes outer → inner)
+    tile_loops: list[tuple[str, str, int, tuple[int, ...]]] = []
+    enclosing: dict[str, tuple[int, ...]] = {l: () for l in kernel.loop_names}
+    for level_index, level in enumerate(schedule.levels):
+        for loop in schedule.order_at(level):
+            size = sizes[loop][level_index]
+            if size >= span[loop]:
+                continue
+            tile_loops.append((loop, f"{loop}_{level}", size, enclosing[loop]))
+            enclosing[loop] += (size,)
+            span[loop] = size
+    inner_order = schedule.order_at(schedule.levels[-1]) if schedule.levels else kernel.loop_names
+    statements = []
+    for index, statement in enumerate(kernel.statements):
+        follows = kernel.loop_map(index)                 # own loop -> anchor loop
+        own_of = {anchor: own for own, anchor in follows.items()}
+        dims = []
+        for anchor, name, size, outer_sizes in tile_loops:
+            if anchor in own_of:
+                offset = own_of[anchor]
+                for outer in outer_sizes:
+                    offset = f"(({offset}) mod {outer})"
+                dims.append(ScheduleDim(name, f"floor({offset}/{size})"))
+            else:
+                last = (min(outer_sizes[-1], extents[anchor]) if outer_sizes else extents[anchor]) - 1
+                dims.append(ScheduleDim(f"seq_{name}", str(last // size)))
+        dims.append(ScheduleDim("seq_statement", str(index)))
+        renamed = [(own_of[a], a) for a in inner_order if a in own_of]
+        renamed += [(l, l) for l in statement.loop_names if l not in follows]
+        dims += [ScheduleDim(anchor_name, own) for own, anchor_name in renamed]
+        statements.append(StatementSchedule(statement_name(index), statement.loop_names, tuple(dims)))
+    return KernelSchedule(tuple(statements))
+
+
+def parallel_dims(schedule) -> tuple[str, ...]:
+    """The dims of `from_tiled_schedule(schedule)` its "parallel" annotation marks: for
+    each loop, its outermost tile loop, or its point loop when it is not tiled (as
+    `Schedule.loop_nest` marks them)."""
+    kernel_schedule = from_tiled_schedule(schedule)
+    names = [d for s in kernel_schedule.statements for d in s.dim_names()]
+    out = []
+    for loop in schedule.annotations.get("parallel", ()):
+        tiled = [n for n in dict.fromkeys(names) if n.startswith(f"{loop}_") and n[len(loop) + 1:] in schedule.levels]
+        out.append(tiled[0] if tiled else loop)
+    return tuple(out)
+
+
 def _two_d_plus_one(name: str, loops: Sequence[str], seq: Sequence[int]) -> StatementSchedule:
     dims = [ScheduleDim("seq0", str(seq[0]))]
     for depth, loop in enumerate(loops, start=1):
@@ -733,19 +802,33 @@ def _check_legal(poly: KernelPolyhedra, new_schedule: ScheduleLike, reduction_re
         time_pairs = _time_pairs(poly, schedule_map)
         for loop in parallel:
             violations += _parallel_violations(poly, schedule_map, time_pairs, loop,
-                                               _loop_position(new_schedule, loop))
+                                               _loop_positions(new_schedule, loop))
     return Legality(not violations, tuple(violations))
 
 
 # --------------------------------------------------------------------------- parallelism and distances
 
 
-def _loop_position(schedule: ScheduleLike, loop: str | int) -> int:
+def _loop_positions(schedule: ScheduleLike, loop: str | int) -> dict[str, int] | int:
+    """Where `loop` sits in time: one position, or one per statement that has it (point
+    loops of different statements may sit at different depths)."""
     if isinstance(loop, int):
         return loop
     if not isinstance(schedule, KernelSchedule):
         raise ValueError(f"name loops by time position (int) for a schedule given as isl maps, not {loop!r}")
-    return schedule.position(loop)
+    positions = {s.name: s.position(loop) for s in schedule.statements if s.position(loop) is not None}
+    if not positions:
+        raise ValueError(f"no loop named {loop!r} (loops: {', '.join(schedule.loop_dims())})")
+    return positions
+
+
+def _position_for(dep: "Dependence", positions: dict[str, int] | int) -> int | None:
+    if isinstance(positions, int):
+        return positions
+    # Statements apart in the nest are ordered by a sequence dim outside the loop, so the
+    # outermost of the two positions is the one that can carry the dependence.
+    candidates = [positions[n] for n in (dep.source, dep.sink) if n in positions]
+    return min(candidates) if candidates else None
 
 
 def _carried_at(time_pairs: isl.Map, position: int) -> isl.Map:
@@ -772,10 +855,13 @@ def _time_pairs(poly: KernelPolyhedra, schedule_map: isl.UnionMap) -> list[tuple
 
 def _parallel_violations(poly: KernelPolyhedra, schedule_map: isl.UnionMap,
                          time_pairs: list[tuple[Dependence, isl.Map]], loop: str | int,
-                         position: int, *, first_only: bool = False) -> list[Violation]:
-    """Dependences carried by the loop at time `position`, each with an example pair."""
+                         positions: dict[str, int] | int) -> list[Violation]:
+    """Dependences carried by `loop`, each with an example pair."""
     out: list[Violation] = []
     for dep, pairs in time_pairs:
+        position = _position_for(dep, positions)
+        if position is None:
+            continue
         carried_times = _carried_at(pairs, position)
         if carried_times.is_empty():
             continue
@@ -790,13 +876,15 @@ def _parallel_violations(poly: KernelPolyhedra, schedule_map: isl.UnionMap,
                    f"(e.g. {_format_instance(dep.source, source)} -> {_format_instance(dep.sink, sink)})")
         out.append(Violation(dep.kind, dep.source, dep.sink, dep.tensor, source, sink, distance,
                              message, dep.reduction, loop=str(loop)))
-        if first_only:
-            break
     return out
 
 
-def _is_carried(time_pairs: list[tuple[Dependence, isl.Map]], position: int) -> bool:
-    return any(not _carried_at(pairs, position).is_empty() for _, pairs in time_pairs)
+def _is_carried(time_pairs: list[tuple[Dependence, isl.Map]], positions: dict[str, int] | int) -> bool:
+    for dep, pairs in time_pairs:
+        position = _position_for(dep, positions)
+        if position is not None and not _carried_at(pairs, position).is_empty():
+            return True
+    return False
 
 
 def is_parallel(statements: Statements, loop: str | int, schedule: ScheduleLike | None = None,
@@ -809,7 +897,7 @@ def is_parallel(statements: Statements, loop: str | int, schedule: ScheduleLike 
     poly = kernel_polyhedra(statements, tensor_shapes)
     schedule = poly.original if schedule is None else schedule
     time_pairs = _time_pairs(poly, _schedule_map(poly, schedule))
-    return not _is_carried(time_pairs, _loop_position(schedule, loop))
+    return not _is_carried(time_pairs, _loop_positions(schedule, loop))
 
 
 def parallel_loops(statements: Statements, schedule: KernelSchedule | None = None, *,
@@ -821,7 +909,7 @@ def parallel_loops(statements: Statements, schedule: KernelSchedule | None = Non
     if not isinstance(schedule, KernelSchedule):
         raise ValueError("parallel_loops needs a KernelSchedule (loops are named there)")
     time_pairs = _time_pairs(poly, _schedule_map(poly, schedule))
-    return tuple(l for l in schedule.loop_dims() if not _is_carried(time_pairs, schedule.position(l)))
+    return tuple(l for l in schedule.loop_dims() if not _is_carried(time_pairs, _loop_positions(schedule, l)))
 
 
 @dataclass(frozen=True)

@@ -274,3 +274,40 @@ def test_gemm_legality_check_is_interactive():
     start = time.perf_counter()
     assert poly.check_legal(kernel, schedules[0]).ok
     assert time.perf_counter() - start < 0.005
+
+
+# --------------------------------------------------------------------------- ir.schedule bridge
+
+
+def _gemm_relu_kernel():
+    from autocomp_jupyter.ir.program import Op, Program, Tensor
+    from autocomp_jupyter.ir.schedule import Kernel
+
+    tensors = tuple(Tensor(n, "f32", (N, N), role) for n, role in
+                    [("A", "input"), ("B", "input"), ("C", "intermediate"), ("D", "intermediate")])
+    ops = (Op("matmul", "contraction", ("A", "B"), "C", (), (gemm(),)),
+           Op("relu", "elementwise", ("C",), "D", (), (relu_of_c(),)))
+    return Kernel.from_ops(Program(tensors, ops, ("D",)), ["C", "D"])
+
+
+def test_tiled_ir_schedule_with_epilogue_is_legal_and_parallel_i_is_accepted():
+    from autocomp_jupyter.ir.schedule import Schedule
+
+    kernel = _gemm_relu_kernel()
+    schedule = Schedule(kernel, tiles={"i": {"L2": 8}, "k": {"L2": 4}}, order={"L2": ("k", "i", "j")},
+                        annotations={"parallel": ("i",)})
+    kernel_schedule = poly.from_tiled_schedule(schedule)
+    assert poly.parallel_dims(schedule) == ("i_L2",)
+    assert poly.check_legal(kernel.statements, kernel_schedule, parallel=poly.parallel_dims(schedule)).ok
+    # The untiled point loop i sits at different depths in S0 (k, i, j) and S1 (i, j).
+    assert poly.is_parallel(kernel.statements, "i", kernel_schedule)
+
+
+def test_parallel_k_tiles_of_an_ir_schedule_are_refused():
+    from autocomp_jupyter.ir.schedule import Schedule
+
+    kernel = _gemm_relu_kernel()
+    schedule = Schedule(kernel, tiles={"k": {"L2": 4}}, annotations={"parallel": ("k",)})
+    result = poly.check_legal(kernel.statements, poly.from_tiled_schedule(schedule),
+                              parallel=poly.parallel_dims(schedule), reduction_reorderable=True)
+    assert not result.ok and "loop k_L2 cannot run in parallel" in result.reason
