@@ -762,8 +762,9 @@ def check_legal(statements: Statements, new_schedule: ScheduleLike, *,
     `reduction_reorderable`: see `dependences`. Parallel loops are always checked against
     every dependence, reductions included: a parallel reduction loop is a race.
 
-    >>> check_legal([gemm], original_schedule([gemm]).reverse("k")).reason
-    'flow dependence S0[i, j, k] -> S0[i, j, k + 1] on C (reduction over k) would be reversed, ...'
+    Example: `check_legal([gemm], original_schedule([gemm]).reverse("k")).reason` reads
+    "flow dependence S0[i, j, k] -> S0[i, j, k + 1] on C (reduction over k) would be
+    reversed: S0[0, 0, 1] would run at [...], not after S0[0, 0, 0] at [...] (and 2 more)".
     """
     poly = kernel_polyhedra(statements, tensor_shapes)
     if isinstance(new_schedule, KernelSchedule):
