@@ -1,0 +1,633 @@
+"""The analytic cost model: time, traffic, energy and utilisation of scheduled kernels.
+
+Everything is evaluated for a *batch* of candidate schedules of one kernel at once, with
+numpy arrays whose first axis is the candidate (the tuner scores thousands per second);
+`evaluate(schedule, target)` is the one-candidate view of the same code.
+
+The model (Timeloop / ZigZag style):
+
+* Tiles. Level h of `target.tiling_levels` (outer → inner) holds a tile of T[d, h] points of
+  each kernel loop d. Tiles need not divide: along d the number of level-h tiles over the
+  whole run, n[d, h], counts remainder tiles (`_chunks`), and the mean tile is E[d]/n[d, h].
+* Footprint. An access X[f(i)] over a tile covers, per tensor dimension, sum |coeff|*(T-1)+1
+  elements (a conv input row: h + r - 1), clipped to the dimension.
+* Reuse. The level-h tile of X is fetched again each time a loop outside level h iterates,
+  except for the innermost run of outer loops that do not index X (the tile stays put:
+  stationarity). Loops that iterate once are transparent. Traffic into h = footprint ×
+  fetches; an accumulated output also reads back its partial sums on every fetch but the
+  first. Internal tensors of a fused kernel never cross the DRAM boundary.
+* Levels may hold only inputs or only outputs (`holds`, e.g. Gemmini's accumulator); a
+  tensor skips levels that do not hold it. After the innermost level comes the datapath:
+  operands stream from the innermost level into the PE array (tile: pe_rows x pe_cols on
+  the mapped loops) or the vector lanes (tile: one vector on the vectorised loop).
+* Spill. If a level's tiles overflow it by a fraction s of their footprint, that fraction
+  of its traffic instead streams through from the parent as the inner level asks for it.
+* Compute. Passes of the PE array / vectors over the whole run, with edge waste of
+  non-dividing tiles (ceil), divided over the compute units the parallel tile loops keep
+  busy (occupancy, wave quantisation), plus systolic fill/drain per innermost tile.
+* Time. Levels whose tiles fit twice (double buffering) overlap their transfers with
+  compute; others serialise with it: time = max(compute + serial transfers, traffic_L/bw_L
+  for each level L) + latencies.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..ir.program import DTYPE_BYTES, Program
+from ..ir.schedule import Kernel, Schedule, is_mac_statement, kernels_unfused
+from .target import Target, load_target
+
+# The per-kernel metric names of the report (DESIGN §8, kernels[*].metrics).
+METRIC_NAMES = ("time_s", "flops", "bw_util", "occupancy", "pe_util",
+                "arithmetic_intensity", "spill_ratio", "energy_j")
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class BatchCost:
+    """Costs of n candidate schedules of one kernel: each field an array of length n.
+
+    bytes[:, m] is the traffic out of memory level `level_names[m]` (memory order, innermost
+    first) toward the level inside it or, for the innermost level holding a tensor, into
+    the datapath.
+    """
+
+    level_names: tuple[str, ...]
+    time_s: np.ndarray
+    cycles: np.ndarray
+    flops: np.ndarray
+    bytes: np.ndarray
+    energy_j: np.ndarray
+    bw_util: np.ndarray
+    occupancy: np.ndarray
+    pe_util: np.ndarray
+    arithmetic_intensity: np.ndarray
+    spill_ratio: np.ndarray
+    compute_s: np.ndarray
+    level_time_s: np.ndarray  # [n, levels]: traffic / bandwidth per source level
+    double_buffered: np.ndarray  # [n, tiling levels] bool
+
+    def __len__(self) -> int:
+        return len(self.time_s)
+
+    def row(self, i: int, kernel_name: str = "") -> "KernelCost":
+        return KernelCost(
+            kernel=kernel_name, time_s=float(self.time_s[i]), cycles=float(self.cycles[i]),
+            flops=float(self.flops[i]),
+            bytes={n: float(b) for n, b in zip(self.level_names, self.bytes[i])},
+            energy_j=float(self.energy_j[i]), bw_util=float(self.bw_util[i]),
+            occupancy=float(self.occupancy[i]), pe_util=float(self.pe_util[i]),
+            arithmetic_intensity=float(self.arithmetic_intensity[i]),
+            spill_ratio=float(self.spill_ratio[i]), compute_s=float(self.compute_s[i]),
+            level_time_s={n: float(t) for n, t in zip(self.level_names, self.level_time_s[i])},
+        )
+
+
+@dataclass
+class KernelCost:
+    """The cost of one scheduled kernel (or, from `ProgramCost.total`, a whole program)."""
+
+    kernel: str
+    time_s: float
+    cycles: float
+    flops: float
+    bytes: dict[str, float]
+    energy_j: float
+    bw_util: float
+    occupancy: float
+    pe_util: float
+    arithmetic_intensity: float
+    spill_ratio: float
+    compute_s: float = 0.0
+    level_time_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def dram_bytes(self) -> float:
+        return list(self.bytes.values())[-1]
+
+    @property
+    def bound(self) -> str:
+        """What limits the time: 'compute' or the busiest memory level's name."""
+        worst = max(self.level_time_s.items(), key=lambda kv: kv[1], default=("compute", 0.0))
+        return "compute" if self.compute_s >= worst[1] else worst[0]
+
+    def metrics(self) -> dict:
+        """The report's kernels[*].metrics (DESIGN §8), names exactly as there."""
+        return {name: getattr(self, name) for name in METRIC_NAMES}
+
+    def summary(self) -> dict:
+        """The report's naive / library / optimized block: time, cycles, energy, bytes."""
+        return {"time_s": self.time_s, "cycles": self.cycles, "energy_j": self.energy_j,
+                "bytes": dict(self.bytes)}
+
+
+@dataclass
+class ProgramCost:
+    """Kernels run one after another: times, bytes and energy add up."""
+
+    target: str
+    kernels: list[KernelCost]
+    total: KernelCost
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _chunks(extent: np.ndarray, tiles: np.ndarray, unit: np.ndarray) -> np.ndarray:
+    """Pieces of size `unit` after splitting `extent` by tiles[..., 0], tiles[..., 1], ...
+
+    Each split leaves full tiles and one remainder tile; each is split further. With no
+    tiles this is ceil(extent / unit). All arguments broadcast; tiles are non-increasing.
+    """
+    levels = tiles.shape[-1]
+
+    def split(x, k):
+        if k == levels:
+            return -(-x // unit)
+        t = tiles[..., k]
+        full = x // t
+        rest = x - full * t
+        return full * split(t, k + 1) + split(rest, k + 1)
+
+    return split(extent, 0)
+
+
+@dataclass
+class _AccessModel:
+    tensor: str
+    coeff: np.ndarray        # [R, D] |coefficients| on anchor loops
+    local_add: np.ndarray    # [R] halo from loops local to the statement (full extent)
+    dims: np.ndarray         # [R] tensor dimension sizes
+    elem_bytes: int
+    kind: str                # 'read', 'write' or 'accumulate'
+    index_mask: np.ndarray   # [D] bool: anchor loops this access's indices use
+    chain: tuple[int, ...]   # tiling levels (outer → inner) that hold it
+    internal: bool
+
+
+@dataclass
+class _StatementModel:
+    present: np.ndarray      # [D] bool: anchor loops this statement iterates
+    local_points: int        # product of local loop extents
+    points: int
+    flops_per_point: int
+    mac: bool
+    dtype: str
+    row_loop: int            # anchor loop on pe rows (systolic mac), else -1
+    col_loop: int
+    accesses: list[_AccessModel]
+
+
+class KernelModel:
+    """A kernel compiled against a target: the constant parts of the cost model."""
+
+    def __init__(self, kernel: Kernel, target: Target):
+        self.kernel = kernel
+        self.target = target
+        self.loop_names = kernel.loop_names
+        self.extents = np.array([l.extent for l in kernel.loops], dtype=np.int64)
+        D = len(self.extents)
+        on_chip = target.on_chip
+        self.n_levels = L = len(on_chip)
+        self.level_names = tuple(m.name for m in target.memory)  # memory order
+        M = len(target.memory)
+        # memory index of tiling level h (outer → inner): on_chip[h] is memory[M-2-h]
+        self.mem_index = np.array([M - 2 - h for h in range(L)])
+        self.capacity = np.array([m.size_bytes for m in on_chip], dtype=float)
+        self.per_unit = np.array([m.per_unit for m in on_chip])
+        self.bw = np.array([m.bandwidth_gbps * 1e9 for m in target.memory])
+        self.latency_s = np.array([m.latency_cycles for m in target.memory]) / (target.clock_ghz * 1e9)
+        self.energy_per_byte = np.array([m.energy_pj_per_byte for m in target.memory]) * 1e-12
+        self.mem_per_unit = np.array([m.per_unit for m in target.memory])
+        per_unit_levels = [h for h in range(L) if on_chip[h].per_unit]
+        self.dist_level = per_unit_levels[0] if per_unit_levels else L - 1
+        anchor = kernel.anchor_statement
+        out_loops = {l.name for l in anchor.output_loops}
+        self.default_parallel = np.array([n in out_loops for n in self.loop_names])
+        self.flops = float(kernel.flops)
+        index = {n: i for i, n in enumerate(self.loop_names)}
+        self.statements = [self._statement_model(i, s, index, D, on_chip)
+                           for i, s in enumerate(kernel.statements)]
+
+    def _statement_model(self, si, stmt, index, D, on_chip) -> _StatementModel:
+        kernel, compute = self.kernel, self.target.compute
+        m = kernel.loop_map(si)
+        present = np.zeros(D, dtype=bool)
+        for loop, anchor_loop in m.items():
+            present[index[anchor_loop]] = True
+        local = {l.name: l.extent for l in stmt.loops if l.name not in m}
+        accesses: list[_AccessModel] = []
+        seen = set()
+        kind = "accumulate" if stmt.reduce else "write"
+        items = [(stmt.target, stmt.target_indices, kind)] + [(a.tensor, a.indices, "read") for a in stmt.reads()]
+        for tensor, indices, akind in items:
+            key = (tensor, indices, akind == "read")
+            if key in seen:
+                continue
+            seen.add(key)
+            t = kernel.tensor(tensor)
+            coeff = np.zeros((len(indices), D))
+            local_add = np.zeros(len(indices))
+            for r, idx in enumerate(indices):
+                for loop, c in idx.terms:
+                    if loop in m:
+                        coeff[r, index[m[loop]]] += abs(c)
+                    else:
+                        local_add[r] += abs(c) * (local[loop] - 1)
+            role = "inputs" if akind == "read" else "outputs"
+            chain = tuple(h for h, lv in enumerate(on_chip) if role in lv.holds)
+            accesses.append(_AccessModel(
+                tensor=tensor, coeff=coeff, local_add=local_add,
+                dims=np.array(t.shape if len(t.shape) == len(indices) else [1 << 62] * len(indices), dtype=float),
+                elem_bytes=DTYPE_BYTES[t.dtype], kind=akind, index_mask=coeff.sum(axis=0) > 0,
+                chain=chain, internal=tensor in kernel.internals))
+        mac = is_mac_statement(stmt)
+        reads = stmt.reads()
+        dtype = kernel.tensor(reads[0].tensor).dtype if reads else kernel.tensor(stmt.target).dtype
+        row = col = -1
+        if mac and compute.kind == "systolic":
+            row, col = _systolic_mapping(stmt, m, index, compute.dataflow)
+        return _StatementModel(present=present, local_points=math.prod(local.values()) if local else 1,
+                               points=stmt.points, flops_per_point=stmt.expr.flops() + (1 if stmt.reduce else 0),
+                               mac=mac, dtype=dtype, row_loop=row, col_loop=col, accesses=accesses)
+
+    # ------------------------------------------------------------------ inputs
+
+    def normalise(self, tiles, orders=None, parallel=None, vectorize=None):
+        """Arrays of shape [n, D, L] tiles (<= 0: inherit), [n, L, D] orders, [n, D]
+        parallel mask, [n] vectorised loop index (-1: innermost of the innermost order)."""
+        D, L = len(self.extents), self.n_levels
+        tiles = np.asarray(tiles, dtype=np.int64)
+        if tiles.ndim == 2:
+            tiles = tiles[None]
+        n = tiles.shape[0]
+        if tiles.shape[1:] != (D, L):
+            raise ValueError(f"tiles must have shape [n, {D} loops, {L} levels], got {tiles.shape}")
+        big = np.iinfo(np.int64).max // 4
+        tiles = np.where(tiles <= 0, big, tiles)
+        tiles = np.minimum(tiles, self.extents[None, :, None])
+        tiles = np.minimum.accumulate(tiles, axis=2)
+        if orders is None:
+            orders = np.broadcast_to(np.arange(D), (n, L, D))
+        else:
+            orders = np.asarray(orders, dtype=np.int64)
+            if orders.ndim == 1:
+                orders = orders[None]
+            if orders.ndim == 2:
+                orders = np.broadcast_to(orders[:, None, :], (orders.shape[0], L, D))
+            orders = np.broadcast_to(orders, (n, L, D))
+        if parallel is None:
+            parallel = np.broadcast_to(self.default_parallel, (n, D))
+        else:
+            parallel = np.broadcast_to(np.asarray(parallel, dtype=bool), (n, D))
+        if vectorize is None:
+            vectorize = np.full(n, -1, dtype=np.int64)
+        else:
+            vectorize = np.broadcast_to(np.asarray(vectorize, dtype=np.int64), (n,))
+        return tiles, orders, parallel, vectorize
+
+    def schedule_arrays(self, schedule: Schedule):
+        """One schedule as batch arrays (tiles at levels the target lacks are an error)."""
+        levels = self.target.tiling_levels
+        unknown = {lv for per in schedule.tiles.values() for lv in per} - set(levels)
+        unknown |= set(schedule.order) - set(levels)
+        if unknown:
+            raise ValueError(f"schedule for {self.kernel.name} names levels {', '.join(sorted(unknown))} "
+                             f"that target {self.target.name!r} lacks (levels: {', '.join(levels)})")
+        index = {n: i for i, n in enumerate(self.loop_names)}
+        sizes = schedule.tile_sizes(levels)
+        tiles = np.array([[sizes[n][h] for h in range(len(levels))] for n in self.loop_names])
+        orders = np.array([[index[l] for l in schedule.order_at(lv, levels)] for lv in levels])
+        ann = schedule.annotations
+        parallel = None
+        if "parallel" in ann:
+            parallel = np.array([n in set(ann["parallel"]) for n in self.loop_names])
+        vec = ann.get("vectorize")
+        vectorize = np.array([index[vec] if vec in index else -1])
+        return tiles[None], orders[None], parallel, vectorize
+
+    # ------------------------------------------------------------------ evaluation
+
+    def capacity_footprints(self, tiles) -> np.ndarray:
+        """Bytes the tiles of every held tensor take at each tiling level: [n, L]."""
+        tiles, *_ = self.normalise(tiles)
+        return self._capacity(tiles.astype(float))
+
+    def _capacity(self, T: np.ndarray) -> np.ndarray:
+        n, L = T.shape[0], self.n_levels
+        per_tensor: dict[str, np.ndarray] = {}
+        for st in self.statements:
+            for a in st.accesses:
+                fp = np.zeros((n, L))
+                for h in a.chain:
+                    fp[:, h] = _footprint(a, T[:, :, h])
+                prev = per_tensor.get(a.tensor)
+                per_tensor[a.tensor] = fp if prev is None else np.maximum(prev, fp)
+        return sum(per_tensor.values()) if per_tensor else np.zeros((n, L))
+
+    def evaluate_batch(self, tiles, orders=None, parallel=None, vectorize=None) -> BatchCost:
+        tiles, orders, parallel, vectorize = self.normalise(tiles, orders, parallel, vectorize)
+        target, compute = self.target, self.target.compute
+        n, D, L = tiles.shape
+        M = len(self.level_names)
+        E = self.extents[None, :].astype(np.int64)
+        # Tiles of each level along each loop over the whole run, and per enclosing tile.
+        counts = np.empty((n, L, D))
+        for h in range(L):
+            counts[:, h, :] = _chunks(E, tiles[:, :, :h], tiles[:, :, h])
+        rel = counts.copy()
+        rel[:, 1:, :] /= counts[:, :-1, :]
+        mean_tile = E[:, None, :] / counts                    # [n, L, D]
+        T = tiles.astype(float)                               # [n, D, L] full tiles
+        # Loop order seen from inside level h: the orders of levels 0..h, outer → inner.
+        seq_loops = orders.reshape(n, L * D)
+        seq_trips = np.take_along_axis(rel, orders, axis=2).reshape(n, L * D)
+
+        capacity_fp = self._capacity(T)                       # [n, L]
+        overflow = np.clip(1.0 - self.capacity[None, :] / np.maximum(capacity_fp, 1e-30), 0.0, None)
+        spill = np.clip(capacity_fp / self.capacity[None, :] - 1.0, 0.0, None).max(axis=1)
+        double_buffered = 2.0 * capacity_fp <= self.capacity[None, :]
+
+        # Occupancy: parallel tiles at the distribution level spread over the units.
+        units = compute.units
+        items = np.prod(np.where(parallel, counts[:, self.dist_level, :], 1.0), axis=1)
+        waves = np.ceil(items / units)
+        occupancy = items / (waves * units)
+        active = units * occupancy
+
+        inner_order = orders[:, L - 1, :]
+        rows = np.arange(n)
+        bytes_by_level = np.zeros((n, M))
+        serial_bytes = np.zeros((n, M))       # traffic into levels that cannot double-buffer
+        latency = np.zeros(n)
+        compute_cycles = np.zeros(n)
+        mac_points = 0.0
+        useful = np.zeros(n)                  # MAC positions doing work, for pe_util
+        offered = np.zeros(n)
+        vector_ops = 0.0
+        for st in self.statements:
+            present_seq = st.present[seq_loops]
+            trips = np.where(present_seq, seq_trips, 1.0)
+            # The datapath tile: PE array on the mapped loops, or one vector on the
+            # vectorised loop (the innermost present loop unless annotated).
+            unit = np.ones((n, D), dtype=np.int64)
+            if st.mac and compute.kind == "systolic":
+                unit[:, st.row_loop] = compute.pe_rows
+                unit[:, st.col_loop] = compute.pe_cols
+                width = compute.pe_rows * compute.pe_cols
+            else:
+                pres_inner = st.present[inner_order]
+                last = D - 1 - np.argmax(pres_inner[:, ::-1], axis=1)
+                vec_loop = inner_order[rows, last]
+                ok = (vectorize >= 0) & st.present[np.clip(vectorize, 0, D - 1)]
+                vec_loop = np.where(ok, vectorize, vec_loop)
+                width = compute.vector_width(st.dtype) if compute.kind != "systolic" else compute.pe_cols
+                unit[rows, vec_loop] = width
+            dp_counts = np.where(st.present, _chunks(E, tiles, unit), 1.0)  # [n, D]
+            passes = np.prod(dp_counts, axis=1) * st.local_points
+            dp_rel = dp_counts / np.where(st.present, counts[:, L - 1, :], 1.0)
+            dp_trips = np.concatenate([trips, np.take_along_axis(dp_rel, inner_order, axis=1)], axis=1)
+            dp_loops = np.concatenate([seq_loops, inner_order], axis=1)
+            dp_mean = E / dp_counts
+            if st.mac:
+                cycles = passes * compute.spatial_width / compute.macs(st.dtype)
+                if compute.kind == "systolic":
+                    inner_tiles = np.prod(np.where(st.present, counts[:, L - 1, :], 1.0), axis=1)
+                    cycles = cycles + inner_tiles * (compute.pe_rows + compute.pe_cols)
+                mac_points += st.points
+                useful += st.points
+                offered += passes * width
+            else:
+                ops = st.points * max(1, st.flops_per_point)
+                cycles = passes * width * max(1, st.flops_per_point) / compute.vector_ops_per_cycle
+                vector_ops += ops
+            compute_cycles += cycles / active
+
+            for a in st.accesses:
+                # Fetches and traffic at each holding level, then the datapath.
+                fits, fetch_counts = [], []
+                for h in a.chain:
+                    S = (h + 1) * D
+                    fetches = _fetches(a.index_mask[seq_loops[:, :S]], trips[:, :S])
+                    distinct = np.prod(np.where(a.index_mask & st.present, counts[:, h, :], 1.0), axis=1)
+                    fp = _footprint(a, mean_tile[:, h, :])
+                    moved = _traffic(a.kind, fp, fetches, distinct)
+                    if a.internal and not fits:
+                        # Internal tensors never cross the DRAM boundary unless they spill.
+                        moved, fetches = np.zeros(n), np.zeros(n)
+                    fits.append(moved)
+                    fetch_counts.append(fetches)
+                fetches = _fetches(a.index_mask[dp_loops], dp_trips)
+                distinct = np.prod(np.where(a.index_mask & st.present, dp_counts, 1.0), axis=1)
+                datapath = _traffic(a.kind, _footprint(a, dp_mean), fetches, distinct)
+                # Spill: blend each level's traffic toward what streams through it.
+                through = datapath
+                eff = [None] * len(a.chain)
+                for pos in range(len(a.chain) - 1, -1, -1):
+                    h = a.chain[pos]
+                    eff[pos] = fits[pos] + overflow[:, h] * (through - fits[pos])
+                    through = eff[pos]
+                inner_src = self.mem_index[a.chain[-1]] if a.chain else M - 1
+                bytes_by_level[:, inner_src] += datapath
+                for pos, h in enumerate(a.chain):
+                    src = M - 1 if pos == 0 else self.mem_index[a.chain[pos - 1]]
+                    moved = eff[pos]
+                    bytes_by_level[:, src] += moved
+                    serial_bytes[:, src] += np.where(double_buffered[:, h], 0.0, moved)
+                    lat = self.latency_s[src]
+                    par = active if self.per_unit[h] else 1.0
+                    latency += np.where(double_buffered[:, h], lat, fetch_counts[pos] * lat / par)
+
+        clock = target.clock_ghz * 1e9
+        compute_s = compute_cycles / clock
+        bw = self.bw[None, :] * np.where(self.mem_per_unit[None, :], active[:, None], 1.0)
+        level_time = bytes_by_level / bw
+        serial_time = (serial_bytes / bw).sum(axis=1)
+        time_s = np.maximum(compute_s + serial_time, level_time.max(axis=1)) + latency
+        energy = (bytes_by_level * self.energy_per_byte[None, :]).sum(axis=1) \
+            + (mac_points + vector_ops) * target.energy_pj_per_mac * 1e-12
+        dram = bytes_by_level[:, -1]
+        flops = np.full(n, self.flops)
+        return BatchCost(
+            level_names=self.level_names, time_s=time_s, cycles=time_s * clock, flops=flops,
+            bytes=bytes_by_level, energy_j=energy,
+            bw_util=dram / np.maximum(time_s, 1e-30) / self.bw[-1],
+            occupancy=occupancy,
+            pe_util=np.where(offered > 0, useful / np.maximum(offered, 1e-30), 1.0),
+            arithmetic_intensity=flops / np.maximum(dram, 1e-30),
+            spill_ratio=spill, compute_s=compute_s, level_time_s=level_time,
+            double_buffered=double_buffered,
+        )
+
+
+def _fetches(index_seq: np.ndarray, trips: np.ndarray) -> np.ndarray:
+    """Times a tile is fetched: the product of the trips of the outer loops, except the
+    innermost run of loops that do not index the tensor (loops of one trip don't count)."""
+    breaker = index_seq & (trips > 1.0)
+    counted = np.logical_or.accumulate(breaker[:, ::-1], axis=1)[:, ::-1]
+    return np.prod(np.where(counted, trips, 1.0), axis=1)
+
+
+def _footprint(a: _AccessModel, tile: np.ndarray) -> np.ndarray:
+    """Bytes of X's region an access touches over a tile ([n, D] sizes)."""
+    extent = (tile - 1.0) @ a.coeff.T + a.local_add[None, :] + 1.0
+    extent = np.minimum(extent, a.dims[None, :])
+    return np.prod(extent, axis=1) * a.elem_bytes
+
+
+def _traffic(kind: str, footprint, fetches, distinct):
+    if kind == "accumulate":
+        # Written back on every fetch; partial sums read back on all but the first visit.
+        return footprint * (2.0 * fetches - distinct)
+    return footprint * fetches
+
+
+def _systolic_mapping(stmt, loop_map, index, dataflow) -> tuple[int, int]:
+    """Anchor loops on the PE rows and columns for a contraction.
+
+    The weight is the operand with the fewest output loops (B[k, j], W[f, c, r, s]); its
+    largest output loop goes on the columns. Weight-stationary puts its largest reduction
+    loop on the rows (the TPU and Gemmini default); output-stationary puts the other
+    operand's largest output loop there.
+    """
+    ext = stmt.extents
+    outs = {l.name for l in stmt.output_loops}
+    reads = stmt.reads()
+    weight_idx = min(range(len(reads)), key=lambda i: (len([l for a in reads[i].indices for l in a.loops if l in outs]), -i))
+    weight_loops = [l for a in reads[weight_idx].indices for l in a.loops]
+    col_choices = [l for l in weight_loops if l in outs] or sorted(outs) or list(ext)
+    col = max(col_choices, key=lambda l: ext[l])
+    if dataflow == "output_stationary":
+        others = [l for i, r in enumerate(reads) if i != weight_idx for a in r.indices for l in a.loops
+                  if l in outs and l != col]
+        choices = others or [l for l in outs if l != col]
+    else:
+        choices = [l for l in weight_loops if l not in outs]
+    choices = choices or [l for l in ext if l != col] or [col]
+    row = max(choices, key=lambda l: ext[l])
+    return index[loop_map[row]], index[loop_map[col]]
+
+
+# --------------------------------------------------------------------------- public API
+
+
+@lru_cache(maxsize=256)
+def kernel_model(kernel: Kernel, target: Target) -> KernelModel:
+    """The compiled cost model of `kernel` on `target` (cached)."""
+    return KernelModel(kernel, target)
+
+
+def evaluate_batch(kernel: Kernel, target, tiles, orders=None, parallel=None, vectorize=None) -> BatchCost:
+    """Score many schedules of one kernel at once.
+
+    tiles: int [n, loops, levels] (kernel.loops order × target.tiling_levels, outer → inner;
+    a value <= 0 keeps the enclosing tile); orders: int [n, loops] (one permutation of loop
+    indices, outer → inner, for every level) or [n, levels, loops]; parallel: bool [n, loops]
+    (default: the anchor's output loops); vectorize: int [n] loop index (-1: innermost loop).
+    """
+    return kernel_model(kernel, load_target(target)).evaluate_batch(tiles, orders, parallel, vectorize)
+
+
+def evaluate(schedule: Schedule, target) -> KernelCost:
+    """The cost of one scheduled kernel."""
+    target = load_target(target)
+    model = kernel_model(schedule.kernel, target)
+    return model.evaluate_batch(*model.schedule_arrays(schedule)).row(0, schedule.kernel.name)
+
+
+def evaluate_program(schedules: Sequence[Schedule], target) -> ProgramCost:
+    """Costs of kernels run in sequence, and their total."""
+    target = load_target(target)
+    kernels = [evaluate(s, target) for s in schedules]
+    return ProgramCost(target=target.name, kernels=kernels, total=combine(kernels, target))
+
+
+def combine(costs: Sequence[KernelCost], target: Target) -> KernelCost:
+    """Totals of kernels run one after another (utilisations weighted by time)."""
+    time_s = sum(c.time_s for c in costs)
+    names = [m.name for m in target.memory]
+    bytes_ = {n: sum(c.bytes.get(n, 0.0) for c in costs) for n in names}
+    weight = lambda attr: sum(getattr(c, attr) * c.time_s for c in costs) / time_s if time_s else 0.0
+    flops = sum(c.flops for c in costs)
+    dram = bytes_[names[-1]]
+    return KernelCost(
+        kernel="total", time_s=time_s, cycles=time_s * target.clock_ghz * 1e9, flops=flops, bytes=bytes_,
+        energy_j=sum(c.energy_j for c in costs),
+        bw_util=dram / time_s / target.dram_bandwidth if time_s else 0.0,
+        occupancy=weight("occupancy"), pe_util=weight("pe_util"),
+        arithmetic_intensity=flops / dram if dram else math.inf,
+        spill_ratio=max((c.spill_ratio for c in costs), default=0.0),
+        compute_s=sum(c.compute_s for c in costs),
+        level_time_s={n: sum(c.level_time_s.get(n, 0.0) for c in costs) for n in names},
+    )
+
+
+# --------------------------------------------------------------------------- baselines
+
+
+def naive_schedule(kernel: Kernel, target) -> Schedule:
+    """No tiling, source order: every level holds the whole problem or streams it."""
+    return Schedule.default(kernel, load_target(target).tiling_levels)
+
+
+LIBRARY_TILE = 64  # the textbook tile at the outermost on-chip level, halved per level
+
+
+def library_schedule(kernel: Kernel, target) -> Schedule:
+    """A fixed textbook tiling, as a vendor library would ship for one op.
+
+    Every loop is tiled 64 at the outermost on-chip level and halved at each level inward
+    (never below 8); at the innermost level a systolic contraction gets exactly one PE array
+    (pe_rows x pe_cols) and a vector target one vector on the innermost loop. Tiles are then
+    halved, largest first, until each level holds them twice (double buffering). Source
+    order, output loops parallel.
+    """
+    target = load_target(target)
+    model = kernel_model(kernel, target)
+    levels = target.tiling_levels
+    L, D = len(levels), len(kernel.loops)
+    tiles = np.zeros((D, L), dtype=np.int64)
+    for h in range(L):
+        tiles[:, h] = max(8, LIBRARY_TILE >> h)
+    anchor = model.statements[kernel.anchor]
+    compute = target.compute
+    if anchor.mac and compute.kind == "systolic":
+        tiles[anchor.row_loop, L - 1] = compute.pe_rows
+        tiles[anchor.col_loop, L - 1] = compute.pe_cols
+        tiles[anchor.row_loop, : L - 1] = np.maximum(tiles[anchor.row_loop, : L - 1], compute.pe_rows)
+        tiles[anchor.col_loop, : L - 1] = np.maximum(tiles[anchor.col_loop, : L - 1], compute.pe_cols)
+    elif compute.kind != "systolic":
+        tiles[D - 1, L - 1] = max(tiles[D - 1, L - 1], compute.vector_width(anchor.dtype))
+    tiles = np.minimum(tiles, model.extents[:, None])
+    tiles = np.minimum.accumulate(tiles, axis=1)
+    for h in range(L - 1, -1, -1):
+        for _ in range(64):
+            fp = model.capacity_footprints(tiles[None])[0]
+            if 2 * fp[h] <= model.capacity[h] or tiles[:, h].max() <= 1:
+                break
+            d = int(np.argmax(tiles[:, h]))
+            tiles[d, h] = max(1, tiles[d, h] // 2)
+            tiles[d, h + 1:] = np.minimum(tiles[d, h + 1:], tiles[d, h])
+        # Inner levels must fit inside the (possibly shrunk) outer tile.
+    tiles = np.minimum.accumulate(tiles, axis=1)
+    return Schedule(kernel, tiles={l.name: {lv: int(tiles[d, h]) for h, lv in enumerate(levels)}
+                                   for d, l in enumerate(kernel.loops)},
+                    annotations={"parallel": tuple(l.name for l in kernel.anchor_statement.output_loops)},
+                    levels=levels)
+
+
+def baseline_costs(program: Program, target) -> dict[str, ProgramCost]:
+    """The naive and library baselines every report carries (unfused kernels)."""
+    target = load_target(target)
+    kernels = kernels_unfused(program)
+    return {
+        "naive": evaluate_program([naive_schedule(k, target) for k in kernels], target),
+        "library": evaluate_program([library_schedule(k, target) for k in kernels], target),
+    }
