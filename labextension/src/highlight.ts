@@ -2,7 +2,7 @@
  * CodeMirror 6 view plugin that marks autocomp DSL tokens in an editor whose
  * first line is `%%autocomp`. Other editors get no decorations at all.
  */
-import { RangeSetBuilder } from '@codemirror/state';
+import { Extension, Prec, RangeSetBuilder } from '@codemirror/state';
 import {
   Decoration,
   DecorationSet,
@@ -54,9 +54,14 @@ function buildDecorations(view: EditorView): DecorationSet {
   return builder.finish();
 }
 
-/** The editor extension: decorations recomputed on edits and scrolling. */
-export function autocompCellHighlighter() {
-  return ViewPlugin.fromClass(
+/**
+ * The editor extension: decorations recomputed on edits and scrolling.
+ * Lowest precedence makes CodeMirror draw each DSL span outside the Python
+ * highlighter's spans (higher-precedence marks nest inside), so one token,
+ * e.g. `max=`, is one `cm-autocomp-*` element instead of being split.
+ */
+export function autocompCellHighlighter(): Extension {
+  const plugin = ViewPlugin.fromClass(
     class {
       decorations: DecorationSet;
 
@@ -70,6 +75,7 @@ export function autocompCellHighlighter() {
         }
       }
     },
-    { decorations: plugin => plugin.decorations }
+    { decorations: value => value.decorations }
   );
+  return Prec.lowest(plugin);
 }
