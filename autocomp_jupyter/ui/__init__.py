@@ -1,0 +1,34 @@
+"""Notebook views of a Result: live ipywidgets tabs and the same content as static HTML.
+
+    ui.show(result)                  # the widget (Graph, Tiles, Schedule, Profile, Rules, Tune, Code)
+    ui.show(result, static=True)     # HTML + inline SVG only (what nbconvert/GitHub show)
+    ui.static_html(result) -> str    # used by Result._repr_html_ and %%autocomp --static
+    ui.widget(result) -> ResultView  # the view object, e.g. to drive its sliders
+
+Renderers are pure functions of the Result: graph.py (DOT/SVG), roofline.py (SVG plot),
+tables.py (each tab's HTML), html.py (the static page), widget.py (live controls),
+progress.py (the tuning progress bar).
+"""
+from __future__ import annotations
+
+from .html import TABS, static_html, tab_contents
+from .progress import TuningProgress
+
+__all__ = ["show", "static_html", "widget", "tab_contents", "TABS", "TuningProgress"]
+
+
+def widget(result, code: str = "pseudo", first_tab: str = "Graph"):
+    """The live view (needs ipywidgets)."""
+    from .widget import ResultView
+
+    return ResultView(result, code=code, first_tab=first_tab)
+
+
+def show(result, static: bool = False, code: str = "pseudo", first_tab: str = "Graph") -> None:
+    """Display `result` in the notebook: the widget, or static HTML when `static`."""
+    from IPython.display import HTML, display
+
+    if static:
+        display(HTML(static_html(result, code)))
+    else:
+        display(widget(result, code=code, first_tab=first_tab))

@@ -1,0 +1,62 @@
+"""Static HTML for a Result: every tab's content as one document, no widgets.
+
+`static_html(result)` is what `--static`, `Result._repr_html_` and a notebook without a
+live kernel show (nbconvert, GitHub): the same renderers as the widget's tabs, stacked as
+sections in tab order, with graphs and the roofline as inline SVG.
+"""
+from __future__ import annotations
+
+from .fmt import STYLE, esc, note
+from .graph import plan_svg_html
+from .roofline import roofline_data, roofline_svg
+from .tables import (code_html, profile_html, rules_html, schedule_html, summary_html, tiles_html,
+                     version_rows, versions_html)
+
+TABS = ("Graph", "Tiles", "Schedule", "Profile", "Rules", "Tune", "Code")
+
+
+def graph_html(result) -> str:
+    """Before | after graphs side by side."""
+    before = plan_svg_html(result.before, result.report, "")
+    after = plan_svg_html(result.after, result.report, "")
+    return ('<div class="autocomp-pair">'
+            f'<div class="autocomp-graph-before"><h4>before: {len(result.before.kernels)} kernels</h4>{before}</div>'
+            f'<div class="autocomp-graph-after"><h4>after: {len(result.after.kernels)} kernels</h4>{after}</div>'
+            "</div>")
+
+
+def profile_tab_html(result) -> str:
+    try:
+        svg = roofline_svg(roofline_data(result))
+    except Exception as err:  # a report without roofline data still shows its tables
+        svg = note(f"no roofline: {err}")
+    return profile_html(result, svg)
+
+
+def tune_static_html(result) -> str:
+    """Without a kernel there are no sliders: the tuned versions and how to tune live."""
+    return (versions_html(version_rows(result))
+            + note("Run the cell in a live kernel for sliders per tile size and loop order."))
+
+
+def tab_contents(result, code: str = "pseudo") -> dict[str, str]:
+    """{tab title: HTML} in tab order."""
+    return {
+        "Graph": graph_html(result),
+        "Tiles": tiles_html(result),
+        "Schedule": schedule_html(result),
+        "Profile": profile_tab_html(result),
+        "Rules": rules_html(result),
+        "Tune": tune_static_html(result),
+        "Code": code_html(result, code),
+    }
+
+
+def static_html(result, code: str = "pseudo", contents: dict[str, str] | None = None) -> str:
+    """The whole result as one HTML fragment (sections in tab order); `contents` reuses
+    tab HTML already rendered (the widget renders each graph once for both views)."""
+    contents = contents if contents is not None else tab_contents(result, code)
+    sections = "".join(
+        f'<section class="autocomp-tab" data-tab="{esc(title)}"><h3>{esc(title)}</h3>{body}</section>'
+        for title, body in contents.items())
+    return f'{STYLE}<div class="autocomp-result">{summary_html(result)}{sections}</div>'

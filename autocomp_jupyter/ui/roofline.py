@@ -1,0 +1,94 @@
+"""A roofline plot drawn as inline SVG (log-log), with no plotting library.
+
+Attainable performance is min(peak, AI × DRAM bandwidth): a slope up to the ridge point,
+then the flat compute roof. Points are (arithmetic intensity, achieved flop/s), one per
+plan (naive, library, optimised) and, in the Tune tab, one for the variant being tried.
+"""
+from __future__ import annotations
+
+import math
+
+from .fmt import esc, si
+
+POINT_COLOURS = {"naive": "#9e9e9e", "library": "#f57c00", "optimized": "#1b7f3b", "variant": "#1565c0"}
+
+
+def roofline_data(result) -> dict:
+    """{"peak_flops", "dram_bw", "points": [{"label", "ai", "flops_per_s"}]} for a Result.
+
+    Uses `report["roofline"]` when the pipeline provides it; otherwise derives the same
+    from the target and the report's naive/library/optimized blocks.
+    """
+    report = result.report
+    if report.get("roofline"):
+        return report["roofline"]
+    target = result.target
+    flops = sum(k.get("metrics", {}).get("flops", 0) for k in report.get("kernels", [])) \
+        or float(result.program.flops)
+    points = []
+    for label in ("naive", "library", "optimized"):
+        block = report.get(label) or {}
+        dram = list((block.get("bytes") or {}).values())[-1:] or [0]
+        time_s = block.get("time_s") or 0
+        if time_s and dram[0]:
+            points.append({"label": label, "ai": flops / dram[0], "flops_per_s": flops / time_s})
+    dtype = result.program.tensors[0].dtype if result.program.tensors else "f32"
+    return {"peak_flops": target.peak_flops(dtype), "dram_bw": target.dram_bandwidth, "points": points}
+
+
+def _decades(lo: float, hi: float) -> tuple[int, int]:
+    return math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+
+
+def roofline_svg(data: dict, extra_points: list[dict] = (), width: int = 460, height: int = 300) -> str:
+    """The plot as an <svg> string. `extra_points` are drawn on top (e.g. the variant)."""
+    peak, bw = float(data["peak_flops"]), float(data["dram_bw"])
+    points = [p for p in list(data.get("points", [])) + list(extra_points)
+              if p.get("ai", 0) > 0 and p.get("flops_per_s", 0) > 0 and math.isfinite(p["ai"])]
+    ridge = peak / bw
+    ais = [p["ai"] for p in points] + [ridge]
+    ys = [p["flops_per_s"] for p in points] + [peak]
+    x0, x1 = _decades(min(ais) / 3, max(ais) * 3)
+    y0, y1 = _decades(min(ys) / 3, peak * 2)
+    x1, y1 = max(x1, x0 + 1), max(y1, y0 + 1)
+    left, right, top, bottom = 58, 12, 14, 40
+    pw, ph = width - left - right, height - top - bottom
+
+    def X(ai: float) -> float:
+        return left + (math.log10(ai) - x0) / (x1 - x0) * pw
+
+    def Y(f: float) -> float:
+        return top + ph - (math.log10(f) - y0) / (y1 - y0) * ph
+
+    out = [f'<svg class="autocomp-roofline" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10">',
+           f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#fff" stroke="#999"/>']
+    for e in range(x0, x1 + 1):
+        x = X(10.0 ** e)
+        out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + ph}" stroke="#eee"/>')
+        out.append(f'<text x="{x:.1f}" y="{top + ph + 13}" text-anchor="middle">1e{e}</text>')
+    for e in range(y0, y1 + 1):
+        y = Y(10.0 ** e)
+        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#eee"/>')
+        out.append(f'<text x="{left - 4}" y="{y + 3:.1f}" text-anchor="end">{esc(si(10.0 ** e))}</text>')
+    out.append(f'<text x="{left + pw / 2}" y="{height - 6}" text-anchor="middle">arithmetic intensity (flop/byte, DRAM)</text>')
+    out.append(f'<text transform="translate(12,{top + ph / 2}) rotate(-90)" text-anchor="middle">flop/s</text>')
+    # The roof: DRAM slope from the left edge to the ridge, then the peak.
+    ax0, ax1 = 10.0 ** x0, 10.0 ** x1
+    start = max(ax0, 10.0 ** y0 / bw)
+    roof = [(start, start * bw), (ridge, peak), (ax1, peak)] if ridge < ax1 else [(start, start * bw), (ax1, ax1 * bw)]
+    path = " ".join(f"{'M' if i == 0 else 'L'}{X(a):.1f},{Y(min(f, 10.0 ** y1)):.1f}" for i, (a, f) in enumerate(roof))
+    out.append(f'<path class="autocomp-roof" d="{path}" fill="none" stroke="#333" stroke-width="2"/>')
+    out.append(f'<text x="{left + pw - 4}" y="{Y(peak) - 4:.1f}" text-anchor="end">peak {esc(si(peak, "flop/s"))}</text>')
+    mid = math.sqrt(start * min(ridge, ax1))
+    out.append(f'<text x="{X(mid) + 4:.1f}" y="{Y(mid * bw) - 4:.1f}" fill="#555">DRAM {esc(si(bw, "B/s"))}</text>')
+    for i, p in enumerate(points):
+        colour = POINT_COLOURS.get(p["label"], "#6a1b9a")
+        x, y = X(p["ai"]), Y(p["flops_per_s"])
+        fraction = p["flops_per_s"] / min(peak, p["ai"] * bw)
+        tip = f'{p["label"]}: AI {p["ai"]:.3g} flop/B, {si(p["flops_per_s"], "flop/s")} ({fraction:.0%} of roof)'
+        out.append(f'<g class="autocomp-point" data-label="{esc(p["label"])}"><title>{esc(tip)}</title>'
+                   f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5" fill="{colour}" stroke="#000" stroke-width="0.5"/>'
+                   f'<text x="{x + 7:.1f}" y="{y + 3 + 10 * (i % 2):.1f}" fill="{colour}">{esc(p["label"])}</text></g>')
+    out.append("</svg>")
+    return "".join(out)

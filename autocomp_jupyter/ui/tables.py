@@ -1,0 +1,260 @@
+"""The HTML content of each tab, as pure functions of a Result.
+
+The live widget and the static HTML both call these, so a notebook opened without a
+kernel (nbconvert, GitHub) shows the same tables as a live one.
+"""
+from __future__ import annotations
+
+import html
+import math
+
+from .fmt import (BAD, GOOD, MUTED, badge, esc, flag, joules, nbytes, note, num, pct, ratio,
+                  seconds, si, table)
+
+DEFAULT_MONITOR = {"bw_util": 0.7, "occupancy": 0.5}
+
+
+# --------------------------------------------------------------------------- header
+
+
+def summary_html(result) -> str:
+    """One line: target, speedups, roofline fraction, verified — and a failure banner."""
+    r = result.report
+    verified = bool(r.get("verified"))
+    parts = [f"<b>target</b> {esc(r.get('target', getattr(result.target, 'name', '?')))}",
+             f"<b>{ratio(r.get('speedup_vs_naive'))}</b> vs naive",
+             f"<b>{ratio(r.get('speedup_vs_library'))}</b> vs library",
+             f"roofline {pct(r.get('roofline_fraction'))}",
+             f"optimised {seconds((r.get('optimized') or {}).get('time_s'))}",
+             badge("verified", GOOD) if verified else badge("NOT VERIFIED", BAD)]
+    out = '<div class="autocomp-summary">' + " · ".join(parts) + "</div>"
+    if not verified:
+        out += (f'<p style="color:{BAD}"><b>Verification failed:</b> the optimised plan was not proved '
+                "legal and equivalent, so it must not be used.</p>")
+    interrupted = (r.get("tuning") or {}).get("interrupted")
+    if interrupted:
+        out += note("Tuning was interrupted; showing the best configuration found so far.")
+    return out
+
+
+# --------------------------------------------------------------------------- tiles
+
+
+def _footprints(result, schedule) -> tuple[list[str], list[float], list[float]] | None:
+    """(levels outer→inner, bytes the kernel's tiles take per level, level capacity)."""
+    try:
+        from ..accel.cost import kernel_model
+        model = kernel_model(schedule.kernel, result.target)
+        tiles, *_ = model.schedule_arrays(schedule)
+        fp = model.capacity_footprints(tiles)[0]
+        return list(result.target.tiling_levels), [float(x) for x in fp], [float(x) for x in model.capacity]
+    except Exception:  # footprints are an extra; the tile table stands without them
+        return None
+
+
+def tiles_html(result) -> str:
+    """Per kernel: loop × level tile sizes, then footprint and fill per level."""
+    report_kernels = {k["name"]: k for k in result.report.get("kernels", [])}
+    out = []
+    levels_all = tuple(getattr(result.target, "tiling_levels", ()))
+    for kernel, schedule in zip(result.after.kernels, result.after.schedules):
+        levels = schedule.levels or levels_all
+        sizes = schedule.tile_sizes(levels)
+        rk = report_kernels.get(kernel.name, {})
+        rows = []
+        for loop in kernel.loops:
+            cells = [f"<code>{esc(loop.name)}</code>", num(loop.extent)]
+            for size in sizes[loop.name]:
+                tiled = size < loop.extent
+                cells.append(f"<b>{size}</b>" if tiled else f'<span style="color:{MUTED}">{size}</span>')
+            rows.append(cells)
+        header = ["loop", "extent"] + [esc(lv) for lv in levels]
+        spill = (rk.get("metrics") or {}).get("spill_ratio")
+        out.append(f"<h4>kernel {esc(kernel.name)} <small>ops {esc(', '.join(kernel.ops))}</small></h4>")
+        out.append(table(header, rows, "autocomp-tiles"))
+        fp = _footprints(result, schedule)
+        if fp:
+            lvls, used, cap = fp
+            cells = []
+            for lv, u, c in zip(lvls, used, cap):
+                fill = u / c if c and math.isfinite(c) else 0.0
+                text = f"{nbytes(u)} / {nbytes(c)} ({pct(fill)})"
+                cells.append(flag(text, f"tiles overflow {lv}: they spill") if fill > 1 else text)
+            out.append(table(["footprint"] + [esc(l) for l in lvls], [["tiles / capacity"] + cells],
+                             "autocomp-footprint"))
+        if spill is not None:
+            s = f"spill ratio {pct(spill)}"
+            out.append(f"<p>{flag(s, 'some tiles overflow their level') if spill > 0 else esc(s)}</p>")
+    return "".join(out) or note("no kernels")
+
+
+# --------------------------------------------------------------------------- schedule
+
+
+def _nest(schedule) -> str:
+    try:
+        text = schedule.loop_nest()
+    except Exception as err:  # show what is there even if one nest cannot print
+        text = f"(cannot print this loop nest: {err})"
+    ann = schedule.annotations
+    head = f"# kernel {schedule.kernel.name}: ops {', '.join(schedule.kernel.ops)}"
+    if ann:
+        head += "\n# " + ", ".join(f"{k}={v if not isinstance(v, tuple) else ','.join(v)}" for k, v in ann.items())
+    return head + "\n" + text
+
+
+def schedule_html(result) -> str:
+    """Loop nests before (one naive nest per op) and after (fused, tiled), side by side."""
+    before = "\n\n".join(_nest(s) for s in result.before.schedules)
+    after = "\n\n".join(_nest(s) for s in result.after.schedules)
+    return ('<div class="autocomp-pair">'
+            f'<div><h4>before</h4><pre class="autocomp-nest-before">{html.escape(before)}</pre></div>'
+            f'<div><h4>after</h4><pre class="autocomp-nest-after">{html.escape(after)}</pre></div></div>')
+
+
+# --------------------------------------------------------------------------- profile
+
+
+def _monitor(report: dict) -> dict:
+    return {**DEFAULT_MONITOR, **(report.get("monitor") or {})}
+
+
+def metric_cells(metrics: dict, monitor: dict) -> list[str]:
+    """time, flops, AI, bw_util, occupancy, pe_util, spill, energy — with threshold flags."""
+    def flagged(name: str) -> str:
+        value = metrics.get(name)
+        text = pct(value)
+        if value is not None and name in monitor and value < monitor[name]:
+            return flag(text, f"{name} below the monitor threshold {pct(monitor[name])}")
+        return text
+
+    return [seconds(metrics.get("time_s")), si(metrics.get("flops"), "flop"),
+            num(metrics.get("arithmetic_intensity")), flagged("bw_util"), flagged("occupancy"),
+            pct(metrics.get("pe_util")), pct(metrics.get("spill_ratio")), joules(metrics.get("energy_j"))]
+
+
+METRIC_HEADER = ["time", "flops", "AI (flop/B)", "bw_util", "occupancy", "pe_util", "spill", "energy"]
+
+
+def _time_bars(kernels: list[dict], width: int = 420) -> str:
+    """Horizontal bars: each kernel's share of the optimised time."""
+    times = [(k["name"], (k.get("metrics") or {}).get("time_s") or 0.0) for k in kernels]
+    total = sum(t for _, t in times)
+    if not total:
+        return ""
+    row, label_w = 18, 120
+    h = row * len(times) + 4
+    out = [f'<svg class="autocomp-timebars" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" '
+           'font-family="sans-serif" font-size="10">']
+    for i, (name, t) in enumerate(times):
+        w = (width - label_w - 70) * t / total
+        y = 2 + i * row
+        out.append(f'<text x="0" y="{y + 12}">{esc(name[:18])}</text>'
+                   f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{row - 4}" fill="#5c6bc0"/>'
+                   f'<text x="{label_w + w + 4:.1f}" y="{y + 12}">{esc(seconds(t))} ({t / total:.0%})</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def profile_html(result, roofline_svg: str = "") -> str:
+    """Program totals (naive, library, optimised), per-kernel metrics with flags, roofline."""
+    r = result.report
+    rows = []
+    for label in ("naive", "library", "optimized"):
+        b = r.get(label) or {}
+        by = b.get("bytes") or {}
+        rows.append([label, seconds(b.get("time_s")), num(b.get("cycles")), joules(b.get("energy_j")),
+                     ", ".join(f"{esc(k)} {nbytes(v)}" for k, v in by.items())])
+    out = ["<h4>program</h4>", table(["plan", "time", "cycles", "energy", "bytes moved per level"], rows,
+                                     "autocomp-totals")]
+    monitor = _monitor(r)
+    krows = [[f"<code>{esc(k['name'])}</code>", esc(", ".join(k.get("ops", [])))]
+             + metric_cells(k.get("metrics") or {}, monitor) for k in r.get("kernels", [])]
+    out.append("<h4>kernels</h4>")
+    out.append(table(["kernel", "ops"] + METRIC_HEADER, krows, "autocomp-kernels"))
+    out.append(note(f"⚠ marks bw_util below {pct(monitor['bw_util'])} or occupancy below "
+                    f"{pct(monitor['occupancy'])} (rules' monitor thresholds)."))
+    out.append(_time_bars(r.get("kernels", [])))
+    if roofline_svg:
+        out.append(f"<h4>roofline (roofline fraction {pct(r.get('roofline_fraction'))})</h4>{roofline_svg}")
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def rules_html(result) -> str:
+    """Fired and skipped rules with reasons, rollbacks with reasons, tuning summary."""
+    r = result.report
+    rows = []
+    for e in r.get("rules", []):
+        status = badge("fired", GOOD) if e.get("applied") else badge("skipped", MUTED)
+        rows.append([f"<code>{esc(e.get('rule', ''))}</code>", esc(e.get("pass", "")), status,
+                     esc(", ".join(map(str, e.get("ops", [])))), esc(e.get("why", ""))])
+    out = ["<h4>rules</h4>", table(["rule", "pass", "status", "ops", "why"], rows, "autocomp-rules")
+           if rows else note("no rule matched this program")]
+    rb = [[esc(e.get("pass", "")), f"<code>{esc(e.get('kernel', ''))}</code>", badge("rolled back", BAD),
+           esc(e.get("reason", ""))] for e in r.get("rollbacks", [])]
+    out.append("<h4>rollbacks</h4>")
+    out.append(table(["pass", "kernel", "status", "reason"], rb, "autocomp-rollbacks") if rb
+               else note("no rollbacks: every step was legal and equivalent"))
+    t = r.get("tuning") or {}
+    if t:
+        out.append("<h4>tuning</h4>")
+        out.append(f"<p>{num(t.get('configs_evaluated', 0))} configurations in {seconds(t.get('seconds'))}</p>")
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def version_rows(result, kept: list[dict] = ()) -> list[dict]:
+    """Rows {name, time_s, speedup, legal, detail} for the A/B table: the optimised plan,
+    the tuner's top-K and versions the user kept from the Tune tab."""
+    r = result.report
+    base = (r.get("optimized") or {}).get("time_s")
+    naive = (r.get("naive") or {}).get("time_s")
+    rows = [{"name": "optimized", "time_s": base, "legal": True, "detail": "the pipeline's choice"}]
+    for i, entry in enumerate((r.get("tuning") or {}).get("top") or []):
+        if isinstance(entry, dict):
+            name = str(entry.get("name") or f"top{i + 1}")
+            detail = entry.get("kernel") or entry.get("tiles") or ""
+            rows.append({"name": name, "time_s": entry.get("time_s"), "legal": entry.get("legal", True),
+                         "detail": detail if isinstance(detail, str) else repr(detail)})
+    listed = {row["name"] for row in rows}
+    for name in getattr(result, "versions", {}) or {}:
+        if name not in listed and not any(k["name"] == name for k in kept):
+            rows.append({"name": name, "time_s": None, "legal": True, "detail": "tuned variant"})
+    rows.extend(kept)
+    for row in rows:
+        t = row.get("time_s")
+        row["speedup"] = naive / t if t and naive else None
+        row["vs_optimized"] = base / t if t and base else None
+    return rows
+
+
+def versions_html(rows: list[dict]) -> str:
+    body = [[esc(v["name"]), seconds(v.get("time_s")), ratio(v.get("speedup")), ratio(v.get("vs_optimized")),
+             badge("legal", GOOD) if v.get("legal", True) else badge("illegal", BAD), esc(v.get("detail", ""))]
+            for v in rows]
+    return table(["version", "time", "vs naive", "vs optimized", "legal", "what"], body, "autocomp-versions")
+
+
+# --------------------------------------------------------------------------- code
+
+
+def code_text(result, lang: str) -> tuple[str, bool]:
+    """(generated code, True) or (why it is not available, False)."""
+    try:
+        return result.code(lang), True
+    except (NotImplementedError, ImportError, AttributeError, ModuleNotFoundError) as err:
+        return f"{lang} code generation is not available yet ({type(err).__name__}: {err})", False
+    except Exception as err:  # codegen refusing a plan is information, not a crash of the view
+        return f"{lang} code generation failed: {type(err).__name__}: {err}", False
+
+
+def code_html(result, lang: str) -> str:
+    text, ok = code_text(result, lang)
+    if not ok:
+        return note(text)
+    return f'<pre class="autocomp-code" data-lang="{esc(lang)}">{html.escape(text)}</pre>'

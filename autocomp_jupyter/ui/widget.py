@@ -1,0 +1,250 @@
+"""The live view: one ipywidgets Tab per result, and the Tune tab's hand-tuning controls.
+
+Tabs (DESIGN §9): Graph, Tiles, Schedule, Profile, Rules, Tune, Code. All but Tune and Code
+are the static renderers' HTML. Tune has a kernel picker, a slider per tile size (loop ×
+level) and a loop-order picker per level; every change calls `result.evaluate_variant`
+(cost and legality in well under a second) and updates the metrics, the legality verdict
+and the variant's point on the roofline at once. "keep as version" adds the variant to
+`result.versions` and to the A/B table.
+
+The view's mime bundle carries the static HTML next to the widget, so a notebook opened
+without a kernel (nbconvert, GitHub) still shows every tab's content.
+"""
+from __future__ import annotations
+
+import itertools
+
+import ipywidgets as W
+
+from .fmt import BAD, GOOD, badge, esc, note, pct, ratio, seconds, table
+from .html import TABS, static_html, tab_contents
+from .roofline import roofline_data, roofline_svg
+from .tables import METRIC_HEADER, _monitor, code_html, metric_cells, version_rows, versions_html
+
+MAX_PERMUTED_LOOPS = 4  # all orders up to 4 loops (24); beyond, interchanges and moves only
+
+
+def tile_choices(extent: int, current: int) -> list[int]:
+    """Slider stops: powers of two below the extent, the extent, and the current size."""
+    stops = {extent, min(current, extent)}
+    p = 1
+    while p < extent:
+        stops.add(p)
+        p *= 2
+    return sorted(stops)
+
+
+def order_choices(current: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """Loop orders to offer: every permutation of few loops; for more, the current order,
+    each adjacent interchange, and each loop moved outermost or innermost."""
+    if len(current) <= MAX_PERMUTED_LOOPS:
+        perms = list(itertools.permutations(current))
+        perms.remove(tuple(current))
+        return [tuple(current)] + perms
+    out = [tuple(current)]
+    for i in range(len(current) - 1):
+        o = list(current)
+        o[i], o[i + 1] = o[i + 1], o[i]
+        out.append(tuple(o))
+    for loop in current:
+        rest = [l for l in current if l != loop]
+        out.append(tuple([loop] + rest))
+        out.append(tuple(rest + [loop]))
+    return list(dict.fromkeys(out))
+
+
+class TunePanel:
+    """Sliders and pickers for one kernel at a time, wired to `result.evaluate_variant`."""
+
+    def __init__(self, result):
+        self.result = result
+        self.kept: list[dict] = []
+        self.sliders: dict[tuple[str, str], W.SelectionSlider] = {}
+        self.order_pickers: dict[str, W.Dropdown] = {}
+        self.last: dict | None = None
+        names = [k.name for k in result.after.kernels]
+        self.kernel_picker = W.Dropdown(options=names, value=names[0] if names else None, description="kernel")
+        self.controls = W.VBox()
+        self.status = W.HTML()
+        self.metrics = W.HTML()
+        self.roofline = W.HTML()
+        self.keep_button = W.Button(description="keep as version", icon="bookmark",
+                                    tooltip="add this variant to result.versions and the A/B table")
+        self.versions = W.HTML(versions_html(version_rows(result)))
+        self.keep_button.on_click(lambda _: self.keep())
+        self.kernel_picker.observe(lambda ch: self.select_kernel(ch["new"]), names="value")
+        available = callable(getattr(result, "evaluate_variant", None))
+        intro = W.HTML(note("Move a slider or pick an order: cost and legality are re-evaluated at once.")
+                       if available else
+                       note("Re-evaluation is not available for this result (no evaluate_variant)."))
+        self.box = W.VBox([
+            intro, self.kernel_picker,
+            W.HBox([W.VBox([self.controls, self.status, self.metrics]), self.roofline]),
+            self.keep_button, W.HTML("<h4>versions (A/B)</h4>"), self.versions,
+        ])
+        self.available = available
+        if names:
+            self.select_kernel(names[0])
+
+    # ------------------------------------------------------------------ controls
+
+    @property
+    def kernel(self) -> str:
+        return self.kernel_picker.value
+
+    def select_kernel(self, name: str) -> None:
+        schedule = self.result.after.schedule_of(name)
+        kernel = schedule.kernel
+        levels = schedule.levels or tuple(self.result.target.tiling_levels)
+        sizes = schedule.tile_sizes(levels)
+        self.levels = levels
+        self.sliders, self.order_pickers = {}, {}
+        rows = []
+        for loop in kernel.loops:
+            row = [W.Label(f"{loop.name} ({loop.extent})", layout=W.Layout(width="90px"))]
+            for h, level in enumerate(levels):
+                options = tile_choices(loop.extent, sizes[loop.name][h])
+                slider = W.SelectionSlider(options=options, value=min(sizes[loop.name][h], loop.extent),
+                                           description=level, continuous_update=False,
+                                           disabled=not self.available or len(options) < 2,
+                                           layout=W.Layout(width="260px"),
+                                           style={"description_width": "60px"})
+                slider.observe(self._changed, names="value")
+                self.sliders[(loop.name, level)] = slider
+                row.append(slider)
+            rows.append(W.HBox(row))
+        for level in levels:
+            current = schedule.order_at(level, levels)
+            picker = W.Dropdown(options=[(" ".join(o), o) for o in order_choices(current)], value=current,
+                                description=f"order {level}", disabled=not self.available,
+                                style={"description_width": "90px"}, layout=W.Layout(width="360px"))
+            picker.observe(self._changed, names="value")
+            self.order_pickers[level] = picker
+            rows.append(picker)
+        self.controls.children = rows
+        self.evaluate()
+
+    def variant(self) -> tuple[dict, dict]:
+        """The controls' values as (tiles {loop: {level: size}}, order {level: loops})."""
+        tiles: dict[str, dict[str, int]] = {}
+        for (loop, level), slider in self.sliders.items():
+            tiles.setdefault(loop, {})[level] = int(slider.value)
+        order = {level: tuple(p.value) for level, p in self.order_pickers.items()}
+        return tiles, order
+
+    def _changed(self, _change) -> None:
+        self.evaluate()
+
+    # ------------------------------------------------------------------ evaluation
+
+    def evaluate(self) -> dict | None:
+        """Re-evaluate the variant the controls describe and redraw metrics and roofline."""
+        base_kernel = next((k for k in self.result.report.get("kernels", []) if k["name"] == self.kernel), {})
+        if not self.available:
+            self.last = None
+            self._render(base_kernel, None)
+            return None
+        tiles, order = self.variant()
+        try:
+            ev = self.result.evaluate_variant(self.kernel, tiles=tiles, order=order)
+        except Exception as err:  # an evaluator refusing a variant is a verdict, not a crash
+            ev = {"legal": False, "reason": f"{type(err).__name__}: {err}", "metrics": {}, "time_s": None}
+        self.last = ev
+        self._render(base_kernel, ev)
+        return ev
+
+    def _render(self, base_kernel: dict, ev: dict | None) -> None:
+        report = self.result.report
+        monitor = _monitor(report)
+        base_m = base_kernel.get("metrics") or {}
+        rows = [["optimized"] + metric_cells(base_m, monitor)]
+        if ev is not None:
+            rows.append(["variant"] + metric_cells(ev.get("metrics") or {}, monitor))
+        opt_t = (report.get("optimized") or {}).get("time_s")
+        naive_t = (report.get("naive") or {}).get("time_s")
+        program = ""
+        if ev is not None and ev.get("time_s"):
+            t = ev["time_s"]
+            program = (f'<p class="autocomp-variant-time">program time with this variant: <b>{seconds(t)}</b> '
+                       f"({ratio(naive_t / t if naive_t else None)} vs naive, "
+                       f"{ratio(opt_t / t if opt_t else None)} vs optimized)</p>")
+        self.metrics.value = (table(["kernel " + esc(self.kernel)] + METRIC_HEADER, rows, "autocomp-tune-metrics")
+                              + program)
+        if ev is None:
+            self.status.value = ""
+        elif ev.get("legal", True):
+            self.status.value = f'<p class="autocomp-legality">{badge("legal", GOOD)} {esc(ev.get("reason", ""))}</p>'
+        else:
+            self.status.value = (f'<p class="autocomp-legality">{badge("illegal", BAD)} '
+                                 f'<span style="color:{BAD}">{esc(ev.get("reason", ""))}</span></p>')
+        self.keep_button.disabled = ev is None or not ev.get("legal", True)
+        extra = []
+        if ev is not None and ev.get("roofline_point") and ev.get("legal", True):
+            extra = [{"label": "variant", **ev["roofline_point"]}]
+        try:
+            self.roofline.value = roofline_svg(roofline_data(self.result), extra)
+        except Exception as err:  # keep the controls usable without roofline data
+            self.roofline.value = note(f"no roofline: {err}")
+
+    # ------------------------------------------------------------------ versions
+
+    def keep(self) -> str | None:
+        """Store the current variant in `result.versions` and the A/B table; its name."""
+        from ..ir.schedule import Schedule
+
+        ev = self.last
+        if not ev or not ev.get("legal", True):
+            return None
+        tiles, order = self.variant()
+        base = self.result.after.schedule_of(self.kernel)
+        name = f"manual{len(self.kept) + 1}"
+        schedule = Schedule(base.kernel, tiles=tiles, order=order, annotations=base.annotations, levels=self.levels)
+        self.result.versions[name] = self.result.after.with_schedule(self.kernel, schedule)
+        detail = f"{self.kernel}: " + ", ".join(
+            f"{loop}=" + "/".join(str(s) for s in per.values()) for loop, per in tiles.items())
+        self.kept.append({"name": name, "time_s": ev.get("time_s"), "legal": True, "detail": detail})
+        self.versions.value = versions_html(version_rows(self.result, self.kept))
+        return name
+
+
+class CodePanel:
+    def __init__(self, result, lang: str = "pseudo"):
+        self.result = result
+        self.picker = W.ToggleButtons(options=["pseudo", "c"], value=lang if lang in ("pseudo", "c") else "pseudo")
+        self.output = W.HTML(code_html(result, self.picker.value))
+        self.picker.observe(lambda ch: setattr(self.output, "value", code_html(result, ch["new"])), names="value")
+        self.box = W.VBox([self.picker, self.output])
+
+
+class ResultView:
+    """The widget for one result: a summary line over the seven tabs."""
+
+    def __init__(self, result, code: str = "pseudo", first_tab: str = "Graph"):
+        from .tables import summary_html
+
+        self.result = result
+        self.code_lang = code
+        self.contents = tab_contents(result, code)
+        self.tune = TunePanel(result)
+        self.code = CodePanel(result, code)
+        children = []
+        for title in TABS:
+            if title == "Tune":
+                children.append(self.tune.box)
+            elif title == "Code":
+                children.append(self.code.box)
+            else:
+                children.append(W.HTML(self.contents[title]))
+        self.tabs = W.Tab(children=children, titles=list(TABS))
+        self.tabs.selected_index = TABS.index(first_tab) if first_tab in TABS else 0
+        self.summary = W.HTML(summary_html(result))
+        self.widget = W.VBox([self.summary, self.tabs], layout=W.Layout(width="100%"))
+        self.widget.add_class("autocomp-result")
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = self.widget._repr_mimebundle_(**kwargs)
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        data["text/html"] = static_html(self.result, self.code_lang, self.contents)
+        data["text/plain"] = f"<autocomp result: {self.result.report.get('target')}, " \
+                             f"{self.result.report.get('speedup_vs_naive', 0):.2f}x vs naive>"
+        return bundle
