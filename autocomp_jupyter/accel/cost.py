@@ -73,6 +73,7 @@ class BatchCost:
     compute_s: np.ndarray
     level_time_s: np.ndarray  # [n, levels]: traffic / bandwidth per source level
     double_buffered: np.ndarray  # [n, tiling levels] bool
+    datapath_bytes: np.ndarray | None = None  # [n, statements, levels]: operand streaming
 
     def __len__(self) -> int:
         return len(self.time_s)
@@ -364,15 +365,23 @@ class KernelModel:
 
         inner_order = orders[:, L - 1, :]
         rows = np.arange(n)
+        clock = target.clock_ghz * 1e9
+        bw = self.bw[None, :] * np.where(self.mem_per_unit[None, :], active[:, None], 1.0)
         bytes_by_level = np.zeros((n, M))
-        serial_bytes = np.zeros((n, M))       # traffic into levels that cannot double-buffer
-        latency = np.zeros(n)
-        compute_cycles = np.zeros(n)
+        level_time = np.zeros((n, M))
+        time_s = np.zeros(n)
+        compute_s = np.zeros(n)
         mac_points = 0.0
         useful = np.zeros(n)                  # MAC positions doing work, for pe_util
         offered = np.zeros(n)
         vector_ops = 0.0
-        for st in self.statements:
+        datapath_bytes = np.zeros((n, len(self.statements), M))
+        # Statements run as a sequence of nests over the same tiles; their times add.
+        for si, st in enumerate(self.statements):
+            st_bytes = np.zeros((n, M))
+            serial_bytes = np.zeros((n, M))   # traffic into levels that cannot double-buffer
+            events = np.zeros((n, L))         # tile loads into each level (a latency each)
+            event_src = {}
             present_seq = st.present[seq_loops]
             trips = np.where(present_seq, seq_trips, 1.0)
             # The datapath tile: PE array on the mapped loops, or one vector on the
@@ -408,7 +417,7 @@ class KernelModel:
                 ops = st.points * max(1, st.flops_per_point)
                 cycles = passes * width * max(1, st.flops_per_point) / compute.vector_ops_per_cycle
                 vector_ops += ops
-            compute_cycles += cycles / active
+            st_compute = cycles / active / clock
 
             for a in st.accesses:
                 # Fetches and traffic at each holding level, then the datapath.
@@ -435,22 +444,30 @@ class KernelModel:
                     eff[pos] = fits[pos] + overflow[:, h] * (through - fits[pos])
                     through = eff[pos]
                 inner_src = self.mem_index[a.chain[-1]] if a.chain else M - 1
-                bytes_by_level[:, inner_src] += datapath
+                st_bytes[:, inner_src] += datapath
+                datapath_bytes[:, si, inner_src] += datapath
                 for pos, h in enumerate(a.chain):
                     src = M - 1 if pos == 0 else self.mem_index[a.chain[pos - 1]]
                     moved = eff[pos]
-                    bytes_by_level[:, src] += moved
+                    st_bytes[:, src] += moved
                     serial_bytes[:, src] += np.where(double_buffered[:, h], 0.0, moved)
-                    lat = self.latency_s[src]
-                    par = active if self.per_unit[h] else 1.0
-                    latency += np.where(double_buffered[:, h], lat, fetch_counts[pos] * lat / par)
+                    events[:, h] = np.maximum(events[:, h], fetch_counts[pos])
+                    event_src[h] = src
 
-        clock = target.clock_ghz * 1e9
-        compute_s = compute_cycles / clock
-        bw = self.bw[None, :] * np.where(self.mem_per_unit[None, :], active[:, None], 1.0)
-        level_time = bytes_by_level / bw
-        serial_time = (serial_bytes / bw).sum(axis=1)
-        time_s = np.maximum(compute_s + serial_time, level_time.max(axis=1)) + latency
+            st_level_time = st_bytes / bw
+            serial_time = (serial_bytes / bw).sum(axis=1)
+            # Latency: one load in flight per level. Double-buffered loads hide it behind the
+            # previous tile's work, so it only bounds the level's time (bytes/bw + loads x
+            # latency); other loads wait in line with compute.
+            for h, src in event_src.items():
+                par = active if self.per_unit[h] else 1.0
+                lat = events[:, h] * self.latency_s[src] / par
+                st_level_time[:, src] += np.where(double_buffered[:, h], lat, 0.0)
+                serial_time += np.where(double_buffered[:, h], 0.0, lat)
+            time_s += np.maximum(st_compute + serial_time, st_level_time.max(axis=1))
+            compute_s += st_compute
+            bytes_by_level += st_bytes
+            level_time += st_level_time
         energy = (bytes_by_level * self.energy_per_byte[None, :]).sum(axis=1) \
             + (mac_points + vector_ops) * target.energy_pj_per_mac * 1e-12
         dram = bytes_by_level[:, -1]
@@ -463,7 +480,7 @@ class KernelModel:
             pe_util=np.where(offered > 0, useful / np.maximum(offered, 1e-30), 1.0),
             arithmetic_intensity=flops / np.maximum(dram, 1e-30),
             spill_ratio=spill, compute_s=compute_s, level_time_s=level_time,
-            double_buffered=double_buffered,
+            double_buffered=double_buffered, datapath_bytes=datapath_bytes,
         )
 
 

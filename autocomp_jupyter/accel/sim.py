@@ -1,0 +1,226 @@
+"""A tile-level simulator: replays a schedule's tile loops to check the analytic model.
+
+Where `cost.py` counts refetches with a closed-form rule, the simulator walks the actual
+tiles in the schedule's order (remainder tiles included), keeps for every memory level the
+tile of each tensor that is resident in that level's buffer, and moves data only when the
+tile a step needs differs from the resident one (an accumulated output is written back when
+it leaves and read back when it returns). Time comes from an event timeline: each step's
+loads go through the source level's channel; where a level holds its tiles twice (double
+buffering) the loads for step s start as soon as step s-1 begins computing, otherwise only
+after it ends; a step computes once its data are in.
+
+What it does not replay: operand streaming inside the PE array / vector lanes (each step
+is charged its share, by points, of the model's datapath traffic) and the split of work
+over compute units (rates are scaled by the model's occupancy, as in the model). Huge nests
+are capped: after `max_steps` innermost tiles the totals are scaled up by the steps left.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir.schedule import Schedule
+from .cost import KernelModel, _chunks, kernel_model
+from .target import load_target
+
+
+@dataclass
+class SimResult:
+    time_s: float
+    cycles: float
+    bytes: dict[str, float]
+    compute_s: float
+    steps: int              # innermost tiles replayed
+    total_steps: int        # innermost tiles in the whole nest
+    sampled: bool
+
+
+def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
+    """Replay `schedule` on `target` tile by tile (see the module docstring)."""
+    target = load_target(target)
+    model = kernel_model(schedule.kernel, target)
+    tiles, orders, parallel, vectorize = model.normalise(*model.schedule_arrays(schedule))
+    analytic = model.evaluate_batch(tiles, orders, parallel, vectorize)
+    active = target.compute.units * float(analytic.occupancy[0])
+    total_bytes = np.zeros(len(model.level_names))
+    time_s = compute_s = 0.0
+    steps_done = total_steps = 0
+    sampled = False
+    for si in range(len(model.statements)):
+        r = _replay_statement(model, si, tiles[0], orders[0], int(vectorize[0]), active,
+                              analytic.double_buffered[0], analytic.datapath_bytes[0, si], max_steps)
+        total_bytes += r["bytes"]
+        time_s += r["time_s"]
+        compute_s += r["compute_s"]
+        steps_done += r["steps"]
+        total_steps += r["total_steps"]
+        sampled |= r["sampled"]
+    return SimResult(time_s=time_s, cycles=time_s * target.clock_ghz * 1e9,
+                     bytes={n: float(b) for n, b in zip(model.level_names, total_bytes)},
+                     compute_s=compute_s, steps=steps_done, total_steps=total_steps, sampled=sampled)
+
+
+def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np.ndarray,
+                      vectorize: int, active: float, double_buffered: np.ndarray,
+                      datapath: np.ndarray, max_steps: int) -> dict:
+    target, compute = model.target, model.target.compute
+    st = model.statements[si]
+    E = model.extents
+    D, L = tiles.shape
+    M = len(model.level_names)
+    clock = target.clock_ghz * 1e9
+    present = st.present
+    bw = np.array([m.bandwidth_gbps * 1e9 * (active if m.per_unit else 1.0) for m in target.memory])
+    latency = np.array([m.latency_cycles for m in target.memory]) / clock
+    # Each unit has its own stream of requests to a level that feeds per-unit buffers.
+    lat_par = np.ones(M)
+    for h, lv in enumerate(target.on_chip):
+        if lv.per_unit:
+            lat_par[M - 1 if h == 0 else int(model.mem_index[h - 1])] = active
+
+    # The datapath unit along each loop (PE array or one vector), as in the model.
+    unit = np.ones(D, dtype=np.int64)
+    if st.mac and compute.kind == "systolic":
+        unit[st.row_loop], unit[st.col_loop] = compute.pe_rows, compute.pe_cols
+    else:
+        inner = [d for d in orders[L - 1] if present[d]]
+        vec = vectorize if vectorize >= 0 and present[vectorize] else (inner[-1] if inner else 0)
+        unit[vec] = compute.vector_width(st.dtype) if compute.kind != "systolic" else compute.pe_cols
+    width = compute.spatial_width if st.mac else int(unit.max())
+    total_steps = 1
+    for d in range(D):
+        if present[d]:
+            total_steps *= int(_chunks(np.int64(E[d]), tiles[d, :L - 1], np.int64(tiles[d, L - 1])))
+    mapped_points = st.points / st.local_points
+    datapath_per_point = datapath / max(mapped_points, 1.0)
+
+    def footprint(a, box) -> float:
+        sizes = np.array([box[d][1] for d in range(D)], dtype=float)
+        extent = (sizes - 1.0) @ a.coeff.T + a.local_add + 1.0
+        return float(np.prod(np.minimum(extent, a.dims))) * a.elem_bytes
+
+    def source_of(a, pos) -> int:
+        return M - 1 if pos == 0 else int(model.mem_index[a.chain[pos - 1]])
+
+    def walk(level, parent_box, boxes):
+        """Yield, for every innermost tile in order, the box of each level's tile."""
+        if level == L:
+            yield boxes
+            return
+        order = [d for d in orders[level] if present[d]]
+        ranges = []
+        for d in order:
+            start, size = parent_box[d]
+            t = int(min(tiles[d, level], size))
+            ranges.append([(s, min(t, start + size - s)) for s in range(start, start + size, t)])
+        for combo in itertools.product(*ranges):
+            box = list(parent_box)
+            for d, piece in zip(order, combo):
+                box[d] = piece
+            yield from walk(level + 1, box, boxes + [box])
+
+    # resident[(access, level)] = (tile key, box): the tile that level's buffer holds;
+    # visited: tile keys seen before (their partial sums exist outside).
+    resident: dict[tuple[int, int], tuple] = {}
+    visited: dict[tuple[int, int], set] = {}
+    moved = np.zeros(M)
+    channel_free = np.zeros(M)
+    prev_start = prev_end = 0.0
+    tile_start = [0.0] * L            # when the current tile of each level began
+    last_boxes = [None] * L
+    compute_total = 0.0
+    steps = 0
+    full_box = [(0, int(E[d])) if present[d] else (0, 1) for d in range(D)]
+    for boxes in walk(0, full_box, []):
+        if steps >= max_steps:
+            break
+        steps += 1
+        load = np.zeros(M)
+        load_into: dict[tuple[int, int], float] = {}  # (source, level) -> bytes
+        for ai, a in enumerate(st.accesses):
+            for pos, h in enumerate(a.chain):
+                box = boxes[h]
+                key = tuple(box[d] for d in range(D) if a.index_mask[d])
+                slot = (ai, h)
+                old = resident.get(slot)
+                if old is not None and old[0] == key:
+                    continue
+                seen = visited.setdefault(slot, set())
+                amount = 0.0
+                if a.kind == "read":
+                    amount = footprint(a, box)
+                else:
+                    if old is not None:
+                        amount += footprint(a, old[1])  # write the leaving tile back
+                    if a.kind == "accumulate" and key in seen:
+                        amount += footprint(a, box)     # read its partial sums back
+                seen.add(key)
+                resident[slot] = (key, box)
+                if a.internal and pos == 0:
+                    continue  # internal tensors stay on chip
+                src = source_of(a, pos)
+                load[src] += amount
+                load_into[src, h] = load_into.get((src, h), 0.0) + amount
+        # Compute of this innermost tile, with edge waste of partial PE passes / vectors.
+        inner = boxes[L - 1]
+        passes = float(st.local_points)
+        points = 1.0
+        for d in range(D):
+            if present[d]:
+                passes *= -(-inner[d][1] // int(unit[d]))
+                points *= inner[d][1]
+        if st.mac:
+            cycles = passes * compute.spatial_width / compute.macs(st.dtype)
+            if compute.kind == "systolic":
+                cycles += compute.pe_rows + compute.pe_cols
+        else:
+            cycles = passes * width * max(1, st.flops_per_point) / compute.vector_ops_per_cycle
+        step_compute = cycles / clock / active
+        operands = datapath_per_point * points
+        moved += load + operands
+        busy = max(step_compute, float(np.max(operands / bw)))
+        # Loads into a double-buffered level are prefetched while that level's previous
+        # tile is being worked on (from its first step); others wait for the previous
+        # step to end. Each source level is one channel.
+        ready = prev_end
+        for (src, h), amount in sorted(load_into.items(), key=lambda kv: kv[0][1]):
+            if amount == 0:
+                continue
+            issue = tile_start[h] if double_buffered[h] else prev_end
+            begin = max(channel_free[src], issue)
+            # Requests are pipelined: latency delays the data, not the channel; units
+            # wait for their own loads side by side, so one stream sees latency / units.
+            channel_free[src] = begin + amount / bw[src]
+            ready = max(ready, channel_free[src] + latency[src] / lat_par[src])
+        for h in range(L):
+            if boxes[h] != last_boxes[h]:
+                tile_start[h] = ready
+        last_boxes = boxes
+        prev_start, prev_end = ready, ready + busy
+        compute_total += step_compute
+    # Drain: outputs still resident go back out.
+    drain = np.zeros(M)
+    for (ai, h), (key, box) in resident.items():
+        a = st.accesses[ai]
+        pos = a.chain.index(h)
+        if a.kind != "read" and not (a.internal and pos == 0):
+            drain[source_of(a, pos)] += footprint(a, box)
+    moved += drain
+    end = prev_end + float(np.max(drain / bw))
+    sampled = steps < total_steps
+    scale = total_steps / steps if sampled and steps else 1.0
+    return {"bytes": moved * scale, "time_s": end * scale, "compute_s": compute_total * scale,
+            "steps": steps, "total_steps": total_steps, "sampled": sampled}
+
+
+def compare(schedule: Schedule, target, max_steps: int = 200_000) -> dict:
+    """Model vs simulator for one schedule: both times, bytes and the relative gap."""
+    from .cost import evaluate
+
+    model = evaluate(schedule, target)
+    sim = simulate(schedule, target, max_steps=max_steps)
+    return {"model_time_s": model.time_s, "sim_time_s": sim.time_s,
+            "time_error": abs(model.time_s - sim.time_s) / max(sim.time_s, 1e-30),
+            "model_bytes": model.bytes, "sim_bytes": sim.bytes, "sampled": sim.sampled}
