@@ -1,6 +1,12 @@
 """autocomp-jupyter: rule-driven optimisation of tensor programs for tensor accelerators."""
 __version__ = "0.1.0"
 
+from .errors import UserError  # noqa: E402
+from .pipeline import optimize  # noqa: E402
+from .rules.engine import Fuse, Replace, adrs_rule  # noqa: E402
+
+__all__ = ["optimize", "adrs_rule", "Fuse", "Replace", "UserError", "__version__"]
+
 
 def load_ipython_extension(ipython):
     """`%load_ext autocomp_jupyter`: registers %%autocomp, %autocomp_targets, %autocomp_rules."""

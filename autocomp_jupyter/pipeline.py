@@ -1,0 +1,235 @@
+"""`optimize()`: the ADRS pipeline, stage by stage, in one place.
+
+    DSL text ─parse→ Program ─baselines→ naive, library plans
+      ─fusion→ ─tiling→ ─scheduling→   (each pass checked: legality, equivalence, gain; else rolled back)
+      ─tuning→ top-K versions ─verify→ ─cost→ report
+
+Every pass takes an immutable Plan and returns a new one plus its log; the checks that
+decide whether a pass's result is kept live here, in `_check_pass`, so no pass can skip them.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from .accel.cost import evaluate, evaluate_program, library_schedule, naive_schedule
+from .accel.target import Target, load_target
+from .dsl import load, parse
+from .errors import UserError
+from .ir.program import Program
+from .ir.schedule import kernels_unfused
+from .passes import Pass, PassContext, PassOutcome, rollback_entry
+from .result import Plan, Result
+from .rules.engine import load_rules
+from .rules.fusion import fusion_pass
+
+
+def _registered_passes() -> dict[str, Pass]:
+    """The built-in passes by name, in pipeline order (DESIGN §4)."""
+    passes: dict[str, Pass] = {"fusion": fusion_pass}
+    try:
+        from .rules.tiling import tiling_pass
+        passes["tiling"] = tiling_pass
+    except ImportError:  # the tiling pass ships in its own module; absent in minimal builds
+        pass
+    try:
+        from .rules.scheduling import scheduling_pass
+        passes["scheduling"] = scheduling_pass
+    except ImportError:
+        pass
+    return passes
+
+
+def _as_program(src: str | Path | Program) -> Program:
+    if isinstance(src, Program):
+        return src
+    if isinstance(src, Path) or (isinstance(src, str) and "\n" not in src and src.strip().endswith(".acir")):
+        return load(src)
+    if not isinstance(src, str):
+        raise UserError(f"optimize() takes DSL text, a path to a .acir file or a Program, got {type(src).__name__}")
+    return parse(src, "<cell>")
+
+
+def _select_passes(passes: str | Sequence[str | Pass] | None) -> list[tuple[str, Pass]]:
+    available = _registered_passes()
+    if passes is None:
+        return list(available.items())
+    items = [p.strip() for p in passes.split(",") if p.strip()] if isinstance(passes, str) else list(passes)
+    chosen = []
+    for item in items:
+        if callable(item):
+            chosen.append((getattr(item, "__name__", "custom"), item))
+        elif item in available:
+            chosen.append((item, available[item]))
+        else:
+            known = ", ".join(available) or "none"
+            raise UserError(f"unknown pass '{item}' in --passes; available: {known}", filename="--passes")
+    return chosen
+
+
+def baseline_plan(program: Program, target: Target, schedule_for: Callable, label: str) -> Plan:
+    kernels = kernels_unfused(program)
+    return Plan(program, kernels, tuple(schedule_for(k, target) for k in kernels), label)
+
+
+def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = None, tune: int | None = None,
+             top: int | None = None, seed: int | None = None, budget: float | None = None,
+             passes: str | Sequence | None = None, progress: Callable | None = None,
+             executor=None) -> Result:
+    """Run the ADRS pipeline on `src` (DSL text, a .acir path or a Program) for `target`.
+
+    rules: extra rule files / registered @adrs_rule names (after default.yaml and the
+    target's file); tune: configurations the tuner evaluates (0: rules only; default from
+    the rule file); top: versions kept; seed: tuner seed; budget: tuning seconds;
+    passes: names ('fusion,tiling,scheduling') or pass functions; progress:
+    callback(done, total, best_time_s) during tuning; executor: a concurrent.futures
+    Executor for tuning. Bad input raises `UserError`.
+    """
+    started = time.perf_counter()
+    program = _as_program(src)                                   # parse and shape-check
+    target = load_target(target)                                 # preset or YAML (validated)
+    ruleset = load_rules(list(rules or []), target.name)         # default.yaml ← target ← user
+    tune_cfg = ruleset.tune
+    seed = tune_cfg.get("seed", 0) if seed is None else seed
+    _check_flags(tune, top, seed, budget)
+    ctx = PassContext(program, target, ruleset, seed)
+
+    naive = baseline_plan(program, target, naive_schedule, "naive")          # per-op, untiled
+    library = baseline_plan(program, target, library_schedule, "library")    # per-op, textbook tiles
+
+    plan, log, rollbacks = library, [], []
+    for name, run_pass in _select_passes(passes):                # fusion → tiling → scheduling
+        outcome = run_pass(plan, ctx)
+        plan = _check_pass(name, plan, outcome, ctx, log, rollbacks)
+
+    configs = tune_cfg.get("configs", 0) if tune is None else tune   # what the rules leave open
+    plan, versions, tuning = _tune(plan, ctx, configs, top or tune_cfg.get("top", 3), budget, progress, executor)
+
+    verified, reason = _verify(plan, ctx)                        # equivalence + legality, once more
+    if not verified:
+        rollbacks.append(rollback_entry("verify", "", f"final plan failed verification ({reason}): "
+                                                      "showing the library baseline"))
+        plan, versions = library, {}
+        verified, reason = _verify(plan, ctx)
+
+    from .report import build_report                             # DESIGN §8
+    report = build_report(program, target, ruleset, naive, library, plan, ctx, log, rollbacks, tuning, verified,
+                          seconds=time.perf_counter() - started)
+    result = Result(program=program, target=target, before=naive, library=library, after=plan, report=report,
+                    versions=versions, rules=ruleset)
+    result.evaluate_variant = lambda kernel, tiles=None, order=None, annotations=None: evaluate_variant(
+        result, kernel, tiles, order, annotations)
+    return result
+
+
+def _tune(plan: Plan, ctx: PassContext, configs: int, top: int, budget, progress, executor):
+    """The auto-tuner (tune.py) over the plan's kernels; without it, the plan as the rules left it."""
+    try:
+        from .tune import tune_plan
+    except ImportError:
+        return plan, {}, {"configs_evaluated": 0, "seconds": 0.0, "top": []}
+    if configs <= 0:
+        return plan, {}, {"configs_evaluated": 0, "seconds": 0.0, "top": []}
+    return tune_plan(plan, ctx, configs=configs, top=top, budget=budget, progress=progress, executor=executor)
+
+
+def _check_flags(tune, top, seed, budget) -> None:
+    problems = []
+    if tune is not None and (not isinstance(tune, int) or isinstance(tune, bool) or tune < 0):
+        problems.append(f"tune must be an integer >= 0 (configurations), got {tune!r}")
+    if top is not None and (not isinstance(top, int) or isinstance(top, bool) or top < 1):
+        problems.append(f"top must be an integer >= 1, got {top!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        problems.append(f"seed must be an integer >= 0, got {seed!r}")
+    if budget is not None and (not isinstance(budget, (int, float)) or budget <= 0):
+        problems.append(f"budget must be a positive number of seconds, got {budget!r}")
+    if problems:
+        from .errors import Diagnostic
+
+        raise UserError([Diagnostic(p) for p in problems], filename="optimize()")
+
+
+def _check_pass(name: str, before: Plan, outcome: PassOutcome, ctx: PassContext, log: list, rollbacks: list) -> Plan:
+    """Keep a pass's plan only if it verifies, stays legal and gains `min_speedup`."""
+    log.extend(outcome.log)
+    rollbacks.extend(outcome.rollbacks)
+    after = outcome.plan
+    if after is before or (after.program == before.program and after.kernels == before.kernels
+                           and after.schedules == before.schedules):
+        return before  # nothing changed: nothing to check or roll back
+    verdict = ctx.verify(after.program)
+    if not verdict:
+        rollbacks.append(rollback_entry(name, "", f"the pass changed the program's result: {verdict.reason}"))
+        return before
+    illegal = _illegal_schedules(after, ctx)
+    if illegal:
+        kernel, reason = illegal[0]
+        rollbacks.append(rollback_entry(name, kernel, f"illegal schedule: {reason}"))
+        return before
+    old, new = ctx.cost(before).total.time_s, ctx.cost(after).total.time_s
+    gain = old / new if new > 0 else float("inf")
+    min_speedup = float(ctx.rules.rollback.get("min_speedup_by_pass", {}).get(
+        name, ctx.rules.rollback.get("min_speedup", 1.0)))
+    if gain < min_speedup:
+        rollbacks.append(rollback_entry(name, "", f"gain {gain:.2f}x < min_speedup {min_speedup:g}x "
+                                                  f"({old * 1e6:.1f} us -> {new * 1e6:.1f} us): pass rolled back"))
+        return before
+    return after
+
+
+def _illegal_schedules(plan: Plan, ctx: PassContext) -> list[tuple[str, str]]:
+    """(kernel, reason) for each schedule isl cannot prove legal."""
+    from . import poly
+
+    bad = []
+    for kernel, schedule in zip(plan.kernels, plan.schedules):
+        verdict = poly.check_legal(kernel.statements, poly.from_tiled_schedule(schedule),
+                                   parallel=poly.parallel_dims(schedule), reduction_reorderable=True)
+        if not verdict.ok:
+            bad.append((kernel.name, verdict.reason))
+    return bad
+
+
+def _verify(plan: Plan, ctx: PassContext) -> tuple[bool, str]:
+    verdict = ctx.verify(plan.program)
+    if not verdict:
+        return False, verdict.reason
+    illegal = _illegal_schedules(plan, ctx)
+    if illegal:
+        return False, f"kernel {illegal[0][0]}: {illegal[0][1]}"
+    return True, ""
+
+
+def evaluate_variant(result: Result, kernel_name: str, tiles=None, order=None, annotations=None) -> dict:
+    """Re-score one kernel of the optimised plan with other tiles/order (the Tune sliders).
+
+    Returns {"legal", "reason", "metrics", "time_s", "roofline_point", "schedule"}: legality
+    from isl, metrics from the cost model, the program's total time with this variant.
+    """
+    from . import poly
+    from .report import roofline_point
+
+    plan = result.after
+    current = plan.schedule_of(kernel_name)
+    try:
+        schedule = current
+        if tiles is not None:
+            schedule = schedule.with_tiles(tiles)
+        if order is not None:
+            schedule = schedule.with_order(order)
+        if annotations is not None:
+            from dataclasses import replace
+            schedule = replace(schedule, annotations=annotations)
+        cost = evaluate(schedule, result.target)
+    except ValueError as err:
+        return {"legal": False, "reason": str(err), "metrics": {}, "time_s": float("nan"),
+                "roofline_point": None, "schedule": current}
+    verdict = poly.check_legal(schedule.kernel.statements, poly.from_tiled_schedule(schedule),
+                               parallel=poly.parallel_dims(schedule), reduction_reorderable=True)
+    variant = plan.with_schedule(kernel_name, schedule)
+    total = evaluate_program(variant.schedules, result.target).total
+    return {"legal": verdict.ok, "reason": verdict.reason if not verdict.ok else "",
+            "metrics": cost.metrics(), "time_s": total.time_s,
+            "roofline_point": roofline_point(result.program, total, "variant"), "schedule": schedule,
+            "plan": variant}

@@ -1,0 +1,353 @@
+"""The fusion pass: group producer→consumer chains into kernels by the rule set.
+
+Preconditions a fusion needs (as TVM's FuseOps): each consumer is the only reader of the
+tensor before it, and that tensor is not a program output — so it never leaves the chip.
+Steps, each logged into the report:
+
+1. Inline: an elementwise/broadcast intermediate with at most `inline_threshold` elements
+   is substituted into every reader (recomputed instead of stored), when every read is
+   in bounds. The rewritten program is checked by the interpreter.
+2. Python rules (`@adrs_rule`) returning `Replace` rewrite producer and consumer; each
+   rewrite is checked by the interpreter and rolled back, with the reason, if it changes
+   the result.
+3. Chains: at each op (program order) every enabled rule for the target is matched against
+   the chain starting there; the longest match wins (ties: the rule tried first). A group
+   is shortened until its working set fits the fast memory (`shared_mem_kb`, the target's
+   buffer) and its tensors stay under `fusion_threshold_gb`; a fusion whose memory
+   pressure exceeds `max_occupancy_after_fusion` is undone.
+4. The kernel graph must stay acyclic; a cycle returns the unfused baseline.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..accel.cost import kernel_model, library_schedule
+from ..ir.program import Access, Op, Program, Statement, substitute
+from ..ir.schedule import Kernel, Schedule
+from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
+from ..result import Plan
+from .engine import Fuse, FusionRule, Replace, chain_from, sole_reader
+
+PASS = "fusion"
+
+
+def fusion_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
+    params = ctx.rules.fusion_params
+    log: list[dict] = []
+    rollbacks: list[dict] = []
+    program = plan.program
+
+    program = _inline_small(program, ctx, params.get("inline_threshold", 0), log, rollbacks)
+    program, fixed_groups = _python_rewrites(program, ctx, log, rollbacks)
+    groups = _chain_groups(program, ctx, fixed_groups, log, rollbacks)
+
+    kernels = tuple(Kernel.from_ops(program, g, name=_kernel_name(g)) for g in groups)
+    if _has_cycle(program, kernels):
+        rollbacks.append(rollback_entry(PASS, "", "the fused kernel graph has a cycle: back to the unfused baseline"))
+        return PassOutcome(plan, tuple(log), tuple(rollbacks))
+    schedules = tuple(_inherited_schedule(program, k, ctx) for k in kernels)
+    return PassOutcome(Plan(program, kernels, schedules, "fused"), tuple(log), tuple(rollbacks))
+
+
+def _inherited_schedule(program: Program, kernel: Kernel, ctx: PassContext) -> Schedule:
+    """A fused kernel keeps its anchor op's textbook tiles, so the fusion's gain is the DRAM
+    traffic it removes, not a change of tiling (the tiling pass re-tiles it next)."""
+    anchor_op = next(op.name for op in program.ops if kernel.anchor_statement in op.statements)
+    alone = Kernel.from_ops(program, [anchor_op])
+    if len(kernel.ops) == 1 or alone.loop_names != kernel.loop_names:
+        return library_schedule(kernel, ctx.target)
+    own = library_schedule(alone, ctx.target)
+    return Schedule(kernel, tiles=own.tiles, order=own.order, annotations=own.annotations, levels=own.levels)
+
+
+def _kernel_name(ops) -> str:
+    return "_".join(ops) if len(ops) <= 4 else f"{ops[0]}_to_{ops[-1]}"
+
+
+# --------------------------------------------------------------------------- inlining
+
+
+def _in_bounds(acc: Access, extents: dict[str, int], shape: tuple[int, ...]) -> bool:
+    for idx, dim in zip(acc.indices, shape):
+        lo = idx.const + sum(min(0, c * (extents[l] - 1)) for l, c in idx.terms)
+        hi = idx.const + sum(max(0, c * (extents[l] - 1)) for l, c in idx.terms)
+        if lo < 0 or hi >= dim:
+            return False
+    return True
+
+
+def _inline_into(stmt: Statement, producer: Statement) -> Statement:
+    """`stmt` with every read of producer's target replaced by producer's expression."""
+    lhs = [i.single_loop for i in producer.target_indices]
+
+    def fn(e):
+        if isinstance(e, Access) and e.tensor == producer.target:
+            mapping = dict(zip(lhs, e.indices))
+
+            def rename(x):
+                if isinstance(x, Access):
+                    return Access(x.tensor, tuple(i.rename(mapping) for i in x.indices), x.pad, x.span)
+                return None
+            return substitute(producer.expr, rename)
+        return None
+    return Statement(stmt.target, stmt.target_indices, stmt.reduce, stmt.loops, substitute(stmt.expr, fn), stmt.span)
+
+
+def _inline_small(program: Program, ctx: PassContext, threshold: int, log, rollbacks) -> Program:
+    if threshold <= 0:
+        return program
+    for op in program.ops:
+        t = program.tensor(op.output)
+        readers = program.readers(op.output)
+        if (op.op_class not in ("elementwise", "broadcast") or len(op.statements) != 1 or t.size > threshold
+                or op.output in program.outputs or not readers):
+            continue
+        producer = op.statements[0]
+        if producer.reduce or any(i.single_loop is None for i in producer.target_indices):
+            continue
+        if not all(_in_bounds(a, s.extents, t.shape) for r in readers for s in r.statements
+                   for a in s.reads() if a.tensor == op.output):
+            log.append(rule_entry("inline", PASS, [op.name] + [r.name for r in readers], False,
+                                  f"'{op.output}' is read out of bounds (padding) by a reader; inlining would change it"))
+            continue
+        new_ops = []
+        for other in program.ops:
+            if other is op:
+                continue
+            if other in readers:
+                statements = tuple(_inline_into(s, producer) for s in other.statements)
+                inputs = tuple(dict.fromkeys([i for i in other.inputs if i != op.output] +
+                                             [i for i in op.inputs])) if other.kind == "comprehension" else \
+                    tuple(dict.fromkeys([x for i in other.inputs for x in ([*op.inputs] if i == op.output else [i])]))
+                other = Op(other.kind, other.op_class, inputs, other.output, other.attrs, statements, other.temps,
+                           other.span)
+            new_ops.append(other)
+        candidate = Program(tuple(x for x in program.tensors if x.name != op.output), tuple(new_ops),
+                            program.outputs, program.source, program.filename)
+        verdict = ctx.verify(candidate)
+        ops = [op.name] + [r.name for r in readers]
+        if verdict:
+            log.append(rule_entry("inline", PASS, ops, True,
+                                  f"'{op.output}' has {t.size} elements (<= inline_threshold {threshold}): "
+                                  f"recomputed in {', '.join(r.name for r in readers)}"))
+            program = candidate
+        else:
+            log.append(rule_entry("inline", PASS, ops, False, f"rolled back: {verdict.reason}"))
+            rollbacks.append(rollback_entry(PASS, op.name, f"inline of '{op.output}' changed the result: {verdict.reason}"))
+    return program
+
+
+# --------------------------------------------------------------------------- Python rewrites
+
+
+def _python_rules(ctx: PassContext) -> list[FusionRule]:
+    return [r for r in ctx.rules.fusion_rules if r.python is not None and r.applies_to(ctx.target.name)]
+
+
+def _call_rule(rule: FusionRule, producer: Op, consumer: Op, log) -> object:
+    try:
+        return rule.python(producer, consumer)
+    except Exception as err:  # a user's rule must not take the pipeline down
+        log.append(rule_entry(rule.name, PASS, [producer.name, consumer.name], False,
+                              f"the rule raised {type(err).__name__}: {err}"))
+        return None
+
+
+def _python_rewrites(program: Program, ctx: PassContext, log, rollbacks) -> tuple[Program, list[list[str]]]:
+    """Apply `Replace` rewrites of Python rules (verified); returns fixed groups they made."""
+    groups: list[list[str]] = []
+    for rule in _python_rules(ctx):
+        for producer in list(program.ops):
+            if not any(o is producer for o in program.ops):
+                continue
+            consumer = sole_reader(program, producer)
+            if consumer is None or any(producer.name in g or consumer.name in g for g in groups):
+                continue
+            rewrite = _call_rule(rule, producer, consumer, log)
+            if not isinstance(rewrite, Replace):
+                continue
+            ops_named = [producer.name, consumer.name]
+            problem = _check_replacement(program, producer, consumer, rewrite)
+            if problem:
+                log.append(rule_entry(rule.name, PASS, ops_named, False, problem))
+                rollbacks.append(rollback_entry(PASS, "_".join(ops_named), f"rule '{rule.name}': {problem}"))
+                continue
+            candidate = _replace(program, producer, consumer, rewrite)
+            verdict = ctx.verify(candidate)
+            if not verdict:
+                why = f"rolled back: the rewrite changes the result ({verdict.reason})"
+                log.append(rule_entry(rule.name, PASS, ops_named, False, why))
+                rollbacks.append(rollback_entry(PASS, "_".join(ops_named),
+                                                f"rule '{rule.name}' failed verification: {verdict.reason}"))
+                continue
+            program = candidate
+            log.append(rule_entry(rule.name, PASS, ops_named, True,
+                                  rewrite.why or "rewritten by the Python rule; verified by the interpreter"))
+            if rewrite.fuse:
+                groups.append([o.name for o in rewrite.ops])
+    return program, groups
+
+
+def _check_replacement(program: Program, producer: Op, consumer: Op, rewrite: Replace) -> str:
+    ops = tuple(rewrite.ops)
+    if not ops or not all(isinstance(o, Op) for o in ops):
+        return "Replace(ops) needs a non-empty sequence of Op"
+    if ops[-1].output != consumer.output:
+        return f"the replacement must end by defining '{consumer.output}', got '{ops[-1].output}'"
+    defined = {t.name for t in program.tensors} - {producer.output, consumer.output}
+    for o in ops:
+        if o.output in defined:
+            return f"the replacement redefines '{o.output}'"
+        defined.add(o.output)
+    return ""
+
+
+def _replace(program: Program, producer: Op, consumer: Op, rewrite: Replace) -> Program:
+    from ..ir.program import Tensor
+
+    ops: list[Op] = []
+    for o in program.ops:
+        if o is producer:
+            continue
+        if o is consumer:
+            ops.extend(rewrite.ops)
+        else:
+            ops.append(o)
+    known = {t.name: t for t in program.tensors if t.name != producer.output}
+    ctemp = program.tensor(consumer.output)
+    tensors = list(known.values())
+    for o in rewrite.ops:
+        for s in o.statements:
+            if s.target not in known:
+                shape = tuple(max(int(i.evaluate({l.name: l.extent - 1 for l in s.loops})) + 1, 1)
+                              for i in s.target_indices)
+                t = Tensor(s.target, ctemp.dtype, shape, "temp" if s.target != o.output else "intermediate")
+                known[s.target] = t
+                tensors.append(t)
+    return Program(tuple(tensors), tuple(ops), program.outputs, program.source, program.filename)
+
+
+# --------------------------------------------------------------------------- chains
+
+
+def _fast_level(ctx: PassContext) -> tuple[int, float]:
+    """(tiling-level index, capacity bytes) of the memory fused tiles must fit in."""
+    levels = ctx.target.on_chip
+    index = len(levels) - 2 if len(levels) >= 2 else len(levels) - 1
+    limit = levels[index].size_bytes
+    shared = ctx.rules.fusion_params.get("shared_mem_kb")
+    if shared and ctx.target.shared_mem_kb is not None:  # per-block shared memory (GPU)
+        limit = min(limit, shared * 1024)
+    return index, float(limit)
+
+
+def working_set(kernel: Kernel, ctx: PassContext) -> float:
+    """Bytes a fused kernel's tiles need in the fast memory under the textbook tiling."""
+    level, _ = _fast_level(ctx)
+    model = kernel_model(kernel, ctx.target)
+    schedule = library_schedule(kernel, ctx.target)
+    tiles = model.schedule_arrays(schedule)[0]
+    return float(model.capacity_footprints(tiles)[0][level])
+
+
+def _group_bytes(program: Program, ops: list[Op]) -> int:
+    names = {t for o in ops for t in (*o.inputs, o.output)}
+    return sum(program.tensor(n).nbytes for n in names)
+
+
+def _chain_groups(program: Program, ctx: PassContext, fixed: list[list[str]], log, rollbacks) -> list[list[str]]:
+    params, target = ctx.rules.fusion_params, ctx.target.name
+    depth = int(params.get("max_fusion_depth", 4))
+    threshold_bytes = float(params.get("fusion_threshold_gb", math.inf)) * 1e9
+    _, fast_limit = _fast_level(ctx)
+    max_pressure = float(ctx.rules.rollback.get("max_occupancy_after_fusion", 1.0))
+    taken: set[str] = {n for g in fixed for n in g}
+    groups_by_first: dict[str, list[str]] = {g[0]: g for g in fixed}
+    order_index = {r.name: i for i, r in enumerate(ctx.rules.fusion_rules)}
+    for op in program.ops:
+        if op.name in taken:
+            continue
+        chain = chain_from(program, op, depth, taken - {op.name})
+        matches: list[tuple[FusionRule, int]] = []
+        for rule in ctx.rules.fusion_rules:
+            n = _rule_match(rule, chain, log)
+            if n < 2:
+                continue
+            if not rule.applies_to(target):
+                why = "disabled" if not rule.enabled else f"not for target '{target}' (targets: {rule.where()})"
+                log.append(rule_entry(rule.name, PASS, [o.name for o in chain[:n]], False, why))
+                continue
+            matches.append((rule, n))
+        group = [op.name]
+        if matches:
+            matches.sort(key=lambda m: (-m[1], order_index[m[0].name]))
+            winner, n = matches[0]
+            for rule, m in matches[1:]:
+                log.append(rule_entry(rule.name, PASS, [o.name for o in chain[:m]], False,
+                                      f"subsumed by '{winner.name}' ({n} ops)"))
+            group = _fit(program, chain[:n], winner, ctx, threshold_bytes, fast_limit, max_pressure, log, rollbacks)
+        taken.update(group)
+        groups_by_first[group[0]] = group
+    # kernels in program order of their first op
+    position = {o.name: i for i, o in enumerate(program.ops)}
+    return sorted(groups_by_first.values(), key=lambda g: position[g[0]])
+
+
+def _rule_match(rule: FusionRule, chain: list[Op], log) -> int:
+    if rule.match is not None:
+        return rule.match.match_chain(chain)
+    if len(chain) < 2:
+        return 0
+    return 2 if isinstance(_call_rule(rule, chain[0], chain[1], log), Fuse) else 0
+
+
+def _fit(program: Program, chain: list[Op], rule: FusionRule, ctx: PassContext, threshold_bytes: float,
+         fast_limit: float, max_pressure: float, log, rollbacks) -> list[str]:
+    """The longest prefix of `chain` (>= 2 ops) within the memory limits, logged; else [first]."""
+    names = [o.name for o in chain]
+    reasons = []
+    for n in range(len(chain), 1, -1):
+        ops = chain[:n]
+        total = _group_bytes(program, ops)
+        if total > threshold_bytes:
+            reasons.append(f"{n} ops touch {total / 1e9:.3g} GB > fusion_threshold_gb "
+                           f"{threshold_bytes / 1e9:g}")
+            continue
+        kernel = Kernel.from_ops(program, [o.name for o in ops])
+        ws = working_set(kernel, ctx)
+        if ws > fast_limit:
+            reasons.append(f"{n} ops need {ws / 1024:.1f} KiB of fast memory > {fast_limit / 1024:.0f} KiB")
+            continue
+        pressure = ws / fast_limit
+        if pressure > max_pressure:
+            rollbacks.append(rollback_entry(PASS, _kernel_name(names[:n]),
+                                            f"fusion by '{rule.name}' undone: memory pressure {pressure:.2f} > "
+                                            f"max_occupancy_after_fusion {max_pressure:g}"))
+            reasons.append(f"{n} ops: pressure {pressure:.2f} > {max_pressure:g}")
+            continue
+        why = f"{rule.match or 'python rule'}; working set {ws / 1024:.1f} KiB of {fast_limit / 1024:.0f} KiB"
+        if reasons:
+            why += f" (shortened: {reasons[0]})"
+        log.append(rule_entry(rule.name, PASS, names[:n], True, why))
+        return names[:n]
+    log.append(rule_entry(rule.name, PASS, names, False, "; ".join(reasons)))
+    return [names[0]]
+
+
+def _has_cycle(program: Program, kernels: tuple[Kernel, ...]) -> bool:
+    """Is the kernel graph (an edge where one kernel reads another's output) cyclic?"""
+    owner = {t: k.name for k in kernels for t in k.outputs + k.internals}
+    edges = {k.name: {owner[t] for t in k.inputs if t in owner} - {k.name} for k in kernels}
+    state: dict[str, int] = {}
+
+    def visit(n: str) -> bool:
+        state[n] = 1
+        for m in edges[n]:
+            if state.get(m) == 1 or (m not in state and visit(m)):
+                return True
+        state[n] = 2
+        return False
+
+    return any(n not in state and visit(n) for n in edges)
