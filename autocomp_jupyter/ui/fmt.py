@@ -103,6 +103,7 @@ STYLE = """<style>
 .autocomp-table{border-collapse:collapse;margin:4px 0 10px 0}
 .autocomp-table th,.autocomp-table td{border:1px solid #ddd;padding:2px 8px;text-align:right;vertical-align:top}
 .autocomp-table th{background:#f3f3f3}
+.autocomp-rules td,.autocomp-rollbacks td,.autocomp-versions td,.autocomp-rules th,.autocomp-rollbacks th,.autocomp-versions th{text-align:left}
 .autocomp-table td:first-child,.autocomp-table th:first-child{text-align:left}
 .autocomp-pair{display:flex;gap:16px;flex-wrap:wrap;align-items:flex-start}
 .autocomp-pair>div{flex:1 1 45%;min-width:280px;overflow:auto}

@@ -1,0 +1,253 @@
+"""The notebook surface: `%%autocomp` and the `%autocomp_targets` / `%autocomp_rules` tables.
+
+A thin shell over `autocomp_jupyter.optimize()` (DESIGN §2): parse the flags, call
+optimize with a progress bar, show the result (widget or static HTML). Bad input — the
+DSL, a target or rule YAML, the flags themselves — is shown as the formatted message
+(line, caret, hint) in red, never as a Python traceback, and the magic returns None.
+
+    %%autocomp --target tpu --tune 1000 --top 3 --seed 0 --out res
+    input A: f32[1024, 1024]
+    ...
+
+DSL line numbers count the `%%autocomp` line as line 1, as the notebook editor does.
+"""
+from __future__ import annotations
+
+import argparse
+import keyword
+import re
+import shlex
+from pathlib import Path
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import HTML, display
+
+from .errors import Diagnostic, UserError, did_you_mean
+
+PASSES = ("fusion", "tiling", "scheduling")
+CODE_LANGS = ("c", "pseudo")
+CELL_FILENAME = "cell"
+
+
+# --------------------------------------------------------------------------- flag types
+
+
+def _int_at_least(minimum: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+    parse.__name__ = what
+    return parse
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _passes(text: str) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    for name in names:
+        if name not in PASSES:
+            hint = did_you_mean(name, PASSES)
+            raise argparse.ArgumentTypeError(f"unknown pass {name!r}" + (f" ({hint})" if hint else ""))
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(PASSES)}")
+    return names
+
+
+def _identifier(text: str) -> str:
+    if not text.isidentifier() or keyword.iskeyword(text):
+        raise argparse.ArgumentTypeError(f"expected a Python variable name, got {text!r}")
+    return text
+
+
+def _code_lang(text: str) -> str:
+    if text not in CODE_LANGS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(CODE_LANGS)}, got {text!r}")
+    return text
+
+
+# --------------------------------------------------------------------------- error display
+
+
+def show_error(err: UserError) -> None:
+    """The formatted message in red (HTML) with the same text as plain text; no traceback."""
+    display({"text/html": err._repr_html_(), "text/plain": err.format()}, raw=True)
+
+
+def _flag_error(message: str, line: str) -> UserError:
+    """A UserError for a bad magic line, with a caret under the offending flag or value."""
+    source = "%%autocomp " + line
+    where, hint = None, ""
+    unknown = re.search(r"unrecognized arguments: (\S+)", message)
+    if unknown:
+        where = unknown.group(1)
+        if where.startswith("-"):
+            hint = did_you_mean(where, FLAGS)
+    else:  # the first quoted value the message names that the line contains, else the flag
+        quoted = [q for q in re.findall(r"'([^']+)'", message) if q in line]
+        flag = re.search(r"argument (--[\w-]+)", message)
+        where = quoted[-1] if quoted else (flag.group(1) if flag else None)
+    col = source.find(where, len("%%autocomp ")) + 1 if where else 0
+    if col <= 0:
+        return UserError(Diagnostic(message, hint=hint), source=source, filename="%%autocomp")
+    return UserError(Diagnostic(message, 1, col, len(where), hint), source=source, filename="%%autocomp")
+
+
+FLAGS = ("--target", "--rules", "--tune", "--top", "--seed", "--budget", "--passes", "--vis-graph",
+         "--out", "--static", "--code")
+
+
+def user_error_types() -> tuple[type, ...]:
+    """Exceptions that mean bad input: UserError, target YAML errors, rule-set errors."""
+    types: list[type] = [UserError]
+    try:
+        from .accel.target import TargetError
+        types.append(TargetError)
+    except ImportError:  # accel is optional for the error path only
+        pass
+    try:
+        from .rules import engine
+        for name in dir(engine):
+            obj = getattr(engine, name)
+            if isinstance(obj, type) and issubclass(obj, Exception) and name.endswith("Error") \
+                    and obj.__module__.startswith("autocomp_jupyter"):
+                types.append(obj)
+    except ImportError:  # rules/ not present: no rule-set errors to catch
+        pass
+    return tuple(dict.fromkeys(types))
+
+
+def as_user_error(err: Exception) -> UserError:
+    return err if isinstance(err, UserError) else UserError(str(err))
+
+
+def _optimize():
+    import autocomp_jupyter
+
+    fn = getattr(autocomp_jupyter, "optimize", None)
+    if fn is None:
+        from .pipeline import optimize as fn
+    return fn
+
+
+# --------------------------------------------------------------------------- magics
+
+
+@magics_class
+class AutocompMagics(Magics):
+    """`%%autocomp`, `%autocomp_targets`, `%autocomp_rules`."""
+
+    @magic_arguments()
+    @argument("--target", default="tpu", metavar="NAME|FILE.yaml",
+              help="accelerator preset (gpu, tpu, npu, gemmini, host) or a target YAML file")
+    @argument("--rules", action="append", metavar="NAME|FILE.yaml",
+              help="a rule set file or a rule registered with @adrs_rule (repeatable)")
+    @argument("--tune", type=_int_at_least(0, "a non-negative integer"), metavar="N",
+              help="configurations the tuner evaluates (0: rules only)")
+    @argument("--top", type=_int_at_least(1, "a positive integer"), metavar="K", help="keep the K best versions")
+    @argument("--seed", type=_int_at_least(0, "a non-negative integer"), metavar="S", help="tuner seed")
+    @argument("--budget", type=_positive_seconds, metavar="SECONDS", help="tuning time limit")
+    @argument("--passes", type=_passes, metavar="fusion,tiling,scheduling", help="passes to run")
+    @argument("--vis-graph", nargs="?", const="", default=None, metavar="FILE.dot",
+              help="show the before/after graph at once; with FILE.dot also write the optimised graph there")
+    @argument("--out", type=_identifier, metavar="VAR", help="store the Result in this variable")
+    @argument("--static", action="store_true", help="static HTML only (no live widgets)")
+    @argument("--code", type=_code_lang, metavar="c|pseudo", help="open the Code tab in this language")
+    @cell_magic
+    def autocomp(self, line: str, cell: str):
+        """Optimise the tensor program in the cell for a simulated accelerator (DESIGN §2)."""
+        try:
+            args = parse_argstring(self.autocomp, line)
+        except UsageError as err:
+            show_error(_flag_error(str(err), line))
+            return None
+        from . import ui
+        from .dsl import parse
+
+        errors = user_error_types()
+        progress = ui.TuningProgress(widgets=not args.static)
+        try:
+            # Parse here so line numbers count the %%autocomp line, as the editor shows them.
+            program = parse("\n" + cell, filename=CELL_FILENAME)
+            result = _optimize()(program, target=args.target, rules=args.rules, tune=args.tune, top=args.top,
+                                 seed=args.seed, budget=args.budget, passes=args.passes, progress=progress)
+        except errors as err:
+            show_error(as_user_error(err))
+            return None
+        finally:
+            progress.close()
+        if args.out:
+            self.shell.user_ns[args.out] = result
+        if args.vis_graph is not None:
+            self._vis_graph(result, args.vis_graph)
+        code = args.code or "pseudo"
+        ui.show(result, static=args.static, code=code, first_tab="Code" if args.code else "Graph")
+        return None
+
+    def _vis_graph(self, result, path: str) -> None:
+        from .ui.graph import plan_dot
+        from .ui.html import graph_html
+
+        if path:
+            try:
+                Path(path).write_text(plan_dot(result.after, result.report) + "\n")
+            except OSError as err:
+                show_error(UserError(f"cannot write the graph to '{path}': {err.strerror or err}"))
+            else:
+                display(HTML(f"<p>wrote the optimised graph to <code>{shlex.quote(path)}</code></p>"))
+        display(HTML(graph_html(result)))
+
+    @line_magic
+    def autocomp_targets(self, line: str = ""):
+        """The accelerator presets, as a table."""
+        from .accel.target import list_targets
+        from .ui.fmt import esc, table
+
+        rows = [[f"<code>{esc(r['name'])}</code>", esc(r["compute"]), esc(r["peak_tflops_f32"]), esc(r["on_chip"]),
+                 esc(r["dram_gbps"])] for r in list_targets()]
+        display(HTML(table(["target", "compute", "peak TFLOP/s (f32)", "on-chip memory", "DRAM GB/s"], rows)))
+        return None
+
+    @line_magic
+    def autocomp_rules(self, line: str = ""):
+        """The rules available to --rules: the default rule set and @adrs_rule rules."""
+        from .ui.fmt import esc, note, table
+
+        rows = rule_rows()
+        if not rows:
+            display(HTML(note("no rules available yet (autocomp_jupyter.rules is not installed)")))
+            return None
+        header = ["rule", "pass", "match", "targets", "enabled", "source"]
+        display(HTML(table(header, [[f"<code>{esc(r.get('name', ''))}</code>"] + [esc(r.get(k, "")) for k in header[1:]]
+                                    for r in rows])))
+        return None
+
+
+def rule_rows() -> list[dict]:
+    """Rows {name, pass, match, targets, enabled, source} from the rule engine."""
+    try:
+        from .rules import engine
+    except ImportError:
+        return []
+    lister = getattr(engine, "list_rules", None)
+    if callable(lister):
+        return [dict(r) for r in lister()]
+    return []
+
+
+def load_ipython_extension(ipython) -> None:
+    ipython.register_magics(AutocompMagics)
