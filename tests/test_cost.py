@@ -1,0 +1,218 @@
+"""The analytic cost model: hand-computed numbers on a toy target, metamorphic checks,
+batch = single evaluation, baselines, kernels and schedules."""
+import math
+
+import numpy as np
+import pytest
+
+from autocomp_jupyter.accel.cost import (METRIC_NAMES, baseline_costs, evaluate, evaluate_batch,
+                                         kernel_model, library_schedule, naive_schedule)
+from autocomp_jupyter.accel.target import load_target, parse_target
+from autocomp_jupyter.ir.program import Access, Affine, BinOp, Call, Loop, Op, Program, Statement, Tensor
+from autocomp_jupyter.ir.schedule import Kernel, Schedule, kernels_unfused
+
+# A two-level toy: a 64 KiB buffer in front of DRAM, one core with 4 f32 lanes.
+TOY = """
+name: toy
+clock_ghz: 1.0
+compute: {kind: vector, lanes: 4}
+energy_pj_per_mac: 1.0
+memory:
+  - {name: buf, size_bytes: 65536, bandwidth_gbps: 64, latency_cycles: 0, energy_pj_per_byte: 0.5}
+  - {name: DRAM, bandwidth_gbps: 8, latency_cycles: 0, energy_pj_per_byte: 10}
+"""
+
+
+def gemm_program(M=64, N=64, K=64, dtype="f32", relu=False):
+    i, j, k = Affine.var("i"), Affine.var("j"), Affine.var("k")
+    st = Statement("C", (i, j), "+", (Loop("i", M), Loop("j", N), Loop("k", K)),
+                   BinOp("*", Access("A", (i, k)), Access("B", (k, j))))
+    tensors = [Tensor("A", dtype, (M, K), "input"), Tensor("B", dtype, (K, N), "param"),
+               Tensor("C", dtype, (M, N), "intermediate")]
+    ops = [Op("matmul", "contraction", ("A", "B"), "C", (), (st,))]
+    outputs = ("C",)
+    if relu:
+        a, b = Affine.var("a"), Affine.var("b")
+        r = Statement("R", (a, b), None, (Loop("a", M), Loop("b", N)), Call("relu", (Access("C", (a, b)),)))
+        tensors.append(Tensor("R", dtype, (M, N), "intermediate"))
+        ops.append(Op("relu", "elementwise", ("C",), "R", (), (r,)))
+        outputs = ("R",)
+    return Program(tuple(tensors), tuple(ops), outputs)
+
+
+def conv_program(C=8, F=16, H=14, W=14, R=3, S=3):
+    """P[f, h, w] += X[c, h + r, w + s] * K[f, c, r, s] (valid convolution, CHW)."""
+    f, c, h, w, r, s = (Affine.var(n) for n in "fchwrs")
+    st = Statement("P", (f, h, w), "+",
+                   (Loop("f", F), Loop("h", H), Loop("w", W), Loop("c", C), Loop("r", R), Loop("s", S)),
+                   BinOp("*", Access("X", (c, h + r, w + s)), Access("K", (f, c, r, s))))
+    tensors = (Tensor("X", "f32", (C, H + R - 1, W + S - 1), "input"),
+               Tensor("K", "f32", (F, C, R, S), "param"), Tensor("P", "f32", (F, H, W), "intermediate"))
+    return Program(tensors, (Op("conv2d", "contraction", ("X", "K"), "P", (), (st,)),), ("P",))
+
+
+def softmax_program(N=16, D=64):
+    i, j = Affine.var("i"), Affine.var("j")
+    loops = (Loop("i", N), Loop("j", D))
+    stmts = (
+        Statement("M", (i,), "max", loops, Access("X", (i, j))),
+        Statement("E", (i, j), None, loops, Call("exp", (BinOp("-", Access("X", (i, j)), Access("M", (i,))),))),
+        Statement("S", (i,), "+", loops, Access("E", (i, j))),
+        Statement("P", (i, j), None, loops, BinOp("/", Access("E", (i, j)), Access("S", (i,)))),
+    )
+    tensors = (Tensor("X", "f32", (N, D), "input"), Tensor("M", "f32", (N,), "temp"),
+               Tensor("E", "f32", (N, D), "temp"), Tensor("S", "f32", (N,), "temp"),
+               Tensor("P", "f32", (N, D), "intermediate"))
+    op = Op("softmax", "reduction", ("X",), "P", (), stmts, temps=("M", "E", "S"))
+    return Program(tensors, (op,), ("P",))
+
+
+@pytest.fixture
+def toy():
+    return parse_target(TOY, "toy.yaml")
+
+
+def test_gemm_on_toy_by_hand(toy):
+    k = kernels_unfused(gemm_program())[0]
+    s = Schedule(k, tiles={"i": {"buf": 32}, "j": {"buf": 32}}, order={"buf": ("i", "j", "k")}, levels=("buf",))
+    c = evaluate(s, toy)
+    # DRAM -> buf, loop order (i:2, j:2, k:1):
+    #   A[i,k] 32x64x4 B = 8192 B, stays while j iterates: 2 fetches  -> 16384
+    #   B[k,j] 64x32x4 B = 8192 B, indexed by the innermost j: 4 fetches -> 32768
+    #   C[i,j] 32x32x4 B = 4096 B, 4 tiles each written once, never read back -> 16384
+    assert c.bytes["DRAM"] == 65536
+    # buf -> lanes, one 4-wide vector along k (innermost): per (i,j) tile 32x32x16 vectors
+    #   A and B: 16 B per vector x 65536 vectors = 1048576 each; C: 4 B written per (i,j)
+    #   point (stationary over k) = 16384.
+    assert c.bytes["buf"] == 2 * 1048576 + 16384
+    # Compute: 64*64*16 vector MACs at 4 MACs/cycle over 4 lanes = 65536 cycles at 1 GHz.
+    assert c.compute_s == pytest.approx(65.536e-6)
+    # Roofline per level: buf 2113536/64e9 = 33.0 us, DRAM 65536/8e9 = 8.2 us -> compute-bound.
+    assert c.time_s == pytest.approx(65.536e-6)
+    assert c.flops == 2 * 64 ** 3
+    assert c.arithmetic_intensity == pytest.approx(524288 / 65536)
+    assert c.bw_util == pytest.approx(65536 / 65.536e-6 / 8e9)
+    # Energy: buf 2113536 x 0.5 pJ + DRAM 65536 x 10 pJ + 262144 MACs x 1 pJ.
+    assert c.energy_j == pytest.approx((2113536 * 0.5 + 65536 * 10 + 262144) * 1e-12)
+    assert c.pe_util == 1.0 and c.occupancy == 1.0 and c.spill_ratio == 0.0
+    assert set(c.metrics()) == set(METRIC_NAMES)
+
+
+def test_non_dividing_vector_tile_wastes_lanes(toy):
+    k = kernels_unfused(gemm_program())[0]
+    s = Schedule(k, tiles={"j": {"buf": 6}}, annotations={"vectorize": "j"}, levels=("buf",))
+    c = evaluate(s, toy)
+    # j = 64 in tiles of 6: ten tiles of 6 (2 vectors each) and a remainder of 4 (1 vector)
+    # = 21 vectors where 16 would do.
+    assert c.pe_util == pytest.approx(16 / 21)
+    assert c.compute_s == pytest.approx(64 * 21 * 64 / 1e9)
+
+
+def test_overflowing_tile_spills(toy):
+    k = kernels_unfused(gemm_program())[0]
+    fits = evaluate(Schedule(k, tiles={"i": {"buf": 32}, "j": {"buf": 32}}, levels=("buf",)), toy)
+    small = parse_target(TOY.replace("size_bytes: 65536", "size_bytes: 32768"), "small.yaml")
+    # Whole matrices (3 x 16 KiB) in a 32 KiB buffer: 50% over.
+    over = evaluate(naive_schedule(k, small), small)
+    assert fits.spill_ratio == 0 and over.spill_ratio == pytest.approx(0.5)
+    assert over.bytes["DRAM"] > 65536 - 16384  # some of the traffic now streams from DRAM
+
+
+def test_more_bandwidth_is_never_slower(toy):
+    k = kernels_unfused(gemm_program(96, 80, 64))[0]
+    rng = np.random.default_rng(1)
+    tiles = rng.integers(1, 97, size=(500, 3, 1))
+    orders = np.argsort(rng.random((500, 3)), axis=1)
+    fast = parse_target(TOY.replace("bandwidth_gbps: 8,", "bandwidth_gbps: 16,").replace("bandwidth_gbps: 64,", "bandwidth_gbps: 128,"), "fast.yaml")
+    slow_t = evaluate_batch(k, toy, tiles, orders).time_s
+    fast_t = evaluate_batch(k, fast, tiles, orders).time_s
+    assert np.all(fast_t <= slow_t * (1 + 1e-12))
+
+
+def test_batch_matches_single(toy):
+    k = kernels_unfused(gemm_program(50, 70, 30))[0]
+    tpu = load_target("tpu")
+    names = k.loop_names
+    batch_tiles, batch_orders, singles = [], [], []
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        t = rng.integers(1, 80, size=(3, 2))
+        order = tuple(rng.permutation(3))
+        s = Schedule(k, tiles={n: {"VMEM": int(t[d, 0]), "vregs": int(t[d, 1])} for d, n in enumerate(names)},
+                     order={"VMEM": tuple(names[o] for o in order)}, levels=tpu.tiling_levels)
+        singles.append(evaluate(s, tpu))
+        batch_tiles.append(t)
+        batch_orders.append(order)
+    batch = evaluate_batch(k, tpu, np.array(batch_tiles), np.array(batch_orders))
+    for i, c in enumerate(singles):
+        assert batch.time_s[i] == pytest.approx(c.time_s)
+        assert batch.bytes[i, -1] == pytest.approx(c.bytes["DRAM"])
+        assert batch.spill_ratio[i] == pytest.approx(c.spill_ratio)
+
+
+def test_stationarity_depends_on_order(toy):
+    k = kernels_unfused(gemm_program())[0]
+    tiles = {"i": {"buf": 16}, "j": {"buf": 16}, "k": {"buf": 16}}
+    # k innermost: the C tile stays while k iterates; k outermost: C is written and read back.
+    inner_k = evaluate(Schedule(k, tiles=tiles, order={"buf": ("i", "j", "k")}, levels=("buf",)), toy)
+    outer_k = evaluate(Schedule(k, tiles=tiles, order={"buf": ("k", "i", "j")}, levels=("buf",)), toy)
+    assert outer_k.bytes["DRAM"] > inner_k.bytes["DRAM"]
+
+
+def test_fused_epilogue_keeps_intermediate_on_chip(toy):
+    p = gemm_program(relu=True)
+    fused = Kernel.from_ops(p, ["C", "R"])
+    assert fused.internals == ("C",) and fused.outputs == ("R",) and fused.inputs == ("A", "B")
+    assert fused.loop_map(1) == {"a": "i", "b": "j"}
+    tiles = {"i": {"buf": 32}, "j": {"buf": 32}}
+    c = evaluate(Schedule(fused, tiles=tiles, levels=("buf",)), toy)
+    # A (16 KiB) once, B (16 KiB) twice, R (16 KiB) written once; C never reaches DRAM.
+    assert c.bytes["DRAM"] == 16384 + 32768 + 16384
+    un = [evaluate(Schedule(k, tiles={n: {"buf": 32} for n in k.loop_names[:2]}, levels=("buf",)), toy)
+          for k in kernels_unfused(p)]
+    assert sum(u.bytes["DRAM"] for u in un) > c.bytes["DRAM"]
+
+
+def test_softmax_sequence_of_nests(toy):
+    p = softmax_program()
+    k = Kernel.from_ops(p, ["P"])
+    assert set(k.internals) == {"M", "E", "S"} and k.outputs == ("P",)
+    c = evaluate(Schedule(k, tiles={"i": {"buf": 4}}, levels=("buf",)), toy)
+    # X is read by two statements (max and exp), P written once; temps stay on chip.
+    assert c.bytes["DRAM"] == 2 * 16 * 64 * 4 + 16 * 64 * 4
+    assert c.spill_ratio == 0
+
+
+def test_conv_halo_footprint(toy):
+    k = kernels_unfused(conv_program())[0]
+    model = kernel_model(k, toy)
+    tiles = np.array([[4], [7], [7], [8], [3], [3]])  # f, h, w, c, r, s
+    fp = model.capacity_footprints(tiles[None])[0, 0]
+    # X tile 8 x (7+3-1) x (7+3-1), K tile 4x8x3x3, P tile 4x7x7, all f32.
+    assert fp == 4 * (8 * 9 * 9 + 4 * 8 * 3 * 3 + 4 * 7 * 7)
+
+
+@pytest.mark.parametrize("target", ["gpu", "tpu", "npu", "gemmini", "host"])
+def test_baselines_on_presets(target):
+    p = gemm_program(256, 256, 256, relu=True)
+    b = baseline_costs(p, target)
+    naive, library = b["naive"].total, b["library"].total
+    assert library.time_s < naive.time_s
+    assert library.spill_ratio <= 0.0 + 1e-12
+    for k in kernels_unfused(p):
+        s = library_schedule(k, target)
+        assert set(s.levels) == set(load_target(target).tiling_levels)
+
+
+def test_schedule_printing():
+    k = kernels_unfused(gemm_program(100, 64, 64))[0]
+    s = Schedule(k, tiles={"i": {"L2": 32, "L1": 8}, "j": {"L2": 64, "L1": 16}},
+                 order={"L1": ("j", "i", "k")}, annotations={"parallel": ("i",), "vectorize": "j"},
+                 levels=("L2", "L1"))
+    text = s.loop_nest()
+    assert "for i_L2 in range(0, 100, 32):    # parallel" in text
+    assert "for j_L1 in range(0, 64, 16):" in text
+    assert "for i_L1 in range(i_L2, min(i_L2 + 32, 100), 8):" in text
+    assert "C[i, j] += (A[i, k] * B[k, j])" in text
+    assert "# vectorize" in text
+    assert Schedule.default(k).loop_nest().startswith("for i in range(100):")

@@ -1,0 +1,97 @@
+"""Target descriptions: presets load, and wrong YAML gives messages naming file, key path
+and what was expected."""
+import math
+
+import pytest
+
+from autocomp_jupyter.accel.target import TargetError, list_presets, list_targets, load_target, parse_target
+
+TOY = """
+name: toy
+clock_ghz: 1.0
+compute: {kind: vector, lanes: 4}
+energy_pj_per_mac: 1.0
+memory:
+  - {name: buf, size_bytes: 64 KiB, bandwidth_gbps: 64, latency_cycles: 0, energy_pj_per_byte: 0.5}
+  - {name: DRAM, bandwidth_gbps: 8, latency_cycles: 0, energy_pj_per_byte: 10}
+"""
+
+
+@pytest.mark.parametrize("name", ["gpu", "tpu", "npu", "gemmini", "host"])
+def test_every_preset_loads(name):
+    t = load_target(name)
+    assert t.name == name
+    assert t.memory[-1].is_unbounded and t.memory[-1].name == "DRAM"
+    assert t.tiling_levels == tuple(m.name for m in reversed(t.memory[:-1]))
+    assert t.peak_flops("f32") > 0
+
+
+def test_preset_facts():
+    gpu, tpu, gemmini = load_target("gpu"), load_target("tpu"), load_target("gemmini")
+    assert gpu.shared_mem_kb == 48 and gpu.sm_count == 108
+    assert (tpu.compute.pe_rows, tpu.compute.pe_cols) == (128, 128)
+    assert gemmini.level("scratchpad").size_bytes == 256 * 1024
+    assert gemmini.level("accumulator").size_bytes == 64 * 1024
+    assert gemmini.level("accumulator").holds == ("outputs",)
+
+
+def test_list_targets_rows():
+    rows = list_targets()
+    assert {r["name"] for r in rows} == set(list_presets())
+    assert set(rows[0]) == {"name", "compute", "peak_tflops_f32", "on_chip", "dram_gbps"}
+
+
+def test_toy_builds_with_derived_peak():
+    t = parse_target(TOY, "toy.yaml")
+    assert t.compute.macs("f32") == 4 and t.compute.macs("i8") == 16
+    assert t.level("buf").size_bytes == 65536 and math.isinf(t.dram.size_bytes)
+    assert t.peak_flops("f32") == 8e9
+
+
+def test_unknown_key_gets_hint():
+    with pytest.raises(TargetError) as err:
+        parse_target(TOY.replace("bandwidth_gbps: 64", "bandwith_gbps: 64"), "toy.yaml")
+    msg = str(err.value)
+    assert "toy.yaml" in msg and "memory[0].bandwith_gbps" in msg and "did you mean 'bandwidth_gbps'" in msg
+
+
+def test_negative_number_names_key_and_expectation():
+    with pytest.raises(TargetError) as err:
+        parse_target(TOY.replace("bandwidth_gbps: 8", "bandwidth_gbps: -4"), "toy.yaml")
+    assert "memory[1].bandwidth_gbps: expected a positive number, got -4" in str(err.value)
+
+
+def test_negative_size():
+    with pytest.raises(TargetError, match=r"memory\[0\].size_bytes: expected a positive size"):
+        parse_target(TOY.replace("64 KiB", "-5"), "toy.yaml")
+
+
+def test_hierarchy_must_grow_outward():
+    text = TOY.replace("  - {name: DRAM", "  - {name: L2, size_bytes: 1 KiB, bandwidth_gbps: 32, latency_cycles: 1, energy_pj_per_byte: 1}\n  - {name: DRAM")
+    with pytest.raises(TargetError, match=r"memory\[1\].size_bytes: level 'L2' .* smaller than inner level 'buf'"):
+        parse_target(text, "toy.yaml")
+
+
+def test_dram_must_be_last_and_unbounded():
+    text = TOY.replace("{name: buf, size_bytes: 64 KiB,", "{name: buf,")
+    with pytest.raises(TargetError, match=r"memory\[0\].size_bytes: on-chip level 'buf' needs a finite size"):
+        parse_target(text, "toy.yaml")
+
+
+def test_compute_kind_fields():
+    with pytest.raises(TargetError, match="compute.pe_rows: missing"):
+        parse_target(TOY.replace("kind: vector, lanes: 4", "kind: systolic, pe_cols: 4"), "toy.yaml")
+    with pytest.raises(TargetError, match="compute.kind: expected one of .*did you mean 'systolic'"):
+        parse_target(TOY.replace("kind: vector", "kind: systolc"), "toy.yaml")
+
+
+def test_unknown_preset():
+    with pytest.raises(TargetError, match="unknown target; presets are .*did you mean 'tpu'"):
+        load_target("tpuu")
+
+
+def test_missing_field_and_bad_yaml():
+    with pytest.raises(TargetError, match="toy.yaml: clock_ghz: missing required field"):
+        parse_target(TOY.replace("clock_ghz: 1.0\n", ""), "toy.yaml")
+    with pytest.raises(TargetError, match="not valid YAML"):
+        parse_target("name: [", "bad.yaml")
