@@ -62,10 +62,13 @@ def test_tokenizer_node_tests_pass():
 
 
 def test_jupyterlab_lists_the_extension_enabled():
+    pytest.importorskip("jupyterlab", reason="JupyterLab is not installed")
     if not BUILT_EXTENSION.exists():
         pytest.skip(f"the labextension is not built ({BUILT_EXTENSION.relative_to(ROOT)} is absent)")
+    # `-m jupyterlab.labextensions` rather than `jupyter labextension`: the
+    # `jupyter` found on PATH may belong to another environment.
     result = subprocess.run(
-        [sys.executable, "-m", "jupyter", "labextension", "list"],
+        [sys.executable, "-m", "jupyterlab.labextensions", "list"],
         capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"},
     )
     listing = ANSI_ESCAPE.sub("", result.stdout + result.stderr)
