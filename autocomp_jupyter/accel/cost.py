@@ -594,14 +594,13 @@ def naive_schedule(kernel: Kernel, target) -> Schedule:
     return Schedule.default(kernel, load_target(target).tiling_levels)
 
 
-LIBRARY_TILE = 64  # the textbook tile at the outermost on-chip level, halved per level
+LIBRARY_TILE = 256  # the textbook tile at the outermost on-chip level, / 4 per level inward
 
 
 def library_schedule(kernel: Kernel, target) -> Schedule:
     """A fixed textbook tiling, as a vendor library would ship for one op.
 
-    Every loop is tiled 64 at the outermost on-chip level and halved at each level inward
-    (never below 8); at the innermost level a systolic contraction gets exactly one PE array
+    Every loop is tiled 256 at the outermost on-chip level, then 64, 16, 8 inward; at the innermost level a systolic contraction gets exactly one PE array
     (pe_rows x pe_cols) and a vector target one vector on the innermost loop. Tiles are then
     halved, largest first, until each level holds them twice (double buffering). Source
     order, output loops parallel.
@@ -612,7 +611,7 @@ def library_schedule(kernel: Kernel, target) -> Schedule:
     L, D = len(levels), len(kernel.loops)
     tiles = np.zeros((D, L), dtype=np.int64)
     for h in range(L):
-        tiles[:, h] = max(8, LIBRARY_TILE >> h)
+        tiles[:, h] = max(8, LIBRARY_TILE >> (2 * h))
     anchor = model.statements[kernel.anchor]
     compute = target.compute
     if anchor.mac and compute.kind == "systolic":

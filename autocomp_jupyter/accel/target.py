@@ -298,19 +298,19 @@ def _kind(value: Any) -> str:
 
 
 def _check_schema(raw: dict, filename: str) -> None:
+    _check_mapping(raw, TOP_SCHEMA, "", filename)
     for key in REQUIRED_TOP:
         if key not in raw:
             raise TargetError(filename, key, "missing required field")
-    _check_mapping(raw, TOP_SCHEMA, "", filename)
     if not isinstance(raw["memory"], list) or not raw["memory"]:
         raise TargetError(filename, "memory", f"expected a list of memory levels (innermost first), got {_kind(raw['memory'])}")
     for i, level in enumerate(raw["memory"]):
         if not isinstance(level, dict):
             raise TargetError(filename, f"memory[{i}]", f"expected a mapping, got {_kind(level)}")
+        _check_mapping(level, MEMORY_SCHEMA, f"memory[{i}]", filename)
         for key in REQUIRED_MEMORY:
             if key not in level:
                 raise TargetError(filename, f"memory[{i}].{key}", "missing required field")
-        _check_mapping(level, MEMORY_SCHEMA, f"memory[{i}]", filename)
 
 
 def _check_mapping(raw: dict, schema: dict, path: str, filename: str) -> None:

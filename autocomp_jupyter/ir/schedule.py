@@ -325,7 +325,7 @@ class Schedule:
                 if loop in parallel and loop not in marked_parallel:
                     notes.append("parallel")
                     marked_parallel.add(loop)
-                if loop == vectorize and i == len(loops) - 1:
+                if loop == vectorize:
                     notes.append("vectorize")
                 if unroll and unroll > 1 and i == len(loops) - 1:
                     notes.append(f"unroll {unroll}")

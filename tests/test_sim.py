@@ -1,0 +1,69 @@
+"""The tile-level simulator against the analytic model: same bytes, time within 10%."""
+import pytest
+
+from autocomp_jupyter.accel.cost import evaluate, library_schedule
+from autocomp_jupyter.accel.roofline import compulsory_bytes, roofline_fraction, roofline_plot_data
+from autocomp_jupyter.accel.sim import compare, simulate
+from autocomp_jupyter.accel.target import load_target
+from autocomp_jupyter.ir.schedule import Kernel, Schedule, kernels_unfused
+
+from test_cost import conv_program, gemm_program, softmax_program
+
+
+CASES = [
+    # (target, program, fused ops, tiles, order)
+    ("npu", gemm_program(256, 200, 128), None,
+     {"i": {"SRAM": 128, "accumulator": 32}, "j": {"SRAM": 100, "accumulator": 32}, "k": {"SRAM": 128, "accumulator": 64}},
+     {"SRAM": ("i", "j", "k")}),
+    ("tpu", gemm_program(512, 500, 256, relu=True), ["C", "R"], None, None),
+    ("gpu", gemm_program(512, 500, 256, relu=True), ["C", "R"], None, None),
+    ("gemmini", gemm_program(256, 256, 256, relu=True), ["C", "R"], None, None),
+    ("npu", conv_program(C=16, F=32, H=28, W=28), None,
+     {"f": {"SRAM": 32, "accumulator": 32}, "h": {"SRAM": 14, "accumulator": 7}, "w": {"SRAM": 28, "accumulator": 14},
+      "c": {"SRAM": 16, "accumulator": 16}},
+     {"SRAM": ("f", "h", "w", "c", "r", "s")}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_sim_agrees_with_model(case):
+    target, program, fused, tiles, order = CASES[case]
+    t = load_target(target)
+    k = Kernel.from_ops(program, fused) if fused else kernels_unfused(program)[0]
+    s = Schedule(k, tiles=tiles, order=order or {}, levels=t.tiling_levels) if tiles else library_schedule(k, t)
+    c = compare(s, t)
+    assert not c["sampled"]
+    for level, b in c["model_bytes"].items():
+        assert c["sim_bytes"][level] == pytest.approx(b, rel=0.01), level
+    assert c["time_error"] < 0.10
+
+
+def test_sim_caps_huge_nests():
+    t = load_target("npu")
+    k = kernels_unfused(gemm_program(512, 512, 512))[0]
+    s = Schedule(k, tiles={n: {"SRAM": 64, "accumulator": 32} for n in "ijk"}, levels=t.tiling_levels)
+    r = simulate(s, t, max_steps=100)
+    assert r.sampled and r.steps == 100 and r.total_steps == 16 ** 3
+    assert r.time_s == pytest.approx(evaluate(s, t).time_s, rel=0.25)
+
+
+def test_sim_softmax_runs():
+    t = load_target("tpu")
+    k = Kernel.from_ops(softmax_program(64, 256), ["P"])
+    s = Schedule(k, tiles={"i": {"VMEM": 16, "vregs": 8}}, levels=t.tiling_levels)
+    c = compare(s, t)
+    assert c["time_error"] < 0.10
+
+
+def test_roofline():
+    t = load_target("tpu")
+    p = gemm_program(1024, 1024, 1024)
+    flops = p.flops
+    comp = compulsory_bytes(p)
+    assert comp == 3 * 1024 * 1024 * 4
+    # A time that exactly reaches min(peak, AI x bw) scores 1.0.
+    best = flops / min(t.peak_flops("f32"), flops / comp * t.dram_bandwidth)
+    assert roofline_fraction(flops, best, comp, t) == pytest.approx(1.0)
+    assert roofline_fraction(flops, 2 * best, comp, t) == pytest.approx(0.5)
+    data = roofline_plot_data(t, {"naive": {"flops": flops, "time_s": 1e-3, "dram_bytes": 1e8}})
+    assert data["ceilings"][0]["level"] == "DRAM" and data["points"][0]["ai"] == pytest.approx(flops / 1e8)
