@@ -132,7 +132,14 @@ def user_error_types() -> tuple[type, ...]:
 
 
 def as_user_error(err: Exception) -> UserError:
-    return err if isinstance(err, UserError) else UserError(str(err))
+    """A UserError for display; a TargetError keeps its file and key path in the message."""
+    if isinstance(err, UserError):
+        return err
+    detail, filename = getattr(err, "detail", None), getattr(err, "filename", None)
+    if detail and filename:
+        key_path = getattr(err, "key_path", "")
+        return UserError(f"{key_path}: {detail}" if key_path else detail, filename=filename)
+    return UserError(str(err))
 
 
 def _optimize():
@@ -231,14 +238,14 @@ class AutocompMagics(Magics):
         if not rows:
             display(HTML(note("no rules available yet (autocomp_jupyter.rules is not installed)")))
             return None
-        header = ["rule", "pass", "match", "targets", "enabled", "source"]
-        display(HTML(table(header, [[f"<code>{esc(r.get('name', ''))}</code>"] + [esc(r.get(k, "")) for k in header[1:]]
-                                    for r in rows])))
+        header = ["rule", "pass", "match", "targets", "enabled", "doc"]
+        body = [[f"<code>{esc(r.get('rule', ''))}</code>"] + [esc(r.get(k, "")) for k in header[1:]] for r in rows]
+        display(HTML(table(header, body, "autocomp-rules")))
         return None
 
 
 def rule_rows() -> list[dict]:
-    """Rows {name, pass, match, targets, enabled, source} from the rule engine."""
+    """Rows {rule, pass, match, targets, enabled, doc} from the rule engine."""
     try:
         from .rules import engine
     except ImportError:

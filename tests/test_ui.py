@@ -1,6 +1,14 @@
-"""A hand-made Result for the UI tests: real Program, Kernels, Schedules and cost-model
-numbers, shaped exactly like DESIGN §8, without running the pipeline."""
+"""The notebook views (autocomp_jupyter.ui) as pure functions of a Result.
+
+`make_result()` builds a Result by hand — a real Program, Kernels, Schedules and cost-model
+numbers, a report shaped exactly like DESIGN §8 — so the renderers are tested without the
+pipeline; the last tests render a real `optimize()` result the same way.
+"""
 from __future__ import annotations
+
+import re
+
+import pytest
 
 from autocomp_jupyter.accel.cost import evaluate, evaluate_program, naive_schedule
 from autocomp_jupyter.accel.target import load_target
@@ -68,3 +76,225 @@ def make_result(target_name: str = "tpu") -> Result:
 
     return Result(program=program, target=target, before=before, library=before, after=after, report=report,
                   versions={"top1": after}, evaluate_variant=evaluate_variant)
+
+
+# --------------------------------------------------------------------------- static HTML
+
+from autocomp_jupyter import ui  # noqa: E402
+from autocomp_jupyter.ui.graph import have_dot, plan_dot  # noqa: E402
+from autocomp_jupyter.ui.roofline import roofline_data, roofline_svg  # noqa: E402
+from autocomp_jupyter.ui.live import order_choices, tile_choices  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def result():
+    return make_result()
+
+
+def sections(html: str) -> dict[str, str]:
+    """{tab title: section HTML} of a static page."""
+    parts = re.split(r'<section class="autocomp-tab" data-tab="', html)[1:]
+    return {p.split('"', 1)[0]: p for p in parts}
+
+
+def test_static_html_has_every_tab_in_order(result):
+    html = ui.static_html(result)
+    assert list(sections(html)) == list(ui.TABS)
+
+
+@pytest.mark.skipif(not have_dot(), reason="graphviz's dot is not installed")
+def test_graph_tab_shows_before_and_after_svg_with_fused_cluster(result):
+    graph = sections(ui.static_html(result))["Graph"]
+    assert graph.count('<svg class="autocomp-graph"') == 2
+    after = graph.split("autocomp-graph-after", 1)[1]
+    assert "kernel C_D" in after and "fused by epilogue" in after
+    assert "C (on chip)" in after
+
+
+def test_graph_dot_boxes_only_fused_kernels(result):
+    assert "cluster_C_D" in plan_dot(result.after, result.report)
+    assert "cluster" not in plan_dot(result.before, result.report)
+
+
+def test_tiles_tab_lists_loop_level_sizes_and_footprints(result):
+    tiles = sections(ui.static_html(result))["Tiles"]
+    assert "<th>VMEM</th><th>vregs</th>" in tiles
+    row_i = re.search(r"<code>i</code></td><td>256</td><td><b>128</b></td><td><b>32</b></td>", tiles)
+    assert row_i, tiles
+    assert "autocomp-footprint" in tiles and "/ 16 MiB" in tiles
+
+
+def test_schedule_tab_shows_loop_nests_before_and_after(result):
+    sched = sections(ui.static_html(result))["Schedule"]
+    before, after = sched.split("autocomp-nest-after")
+    assert "for k in range(128)" in before
+    assert "for i_VMEM in range(0, 256, 128):" in after
+
+
+def test_profile_tab_flags_metrics_below_thresholds_and_draws_roofline(result):
+    profile = sections(ui.static_html(result))["Profile"]
+    bw = result.report["kernels"][0]["metrics"]["bw_util"]
+    assert bw < 0.7  # the fixture's kernel is compute-bound: its bandwidth flag must show
+    assert "autocomp-flag" in profile and "bw_util below the monitor threshold" in profile
+    assert '<svg class="autocomp-roofline"' in profile
+    assert profile.count('class="autocomp-point"') == 2
+    for label in ("naive", "library", "optimized"):
+        assert f"<td>{label}</td>" in profile
+
+
+def test_rules_tab_shows_fired_skipped_and_rollbacks_with_reasons(result):
+    rules = sections(ui.static_html(result))["Rules"]
+    assert "fired" in rules and "skipped" in rules and "rolled back" in rules
+    assert "no conv2d in the program" in rules
+    assert "skew broke dependence" in rules
+
+
+def test_code_tab_says_not_available_when_codegen_is_missing(result, monkeypatch):
+    def missing(lang):
+        raise NotImplementedError("codegen lands later")
+
+    monkeypatch.setattr(result, "code", missing)
+    code = sections(ui.static_html(result))["Code"]
+    assert "not available yet" in code
+
+
+def test_unverified_result_says_so(result):
+    bad = make_result()
+    bad.report["verified"] = False
+    assert "NOT VERIFIED" in ui.static_html(bad) and "Verification failed" in ui.static_html(bad)
+
+
+def test_repr_html_is_the_static_page(result):
+    assert result._repr_html_() == ui.static_html(result)
+
+
+# --------------------------------------------------------------------------- roofline
+
+
+def test_roofline_is_log_log_with_roof_and_points():
+    data = {"peak_flops": 1e12, "dram_bw": 1e11,
+            "points": [{"label": "naive", "ai": 0.5, "flops_per_s": 2e10},
+                       {"label": "optimized", "ai": 40.0, "flops_per_s": 8e11}]}
+    svg = roofline_svg(data, [{"label": "variant", "ai": 20.0, "flops_per_s": 5e11}])
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert 'class="autocomp-roof"' in svg
+    assert [m for m in re.findall(r'data-label="(\w+)"', svg)] == ["naive", "optimized", "variant"]
+    assert ">1e-1<" in svg and ">1e2<" in svg  # decades on the x axis
+
+
+def test_roofline_data_derived_when_report_lacks_it(result):
+    r = make_result()
+    del r.report["roofline"]
+    data = roofline_data(r)
+    assert data["peak_flops"] == r.target.peak_flops("f32")
+    assert [p["label"] for p in data["points"]] == ["naive", "library", "optimized"]
+
+
+# --------------------------------------------------------------------------- widget
+
+
+def test_tile_and_order_choices():
+    assert tile_choices(100, 48) == [1, 2, 4, 8, 16, 32, 48, 64, 100]
+    assert order_choices(("i", "j"))[0] == ("i", "j") and len(order_choices(("i", "j", "k"))) == 6
+    many = order_choices(tuple("nfhwcrs"))
+    assert many[0] == tuple("nfhwcrs") and len(many) == len(set(many)) < 40
+
+
+def test_widget_has_seven_tabs_and_static_fallback(result):
+    view = ui.widget(result)
+    assert view.tabs.titles == ui.TABS
+    bundle = view._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert '<section class="autocomp-tab" data-tab="Tune">' in bundle["text/html"]
+
+
+def test_slider_move_changes_the_displayed_metric(result):
+    view = ui.widget(result)
+    tune = view.tune
+    before = tune.metrics.value
+    slider = tune.sliders[("k", "VMEM")]
+    slider.value = 128
+    assert tune.metrics.value != before
+    assert "program time with this variant" in tune.metrics.value
+    assert "legal" in tune.status.value and 'data-label="variant"' in tune.roofline.value
+
+
+def test_illegal_choice_is_shown_with_its_reason(result):
+    tune = ui.widget(result).tune
+    tune.sliders[("i", "vregs")].value = 256  # inner tile larger than the outer one: the fixture refuses
+    assert "illegal" in tune.status.value and "exceeds its VMEM tile" in tune.status.value
+    assert tune.keep_button.disabled
+    assert 'data-label="variant"' not in tune.roofline.value
+
+
+def test_order_picker_reevaluates(result):
+    tune = ui.widget(result).tune
+    picker = tune.order_pickers["VMEM"]
+    calls = []
+    original = result.evaluate_variant
+    result.evaluate_variant = lambda k, tiles=None, order=None: calls.append(order) or original(k, tiles, order)
+    try:
+        picker.value = ("k", "i", "j")
+    finally:
+        result.evaluate_variant = original
+    assert calls and calls[-1]["VMEM"] == ("k", "i", "j")
+
+
+def test_keep_as_version_adds_to_versions_and_ab_table():
+    r = make_result()
+    tune = ui.widget(r).tune
+    tune.sliders[("j", "VMEM")].value = 64
+    tune.keep_button.click()
+    assert "manual1" in r.versions
+    assert r.versions["manual1"].schedule_of("C_D").tiles["j"]["VMEM"] == 64
+    assert "<td>manual1</td>" in tune.versions.value and "<td>top1</td>" in tune.versions.value
+
+
+def test_widget_without_evaluator_disables_tuning():
+    r = make_result()
+    r.evaluate_variant = None
+    tune = ui.widget(r).tune
+    assert all(s.disabled for s in tune.sliders.values())
+    assert "not available" in tune.box.children[0].value
+
+
+def test_progress_bar_appears_on_first_call_and_updates():
+    from IPython.testing.globalipapp import start_ipython
+    from IPython.utils.capture import capture_output
+
+    start_ipython()  # display() needs a shell to publish to
+    bar = ui.TuningProgress(widgets=True, min_interval_s=0)
+    with capture_output() as out:
+        bar(0, 100, None)
+        bar(50, 100, 1e-3)
+        bar(100, 100, 5e-4)
+    assert len(out.outputs) == 1  # displayed once, then updated in place
+    assert bar._bar.value == 100 and "best 500 µs" in bar._label.value
+    bar.close()
+    assert bar._box is None
+
+
+# --------------------------------------------------------------------------- a real optimize() result
+
+REAL_SOURCE = """input X: f32[1, 16, 16, 16]
+param W: f32[16, 16, 3, 3]
+param g: f32[16]
+param b: f32[16]
+Y = conv2d(X, W, stride=1, padding=1)
+Z = batchnorm(Y, g, b)
+R = relu(Z)
+"""
+
+
+def test_real_result_renders_statically_and_tunes():
+    import autocomp_jupyter
+
+    res = autocomp_jupyter.optimize(REAL_SOURCE, target="tpu", tune=0)
+    html = ui.static_html(res)
+    assert list(sections(html)) == list(ui.TABS)
+    view = ui.widget(res)
+    tune = view.tune
+    before = tune.metrics.value
+    (loop, level), slider = next((key, s) for key, s in tune.sliders.items() if not s.disabled)
+    slider.value = next(o for o in slider.options if o != slider.value)
+    assert tune.metrics.value != before and tune.last is not None

@@ -6,7 +6,7 @@
     ui.widget(result) -> ResultView  # the view object, e.g. to drive its sliders
 
 Renderers are pure functions of the Result: graph.py (DOT/SVG), roofline.py (SVG plot),
-tables.py (each tab's HTML), html.py (the static page), widget.py (live controls),
+tables.py (each tab's HTML), html.py (the static page), live.py (live widgets and controls),
 progress.py (the tuning progress bar).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ __all__ = ["show", "static_html", "widget", "tab_contents", "TABS", "TuningProgr
 
 def widget(result, code: str = "pseudo", first_tab: str = "Graph"):
     """The live view (needs ipywidgets)."""
-    from .widget import ResultView
+    from .live import ResultView
 
     return ResultView(result, code=code, first_tab=first_tab)
 

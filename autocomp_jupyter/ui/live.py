@@ -173,7 +173,8 @@ class TunePanel:
         if ev is None:
             self.status.value = ""
         elif ev.get("legal", True):
-            self.status.value = f'<p class="autocomp-legality">{badge("legal", GOOD)} {esc(ev.get("reason", ""))}</p>'
+            reason = ev.get("reason") or "every dependence stays lexicographically positive (isl)"
+            self.status.value = f'<p class="autocomp-legality">{badge("legal", GOOD)} {esc(reason)}</p>'
         else:
             self.status.value = (f'<p class="autocomp-legality">{badge("illegal", BAD)} '
                                  f'<span style="color:{BAD}">{esc(ev.get("reason", ""))}</span></p>')
@@ -196,10 +197,14 @@ class TunePanel:
         if not ev or not ev.get("legal", True):
             return None
         tiles, order = self.variant()
-        base = self.result.after.schedule_of(self.kernel)
         name = f"manual{len(self.kept) + 1}"
-        schedule = Schedule(base.kernel, tiles=tiles, order=order, annotations=base.annotations, levels=self.levels)
-        self.result.versions[name] = self.result.after.with_schedule(self.kernel, schedule)
+        plan = ev.get("plan")
+        if plan is None:
+            base = self.result.after.schedule_of(self.kernel)
+            schedule = Schedule(base.kernel, tiles=tiles, order=order, annotations=base.annotations,
+                                levels=self.levels)
+            plan = self.result.after.with_schedule(self.kernel, schedule)
+        self.result.versions[name] = plan
         detail = f"{self.kernel}: " + ", ".join(
             f"{loop}=" + "/".join(str(s) for s in per.values()) for loop, per in tiles.items())
         self.kept.append({"name": name, "time_s": ev.get("time_s"), "legal": True, "detail": detail})

@@ -169,9 +169,10 @@ def profile_html(result, roofline_svg: str = "") -> str:
                                      "autocomp-totals")]
     monitor = _monitor(r)
     krows = [[f"<code>{esc(k['name'])}</code>", esc(", ".join(k.get("ops", [])))]
-             + metric_cells(k.get("metrics") or {}, monitor) for k in r.get("kernels", [])]
+             + metric_cells(k.get("metrics") or {}, monitor) + [esc(k.get("bound", ""))]
+             for k in r.get("kernels", [])]
     out.append("<h4>kernels</h4>")
-    out.append(table(["kernel", "ops"] + METRIC_HEADER, krows, "autocomp-kernels"))
+    out.append(table(["kernel", "ops"] + METRIC_HEADER + ["bound by"], krows, "autocomp-kernels"))
     out.append(note(f"⚠ marks bw_util below {pct(monitor['bw_util'])} or occupancy below "
                     f"{pct(monitor['occupancy'])} (rules' monitor thresholds)."))
     out.append(_time_bars(r.get("kernels", [])))
