@@ -1,0 +1,83 @@
+"""Throughput of the batch cost model, and how far the simulator and the model disagree.
+
+    python benchmarks/bench_cost_model.py [--n 100000] [--max-steps 200000]
+
+Prints schedules/s of `evaluate_batch` on a 1024^3 GEMM per preset (one core, random
+tiles and orders), then model vs simulator time on library and hand schedules.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+
+from autocomp_jupyter.accel.cost import kernel_model, library_schedule  # noqa: E402
+from autocomp_jupyter.accel.sim import compare  # noqa: E402
+from autocomp_jupyter.accel.target import load_target  # noqa: E402
+from autocomp_jupyter.ir.schedule import Kernel, Schedule, kernels_unfused  # noqa: E402
+from test_cost import conv_program, gemm_program  # noqa: E402
+
+
+def throughput(target_name: str, n: int, batch: int = 10_000) -> float:
+    target = load_target(target_name)
+    kernel = kernels_unfused(gemm_program(1024, 1024, 1024))[0]
+    model = kernel_model(kernel, target)
+    rng = np.random.default_rng(0)
+    L = model.n_levels
+    tiles = 2 ** rng.integers(0, 11, size=(n, 3, L))
+    orders = np.argsort(rng.random((n, L, 3)), axis=2)
+    model.evaluate_batch(tiles[:16], orders[:16])  # warm-up
+    start = time.perf_counter()
+    for lo in range(0, n, batch):
+        model.evaluate_batch(tiles[lo:lo + batch], orders[lo:lo + batch])
+    return n / (time.perf_counter() - start)
+
+
+def disagreement(max_steps: int) -> list[tuple]:
+    rows = []
+    cases = [
+        ("tpu", Kernel.from_ops(gemm_program(512, 500, 256, relu=True), ["C", "R"])),
+        ("gpu", Kernel.from_ops(gemm_program(512, 500, 256, relu=True), ["C", "R"])),
+        ("npu", kernels_unfused(gemm_program(512, 500, 256))[0]),
+        ("gemmini", Kernel.from_ops(gemm_program(256, 256, 256, relu=True), ["C", "R"])),
+        ("gemmini", kernels_unfused(gemm_program(512, 500, 256))[0]),
+        ("npu", kernels_unfused(conv_program(C=16, F=32, H=28, W=28))[0]),
+        ("host", kernels_unfused(gemm_program(128, 128, 128))[0]),
+    ]
+    for target, kernel in cases:
+        schedule = library_schedule(kernel, target)
+        c = compare(schedule, target, max_steps=max_steps)
+        rows.append((target, kernel.name, kernel.loops, c))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--max-steps", type=int, default=200_000)
+    args = ap.parse_args()
+    print(f"batch cost model, GEMM 1024x1024x1024, {args.n} random schedules, batches of 10000")
+    for name in ("tpu", "gpu", "npu", "gemmini", "host"):
+        print(f"  {name:8s} {throughput(name, args.n):12,.0f} schedules/s")
+    print("\nsimulator vs model (library schedules)")
+    print(f"  {'target':8s} {'kernel':8s} {'shape':22s} {'model s':>10s} {'sim s':>10s} {'error':>7s}")
+    errors = []
+    for target, name, loops, c in disagreement(args.max_steps):
+        shape = "x".join(str(l.extent) for l in loops)
+        errors.append(c["time_error"])
+        note = " (sampled)" if c["sampled"] else ""
+        print(f"  {target:8s} {name:8s} {shape:22s} {c['model_time_s']:10.3e} {c['sim_time_s']:10.3e} "
+              f"{100 * c['time_error']:6.1f}%{note}")
+    print(f"  median {100 * float(np.median(errors)):.1f}%, max {100 * max(errors):.1f}%")
+
+
+if __name__ == "__main__":
+    main()
