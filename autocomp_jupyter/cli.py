@@ -27,7 +27,122 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--run", action="store_true", help="also run it in the reference interpreter")
     check.add_argument("--max-extent", type=int, default=None, metavar="N",
                        help="shrink dimensions above N to N (keeps the structure) before running")
+    opt = sub.add_parser("optimize", help="run the ADRS pipeline and print a summary or the JSON report")
+    opt.add_argument("file", help="a .acir program")
+    opt.add_argument("--target", default="tpu", help="a preset (see `autocomp targets`) or a target .yaml")
+    opt.add_argument("--rules", action="append", default=[], metavar="NAME|FILE.yaml",
+                     help="extra rule file or shipped rule set (repeatable)")
+    opt.add_argument("--passes", default=None, help="comma-separated passes, e.g. fusion,tiling,scheduling")
+    opt.add_argument("--tune", type=_non_negative_int, default=None, metavar="N",
+                     help="configurations the tuner evaluates (0: rules only)")
+    opt.add_argument("--top", type=_positive_int, default=None, metavar="K", help="tuned versions to keep")
+    opt.add_argument("--seed", type=_non_negative_int, default=None, metavar="S", help="tuner seed")
+    opt.add_argument("--budget", type=_positive_float, default=None, metavar="SECONDS", help="tuning time limit")
+    opt.add_argument("--executor", default=None, metavar="SPEC",
+                     help="where the tuner scores: 'processes[:N]' or a Dask scheduler 'tcp://host:8786'")
+    opt.add_argument("--json", action="store_true", help="print the JSON report (DESIGN §8)")
+    opt.add_argument("--vis-graph", metavar="FILE.dot", help="write the graph, fused groups boxed, as DOT")
+    opt.add_argument("--emit-c", metavar="FILE.c", help="write the generated C")
+    sub.add_parser("targets", help="list the accelerator presets")
+    rules = sub.add_parser("rules", help="list the rules and where they apply")
+    rules.add_argument("--target", default=None, help="show the rule set as this target sees it")
     return parser
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+    return value
+
+
+def _print_table(rows: list[dict], columns: list[str]) -> None:
+    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
+    print("  ".join("-" * w for w in widths))
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+
+
+def cmd_optimize(args) -> int:
+    import json
+
+    from .pipeline import optimize
+
+    progress = None
+    if args.tune and sys.stderr.isatty():
+        from .tune import tqdm_progress
+
+        progress = tqdm_progress()
+    result = optimize(args.file, target=args.target, rules=args.rules, tune=args.tune, top=args.top,
+                      seed=args.seed, budget=args.budget, passes=args.passes, progress=progress,
+                      executor=args.executor)
+    if args.vis_graph:
+        from .ui.graph import plan_dot
+
+        _write(args.vis_graph, plan_dot(result.after, result.report, title=args.file))
+    if args.emit_c:
+        _write(args.emit_c, result.code("c"))
+    if args.json:
+        print(json.dumps(result.report, indent=2, default=_json_default))
+    else:
+        print(result.summary())
+    return 0 if result.verified else 1
+
+
+def _json_default(value):
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _write(path: str, text: str) -> None:
+    from pathlib import Path
+
+    try:
+        Path(path).write_text(text)
+    except OSError as err:
+        raise UserError(f"cannot write '{path}': {err.strerror or err}", filename=path) from None
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def cmd_targets(args) -> int:
+    from .accel.target import list_targets
+
+    _print_table(list_targets(), ["name", "compute", "peak_tflops_f32", "on_chip", "dram_gbps"])
+    return 0
+
+
+def cmd_rules(args) -> int:
+    from .rules.engine import list_rules
+
+    _print_table(list_rules(args.target), ["rule", "pass", "match", "targets", "enabled", "doc"])
+    return 0
 
 
 def cmd_check(args) -> int:
@@ -46,7 +161,7 @@ def cmd_check(args) -> int:
     return 0
 
 
-COMMANDS = {"check": cmd_check}
+COMMANDS = {"check": cmd_check, "optimize": cmd_optimize, "targets": cmd_targets, "rules": cmd_rules}
 
 
 def main(argv: list[str] | None = None) -> int:

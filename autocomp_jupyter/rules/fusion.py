@@ -4,12 +4,12 @@ Preconditions a fusion needs (as TVM's FuseOps): each consumer is the only reade
 tensor before it, and that tensor is not a program output — so it never leaves the chip.
 Steps, each logged into the report:
 
-1. Inline: an elementwise/broadcast intermediate with at most `inline_threshold` elements
+1. Python rules (`@adrs_rule`) returning `Replace` rewrite producer and consumer; each
+   rewrite is checked by the interpreter and rolled back, with the reason, if it changes
+   the result. The user named these rules, so they go first.
+2. Inline: an elementwise/broadcast intermediate with at most `inline_threshold` elements
    is substituted into every reader (recomputed instead of stored), when every read is
    in bounds. The rewritten program is checked by the interpreter.
-2. Python rules (`@adrs_rule`) returning `Replace` rewrite producer and consumer; each
-   rewrite is checked by the interpreter and rolled back, with the reason, if it changes
-   the result.
 3. Chains: at each op (program order) every enabled rule for the target is matched against
    the chain starting there; the longest match wins (ties: the rule tried first). A group
    is shortened until its working set fits the fast memory (`shared_mem_kb`, the target's
@@ -39,8 +39,9 @@ def fusion_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
     rollbacks: list[dict] = []
     program = plan.program
 
-    program = _inline_small(program, ctx, params.get("inline_threshold", 0), log, rollbacks)
-    program, fixed_groups = _python_rewrites(program, ctx, log, rollbacks)
+    program, fixed_groups = _python_rewrites(program, ctx, log, rollbacks)   # the user's rules first
+    taken = {n for g in fixed_groups for n in g}
+    program = _inline_small(program, ctx, params.get("inline_threshold", 0), log, rollbacks, taken)
     groups = _chain_groups(program, ctx, fixed_groups, log, rollbacks)
 
     kernels = tuple(Kernel.from_ops(program, g, name=_kernel_name(g)) for g in groups)
@@ -95,10 +96,12 @@ def _inline_into(stmt: Statement, producer: Statement) -> Statement:
     return Statement(stmt.target, stmt.target_indices, stmt.reduce, stmt.loops, substitute(stmt.expr, fn), stmt.span)
 
 
-def _inline_small(program: Program, ctx: PassContext, threshold: int, log, rollbacks) -> Program:
+def _inline_small(program: Program, ctx: PassContext, threshold: int, log, rollbacks, keep: set[str]) -> Program:
     if threshold <= 0:
         return program
     for op in program.ops:
+        if op.name in keep or any(r.name in keep for r in program.readers(op.output)):
+            continue
         t = program.tensor(op.output)
         readers = program.readers(op.output)
         if (op.op_class not in ("elementwise", "broadcast") or len(op.statements) != 1 or t.size > threshold
