@@ -270,3 +270,156 @@ def equivalent(original: Program, rewritten: Program, seed: int = 0,
     """Run both programs on the same random inputs and compare their outputs."""
     inputs = inputs if inputs is not None else random_inputs(original, seed)
     return compare_outputs(original, run(original, inputs), run(rewritten, inputs))
+
+
+# --------------------------------------------------------------------------- tiled execution
+
+
+class TooManyTiles(ValueError):
+    """The schedule's tile loop runs more tiles than a check is willing to execute."""
+
+
+def tile_boxes(schedule, max_boxes: int | None = None) -> list[dict[str, tuple[int, int]]]:
+    """The innermost tiles of `schedule`, in execution order, as {anchor loop: (lo, hi)}.
+
+    Tile loops run level by level (outer → inner), each level in `order_at(level)`, as
+    `Schedule.loop_nest()` prints them; a loop whose tile covers its enclosing tile adds no
+    tile loop, and the last tile of a non-dividing loop is a remainder tile (hi clipped).
+    Raises `TooManyTiles` when there would be more than `max_boxes`.
+    """
+    kernel = schedule.kernel
+    sizes = schedule.tile_sizes()
+    span = dict(kernel.extents)
+    tile_loops: list[tuple[str, int]] = []
+    for level_index, level in enumerate(schedule.levels):
+        for loop in schedule.order_at(level):
+            size = sizes[loop][level_index]
+            if size < span[loop]:
+                tile_loops.append((loop, size))
+                span[loop] = size
+    if max_boxes is not None:
+        # Count first: tiles of a loop multiply across loops, remainders included.
+        count = math.prod(_tile_count(kernel.extents[l], [s for ll, s in tile_loops if ll == l])
+                          for l in kernel.loop_names)
+        if count > max_boxes:
+            raise TooManyTiles(f"{count} tiles > {max_boxes}")
+    boxes: list[dict[str, tuple[int, int]]] = []
+    start = {l: (0, e) for l, e in kernel.extents.items()}
+
+    def walk(depth: int, box: dict[str, tuple[int, int]]) -> None:
+        if depth == len(tile_loops):
+            boxes.append(dict(box))
+            return
+        loop, size = tile_loops[depth]
+        lo, hi = box[loop]
+        for first in range(lo, hi, size):
+            box[loop] = (first, min(first + size, hi))
+            walk(depth + 1, box)
+        box[loop] = (lo, hi)
+
+    walk(0, start)
+    return boxes
+
+
+def _tile_count(extent: int, sizes: list[int]) -> int:
+    """Innermost pieces of [0, extent) split by `sizes` in turn (remainders included)."""
+    def split(x: int, k: int) -> int:
+        if k == len(sizes) or x == 0:
+            return 1 if x else 0
+        t = sizes[k]
+        full, rest = divmod(x, t)
+        return full * split(t, k + 1) + (split(rest, k + 1) if rest else 0)
+    return split(extent, 0)
+
+
+def run_kernel_tiled(schedule, env: Mapping[str, np.ndarray], max_boxes: int | None = None) -> dict[str, np.ndarray]:
+    """Execute a scheduled kernel tile by tile on `env` (values of its inputs).
+
+    For every innermost tile (see `tile_boxes`) the statements run in program order over the
+    tile's part of their domain: loops that follow an anchor loop take the tile's range,
+    local loops (a softmax row's reduction) their full range. A reduction accumulates its
+    partial results tile after tile (init 0 / -inf). A statement that does not follow some
+    tiled anchor loop (a relu epilogue has no k) runs once, in the last tile along that
+    loop — after the last reduction tile, as `poly.from_tiled_schedule` models it. Reads
+    of tensors this kernel writes see whatever has been computed *so far*, so a schedule
+    that runs a consumer before its producer gives wrong values, which the caller detects.
+    Returns every tensor of `env` plus each tensor the kernel writes (rounded to its dtype).
+    """
+    kernel = schedule.kernel
+    extents = kernel.extents
+    values: dict[str, np.ndarray] = {k: np.asarray(v, dtype=np.float64) for k, v in env.items()}
+    written = list(dict.fromkeys(s.target for s in kernel.statements))
+    for st in kernel.statements:
+        if st.target not in values or st.target in written:
+            init = -math.inf if st.reduce == "max" else 0.0
+            values[st.target] = np.full(kernel.tensor(st.target).shape, init)
+    maps = [kernel.loop_map(i) for i in range(len(kernel.statements))]
+    boxes = tile_boxes(schedule, max_boxes)
+    for box in boxes:
+        for st, m in zip(kernel.statements, maps):
+            followed = set(m.values())
+            if any(a not in followed and box[a][1] != extents[a] for a in kernel.loop_names):
+                continue  # runs only in the last tile of loops it does not follow
+            ranges = tuple(box[m[l.name]] if l.name in m else (0, l.extent) for l in st.loops)
+            if any(lo >= hi for lo, hi in ranges):
+                continue
+            part = _evaluate_box(st, values, ranges)
+            _store(st, values[st.target], part, ranges)
+    for name in written:
+        values[name] = round_to_dtype(values[name], kernel.tensor(name).dtype)
+    return values
+
+
+def _store(st: Statement, out: np.ndarray, part: np.ndarray, ranges) -> None:
+    """Combine a sub-box's reduced values into the statement's target array."""
+    n_out = len(st.output_loops)
+    out_loops = st.loops[:n_out]
+    if len(st.target_indices) == n_out and all(idx.single_loop == out_loops[k].name
+                                               for k, idx in enumerate(st.target_indices)):
+        index = tuple(slice(lo, hi) for lo, hi in ranges[:n_out])
+    else:
+        grids = np.ix_(*[np.arange(lo, hi) for lo, hi in ranges[:n_out]])
+        env_idx = {l.name: g for l, g in zip(out_loops, grids)}
+        index = tuple(np.broadcast_to(idx.evaluate(env_idx), part.shape) for idx in st.target_indices)
+    if st.reduce == "+":
+        if isinstance(index[0], slice) if index else True:
+            out[index] += part
+        else:
+            np.add.at(out, index, part)
+    elif st.reduce == "max":
+        if isinstance(index[0], slice) if index else True:
+            out[index] = np.maximum(out[index], part)
+        else:
+            np.maximum.at(out, index, part)
+    else:
+        out[index] = part
+
+
+def check_tiled(schedule, program: Program, seed: int = 0, max_boxes: int | None = 4096) -> Equivalence:
+    """Does the kernel, run tile by tile under `schedule`, compute what `program` computes?
+
+    `schedule.kernel` must be a kernel of `program` (the same ops and tensors). The program
+    runs untiled on random inputs; the kernel's inputs are taken from that run, its
+    tensors (outputs and internals) recomputed tile by tile and compared with a tolerance
+    per dtype. Raises `TooManyTiles` when the schedule has more than `max_boxes` tiles.
+    """
+    kernel = schedule.kernel
+    reference = run(program, random_inputs(program, seed))
+    env = {name: reference[name] for name in kernel.inputs}
+    got = run_kernel_tiled(schedule, env, max_boxes)
+    worst, worst_name = 0.0, ""
+    for name in list(kernel.outputs) + list(kernel.internals):
+        exp, act = reference[name], got[name]
+        rtol, atol = TOLERANCE[kernel.tensor(name).dtype]
+        err = np.abs(exp - act)
+        err = np.where(np.isnan(err), np.inf, err)
+        scale = atol + rtol * np.abs(np.where(np.isfinite(exp), exp, 0.0)).max(initial=0.0)
+        max_err = float(err.max(initial=0.0))
+        if max_err > worst:
+            worst, worst_name = max_err, name
+        if (err > scale).any():
+            where = tuple(int(i) for i in np.argwhere(err > scale)[0])
+            return Equivalence(False, max_err, name,
+                               f"tiled '{name}' differs at {list(where)}: expected {exp[where]:.6g}, "
+                               f"got {act[where]:.6g} (tolerance {scale:.3g})")
+    return Equivalence(True, worst, worst_name)

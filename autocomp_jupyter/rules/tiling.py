@@ -1,0 +1,428 @@
+"""The tiling pass: multi-level tiles and a loop order per level for every kernel.
+
+When it applies: to every kernel of the plan (after fusion), with `tiling.tile_heuristic:
+model-driven` (with `fixed`, the textbook tiles stay and the pass only logs that).
+
+What it produces: a new Schedule per kernel whose tiles `{loop: {level: size}}` and
+per-level orders are chosen by the cost model:
+
+1. Levels. The rule file's generic levels (`levels: [L2, L1, vector]`) map onto the target's
+   on-chip levels outer → inner (`Target.tiling_levels`); a target with fewer on-chip
+   levels uses the first names (tpu: L2 → VMEM, L1 → vregs).
+2. Candidates per loop: powers of two, the extent, its divisors, balanced non-divisors
+   ceil(E / q) (remainder tiles), multiples of the PE array / vector width on the loops the
+   datapath maps; at the generic `vector` level, register tiles of `register_tile_factor`
+   (min..max) datapath units. Orders per level: every permutation for up to 4 loops, else
+   the stationary orders (each tensor's non-indexing loops innermost) and the source order.
+3. Search: a few thousand random candidates (inner tiles never larger than outer ones)
+   plus the current and textbook tiles, scored at once by `accel.cost.evaluate_batch`;
+   candidates whose `spill_ratio` exceeds `max_spill_ratio` are rejected; then rounds of
+   local moves (one tile size, one order, a factor of 2 moved between two loops) from the
+   best few until nothing improves.
+4. Checks: isl legality of the chosen schedule (`poly.check_legal`), then the tiled
+   execution check (`interp.check_tiled`, on a scaled-down twin of a large program); a
+   kernel whose schedule fails is rolled back to its previous schedule and logged.
+
+Example (GEMM 1024³ + relu on tpu): the textbook 256/128 tiles become e.g.
+`i: VMEM 1024 / vregs 64, j: 512 / 128, k: 1024 / 128`, logged as
+"2.0x less time than the textbook tiles: VMEM 1024x512x1024, vregs 64x128x128; ...".
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from .. import poly
+from ..accel.cost import evaluate, kernel_model, library_schedule
+from ..interp import TooManyTiles, check_tiled
+from ..ir.program import Program
+from ..ir.schedule import Kernel, Schedule
+from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
+from ..result import Plan
+
+PASS = "tiling"
+RANDOM_CANDIDATES = 3000
+LOCAL_ROUNDS = 8
+KEEP = 4                      # candidates refined by local search
+TWIN_EXTENT = 16              # scaled-down twin for the tiled execution check
+MAX_CHECK_TILES = 3000
+
+
+def tiling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
+    params = ctx.rules.tiling
+    log: list[dict] = []
+    rollbacks: list[dict] = []
+    if params.get("tile_heuristic", "model-driven") != "model-driven":
+        log.append(rule_entry("multi_level_tiling", PASS, [op.name for op in plan.program.ops], False,
+                              f"tile_heuristic is {params.get('tile_heuristic')!r}: textbook tiles kept"))
+        return PassOutcome(plan, tuple(log), ())
+    levels = level_mapping(params.get("levels", ["L2", "L1", "vector"]), ctx.target.tiling_levels)
+    schedules = []
+    for kernel, current in zip(plan.kernels, plan.schedules):
+        started = time.perf_counter()
+        choice = search_tiles(kernel, ctx.target, current, levels, params, seed=ctx.seed)
+        seconds = time.perf_counter() - started
+        rule = f"tile_{kernel.name}"
+        if choice is None:
+            log.append(rule_entry(rule, PASS, kernel.ops, False,
+                                  f"no tiling within max_spill_ratio {params.get('max_spill_ratio', 0.05):g} "
+                                  f"beats the current tiles"))
+            schedules.append(current)
+            continue
+        schedule, cost, evaluated = choice
+        old = evaluate(current, ctx.target)
+        if cost.time_s >= old.time_s * (1 - 1e-9):
+            log.append(rule_entry(rule, PASS, kernel.ops, False,
+                                  f"the current tiles are already the best found ({evaluated} candidates)"))
+            schedules.append(current)
+            continue
+        problem = verify_schedule(schedule, plan.program, ctx)
+        if problem:
+            rollbacks.append(rollback_entry(PASS, kernel.name, problem))
+            log.append(rule_entry(rule, PASS, kernel.ops, False, f"rolled back: {problem}"))
+            schedules.append(current)
+            continue
+        textbook = evaluate(library_schedule(kernel, ctx.target), ctx.target)
+        log.append(rule_entry(rule, PASS, kernel.ops, True,
+                              _why(schedule, cost, textbook, old, levels, evaluated, seconds)))
+        schedules.append(schedule)
+    return PassOutcome(Plan(plan.program, plan.kernels, tuple(schedules), "tiled"), tuple(log), tuple(rollbacks))
+
+
+# --------------------------------------------------------------------------- levels
+
+
+def level_mapping(generic: list[str], target_levels: tuple[str, ...]) -> dict[str, str]:
+    """{generic name: target level}, outer → inner; extra generic names are dropped."""
+    return {g: t for g, t in zip(generic, target_levels)}
+
+
+def _why(schedule: Schedule, cost, textbook, old, levels: dict[str, str], evaluated: int, seconds: float) -> str:
+    sizes = schedule.tile_sizes()
+    parts = []
+    for h, level in enumerate(schedule.levels):
+        parts.append(f"{level} " + "x".join(str(sizes[l][h]) for l in schedule.kernel.loop_names))
+    orders = "; ".join(f"order@{lv} {','.join(schedule.order_at(lv))}" for lv in schedule.levels)
+    gain = textbook.time_s / cost.time_s if cost.time_s else math.inf
+    mapping = ", ".join(f"{g}→{t}" for g, t in levels.items())
+    return (f"{gain:.1f}x less time than the textbook tiles ({textbook.time_s * 1e6:.1f} -> "
+            f"{cost.time_s * 1e6:.1f} us; {old.time_s / cost.time_s:.2f}x over the tiles before): "
+            f"{', '.join(parts)} ({'x'.join(schedule.kernel.loop_names)}); {orders}; "
+            f"spill {cost.spill_ratio:.3f}, pe_util {cost.pe_util:.2f}, {cost.bound}-bound; "
+            f"levels {mapping}; {evaluated} candidates in {seconds:.2f} s")
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+def datapath_units(kernel: Kernel, target) -> np.ndarray:
+    """Per loop, the datapath's tile along it: PE rows/cols, the vector width, or 1."""
+    model = kernel_model(kernel, target)
+    compute = target.compute
+    anchor = model.statements[kernel.anchor]
+    units = np.ones(len(kernel.loops), dtype=np.int64)
+    if anchor.mac and compute.kind == "systolic":
+        units[anchor.row_loop] = compute.pe_rows
+        units[anchor.col_loop] = compute.pe_cols
+    else:
+        width = compute.pe_cols if compute.kind == "systolic" else compute.vector_width(anchor.dtype)
+        units[len(kernel.loops) - 1] = width
+    return units
+
+
+def tile_candidates(extent: int, unit: int) -> np.ndarray:
+    """Sizes worth trying for one loop: powers of two, the extent, divisors, balanced
+    non-divisors (ceil(E/q)), and multiples of the datapath unit."""
+    values = {extent}
+    p = 1
+    while p < extent:
+        values.add(p)
+        p *= 2
+    values.update(d for d in range(1, min(extent, 4096) + 1) if extent % d == 0 and (d <= 64 or extent // d <= 64))
+    values.update(-(-extent // q) for q in range(1, 17))
+    if unit > 1:
+        values.update(unit * m for m in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32) if unit * m <= extent)
+    return np.array(sorted(v for v in values if 1 <= v <= extent), dtype=np.int64)
+
+
+def register_candidates(extent: int, unit: int, factor: tuple[int, int]) -> np.ndarray:
+    """Register tiles: `factor[0]..factor[1]` datapath units (clipped to the extent)."""
+    lo, hi = factor
+    values = {min(extent, unit * f) for f in range(lo, hi + 1)}
+    return np.array(sorted(values), dtype=np.int64)
+
+
+def order_candidates(kernel: Kernel) -> list[tuple[int, ...]]:
+    """Loop orders (as loop indices, outer → inner) worth trying at a level.
+
+    Up to 4 loops: all permutations. Otherwise the source order, its reverse, and for every
+    tensor accessed the order that keeps its tile resident (stationary): loops that index
+    it outside, the others inside — output-stationary (reductions innermost),
+    weight-stationary, input-stationary.
+    """
+    D = len(kernel.loops)
+    if D <= 4:
+        return list(itertools.permutations(range(D)))
+    index = {n: i for i, n in enumerate(kernel.loop_names)}
+    out = [tuple(range(D)), tuple(reversed(range(D)))]
+    anchor = kernel.anchor_statement
+    accesses = [anchor.target_indices] + [a.indices for a in anchor.reads()]
+    for indices in accesses:
+        used = {index[l] for idx in indices for l in idx.loops if l in index}
+        inner = [d for d in range(D) if d not in used]
+        outer = [d for d in range(D) if d in used]
+        out.append(tuple(outer + inner))
+        out.append(tuple(inner + outer))
+    return list(dict.fromkeys(out))
+
+
+def _schedule_arrays(schedule: Schedule, kernel: Kernel, target_levels) -> tuple[np.ndarray, np.ndarray]:
+    index = {n: i for i, n in enumerate(kernel.loop_names)}
+    sizes = schedule.tile_sizes(target_levels)
+    tiles = np.array([[sizes[n][h] for h in range(len(target_levels))] for n in kernel.loop_names])
+    orders = np.array([[index[l] for l in schedule.order_at(lv, target_levels)] for lv in target_levels])
+    return tiles, orders
+
+
+# --------------------------------------------------------------------------- search
+
+
+def search_tiles(kernel: Kernel, target, current: Schedule | None, levels: dict[str, str], params: dict,
+                 seed: int = 0, n_random: int = RANDOM_CANDIDATES, ranked: int = 1):
+    """The best tiles and orders found for `kernel` on `target`.
+
+    Returns (schedule, KernelCost, candidates evaluated), or None when every candidate
+    spills beyond `max_spill_ratio`. With `ranked > 1`, returns a list of up to `ranked`
+    distinct (schedule, cost) pairs, best first, instead (for legality fallbacks).
+    """
+    model = kernel_model(kernel, target)
+    target_levels = target.tiling_levels
+    L, D = len(target_levels), len(kernel.loops)
+    tiled = [target_levels.index(t) for t in levels.values()]       # target level indices we tile
+    max_spill = float(params.get("max_spill_ratio", 0.05))
+    factor = tuple(params.get("register_tile_factor", [4, 16]))
+    extents = model.extents
+    units = datapath_units(kernel, target)
+    vector_level = target_levels.index(levels["vector"]) if "vector" in levels else None
+    values = [[tile_candidates(int(extents[d]), int(units[d])) for d in range(D)] for _ in range(L)]
+    if vector_level is not None:
+        for d in range(D):
+            values[vector_level][d] = register_candidates(int(extents[d]), int(units[d]), factor)
+    orders_set = np.array(order_candidates(kernel), dtype=np.int64)
+    rng = np.random.default_rng(seed)
+
+    # Seeds: the current schedule and the textbook one.
+    seeds_t, seeds_o = [], []
+    for s in filter(None, [current, library_schedule(kernel, target)]):
+        try:
+            t, o = _schedule_arrays(s, kernel, target_levels)
+        except (KeyError, ValueError):
+            continue
+        seeds_t.append(t)
+        seeds_o.append(o)
+    # Random candidates: each (loop, level) from its list; levels not tiled inherit.
+    tiles = np.empty((n_random, D, L), dtype=np.int64)
+    for h in range(L):
+        for d in range(D):
+            tiles[:, d, h] = rng.choice(values[h][d], size=n_random) if h in tiled else 0
+    tiles = _monotone(tiles, extents)
+    orders = orders_set[rng.integers(len(orders_set), size=(n_random, L))]
+    if seeds_t:
+        tiles = np.concatenate([_monotone(np.array(seeds_t), extents), tiles])
+        orders = np.concatenate([np.array(seeds_o), orders])
+    scores = _score(model, tiles, orders, max_spill)
+    evaluated = len(scores)
+
+    # Local search from the best few distinct candidates.
+    best_idx = _top_distinct(scores, tiles, orders, KEEP)
+    pool_t, pool_o, pool_s = tiles[best_idx], orders[best_idx], scores[best_idx]
+    for _ in range(LOCAL_ROUNDS):
+        nt, no = _neighbours(pool_t, pool_o, values, tiled, orders_set, extents, vector_level)
+        ns = _score(model, nt, no, max_spill)
+        evaluated += len(ns)
+        all_t = np.concatenate([pool_t, nt])
+        all_o = np.concatenate([pool_o, no])
+        all_s = np.concatenate([pool_s, ns])
+        keep = _top_distinct(all_s, all_t, all_o, KEEP)
+        if np.isclose(all_s[keep[0]], pool_s.min(), rtol=1e-9) and set(map(float, all_s[keep])) == set(map(float, pool_s)):
+            break
+        pool_t, pool_o, pool_s = all_t[keep], all_o[keep], all_s[keep]
+    if not np.isfinite(pool_s.min()):
+        return None if ranked == 1 else []
+    results = []
+    for i in np.argsort(pool_s, kind="stable")[:ranked]:
+        if not np.isfinite(pool_s[i]):
+            break
+        schedule = _to_schedule(kernel, current, pool_t[i], pool_o[i], target_levels, tiled)
+        results.append((schedule, evaluate(schedule, target)))
+    if ranked > 1:
+        return results
+    return results[0][0], results[0][1], evaluated
+
+
+def _monotone(tiles: np.ndarray, extents: np.ndarray) -> np.ndarray:
+    """Clip to the extents, and make each level's tile no larger than the enclosing one
+    (a level left at 0 inherits the enclosing tile)."""
+    full = np.broadcast_to(extents[None, :, None], tiles.shape)
+    tiles = np.where(tiles <= 0, full, np.minimum(tiles, full))
+    return np.minimum.accumulate(tiles, axis=2)
+
+
+def _score(model, tiles, orders, max_spill: float) -> np.ndarray:
+    cost = model.evaluate_batch(tiles, orders)
+    ok = cost.spill_ratio <= max_spill + 1e-12
+    # Ties in time (common when compute-bound) go to less energy.
+    return np.where(ok, cost.time_s * (1.0 + 1e-3 * cost.energy_j / max(float(cost.energy_j.max()), 1e-30)), np.inf)
+
+
+def _top_distinct(scores, tiles, orders, k: int) -> np.ndarray:
+    chosen, seen = [], set()
+    for i in np.argsort(scores, kind="stable"):
+        key = (tiles[i].tobytes(), orders[i].tobytes())
+        if key in seen:
+            continue
+        seen.add(key)
+        chosen.append(i)
+        if len(chosen) == k:
+            break
+    return np.array(chosen)
+
+
+def _neighbours(pool_t, pool_o, values, tiled, orders_set, extents, vector_level=None):
+    """One-step moves from each pool member: one tile size, one order, a factor of two
+    moved between two loops at one level."""
+    out_t, out_o = [], []
+    for t, o in zip(pool_t, pool_o):
+        D, L = t.shape
+        for h in tiled:
+            for d in range(D):
+                for v in values[h][d]:
+                    if v == t[d, h]:
+                        continue
+                    c = t.copy()
+                    c[d, h] = v
+                    c[d, :h] = np.maximum(c[d, :h], v)     # outer tiles grow to hold it
+                    c[d, h + 1:] = np.minimum(c[d, h + 1:], v)
+                    out_t.append(c)
+                    out_o.append(o)
+            for d1 in range(D if h != vector_level else 0):
+                for d2 in range(D):
+                    if d1 == d2 or t[d2, h] < 2 or t[d1, h] * 2 > extents[d1]:
+                        continue
+                    c = t.copy()
+                    c[d1, h] *= 2
+                    c[d2, h] //= 2
+                    c[d1, :h] = np.maximum(c[d1, :h], c[d1, h])
+                    c[d2, h + 1:] = np.minimum(c[d2, h + 1:], c[d2, h])
+                    out_t.append(c)
+                    out_o.append(o)
+            for perm in orders_set:
+                if np.array_equal(perm, o[h]):
+                    continue
+                c = o.copy()
+                c[h] = perm
+                out_t.append(t)
+                out_o.append(c)
+    if not out_t:
+        return pool_t[:0], pool_o[:0]
+    return _monotone(np.array(out_t), extents), np.array(out_o)
+
+
+def _to_schedule(kernel: Kernel, current: Schedule | None, tiles, orders, target_levels, tiled) -> Schedule:
+    names = kernel.loop_names
+    tile_map = {}
+    for d, n in enumerate(names):
+        tile_map[n] = {target_levels[h]: int(tiles[d, h]) for h in range(len(target_levels))}
+    order = {target_levels[h]: tuple(names[i] for i in orders[h]) for h in range(len(target_levels))}
+    annotations = dict(current.annotations) if current is not None else {}
+    return Schedule(kernel, tiles=tile_map, order=order, annotations=annotations, levels=tuple(target_levels))
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def legality(schedule: Schedule):
+    """isl's verdict on a tiled, ordered, annotated schedule (reductions reorderable)."""
+    return poly.check_legal(schedule.kernel.statements, poly.from_tiled_schedule(schedule),
+                            parallel=poly.parallel_dims(schedule), reduction_reorderable=True)
+
+
+def verify_schedule(schedule: Schedule, program: Program, ctx: PassContext | None = None, seed: int = 0) -> str:
+    """'' if `schedule` is legal (isl) and computes what the untiled kernel computes when run
+    tile by tile (on a scaled-down twin when the program is large); else the reason."""
+    verdict = legality(schedule)
+    if not verdict.ok:
+        return f"illegal schedule: {verdict.reason}"
+    twin = scaled_twin(schedule, program)
+    if twin is None:
+        return ""  # structure differs at small size: isl's verdict stands alone
+    small_schedule, small_program = twin
+    try:
+        eq = check_tiled(small_schedule, small_program, seed=ctx.seed if ctx else seed, max_boxes=MAX_CHECK_TILES)
+    except TooManyTiles:
+        small_schedule = _coarsen(small_schedule)
+        try:
+            eq = check_tiled(small_schedule, small_program, seed=ctx.seed if ctx else seed, max_boxes=MAX_CHECK_TILES * 4)
+        except TooManyTiles:
+            return ""
+    if not eq.ok:
+        return f"tiled execution differs from the untiled kernel: {eq.reason}"
+    return ""
+
+
+_TWINS: dict = {}
+
+
+def scaled_twin(schedule: Schedule, program: Program):
+    """(schedule, program) to run the tiled check on: the program itself when small, else
+    the program re-parsed with every dimension <= TWIN_EXTENT and the kernel rebuilt from
+    the same ops, with tile sizes scaled down in proportion (a tiled loop stays tiled)."""
+    kernel = schedule.kernel
+    if max(kernel.extents.values()) <= TWIN_EXTENT and max(max(t.shape, default=1) for t in program.tensors) <= 4 * TWIN_EXTENT:
+        return schedule, program
+    if not program.source:
+        return None
+    key = program.source
+    if key not in _TWINS:
+        from ..dsl import parse
+        try:
+            _TWINS[key] = parse(program.source, program.filename, max_extent=TWIN_EXTENT)
+        except Exception:
+            _TWINS[key] = None
+    small = _TWINS[key]
+    if small is None:
+        return None
+    try:
+        small_kernel = Kernel.from_ops(small, kernel.ops, name=kernel.name)
+    except KeyError:
+        return None
+    same = (small_kernel.loop_names == kernel.loop_names and len(small_kernel.statements) == len(kernel.statements)
+            and small_kernel.loop_maps == kernel.loop_maps
+            and all(str(a.expr) == str(b.expr) for a, b in zip(small_kernel.statements, kernel.statements)))
+    if not same:
+        return None
+    big, little = kernel.extents, small_kernel.extents
+    sizes = schedule.tile_sizes()
+    tiles = {}
+    for loop in kernel.loop_names:
+        per = {}
+        for h, level in enumerate(schedule.levels):
+            t, E, e = sizes[loop][h], big[loop], little[loop]
+            scaled = e if t >= E else max(1, min(e - 1, -(-t * e // E))) if e > 1 else 1
+            per[level] = scaled
+        tiles[loop] = per
+    return Schedule(small_kernel, tiles=tiles, order=schedule.order, annotations=schedule.annotations,
+                    levels=schedule.levels), small
+
+
+def _coarsen(schedule: Schedule) -> Schedule:
+    """Drop the innermost tiling level (its tiles become the enclosing ones)."""
+    levels = schedule.levels
+    sizes = schedule.tile_sizes()
+    tiles = {l: {lv: (sizes[l][h] if h < len(levels) - 1 else sizes[l][max(0, h - 1)])
+                 for h, lv in enumerate(levels)} for l in schedule.kernel.loop_names}
+    return replace(schedule, tiles=tiles)
