@@ -1,0 +1,29 @@
+"""Code generation for an optimised Plan: `generate(plan, target, lang)`.
+
+- "c": a compilable C translation unit (`c.py`): one function per kernel following its
+  Schedule, and `program_run(float* const* buffers)`; what the host target compiles and runs.
+- "pseudo": a readable accelerator kernel (`pseudo.py`): the tile loops with the memory level
+  of each tile, the transfers between levels and the compute calls on the PE array.
+"""
+from __future__ import annotations
+
+from ..errors import UserError
+
+LANGUAGES = ("c", "pseudo")
+
+
+def generate(plan, target=None, lang: str = "c") -> str:
+    """Source text for `plan` on `target` in `lang` ('c' or 'pseudo')."""
+    if lang == "c":
+        from .c import generate_c
+
+        return generate_c(plan, target)
+    if lang == "pseudo":
+        from .pseudo import generate_pseudo
+
+        return generate_pseudo(plan, target)
+    from ..errors import did_you_mean
+
+    hint = did_you_mean(str(lang), LANGUAGES)
+    raise UserError(f"unknown code language {lang!r}: expected one of {', '.join(LANGUAGES)}"
+                    + (f" ({hint})" if hint and "did you mean" in hint else ""), filename="code()")

@@ -1,0 +1,492 @@
+"""C code for an optimised Plan: one function per kernel, one entry point for the program.
+
+The nest each kernel gets is the one `Schedule.loop_nest()` prints and `poly.from_tiled_schedule`
+proves legal:
+
+- tile loops, level by level (outer → inner), each level in `schedule.order_at(level)`; a
+  tile loop is skipped where its tile covers the enclosing one. Tile ends are clipped with
+  `AC_MIN` only where a remainder tile can occur (tracked exactly, level by level);
+- inside the innermost tiles, the kernel's statements in program order, each over its own
+  point loops: loops that follow an anchor loop run over that loop's current tile, local
+  loops run in full;
+- a statement that does not follow a tiled anchor loop (a ReLU epilogue has no `k`) runs
+  once, in that loop's last tile (guarded by `tile_end == extent`): after the last update
+  of its input, as poly.py models it;
+- reduction targets are filled with their initial value (0, or -INFINITY for `max=`) when
+  the kernel starts, so any tile order is correct;
+- the register tile: a reduction whose output tile is small (<= `REGISTER_TILE_MAX`
+  elements) is accumulated in a local array `acc` with the reduction loops outside and the
+  output loops inside (constant trip counts, unrolled, the contiguous one `omp simd`), then
+  stored back — the GEMM microkernel shape compilers vectorise well. Reassociating the sum
+  is the same freedom the legality check grants (`reduction_reorderable=True`).
+
+Annotations: `parallel` → `#pragma omp parallel for` on the outermost annotated loop
+(with `collapse` over directly nested annotated loops of constant bounds); `vectorize` →
+`#pragma omp simd` on that loop where it is innermost; `unroll` → `#pragma GCC unroll N`
+on the innermost point loop.
+
+Out-of-range reads give the access's pad value through a bounds check, emitted only for
+dimensions whose index can leave the tensor. All tensors are `float` (f32); programs in
+other dtypes compute in f32 and the host runner converts at the boundary (results then
+differ from the interpreter, which rounds to the dtype after each statement, by at most that
+rounding). DSL names are sanitised (`Namer`): C keywords, names the generated code uses,
+invalid characters and leading digits, and collisions all get distinct C identifiers.
+
+Buffers: `program_run(float* const* buffers)` takes one pointer per tensor, in
+`buffer_layout(plan)` order — inputs and params, then outputs, then intermediates
+(workspace the caller allocates); the order is written in the file's header comment.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from ..ir.program import Access, Affine, BinOp, Call, Const, Expr, Statement, Tensor
+from ..ir.schedule import Kernel, Schedule
+
+# Largest register tile (output elements kept in a local `acc` array).
+REGISTER_TILE_MAX = 256
+
+C_KEYWORDS = frozenset("""
+auto break case char const continue default do double else enum extern float for goto if inline
+int long register restrict return short signed sizeof static struct switch typedef union unsigned
+void volatile while _Bool _Complex _Imaginary _Alignas _Alignof _Atomic _Generic _Noreturn
+_Static_assert _Thread_local bool true false NULL asm typeof
+""".split())
+# Identifiers the generated file or its headers define: never reused for DSL names.
+RESERVED = frozenset("""
+buffers seconds program_run program_run_profiled program_kernel_names ac_now main errno
+exp expf sqrt sqrtf tanh tanhf fabs fabsf fmax fmaxf fmin fminf
+INFINITY NAN HUGE_VAL size_t ptrdiff_t timespec clock_gettime memset malloc free
+""".split())
+
+
+class Namer:
+    """Gives each DSL name a distinct, valid C identifier (stable for a given call order)."""
+
+    def __init__(self, taken=()):
+        self.taken: set[str] = set(taken)
+        self.names: dict[str, str] = {}
+
+    def __call__(self, name: str) -> str:
+        if name in self.names:
+            return self.names[name]
+        self.names[name] = self.fresh(name)
+        return self.names[name]
+
+    def fresh(self, name: str) -> str:
+        base = re.sub(r"[^A-Za-z0-9_]", "_", name) or "v"
+        if base[0].isdigit() or base.startswith("_") or base.startswith("ac_") or base.startswith("AC_"):
+            base = "v_" + base.lstrip("_")
+        if base in C_KEYWORDS or base in RESERVED or base.startswith("kernel_"):
+            base = base + "_"
+        candidate, n = base, 2
+        while candidate in self.taken:
+            candidate, n = f"{base}_{n}", n + 1
+        self.taken.add(candidate)
+        return candidate
+
+    def child(self) -> "Namer":
+        """A scope that sees (and avoids) every name taken so far."""
+        return Namer(self.taken)
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def buffer_layout(plan) -> list[tuple[str, str]]:
+    """[(tensor name, role)] in `program_run`'s buffer order: inputs/params, outputs, intermediates."""
+    program = plan.program
+    out = [(t.name, t.role) for t in program.inputs]
+    out += [(name, "output") for name in program.outputs if name not in dict(out)]
+    seen = dict(out)
+    for kernel in plan.kernels:
+        for t in kernel.tensors:
+            if t.name not in seen:
+                seen[t.name] = "workspace"
+                out.append((t.name, "workspace"))
+    return out
+
+
+def tensor_of(plan, name: str) -> Tensor:
+    if plan.program.has_tensor(name):
+        return plan.program.tensor(name)
+    for kernel in plan.kernels:
+        for t in kernel.tensors:
+            if t.name == name:
+                return t
+    raise KeyError(name)
+
+
+# --------------------------------------------------------------------------- generation
+
+_PRELUDE = r"""#define _POSIX_C_SOURCE 199309L
+#include <math.h>
+#include <stddef.h>
+#include <time.h>
+
+#define AC_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define AC_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+static inline float ac_relu(float x) { return x > 0.0f ? x : 0.0f; }
+static inline float ac_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+static inline float ac_gelu(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+static inline double ac_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+"""
+
+
+def generate_c(plan, target=None) -> str:
+    """The C translation unit for `plan` (deterministic text)."""
+    program = plan.program
+    namer = Namer(C_KEYWORDS | RESERVED)
+    layout = buffer_layout(plan)
+    cname = {name: namer(name) for name, _ in layout}
+    lines = ["/* Generated by autocomp-jupyter. Do not edit: regenerate with Result.code(\"c\").",
+             f" * program: {program.filename}" + (f"    target: {target.name}" if target is not None else ""),
+             " * Compile: cc -O3 -march=native -fopenmp -shared -fPIC program.c -o program.so",
+             " * All tensors are row-major float (f32) arrays.",
+             " * program_run(buffers): buffers[i] is the tensor below (workspace: caller-allocated scratch).",
+             " *"]
+    for i, (name, role) in enumerate(layout):
+        t = tensor_of(plan, name)
+        dtype_note = "" if t.dtype == "f32" else f" (declared {t.dtype}: computed as f32)"
+        lines.append(f" *   buffers[{i}] {cname[name]:<12} {role:<9} float[{', '.join(map(str, t.shape))}]{dtype_note}")
+    lines += [" */", _PRELUDE, f"#define PROGRAM_NUM_BUFFERS {len(layout)}",
+              f"#define PROGRAM_NUM_KERNELS {len(plan.kernels)}", ""]
+    kernel_names = []
+    kernel_namer = Namer()
+    for kernel, schedule in zip(plan.kernels, plan.schedules):
+        fn = "kernel_" + kernel_namer.fresh(kernel.name)
+        kernel_names.append(fn)
+        lines.append(_KernelWriter(plan, kernel, schedule, cname, namer.child()).function(fn))
+        lines.append("")
+    index = {name: i for i, (name, _) in enumerate(layout)}
+    calls = []
+    for kernel, fn in zip(plan.kernels, kernel_names):
+        args = ", ".join(f"buffers[{index[t.name]}]" for t in kernel.tensors)
+        calls.append(f"{fn}({args});")
+    names = ", ".join(f'"{k.name}"' for k in plan.kernels)
+    lines.append(f"const char* const program_kernel_names[PROGRAM_NUM_KERNELS] = {{{names}}};")
+    lines.append("")
+    lines.append("void program_run(float* const* buffers) {")
+    lines += [f"    {c}" for c in calls]
+    lines.append("}")
+    lines.append("")
+    lines.append("/* program_run, timing each kernel: seconds[i] for kernel i. */")
+    lines.append("void program_run_profiled(float* const* buffers, double* seconds) {")
+    lines.append("    double t0 = ac_now(), t1;")
+    for i, c in enumerate(calls):
+        lines.append(f"    {c}")
+        lines.append(f"    t1 = ac_now(); seconds[{i}] = t1 - t0; t0 = t1;")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _float(value: float) -> str:
+    if value == math.inf:
+        return "INFINITY"
+    if value == -math.inf:
+        return "(-INFINITY)"
+    if math.isnan(value):
+        return "NAN"
+    text = repr(float(value))
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return text + "f"
+
+
+def _affine_c(terms: dict[str, int], const: int) -> str:
+    parts = []
+    for var, coeff in terms.items():
+        if coeff == 0:
+            continue
+        term = var if abs(coeff) == 1 else f"{abs(coeff)} * {var}"
+        if not parts:
+            parts.append(term if coeff > 0 else f"-{term}")
+        else:
+            parts.append(("+ " if coeff > 0 else "- ") + term)
+    if const or not parts:
+        if not parts:
+            parts.append(str(const))
+        else:
+            parts.append(f"+ {const}" if const > 0 else f"- {-const}")
+    return " ".join(parts)
+
+
+@dataclass
+class _Tile:
+    """Where the nest stands for one anchor loop: the current tile's start and end (C
+    expressions, None when untiled) and the lengths that tile can have."""
+
+    start: str | None
+    end: str | None
+    lengths: frozenset[int]
+
+
+class _KernelWriter:
+    def __init__(self, plan, kernel: Kernel, schedule: Schedule, cname: dict[str, str], namer: Namer):
+        self.plan, self.kernel, self.schedule, self.cname, self.namer = plan, kernel, schedule, cname, namer
+        self.extents = kernel.extents
+        self.parallel = tuple(schedule.annotations.get("parallel", ()) or ())
+        self.vectorize = schedule.annotations.get("vectorize")
+        self.unroll = int(schedule.annotations.get("unroll") or 0)
+        self.parallel_done = False
+        self.out: list[str] = []
+
+    # ------------------------------------------------------------------ helpers
+
+    def emit(self, depth: int, text: str) -> None:
+        self.out.append("    " * depth + text)
+
+    def tensor(self, name: str) -> Tensor:
+        return self.kernel.tensor(name)
+
+    def function(self, fn: str) -> str:
+        k = self.kernel
+        written = {s.target for s in k.statements}
+        params = []
+        for t in k.tensors:
+            const = "" if t.name in written else "const "
+            params.append(f"{const}float* restrict {self.cname[t.name]}")
+        ops = ", ".join(k.ops)
+        self.emit(0, f"/* kernel {k.name}: ops {ops} */")
+        self.emit(0, f"static void {fn}({', '.join(params)}) {{")
+        for s in k.statements:
+            if s.reduce is not None:
+                t = self.tensor(s.target)
+                var = self.namer.fresh("n")
+                self.emit(1, "#pragma omp parallel for simd" if t.size >= (1 << 16) and self.parallel else "#pragma omp simd")
+                self.emit(1, f"for (long {var} = 0; {var} < {t.size}L; ++{var}) "
+                             f"{self.cname[t.name]}[{var}] = {_float(0.0 if s.reduce == '+' else -math.inf)};")
+        self.tile_nest()
+        self.emit(0, "}")
+        return "\n".join(self.out)
+
+    # ------------------------------------------------------------------ tile loops
+
+    def tile_nest(self) -> None:
+        s = self.schedule
+        sizes = s.tile_sizes()
+        tiles = {l: _Tile(None, None, frozenset([e])) for l, e in self.extents.items()}
+        loops = []  # (anchor loop, var, start, end, step, next tile)
+        for li, level in enumerate(s.levels):
+            for loop in s.order_at(level):
+                t = sizes[loop][li]
+                cur = tiles[loop]
+                if t >= max(cur.lengths):
+                    continue
+                var = self.namer.fresh(f"{loop}_{level}")
+                start = cur.start or "0"
+                parent_end = cur.end or str(self.extents[loop])
+                exact = all(L % t == 0 for L in cur.lengths)
+                end = f"{var} + {t}" if exact else f"{var}_end"
+                lengths = frozenset({t for L in cur.lengths if L >= t} | {L % t for L in cur.lengths if L % t})
+                loops.append((loop, var, start, parent_end, t, exact))
+                tiles[loop] = _Tile(var, end, lengths)
+        depth = 1
+        # collapse: directly nested annotated loops with constant bounds, outermost first
+        i = 0
+        while i < len(loops):
+            loop, var, start, parent_end, t, exact = loops[i]
+            pragma = None
+            if loop in self.parallel and not self.parallel_done:
+                n = 1
+                while (i + n < len(loops) and loops[i + n][0] in self.parallel and i == 0
+                       and loops[i + n][2] == "0" and loops[i + n][3].isdigit() and loops[i][2] == "0"):
+                    n += 1
+                pragma = "#pragma omp parallel for" + (f" collapse({n})" if n > 1 else "")
+                self.parallel_done = True
+                collapsed = n
+            else:
+                collapsed = 1
+            if pragma:
+                self.emit(depth, pragma)
+            for j in range(collapsed):
+                loop, var, start, parent_end, t, exact = loops[i + j]
+                self.emit(depth, f"for (int {var} = {start}; {var} < {parent_end}; {var} += {t}) {{")
+                depth += 1
+                if not exact:
+                    self.emit(depth, f"const int {var}_end = AC_MIN({var} + {t}, {parent_end});")
+            i += collapsed
+        self.tiles = tiles
+        for index, stmt in enumerate(self.kernel.statements):
+            self.statement(index, stmt, depth)
+        for d in range(depth - 1, 0, -1):
+            self.emit(d, "}")
+
+    # ------------------------------------------------------------------ statements
+
+    def statement(self, index: int, stmt: Statement, depth: int) -> None:
+        follows = self.kernel.loop_map(index)         # own loop -> anchor loop
+        inner_order = self.schedule.order_at(self.schedule.levels[-1]) if self.schedule.levels \
+            else self.kernel.loop_names
+        scope = self.namer.child()
+        var: dict[str, str] = {}
+        bounds: dict[str, tuple[str, str, int | None]] = {}  # own loop -> (start, end, constant trip)
+        own_of = {a: o for o, a in follows.items()}
+        order = [own_of[a] for a in inner_order if a in own_of] + [l for l in stmt.loop_names if l not in follows]
+        ext = stmt.extents
+        for own in order:
+            anchor = follows.get(own)
+            if anchor is not None:
+                var[own] = scope(anchor)
+                tile = self.tiles[anchor]
+                if tile.start is None:
+                    bounds[own] = ("0", str(ext[own]), ext[own])
+                else:
+                    end = tile.end if ext[own] == self.extents[anchor] else f"AC_MIN({tile.end}, {ext[own]})"
+                    trip = next(iter(tile.lengths)) if len(tile.lengths) == 1 and ext[own] == self.extents[anchor] else None
+                    bounds[own] = (tile.start, end, trip)
+            else:
+                var[own] = scope.fresh(own)
+                bounds[own] = ("0", str(ext[own]), ext[own])
+        # once, in the last tile of every tiled anchor loop the statement does not follow
+        guards = [f"{self.tiles[a].end} == {self.extents[a]}" for a in self.kernel.loop_names
+                  if a not in own_of and self.tiles[a].start is not None]
+        if guards:
+            self.emit(depth, f"if ({' && '.join(guards)}) {{")
+            depth += 1
+        self.emit(depth, f"/* {str(stmt).split('    #')[0]} */")
+        rank_out = [idx.single_loop for idx in stmt.target_indices]
+        out_loops = [l for l in order if l in rank_out]
+        red_loops = [l for l in order if l not in rank_out]
+        register_tile = math.prod(bounds[l][2] or REGISTER_TILE_MAX + 1 for l in out_loops) if out_loops else 1
+        if (stmt.reduce is not None and red_loops and None not in rank_out
+                and len(set(rank_out)) == len(rank_out) and register_tile <= REGISTER_TILE_MAX):
+            self.register_tiled(stmt, depth, var, bounds, out_loops, red_loops, scope)
+        else:
+            self.plain(stmt, depth, var, bounds, order, red_loops)
+        if guards:
+            self.emit(depth - 1, "}")
+
+    def _for(self, depth: int, v: str, start: str, end: str, trip: int | None) -> None:
+        if trip is not None and start != "0":
+            end = f"{start} + {trip}"
+        self.emit(depth, f"for (int {v} = {start}; {v} < {end}; ++{v}) {{")
+
+    def plain(self, stmt, depth, var, bounds, order, red_loops) -> None:
+        follows = self.kernel.loop_map(self.kernel.statements.index(stmt))
+        target = self.access_c(stmt.target, stmt.target_indices, var, stmt, check=False)
+        expr = self.expr_c(stmt.expr, var, stmt)
+        d = depth
+        parallel_here = False
+        for n, own in enumerate(order):
+            innermost = n == len(order) - 1
+            anchor = follows.get(own)
+            if (anchor in self.parallel and not self.parallel_done and own not in red_loops and not parallel_here
+                    and not innermost):
+                self.emit(d, "#pragma omp parallel for")
+                parallel_here = True
+            if innermost and self.unroll > 1:
+                self.emit(d, f"#pragma GCC unroll {self.unroll}")
+            if innermost and anchor is not None and anchor == self.vectorize and own not in red_loops:
+                self.emit(d, "#pragma omp simd")
+            start, end, trip = bounds[own]
+            self._for(d, var[own], start, end, trip)
+            d += 1
+        if stmt.reduce == "+":
+            self.emit(d, f"{target} += {expr};")
+        elif stmt.reduce == "max":
+            self.emit(d, f"{target} = AC_MAX({target}, {expr});")
+        else:
+            self.emit(d, f"{target} = {expr};")
+        for dd in range(d - 1, depth - 1, -1):
+            self.emit(dd, "}")
+
+    def register_tiled(self, stmt, depth, var, bounds, out_loops, red_loops, scope) -> None:
+        """Accumulate the output tile in `acc` (registers), reduction loops outside."""
+        acc = scope.fresh("acc")
+        trips = [bounds[l][2] for l in out_loops]
+        # the contiguous output loop innermost (vectorised): the target's last dimension
+        last = stmt.target_indices[-1].single_loop
+        out_loops = [l for l in out_loops if l != last] + [last]
+        trips = [bounds[l][2] for l in out_loops]
+        size = math.prod(trips)
+        strides = [math.prod(trips[i + 1:]) for i in range(len(trips))]
+        local = {l: f"({var[l]} - {bounds[l][0]})" if bounds[l][0] != "0" else var[l] for l in out_loops}
+        acc_index = " + ".join(f"{local[l]} * {st}" if st != 1 else local[l] for l, st in zip(out_loops, strides))
+        target = self.access_c(stmt.target, stmt.target_indices, var, stmt, check=False)
+        expr = self.expr_c(stmt.expr, var, stmt)
+        d = depth
+        self.emit(d, "{")
+        d += 1
+        self.emit(d, f"float {acc}[{size}];")
+
+        def out_nest(body: str, d: int) -> None:
+            for n, l in enumerate(out_loops):
+                if n == len(out_loops) - 1:
+                    self.emit(d, "#pragma omp simd")
+                else:
+                    self.emit(d, f"#pragma GCC unroll {bounds[l][2]}")
+                self._for(d, var[l], bounds[l][0], bounds[l][1], bounds[l][2])
+                d += 1
+            self.emit(d, body)
+            for dd in range(d - 1, d - 1 - len(out_loops), -1):
+                self.emit(dd, "}")
+
+        out_nest(f"{acc}[{acc_index}] = {target};", d)
+        dd = d
+        for n, l in enumerate(red_loops):
+            if n == len(red_loops) - 1 and self.unroll > 1:
+                self.emit(dd, f"#pragma GCC unroll {self.unroll}")
+            self._for(dd, var[l], *bounds[l])
+            dd += 1
+        if stmt.reduce == "+":
+            out_nest(f"{acc}[{acc_index}] += {expr};", dd)
+        else:
+            out_nest(f"{acc}[{acc_index}] = AC_MAX({acc}[{acc_index}], {expr});", dd)
+        for x in range(dd - 1, d - 1, -1):
+            self.emit(x, "}")
+        out_nest(f"{target} = {acc}[{acc_index}];", d)
+        self.emit(d - 1, "}")
+
+    # ------------------------------------------------------------------ expressions
+
+    def access_c(self, tensor: str, indices, var, stmt: Statement, check=True, pad: float = 0.0) -> str:
+        t = self.tensor(tensor)
+        shape = t.shape
+        strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+        terms: dict[str, int] = {}
+        const = 0
+        conditions = []
+        ext = stmt.extents
+        for d, idx in enumerate(indices):
+            for loop, coeff in idx.terms:
+                terms[var[loop]] = terms.get(var[loop], 0) + coeff * strides[d]
+            const += idx.const * strides[d]
+            lo = idx.const + sum(min(0, c * (ext[l] - 1)) for l, c in idx.terms)
+            hi = idx.const + sum(max(0, c * (ext[l] - 1)) for l, c in idx.terms)
+            if check and (lo < 0 or hi >= shape[d]):
+                dim_c = _affine_c({var[l]: c for l, c in idx.terms}, idx.const)
+                conditions.append(f"(unsigned)({dim_c}) < {shape[d]}u")
+        flat = _affine_c(terms, const)
+        text = f"{self.cname[tensor]}[{flat}]"
+        if conditions:
+            return f"({' && '.join(conditions)} ? {text} : {_float(pad)})"
+        return text
+
+    def expr_c(self, e: Expr, var, stmt: Statement) -> str:
+        if isinstance(e, Const):
+            return _float(e.value)
+        if isinstance(e, Access):
+            return self.access_c(e.tensor, e.indices, var, stmt, check=True, pad=e.pad)
+        if isinstance(e, BinOp):
+            return f"({self.expr_c(e.lhs, var, stmt)} {e.op} {self.expr_c(e.rhs, var, stmt)})"
+        if isinstance(e, Call):
+            args = [self.expr_c(a, var, stmt) for a in e.args]
+            fn = {"exp": "expf", "sqrt": "sqrtf", "tanh": "tanhf", "abs": "fabsf", "relu": "ac_relu",
+                  "sigmoid": "ac_sigmoid", "gelu": "ac_gelu", "max": "AC_MAX", "min": "AC_MIN"}.get(e.fn)
+            if e.fn == "neg":
+                return f"(-{args[0]})"
+            if fn is None:
+                raise ValueError(f"no C translation for function {e.fn!r}")
+            return f"{fn}({', '.join(args)})"
+        raise TypeError(f"cannot generate C for {e!r}")
