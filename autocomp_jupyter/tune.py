@@ -1,0 +1,686 @@
+"""The auto-tuner: an evolutionary search over what the rules leave open.
+
+tune.py owns the search of each kernel's legal schedule space — tile sizes per level
+(divisors and non-divisors, each tile inside the enclosing one), a loop order per level,
+and annotations (parallel loops, the vectorised loop) — and the assembly of the best
+whole-program versions. It decides nothing about legality or cost itself: candidates are
+scored in batches by the cost model (`accel.cost.evaluate_batch`, or any `score_fn`), and
+their legality is asked of `poly.check_legal`.
+
+The search, per kernel (slowest kernels first, each with a share of the `configs` budget
+proportional to its time under the rules' schedule):
+
+1. The population starts from the incumbent — the schedule the rules chose — plus
+   mutations of it and random samples; the incumbent never leaves the population (elitism),
+   so tuning is never worse than the rules alone.
+2. Each generation breeds children by tournament selection, uniform crossover (per loop
+   for tiles and parallel marks, per level for orders) and mutation (a tile a step up or
+   down its list of sizes or anywhere in it; two loops of one level's order swapped; a
+   parallel mark toggled; the vectorised loop moved). Children are repaired (tiles clipped
+   inside the enclosing tile, orders of levels whose loops all run once made canonical) and
+   deduplicated against everything already scored.
+3. Legality is cached per (loop orders, parallel set): for a plain tiling, tile sizes do not
+   change which dependences a schedule breaks. The kernels of the DSL are single-assignment
+   and their only self-dependences are reductions, so what breaks legality is reordering a
+   non-reorderable reduction or running a reduction loop in parallel, neither of which a tile
+   size affects. (Checked with poly on GEMM, GEMM+relu and a max-reduction under random
+   non-dividing tilings: the verdict never differed within one (order, parallel) key; the
+   tests re-check it.) An illegal child is repaired — its parallel set cut to the
+   incumbent's, then the incumbent's orders and parallel set — or rejected; it is never
+   scored. Versions are checked once more with their exact schedule before they are kept.
+4. Scoring is vectorised over fixed-size chunks of the generation; a chunk is a picklable
+   task (kernel, target, arrays → times), so any `concurrent.futures.Executor` can run it
+   and the result is bit-identical whatever the executor.
+
+The top-K versions combine per-kernel candidates into the K fastest distinct whole
+programs (kernel times add). `tune_plan` returns (best plan, versions, tuning summary).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import poly
+from .accel.cost import evaluate, evaluate_batch, kernel_model
+from .accel.target import Target, load_target
+from .ir.schedule import Kernel, Schedule
+from .result import Plan
+
+CHUNK = 128                 # candidates per scoring task (fixed: results do not depend on the executor)
+MAX_POPULATION = 48
+MIN_POPULATION = 8
+TOURNAMENT = 3
+
+ScoreFn = Callable[[Kernel, Target, np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def model_score(kernel: Kernel, target: Target, tiles: np.ndarray, orders: np.ndarray,
+                parallel: np.ndarray, vectorize: np.ndarray) -> np.ndarray:
+    """The default score: the analytic cost model's time in seconds, one per candidate.
+
+    Any `score_fn` with this signature (module-level, so it pickles) can replace it, e.g.
+    a measured run on the host; lower is better.
+    """
+    return evaluate_batch(kernel, target, tiles, orders, parallel, vectorize).time_s
+
+
+def _score_chunk(score_fn: ScoreFn, kernel: Kernel, target: Target, tiles, orders, parallel, vectorize) -> np.ndarray:
+    """One scoring task: what an executor runs (picklable arguments, times back)."""
+    return np.asarray(score_fn(kernel, target, tiles, orders, parallel, vectorize), dtype=float)
+
+
+class _Scorer:
+    """Scores batches of candidates, in chunks, serially or through an executor."""
+
+    def __init__(self, executor, score_fn: ScoreFn):
+        self.score_fn = score_fn
+        self.executor: Executor | None = None
+        self._owned = []  # things this scorer opened and must close
+        if executor is None or executor == "serial":
+            return
+        if isinstance(executor, Executor) or hasattr(executor, "submit"):
+            self.executor = executor
+        elif isinstance(executor, str) and executor.startswith("processes"):
+            _, _, workers = executor.partition(":")
+            self.executor = ProcessPoolExecutor(max_workers=int(workers) if workers else None)
+            self._owned.append(self.executor)
+        elif isinstance(executor, str) and "://" in executor:
+            from dask.distributed import Client
+
+            client = Client(executor)
+            self._owned.append(client)
+            self.executor = client.get_executor()
+        else:
+            raise ValueError(f"executor must be None, a concurrent.futures.Executor, 'processes[:N]' or "
+                             f"'tcp://host:port' (a dask scheduler), got {executor!r}")
+        self._futures = []
+
+    def __call__(self, kernel: Kernel, target: Target, tiles, orders, parallel, vectorize) -> np.ndarray:
+        n = len(tiles)
+        spans = [(lo, min(n, lo + CHUNK)) for lo in range(0, n, CHUNK)]
+        if self.executor is None:
+            parts = [_score_chunk(self.score_fn, kernel, target, tiles[a:b], orders[a:b], parallel[a:b],
+                                  vectorize[a:b]) for a, b in spans]
+        else:
+            self._futures = [self.executor.submit(_score_chunk, self.score_fn, kernel, target, tiles[a:b],
+                                                  orders[a:b], parallel[a:b], vectorize[a:b]) for a, b in spans]
+            parts = [f.result() for f in self._futures]
+            self._futures = []
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def close(self) -> None:
+        for f in getattr(self, "_futures", []):
+            f.cancel()
+        for owned in self._owned:
+            if isinstance(owned, Executor):
+                owned.shutdown(wait=True, cancel_futures=True)
+            else:
+                owned.close()
+
+
+# --------------------------------------------------------------------------- the space of one kernel
+
+
+def tile_choices(extent: int, hints: Sequence[int] = (), divisors_only: bool = False) -> np.ndarray:
+    """Tile sizes tried along a loop of `extent`: its divisors, powers of two, multiples of
+    the hardware granules in `hints` (PE rows/columns, vector width) and 3·2^k (non-divisors,
+    remainder tiles), all <= extent; with `divisors_only`, divisors alone."""
+    sizes = {d for d in range(1, int(math.isqrt(extent)) + 1) if extent % d == 0}
+    sizes |= {extent // d for d in sizes}
+    if not divisors_only:
+        p = 1
+        while p <= extent:
+            sizes.update({p, 3 * p})
+            p *= 2
+        for g in hints:
+            if g > 1:
+                sizes.update(range(g, min(extent, 16 * g) + 1, g))
+        sizes.add(extent)
+    return np.array(sorted(s for s in sizes if 1 <= s <= extent), dtype=np.int64)
+
+
+@dataclass
+class KernelSpace:
+    """What may vary in one kernel's schedule, and the incumbent it starts from.
+
+    Genomes are arrays: tiles [n, D, L] (sizes, inner <= outer), orders [n, L, D]
+    (permutations per level), parallel [n, D] bool, vectorize [n] (loop index, -1 = the
+    innermost loop). `unroll` is carried from the incumbent: the cost model does not score it.
+    """
+
+    kernel: Kernel
+    target: Target
+    levels: tuple[str, ...]
+    choices: list[np.ndarray]                 # per loop, sorted tile sizes
+    incumbent: Schedule
+    incumbent_genome: tuple                   # (tiles[D, L], orders[L, D], parallel[D], vectorize)
+    tune_orders: bool = True
+    tune_annotations: bool = True
+
+    @property
+    def D(self) -> int:
+        return len(self.kernel.loops)
+
+    @property
+    def L(self) -> int:
+        return len(self.levels)
+
+    @staticmethod
+    def of(schedule: Schedule, target: Target, divisors_only: bool = False, tune_orders: bool = True,
+           tune_annotations: bool = True) -> "KernelSpace":
+        kernel = schedule.kernel
+        model = kernel_model(kernel, target)
+        levels = target.tiling_levels
+        tiles, orders, parallel, vectorize = model.normalise(*model.schedule_arrays(schedule))
+        compute = target.compute
+        hints = [compute.pe_rows, compute.pe_cols] if compute.kind == "systolic" else [compute.lanes]
+        choices = []
+        for d, loop in enumerate(kernel.loops):
+            base = tile_choices(loop.extent, hints, divisors_only)
+            choices.append(np.union1d(base, tiles[0, d]))   # the incumbent's sizes are always reachable
+        space = KernelSpace(kernel, target, levels, choices, schedule, (), tune_orders, tune_annotations)
+        rt, ro = space.repair(tiles[:1], np.array(orders[:1]))
+        space.incumbent_genome = (rt[0], ro[0], np.array(parallel[0]), int(vectorize[0]))
+        return space
+
+    # ------------------------------------------------------------------ genomes ↔ schedules
+
+    def schedule(self, tiles, orders, parallel, vectorize) -> Schedule:
+        names = self.kernel.loop_names
+        annotations = {"parallel": tuple(n for n, p in zip(names, parallel) if p)}
+        if vectorize >= 0:
+            annotations["vectorize"] = names[int(vectorize)]
+        if "unroll" in self.incumbent.annotations:
+            annotations["unroll"] = self.incumbent.annotations["unroll"]
+        return Schedule(self.kernel,
+                        tiles={n: {lv: int(tiles[d, h]) for h, lv in enumerate(self.levels)} for d, n in enumerate(names)},
+                        order={lv: tuple(names[int(i)] for i in orders[h]) for h, lv in enumerate(self.levels)},
+                        annotations=annotations, levels=self.levels)
+
+    def repair(self, tiles, orders):
+        """Clip tiles inside their enclosing tile; at levels where no loop iterates, keep the
+        next inner order (the order there changes nothing); order loops that run once at a
+        level by index after the iterating ones (so equivalent genomes coincide)."""
+        extents = np.array([l.extent for l in self.kernel.loops])
+        tiles = np.minimum(np.minimum.accumulate(np.minimum(tiles, extents[None, :, None]), axis=2), extents[None, :, None])
+        tiles = np.maximum(tiles, 1)
+        n, D, L = tiles.shape
+        enclosing = np.concatenate([np.broadcast_to(extents[None, :, None], (n, D, 1)), tiles[:, :, :-1]], axis=2)
+        iterates = tiles < enclosing                                  # [n, D, L]
+        orders = orders.copy()
+        for h in range(L - 1):   # the innermost level's order also orders the point loops: keep it
+            it = np.take_along_axis(iterates[:, :, h], orders[:, h, :], axis=1)   # in order position
+            # stable sort: iterating loops first in their order, then the others by index
+            key = np.where(it, np.arange(D)[None, :], D + orders[:, h, :])
+            pos = np.argsort(key, axis=1, kind="stable")
+            orders[:, h, :] = np.take_along_axis(orders[:, h, :], pos, axis=1)
+        return tiles, orders
+
+
+def _genome_keys(tiles, orders, parallel, vectorize) -> list[bytes]:
+    n = len(tiles)
+    flat = np.concatenate([tiles.reshape(n, -1), orders.reshape(n, -1), parallel.reshape(n, -1).astype(np.int64),
+                           vectorize.reshape(n, 1)], axis=1).astype(np.int64)
+    return [row.tobytes() for row in flat]
+
+
+# --------------------------------------------------------------------------- legality
+
+
+class _Legality:
+    """Legality per loop orders of one kernel, asked of poly once per orders.
+
+    poly checks parallel loops one by one (a loop is parallel iff it carries no
+    dependence), so one check with every loop marked parallel tells both whether the
+    orders are legal and which loops may run in parallel under them.
+    """
+
+    def __init__(self, space: KernelSpace):
+        self.space = space
+        self.cache: dict[bytes, tuple[bool, np.ndarray]] = {}
+        self.checks = 0
+
+    def verdict(self, tiles, orders) -> tuple[bool, np.ndarray]:
+        """(orders legal, bool [D]: loops that may be parallel under them)."""
+        key = np.asarray(orders, dtype=np.int64).tobytes()
+        if key not in self.cache:
+            self.checks += 1
+            sp = self.space
+            D = sp.D
+            schedule = sp.schedule(tiles, orders, np.ones(D, dtype=bool), -1)
+            dims = poly.parallel_dims(schedule)
+            try:
+                verdict = poly.check_legal(sp.kernel.statements, poly.from_tiled_schedule(schedule),
+                                           parallel=dims, reduction_reorderable=True)
+            except ValueError:
+                self.cache[key] = (False, np.zeros(D, dtype=bool))
+            else:
+                refused = {v.loop for v in verdict.violated if v.loop is not None}
+                order_ok = not any(v.loop is None for v in verdict.violated)
+                self.cache[key] = (order_ok, np.array([dim not in refused for dim in dims]))
+        return self.cache[key]
+
+    def ok(self, tiles, orders, parallel, vectorize) -> bool:
+        order_ok, may = self.verdict(tiles, orders)
+        return order_ok and not np.any(np.asarray(parallel, dtype=bool) & ~may)
+
+
+def legal(schedule: Schedule) -> bool:
+    """poly's verdict on a tiled schedule (as the pipeline asks it)."""
+    try:
+        verdict = poly.check_legal(schedule.kernel.statements, poly.from_tiled_schedule(schedule),
+                                   parallel=poly.parallel_dims(schedule), reduction_reorderable=True)
+    except ValueError:
+        return False
+    return verdict.ok
+
+
+# --------------------------------------------------------------------------- the search of one kernel
+
+
+@dataclass
+class _Search:
+    """The evolutionary search state for one kernel."""
+
+    space: KernelSpace
+    rng: np.random.Generator
+    configs: int
+    legality: _Legality
+    seen: dict = field(default_factory=dict)             # genome key -> time (scored, legal)
+    genomes: dict = field(default_factory=dict)          # genome key -> (tiles, orders, parallel, vectorize)
+    evaluated: int = 0
+    rejected: int = 0
+    population: list = field(default_factory=list)       # genome keys, best first
+
+    @property
+    def incumbent_key(self) -> bytes:
+        t, o, p, v = self.space.incumbent_genome
+        return _genome_keys(t[None], o[None], p[None], np.array([v]))[0]
+
+    def best(self) -> tuple[bytes, float]:
+        key = min(self.seen, key=lambda k: (self.seen[k], k))
+        return key, self.seen[key]
+
+    def ranked(self) -> list[tuple[float, bytes]]:
+        return sorted((t, k) for k, t in self.seen.items())
+
+    # ------------------------------------------------------------------ variation
+
+    def _random_tiles(self, n):
+        sp = self.space
+        tiles = np.empty((n, sp.D, sp.L), dtype=np.int64)
+        for d, ch in enumerate(sp.choices):
+            tiles[:, d, :] = ch[self.rng.integers(0, len(ch), size=(n, sp.L))]
+        return -np.sort(-tiles, axis=2)   # outer >= inner
+
+    def _mutate(self, tiles, orders, parallel, vectorize, strength: float = 1.0):
+        sp, rng = self.space, self.rng
+        n = len(tiles)
+        tiles, orders, parallel, vectorize = tiles.copy(), orders.copy(), parallel.copy(), vectorize.copy()
+        for i in range(n):
+            moves = 1 + rng.poisson(strength)
+            for _ in range(moves):
+                what = rng.random()
+                if what < 0.65 or not (sp.tune_orders or sp.tune_annotations):
+                    d, h = rng.integers(sp.D), rng.integers(sp.L)
+                    ch = sp.choices[d]
+                    idx = int(np.searchsorted(ch, tiles[i, d, h]))
+                    if rng.random() < 0.8:
+                        idx += int(rng.choice([-2, -1, 1, 2]))
+                    else:
+                        idx = int(rng.integers(len(ch)))
+                    tiles[i, d, h] = ch[int(np.clip(idx, 0, len(ch) - 1))]
+                    # keep the nest: an inner tile may not exceed it, an outer one not undercut it
+                    tiles[i, d, h + 1:] = np.minimum(tiles[i, d, h + 1:], tiles[i, d, h])
+                    tiles[i, d, :h] = np.maximum(tiles[i, d, :h], tiles[i, d, h])
+                elif what < 0.85 and sp.tune_orders and sp.D > 1:
+                    h = rng.integers(sp.L)
+                    a, b = rng.choice(sp.D, size=2, replace=False)
+                    orders[i, h, [a, b]] = orders[i, h, [b, a]]
+                    if rng.random() < 0.3:       # levels often want the same order
+                        orders[i, :, :] = orders[i, h, :]
+                elif sp.tune_annotations:
+                    if rng.random() < 0.6:
+                        d = rng.integers(sp.D)
+                        parallel[i, d] = not parallel[i, d]
+                    else:
+                        vectorize[i] = int(rng.integers(-1, sp.D))
+        return tiles, orders, parallel, vectorize
+
+    def _crossover(self, a, b):
+        sp, rng = self.space, self.rng
+        ta, oa, pa, va = a
+        tb, ob, pb, vb = b
+        take = rng.random(sp.D) < 0.5
+        tiles = np.where(take[:, None], ta, tb)
+        olev = rng.random(sp.L) < 0.5
+        orders = np.where(olev[:, None], oa, ob)
+        parallel = np.where(rng.random(sp.D) < 0.5, pa, pb)
+        vectorize = va if rng.random() < 0.5 else vb
+        return tiles, orders, parallel, vectorize
+
+    # ------------------------------------------------------------------ evaluation
+
+    def _admit(self, cand) -> tuple | None:
+        """The candidate, repaired to a legal one, or None (illegal and unrepairable)."""
+        tiles, orders, parallel, vectorize = cand
+        if self.legality.ok(tiles, orders, parallel, vectorize):
+            return cand
+        it, io, ip, iv = self.space.incumbent_genome
+        order_ok, may = self.legality.verdict(tiles, orders)
+        if order_ok:   # drop the parallel marks the orders do not allow
+            return tiles, orders, parallel & may, vectorize
+        if self.legality.ok(tiles, io, ip, vectorize):
+            return tiles, io.copy(), ip.copy(), vectorize
+        self.rejected += 1
+        return None
+
+    def evaluate(self, cands: list, scorer, limit: int) -> int:
+        """Repair, legalise, deduplicate and score up to `limit` new candidates."""
+        sp = self.space
+        if not cands:
+            return 0
+        tiles = np.stack([c[0] for c in cands])
+        orders = np.stack([c[1] for c in cands])
+        tiles, orders = sp.repair(tiles, orders)
+        fresh, keys = [], []
+        for i, c in enumerate(cands):
+            admitted = self._admit((tiles[i], orders[i], np.asarray(c[2], dtype=bool), int(c[3])))
+            if admitted is None:
+                continue
+            t, o, p, v = admitted
+            t2, o2 = sp.repair(t[None], o[None])
+            admitted = (t2[0], o2[0], p, v)
+            key = _genome_keys(t2, o2, p[None], np.array([v]))[0]
+            if key in self.seen or key in keys:
+                continue
+            fresh.append(admitted)
+            keys.append(key)
+            if len(fresh) >= limit:
+                break
+        if not fresh:
+            return 0
+        T = np.stack([f[0] for f in fresh])
+        O = np.stack([f[1] for f in fresh])
+        P = np.stack([f[2] for f in fresh])
+        V = np.array([f[3] for f in fresh], dtype=np.int64)
+        times = scorer(sp.kernel, sp.target, T, O, P, V)
+        for key, f, t in zip(keys, fresh, times):
+            t = float(t)
+            self.seen[key] = t if math.isfinite(t) else math.inf
+            self.genomes[key] = f
+        self.evaluated += len(fresh)
+        return len(fresh)
+
+    def _select(self, size: int):
+        ranked = self.ranked()
+        keep = [k for _, k in ranked[:size]]
+        if self.incumbent_key in self.seen and self.incumbent_key not in keep:
+            keep[-1] = self.incumbent_key   # the rules' choice never leaves the population
+        self.population = keep
+
+    # ------------------------------------------------------------------ the loop
+
+    def start(self, scorer, pop_size: int) -> None:
+        inc = self.space.incumbent_genome
+        cands = [inc]
+        n_mut = max(0, pop_size // 2)
+        base = [np.repeat(x[None], n_mut, axis=0) for x in inc[:3]] + [np.full(n_mut, inc[3], dtype=np.int64)]
+        mt, mo, mp, mv = self._mutate(*base, strength=1.5)
+        cands += [(mt[i], mo[i], mp[i], int(mv[i])) for i in range(n_mut)]
+        n_rand = pop_size - 1 - n_mut
+        rt = self._random_tiles(n_rand)
+        for i in range(n_rand):
+            o = inc[1].copy()
+            if self.space.tune_orders and self.rng.random() < 0.5:
+                o[:] = self.rng.permutation(self.space.D)
+            cands.append((rt[i], o, inc[2].copy(), inc[3]))
+        self.evaluate(cands, scorer, max(1, min(self.configs, len(cands))))
+        self._select(pop_size)
+
+    def step(self, scorer, pop_size: int) -> int:
+        """One generation: breed `pop_size` children, score the new ones. Returns how many."""
+        remaining = self.configs - self.evaluated
+        if remaining <= 0:
+            return 0
+        pop = [self.genomes[k] for k in self.population]
+        fit = np.array([self.seen[k] for k in self.population])
+        children = []
+        tries = 0
+        while len(children) < pop_size and tries < 4 * pop_size:
+            tries += 1
+            i = min(self.rng.integers(len(pop), size=TOURNAMENT), key=lambda j: (fit[j], j))
+            if self.rng.random() < 0.6 and len(pop) > 1:
+                j = min(self.rng.integers(len(pop), size=TOURNAMENT), key=lambda j: (fit[j], j))
+                child = self._crossover(pop[i], pop[j])
+            else:
+                child = pop[i]
+            t, o, p, v = self._mutate(child[0][None], child[1][None], child[2][None], np.array([child[3]]))
+            children.append((t[0], o[0], p[0], int(v[0])))
+        done = self.evaluate(children, scorer, remaining)
+        if done == 0:
+            # Everything bred was seen before: explore with random samples instead.
+            rt = self._random_tiles(pop_size)
+            inc = self.space.incumbent_genome
+            cands = []
+            for i in range(pop_size):
+                o = inc[1].copy()
+                if self.space.tune_orders:
+                    o[:] = self.rng.permutation(self.space.D)
+                cands.append((rt[i], o, inc[2].copy(), inc[3]))
+            done = self.evaluate(cands, scorer, remaining)
+        self._select(pop_size)
+        return done
+
+
+def population_size(configs: int) -> int:
+    return int(np.clip(configs // 12, MIN_POPULATION, MAX_POPULATION))
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def _top_combinations(per_kernel: list[list[tuple[float, bytes]]], k: int) -> list[tuple[float, tuple[int, ...]]]:
+    """The k smallest sums picking one entry per list (each list sorted ascending)."""
+    if not per_kernel or any(not lst for lst in per_kernel):
+        return []
+    start = tuple(0 for _ in per_kernel)
+    total = lambda idx: sum(per_kernel[i][j][0] for i, j in enumerate(idx))
+    heap = [(total(start), start)]
+    seen = {start}
+    out = []
+    while heap and len(out) < k:
+        t, idx = heapq.heappop(heap)
+        out.append((t, idx))
+        for i in range(len(idx)):
+            if idx[i] + 1 < len(per_kernel[i]):
+                nxt = idx[:i] + (idx[i] + 1,) + idx[i + 1:]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    heapq.heappush(heap, (total(nxt), nxt))
+    return out
+
+
+def _kernel_entry(schedule: Schedule) -> dict:
+    levels = schedule.levels
+    return {
+        "tiles": {loop: {lv: size for lv, size in zip(levels, sizes)}
+                  for loop, sizes in schedule.tile_sizes(levels).items()},
+        "order": list(schedule.order_at(levels[0], levels)) if levels else list(schedule.kernel.loop_names),
+        "order_by_level": {lv: list(schedule.order_at(lv, levels)) for lv in levels},
+        "annotations": {k: (list(v) if isinstance(v, tuple) else v) for k, v in schedule.annotations.items()},
+    }
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def split_configs(times: Sequence[float], configs: int) -> list[int]:
+    """Configurations per kernel, in proportion to kernel time (largest remainders)."""
+    total = sum(times)
+    if configs <= 0 or not times:
+        return [0] * len(times)
+    weights = [t / total if total > 0 else 1 / len(times) for t in times]
+    raw = [configs * w for w in weights]
+    out = [int(math.floor(r)) for r in raw]
+    for i in sorted(range(len(raw)), key=lambda i: (-(raw[i] - out[i]), i))[: configs - sum(out)]:
+        out[i] += 1
+    return out
+
+
+def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None = None,
+              progress: Callable[[int, int, float], None] | None = None, executor=None,
+              score_fn: ScoreFn = model_score, divisors_only: bool = False) -> tuple[Plan, dict, dict]:
+    """Tune every kernel of `plan` and return (best plan, versions, tuning summary).
+
+    plan: the plan the rules produced (its schedules are the incumbents, kept in every
+    population: the result is never slower than `plan` under `score_fn`); ctx: a
+    PassContext (target, seed); configs: candidate schedules to score in all, split over
+    kernels by their time; top: whole-program versions kept; budget: seconds, checked
+    between generations; progress: callback(done, total, best_time_s) after each
+    generation; executor: None (serial), a concurrent.futures.Executor, "processes[:N]"
+    or "tcp://host:port" (a dask scheduler) — the result does not depend on it; score_fn:
+    the scorer (default: the cost model's time); divisors_only: tile sizes from divisors.
+
+    A KeyboardInterrupt (^C, or raised by `progress`) stops the search: the best found so
+    far is returned with tuning["interrupted"] = True.
+    """
+    target = load_target(ctx.target)
+    started = time.perf_counter()
+    seed = int(getattr(ctx, "seed", 0) or 0)
+    kernels = list(plan.kernels)
+    incumbent_times = [float(_score_chunk(score_fn, *((s.kernel, target) + _arrays(s, target)))[0])
+                       for s in plan.schedules]
+    rules_time = sum(incumbent_times)
+    order = sorted(range(len(kernels)), key=lambda i: (-incumbent_times[i], i))   # slowest first
+    shares = split_configs(incumbent_times, configs)
+    searches: dict[int, _Search] = {}
+    interrupted = budget_exhausted = False
+    evaluated = 0
+    scorer = _Scorer(executor, score_fn)
+
+    def best_total() -> float:
+        return sum(searches[i].best()[1] if i in searches and searches[i].seen else incumbent_times[i]
+                   for i in range(len(kernels)))
+
+    def over_budget() -> bool:
+        return budget is not None and time.perf_counter() - started > budget
+
+    try:
+        for i in order:
+            if shares[i] < 2:
+                continue     # too small a share to search: the rules' schedule stands
+            if over_budget():
+                budget_exhausted = True
+                break
+            space = KernelSpace.of(plan.schedules[i], target, divisors_only)
+            search = _Search(space, np.random.default_rng(seed + i), shares[i], _Legality(space))
+            searches[i] = search
+            pop = population_size(shares[i])
+            search.start(scorer, pop)
+            evaluated = sum(s.evaluated for s in searches.values())
+            if progress:
+                progress(evaluated, configs, best_total())
+            stale = 0
+            while search.evaluated < search.configs:
+                if over_budget():
+                    budget_exhausted = True
+                    break
+                done = search.step(scorer, pop)
+                evaluated = sum(s.evaluated for s in searches.values())
+                if progress:
+                    progress(evaluated, configs, best_total())
+                stale = stale + 1 if done == 0 else 0
+                if stale >= 3:
+                    break    # the space is exhausted (or nothing new is legal)
+            if budget_exhausted:
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        scorer.close()
+    evaluated = sum(s.evaluated for s in searches.values())
+
+    # Per kernel: its candidates, fastest first, each checked with its exact schedule.
+    per_kernel: list[list[tuple[float, Schedule]]] = []
+    for i, (kernel, schedule) in enumerate(zip(kernels, plan.schedules)):
+        entries = [(incumbent_times[i], schedule)]
+        search = searches.get(i)
+        if search is not None:
+            inc_key = search.incumbent_key
+            entries = []
+            for t, key in search.ranked():
+                if len(entries) >= max(top, 1):
+                    break
+                if key == inc_key:
+                    entries.append((t, schedule))
+                    continue
+                candidate = search.space.schedule(*search.genomes[key])
+                if legal(candidate):
+                    entries.append((t, candidate))
+            if not any(s is schedule for _, s in entries):
+                entries.append((incumbent_times[i], schedule))
+                entries.sort(key=lambda e: e[0])
+        per_kernel.append(entries)
+
+    combos = _top_combinations([[(t, b"") for t, _ in entries] for entries in per_kernel], max(top, 1))
+    versions: dict[str, Plan] = {}
+    top_entries = []
+    for rank, (total, idx) in enumerate(combos, start=1):
+        name = f"v{rank}"
+        schedules = tuple(per_kernel[k][j][1] for k, j in enumerate(idx))
+        versions[name] = Plan(plan.program, plan.kernels, schedules, label=f"tuned {name}")
+        top_entries.append({
+            "name": name, "time_s": total,
+            "speedup_vs_rules": rules_time / total if total > 0 else math.inf,
+            "legal": True,
+            "kernels": {k.name: _kernel_entry(s) for k, s in zip(kernels, schedules)},
+        })
+    best_plan = versions["v1"] if versions else plan
+    tuning = {
+        "configs_evaluated": int(evaluated),
+        "seconds": time.perf_counter() - started,
+        "top": top_entries,
+        "interrupted": interrupted,
+        "budget_exhausted": budget_exhausted,
+        "rules_time_s": rules_time,
+        "legality_checks": sum(s.legality.checks for s in searches.values()),
+        "rejected_illegal": sum(s.rejected for s in searches.values()),
+        "configs_by_kernel": {kernels[i].name: s.evaluated for i, s in sorted(searches.items())},
+    }
+    return best_plan, versions, tuning
+
+
+def _arrays(schedule: Schedule, target: Target):
+    model = kernel_model(schedule.kernel, target)
+    tiles, orders, parallel, vectorize = model.normalise(*model.schedule_arrays(schedule))
+    return tiles, np.ascontiguousarray(orders), np.ascontiguousarray(parallel), vectorize
+
+
+def tqdm_progress(**tqdm_kwargs) -> Callable[[int, int, float], None]:
+    """A `progress=` callback drawing a tqdm bar in a terminal (closes itself at the end)."""
+    from tqdm.auto import tqdm
+
+    state = {"bar": None}
+
+    def callback(done: int, total: int, best_time_s: float) -> None:
+        bar = state["bar"]
+        if bar is None:
+            bar = state["bar"] = tqdm(total=total, desc="tuning", unit="cfg", **tqdm_kwargs)
+        bar.total = max(total, done)
+        bar.n = done
+        bar.set_postfix_str(f"best {best_time_s * 1e6:.2f} us", refresh=False)
+        bar.refresh()
+        if done >= total:
+            bar.close()
+
+    return callback
