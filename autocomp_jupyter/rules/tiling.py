@@ -49,7 +49,7 @@ RANDOM_CANDIDATES = 3000
 LOCAL_ROUNDS = 8
 KEEP = 4                      # candidates refined by local search
 TWIN_EXTENT = 16              # scaled-down twin for the tiled execution check
-MAX_CHECK_TILES = 3000
+MAX_CHECK_TILES = 400
 
 
 def tiling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
@@ -130,8 +130,26 @@ def datapath_units(kernel: Kernel, target) -> np.ndarray:
         units[anchor.col_loop] = compute.pe_cols
     else:
         width = compute.pe_cols if compute.kind == "systolic" else compute.vector_width(anchor.dtype)
-        units[len(kernel.loops) - 1] = width
+        loop = contiguous_loop(kernel)
+        units[kernel.loop_names.index(loop) if loop else len(kernel.loops) - 1] = width
     return units
+
+
+def contiguous_loop(kernel: Kernel) -> str | None:
+    """The anchor's output loop that indexes the last (stride-1) dimension of its output
+    alone, with coefficient 1: the loop a vector unit runs along. None if there is none."""
+    anchor = kernel.anchor_statement
+    if not anchor.target_indices:
+        return None
+    return anchor.target_indices[-1].single_loop
+
+
+def vector_loop_index(kernel: Kernel, target) -> int:
+    """The loop index the tiling scores vectorised (-1: the cost model's default)."""
+    if target.compute.kind == "systolic":
+        return -1
+    loop = contiguous_loop(kernel)
+    return kernel.loop_names.index(loop) if loop in kernel.loop_names else -1
 
 
 def tile_candidates(extent: int, unit: int) -> np.ndarray:
@@ -150,9 +168,14 @@ def tile_candidates(extent: int, unit: int) -> np.ndarray:
 
 
 def register_candidates(extent: int, unit: int, factor: tuple[int, int]) -> np.ndarray:
-    """Register tiles: `factor[0]..factor[1]` datapath units (clipped to the extent)."""
+    """Register tiles within `register_tile_factor` (min, max): on a loop the datapath maps
+    (unit > 1), 1..max datapath units; on other loops min..max elements (1, 2 too when the
+    enclosing tile is that small). Clipped to the extent."""
     lo, hi = factor
-    values = {min(extent, unit * f) for f in range(lo, hi + 1)}
+    if unit > 1:
+        values = {min(extent, unit * f) for f in range(1, hi + 1)}
+    else:
+        values = {min(extent, f) for f in range(lo, hi + 1)} | {v for v in (1, 2) if v < lo}
     return np.array(sorted(values), dtype=np.int64)
 
 
@@ -214,6 +237,7 @@ def search_tiles(kernel: Kernel, target, current: Schedule | None, levels: dict[
             values[vector_level][d] = register_candidates(int(extents[d]), int(units[d]), factor)
     orders_set = np.array(order_candidates(kernel), dtype=np.int64)
     rng = np.random.default_rng(seed)
+    vec = vector_loop_index(kernel, target)
 
     # Seeds: the current schedule and the textbook one.
     seeds_t, seeds_o = [], []
@@ -234,7 +258,7 @@ def search_tiles(kernel: Kernel, target, current: Schedule | None, levels: dict[
     if seeds_t:
         tiles = np.concatenate([_monotone(np.array(seeds_t), extents), tiles])
         orders = np.concatenate([np.array(seeds_o), orders])
-    scores = _score(model, tiles, orders, max_spill)
+    scores = _score(model, tiles, orders, max_spill, vec)
     evaluated = len(scores)
 
     # Local search from the best few distinct candidates.
@@ -242,7 +266,7 @@ def search_tiles(kernel: Kernel, target, current: Schedule | None, levels: dict[
     pool_t, pool_o, pool_s = tiles[best_idx], orders[best_idx], scores[best_idx]
     for _ in range(LOCAL_ROUNDS):
         nt, no = _neighbours(pool_t, pool_o, values, tiled, orders_set, extents, vector_level)
-        ns = _score(model, nt, no, max_spill)
+        ns = _score(model, nt, no, max_spill, vec)
         evaluated += len(ns)
         all_t = np.concatenate([pool_t, nt])
         all_o = np.concatenate([pool_o, no])
@@ -257,7 +281,7 @@ def search_tiles(kernel: Kernel, target, current: Schedule | None, levels: dict[
     for i in np.argsort(pool_s, kind="stable")[:ranked]:
         if not np.isfinite(pool_s[i]):
             break
-        schedule = _to_schedule(kernel, current, pool_t[i], pool_o[i], target_levels, tiled)
+        schedule = _to_schedule(kernel, current, pool_t[i], pool_o[i], target_levels, tiled, vec)
         results.append((schedule, evaluate(schedule, target)))
     if ranked > 1:
         return results
@@ -272,8 +296,8 @@ def _monotone(tiles: np.ndarray, extents: np.ndarray) -> np.ndarray:
     return np.minimum.accumulate(tiles, axis=2)
 
 
-def _score(model, tiles, orders, max_spill: float) -> np.ndarray:
-    cost = model.evaluate_batch(tiles, orders)
+def _score(model, tiles, orders, max_spill: float, vectorize: int = -1) -> np.ndarray:
+    cost = model.evaluate_batch(tiles, orders, vectorize=np.full(len(tiles), vectorize))
     ok = cost.spill_ratio <= max_spill + 1e-12
     # Ties in time (common when compute-bound) go to less energy.
     return np.where(ok, cost.time_s * (1.0 + 1e-3 * cost.energy_j / max(float(cost.energy_j.max()), 1e-30)), np.inf)
@@ -309,17 +333,23 @@ def _neighbours(pool_t, pool_o, values, tiled, orders_set, extents, vector_level
                     c[d, h + 1:] = np.minimum(c[d, h + 1:], v)
                     out_t.append(c)
                     out_o.append(o)
-            for d1 in range(D if h != vector_level else 0):
+            # Trade between two loops: one grows by 1-2 candidate steps while another
+            # shrinks by 1-2 (what a full level needs to move at all).
+            steps = [np.searchsorted(values[h][d], t[d, h]) for d in range(D)]
+            for d1 in range(D):
+                up = values[h][d1][steps[d1] + 1: steps[d1] + 3]
                 for d2 in range(D):
-                    if d1 == d2 or t[d2, h] < 2 or t[d1, h] * 2 > extents[d1]:
+                    if d1 == d2:
                         continue
-                    c = t.copy()
-                    c[d1, h] *= 2
-                    c[d2, h] //= 2
-                    c[d1, :h] = np.maximum(c[d1, :h], c[d1, h])
-                    c[d2, h + 1:] = np.minimum(c[d2, h + 1:], c[d2, h])
-                    out_t.append(c)
-                    out_o.append(o)
+                    down = values[h][d2][max(0, steps[d2] - 2): steps[d2]]
+                    for v1 in up:
+                        for v2 in down:
+                            c = t.copy()
+                            c[d1, h], c[d2, h] = v1, v2
+                            c[d1, :h] = np.maximum(c[d1, :h], v1)
+                            c[d2, h + 1:] = np.minimum(c[d2, h + 1:], v2)
+                            out_t.append(c)
+                            out_o.append(o)
             for perm in orders_set:
                 if np.array_equal(perm, o[h]):
                     continue
@@ -332,13 +362,16 @@ def _neighbours(pool_t, pool_o, values, tiled, orders_set, extents, vector_level
     return _monotone(np.array(out_t), extents), np.array(out_o)
 
 
-def _to_schedule(kernel: Kernel, current: Schedule | None, tiles, orders, target_levels, tiled) -> Schedule:
+def _to_schedule(kernel: Kernel, current: Schedule | None, tiles, orders, target_levels, tiled,
+                 vec: int = -1) -> Schedule:
     names = kernel.loop_names
     tile_map = {}
     for d, n in enumerate(names):
         tile_map[n] = {target_levels[h]: int(tiles[d, h]) for h in range(len(target_levels))}
     order = {target_levels[h]: tuple(names[i] for i in orders[h]) for h in range(len(target_levels))}
     annotations = dict(current.annotations) if current is not None else {}
+    if vec >= 0:
+        annotations["vectorize"] = names[vec]   # what the tiles were scored with
     return Schedule(kernel, tiles=tile_map, order=order, annotations=annotations, levels=tuple(target_levels))
 
 
@@ -364,10 +397,18 @@ def verify_schedule(schedule: Schedule, program: Program, ctx: PassContext | Non
     try:
         eq = check_tiled(small_schedule, small_program, seed=ctx.seed if ctx else seed, max_boxes=MAX_CHECK_TILES)
     except TooManyTiles:
-        small_schedule = _coarsen(small_schedule)
-        try:
-            eq = check_tiled(small_schedule, small_program, seed=ctx.seed if ctx else seed, max_boxes=MAX_CHECK_TILES * 4)
-        except TooManyTiles:
+        # Too many tiles to run: merge the innermost levels into their enclosing ones
+        # until few enough remain (the outer tile loops and their order are still checked).
+        eq = None
+        for _ in range(len(small_schedule.levels) - 1):
+            small_schedule = _coarsen(small_schedule)
+            try:
+                eq = check_tiled(small_schedule, small_program, seed=ctx.seed if ctx else seed,
+                                 max_boxes=MAX_CHECK_TILES)
+                break
+            except TooManyTiles:
+                continue
+        if eq is None:
             return ""
     if not eq.ok:
         return f"tiled execution differs from the untiled kernel: {eq.reason}"
@@ -410,19 +451,33 @@ def scaled_twin(schedule: Schedule, program: Program):
     tiles = {}
     for loop in kernel.loop_names:
         per = {}
+        enclosing_big, enclosing = big[loop], little[loop]
         for h, level in enumerate(schedule.levels):
-            t, E, e = sizes[loop][h], big[loop], little[loop]
-            scaled = e if t >= E else max(1, min(e - 1, -(-t * e // E))) if e > 1 else 1
+            t = sizes[loop][h]
+            if t >= enclosing_big or enclosing <= 1:
+                scaled = enclosing
+            else:
+                # In proportion, but at most 3 tiles per enclosing tile (few tiles to run),
+                # and still fewer points than the enclosing tile (a tiled loop stays tiled);
+                # a non-dividing tile stays non-dividing where the small extent allows it.
+                scaled = max(-(-t * little[loop] // big[loop]), -(-enclosing // 3))
+                scaled = min(scaled, enclosing - 1)
+                if enclosing_big % t and enclosing % scaled == 0 and scaled + 1 < enclosing:
+                    scaled += 1
             per[level] = scaled
+            enclosing_big, enclosing = min(t, enclosing_big), scaled
         tiles[loop] = per
     return Schedule(small_kernel, tiles=tiles, order=schedule.order, annotations=schedule.annotations,
                     levels=schedule.levels), small
 
 
 def _coarsen(schedule: Schedule) -> Schedule:
-    """Drop the innermost tiling level (its tiles become the enclosing ones)."""
+    """Merge the innermost level that still tiles something into its enclosing level."""
     levels = schedule.levels
     sizes = schedule.tile_sizes()
-    tiles = {l: {lv: (sizes[l][h] if h < len(levels) - 1 else sizes[l][max(0, h - 1)])
-                 for h, lv in enumerate(levels)} for l in schedule.kernel.loop_names}
+    for h in range(len(levels) - 1, 0, -1):
+        if any(sizes[l][h] < sizes[l][h - 1] for l in sizes):
+            break
+    tiles = {l: {lv: sizes[l][min(i, h - 1)] if i >= h else sizes[l][i] for i, lv in enumerate(levels)}
+             for l in schedule.kernel.loop_names}
     return replace(schedule, tiles=tiles)
