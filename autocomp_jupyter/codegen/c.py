@@ -385,10 +385,10 @@ class _KernelWriter:
                     and not innermost):
                 self.emit(d, "#pragma omp parallel for")
                 parallel_here = True
-            if innermost and self.unroll > 1:
-                self.emit(d, f"#pragma GCC unroll {self.unroll}")
             if innermost and anchor is not None and anchor == self.vectorize and own not in red_loops:
-                self.emit(d, "#pragma omp simd")
+                self.emit(d, "#pragma omp simd")  # (a loop takes one of simd / unroll: simd wins)
+            elif innermost and self.unroll > 1:
+                self.emit(d, f"#pragma GCC unroll {self.unroll}")
             start, end, trip = bounds[own]
             self._for(d, var[own], start, end, trip)
             d += 1
