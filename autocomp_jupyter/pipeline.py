@@ -51,15 +51,6 @@ def _as_program(src: str | Path | Program) -> Program:
     return parse(src, "<cell>")
 
 
-def _load_target(target) -> Target:
-    from .accel.target import TargetError
-
-    try:
-        return load_target(target)
-    except TargetError as err:  # a target file problem is the user's to fix: no traceback
-        raise UserError(str(err), filename="--target") from None
-
-
 def _select_passes(passes: str | Sequence[str | Pass] | None) -> list[tuple[str, Pass]]:
     available = _registered_passes()
     if passes is None:
@@ -97,7 +88,7 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     """
     started = time.perf_counter()
     program = _as_program(src)                                   # parse and shape-check
-    target = _load_target(target)                                # preset or YAML (validated)
+    target = load_target(target)                                 # preset or YAML (validated)
     ruleset = load_rules(list(rules or []), target.name)         # default.yaml ← target ← user
     tune_cfg = ruleset.tune
     seed = tune_cfg.get("seed", 0) if seed is None else seed

@@ -91,7 +91,7 @@ def test_unknown_preset():
 
 
 def test_missing_field_and_bad_yaml():
-    with pytest.raises(TargetError, match="toy.yaml: clock_ghz: missing required field"):
+    with pytest.raises(TargetError, match="toy.yaml: error: clock_ghz: missing required field"):
         parse_target(TOY.replace("clock_ghz: 1.0\n", ""), "toy.yaml")
     with pytest.raises(TargetError, match="not valid YAML"):
         parse_target("name: [", "bad.yaml")

@@ -428,8 +428,11 @@ class KernelModel:
                     distinct = np.prod(np.where(a.index_mask & st.present, counts[:, h, :], 1.0), axis=1)
                     fp = _footprint(a, mean_tile[:, h, :])
                     moved = _traffic(a.kind, fp, fetches, distinct)
-                    if a.internal and not fits:
-                        # Internal tensors never cross the DRAM boundary unless they spill.
+                    if a.internal and (not fits or a.kind != "accumulate"):
+                        # Internal tensors never cross the DRAM boundary; an epilogue reads (and
+                        # a non-accumulating statement writes) them where the anchor left them,
+                        # in the innermost level, so they move between no levels at all.
+                        # Only partial sums of an accumulation travel between on-chip levels.
                         moved, fetches = np.zeros(n), np.zeros(n)
                     fits.append(moved)
                     fetch_counts.append(fetches)

@@ -158,8 +158,8 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
                         amount += footprint(a, box)     # read its partial sums back
                 seen.add(key)
                 resident[slot] = (key, box)
-                if a.internal and pos == 0:
-                    continue  # internal tensors stay on chip
+                if a.internal and (pos == 0 or a.kind != "accumulate"):
+                    continue  # internal tensors stay on chip, where the anchor left them
                 src = source_of(a, pos)
                 load[src] += amount
                 load_into[src, h] = load_into.get((src, h), 0.0) + amount
@@ -205,7 +205,7 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
     for (ai, h), (key, box) in resident.items():
         a = st.accesses[ai]
         pos = a.chain.index(h)
-        if a.kind != "read" and not (a.internal and pos == 0):
+        if a.kind != "read" and not (a.internal and (pos == 0 or a.kind != "accumulate")):
             drain[source_of(a, pos)] += footprint(a, box)
     moved += drain
     end = prev_end + float(np.max(drain / bw))

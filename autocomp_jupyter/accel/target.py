@@ -28,6 +28,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from ..errors import Diagnostic, UserError
 from ..ir.program import DTYPE_BYTES, DTYPES
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -36,15 +37,14 @@ DATAFLOWS = ("weight_stationary", "output_stationary")
 HOLDS = ("inputs", "outputs")
 
 
-class TargetError(ValueError):
+class TargetError(UserError, ValueError):
     """A target description is wrong; the message names file, key path and expectation."""
 
     def __init__(self, filename: str, key_path: str, message: str):
-        self.filename = filename
         self.key_path = key_path
         self.detail = message
-        where = f"{filename}: {key_path}: " if key_path else f"{filename}: "
-        super().__init__(where + message)
+        where = f"{key_path}: " if key_path else ""
+        super().__init__(Diagnostic(where + message), filename=filename)
 
 
 # --------------------------------------------------------------------------- built objects

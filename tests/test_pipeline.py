@@ -1,0 +1,155 @@
+"""optimize() end to end: the report contract, verification, rollbacks, the CLI."""
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import autocomp_jupyter as ac
+from autocomp_jupyter.accel.cost import naive_schedule
+from autocomp_jupyter.cli import main
+from autocomp_jupyter.dsl import load
+from autocomp_jupyter.passes import PassOutcome
+from autocomp_jupyter.result import Plan
+
+EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.acir"))
+PRESETS = ["tpu", "gpu", "npu", "gemmini", "host"]
+GEMM = "input A: f32[128, 128]\ninput B: f32[128, 128]\nC = matmul(A, B)\nD = relu(C)\n"
+
+REPORT_KEYS = {"version", "target", "verified", "naive", "library", "optimized", "speedup_vs_naive",
+               "speedup_vs_library", "roofline_fraction", "kernels", "rules", "rollbacks", "tuning"}
+KERNEL_KEYS = {"name", "ops", "loops", "order", "annotations", "tiles", "metrics"}
+METRIC_KEYS = {"time_s", "flops", "bw_util", "occupancy", "pe_util", "arithmetic_intensity", "spill_ratio",
+               "energy_j"}
+
+
+def test_report_has_the_design_contract():
+    res = ac.optimize(GEMM, target="tpu", tune=0)
+    r = res.report
+    assert REPORT_KEYS <= set(r)
+    assert r["version"] == 1 and r["target"] == "tpu" and r["verified"] is True
+    for block in ("naive", "library", "optimized"):
+        assert {"time_s", "cycles", "energy_j", "bytes"} <= set(r[block])
+        assert r[block]["time_s"] > 0 and "DRAM" in r[block]["bytes"]
+    assert r["speedup_vs_naive"] == pytest.approx(r["naive"]["time_s"] / r["optimized"]["time_s"])
+    assert r["speedup_vs_library"] == pytest.approx(r["library"]["time_s"] / r["optimized"]["time_s"])
+    assert 0 < r["roofline_fraction"] <= 1.0 + 1e-9
+    for k in r["kernels"]:
+        assert KERNEL_KEYS <= set(k) and METRIC_KEYS <= set(k["metrics"])
+        assert set(k["tiles"]) == set(k["loops"])
+    for e in r["rules"]:
+        assert set(e) == {"rule", "pass", "ops", "applied", "why"}
+    assert {"configs_evaluated", "seconds", "top"} <= set(r["tuning"])
+    json.dumps(r)  # JSON-able
+    assert res.speedup == r["speedup_vs_naive"] and res.verified
+    assert res.before.label == "naive" and res.library.label == "library"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_example_verifies_on_every_preset(path):
+    program = load(path)
+    for target in PRESETS:
+        r = ac.optimize(program, target=target, tune=0).report
+        assert r["verified"], (target, r["rollbacks"])
+        for block in ("naive", "library", "optimized"):
+            assert math.isfinite(r[block]["time_s"]) and r[block]["time_s"] > 0
+        assert r["speedup_vs_library"] >= 1.0 - 1e-9, (target, r["rollbacks"])
+        fused = len(r["kernels"]) < len(program.ops)
+        if fused and r["optimized"]["bytes"]["DRAM"] < r["library"]["bytes"]["DRAM"] and not r["rollbacks"]:
+            assert r["speedup_vs_library"] > 1.0, target
+
+
+def test_optimize_accepts_text_path_and_program():
+    path = EXAMPLES[0]
+    a = ac.optimize(str(path), tune=0).report
+    b = ac.optimize(path, tune=0).report
+    c = ac.optimize(load(path), tune=0).report
+    assert a["optimized"] == b["optimized"] == c["optimized"]
+
+
+def test_bad_input_is_a_user_error():
+    with pytest.raises(ac.UserError, match="unknown op 'matmull'"):
+        ac.optimize("input A: f32[4, 4]\nB = matmull(A, A)\n")
+    with pytest.raises(ac.UserError, match="unknown target"):
+        ac.optimize(GEMM, target="tpx")
+    with pytest.raises(ac.UserError, match="tune must be an integer >= 0"):
+        ac.optimize(GEMM, tune=-1)
+    with pytest.raises(ac.UserError, match="unknown pass 'fuson'"):
+        ac.optimize(GEMM, passes="fuson")
+
+
+def test_a_pass_that_slows_the_program_is_rolled_back():
+    def deoptimize(plan, ctx):
+        slow = tuple(naive_schedule(k, ctx.target) for k in plan.kernels)
+        return PassOutcome(Plan(plan.program, plan.kernels, slow, "slow"))
+
+    res = ac.optimize(GEMM, target="tpu", tune=0, passes=["fusion", deoptimize])
+    assert any(r["pass"] == "deoptimize" and "min_speedup" in r["reason"] for r in res.report["rollbacks"])
+    assert res.after.label != "slow"
+
+
+def test_a_pass_that_breaks_the_program_is_rolled_back():
+    def corrupt(plan, ctx):
+        op = plan.program.ops[-1]
+        st = op.statements[0]
+        from autocomp_jupyter.ir.program import Call
+
+        bad = replace(op, statements=(replace(st, expr=Call("exp", (st.expr,))),))
+        program = plan.program.with_ops(plan.program.ops[:-1] + (bad,))
+        return PassOutcome(Plan(program, plan.kernels, plan.schedules, "corrupt"))
+
+    res = ac.optimize(GEMM, target="tpu", tune=0, passes=["fusion", corrupt])
+    assert any(r["pass"] == "corrupt" and "changed the program's result" in r["reason"]
+               for r in res.report["rollbacks"])
+    assert res.report["verified"]
+
+
+def test_evaluate_variant_rescores_a_kernel():
+    res = ac.optimize(GEMM, target="tpu", tune=0)
+    k = res.after.kernels[0]
+    levels = res.after.schedules[0].levels
+    small = {loop: {lv: 8 for lv in levels} for loop in k.loop_names}
+    out = res.evaluate_variant(k.name, tiles=small)
+    assert out["legal"] and out["time_s"] > 0 and set(out["metrics"]) == METRIC_KEYS
+    assert out["time_s"] != pytest.approx(res.report["optimized"]["time_s"])
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_optimize_json_and_graph(tmp_path, capsys):
+    dot = tmp_path / "g.dot"
+    src = Path(__file__).parent.parent / "examples" / "gemm_relu.acir"
+    assert main(["optimize", str(src), "--target", "tpu", "--tune", "0", "--json", "--vis-graph", str(dot)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert REPORT_KEYS <= set(report) and report["target"] == "tpu"
+    text = dot.read_text()
+    assert text.startswith("digraph") and "cluster" in text
+
+
+def test_cli_optimize_summary_and_errors(tmp_path, capsys):
+    src = Path(__file__).parent.parent / "examples" / "gemm_relu.acir"
+    assert main(["optimize", str(src), "--tune", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "verified" in out and "speedup" in out
+    with pytest.raises(SystemExit) as info:
+        main(["optimize", str(src), "--tune", "-3"])
+    assert info.value.code == 2
+    assert "expected an integer >= 0" in capsys.readouterr().err
+    assert main(["optimize", str(src), "--target", "nope"]) == 2
+    assert "unknown target" in capsys.readouterr().err
+    bad_rules = tmp_path / "r.yaml"
+    bad_rules.write_text("fusion:\n  params:\n    max_fusion_dept: 2\n")
+    assert main(["optimize", str(src), "--rules", str(bad_rules)]) == 2
+    err = capsys.readouterr().err
+    assert "fusion.params.max_fusion_dept" in err and "Traceback" not in err
+
+
+def test_cli_targets_and_rules(capsys):
+    assert main(["targets"]) == 0
+    out = capsys.readouterr().out
+    for preset in PRESETS:
+        assert preset in out
+    assert main(["rules"]) == 0
+    assert "conv_bn_relu" in capsys.readouterr().out
