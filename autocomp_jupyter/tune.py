@@ -299,6 +299,9 @@ class _Search:
     genomes: dict = field(default_factory=dict)          # genome key -> (tiles, orders, parallel, vectorize)
     evaluated: int = 0
     rejected: int = 0
+    unchecked: set = field(default_factory=set)         # scored, legality not yet asked
+    illegal: set = field(default_factory=set)           # scored, found illegal: never a result
+    pending: list = field(default_factory=list)         # legal repairs waiting to be scored
     population: list = field(default_factory=list)       # genome keys, best first
 
     @property
@@ -306,9 +309,10 @@ class _Search:
         t, o, p, v = self.space.incumbent_genome
         return _genome_keys(t[None], o[None], p[None], np.array([v]))[0]
 
-    def best(self) -> tuple[bytes, float]:
-        key = min(self.seen, key=lambda k: (self.seen[k], k))
-        return key, self.seen[key]
+    def best_time(self) -> float:
+        """The best legal time so far (checks legality of the leaders as needed)."""
+        best = self.verified(1)
+        return best[0][0] if best else math.inf
 
     def ranked(self) -> list[tuple[float, bytes]]:
         return sorted((t, k) for k, t in self.seen.items())
@@ -346,7 +350,9 @@ class _Search:
                     h = rng.integers(sp.L)
                     a, b = rng.choice(sp.D, size=2, replace=False)
                     orders[i, h, [a, b]] = orders[i, h, [b, a]]
-                    if rng.random() < 0.3:       # levels often want the same order
+                    if rng.random() < 0.5:
+                        # levels often want the same order (and each new order costs a
+                        # legality check, so the search prefers few distinct ones)
                         orders[i, :, :] = orders[i, h, :]
                 elif sp.tune_annotations:
                     if rng.random() < 0.6:
@@ -370,60 +376,85 @@ class _Search:
 
     # ------------------------------------------------------------------ evaluation
 
-    def _admit(self, cand) -> tuple | None:
-        """The candidate, repaired to a legal one, or None (illegal and unrepairable)."""
-        tiles, orders, parallel, vectorize = cand
-        if self.legality.ok(tiles, orders, parallel, vectorize):
-            return cand
-        it, io, ip, iv = self.space.incumbent_genome
+    def _legal_variant(self, genome) -> tuple | None:
+        """The genome if legal; else repaired (parallel marks the orders forbid dropped,
+        or the incumbent's orders and parallel set); None when even that is illegal."""
+        tiles, orders, parallel, vectorize = genome
         order_ok, may = self.legality.verdict(tiles, orders)
-        if order_ok:   # drop the parallel marks the orders do not allow
+        if order_ok:
             return tiles, orders, parallel & may, vectorize
+        it, io, ip, iv = self.space.incumbent_genome
         if self.legality.ok(tiles, io, ip, vectorize):
             return tiles, io.copy(), ip.copy(), vectorize
-        self.rejected += 1
         return None
 
     def evaluate(self, cands: list, scorer, limit: int) -> int:
-        """Repair, legalise, deduplicate and score up to `limit` new candidates."""
+        """Repair, deduplicate and score up to `limit` new candidates (with the legal
+        repairs of last generation's illegal ones first). Legality is decided before a
+        candidate can enter the population (`verified`)."""
         sp = self.space
-        if not cands:
+        cands = self.pending + list(cands)
+        self.pending = []
+        if not cands or limit <= 0:
             return 0
-        tiles = np.stack([c[0] for c in cands])
-        orders = np.stack([c[1] for c in cands])
-        tiles, orders = sp.repair(tiles, orders)
-        fresh, keys = [], []
-        for i, c in enumerate(cands):
-            admitted = self._admit((tiles[i], orders[i], np.asarray(c[2], dtype=bool), int(c[3])))
-            if admitted is None:
+        tiles, orders = sp.repair(np.stack([c[0] for c in cands]), np.stack([c[1] for c in cands]))
+        parallel = np.stack([np.asarray(c[2], dtype=bool) for c in cands])
+        vectorize = np.array([int(c[3]) for c in cands], dtype=np.int64)
+        keys = _genome_keys(tiles, orders, parallel, vectorize)
+        pick, batch = [], set()
+        for i, key in enumerate(keys):
+            if key in self.seen or key in self.illegal or key in batch:
                 continue
-            t, o, p, v = admitted
-            t2, o2 = sp.repair(t[None], o[None])
-            admitted = (t2[0], o2[0], p, v)
-            key = _genome_keys(t2, o2, p[None], np.array([v]))[0]
-            if key in self.seen or key in keys:
-                continue
-            fresh.append(admitted)
-            keys.append(key)
-            if len(fresh) >= limit:
+            pick.append(i)
+            batch.add(key)
+            if len(pick) >= limit:
                 break
-        if not fresh:
+        if not pick:
             return 0
-        T = np.stack([f[0] for f in fresh])
-        O = np.stack([f[1] for f in fresh])
-        P = np.stack([f[2] for f in fresh])
-        V = np.array([f[3] for f in fresh], dtype=np.int64)
-        times = scorer(sp.kernel, sp.target, T, O, P, V)
-        for key, f, t in zip(keys, fresh, times):
-            t = float(t)
-            self.seen[key] = t if math.isfinite(t) else math.inf
-            self.genomes[key] = f
-        self.evaluated += len(fresh)
-        return len(fresh)
+        pick = np.array(pick)
+        times = scorer(sp.kernel, sp.target, tiles[pick], orders[pick], parallel[pick], vectorize[pick])
+        for j, i in enumerate(pick):
+            t = float(times[j])
+            self.seen[keys[i]] = t if math.isfinite(t) else math.inf
+            self.genomes[keys[i]] = (tiles[i], orders[i], parallel[i], int(vectorize[i]))
+            self.unchecked.add(keys[i])
+        self.evaluated += len(pick)
+        return len(pick)
+
+    def verified(self, n: int) -> list[tuple[float, bytes]]:
+        """The n fastest legal candidates, (time, key) ascending. Candidates met here for
+        the first time are checked; an illegal one leaves `seen` (it is never a result)
+        and its legal repair is queued for scoring."""
+        out = []
+        for t, key in self.ranked():
+            if len(out) >= n:
+                break
+            if key in self.unchecked:
+                self.unchecked.discard(key)
+                genome = self.genomes[key]
+                if not self.legality.ok(*genome):
+                    del self.seen[key]
+                    self.illegal.add(key)
+                    self.rejected += 1
+                    repaired = self._legal_variant(genome)
+                    if repaired is not None:
+                        self.pending.append(repaired)
+                    continue
+            out.append((t, key))
+        return out
+
+    def iter_verified(self):
+        """Legal candidates, fastest first (legality asked lazily, as they are reached)."""
+        n = 8
+        while True:
+            ranked = self.verified(n)
+            yield from ranked[n // 2 if n > 8 else 0:]
+            if len(ranked) < n:
+                return
+            n *= 2
 
     def _select(self, size: int):
-        ranked = self.ranked()
-        keep = [k for _, k in ranked[:size]]
+        keep = [k for _, k in self.verified(size)]
         if self.incumbent_key in self.seen and self.incumbent_key not in keep:
             keep[-1] = self.incumbent_key   # the rules' choice never leaves the population
         self.population = keep
@@ -569,7 +600,7 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
     scorer = _Scorer(executor, score_fn)
 
     def best_total() -> float:
-        return sum(searches[i].best()[1] if i in searches and searches[i].seen else incumbent_times[i]
+        return sum(min(searches[i].best_time(), incumbent_times[i]) if i in searches else incumbent_times[i]
                    for i in range(len(kernels)))
 
     def over_budget() -> bool:
@@ -618,18 +649,21 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
         if search is not None:
             inc_key = search.incumbent_key
             entries = []
-            for t, key in search.ranked():
+            for t, key in search.iter_verified():
                 if len(entries) >= max(top, 1):
                     break
-                if key == inc_key:
-                    entries.append((t, schedule))
+                if entries and t == entries[-1][0]:
+                    # The same time as the last kept: an equivalent schedule, not another
+                    # version; on a tie the rules' own schedule is the one shown.
+                    if key == inc_key:
+                        entries[-1] = (t, schedule)
                     continue
-                candidate = search.space.schedule(*search.genomes[key])
-                if legal(candidate):
-                    entries.append((t, candidate))
-            if not any(s is schedule for _, s in entries):
-                entries.append((incumbent_times[i], schedule))
-                entries.sort(key=lambda e: e[0])
+                chosen = schedule if key == inc_key else search.space.schedule(*search.genomes[key])
+                if key != inc_key and not legal(chosen):   # the exact schedule, once more
+                    continue
+                entries.append((t, chosen))
+            if not entries:
+                entries = [(incumbent_times[i], schedule)]
         per_kernel.append(entries)
 
     combos = _top_combinations([[(t, b"") for t, _ in entries] for entries in per_kernel], max(top, 1))
