@@ -457,10 +457,10 @@ def scaled_twin(schedule: Schedule, program: Program):
             if t >= enclosing_big or enclosing <= 1:
                 scaled = enclosing
             else:
-                # In proportion, but at most 3 tiles per enclosing tile (few tiles to run),
+                # In proportion, but at most 2 tiles per enclosing tile (few tiles to run),
                 # and still fewer points than the enclosing tile (a tiled loop stays tiled);
                 # a non-dividing tile stays non-dividing where the small extent allows it.
-                scaled = max(-(-t * little[loop] // big[loop]), -(-enclosing // 3))
+                scaled = max(-(-t * little[loop] // big[loop]), -(-enclosing // 2))
                 scaled = min(scaled, enclosing - 1)
                 if enclosing_big % t and enclosing % scaled == 0 and scaled + 1 < enclosing:
                     scaled += 1
