@@ -219,9 +219,8 @@ def version_rows(result, kept: list[dict] = ()) -> list[dict]:
     for i, entry in enumerate((r.get("tuning") or {}).get("top") or []):
         if isinstance(entry, dict):
             name = str(entry.get("name") or f"top{i + 1}")
-            detail = entry.get("kernel") or entry.get("tiles") or ""
             rows.append({"name": name, "time_s": entry.get("time_s"), "legal": entry.get("legal", True),
-                         "detail": detail if isinstance(detail, str) else repr(detail)})
+                         "detail": variant_detail(entry.get("kernels") or {})})
     listed = {row["name"] for row in rows}
     for name in getattr(result, "versions", {}) or {}:
         if name not in listed and not any(k["name"] == name for k in kept):
@@ -232,6 +231,19 @@ def version_rows(result, kept: list[dict] = ()) -> list[dict]:
         row["speedup"] = naive / t if t and naive else None
         row["vs_optimized"] = base / t if t and base else None
     return rows
+
+
+def variant_detail(kernels: dict) -> str:
+    """'C_D: i 128/32, j 128/128; vectorize j' from a tuning entry's {kernel: schedule}."""
+    parts = []
+    for name, sched in kernels.items():
+        tiles = ", ".join(f"{loop} " + "/".join(str(v) for v in per.values())
+                          for loop, per in (sched.get("tiles") or {}).items())
+        vec = (sched.get("annotations") or {}).get("vectorize")
+        order = sched.get("order")
+        parts.append(f"{name}: {tiles}" + (f"; order {' '.join(order)}" if order else "")
+                     + (f"; vectorize {vec}" if vec else ""))
+    return " | ".join(parts)
 
 
 def versions_html(rows: list[dict]) -> str:
