@@ -12,9 +12,10 @@ When it applies: to every kernel of the plan, after tiling. Steps, each logged:
      while it gains. Refusals name the broken dependence; the others say how much slower.
    - reverse (a loop run backwards): checked by isl; the cost model is symmetric in loop
      direction, so a legal reversal gains nothing and is logged as such, not applied.
-   Legality here is strict (`reduction_reorderable=False`): a transformation must keep each
-   reduction's accumulation order, so results round exactly as before (reversing a
-   reduction loop is refused, tiling and interchange are not).
+   Legality: interchange and annotations are checked on the tiled nest with reductions
+   reorderable (as the pipeline checks tiling); a reversal or skew must in addition keep
+   every dependence of the source nest strictly (accumulations included), so a reduction
+   loop is never run backwards or skewed against its accumulation.
 2. `parallel_outer`: the loops that carry no dependence (isl, always strict: a reduction
    loop is never parallel) are marked `parallel`; refused loops are logged with the
    dependence they carry.
@@ -65,6 +66,12 @@ def scheduling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
         if schedule == tiled:
             schedules.append(tiled)
             continue
+        before, after = _time(tiled, ctx), _time(schedule, ctx)
+        if after > before * (1 + MIN_GAIN):
+            log.append(_rule("schedule", kernel, False, f"the scheduled kernel is slower ({before * 1e6:.1f} -> "
+                                                        f"{after * 1e6:.1f} us): tiled schedule kept"))
+            schedules.append(tiled)
+            continue
         problem = verify_schedule(schedule, plan.program, ctx)
         if problem:
             rollbacks.append(rollback_entry(PASS, kernel.name, problem))
@@ -77,11 +84,20 @@ def scheduling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
 # --------------------------------------------------------------------------- legality helpers
 
 
-def strict_legality(schedule: Schedule, kernel_schedule: poly.KernelSchedule | None = None, parallel=()):
-    """isl's strict verdict (reductions keep their order) on `schedule`'s tiled nest, or on
-    `kernel_schedule` (a transformation of it)."""
+def legality(schedule: Schedule, kernel_schedule: poly.KernelSchedule | None = None, parallel=()):
+    """isl's verdict on `schedule`'s tiled nest, or on `kernel_schedule` (a transformation
+    of it), with reductions reorderable as in the pipeline's checks (parallel loops are
+    always checked against every dependence: a parallel reduction is a race)."""
     ks = poly.from_tiled_schedule(schedule) if kernel_schedule is None else kernel_schedule
-    return poly.check_legal(schedule.kernel.statements, ks, parallel=tuple(parallel), reduction_reorderable=False)
+    return poly.check_legal(schedule.kernel.statements, ks, parallel=tuple(parallel), reduction_reorderable=True)
+
+
+def strict_source_legality(kernel: Kernel, transform):
+    """isl's strict verdict (every dependence, accumulations included) on `transform`
+    applied to the kernel's source nest: a reversal or skew must not turn any dependence
+    around, not even a reduction's (its updates would then run backwards)."""
+    return poly.check_legal(kernel.statements, transform(poly.original_schedule(kernel.statements)),
+                            reduction_reorderable=False)
 
 
 def loop_dims(schedule: Schedule, loop: str) -> list[str]:
@@ -93,28 +109,35 @@ def loop_dims(schedule: Schedule, loop: str) -> list[str]:
 
 
 def reverse_verdict(schedule: Schedule, loop: str):
-    """Is running `loop` backwards (all its tile loops and its point loop) legal?"""
+    """Is running `loop` backwards legal? Strictly on the source nest, then on the tiled
+    nest (all its tile loops and its point loop reversed)."""
+    verdict = strict_source_legality(schedule.kernel, lambda ks: ks.reverse(loop))
+    if not verdict.ok:
+        return verdict
     ks = poly.from_tiled_schedule(schedule)
     for dim in loop_dims(schedule, loop):
         ks = ks.reverse(dim)
-    return strict_legality(schedule, ks)
+    return legality(schedule, ks)
 
 
 def skew_verdict(schedule: Schedule, loop: str, by: str, factor: int = 1):
-    """Is skewing point loop `loop` by point loop `by` (loop' = loop + factor*by) legal?"""
-    ks = poly.from_tiled_schedule(schedule).skew(loop, by, factor)
-    return strict_legality(schedule, ks)
+    """Is skewing `loop` by `by` (loop' = loop + factor*by) legal? Strictly on the source
+    nest, then on the point loops of the tiled nest."""
+    verdict = strict_source_legality(schedule.kernel, lambda ks: ks.skew(loop, by, factor))
+    if not verdict.ok:
+        return verdict
+    return legality(schedule, poly.from_tiled_schedule(schedule).skew(loop, by, factor))
 
 
 def interchange_verdict(schedule: Schedule, level: str, order: tuple[str, ...]):
     """Is the order `order` at `level` legal (the rest of the schedule unchanged)?"""
-    return strict_legality(_with_order(schedule, level, order))
+    return legality(_with_order(schedule, level, order))
 
 
 def parallel_verdict(schedule: Schedule, loop: str):
     """Does `loop` carry no dependence in `schedule`'s nest (so it may run in parallel)?"""
     marked = replace(schedule, annotations={**schedule.annotations, "parallel": (loop,)})
-    return strict_legality(marked, parallel=poly.parallel_dims(marked))
+    return legality(marked, parallel=poly.parallel_dims(marked))
 
 
 def _with_order(schedule: Schedule, level: str, order: tuple[str, ...]) -> Schedule:
@@ -180,7 +203,7 @@ def try_interchange(schedule: Schedule, ctx: PassContext, log: list) -> Schedule
                                  f"{what}: no gain: {100 * (t / current - 1):+.1f}% time "
                                  f"({current * 1e6:.1f} -> {t * 1e6:.1f} us)"))
                 continue
-            verdict = strict_legality(candidate)
+            verdict = legality(candidate)
             if not verdict.ok:
                 log.append(_rule("interchange", kernel, False, f"{what}: illegal: {verdict.reason}"))
                 continue
@@ -235,7 +258,7 @@ def annotate_parallel(schedule: Schedule, ctx: PassContext, log: list) -> Schedu
     if not loops:
         return schedule
     candidate = replace(schedule, annotations={**schedule.annotations, "parallel": loops})
-    joint = strict_legality(candidate, parallel=poly.parallel_dims(candidate))
+    joint = legality(candidate, parallel=poly.parallel_dims(candidate))
     if not joint.ok:
         log.append(_rule("parallel_outer", kernel, False, f"{', '.join(loops)} together: {joint.reason}"))
         return schedule
@@ -273,7 +296,7 @@ def annotate_vectorize(schedule: Schedule, ctx: PassContext, log: list) -> Sched
         return in_place
     options = [(_time(in_place, ctx), "in_place", in_place), (_time(without, ctx), "none", without)]
     moved = _with_order(in_place, level, tuple([l for l in order if l != contiguous] + [contiguous]))
-    moved_verdict = strict_legality(moved)
+    moved_verdict = legality(moved)
     if moved_verdict.ok:
         options.append((_time(moved, ctx), "moved", moved))
     options.sort(key=lambda o: (o[0], o[1] != "moved"))
