@@ -18,13 +18,14 @@ proves legal), written for the target's memory hierarchy:
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from ..ir.program import Access, BinOp, Call, Const, Expr, Statement
 from ..ir.schedule import Kernel, Schedule, is_mac_statement
 
 
 def generate_pseudo(plan, target=None) -> str:
-    head = [f"# {plan.program.filename}: {len(plan.kernels)} kernel(s)"]
+    head = [f"# {Path(plan.program.filename).name}: {len(plan.kernels)} kernel(s)"]
     if target is not None:
         levels = " > ".join(m.name for m in reversed(target.memory))
         head.append(f"# target {target.name}: {target.compute.describe()}; memory {levels}")
@@ -123,11 +124,11 @@ class _KernelPseudo:
                 parent = parents.get((tensor, write), "DRAM")
                 parents[(tensor, write)] = level
                 if write:
-                    if tensor in k.internals:
-                        placements.setdefault(depth, []).append(f"alloc {level}: {region}    # internal, never leaves the chip")
-                        continue
                     inner_red = [lp for lp in k.loop_names if lp not in anchors and lp in depth_of
                                  and depth_of[lp] <= depth and k.statements[si].reduce]
+                    if tensor in k.internals and (parent == "DRAM" or not inner_red):
+                        placements.setdefault(depth, []).append(f"alloc {level}: {region}    # internal, never leaves the chip")
+                        continue
                     if inner_red:
                         placements.setdefault(depth, []).append(
                             f"dma_load {level} <- {parent}: {region}    # partial sums (reduction over {', '.join(inner_red)} runs outside)")

@@ -1,0 +1,126 @@
+"""Generated C and pseudo-code: golden files for fixed plans, sanitised names, errors.
+
+Golden files live in tests/golden/; regenerate them with `UPDATE_GOLDEN=1 python -m pytest
+tests/test_codegen.py` and review the diff. The plans here are built by hand (fixed kernels
+and schedules), so the goldens change only when code generation does, not when the passes do.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from autocomp_jupyter.accel.target import load_target
+from autocomp_jupyter.codegen import generate
+from autocomp_jupyter.codegen.c import Namer
+from autocomp_jupyter.dsl import load, parse
+from autocomp_jupyter.errors import UserError
+from autocomp_jupyter.ir.schedule import Kernel, Schedule
+from autocomp_jupyter.result import Plan
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def fused_plan(program, tiles, order=None, annotations=None, levels=("L2", "L1", "registers")) -> Plan:
+    """All ops of `program` in one kernel with the given schedule."""
+    kernel = Kernel.from_ops(program, [op.name for op in program.ops])
+    tiles = {l: v for l, v in tiles.items() if l in kernel.loop_names}
+    schedule = Schedule(kernel, tiles=tiles, order=order or {}, annotations=annotations or {}, levels=levels)
+    return Plan(program, (kernel,), (schedule,), "test")
+
+
+def gemm_relu_plan():
+    return fused_plan(load(ROOT / "examples" / "gemm_relu.acir"),
+                      {"i": {"L2": 256, "L1": 64, "registers": 4}, "j": {"L2": 256, "L1": 64, "registers": 16},
+                       "k": {"L2": 256, "L1": 256}},
+                      order={"L2": ("i", "k", "j"), "registers": ("i", "j", "k")},
+                      annotations={"parallel": ("i",), "vectorize": "j", "unroll": 4})
+
+
+def conv_bn_relu_plan(levels=("L2", "L1", "registers")):
+    inner, mid, outer = levels[-1], levels[-2], levels[0]
+    return fused_plan(load(ROOT / "examples" / "conv_bn_relu.acir"),
+                      {"f": {outer: 32, mid: 16, inner: 8}, "c": {outer: 32, mid: 16}, "h": {outer: 28, mid: 14},
+                       "w": {mid: 28, inner: 8}},
+                      order={outer: ("n", "f", "c", "h", "w", "r", "s")},
+                      annotations={"parallel": ("f",), "vectorize": "w"}, levels=levels)
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN") or not path.exists():
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(text)
+        if not os.environ.get("UPDATE_GOLDEN"):
+            pytest.skip(f"wrote missing golden file {path}")
+    assert text == path.read_text(), f"{name} differs from its golden file; UPDATE_GOLDEN=1 to accept"
+
+
+def test_golden_c_gemm_relu():
+    check_golden("gemm_relu.c", generate(gemm_relu_plan(), load_target("host"), "c"))
+
+
+def test_golden_c_conv_bn_relu():
+    check_golden("conv_bn_relu.c", generate(conv_bn_relu_plan(), load_target("host"), "c"))
+
+
+def test_golden_pseudo_gemm_relu_tpu():
+    tpu = load_target("tpu")
+    plan = fused_plan(load(ROOT / "examples" / "gemm_relu.acir"),
+                      {"i": {"VMEM": 512, "vregs": 128}, "j": {"VMEM": 512, "vregs": 128}, "k": {"VMEM": 256}},
+                      order={"VMEM": ("i", "j", "k")}, levels=tpu.tiling_levels)
+    check_golden("gemm_relu.tpu.txt", generate(plan, tpu, "pseudo"))
+
+
+def test_golden_pseudo_conv_bn_relu_gemmini():
+    gemmini = load_target("gemmini")
+    plan = conv_bn_relu_plan(levels=("scratchpad", "scratchpad_inner", "accumulator"))
+    plan = fused_plan(plan.program, {"f": {"scratchpad": 32, "accumulator": 16}, "c": {"scratchpad": 16},
+                                     "h": {"scratchpad": 14}, "w": {"accumulator": 14}},
+                      levels=gemmini.tiling_levels)
+    check_golden("conv_bn_relu.gemmini.txt", generate(plan, gemmini, "pseudo"))
+
+
+def test_c_is_deterministic_and_follows_the_schedule():
+    plan = gemm_relu_plan()
+    text = generate(plan, None, "c")
+    assert text == generate(gemm_relu_plan(), None, "c")
+    assert "#pragma omp parallel for" in text and "#pragma omp simd" in text
+    assert "float acc[64];" in text                       # the 4x16 register tile
+    assert "if (k_L2 + 256 == 1024)" in text              # the ReLU runs after the last k tile
+    assert "void program_run(float* const* buffers)" in text
+
+
+def test_max_reduction_starts_at_minus_infinity_and_pads_are_checked():
+    program = parse("input X: f32[4, 9]\ntensor P: f32[4, 9]\nM[i] max= X[i, j]\nP[i, j] = X[i, j - 1]\noutput M, P\n")
+    text = generate(Plan(program, tuple(Kernel.from_ops(program, [op.name]) for op in program.ops),
+                         tuple(Schedule(Kernel.from_ops(program, [op.name])) for op in program.ops)), None, "c")
+    assert "= (-INFINITY);" in text
+    assert "(unsigned)(j - 1) < 9u ? X[9 * i + j - 1] : 0.0f" in text
+
+
+def test_names_are_sanitised():
+    namer = Namer()
+    assert namer("int") == "int_"
+    assert namer("for") == "for_"
+    assert namer("2x") == "v_2x"
+    assert namer("a-b") == "a_b"
+    assert namer("a_b") == "a_b_2"          # collision after sanitising
+    assert namer("buffers") == "buffers_"    # the entry point's parameter
+    assert namer("expf") == "expf_"
+    assert namer("int") == "int_"            # stable
+
+
+def test_unknown_language_is_a_user_error():
+    with pytest.raises(UserError, match="expected one of c, pseudo"):
+        generate(gemm_relu_plan(), None, "cuda")
+
+
+def test_result_code_calls_generate():
+    import autocomp_jupyter as autocomp
+
+    res = autocomp.optimize(load(ROOT / "examples" / "gemm_relu.acir", max_extent=16), target="host", tune=0)
+    assert "program_run" in res.code("c")
+    assert "kernel" in res.code("pseudo")
