@@ -37,6 +37,7 @@ programs (kernel times add). `tune_plan` returns (best plan, versions, tuning su
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import time
@@ -83,6 +84,7 @@ class _Scorer:
 
     def __init__(self, executor, score_fn: ScoreFn):
         self.score_fn = score_fn
+        self.seconds = 0.0
         self.executor: Executor | None = None
         self._owned = []  # things this scorer opened and must close
         if executor is None or executor == "serial":
@@ -105,6 +107,13 @@ class _Scorer:
         self._futures = []
 
     def __call__(self, kernel: Kernel, target: Target, tiles, orders, parallel, vectorize) -> np.ndarray:
+        started = time.perf_counter()
+        try:
+            return self._score(kernel, target, tiles, orders, parallel, vectorize)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def _score(self, kernel, target, tiles, orders, parallel, vectorize) -> np.ndarray:
         n = len(tiles)
         spans = [(lo, min(n, lo + CHUNK)) for lo in range(0, n, CHUNK)]
         if self.executor is None:
@@ -248,12 +257,14 @@ class _Legality:
         self.space = space
         self.cache: dict[bytes, tuple[bool, np.ndarray]] = {}
         self.checks = 0
+        self.seconds = 0.0
 
     def verdict(self, tiles, orders) -> tuple[bool, np.ndarray]:
         """(orders legal, bool [D]: loops that may be parallel under them)."""
         key = np.asarray(orders, dtype=np.int64).tobytes()
         if key not in self.cache:
             self.checks += 1
+            started = time.perf_counter()
             sp = self.space
             D = sp.D
             schedule = sp.schedule(tiles, orders, np.ones(D, dtype=bool), -1)
@@ -267,6 +278,7 @@ class _Legality:
                 refused = {v.loop for v in verdict.violated if v.loop is not None}
                 order_ok = not any(v.loop is None for v in verdict.violated)
                 self.cache[key] = (order_ok, np.array([dim not in refused for dim in dims]))
+            self.seconds += time.perf_counter() - started
         return self.cache[key]
 
     def ok(self, tiles, orders, parallel, vectorize) -> bool:
@@ -287,6 +299,20 @@ def legal(schedule: Schedule) -> bool:
 # --------------------------------------------------------------------------- the search of one kernel
 
 
+Batch = tuple  # (tiles [n, D, L], orders [n, L, D], parallel [n, D] bool, vectorize [n])
+
+
+def _stack(genomes: list) -> Batch:
+    return (np.stack([g[0] for g in genomes]), np.stack([g[1] for g in genomes]),
+            np.stack([np.asarray(g[2], dtype=bool) for g in genomes]),
+            np.array([int(g[3]) for g in genomes], dtype=np.int64))
+
+
+def _concat(*batches: Batch) -> Batch:
+    batches = [b for b in batches if b is not None and len(b[0])]
+    return tuple(np.concatenate([b[i] for b in batches]) for i in range(4))
+
+
 @dataclass
 class _Search:
     """The evolutionary search state for one kernel."""
@@ -295,14 +321,23 @@ class _Search:
     rng: np.random.Generator
     configs: int
     legality: _Legality
-    seen: dict = field(default_factory=dict)             # genome key -> time (scored, legal)
+    seen: dict = field(default_factory=dict)             # genome key -> time (scored, not known illegal)
     genomes: dict = field(default_factory=dict)          # genome key -> (tiles, orders, parallel, vectorize)
+    board: list = field(default_factory=list)           # (time, key) of `seen`, ascending
     evaluated: int = 0
     rejected: int = 0
     unchecked: set = field(default_factory=set)         # scored, legality not yet asked
     illegal: set = field(default_factory=set)           # scored, found illegal: never a result
     pending: list = field(default_factory=list)         # legal repairs waiting to be scored
     population: list = field(default_factory=list)       # genome keys, best first
+
+    def __post_init__(self):
+        sp = self.space
+        self._lengths = np.array([len(c) for c in sp.choices])
+        self._padded = np.zeros((sp.D, self._lengths.max()), dtype=np.int64)
+        for d, c in enumerate(sp.choices):
+            self._padded[d, :len(c)] = c
+            self._padded[d, len(c):] = c[-1]
 
     @property
     def incumbent_key(self) -> bytes:
@@ -314,67 +349,100 @@ class _Search:
         best = self.verified(1)
         return best[0][0] if best else math.inf
 
-    def ranked(self) -> list[tuple[float, bytes]]:
-        return sorted((t, k) for k, t in self.seen.items())
+    # ------------------------------------------------------------------ variation (vectorised)
 
-    # ------------------------------------------------------------------ variation
-
-    def _random_tiles(self, n):
-        sp = self.space
+    def _random(self, n: int, new_orders: float = 0.5) -> Batch:
+        """Random tiles; the incumbent's orders (or, with probability `new_orders`, one
+        random permutation for every level) and annotations."""
+        sp, rng = self.space, self.rng
         tiles = np.empty((n, sp.D, sp.L), dtype=np.int64)
         for d, ch in enumerate(sp.choices):
-            tiles[:, d, :] = ch[self.rng.integers(0, len(ch), size=(n, sp.L))]
-        return -np.sort(-tiles, axis=2)   # outer >= inner
+            tiles[:, d, :] = ch[rng.integers(0, len(ch), size=(n, sp.L))]
+        tiles = -np.sort(-tiles, axis=2)   # outer >= inner
+        it, io, ip, iv = sp.incumbent_genome
+        orders = np.repeat(io[None], n, axis=0)
+        if sp.tune_orders:
+            fresh = np.flatnonzero(rng.random(n) < new_orders)
+            perms = np.argsort(rng.random((len(fresh), sp.D)), axis=1)
+            orders[fresh] = perms[:, None, :]
+        return tiles, orders, np.repeat(ip[None], n, axis=0), np.full(n, iv, dtype=np.int64)
 
-    def _mutate(self, tiles, orders, parallel, vectorize, strength: float = 1.0):
+    def _mutate(self, batch: Batch, strength: float = 1.0) -> Batch:
+        """1 + Poisson(strength) moves per genome: a tile a step or two along its sizes (or
+        anywhere, 1 in 5), two loops of one level's order swapped (half the time that order
+        copied to every level), a parallel mark toggled, or the vectorised loop moved."""
         sp, rng = self.space, self.rng
-        n = len(tiles)
-        tiles, orders, parallel, vectorize = tiles.copy(), orders.copy(), parallel.copy(), vectorize.copy()
-        for i in range(n):
-            moves = 1 + rng.poisson(strength)
-            for _ in range(moves):
-                what = rng.random()
-                if what < 0.65 or not (sp.tune_orders or sp.tune_annotations):
-                    d, h = rng.integers(sp.D), rng.integers(sp.L)
-                    ch = sp.choices[d]
-                    idx = int(np.searchsorted(ch, tiles[i, d, h]))
-                    if rng.random() < 0.8:
-                        idx += int(rng.choice([-2, -1, 1, 2]))
-                    else:
-                        idx = int(rng.integers(len(ch)))
-                    tiles[i, d, h] = ch[int(np.clip(idx, 0, len(ch) - 1))]
-                    # keep the nest: an inner tile may not exceed it, an outer one not undercut it
-                    tiles[i, d, h + 1:] = np.minimum(tiles[i, d, h + 1:], tiles[i, d, h])
-                    tiles[i, d, :h] = np.maximum(tiles[i, d, :h], tiles[i, d, h])
-                elif what < 0.85 and sp.tune_orders and sp.D > 1:
-                    h = rng.integers(sp.L)
-                    a, b = rng.choice(sp.D, size=2, replace=False)
-                    orders[i, h, [a, b]] = orders[i, h, [b, a]]
-                    if rng.random() < 0.5:
-                        # levels often want the same order (and each new order costs a
-                        # legality check, so the search prefers few distinct ones)
-                        orders[i, :, :] = orders[i, h, :]
-                elif sp.tune_annotations:
-                    if rng.random() < 0.6:
-                        d = rng.integers(sp.D)
-                        parallel[i, d] = not parallel[i, d]
-                    else:
-                        vectorize[i] = int(rng.integers(-1, sp.D))
-        return tiles, orders, parallel, vectorize
+        T, O, P, V = (x.copy() for x in batch)
+        n, D, L = T.shape
+        moves = 1 + rng.poisson(strength, size=n)
+        levels = np.arange(L)
+        p_tile = 0.65 if (sp.tune_orders and D > 1) or sp.tune_annotations else 1.0
+        p_order = 0.85 if sp.tune_orders and D > 1 else p_tile
+        for r in range(int(moves.max(initial=0))):
+            act = np.flatnonzero(moves > r)
+            u = rng.random(len(act))
+            rows = act[u < p_tile]
+            if len(rows):
+                d = rng.integers(D, size=len(rows))
+                h = rng.integers(L, size=len(rows))
+                cur = T[rows, d, h]
+                idx = np.empty(len(rows), dtype=np.int64)
+                for dd in range(D):
+                    sel = d == dd
+                    idx[sel] = np.searchsorted(self.space.choices[dd], cur[sel])
+                step = rng.choice(np.array([-2, -1, 1, 2]), size=len(rows))
+                jump = rng.random(len(rows)) >= 0.8
+                anywhere = (rng.random(len(rows)) * self._lengths[d]).astype(np.int64)
+                idx = np.clip(np.where(jump, anywhere, idx + step), 0, self._lengths[d] - 1)
+                value = self._padded[d, idx][:, None]
+                sub = T[rows, d, :]
+                # keep the nest: inner tiles may not exceed it, outer ones not undercut it
+                sub = np.where(levels[None] > h[:, None], np.minimum(sub, value),
+                               np.where(levels[None] < h[:, None], np.maximum(sub, value), value))
+                T[rows, d, :] = sub
+            rows = act[(u >= p_tile) & (u < p_order)]
+            if len(rows):
+                h = rng.integers(L, size=len(rows))
+                a = rng.integers(D, size=len(rows))
+                b = (a + 1 + rng.integers(D - 1, size=len(rows))) % D
+                va, vb = O[rows, h, a].copy(), O[rows, h, b].copy()
+                O[rows, h, a], O[rows, h, b] = vb, va
+                # levels often want the same order, and each new order costs a legality check
+                same = rng.random(len(rows)) < 0.5
+                O[rows[same]] = O[rows[same], h[same]][:, None, :]
+            rows = act[u >= p_order] if sp.tune_annotations else act[:0]
+            if len(rows):
+                toggle = rng.random(len(rows)) < 0.6
+                tr = rows[toggle]
+                d = rng.integers(D, size=len(tr))
+                P[tr, d] = ~P[tr, d]
+                vr = rows[~toggle]
+                V[vr] = rng.integers(-1, D, size=len(vr))
+        return T, O, P, V
 
-    def _crossover(self, a, b):
-        sp, rng = self.space, self.rng
-        ta, oa, pa, va = a
-        tb, ob, pb, vb = b
-        take = rng.random(sp.D) < 0.5
-        tiles = np.where(take[:, None], ta, tb)
-        olev = rng.random(sp.L) < 0.5
-        orders = np.where(olev[:, None], oa, ob)
-        parallel = np.where(rng.random(sp.D) < 0.5, pa, pb)
-        vectorize = va if rng.random() < 0.5 else vb
-        return tiles, orders, parallel, vectorize
+    def _breed(self, n: int) -> Batch:
+        """n children of the population: tournament parents, uniform crossover (per loop
+        for tiles and parallel marks, per level for orders) 3 times in 5, then mutation."""
+        rng = self.rng
+        pop = _stack([self.genomes[k] for k in self.population])
+        fit = np.array([self.seen[k] for k in self.population])
+        K, rows = len(fit), np.arange(n)
 
-    # ------------------------------------------------------------------ evaluation
+        def tournament():
+            idx = rng.integers(K, size=(n, TOURNAMENT))
+            return idx[rows, np.argmin(fit[idx], axis=1)]
+
+        a, b = tournament(), tournament()
+        keep_a = ~((rng.random(n) < 0.6) & (K > 1))
+        D, L = self.space.D, self.space.L
+        from_a = lambda shape: (rng.random((n,) + shape) < 0.5) | keep_a.reshape((n,) + (1,) * len(shape))
+        T = np.where(from_a((D,))[:, :, None], pop[0][a], pop[0][b])
+        O = np.where(from_a((L,))[:, :, None], pop[1][a], pop[1][b])
+        P = np.where(from_a((D,)), pop[2][a], pop[2][b])
+        V = np.where(from_a(()), pop[3][a], pop[3][b])
+        return self._mutate((T, O, P, V))
+
+    # ------------------------------------------------------------------ legality
 
     def _legal_variant(self, genome) -> tuple | None:
         """The genome if legal; else repaired (parallel marks the orders forbid dropped,
@@ -388,25 +456,58 @@ class _Search:
             return tiles, io.copy(), ip.copy(), vectorize
         return None
 
-    def evaluate(self, cands: list, scorer, limit: int) -> int:
-        """Repair, deduplicate and score up to `limit` new candidates (with the legal
-        repairs of last generation's illegal ones first). Legality is decided before a
-        candidate can enter the population (`verified`)."""
+    def iter_verified(self):
+        """Legal candidates (time, key), fastest first. Candidates reached for the first
+        time are checked; an illegal one leaves `seen` and the board (it is never a
+        result) and its legal repair is queued for scoring."""
+        i = 0
+        while i < len(self.board):
+            t, key = self.board[i]
+            if key in self.unchecked:
+                self.unchecked.discard(key)
+                genome = self.genomes[key]
+                if not self.legality.ok(*genome):
+                    del self.seen[key]
+                    self.board.pop(i)
+                    self.illegal.add(key)
+                    self.rejected += 1
+                    repaired = self._legal_variant(genome)
+                    if repaired is not None:
+                        self.pending.append(repaired)
+                    continue
+            yield t, key
+            i += 1
+
+    def verified(self, n: int) -> list[tuple[float, bytes]]:
+        """The n fastest legal candidates, (time, key) ascending."""
+        out = []
+        for item in self.iter_verified():
+            if len(out) >= n:
+                break
+            out.append(item)
+        return out
+
+    # ------------------------------------------------------------------ evaluation
+
+    def evaluate(self, batch: Batch | None, scorer, limit: int) -> int:
+        """Repair, deduplicate and score up to `limit` new candidates (the legal repairs of
+        illegal ones first). Legality is decided before a candidate can enter the
+        population or a version (`iter_verified`)."""
         sp = self.space
-        cands = self.pending + list(cands)
+        pending = _stack(self.pending) if self.pending else None
         self.pending = []
-        if not cands or limit <= 0:
+        batch = _concat(pending, batch) if (pending is not None or batch is not None) else None
+        if batch is None or not len(batch[0]) or limit <= 0:
             return 0
-        tiles, orders = sp.repair(np.stack([c[0] for c in cands]), np.stack([c[1] for c in cands]))
-        parallel = np.stack([np.asarray(c[2], dtype=bool) for c in cands])
-        vectorize = np.array([int(c[3]) for c in cands], dtype=np.int64)
+        tiles, orders = sp.repair(batch[0], batch[1])
+        parallel, vectorize = batch[2].astype(bool), batch[3].astype(np.int64)
         keys = _genome_keys(tiles, orders, parallel, vectorize)
-        pick, batch = [], set()
+        pick, batch_keys = [], set()
         for i, key in enumerate(keys):
-            if key in self.seen or key in self.illegal or key in batch:
+            if key in self.seen or key in self.illegal or key in batch_keys:
                 continue
             pick.append(i)
-            batch.add(key)
+            batch_keys.add(key)
             if len(pick) >= limit:
                 break
         if not pick:
@@ -415,43 +516,13 @@ class _Search:
         times = scorer(sp.kernel, sp.target, tiles[pick], orders[pick], parallel[pick], vectorize[pick])
         for j, i in enumerate(pick):
             t = float(times[j])
-            self.seen[keys[i]] = t if math.isfinite(t) else math.inf
+            t = t if math.isfinite(t) else math.inf
+            self.seen[keys[i]] = t
             self.genomes[keys[i]] = (tiles[i], orders[i], parallel[i], int(vectorize[i]))
             self.unchecked.add(keys[i])
+            bisect.insort(self.board, (t, keys[i]))
         self.evaluated += len(pick)
         return len(pick)
-
-    def verified(self, n: int) -> list[tuple[float, bytes]]:
-        """The n fastest legal candidates, (time, key) ascending. Candidates met here for
-        the first time are checked; an illegal one leaves `seen` (it is never a result)
-        and its legal repair is queued for scoring."""
-        out = []
-        for t, key in self.ranked():
-            if len(out) >= n:
-                break
-            if key in self.unchecked:
-                self.unchecked.discard(key)
-                genome = self.genomes[key]
-                if not self.legality.ok(*genome):
-                    del self.seen[key]
-                    self.illegal.add(key)
-                    self.rejected += 1
-                    repaired = self._legal_variant(genome)
-                    if repaired is not None:
-                        self.pending.append(repaired)
-                    continue
-            out.append((t, key))
-        return out
-
-    def iter_verified(self):
-        """Legal candidates, fastest first (legality asked lazily, as they are reached)."""
-        n = 8
-        while True:
-            ranked = self.verified(n)
-            yield from ranked[n // 2 if n > 8 else 0:]
-            if len(ranked) < n:
-                return
-            n *= 2
 
     def _select(self, size: int):
         keep = [k for _, k in self.verified(size)]
@@ -462,20 +533,13 @@ class _Search:
     # ------------------------------------------------------------------ the loop
 
     def start(self, scorer, pop_size: int) -> None:
+        """The first population: the incumbent, mutations of it, random samples."""
         inc = self.space.incumbent_genome
-        cands = [inc]
-        n_mut = max(0, pop_size // 2)
-        base = [np.repeat(x[None], n_mut, axis=0) for x in inc[:3]] + [np.full(n_mut, inc[3], dtype=np.int64)]
-        mt, mo, mp, mv = self._mutate(*base, strength=1.5)
-        cands += [(mt[i], mo[i], mp[i], int(mv[i])) for i in range(n_mut)]
-        n_rand = pop_size - 1 - n_mut
-        rt = self._random_tiles(n_rand)
-        for i in range(n_rand):
-            o = inc[1].copy()
-            if self.space.tune_orders and self.rng.random() < 0.5:
-                o[:] = self.rng.permutation(self.space.D)
-            cands.append((rt[i], o, inc[2].copy(), inc[3]))
-        self.evaluate(cands, scorer, max(1, min(self.configs, len(cands))))
+        n_mut = pop_size // 2
+        first = _stack([inc])
+        mutants = self._mutate(tuple(np.repeat(x, n_mut, axis=0) for x in first), strength=1.5)
+        randoms = self._random(pop_size - 1 - n_mut)
+        self.evaluate(_concat(first, mutants, randoms), scorer, max(1, min(self.configs, pop_size)))
         self._select(pop_size)
 
     def step(self, scorer, pop_size: int) -> int:
@@ -483,32 +547,10 @@ class _Search:
         remaining = self.configs - self.evaluated
         if remaining <= 0:
             return 0
-        pop = [self.genomes[k] for k in self.population]
-        fit = np.array([self.seen[k] for k in self.population])
-        children = []
-        tries = 0
-        while len(children) < pop_size and tries < 4 * pop_size:
-            tries += 1
-            i = min(self.rng.integers(len(pop), size=TOURNAMENT), key=lambda j: (fit[j], j))
-            if self.rng.random() < 0.6 and len(pop) > 1:
-                j = min(self.rng.integers(len(pop), size=TOURNAMENT), key=lambda j: (fit[j], j))
-                child = self._crossover(pop[i], pop[j])
-            else:
-                child = pop[i]
-            t, o, p, v = self._mutate(child[0][None], child[1][None], child[2][None], np.array([child[3]]))
-            children.append((t[0], o[0], p[0], int(v[0])))
-        done = self.evaluate(children, scorer, remaining)
+        done = self.evaluate(self._breed(pop_size), scorer, remaining)
         if done == 0:
             # Everything bred was seen before: explore with random samples instead.
-            rt = self._random_tiles(pop_size)
-            inc = self.space.incumbent_genome
-            cands = []
-            for i in range(pop_size):
-                o = inc[1].copy()
-                if self.space.tune_orders:
-                    o[:] = self.rng.permutation(self.space.D)
-                cands.append((rt[i], o, inc[2].copy(), inc[3]))
-            done = self.evaluate(cands, scorer, remaining)
+            done = self.evaluate(self._random(pop_size, new_orders=1.0), scorer, remaining)
         self._select(pop_size)
         return done
 
@@ -688,6 +730,8 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
         "budget_exhausted": budget_exhausted,
         "rules_time_s": rules_time,
         "legality_checks": sum(s.legality.checks for s in searches.values()),
+        "legality_seconds": sum(s.legality.seconds for s in searches.values()),
+        "scoring_seconds": scorer.seconds,
         "rejected_illegal": sum(s.rejected for s in searches.values()),
         "configs_by_kernel": {kernels[i].name: s.evaluated for i, s in sorted(searches.items())},
     }
