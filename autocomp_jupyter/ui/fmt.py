@@ -101,7 +101,8 @@ def note(text: str) -> str:
 STYLE = """<style>
 .autocomp-result{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px}
 .autocomp-table{border-collapse:collapse;margin:4px 0 10px 0}
-.autocomp-table th,.autocomp-table td{border:1px solid #ddd;padding:2px 8px;text-align:right;vertical-align:top}
+.autocomp-table th,.autocomp-table td{border:1px solid #ddd;padding:2px 8px;text-align:right;vertical-align:top;white-space:nowrap}
+.autocomp-rules td:last-child,.autocomp-rollbacks td:last-child{white-space:normal}
 .autocomp-table th{background:#f3f3f3}
 .autocomp-rules td,.autocomp-rollbacks td,.autocomp-versions td,.autocomp-rules th,.autocomp-rollbacks th,.autocomp-versions th{text-align:left}
 .autocomp-table td:first-child,.autocomp-table th:first-child{text-align:left}

@@ -16,7 +16,7 @@ import itertools
 
 import ipywidgets as W
 
-from .fmt import BAD, GOOD, badge, esc, note, pct, ratio, seconds, table
+from .fmt import BAD, GOOD, STYLE, badge, esc, note, ratio, seconds, table
 from .html import TABS, static_html, tab_contents
 from .roofline import roofline_data, roofline_svg
 from .tables import METRIC_HEADER, _monitor, code_html, metric_cells, version_rows, versions_html
@@ -79,7 +79,8 @@ class TunePanel:
                        note("Re-evaluation is not available for this result (no evaluate_variant)."))
         self.box = W.VBox([
             intro, self.kernel_picker,
-            W.HBox([W.VBox([self.controls, self.status, self.metrics]), self.roofline]),
+            W.HBox([W.VBox([self.controls, self.status, self.metrics], layout=W.Layout(min_width="560px")),
+                    self.roofline], layout=W.Layout(flex_flow="row wrap")),
             self.keep_button, W.HTML("<h4>versions (A/B)</h4>"), self.versions,
         ])
         self.available = available
@@ -242,7 +243,7 @@ class ResultView:
                 children.append(W.HTML(self.contents[title]))
         self.tabs = W.Tab(children=children, titles=list(TABS))
         self.tabs.selected_index = TABS.index(first_tab) if first_tab in TABS else 0
-        self.summary = W.HTML(summary_html(result))
+        self.summary = W.HTML(STYLE + summary_html(result))  # the tables' CSS, once per view
         self.widget = W.VBox([self.summary, self.tabs], layout=W.Layout(width="100%"))
         self.widget.add_class("autocomp-result")
 

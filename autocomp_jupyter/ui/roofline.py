@@ -89,6 +89,6 @@ def roofline_svg(data: dict, extra_points: list[dict] = (), width: int = 460, he
         tip = f'{p["label"]}: AI {p["ai"]:.3g} flop/B, {si(p["flops_per_s"], "flop/s")} ({fraction:.0%} of roof)'
         out.append(f'<g class="autocomp-point" data-label="{esc(p["label"])}"><title>{esc(tip)}</title>'
                    f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5" fill="{colour}" stroke="#000" stroke-width="0.5"/>'
-                   f'<text x="{x + 7:.1f}" y="{y + 3 + 10 * (i % 2):.1f}" fill="{colour}">{esc(p["label"])}</text></g>')
+                   f'<text x="{x + 7:.1f}" y="{y + 3 + 11 * (i % 3 - 1):.1f}" fill="{colour}">{esc(p["label"])}</text></g>')
     out.append("</svg>")
     return "".join(out)

@@ -269,5 +269,5 @@ def code_text(result, lang: str) -> tuple[str, bool]:
 def code_html(result, lang: str) -> str:
     text, ok = code_text(result, lang)
     if not ok:
-        return note(text)
+        return f'<div class="autocomp-code-missing">{note(text)}</div>'
     return f'<pre class="autocomp-code" data-lang="{esc(lang)}">{html.escape(text)}</pre>'
