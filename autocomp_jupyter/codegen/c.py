@@ -360,10 +360,27 @@ class _KernelWriter:
         rank_out = [idx.single_loop for idx in stmt.target_indices]
         out_loops = [l for l in order if l in rank_out]
         red_loops = [l for l in order if l not in rank_out]
-        register_tile = math.prod(bounds[l][2] or REGISTER_TILE_MAX + 1 for l in out_loops) if out_loops else 1
+        # a full tile's size per output loop (remainder tiles take the plain nest)
+        full = {}
+        for own in out_loops:
+            anchor = follows.get(own)
+            tile = self.tiles[anchor] if anchor is not None else None
+            full[own] = bounds[own][2] or (max(tile.lengths) if tile is not None and tile.start is not None
+                                           and ext[own] == self.extents[anchor] else None)
+        register_tile = math.prod(full[l] or REGISTER_TILE_MAX + 1 for l in out_loops) if out_loops else 1
         if (stmt.reduce is not None and red_loops and None not in rank_out
                 and len(set(rank_out)) == len(rank_out) and register_tile <= REGISTER_TILE_MAX):
-            self.register_tiled(stmt, depth, var, bounds, out_loops, red_loops, scope)
+            partial = [l for l in out_loops if bounds[l][2] is None]
+            if partial:
+                cond = " && ".join(f"{bounds[l][1]} - {bounds[l][0]} == {full[l]}" for l in partial)
+                self.emit(depth, f"if ({cond}) {{    /* a full register tile */")
+                full_bounds = {l: (b[0], b[1], full.get(l, b[2]) if l in full else b[2]) for l, b in bounds.items()}
+                self.register_tiled(stmt, depth + 1, var, full_bounds, out_loops, red_loops, scope)
+                self.emit(depth, "} else {")
+                self.plain(stmt, depth + 1, var, bounds, order, red_loops)
+                self.emit(depth, "}")
+            else:
+                self.register_tiled(stmt, depth, var, bounds, out_loops, red_loops, scope)
         else:
             self.plain(stmt, depth, var, bounds, order, red_loops)
         if guards:
