@@ -223,3 +223,24 @@ def test_headless_notebook_runs_the_magic(tmp_path):
     assert any(WIDGET_MIME in o.get("data", {}) for o in outputs)
     assert any('data-tab="Profile"' in o.get("data", {}).get("text/html", "") for o in outputs)
     assert nb.cells[2].outputs[0]["text"].strip() == "True"
+
+
+def test_interrupted_tuning_shows_the_best_so_far(ip, monkeypatch):
+    """^C during tuning (here: raised from the progress callback) keeps the best found."""
+    calls = {"n": 0}
+    original = ui.TuningProgress.__call__
+
+    def interrupt_later(self, done, total, best=None):
+        original(self, done, total, best)
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ui.TuningProgress, "__call__", interrupt_later)
+    ip.user_ns.pop("partial", None)
+    _, outputs, cap = run(ip, "--target tpu --tune 400 --out partial --static")
+    res = ip.user_ns["partial"]
+    assert res.report["tuning"].get("interrupted") is True
+    assert res.report["tuning"]["configs_evaluated"] < 400
+    assert "Tuning was interrupted" in html_of(outputs)
+    assert "Traceback" not in cap.stdout + cap.stderr

@@ -298,3 +298,16 @@ def test_real_result_renders_statically_and_tunes():
     (loop, level), slider = next((key, s) for key, s in tune.sliders.items() if not s.disabled)
     slider.value = next(o for o in slider.options if o != slider.value)
     assert tune.metrics.value != before and tune.last is not None
+
+
+def test_kernel_picker_rebuilds_the_sliders_for_that_kernel():
+    import autocomp_jupyter
+
+    res = autocomp_jupyter.optimize(SOURCE, target="tpu", tune=0, passes=[])  # library plan: C, D apart
+    tune = ui.widget(res).tune
+    assert {loop for loop, _ in tune.sliders} == {"i", "j", "k"}
+    other = [k.name for k in res.after.kernels if k.name != tune.kernel][0]
+    tune.kernel_picker.value = other
+    loops = set(res.after.schedule_of(other).kernel.loop_names)
+    assert {loop for loop, _ in tune.sliders} == loops
+    assert f"kernel {other}" in tune.metrics.value
