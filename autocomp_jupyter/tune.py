@@ -542,6 +542,23 @@ class _Search:
         self.evaluate(_concat(first, mutants, randoms), scorer, max(1, min(self.configs, pop_size)))
         self._select(pop_size)
 
+    def run(self, scorer, over_budget: Callable[[], bool] = lambda: False,
+            after_generation: Callable[[], None] = lambda: None) -> bool:
+        """Generations until `configs` candidates are scored, the space is exhausted or
+        `over_budget()`; returns whether the budget stopped it."""
+        pop = population_size(self.configs)
+        self.start(scorer, pop)
+        after_generation()
+        stale = 0
+        while self.evaluated < self.configs:
+            if over_budget():
+                return True
+            stale = stale + 1 if self.step(scorer, pop) == 0 else 0
+            after_generation()
+            if stale >= 3:
+                break    # the space is exhausted (or nothing new is legal)
+        return False
+
     def step(self, scorer, pop_size: int) -> int:
         """One generation: breed `pop_size` children, score the new ones. Returns how many."""
         remaining = self.configs - self.evaluated
@@ -638,7 +655,6 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
     shares = split_configs(incumbent_times, configs)
     searches: dict[int, _Search] = {}
     interrupted = budget_exhausted = False
-    evaluated = 0
     scorer = _Scorer(executor, score_fn)
 
     def best_total() -> float:
@@ -647,6 +663,10 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
 
     def over_budget() -> bool:
         return budget is not None and time.perf_counter() - started > budget
+
+    def report() -> None:
+        if progress:
+            progress(sum(s.evaluated for s in searches.values()), configs, best_total())
 
     try:
         for i in order:
@@ -658,23 +678,7 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
             space = KernelSpace.of(plan.schedules[i], target, divisors_only)
             search = _Search(space, np.random.default_rng(seed + i), shares[i], _Legality(space))
             searches[i] = search
-            pop = population_size(shares[i])
-            search.start(scorer, pop)
-            evaluated = sum(s.evaluated for s in searches.values())
-            if progress:
-                progress(evaluated, configs, best_total())
-            stale = 0
-            while search.evaluated < search.configs:
-                if over_budget():
-                    budget_exhausted = True
-                    break
-                done = search.step(scorer, pop)
-                evaluated = sum(s.evaluated for s in searches.values())
-                if progress:
-                    progress(evaluated, configs, best_total())
-                stale = stale + 1 if done == 0 else 0
-                if stale >= 3:
-                    break    # the space is exhausted (or nothing new is legal)
+            budget_exhausted = search.run(scorer, over_budget, report)
             if budget_exhausted:
                 break
     except KeyboardInterrupt:
@@ -736,6 +740,22 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
         "configs_by_kernel": {kernels[i].name: s.evaluated for i, s in sorted(searches.items())},
     }
     return best_plan, versions, tuning
+
+
+def search_kernel(schedule: Schedule, target, configs: int, seed: int = 0, *, divisors_only: bool = False,
+                  tune_orders: bool = True, tune_annotations: bool = True,
+                  score_fn: ScoreFn = model_score) -> tuple[float, Schedule, int]:
+    """Tune one kernel from `schedule` (serially): (best legal time, its schedule, candidates
+    scored). The building block of `tune_plan`, for benchmarks and experiments on one
+    kernel's space (tiles from divisors only, orders or annotations held fixed)."""
+    target = load_target(target)
+    space = KernelSpace.of(schedule, target, divisors_only, tune_orders, tune_annotations)
+    search = _Search(space, np.random.default_rng(seed), configs, _Legality(space))
+    scorer = _Scorer(None, score_fn)
+    search.run(scorer)
+    t, key = search.verified(1)[0]
+    best = schedule if key == search.incumbent_key else space.schedule(*search.genomes[key])
+    return t, best, search.evaluated
 
 
 def _arrays(schedule: Schedule, target: Target):
