@@ -1,0 +1,220 @@
+"""Optional bridge to Apache TVM (>= 0.27): the program in TE, the chosen schedule in TIR.
+
+    mod, run = to_tvm(result_or_plan)        # tvm IRModule and a callable on numpy inputs
+    outputs = run({"A": a, "B": b})          # {output name: numpy array}
+
+Each statement becomes one `te.compute` (reductions `te.sum` / `te.max` over
+`te.reduce_axis`; out-of-range reads `te.if_then_else(in range, T[...], pad)`), the whole
+program one PrimFunc (`te.create_prim_func`). The schedule of each kernel is then applied
+to its anchor statement's block with `tvm.s_tir.Schedule` primitives: `split` per tiling
+level (outer → inner, factors from `Schedule.tile_sizes()`), `reorder` into the per-level
+order, `parallel` on the outermost annotated loop, `vectorize` on the innermost loop when it
+is the annotated one, `unroll` on the innermost loop; fused epilogues are placed with
+`reverse_compute_at` under the anchor's innermost tile loop where TVM accepts it. Compiled
+with `tvm.compile(mod, target="llvm")`.
+
+TVM is optional: `pip install apache-tvm` (the `tvm` extra). Without it `to_tvm` raises a
+UserError saying how to install it.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .errors import UserError
+from .ir.program import Access, BinOp, Call, Const, Expr
+
+
+def available() -> bool:
+    try:
+        import tvm  # noqa: F401
+        from tvm import te  # noqa: F401
+        import tvm.s_tir  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def _require():
+    if not available():
+        raise UserError("the TVM bridge needs Apache TVM 0.27 or later: pip install 'autocomp-jupyter[tvm]' "
+                        "(or pip install apache-tvm)", filename="tvm_bridge")
+    import tvm
+    from tvm import te
+
+    return tvm, te
+
+
+def build_te(program):
+    """{tensor name: te.Tensor} for the program (placeholders for inputs and params)."""
+    tvm, te = _require()
+    T = tvm.tirx
+    env = {}
+    for t in program.inputs:
+        env[t.name] = te.placeholder(t.shape, "float32", name=t.name)
+    for st in program.statements:
+        target = program.tensor(st.target) if program.has_tensor(st.target) else None
+        n_out = len(st.output_loops)
+        if any(idx.single_loop != st.loops[d].name for d, idx in enumerate(st.target_indices)) \
+                or len(st.target_indices) != n_out:
+            raise UserError(f"the TVM bridge needs statement targets indexed by their own loops in order; "
+                            f"'{st}' is not", filename="tvm_bridge")
+        shape = target.shape if target is not None else tuple(l.extent for l in st.loops[:n_out])
+        red = st.loops[n_out:]
+
+        env[st.target] = te.compute(shape, _body(st, red, n_out, env, T, te), name=st.target)
+    return env
+
+
+def _body(st, red, n_out, env, T, te):
+    """The fcompute of one statement (positional loop variables only, as TE requires)."""
+    def body(*out_vars):
+            raxes = [te.reduce_axis((0, l.extent), name=l.name) for l in red]
+            var = {l.name: v for l, v in zip(st.loops[:n_out], out_vars)}
+            var.update({l.name: a for l, a in zip(red, raxes)})
+            ext = st.extents
+            value = _expr(st.expr, var, env, ext, T, te)
+            if not raxes:
+                return value
+            if st.reduce == "max":
+                return te.max(value, axis=raxes)
+            return te.sum(value, axis=raxes)
+    return body
+
+
+def _index(idx, var):
+    value = idx.const
+    for loop, coeff in idx.terms:
+        value = value + coeff * var[loop]
+    return value
+
+
+def _expr(e: Expr, var, env, ext, T, te):
+    if isinstance(e, Const):
+        v = e.value
+        if v == math.inf:
+            return te.max_value("float32")
+        if v == -math.inf:
+            return te.min_value("float32")
+        return T.const(float(v), "float32")
+    if isinstance(e, Access):
+        tensor = env[e.tensor]
+        shape = [int(s) for s in tensor.shape]
+        idx = [_index(i, var) for i in e.indices]
+        conds = []
+        for d, i in enumerate(e.indices):
+            lo = i.const + sum(min(0, c * (ext[l] - 1)) for l, c in i.terms)
+            hi = i.const + sum(max(0, c * (ext[l] - 1)) for l, c in i.terms)
+            if lo < 0 or hi >= shape[d]:
+                conds.append(T.all(idx[d] >= 0, idx[d] < shape[d]))
+        if not conds:
+            return tensor[tuple(idx)]
+        pad = _expr(Const(e.pad), var, env, ext, T, te)
+        return te.if_then_else(T.all(*conds) if len(conds) > 1 else conds[0], tensor[tuple(idx)], pad)
+    if isinstance(e, BinOp):
+        a, b = _expr(e.lhs, var, env, ext, T, te), _expr(e.rhs, var, env, ext, T, te)
+        return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b}[e.op]()
+    if isinstance(e, Call):
+        args = [_expr(a, var, env, ext, T, te) for a in e.args]
+        x = args[0]
+        f32 = lambda v: T.const(v, "float32")  # noqa: E731
+        if e.fn == "relu":
+            return T.max(x, f32(0.0))
+        if e.fn == "gelu":
+            return f32(0.5) * x * (f32(1.0) + te.tanh(f32(0.7978845608028654) * (x + f32(0.044715) * x * x * x)))
+        if e.fn == "neg":
+            return f32(0.0) - x
+        if e.fn in ("max", "min"):
+            return getattr(T, e.fn)(args[0], args[1])
+        return getattr(te, e.fn)(x)
+    raise TypeError(f"cannot translate {e!r} to TVM")
+
+
+def to_tvm(result_or_plan, target: str = "llvm", apply_schedule: bool = True):
+    """(IRModule, run) for a Result (its optimised plan) or a Plan.
+
+    `run(inputs: {name: array}) -> {output: float64 array}` executes the LLVM-compiled module.
+    """
+    tvm, te = _require()
+    plan = getattr(result_or_plan, "after", result_or_plan)
+    program = plan.program
+    env = build_te(program)
+    args = [env[t.name] for t in program.inputs] + [env[o] for o in program.outputs]
+    func = te.create_prim_func(args)
+    mod = tvm.IRModule({"main": func})
+    if apply_schedule:
+        mod = schedule_module(mod, plan)
+    lib = tvm.compile(mod, target=target)
+
+    def run(inputs):
+        dev = tvm.cpu(0)
+        arrays = [tvm.runtime.tensor(np.asarray(inputs[t.name], dtype=np.float32), dev) for t in program.inputs]
+        outs = [tvm.runtime.tensor(np.zeros(program.tensor(o).shape, dtype=np.float32), dev) for o in program.outputs]
+        lib["main"](*arrays, *outs)
+        return {o: a.numpy().astype(np.float64) for o, a in zip(program.outputs, outs)}
+
+    run.lib = lib
+    return mod, run
+
+
+def schedule_module(mod, plan):
+    """Apply each kernel's Schedule to its anchor block (see the module docstring)."""
+    import tvm
+
+    sch = tvm.s_tir.Schedule(mod)
+    for kernel, schedule in zip(plan.kernels, plan.schedules):
+        anchor = kernel.anchor_statement
+        try:
+            block = sch.get_sblock(anchor.target)
+        except Exception:
+            continue
+        loops = sch.get_loops(block)
+        by_name = dict(zip(kernel.loop_names, loops))
+        sizes = schedule.tile_sizes()
+        levels = schedule.levels
+        parts = {name: [] for name in kernel.loop_names}   # per loop: tile loops outer → inner
+        rest = dict(by_name)
+        span = dict(kernel.extents)
+        for li, level in enumerate(levels):
+            for name in kernel.loop_names:
+                t = sizes[name][li]
+                if t >= span[name]:
+                    parts[name].append(None)
+                    continue
+                outer, inner = sch.split(rest[name], factors=[None, t])
+                parts[name].append(outer)
+                rest[name] = inner
+                span[name] = t
+        order = []
+        for li, level in enumerate(levels):
+            for name in schedule.order_at(level):
+                if parts[name][li] is not None:
+                    order.append(parts[name][li])
+        inner_order = schedule.order_at(levels[-1]) if levels else kernel.loop_names
+        order += [rest[name] for name in inner_order]
+        if len(order) > 1:
+            sch.reorder(*order)
+        parallel = set(schedule.annotations.get("parallel", ()) or ())
+        # parallel: the outermost loop, if annotated and data-parallel for the anchor
+        outer_name = next((n for li in range(len(levels)) for n in schedule.order_at(levels[li])
+                           if parts[n][li] is not None), inner_order[0] if inner_order else None)
+        output_loops = {l.name for l in anchor.output_loops}
+        if outer_name in parallel and outer_name in output_loops:
+            try:
+                sch.parallel(order[0])
+            except Exception:
+                pass
+        innermost = order[-1]
+        vec = schedule.annotations.get("vectorize")
+        if vec and inner_order and inner_order[-1] == vec and vec in output_loops:
+            try:
+                sch.vectorize(innermost)
+            except Exception:
+                pass
+        elif schedule.annotations.get("unroll"):
+            try:
+                sch.unroll(innermost)
+            except Exception:
+                pass
+    return sch.mod
