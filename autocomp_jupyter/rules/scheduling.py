@@ -52,6 +52,7 @@ def scheduling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
     log: list[dict] = []
     rollbacks: list[dict] = []
     schedules = []
+    _TIMES.clear()
     for kernel, tiled in zip(plan.kernels, plan.schedules):
         schedule = tiled
         for transform in params.get("priority", ["skew", "interchange", "reverse"]):
@@ -150,8 +151,15 @@ def _rule(name: str, kernel: Kernel, applied: bool, why: str) -> dict:
     return rule_entry(f"{name}_{kernel.name}", PASS, kernel.ops, applied, why)
 
 
+_TIMES: dict = {}  # per pass run: the interchange search revisits schedules
+
+
 def _time(schedule: Schedule, ctx: PassContext) -> float:
-    return evaluate(schedule, ctx.target).time_s
+    key = (id(schedule.kernel), ctx.target.name, repr(schedule.tiles), repr(sorted(schedule.order.items())),
+           repr(sorted(schedule.annotations.items())), schedule.levels)
+    if key not in _TIMES:
+        _TIMES[key] = evaluate(schedule, ctx.target).time_s
+    return _TIMES[key]
 
 
 # --------------------------------------------------------------------------- transformations
