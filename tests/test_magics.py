@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from IPython.testing.globalipapp import start_ipython
 from IPython.utils.capture import capture_output
 
 import autocomp_jupyter
 from autocomp_jupyter import ui
+from test_ui import ipython_shell
 
 SOURCE = """\
 input A: f32[128, 64]
@@ -24,7 +24,7 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 @pytest.fixture(scope="module")
 def ip():
-    shell = start_ipython()
+    shell = ipython_shell()
     # A terminal shell formats text/plain only; a notebook kernel formats every mime type.
     shell.display_formatter.active_types = list(shell.display_formatter.format_types)
     shell.run_line_magic("load_ext", "autocomp_jupyter")

@@ -86,6 +86,17 @@ from autocomp_jupyter.ui.roofline import roofline_data, roofline_svg  # noqa: E4
 from autocomp_jupyter.ui.live import order_choices, tile_choices  # noqa: E402
 
 
+def ipython_shell():
+    """The process-wide IPython test shell (started on first use, shared by test modules)."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.testing import globalipapp
+
+    globalipapp.start_ipython()  # returns None after the first call: ask the singleton
+    return InteractiveShell.instance()
+
+
+
+
 @pytest.fixture(scope="module")
 def result():
     return make_result()
@@ -259,10 +270,9 @@ def test_widget_without_evaluator_disables_tuning():
 
 
 def test_progress_bar_appears_on_first_call_and_updates():
-    from IPython.testing.globalipapp import start_ipython
     from IPython.utils.capture import capture_output
 
-    start_ipython()  # display() needs a shell to publish to
+    ipython_shell()  # display() needs a shell to publish to
     bar = ui.TuningProgress(widgets=True, min_interval_s=0)
     with capture_output() as out:
         bar(0, 100, None)
