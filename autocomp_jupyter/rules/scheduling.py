@@ -24,8 +24,8 @@ When it applies: to every kernel of the plan, after tiling. Steps, each logged:
    the contiguous loop there is tried (legal and no slower), else nothing is vectorised.
 4. `unroll_factor`: the innermost loop is unrolled by it (capped at its tile).
 
-Each new schedule is re-checked (isl, then the tiled execution check of `interp`); a kernel
-failing either is rolled back to its tiled schedule.
+Each new schedule is re-checked (isl; and, when an order changed, the tiled execution check
+of `interp`); a kernel failing either is rolled back to its tiled schedule.
 
 Example (GEMM + relu): `interchange` at vregs `i,j,k -> i,k,j`, `parallel i, j` (k refused:
 "loop k cannot run in parallel: it carries the flow dependence S0[i, j, k] -> S0[i, j, k + 1]
@@ -73,7 +73,8 @@ def scheduling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
                                                         f"{after * 1e6:.1f} us): tiled schedule kept"))
             schedules.append(tiled)
             continue
-        problem = verify_schedule(schedule, plan.program, ctx)
+        reordered = any(schedule.order_at(lv) != tiled.order_at(lv) for lv in schedule.levels)
+        problem = verify_schedule(schedule, plan.program, ctx, execute=reordered)
         if problem:
             rollbacks.append(rollback_entry(PASS, kernel.name, problem))
             schedules.append(tiled)
