@@ -174,25 +174,38 @@ class _PassRuns:
 
 def _check_pass(name: str, before: Plan, outcome: PassOutcome, ctx: PassContext, log: list, rollbacks: list,
                 runs: _PassRuns, retile: tuple[str, Pass] | None = None) -> Plan:
-    """Keep a pass's plan only if it verifies, stays legal and gains `min_speedup`.
+    """Keep a pass's plan only if it verifies, stays legal and gains `min_speedup`; else
+    roll it back, and mark the rules it fired as rolled back with it.
 
     A pass that runs before tiling (fusion) is judged after tiling both its input and its
     output: fused kernels are re-tiled next, so textbook tiles would misjudge them."""
-    log.extend(outcome.log)
     rollbacks.extend(outcome.rollbacks)
     after = outcome.plan
     if after is before or (after.program == before.program and after.kernels == before.kernels
                            and after.schedules == before.schedules):
+        log.extend(outcome.log)
         return before  # nothing changed: nothing to check or roll back
+    kernel, reason = _rejection(name, before, after, ctx, runs, retile)
+    if not reason:
+        log.extend(outcome.log)
+        return after
+    rollbacks.append(rollback_entry(name, kernel, reason))
+    for entry in outcome.log:
+        if entry["applied"]:
+            entry = dict(entry, applied=False, why=f"rolled back with the {name} pass ({reason}); {entry['why']}")
+        log.append(entry)
+    return before
+
+
+def _rejection(name: str, before: Plan, after: Plan, ctx: PassContext, runs: _PassRuns,
+               retile: tuple[str, Pass] | None) -> tuple[str, str]:
+    """(kernel, reason) why a pass's plan must be rolled back, or ("", "") to keep it."""
     verdict = ctx.verify(after.program)
     if not verdict:
-        rollbacks.append(rollback_entry(name, "", f"the pass changed the program's result: {verdict.reason}"))
-        return before
+        return "", f"the pass changed the program's result: {verdict.reason}"
     illegal = _illegal_schedules(after, ctx)
     if illegal:
-        kernel, reason = illegal[0]
-        rollbacks.append(rollback_entry(name, kernel, f"illegal schedule: {reason}"))
-        return before
+        return illegal[0][0], f"illegal schedule: {illegal[0][1]}"
     judged_before, judged_after = before, after
     if retile is not None:
         judged_before = runs.run(retile[0], retile[1], before, ctx).plan
@@ -203,10 +216,9 @@ def _check_pass(name: str, before: Plan, outcome: PassOutcome, ctx: PassContext,
         name, ctx.rules.rollback.get("min_speedup", 1.0)))
     if gain < min_speedup:
         after_tiling = " after tiling" if retile is not None else ""
-        rollbacks.append(rollback_entry(name, "", f"gain {gain:.2f}x{after_tiling} < min_speedup {min_speedup:g}x "
-                                                  f"({old * 1e6:.1f} us -> {new * 1e6:.1f} us): pass rolled back"))
-        return before
-    return after
+        return "", (f"gain {gain:.2f}x{after_tiling} < min_speedup {min_speedup:g}x "
+                    f"({old * 1e6:.1f} us -> {new * 1e6:.1f} us): pass rolled back")
+    return "", ""
 
 
 def _illegal_schedules(plan: Plan, ctx: PassContext) -> list[tuple[str, str]]:

@@ -48,7 +48,9 @@ def test_report_has_the_design_contract():
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_every_example_verifies_on_every_preset(path):
-    program = load(path)
+    # Scaled twins (same ops, fusion chains and classes) keep the sweep fast; the full-size
+    # programs run in the notebook, CLI and benchmark tests.
+    program = load(path, max_extent=32)
     for target in PRESETS:
         r = ac.optimize(program, target=target, tune=0).report
         assert r["verified"], (target, r["rollbacks"])
@@ -121,7 +123,8 @@ def test_evaluate_variant_rescores_a_kernel():
 def test_cli_optimize_json_and_graph(tmp_path, capsys):
     dot = tmp_path / "g.dot"
     src = Path(__file__).parent.parent / "examples" / "gemm_relu.acir"
-    assert main(["optimize", str(src), "--target", "tpu", "--tune", "0", "--json", "--vis-graph", str(dot)]) == 0
+    assert main(["optimize", str(src), "--target", "tpu", "--tune", "0", "--passes", "fusion", "--json",
+                 "--vis-graph", str(dot)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert REPORT_KEYS <= set(report) and report["target"] == "tpu"
     text = dot.read_text()

@@ -184,6 +184,7 @@ class _StatementModel:
     row_loop: int            # anchor loop on pe rows (systolic mac), else -1
     col_loop: int
     accesses: list[_AccessModel]
+    in_place: bool = False   # an epilogue computing over an internal tile it may overwrite
 
 
 class KernelModel:
@@ -255,7 +256,12 @@ class KernelModel:
         row = col = -1
         if mac and compute.kind == "systolic":
             row, col = _systolic_mapping(stmt, m, index, compute.dataflow)
-        return _StatementModel(present=present, local_points=math.prod(local.values()) if local else 1,
+        # An elementwise epilogue (no reduction, no local loops) over an internal tile the
+        # anchor left on chip writes its result over that tile: it needs no buffer of its own.
+        in_place = (si != kernel.anchor and not stmt.reduce and not local
+                    and any(a.internal and a.kind == "read" for a in accesses))
+        return _StatementModel(in_place=in_place, present=present,
+                               local_points=math.prod(local.values()) if local else 1,
                                points=stmt.points, flops_per_point=stmt.expr.flops() + (1 if stmt.reduce else 0),
                                mac=mac, dtype=dtype, row_loop=row, col_loop=col, accesses=accesses)
 
@@ -326,6 +332,8 @@ class KernelModel:
         per_tensor: dict[str, np.ndarray] = {}
         for st in self.statements:
             for a in st.accesses:
+                if st.in_place and (a.internal or a.kind != "read"):
+                    continue  # reuses the buffer of the internal tile it reads
                 fp = np.zeros((n, L))
                 for h in a.chain:
                     fp[:, h] = _footprint(a, T[:, :, h])

@@ -100,6 +100,8 @@ def _inline_small(program: Program, ctx: PassContext, threshold: int, log, rollb
     if threshold <= 0:
         return program
     for op in program.ops:
+        if program.producer(op.output) is not op:
+            continue  # already inlined away by an earlier step
         if op.name in keep or any(r.name in keep for r in program.readers(op.output)):
             continue
         t = program.tensor(op.output)
