@@ -53,10 +53,12 @@ from .accel.target import Target, load_target
 from .ir.schedule import Kernel, Schedule
 from .result import Plan
 
+DEFAULT_MAX_SPILL = 0.05   # rules/default.yaml tiling.max_spill_ratio
 CHUNK = 128                 # candidates per scoring task (fixed: results do not depend on the executor)
 MAX_POPULATION = 48
 MIN_POPULATION = 8
 TOURNAMENT = 3
+MAX_GENERATIONS_PER_CONFIG = 1   # a bound on generations when most children are infeasible
 
 ScoreFn = Callable[[Kernel, Target, np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
@@ -174,6 +176,7 @@ class KernelSpace:
     incumbent_genome: tuple                   # (tiles[D, L], orders[L, D], parallel[D], vectorize)
     tune_orders: bool = True
     tune_annotations: bool = True
+    max_spill: float = math.inf               # the rules' max_spill_ratio (or the incumbent's, if larger)
 
     @property
     def D(self) -> int:
@@ -185,7 +188,7 @@ class KernelSpace:
 
     @staticmethod
     def of(schedule: Schedule, target: Target, divisors_only: bool = False, tune_orders: bool = True,
-           tune_annotations: bool = True) -> "KernelSpace":
+           tune_annotations: bool = True, max_spill: float = math.inf) -> "KernelSpace":
         kernel = schedule.kernel
         model = kernel_model(kernel, target)
         levels = target.tiling_levels
@@ -197,9 +200,17 @@ class KernelSpace:
             base = tile_choices(loop.extent, hints, divisors_only)
             choices.append(np.union1d(base, tiles[0, d]))   # the incumbent's sizes are always reachable
         space = KernelSpace(kernel, target, levels, choices, schedule, (), tune_orders, tune_annotations)
+        space.max_spill = max(max_spill, float(space.spill(tiles)[0]))
         rt, ro = space.repair(tiles[:1], np.array(orders[:1]))
         space.incumbent_genome = (rt[0], ro[0], np.array(parallel[0]), int(vectorize[0]))
         return space
+
+    def spill(self, tiles) -> np.ndarray:
+        """Spill ratio of each tiling (as the cost model defines it): the worst level's
+        footprint overflow, a fraction of its capacity."""
+        model = kernel_model(self.kernel, self.target)
+        footprint = model.capacity_footprints(tiles)
+        return np.clip(footprint / model.capacity[None, :] - 1.0, 0.0, None).max(axis=1)
 
     # ------------------------------------------------------------------ genomes ↔ schedules
 
@@ -324,8 +335,10 @@ class _Search:
     seen: dict = field(default_factory=dict)             # genome key -> time (scored, not known illegal)
     genomes: dict = field(default_factory=dict)          # genome key -> (tiles, orders, parallel, vectorize)
     board: list = field(default_factory=list)           # (time, key) of `seen`, ascending
-    evaluated: int = 0
-    rejected: int = 0
+    evaluated: int = 0                                   # candidates scored
+    considered: int = 0                                  # candidates new to the search (scored or infeasible)
+    rejected: int = 0                                    # found illegal
+    infeasible: set = field(default_factory=set)        # spill beyond the rules' limit: never scored
     unchecked: set = field(default_factory=set)         # scored, legality not yet asked
     illegal: set = field(default_factory=set)           # scored, found illegal: never a result
     pending: list = field(default_factory=list)         # legal repairs waiting to be scored
@@ -504,7 +517,7 @@ class _Search:
         keys = _genome_keys(tiles, orders, parallel, vectorize)
         pick, batch_keys = [], set()
         for i, key in enumerate(keys):
-            if key in self.seen or key in self.illegal or key in batch_keys:
+            if key in self.seen or key in self.illegal or key in self.infeasible or key in batch_keys:
                 continue
             pick.append(i)
             batch_keys.add(key)
@@ -513,6 +526,13 @@ class _Search:
         if not pick:
             return 0
         pick = np.array(pick)
+        self.considered += len(pick)
+        # Tilings that overflow a level beyond the rules' max_spill_ratio are out of the space.
+        fits = sp.spill(tiles[pick]) <= sp.max_spill + 1e-12
+        self.infeasible.update(keys[i] for i in pick[~fits])
+        pick = pick[fits]
+        if not len(pick):
+            return 0
         times = scorer(sp.kernel, sp.target, tiles[pick], orders[pick], parallel[pick], vectorize[pick])
         for j, i in enumerate(pick):
             t = float(times[j])
@@ -550,13 +570,17 @@ class _Search:
         self.start(scorer, pop)
         after_generation()
         stale = 0
-        while self.evaluated < self.configs:
+        for _ in range(MAX_GENERATIONS_PER_CONFIG * self.configs):
+            if self.evaluated >= self.configs:
+                break
             if over_budget():
                 return True
-            stale = stale + 1 if self.step(scorer, pop) == 0 else 0
+            considered = self.considered
+            self.step(scorer, pop)
             after_generation()
+            stale = stale + 1 if self.considered == considered else 0
             if stale >= 3:
-                break    # the space is exhausted (or nothing new is legal)
+                break    # the space is exhausted
         return False
 
     def step(self, scorer, pop_size: int) -> int:
@@ -564,8 +588,9 @@ class _Search:
         remaining = self.configs - self.evaluated
         if remaining <= 0:
             return 0
+        considered = self.considered
         done = self.evaluate(self._breed(pop_size), scorer, remaining)
-        if done == 0:
+        if self.considered == considered:
             # Everything bred was seen before: explore with random samples instead.
             done = self.evaluate(self._random(pop_size, new_orders=1.0), scorer, remaining)
         self._select(pop_size)
@@ -629,7 +654,8 @@ def split_configs(times: Sequence[float], configs: int) -> list[int]:
 
 def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None = None,
               progress: Callable[[int, int, float], None] | None = None, executor=None,
-              score_fn: ScoreFn = model_score, divisors_only: bool = False) -> tuple[Plan, dict, dict]:
+              score_fn: ScoreFn = model_score, divisors_only: bool = False,
+              max_spill: float | None = None) -> tuple[Plan, dict, dict]:
     """Tune every kernel of `plan` and return (best plan, versions, tuning summary).
 
     plan: the plan the rules produced (its schedules are the incumbents, kept in every
@@ -639,13 +665,18 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
     between generations; progress: callback(done, total, best_time_s) after each
     generation; executor: None (serial), a concurrent.futures.Executor, "processes[:N]"
     or "tcp://host:port" (a dask scheduler) — the result does not depend on it; score_fn:
-    the scorer (default: the cost model's time); divisors_only: tile sizes from divisors.
+    the scorer (default: the cost model's time); divisors_only: tile sizes from divisors;
+    max_spill: the largest spill ratio a tuned tiling may have (default: the rules'
+    tiling.max_spill_ratio, as the tiling pass obeys; never below the incumbent's own).
 
     A KeyboardInterrupt (^C, or raised by `progress`) stops the search: the best found so
     far is returned with tuning["interrupted"] = True.
     """
     target = load_target(ctx.target)
     started = time.perf_counter()
+    if max_spill is None:
+        rules = getattr(ctx, "rules", None)
+        max_spill = float((getattr(rules, "tiling", None) or {}).get("max_spill_ratio", DEFAULT_MAX_SPILL))
     seed = int(getattr(ctx, "seed", 0) or 0)
     kernels = list(plan.kernels)
     incumbent_times = [float(_score_chunk(score_fn, *((s.kernel, target) + _arrays(s, target)))[0])
@@ -675,7 +706,7 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
             if over_budget():
                 budget_exhausted = True
                 break
-            space = KernelSpace.of(plan.schedules[i], target, divisors_only)
+            space = KernelSpace.of(plan.schedules[i], target, divisors_only, max_spill=max_spill)
             search = _Search(space, np.random.default_rng(seed + i), shares[i], _Legality(space))
             searches[i] = search
             budget_exhausted = search.run(scorer, over_budget, report)
@@ -737,6 +768,8 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
         "legality_seconds": sum(s.legality.seconds for s in searches.values()),
         "scoring_seconds": scorer.seconds,
         "rejected_illegal": sum(s.rejected for s in searches.values()),
+        "rejected_spill": sum(len(s.infeasible) for s in searches.values()),
+        "max_spill_ratio": max_spill,
         "configs_by_kernel": {kernels[i].name: s.evaluated for i, s in sorted(searches.items())},
     }
     return best_plan, versions, tuning
@@ -744,12 +777,12 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
 
 def search_kernel(schedule: Schedule, target, configs: int, seed: int = 0, *, divisors_only: bool = False,
                   tune_orders: bool = True, tune_annotations: bool = True,
-                  score_fn: ScoreFn = model_score) -> tuple[float, Schedule, int]:
+                  max_spill: float = DEFAULT_MAX_SPILL, score_fn: ScoreFn = model_score) -> tuple[float, Schedule, int]:
     """Tune one kernel from `schedule` (serially): (best legal time, its schedule, candidates
     scored). The building block of `tune_plan`, for benchmarks and experiments on one
     kernel's space (tiles from divisors only, orders or annotations held fixed)."""
     target = load_target(target)
-    space = KernelSpace.of(schedule, target, divisors_only, tune_orders, tune_annotations)
+    space = KernelSpace.of(schedule, target, divisors_only, tune_orders, tune_annotations, max_spill)
     search = _Search(space, np.random.default_rng(seed), configs, _Legality(space))
     scorer = _Scorer(None, score_fn)
     search.run(scorer)
