@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--json", action="store_true", help="print the JSON report (DESIGN §8)")
     opt.add_argument("--vis-graph", metavar="FILE.dot", help="write the graph, fused groups boxed, as DOT")
     opt.add_argument("--emit-c", metavar="FILE.c", help="write the generated C")
+    opt.add_argument("--measure", action="store_true",
+                     help="compile and time the generated C on this CPU (target host)")
     sub.add_parser("targets", help="list the accelerator presets")
     rules = sub.add_parser("rules", help="list the rules and where they apply")
     rules.add_argument("--target", default=None, help="show the rule set as this target sees it")
@@ -97,7 +99,7 @@ def cmd_optimize(args) -> int:
         progress = tqdm_progress()
     result = optimize(args.file, target=args.target, rules=args.rules, tune=args.tune, top=args.top,
                       seed=args.seed, budget=args.budget, passes=args.passes, progress=progress,
-                      executor=args.executor)
+                      executor=args.executor, measure=args.measure)
     if args.vis_graph:
         from .ui.graph import plan_dot
 
@@ -108,6 +110,10 @@ def cmd_optimize(args) -> int:
         print(json.dumps(result.report, indent=2, default=_json_default))
     else:
         print(result.summary())
+        measured = result.report.get("measured")
+        if measured:
+            print(f"measured {measured['measured_time_s'] * 1e3:.2f} ms vs predicted "
+                  f"{result.report['optimized']['time_s'] * 1e3:.2f} ms on this CPU")
     return 0 if result.verified else 1
 
 

@@ -76,7 +76,7 @@ def baseline_plan(program: Program, target: Target, schedule_for: Callable, labe
 def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = None, tune: int | None = None,
              top: int | None = None, seed: int | None = None, budget: float | None = None,
              passes: str | Sequence | None = None, progress: Callable | None = None,
-             executor=None) -> Result:
+             executor=None, measure: bool = False) -> Result:
     """Run the ADRS pipeline on `src` (DSL text, a .acir path or a Program) for `target`.
 
     rules: extra rule files / registered @adrs_rule names (after default.yaml and the
@@ -84,7 +84,8 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     the rule file); top: versions kept; seed: tuner seed; budget: tuning seconds;
     passes: names ('fusion,tiling,scheduling') or pass functions; progress:
     callback(done, total, best_time_s) during tuning; executor: a concurrent.futures
-    Executor for tuning. Bad input raises `UserError`.
+    Executor (or 'processes[:N]', 'tcp://host:port') for tuning; measure: compile and time
+    the generated C on this CPU (target 'host'). Bad input raises `UserError`.
     """
     started = time.perf_counter()
     program = _as_program(src)                                   # parse and shape-check
@@ -121,9 +122,15 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
         plan, versions = library, {}
         verified, reason = _verify(plan, ctx)
 
+    measured = _measure(plan, target) if measure else None       # the generated C, run on host
+
     from .report import build_report                             # DESIGN §8
     report = build_report(program, target, ruleset, naive, library, plan, ctx, log, rollbacks, tuning, verified,
                           seconds=time.perf_counter() - started)
+    if measured is not None:
+        report["measured"] = measured
+        if not measured["matches_interpreter"]:
+            report["verified"] = False
     result = Result(program=program, target=target, before=naive, library=library, after=plan, report=report,
                     versions=versions, rules=ruleset)
     result.evaluate_variant = lambda kernel, tiles=None, order=None, annotations=None: evaluate_variant(
@@ -140,6 +147,15 @@ def _tune(plan: Plan, ctx: PassContext, configs: int, top: int, budget, progress
     if configs <= 0:
         return plan, {}, {"configs_evaluated": 0, "seconds": 0.0, "top": []}
     return tune_plan(plan, ctx, configs=configs, top=top, budget=budget, progress=progress, executor=executor)
+
+
+def _measure(plan: Plan, target: Target) -> dict:
+    if target.name != "host":
+        raise UserError("measure=True needs target='host' (the generated C runs on this CPU)",
+                        filename="optimize()")
+    from .host import measure_plan
+
+    return measure_plan(plan, target, repeats=5)
 
 
 def _check_flags(tune, top, seed, budget) -> None:

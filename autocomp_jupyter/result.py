@@ -81,6 +81,13 @@ class Result:
 
         return codegen.generate(self.after, self.target, lang)
 
+    def to_tvm(self):
+        """The optimised plan in TVM's tensor expressions with its schedule applied
+        (split, reorder, parallel, vectorize, unroll); needs `pip install autocomp-jupyter[tvm]`."""
+        from .tvm_bridge import to_tvm
+
+        return to_tvm(self)
+
     def show(self, static: bool = False):
         """Display the result: live widgets in a notebook, or static HTML."""
         from . import ui
