@@ -135,7 +135,7 @@ def _run_all_and_check(page) -> None:
         "Tiles": "table.autocomp-tiles",
         "Schedule": "pre.autocomp-nest-after",
         "Profile": "svg.autocomp-roofline",
-        "Rules": "table.autocomp-rules",
+        "Rules": ".autocomp-rules-tab",
         "Tune": ".widget-slider",
         "Code": "pre.autocomp-code, .autocomp-code-missing",
     }

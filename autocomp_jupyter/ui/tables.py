@@ -187,13 +187,19 @@ def profile_html(result, roofline_svg: str = "") -> str:
 def rules_html(result) -> str:
     """Fired and skipped rules with reasons, rollbacks with reasons, tuning summary."""
     r = result.report
-    rows = []
-    for e in r.get("rules", []):
-        status = badge("fired", GOOD) if e.get("applied") else badge("skipped", MUTED)
-        rows.append([f"<code>{esc(e.get('rule', ''))}</code>", esc(e.get("pass", "")), status,
-                     esc(", ".join(map(str, e.get("ops", [])))), esc(e.get("why", ""))])
-    out = ["<h4>rules</h4>", table(["rule", "pass", "status", "ops", "why"], rows, "autocomp-rules")
-           if rows else note("no rule matched this program")]
+    def rule_rows(entries):
+        return [[f"<code>{esc(e.get('rule', ''))}</code>", esc(e.get("pass", "")),
+                 badge("fired", GOOD) if e.get("applied") else badge("skipped", MUTED),
+                 esc(", ".join(map(str, e.get("ops", [])))), esc(e.get("why", ""))] for e in entries]
+
+    header = ["rule", "pass", "status", "ops", "why"]
+    fired = [e for e in r.get("rules", []) if e.get("applied")]
+    skipped = [e for e in r.get("rules", []) if not e.get("applied")]
+    out = [f"<h4>rules fired ({len(fired)})</h4>",
+           table(header, rule_rows(fired), "autocomp-rules") if fired else note("no rule fired")]
+    if skipped:  # often many (every candidate interchange, skew, ...): folded, with reasons
+        out.append(f'<details class="autocomp-skipped"><summary><b>rules skipped ({len(skipped)})</b> '
+                   "and why</summary>" + table(header, rule_rows(skipped), "autocomp-rules") + "</details>")
     rb = [[esc(e.get("pass", "")), f"<code>{esc(e.get('kernel', ''))}</code>", badge("rolled back", BAD),
            esc(e.get("reason", ""))] for e in r.get("rollbacks", [])]
     out.append("<h4>rollbacks</h4>")
@@ -202,8 +208,16 @@ def rules_html(result) -> str:
     t = r.get("tuning") or {}
     if t:
         out.append("<h4>tuning</h4>")
-        out.append(f"<p>{num(t.get('configs_evaluated', 0))} configurations in {seconds(t.get('seconds'))}</p>")
-    return "".join(out)
+        extra = []
+        if t.get("rejected_illegal") is not None:
+            extra.append(f"{num(t['rejected_illegal'])} rejected as illegal")
+        if t.get("interrupted"):
+            extra.append("interrupted: best so far kept")
+        if t.get("budget_exhausted"):
+            extra.append("time budget used up")
+        out.append(f"<p>{num(t.get('configs_evaluated', 0))} configurations in {seconds(t.get('seconds'))}"
+                   + (f" ({esc(', '.join(extra))})" if extra else "") + "</p>")
+    return '<div class="autocomp-rules-tab">' + "".join(out) + "</div>"
 
 
 # --------------------------------------------------------------------------- versions
