@@ -9,7 +9,8 @@ DSL, a target or rule YAML, the flags themselves — is shown as the formatted m
     input A: f32[1024, 1024]
     ...
 
-DSL line numbers count the `%%autocomp` line as line 1, as the notebook editor does.
+DSL line numbers count the `%%autocomp` line as line 1, as the notebook editor does. A
+cell holding just a path to an `.acir` file optimises that file.
 """
 from __future__ import annotations
 
@@ -142,6 +143,20 @@ def as_user_error(err: Exception) -> UserError:
     return UserError(str(err))
 
 
+def _cell_program(cell: str):
+    """The cell's program: its DSL text, or the .acir file a one-line cell names.
+
+    DSL text is parsed here, with a blank first line, so diagnostics count the %%autocomp
+    line as line 1, as the notebook editor numbers the cell.
+    """
+    from .dsl import load, parse
+
+    text = cell.strip()
+    if "\n" not in text and text.endswith(".acir"):
+        return load(text)
+    return parse("\n" + cell, filename=CELL_FILENAME)
+
+
 def _optimize():
     import autocomp_jupyter
 
@@ -183,13 +198,11 @@ class AutocompMagics(Magics):
             show_error(_flag_error(str(err), line))
             return None
         from . import ui
-        from .dsl import parse
 
         errors = user_error_types()
         progress = ui.TuningProgress(widgets=not args.static)
         try:
-            # Parse here so line numbers count the %%autocomp line, as the editor shows them.
-            program = parse("\n" + cell, filename=CELL_FILENAME)
+            program = _cell_program(cell)
             result = _optimize()(program, target=args.target, rules=args.rules, tune=args.tune, top=args.top,
                                  seed=args.seed, budget=args.budget, passes=args.passes, progress=progress)
         except errors as err:

@@ -143,6 +143,7 @@ def _run_all_and_check(page) -> None:
     for title, selector in expected.items():
         titles.filter(has_text=title).first.click()
         tabs.locator(selector).filter(visible=True).first.wait_for(state="visible", timeout=10_000)
+        tabs.screenshot(path=str(ARTIFACTS / f"tab-{title.lower()}.png"))
     titles.filter(has_text="Graph").first.click()
     assert tabs.locator("svg.autocomp-graph").count() == 2  # before | after
 

@@ -244,3 +244,13 @@ def test_interrupted_tuning_shows_the_best_so_far(ip, monkeypatch):
     assert res.report["tuning"]["configs_evaluated"] < 400
     assert "Tuning was interrupted" in html_of(outputs)
     assert "Traceback" not in cap.stdout + cap.stderr
+
+
+def test_a_cell_naming_an_acir_file_optimises_that_file(ip, tmp_path):
+    path = tmp_path / "prog.acir"
+    path.write_text(SOURCE)
+    ip.user_ns.pop("from_file", None)
+    run(ip, "--target tpu --static --out from_file", f"{path}\n")
+    assert ip.user_ns["from_file"].program.outputs == ("D",)
+    _, outputs, _ = run(ip, "--target tpu --static", str(tmp_path / "missing.acir"))
+    assert "cannot read" in text_of(outputs)
