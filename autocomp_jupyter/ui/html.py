@@ -17,11 +17,15 @@ TABS = ("Graph", "Tiles", "Schedule", "Profile", "Rules", "Tune", "Code")
 
 def graph_html(result) -> str:
     """Before | after graphs side by side."""
+    def kernels(plan) -> str:
+        n = len(plan.kernels)
+        return f"{n} kernel" + ("" if n == 1 else "s")
+
     before = plan_svg_html(result.before, result.report, "")
     after = plan_svg_html(result.after, result.report, "")
     return ('<div class="autocomp-pair">'
-            f'<div class="autocomp-graph-before"><h4>before: {len(result.before.kernels)} kernels</h4>{before}</div>'
-            f'<div class="autocomp-graph-after"><h4>after: {len(result.after.kernels)} kernels</h4>{after}</div>'
+            f'<div class="autocomp-graph-before"><h4>before: {kernels(result.before)}</h4>{before}</div>'
+            f'<div class="autocomp-graph-after"><h4>after: {kernels(result.after)}</h4>{after}</div>'
             "</div>")
 
 
