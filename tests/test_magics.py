@@ -3,7 +3,6 @@ function API they wrap (the magic must be a thin shell over `optimize()`)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from IPython.utils.capture import capture_output
