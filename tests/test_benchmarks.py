@@ -1,0 +1,99 @@
+"""The benchmark suite (benchmarks/run_suite.py): a smoke run on one tiny workload and one
+preset, its JSON/Markdown/SVG output, the README block, and that every workload parses."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from autocomp_jupyter.dsl import load
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def run_suite():
+    spec = importlib.util.spec_from_file_location("run_suite", BENCH / "run_suite.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def smoke(run_suite, tmp_path_factory):
+    out = tmp_path_factory.mktemp("suite")
+    data = run_suite.main(["--quick", "--workloads", "gemm_small_64", "--targets", "npu", "--tune", "20",
+                           "--skip", "search", "host", "zigzag", "--sim-max-steps", "2000", "--quiet",
+                           "--out", str(out)])
+    return run_suite, out, data
+
+
+@pytest.mark.parametrize("path", sorted((BENCH / "workloads").glob("*.acir")), ids=lambda p: p.stem)
+def test_every_workload_parses(path):
+    program = load(path)
+    assert program.flops > 0 and program.outputs
+
+
+def test_json_has_every_column_with_numbers(smoke):
+    run_suite, out, data = smoke
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["meta"]["targets"] == ["npu"] and saved["meta"]["tune"] == 20
+    for section, configs in (("rules", 0), ("tuned", 20)):
+        (row,) = saved["sections"][section]
+        assert "error" not in row, row.get("error")
+        assert row["workload"] == "gemm_small_64" and row["target"] == "npu"
+        assert row["verified"] is True
+        for key, _ in run_suite.COLUMNS[3:]:
+            assert isinstance(row[key], (int, float)) and math.isfinite(row[key]), key
+        assert row["speedup_vs_naive"] >= 1.0 and row["speedup_vs_library"] >= 1.0
+        assert 0 < row["roofline_fraction"] <= 1.0 + 1e-9
+        assert row["energy_j"] > 0
+        assert row["configs_evaluated"] == configs if configs == 0 else 0 < row["configs_evaluated"] <= configs
+    (sim,) = saved["sections"]["sim"]
+    assert sim["model_time_s"] > 0 and sim["sim_time_s"] > 0 and sim["disagreement"] >= 0
+    assert data["sections"]["tuned"][0]["speedup_vs_naive"] == saved["sections"]["tuned"][0]["speedup_vs_naive"]
+
+
+def test_markdown_has_the_tables(smoke):
+    run_suite, out, _ = smoke
+    text = (out / "results.md").read_text()
+    header = "| " + " | ".join(h for _, h in run_suite.COLUMNS) + " |"
+    assert text.count(header) == 2                       # rules only and tuned
+    assert "## Tuned (tune=20)" in text and "## Rules only (tune=0)" in text
+    assert "## Simulator vs analytic model" in text
+    rows = [line for line in text.splitlines() if line.startswith("| gemm_small_64 | npu | yes |")]
+    assert len(rows) >= 2
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert len(cells) == len(run_suite.COLUMNS)
+    assert cells[3].endswith("x") and float(cells[3][:-1]) >= 1.0
+
+
+def test_plots_are_svg(smoke):
+    _, out, data = smoke
+    assert data["plots"]
+    for path in data["plots"]:
+        text = Path(path).read_text()
+        assert text.startswith("<svg") and text.rstrip().endswith("</svg>") and "<rect" in text
+
+
+def test_readme_block_is_replaced(smoke, tmp_path):
+    run_suite, _, data = smoke
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# title\n\nbefore\n{run_suite.README_START}\nold table\n{run_suite.README_END}\nafter\n")
+    run_suite.update_readme(readme, run_suite.markdown(data, for_readme=True))
+    text = readme.read_text()
+    assert "old table" not in text and "before" in text and "after" in text
+    assert "| gemm_small_64 | npu | yes |" in text
+    run_suite.update_readme(readme, "second\n")           # idempotent: markers stay
+    assert text.count(run_suite.README_START) == 1 and "second" in readme.read_text()
+
+
+def test_readme_without_markers_is_a_clear_error(run_suite, tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers here\n")
+    with pytest.raises(SystemExit, match="missing <!-- results:start -->"):
+        run_suite.update_readme(readme, "table")
+    assert readme.read_text() == "# no markers here\n"
