@@ -183,12 +183,12 @@ def test_repr_html_is_the_static_page(result):
 
 
 def test_roofline_is_log_log_with_roof_and_points():
-    data = {"peak_flops": 1e12, "dram_bw": 1e11,
+    data = {"peak_flops": 1e12, "dram_bw": 1e11, "compulsory_ai": 60.0,
             "points": [{"label": "naive", "ai": 0.5, "flops_per_s": 2e10},
                        {"label": "optimized", "ai": 40.0, "flops_per_s": 8e11}]}
     svg = roofline_svg(data, [{"label": "variant", "ai": 20.0, "flops_per_s": 5e11}])
     assert svg.startswith("<svg") and svg.endswith("</svg>")
-    assert 'class="autocomp-roof"' in svg
+    assert 'class="autocomp-roof"' in svg and 'class="autocomp-compulsory"' in svg
     assert [m for m in re.findall(r'data-label="(\w+)"', svg)] == ["naive", "optimized", "variant"]
     assert ">1e-1<" in svg and ">1e2<" in svg  # decades on the x axis
 

@@ -1,7 +1,8 @@
 """A roofline plot drawn as inline SVG (log-log), with no plotting library.
 
 Attainable performance is min(peak, AI × DRAM bandwidth): a slope up to the ridge point,
-then the flat compute roof. Points are (arithmetic intensity, achieved flop/s), one per
+then the flat compute roof. A dashed vertical line marks the compulsory intensity (each
+input and output moved once), the bound `roofline_fraction` is measured against. Points are (arithmetic intensity, achieved flop/s), one per
 plan (naive, library, optimised) and, in the Tune tab, one for the variant being tried.
 """
 from __future__ import annotations
@@ -46,7 +47,8 @@ def roofline_svg(data: dict, extra_points: list[dict] = (), width: int = 460, he
     points = [p for p in list(data.get("points", [])) + list(extra_points)
               if p.get("ai", 0) > 0 and p.get("flops_per_s", 0) > 0 and math.isfinite(p["ai"])]
     ridge = peak / bw
-    ais = [p["ai"] for p in points] + [ridge]
+    compulsory = data.get("compulsory_ai")  # flops / bytes of inputs+outputs moved once
+    ais = [p["ai"] for p in points] + [ridge] + ([compulsory] if compulsory else [])
     ys = [p["flops_per_s"] for p in points] + [peak]
     x0, x1 = _decades(min(ais) / 3, max(ais) * 3)
     y0, y1 = _decades(min(ys) / 3, peak * 2)
@@ -81,7 +83,13 @@ def roofline_svg(data: dict, extra_points: list[dict] = (), width: int = 460, he
     out.append(f'<path class="autocomp-roof" d="{path}" fill="none" stroke="#333" stroke-width="2"/>')
     out.append(f'<text x="{left + pw - 4}" y="{Y(peak) - 4:.1f}" text-anchor="end">peak {esc(si(peak, "flop/s"))}</text>')
     mid = math.sqrt(start * min(ridge, ax1))
-    out.append(f'<text x="{X(mid) + 4:.1f}" y="{Y(mid * bw) - 4:.1f}" fill="#555">DRAM {esc(si(bw, "B/s"))}</text>')
+    out.append(f'<text x="{X(mid) + 6:.1f}" y="{Y(mid * bw) + 14:.1f}" fill="#555">DRAM {esc(si(bw, "B/s"))}</text>')
+    if compulsory and compulsory > 0:
+        x = X(compulsory)
+        out.append(f'<line class="autocomp-compulsory" x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + ph}" '
+                   'stroke="#888" stroke-dasharray="4,3"><title>compulsory arithmetic intensity: every input '
+                   'and output moved once (the roofline_fraction bound)</title></line>')
+        out.append(f'<text x="{x - 3:.1f}" y="{top + ph - 4}" text-anchor="end" fill="#777">compulsory AI</text>')
     for i, p in enumerate(points):
         colour = POINT_COLOURS.get(p["label"], "#6a1b9a")
         x, y = X(p["ai"]), Y(p["flops_per_s"])
