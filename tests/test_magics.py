@@ -162,14 +162,27 @@ def test_code_flag_opens_the_code_tab(ip):
     assert "autocomp-code" in code or "not available yet" in code
 
 
-def test_rules_flag_passes_registered_python_rules(ip):
+def test_rules_flag_names_a_rule_registered_in_an_earlier_cell(ip, monkeypatch):
+    from autocomp_jupyter.rules import engine
+
+    seen = {}
+    real = autocomp_jupyter.optimize
+    monkeypatch.setattr(autocomp_jupyter, "optimize",
+                        lambda src, **flags: seen.update(flags) or real(src, **flags))
     ip.run_cell("from autocomp_jupyter import adrs_rule\n"
-                "@adrs_rule('never_fuse_test')\n"
-                "def never_fuse_test(producer, consumer):\n"
+                "@adrs_rule('leave_alone_test')\n"
+                "def leave_alone_test(producer, consumer):\n"
                 "    return None\n")
-    ip.user_ns.pop("r", None)
-    run(ip, "--target tpu --rules never_fuse_test --out r --static")
-    assert "r" in ip.user_ns
+    try:
+        with capture_output() as cap:
+            ip.run_line_magic("autocomp_rules", "")
+        assert "<code>leave_alone_test</code>" in cap.outputs[0].data["text/html"]
+        ip.user_ns.pop("r", None)
+        _, outputs, _ = run(ip, "--target tpu --rules leave_alone_test --rules tpu --out r --static")
+        assert seen["rules"] == ["leave_alone_test", "tpu"]
+        assert "r" in ip.user_ns, text_of(outputs)
+    finally:
+        engine._REGISTRY.pop("leave_alone_test", None)  # other tests list the registry
 
 
 def test_line_magics_list_targets_and_rules(ip):
