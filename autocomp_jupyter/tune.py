@@ -54,6 +54,7 @@ from .ir.schedule import Kernel, Schedule
 from .result import Plan
 
 DEFAULT_MAX_SPILL = 0.05   # rules/default.yaml tiling.max_spill_ratio
+MEASURED_CANDIDATES = 4   # versions measured (besides the rules' plan) when tune_plan gets `measure`
 CHUNK = 128                 # candidates per scoring task (fixed: results do not depend on the executor)
 MAX_POPULATION = 48
 MIN_POPULATION = 8
@@ -655,7 +656,8 @@ def split_configs(times: Sequence[float], configs: int) -> list[int]:
 def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None = None,
               progress: Callable[[int, int, float], None] | None = None, executor=None,
               score_fn: ScoreFn = model_score, divisors_only: bool = False,
-              max_spill: float | None = None) -> tuple[Plan, dict, dict]:
+              max_spill: float | None = None,
+              measure: Callable[[Plan], float] | None = None) -> tuple[Plan, dict, dict]:
     """Tune every kernel of `plan` and return (best plan, versions, tuning summary).
 
     plan: the plan the rules produced (its schedules are the incumbents, kept in every
@@ -667,7 +669,11 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
     or "tcp://host:port" (a dask scheduler) — the result does not depend on it; score_fn:
     the scorer (default: the cost model's time); divisors_only: tile sizes from divisors;
     max_spill: the largest spill ratio a tuned tiling may have (default: the rules'
-    tiling.max_spill_ratio, as the tiling pass obeys; never below the incumbent's own).
+    tiling.max_spill_ratio, as the tiling pass obeys; never below the incumbent's own);
+    measure: `measure(plan) -> seconds` for expensive measured scoring (e.g.
+    `host.measured_scorer()`): the model ranks, then the best MEASURED_CANDIDATES
+    whole-program versions and the rules' plan are measured and the versions re-ranked by
+    measured time (entries gain "measured_s").
 
     A KeyboardInterrupt (^C, or raised by `progress`) stops the search: the best found so
     far is returned with tuning["interrupted"] = True.
@@ -719,6 +725,7 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
     evaluated = sum(s.evaluated for s in searches.values())
 
     # Per kernel: its candidates, fastest first, each checked with its exact schedule.
+    keep = max(top, 1) if measure is None else max(top, MEASURED_CANDIDATES)
     per_kernel: list[list[tuple[float, Schedule]]] = []
     for i, (kernel, schedule) in enumerate(zip(kernels, plan.schedules)):
         entries = [(incumbent_times[i], schedule)]
@@ -727,7 +734,7 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
             inc_key = search.incumbent_key
             entries = []
             for t, key in search.iter_verified():
-                if len(entries) >= max(top, 1):
+                if len(entries) >= keep:
                     break
                 if entries and t == entries[-1][0]:
                     # The same time as the last kept: an equivalent schedule, not another
@@ -743,19 +750,30 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
                 entries = [(incumbent_times[i], schedule)]
         per_kernel.append(entries)
 
-    combos = _top_combinations([[(t, b"") for t, _ in entries] for entries in per_kernel], max(top, 1))
+    combos = _top_combinations([[(t, b"") for t, _ in entries] for entries in per_kernel], keep)
+    candidates = [(total, tuple(per_kernel[k][j][1] for k, j in enumerate(idx))) for total, idx in combos]
+    measured: list[float | None] = [None] * len(candidates)
+    if measure is not None and not interrupted:
+        if not any(all(a is b for a, b in zip(sch, plan.schedules)) for _, sch in candidates):
+            candidates.append((rules_time, tuple(plan.schedules)))   # measured tuning never loses to the rules
+        measured = [float(measure(Plan(plan.program, plan.kernels, sch, plan.label))) for _, sch in candidates]
+        ranking = sorted(range(len(candidates)), key=lambda c: (measured[c], candidates[c][0], c))
+        candidates = [candidates[c] for c in ranking]
+        measured = [measured[c] for c in ranking]
     versions: dict[str, Plan] = {}
     top_entries = []
-    for rank, (total, idx) in enumerate(combos, start=1):
+    for rank, ((total, schedules), seconds) in enumerate(zip(candidates[:max(top, 1)], measured), start=1):
         name = f"v{rank}"
-        schedules = tuple(per_kernel[k][j][1] for k, j in enumerate(idx))
         versions[name] = Plan(plan.program, plan.kernels, schedules, label=f"tuned {name}")
-        top_entries.append({
+        entry = {
             "name": name, "time_s": total,
             "speedup_vs_rules": rules_time / total if total > 0 else math.inf,
             "legal": True,
             "kernels": {k.name: _kernel_entry(s) for k, s in zip(kernels, schedules)},
-        })
+        }
+        if seconds is not None:
+            entry["measured_s"] = seconds
+        top_entries.append(entry)
     best_plan = versions["v1"] if versions else plan
     tuning = {
         "configs_evaluated": int(evaluated),

@@ -219,3 +219,18 @@ def test_tuned_tilings_respect_the_rules_spill_limit(serial_run):
     space = KernelSpace.of(plan.schedules[0], ctx.target)
     tiles = np.array([[list(s) for s in plan.schedules[0].tile_sizes(ctx.target.tiling_levels).values()]])
     assert space.spill(tiles)[0] == pytest.approx(evaluate(plan.schedules[0], ctx.target).spill_ratio)
+
+
+def test_measured_scoring_reranks_the_versions(serial_run):
+    plan, ctx, _ = serial_run
+    seen = []
+
+    def measure(candidate: Plan) -> float:
+        seen.append(candidate)
+        return 1.0 / plan_time(candidate, ctx.target)     # a "measurement" that prefers the slowest
+
+    best, versions, tuning = tune_plan(plan, ctx, configs=120, top=2, measure=measure)
+    assert len(seen) >= 3       # several versions and the rules' plan were measured
+    measured = [e["measured_s"] for e in tuning["top"]]
+    assert measured == sorted(measured)
+    assert best is versions["v1"] and plan_time(best, ctx.target) == max(plan_time(p, ctx.target) for p in seen)
