@@ -98,12 +98,12 @@ def describe(path: Path) -> str:
 # --------------------------------------------------------------------------- 1-2. rules only / tuned
 
 
-def run_pipeline(path: Path, target: str, tune: int, seed: int):
+def run_pipeline(path: Path, target: str, tune: int, seed: int, budget: float | None = None):
     """optimize() once: (row for the tables, Result or None)."""
     row = {"workload": path.stem, "target": target, "tune": tune}
     started = time.perf_counter()
     try:
-        result = autocomp.optimize(path, target=target, tune=tune, seed=seed)
+        result = autocomp.optimize(path, target=target, tune=tune, seed=seed, budget=budget if tune else None)
     except Exception as err:  # a suite reports a failure and goes on
         row.update(verified=False, error=f"{type(err).__name__}: {err}",
                    pipeline_seconds=time.perf_counter() - started)
@@ -128,11 +128,11 @@ def run_pipeline(path: Path, target: str, tune: int, seed: int):
     return row, result
 
 
-def run_grid(paths, targets, tune, seed, log, keep_results=False):
+def run_grid(paths, targets, tune, seed, log, keep_results=False, budget=None):
     rows, results = [], {}
     for path in paths:
         for target in targets:
-            row, result = run_pipeline(path, target, tune, seed)
+            row, result = run_pipeline(path, target, tune, seed, budget)
             rows.append(row)
             if keep_results and result is not None:
                 results[path.stem, target] = result
@@ -567,6 +567,8 @@ def parse_args(argv=None):
     ap.add_argument("--tune", type=int, default=None, help=f"configurations for the tuned section (default 1000, "
                                                            f"--quick {QUICK_TUNE})")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget", type=float, default=None,
+                    help="tuning seconds per workload x target (optimize(budget=...)); default: no limit")
     ap.add_argument("--skip", nargs="+", default=[], choices=["rules", "tuned", "search", "sim", "host", "zigzag"],
                     help="sections to leave out")
     ap.add_argument("--search-target", default="npu", help="target of the search-quality section (default npu)")
@@ -594,7 +596,7 @@ def main(argv=None) -> dict:
     data = {"meta": {"command": cmd.strip(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
                      "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}",
                      "python": platform.python_version(), "version": autocomp.__version__,
-                     "quick": quick, "tune": tune, "seed": args.seed, "targets": targets,
+                     "quick": quick, "tune": tune, "seed": args.seed, "budget": args.budget, "targets": targets,
                      "workloads": {p.stem: describe(p) for p in paths}, "sim_max_steps": sim_steps,
                      "columns": {k: h for k, h in COLUMNS}},
             "sections": {}}
@@ -606,7 +608,8 @@ def main(argv=None) -> dict:
     tuned_results = {}
     if "tuned" not in args.skip:
         log(f"== tuned (tune={tune})")
-        sections["tuned"], tuned_results = run_grid(paths, targets, tune, args.seed, log, keep_results=True)
+        sections["tuned"], tuned_results = run_grid(paths, targets, tune, args.seed, log, keep_results=True,
+                                                     budget=args.budget)
     if "search" not in args.skip:
         log(f"== search quality on {args.search_target}: tuner vs exhaustive vs random (GEMM 256^3)")
         try:
