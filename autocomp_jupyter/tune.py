@@ -41,6 +41,7 @@ import bisect
 import heapq
 import math
 import time
+from collections import OrderedDict
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
@@ -257,6 +258,11 @@ def _genome_keys(tiles, orders, parallel, vectorize) -> list[bytes]:
 # --------------------------------------------------------------------------- legality
 
 
+# Verdicts outlive one tune_plan call: notebooks re-run cells, the Tune tab re-tunes.
+_LEGALITY_CACHE: "OrderedDict[tuple, tuple[bool, np.ndarray]]" = OrderedDict()
+LEGALITY_CACHE_SIZE = 20000
+
+
 class _Legality:
     """Legality per loop orders of one kernel, asked of poly once per orders.
 
@@ -267,15 +273,17 @@ class _Legality:
 
     def __init__(self, space: KernelSpace):
         self.space = space
-        self.cache: dict[bytes, tuple[bool, np.ndarray]] = {}
-        self.checks = 0
+        self.cache = _LEGALITY_CACHE
+        self.asked: set = set()    # orders this search asked about (deterministic, unlike cache hits)
         self.seconds = 0.0
 
     def verdict(self, tiles, orders) -> tuple[bool, np.ndarray]:
         """(orders legal, bool [D]: loops that may be parallel under them)."""
-        key = np.asarray(orders, dtype=np.int64).tobytes()
-        if key not in self.cache:
-            self.checks += 1
+        key = (self.space.kernel, self.space.levels, np.asarray(orders, dtype=np.int64).tobytes())
+        self.asked.add(key[2])
+        if key in self.cache:
+            self.cache.move_to_end(key)
+        else:
             started = time.perf_counter()
             sp = self.space
             D = sp.D
@@ -290,6 +298,8 @@ class _Legality:
                 refused = {v.loop for v in verdict.violated if v.loop is not None}
                 order_ok = not any(v.loop is None for v in verdict.violated)
                 self.cache[key] = (order_ok, np.array([dim not in refused for dim in dims]))
+            while len(self.cache) > LEGALITY_CACHE_SIZE:
+                self.cache.popitem(last=False)
             self.seconds += time.perf_counter() - started
         return self.cache[key]
 
@@ -782,7 +792,7 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
         "interrupted": interrupted,
         "budget_exhausted": budget_exhausted,
         "rules_time_s": rules_time,
-        "legality_checks": sum(s.legality.checks for s in searches.values()),
+        "legality_checks": sum(len(s.legality.asked) for s in searches.values()),
         "legality_seconds": sum(s.legality.seconds for s in searches.values()),
         "scoring_seconds": scorer.seconds,
         "rejected_illegal": sum(s.rejected for s in searches.values()),
