@@ -2,13 +2,15 @@
 
 tune.py owns the search of each kernel's legal schedule space — tile sizes per level
 (divisors and non-divisors, each tile inside the enclosing one), a loop order per level,
-and annotations (parallel loops, the vectorised loop) — and the assembly of the best
-whole-program versions. It decides nothing about legality or cost itself: candidates are
-scored in batches by the cost model (`accel.cost.evaluate_batch`, or any `score_fn`), and
-their legality is asked of `poly.check_legal`.
+and annotations (parallel loops, the vectorised loop; `unroll` is carried from the rules,
+the cost model does not score it) — and the assembly of the best whole-program versions.
+It decides nothing about legality or cost itself: candidates are scored in batches by the
+cost model (`accel.cost.evaluate_batch`, or any `score_fn`), legality is asked of
+`poly.check_legal`.
 
 The search, per kernel (slowest kernels first, each with a share of the `configs` budget
-proportional to its time under the rules' schedule):
+proportional to its time under the rules' schedule; numpy Generator seeded ctx.seed + the
+kernel's index):
 
 1. The population starts from the incumbent — the schedule the rules chose — plus
    mutations of it and random samples; the incumbent never leaves the population (elitism),
@@ -17,23 +19,32 @@ proportional to its time under the rules' schedule):
    for tiles and parallel marks, per level for orders) and mutation (a tile a step up or
    down its list of sizes or anywhere in it; two loops of one level's order swapped; a
    parallel mark toggled; the vectorised loop moved). Children are repaired (tiles clipped
-   inside the enclosing tile, orders of levels whose loops all run once made canonical) and
-   deduplicated against everything already scored.
-3. Legality is cached per (loop orders, parallel set): for a plain tiling, tile sizes do not
-   change which dependences a schedule breaks. The kernels of the DSL are single-assignment
-   and their only self-dependences are reductions, so what breaks legality is reordering a
-   non-reorderable reduction or running a reduction loop in parallel, neither of which a tile
-   size affects. (Checked with poly on GEMM, GEMM+relu and a max-reduction under random
-   non-dividing tilings: the verdict never differed within one (order, parallel) key; the
-   tests re-check it.) An illegal child is repaired — its parallel set cut to the
-   incumbent's, then the incumbent's orders and parallel set — or rejected; it is never
-   scored. Versions are checked once more with their exact schedule before they are kept.
+   inside the enclosing tile; at outer levels, loops that do not iterate ordered
+   canonically), deduplicated against everything seen, and dropped without scoring if
+   their footprint overflows a level beyond the rules' `tiling.max_spill_ratio` (the limit
+   the tiling pass obeys).
+3. Legality. Tile sizes do not change which dependences a plain tiling breaks: the DSL's
+   kernels are single-assignment, their only self-dependences are reductions, and what
+   breaks legality is reordering a non-reorderable reduction or running a reduction loop in
+   parallel — neither depends on a size. (Checked with poly on GEMM+relu and a
+   max-reduction under random non-dividing tilings: within one (orders, parallel set) the
+   verdict never differed; `test_legality_does_not_depend_on_tile_sizes` keeps checking.)
+   poly checks parallel loops one by one, so one check per loop orders, with every loop
+   marked parallel, answers both "are these orders legal" and "which loops may be
+   parallel": the cache is keyed by (kernel, levels, orders) and shared across calls.
+   A poly check costs 30-100 ms against ~10 us per scored candidate, so legality is asked
+   lazily — before a candidate can enter the population or become a version. An illegal
+   candidate never counts as a result: it leaves the board and its repair (the parallel
+   marks its orders forbid dropped, else the incumbent's orders and parallel set) is
+   scored instead. Versions are checked once more with their exact schedule.
 4. Scoring is vectorised over fixed-size chunks of the generation; a chunk is a picklable
-   task (kernel, target, arrays → times), so any `concurrent.futures.Executor` can run it
-   and the result is bit-identical whatever the executor.
+   task (score_fn, kernel, target, arrays → times), so any `concurrent.futures.Executor`
+   can run it and the result is identical whatever the executor.
 
-The top-K versions combine per-kernel candidates into the K fastest distinct whole
-programs (kernel times add). `tune_plan` returns (best plan, versions, tuning summary).
+The top-K versions combine per-kernel candidates into the K fastest whole programs
+(kernel times add), distinct in time. With `measure` (plan → seconds, e.g. a host run) the
+model's best few are measured and re-ranked. `tune_plan` returns (best plan, versions,
+tuning summary); a KeyboardInterrupt or the time budget ends the search with the best so far.
 """
 from __future__ import annotations
 
