@@ -416,8 +416,17 @@ class KernelModel:
             if st.mac:
                 cycles = passes * compute.spatial_width / compute.macs(st.dtype)
                 if compute.kind == "systolic":
+                    # The array fills and drains when its stationary operand (indexed by both
+                    # mapped loops) changes. Inside an innermost tile the microkernel streams
+                    # the other loops past each stationary block, so a tile costs one fill per
+                    # distinct block it holds; across tiles a block that stays put costs none.
                     inner_tiles = np.prod(np.where(st.present, counts[:, L - 1, :], 1.0), axis=1)
-                    cycles = cycles + inner_tiles * (compute.pe_rows + compute.pe_cols)
+                    fills = inner_tiles
+                    stationary = _stationary_operand(st)
+                    if stationary is not None:
+                        blocks = np.prod(np.where(stationary.index_mask & st.present, dp_rel, 1.0), axis=1)
+                        fills = np.minimum(inner_tiles * blocks, _fetches(stationary.index_mask[dp_loops], dp_trips))
+                    cycles = cycles + fills * (compute.pe_rows + compute.pe_cols)
                 mac_points += st.points
                 useful += st.points
                 offered += passes * width
@@ -493,6 +502,14 @@ class KernelModel:
             spill_ratio=spill, compute_s=compute_s, level_time_s=level_time,
             double_buffered=double_buffered, datapath_bytes=datapath_bytes,
         )
+
+
+def _stationary_operand(st: "_StatementModel") -> "_AccessModel | None":
+    """The operand held in a systolic array: the read indexed by both mapped loops."""
+    if st.row_loop < 0:
+        return None
+    return next((a for a in st.accesses if a.kind == "read" and a.index_mask[st.row_loop]
+                 and a.index_mask[st.col_loop]), None)
 
 
 def _fetches(index_seq: np.ndarray, trips: np.ndarray) -> np.ndarray:

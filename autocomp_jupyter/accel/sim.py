@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.schedule import Schedule
-from .cost import KernelModel, _chunks, kernel_model
+from .cost import KernelModel, _chunks, _stationary_operand, kernel_model
 from .target import load_target
 
 
@@ -130,6 +130,7 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
     prev_start = prev_end = 0.0
     tile_start = [0.0] * L            # when the current tile of each level began
     last_boxes = [None] * L
+    last_weight_box = None
     compute_total = 0.0
     steps = 0
     full_box = [(0, int(E[d])) if present[d] else (0, 1) for d in range(D)]
@@ -174,7 +175,18 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
         if st.mac:
             cycles = passes * compute.spatial_width / compute.macs(st.dtype)
             if compute.kind == "systolic":
-                cycles += compute.pe_rows + compute.pe_cols
+                # Fill/drain once per stationary block this tile holds, none when the single
+                # block of the previous tile stays put (as the model).
+                stationary = _stationary_operand(st)
+                fills = 1.0
+                if stationary is not None:
+                    weight_dims = [d for d in range(D) if stationary.index_mask[d] and present[d]]
+                    fills = float(np.prod([-(-inner[d][1] // int(unit[d])) for d in weight_dims]))
+                    weight_box = tuple(inner[d] for d in weight_dims)
+                    if fills == 1.0 and weight_box == last_weight_box:
+                        fills = 0.0
+                    last_weight_box = weight_box
+                cycles += fills * (compute.pe_rows + compute.pe_cols)
         else:
             cycles = passes * width * max(1, st.flops_per_point) / compute.vector_ops_per_cycle
         step_compute = cycles / clock / active
