@@ -64,6 +64,10 @@ def lab(tmp_path_factory):
     """A JupyterLab server on a free port, rooted in a temp dir; its base URL."""
     root = tmp_path_factory.mktemp("lab")
     (root / "demo.ipynb").write_text(json.dumps(_notebook()))
+    # No "get notified about Jupyter news?" toast over the screenshots.
+    notification = root / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    notification.parent.mkdir(parents=True)
+    notification.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
     port = _free_port()
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(root / "runtime")}
     cmd = [sys.executable, "-m", "jupyter", "lab", "--allow-root", "--no-browser", "--ServerApp.token=",

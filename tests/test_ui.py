@@ -321,3 +321,15 @@ def test_kernel_picker_rebuilds_the_sliders_for_that_kernel():
     loops = set(res.after.schedule_of(other).kernel.loop_names)
     assert {loop for loop, _ in tune.sliders} == loops
     assert f"kernel {other}" in tune.metrics.value
+
+
+def test_vectorize_picker_and_variant_loop_nest_with_the_real_evaluator():
+    import autocomp_jupyter
+
+    res = autocomp_jupyter.optimize(SOURCE, target="tpu", tune=0)
+    tune = ui.widget(res).tune
+    assert tune.vectorize_picker is not None  # the pipeline's evaluate_variant takes annotations
+    choice = next(l for l in res.after.kernels[0].loop_names if l != tune.vectorize_picker.value)
+    tune.vectorize_picker.value = choice
+    assert tune.last["schedule"].annotations.get("vectorize") == choice
+    assert "loop nest of this variant" in tune.metrics.value

@@ -2,7 +2,8 @@
 
 Tabs (DESIGN §9): Graph, Tiles, Schedule, Profile, Rules, Tune, Code. All but Tune and Code
 are the static renderers' HTML. Tune has a kernel picker, a slider per tile size (loop ×
-level) and a loop-order picker per level; every change calls `result.evaluate_variant`
+level), a loop-order picker per level and, where the evaluator takes annotations, a
+vectorised-loop picker; every change calls `result.evaluate_variant`
 (cost and legality in well under a second) and updates the metrics, the legality verdict
 and the variant's point on the roofline at once. "keep as version" adds the variant to
 `result.versions` and to the A/B table.
@@ -12,6 +13,7 @@ without a kernel (nbconvert, GitHub) still shows every tab's content.
 """
 from __future__ import annotations
 
+import inspect
 import itertools
 
 import ipywidgets as W
@@ -53,6 +55,13 @@ def order_choices(current: tuple[str, ...]) -> list[tuple[str, ...]]:
     return list(dict.fromkeys(out))
 
 
+def _accepts(fn, parameter: str) -> bool:
+    try:
+        return parameter in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class TunePanel:
     """Sliders and pickers for one kernel at a time, wired to `result.evaluate_variant`."""
 
@@ -84,6 +93,7 @@ class TunePanel:
             self.keep_button, W.HTML("<h4>versions (A/B)</h4>"), self.versions,
         ])
         self.available = available
+        self.accepts_annotations = available and _accepts(result.evaluate_variant, "annotations")
         if names:
             self.select_kernel(names[0])
 
@@ -122,6 +132,15 @@ class TunePanel:
             picker.observe(self._changed, names="value")
             self.order_pickers[level] = picker
             rows.append(picker)
+        self.vectorize_picker = None
+        if self.accepts_annotations:
+            current = schedule.annotations.get("vectorize")
+            self.vectorize_picker = W.Dropdown(
+                options=[("(none)", None)] + [(l, l) for l in kernel.loop_names],
+                value=current if current in kernel.loop_names else None, description="vectorize",
+                disabled=not self.available, style={"description_width": "90px"}, layout=W.Layout(width="360px"))
+            self.vectorize_picker.observe(self._changed, names="value")
+            rows.append(self.vectorize_picker)
         self.controls.children = rows
         self.evaluate()
 
@@ -146,8 +165,15 @@ class TunePanel:
             self._render(base_kernel, None)
             return None
         tiles, order = self.variant()
+        extra = {}
+        if self.vectorize_picker is not None:
+            annotations = dict(self.result.after.schedule_of(self.kernel).annotations)
+            annotations.pop("vectorize", None)
+            if self.vectorize_picker.value:
+                annotations["vectorize"] = self.vectorize_picker.value
+            extra["annotations"] = annotations
         try:
-            ev = self.result.evaluate_variant(self.kernel, tiles=tiles, order=order)
+            ev = self.result.evaluate_variant(self.kernel, tiles=tiles, order=order, **extra)
         except Exception as err:  # an evaluator refusing a variant is a verdict, not a crash
             ev = {"legal": False, "reason": f"{type(err).__name__}: {err}", "metrics": {}, "time_s": None}
         self.last = ev
@@ -169,8 +195,16 @@ class TunePanel:
             program = (f'<p class="autocomp-variant-time">program time with this variant: <b>{seconds(t)}</b> '
                        f"({ratio(naive_t / t if naive_t else None)} vs naive, "
                        f"{ratio(opt_t / t if opt_t else None)} vs optimized)</p>")
+        nest = ""
+        schedule = (ev or {}).get("schedule")
+        if schedule is not None:
+            try:
+                nest = ('<details class="autocomp-variant-nest"><summary>loop nest of this variant</summary>'
+                        f"<pre>{esc(schedule.loop_nest())}</pre></details>")
+            except Exception:  # the nest is a convenience; the metrics stand without it
+                nest = ""
         self.metrics.value = (table(["kernel " + esc(self.kernel)] + METRIC_HEADER, rows, "autocomp-tune-metrics")
-                              + program)
+                              + program + nest)
         if ev is None:
             self.status.value = ""
         elif ev.get("legal", True):

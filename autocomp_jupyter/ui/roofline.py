@@ -92,11 +92,13 @@ def roofline_svg(data: dict, extra_points: list[dict] = (), width: int = 460, he
         out.append(f'<text x="{x - 3:.1f}" y="{top + ph - 4}" text-anchor="end" fill="#777">compulsory AI</text>')
     for i, p in enumerate(points):
         colour = POINT_COLOURS.get(p["label"], "#6a1b9a")
+        side, anchor = (-1, "end") if i % 2 == 0 else (1, "start")  # neighbours label on opposite sides
         x, y = X(p["ai"]), Y(p["flops_per_s"])
         fraction = p["flops_per_s"] / min(peak, p["ai"] * bw)
         tip = f'{p["label"]}: AI {p["ai"]:.3g} flop/B, {si(p["flops_per_s"], "flop/s")} ({fraction:.0%} of roof)'
         out.append(f'<g class="autocomp-point" data-label="{esc(p["label"])}"><title>{esc(tip)}</title>'
                    f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5" fill="{colour}" stroke="#000" stroke-width="0.5"/>'
-                   f'<text x="{x + 7:.1f}" y="{y + 3 + 11 * (i % 3 - 1):.1f}" fill="{colour}">{esc(p["label"])}</text></g>')
+                   f'<text x="{x + side * 8:.1f}" y="{y + 4:.1f}" text-anchor="{anchor}" fill="{colour}">'
+                   f'{esc(p["label"])}</text></g>')
     out.append("</svg>")
     return "".join(out)
