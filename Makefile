@@ -1,5 +1,5 @@
-# Two entry points (see README): `make demo` sets up and runs the main job headless,
-# `make test` sets up and runs every test. `make lab` opens the tutorials in JupyterLab.
+# Two entry points (see README): `make lab` sets up and opens the tutorials in JupyterLab
+# (`make demo` is its headless twin), `make test` sets up and runs every test.
 # Works on a fresh Debian machine as root (or with sudo), inside or outside a venv.
 
 SHELL := /bin/bash
@@ -35,8 +35,15 @@ python-deps:
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[test,notebook]"
 
+# The headless twin of `make lab`: optimise every example, then execute the quick-start
+# tutorial and write it as HTML (demo-output/), as a browser would show it.
 demo: setup
-	@for f in $(EXAMPLES); do $(PY) -m autocomp_jupyter.cli check $$f --run --max-extent 64 || exit 1; done
+	@mkdir -p demo-output
+	@for f in $(EXAMPLES); do echo "== $$f"; $(PY) -m autocomp_jupyter.cli optimize $$f --target tpu --tune 200 \
+	  --vis-graph demo-output/$$(basename $$f .acir).dot || exit 1; done
+	@if [ -f tutorials/01_quick_start.ipynb ]; then \
+	  $(PY) -m jupyter nbconvert --to html --execute --output-dir demo-output tutorials/01_quick_start.ipynb \
+	  && echo "wrote demo-output/01_quick_start.html"; fi
 
 # TVM (the optional bridge) is installed where its wheel is available; its test skips otherwise.
 test: setup
@@ -45,7 +52,7 @@ test: setup
 	$(PY) -m pytest -q
 
 lab: setup
-	$(PY) -m jupyter lab --allow-root tutorials/
+	$(PY) -m jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) tutorials/
 
 clean:
-	rm -rf .venv build dist *.egg-info .pytest_cache
+	rm -rf .venv build dist *.egg-info .pytest_cache demo-output
