@@ -71,7 +71,11 @@ CHUNK = 128                 # candidates per scoring task (fixed: results do not
 MAX_POPULATION = 48
 MIN_POPULATION = 8
 TOURNAMENT = 3
-MAX_GENERATIONS_PER_CONFIG = 1   # a bound on generations when most children are infeasible
+MAX_GENERATIONS_PER_CONFIG = 1
+# Each loop order new to a search costs a poly check (0.03-0.5 s: more for deeper nests),
+# against ~10 us to score a candidate: new orders are rationed per generation.
+NEW_ORDERS_START = 6
+NEW_ORDERS_PER_GENERATION = 2   # a bound on generations when most children are infeasible
 
 ScoreFn = Callable[[Kernel, Target, np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
@@ -361,6 +365,7 @@ class _Search:
     considered: int = 0                                  # candidates new to the search (scored or infeasible)
     rejected: int = 0                                    # found illegal
     infeasible: set = field(default_factory=set)        # spill beyond the rules' limit: never scored
+    orders_known: set = field(default_factory=set)      # loop orders already in the search
     unchecked: set = field(default_factory=set)         # scored, legality not yet asked
     illegal: set = field(default_factory=set)           # scored, found illegal: never a result
     pending: list = field(default_factory=list)         # legal repairs waiting to be scored
@@ -524,10 +529,11 @@ class _Search:
 
     # ------------------------------------------------------------------ evaluation
 
-    def evaluate(self, batch: Batch | None, scorer, limit: int) -> int:
+    def evaluate(self, batch: Batch | None, scorer, limit: int, new_orders: int = NEW_ORDERS_PER_GENERATION) -> int:
         """Repair, deduplicate and score up to `limit` new candidates (the legal repairs of
         illegal ones first). Legality is decided before a candidate can enter the
-        population or a version (`iter_verified`)."""
+        population or a version (`iter_verified`); at most `new_orders` loop orders new to
+        the search come in (candidates with more are dropped unscored)."""
         sp = self.space
         pending = _stack(self.pending) if self.pending else None
         self.pending = []
@@ -541,6 +547,12 @@ class _Search:
         for i, key in enumerate(keys):
             if key in self.seen or key in self.illegal or key in self.infeasible or key in batch_keys:
                 continue
+            order_key = orders[i].tobytes()
+            if order_key not in self.orders_known:
+                if new_orders <= 0:
+                    continue
+                new_orders -= 1
+                self.orders_known.add(order_key)
             pick.append(i)
             batch_keys.add(key)
             if len(pick) >= limit:
@@ -581,7 +593,9 @@ class _Search:
         first = _stack([inc])
         mutants = self._mutate(tuple(np.repeat(x, n_mut, axis=0) for x in first), strength=1.5)
         randoms = self._random(pop_size - 1 - n_mut)
-        self.evaluate(_concat(first, mutants, randoms), scorer, max(1, min(self.configs, pop_size)))
+        self.orders_known.add(self.space.incumbent_genome[1].astype(np.int64).tobytes())
+        self.evaluate(_concat(first, mutants, randoms), scorer, max(1, min(self.configs, pop_size)),
+                      new_orders=NEW_ORDERS_START)
         self._select(pop_size)
 
     def run(self, scorer, over_budget: Callable[[], bool] = lambda: False,
@@ -739,6 +753,9 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
             budget_exhausted = search.run(scorer, over_budget, report)
             if budget_exhausted:
                 break
+        done = sum(s.evaluated for s in searches.values())
+        if progress and done < configs:
+            progress(done, done, best_total())   # finished early (small or exhausted spaces): close the bar
     except KeyboardInterrupt:
         interrupted = True
     finally:
