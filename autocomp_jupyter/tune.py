@@ -54,13 +54,13 @@ import math
 import time
 from collections import OrderedDict
 from concurrent.futures import Executor, ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
 
 from . import poly
-from .accel.cost import evaluate, evaluate_batch, kernel_model
+from .accel.cost import evaluate_batch, kernel_model
 from .accel.target import Target, load_target
 from .ir.schedule import Kernel, Schedule
 from .result import Plan
@@ -71,11 +71,11 @@ CHUNK = 128                 # candidates per scoring task (fixed: results do not
 MAX_POPULATION = 48
 MIN_POPULATION = 8
 TOURNAMENT = 3
-MAX_GENERATIONS_PER_CONFIG = 1
+MAX_GENERATIONS_PER_CONFIG = 1   # a bound on generations when most children are infeasible
 # Each loop order new to a search costs a poly check (0.03-0.5 s: more for deeper nests),
 # against ~10 us to score a candidate: new orders are rationed per generation.
 NEW_ORDERS_START = 6
-NEW_ORDERS_PER_GENERATION = 2   # a bound on generations when most children are infeasible
+NEW_ORDERS_PER_GENERATION = 2
 
 ScoreFn = Callable[[Kernel, Target, np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
