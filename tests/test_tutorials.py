@@ -1,0 +1,321 @@
+"""The course notebooks (tutorials/01..07) run green headless, and every answer check in
+tutorials/checks.py accepts the intended answer and refuses a wrong one.
+
+The notebooks are executed with nbclient in tutorials/ (they import `checks` and write small
+YAML files there); they are stored without outputs. The check helpers are tested directly in
+Python, which is fast; each refusal is tested next to its acceptance.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TUTORIALS = ROOT / "tutorials"
+NOTEBOOKS = sorted(TUTORIALS.glob("[0-9][0-9]_*.ipynb"))
+sys.path.insert(0, str(TUTORIALS))
+
+import checks  # noqa: E402  (tutorials/checks.py)
+
+import autocomp_jupyter as autocomp  # noqa: E402
+from autocomp_jupyter import Fuse, Replace, adrs_rule, poly  # noqa: E402
+from autocomp_jupyter.dsl import parse  # noqa: E402
+from autocomp_jupyter.ir.program import Call, Op  # noqa: E402
+
+GEMM_RELU = "input A: f32[128, 128]\ninput B: f32[128, 128]\nC = matmul(A, B)\nD = relu(C)\n"
+CHAIN = ("input A: f32[64, 64]\ninput B: f32[64, 64]\ninput b: f32[64]\nC = matmul(A, B)\n"
+         "D = bias_add(C, b)\nE = relu(D)\nF = exp(E)\nG = tanh(F)\n")
+
+
+# --------------------------------------------------------------------------- the notebooks
+
+
+def test_the_course_has_seven_notebooks_in_order():
+    names = [p.name for p in NOTEBOOKS]
+    assert [n[:2] for n in names] == ["01", "02", "03", "04", "05", "06", "07"], names
+    assert names[0] == "01_quick_start.ipynb" and names[-1] == "07_host_c.ipynb"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_is_stored_clean_and_has_exercises_and_checks(path):
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code), "store notebooks without outputs"
+    assert sum(c.cell_type == "markdown" for c in nb.cells) >= 5
+    assert any(c.source.startswith("# CHECK") for c in code), "every tutorial ends its exercises with a CHECK cell"
+    assert any("# your answer" in c.source for c in code) or path.name.startswith("06"), "an exercise cell"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_headless_without_errors(path, tmp_path):
+    import nbformat
+    from nbclient import NotebookClient
+
+    # run a copy in a scratch folder, so the files the notebook writes do not land in the tree
+    work = tmp_path / "tutorials"
+    work.mkdir()
+    shutil.copy(TUTORIALS / "checks.py", work / "checks.py")
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=120, kernel_name="python3", shutdown_kernel="immediate",
+                            resources={"metadata": {"path": str(work)}})
+    client.execute()  # raises CellExecutionError naming the cell on any error
+    text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                     if o.output_type == "stream")
+    checks_run = sum(c.source.startswith("# CHECK") for c in nb.cells if c.cell_type == "code")
+    assert text.count("correct: ") == checks_run, "every CHECK cell printed its verdict"
+
+
+# --------------------------------------------------------------------------- 01
+
+
+@pytest.fixture(scope="module")
+def gemm_res():
+    return autocomp.optimize(GEMM_RELU, target="npu", tune=0)
+
+
+def test_check_quick_start(gemm_res):
+    r = gemm_res.report
+    checks.check_quick_start(gemm_res, r["speedup_vs_naive"], r["roofline_fraction"], r["verified"])
+    with pytest.raises(AssertionError, match="library"):
+        checks.check_quick_start(gemm_res, r["speedup_vs_library"], r["roofline_fraction"], r["verified"])
+    with pytest.raises(AssertionError, match="roofline"):
+        checks.check_quick_start(gemm_res, r["speedup_vs_naive"], r["roofline_fraction"] / 2, r["verified"])
+    with pytest.raises(AssertionError):
+        checks.check_quick_start(gemm_res, r["speedup_vs_naive"], r["roofline_fraction"], "yes")
+    with pytest.raises(AssertionError, match="number"):
+        checks.check_quick_start(gemm_res, None, r["roofline_fraction"], r["verified"])
+
+
+# --------------------------------------------------------------------------- 02
+
+
+def test_check_fusion_groups():
+    src = "input A: f32[64, 64]\ninput B: f32[64, 64]\nC = matmul(A, B)\nD = relu(C)\nE = exp(C)\noutput D, E\n"
+    checks.check_fusion_groups(src, [["C"], ["D"], ["E"]])
+    with pytest.raises(AssertionError, match="ONLY reader"):
+        checks.check_fusion_groups(src, [["C", "D"], ["E"]])
+    with pytest.raises(AssertionError, match="exactly one kernel"):
+        checks.check_fusion_groups(src, [["C", "D"]])
+
+
+def test_check_disable_rule(tmp_path):
+    path = str(tmp_path / "r.yaml")
+    good = "fusion:\n  rules:\n    - {name: epilogue, enabled: false}\n"
+    checks.check_disable_rule(good, CHAIN, "epilogue", path=path)
+    with pytest.raises(AssertionError, match="still fired"):
+        checks.check_disable_rule("fusion:\n  params: {max_fusion_depth: 6}\n", CHAIN, "epilogue", path=path)
+    with pytest.raises(AssertionError, match="does not load"):
+        checks.check_disable_rule("fusion:\n  rulez: []\n", CHAIN, "epilogue", path=path)
+
+
+def test_check_max_depth(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    checks.check_max_depth(2, CHAIN, want_kernels=3)
+    with pytest.raises(AssertionError, match="not 3"):
+        checks.check_max_depth(4, CHAIN, want_kernels=3)
+    with pytest.raises(AssertionError, match="integer"):
+        checks.check_max_depth("2", CHAIN, want_kernels=3)
+
+
+# --------------------------------------------------------------------------- 03
+
+
+def test_check_footprint(gemm_res):
+    t = gemm_res.report["kernels"][0]["tiles"]
+    i, j, k = t["i"]["SRAM"], t["j"]["SRAM"], t["k"]["SRAM"]
+    right = (i * k + k * j + i * j) * 4
+    checks.check_footprint(gemm_res, "C_D", "SRAM", right)
+    with pytest.raises(AssertionError, match="elements"):
+        checks.check_footprint(gemm_res, "C_D", "SRAM", right // 4)
+    with pytest.raises(AssertionError, match="not the footprint"):
+        checks.check_footprint(gemm_res, "C_D", "SRAM", (i * k + k * j) * 4)
+
+
+def test_check_smaller_memory(tmp_path):
+    import yaml
+
+    src = "input A: f32[512, 512]\ninput B: f32[512, 512]\nC = matmul(A, B)\nD = relu(C)\n"
+    spec = yaml.safe_load((Path(autocomp.__file__).parent / "accel" / "presets" / "npu.yaml").read_text())
+    spec["name"] = "npu_small"
+    for level in spec["memory"]:
+        if level["name"] == "SRAM":
+            level["size_bytes"] = "64 KiB"
+    (tmp_path / "small.yaml").write_text(yaml.safe_dump(spec))
+    big = autocomp.optimize(src, target="npu", tune=0)
+    small = autocomp.optimize(src, target=str(tmp_path / "small.yaml"), tune=0)
+    checks.check_smaller_memory(big, small)
+    with pytest.raises(AssertionError):
+        checks.check_smaller_memory(big, big)
+
+
+# --------------------------------------------------------------------------- 04
+
+
+@pytest.fixture(scope="module")
+def gemm():
+    return parse("input A: f32[16, 16]\ninput B: f32[16, 16]\nC = matmul(A, B)\n").ops[0].statements
+
+
+def test_check_carrying_loop(gemm):
+    checks.check_carrying_loop("k", gemm)
+    with pytest.raises(AssertionError, match="carries no flow"):
+        checks.check_carrying_loop("i", gemm)
+    with pytest.raises(AssertionError, match="string"):
+        checks.check_carrying_loop(2, gemm)
+
+
+def test_check_legal_schedule(gemm):
+    original = poly.original_schedule(gemm)
+    checks.check_legal_schedule(original.tile({"i": 4, "j": 4, "k": 4}).interchange("j_outer", "i_outer"), gemm)
+    with pytest.raises(AssertionError, match="isl refuses"):
+        checks.check_legal_schedule(original.reverse("k"), gemm)
+    with pytest.raises(AssertionError, match="original"):
+        checks.check_legal_schedule(original, gemm)
+
+
+def test_check_parallel_loops(gemm):
+    checks.check_parallel_loops({"i", "j"}, gemm)
+    with pytest.raises(AssertionError, match="race"):
+        checks.check_parallel_loops({"i", "j", "k"}, gemm)
+    with pytest.raises(AssertionError, match="missed"):
+        checks.check_parallel_loops(["i"], gemm)
+
+
+# --------------------------------------------------------------------------- 05
+
+
+@pytest.fixture(scope="module")
+def tuned():
+    src = "input A: f32[128, 128]\ninput B: f32[128, 128]\nC = matmul(A, B)\nD = relu(C)\n"
+    return autocomp.optimize(src, target="tpu", tune=100, top=3, seed=0)
+
+
+def test_check_fastest_version(tuned):
+    top = tuned.report["tuning"]["top"]
+    best = min(top, key=lambda t: t["time_s"])["name"]
+    checks.check_fastest_version(tuned, best)
+    slower = [t["name"] for t in top if t["time_s"] > min(x["time_s"] for x in top)]
+    if slower:
+        with pytest.raises(AssertionError, match="not the fastest"):
+            checks.check_fastest_version(tuned, slower[0])
+    with pytest.raises(AssertionError, match="not a version"):
+        checks.check_fastest_version(tuned, "v9")
+
+
+def test_check_variant(tuned):
+    tiles = copy.deepcopy(tuned.report["kernels"][0]["tiles"])
+    checks.check_variant(tuned, "C_D", tiles)
+    with pytest.raises(AssertionError):  # untiled at every level: spills or is far slower
+        checks.check_variant(tuned, "C_D", {"i": {"VMEM": 1, "vregs": 1}, "j": {"VMEM": 1, "vregs": 1}})
+
+
+def test_check_determinism():
+    src = "input X: f32[96, 160]\ninput W: f32[160, 64]\nY = matmul(X, W)\nZ = gelu(Y)\n"
+    checks.check_determinism(True, False, src, tune=100)
+    with pytest.raises(AssertionError, match="seed"):
+        checks.check_determinism(False, False, src, tune=100)
+
+
+# --------------------------------------------------------------------------- 06
+
+
+TARGET = """name: t16
+clock_ghz: 1.0
+compute: {kind: systolic, pe_rows: 16, pe_cols: 16, dataflow: weight_stationary, vector_ops_per_cycle: 16}
+energy_pj_per_mac: 0.25
+memory:
+  - {name: accumulator, size_bytes: 64 KiB, holds: [outputs], bandwidth_gbps: 64, latency_cycles: 2, energy_pj_per_byte: 0.2}
+  - {name: scratchpad, size_bytes: 256 KiB, holds: [inputs], bandwidth_gbps: 64, latency_cycles: 2, energy_pj_per_byte: 0.4}
+  - {name: DRAM, size_bytes: unbounded, bandwidth_gbps: 16, latency_cycles: 100, energy_pj_per_byte: 40}
+"""
+
+
+def test_check_target_yaml(tmp_path):
+    path = str(tmp_path / "t.yaml")
+    checks.check_target_yaml(TARGET.replace("pe_rows: 16, pe_cols: 16", "pe_rows: 32, pe_cols: 32"), pe=32, path=path)
+    with pytest.raises(AssertionError, match="16x16"):
+        checks.check_target_yaml(TARGET, pe=32, path=path)
+    with pytest.raises(AssertionError, match="does not load"):
+        checks.check_target_yaml(TARGET.replace("bandwidth_gbps: 16,", "bandwidth_gbps: -4,"), pe=16, path=path)
+
+
+POOL = "input X: f32[1, 16, 32, 32]\nP = maxpool2d(X, kernel=2)\nR = relu(P)\n"
+
+
+def test_check_custom_rule():
+    @adrs_rule("tutorial_test_pool_relu")
+    def pool_relu(producer, consumer):
+        return Fuse("relu on the pooled tile") if producer.kind == "maxpool2d" and consumer.kind == "relu" else None
+
+    @adrs_rule("tutorial_test_never")
+    def never(producer, consumer):
+        return None
+
+    checks.check_custom_rule("tutorial_test_pool_relu", POOL, ["P", "R"])
+    with pytest.raises(AssertionError, match="did not fire"):
+        checks.check_custom_rule("tutorial_test_never", POOL, ["P", "R"])
+    with pytest.raises(AssertionError, match="registered"):
+        checks.check_custom_rule("tutorial_test_not_registered", POOL, ["P", "R"])
+
+
+def test_check_rollback_named():
+    @adrs_rule("tutorial_test_wrong_relu")
+    def wrong(producer, consumer):
+        if producer.kind != "matmul" or consumer.kind != "relu":
+            return None
+        st = producer.statements[0]
+        bad = st.__class__(consumer.output, st.target_indices, st.reduce, st.loops, Call("relu", (st.expr,)))
+        return Replace((Op("fused_mm_relu", "contraction", producer.inputs, consumer.output, (), (bad,)),))
+
+    src = "input A: f32[32, 32]\ninput B: f32[32, 32]\nC = matmul(A, B)\nD = relu(C)\n"
+    res = autocomp.optimize(src, target="tpu", tune=0, rules=["tutorial_test_wrong_relu"])
+    checks.check_rollback_named(res, "tutorial_test_wrong_relu")
+    clean = autocomp.optimize(src, target="tpu", tune=0)
+    with pytest.raises(AssertionError, match="not named"):
+        checks.check_rollback_named(clean, "tutorial_test_wrong_relu")
+
+
+# --------------------------------------------------------------------------- 07
+
+
+@pytest.fixture(scope="module")
+def host_res():
+    old = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        src = ("input A: f32[32, 32]\ninput B: f32[32, 32]\nC = matmul(A, B)\nD = relu(C)\n"
+               "E = transpose(D)\n")
+        return autocomp.optimize(src, target="host", tune=0, measure=True)
+    finally:
+        if old is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = old
+
+
+def test_check_kernel_functions(host_res):
+    names = re.findall(r"static void (kernel_\w+)\(", host_res.code("c"))
+    assert names
+    checks.check_kernel_functions(host_res, names)
+    with pytest.raises(AssertionError, match="kernel functions"):
+        checks.check_kernel_functions(host_res, names[:-1] + ["program_run"])
+
+
+def test_check_model_error(host_res):
+    ratio = host_res.report["measured"]["measured_time_s"] / host_res.report["optimized"]["time_s"]
+    checks.check_model_error(host_res, ratio)
+    with pytest.raises(AssertionError):
+        checks.check_model_error(host_res, ratio * 2)
+    if abs(ratio - 1) > 0.02:
+        with pytest.raises(AssertionError, match="upside down"):
+            checks.check_model_error(host_res, 1 / ratio)
+    with pytest.raises(AssertionError, match="not measured"):
+        checks.check_model_error(autocomp.optimize("input A: f32[8, 8]\nB = relu(A)\n", target="npu", tune=0), 1.0)
