@@ -565,6 +565,8 @@ def parse_args(argv=None):
     ap.add_argument("--sim-max-steps", type=int, default=None,
                     help="innermost tiles the simulator replays per kernel before scaling up "
                          "(default 200000, --quick 20000)")
+    ap.add_argument("--render", metavar="RESULTS_JSON",
+                    help="run nothing: rebuild results.md, the plots (and --readme) from a saved results.json")
     ap.add_argument("--quiet", action="store_true")
     return ap.parse_args(argv)
 
@@ -573,6 +575,8 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     started = time.perf_counter()
     log = (lambda msg: None) if args.quiet else (lambda msg: print(msg, flush=True))
+    if args.render:
+        return render(Path(args.render), Path(args.out), args.readme, log)
     quick = args.quick
     tune = args.tune if args.tune is not None else (QUICK_TUNE if quick else 1000)
     paths = workload_paths(args.workloads or (QUICK_WORKLOADS if quick else None))
@@ -629,14 +633,29 @@ def main(argv=None) -> dict:
         log(f"== ZigZag: skipped ({sections['zigzag']['skipped']})")
 
     data["meta"]["wall_seconds"] = time.perf_counter() - started
+    write_outputs(data, out, args.readme, log)
+    return data
+
+
+def write_outputs(data: dict, out: Path, readme: str | None, log) -> None:
+    """results.json, results.md and the plots in `out`; the README block if asked."""
+    out.mkdir(parents=True, exist_ok=True)
     data["plots"] = write_plots(data, out)
     (out / "results.json").write_text(json.dumps(_finite(data), indent=1, default=_json_default))
     (out / "results.md").write_text(markdown(data))
     log(f"\nwrote {out / 'results.md'}, {out / 'results.json'} and {len(data['plots'])} plots "
-        f"in {data['meta']['wall_seconds']:.0f} s")
-    if args.readme:
-        update_readme(Path(args.readme), markdown(data, for_readme=True))
-        log(f"updated the results block of {args.readme}")
+        f"(suite wall time {data['meta']['wall_seconds']:.0f} s)")
+    if readme:
+        update_readme(Path(readme), markdown(data, for_readme=True))
+        log(f"updated the results block of {readme}")
+
+
+def render(results_json: Path, out: Path, readme: str | None, log) -> dict:
+    """Rebuild the Markdown, the plots and the README block from a saved results.json."""
+    if not results_json.exists():
+        raise SystemExit(f"run_suite --render: {results_json} does not exist; run the suite first")
+    data = json.loads(results_json.read_text())
+    write_outputs(data, out, readme, log)
     return data
 
 

@@ -97,3 +97,13 @@ def test_readme_without_markers_is_a_clear_error(run_suite, tmp_path):
     with pytest.raises(SystemExit, match="missing <!-- results:start -->"):
         run_suite.update_readme(readme, "table")
     assert readme.read_text() == "# no markers here\n"
+
+
+def test_render_rebuilds_from_json(smoke, tmp_path):
+    run_suite, out, _ = smoke
+    readme = tmp_path / "README.md"
+    readme.write_text(f"x\n{run_suite.README_START}\n{run_suite.README_END}\n")
+    run_suite.main(["--render", str(out / "results.json"), "--out", str(tmp_path / "again"),
+                    "--readme", str(readme), "--quiet"])
+    assert (tmp_path / "again" / "results.md").read_text() == (out / "results.md").read_text()
+    assert "| gemm_small_64 | npu | yes |" in readme.read_text()
