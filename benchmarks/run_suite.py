@@ -596,14 +596,21 @@ def main(argv=None) -> dict:
             "sections": {}}
     sections = data["sections"]
 
+    def checkpoint():
+        """Write what is done so far: a long run that is stopped still leaves its tables."""
+        data["meta"]["wall_seconds"] = time.perf_counter() - started
+        write_outputs(data, out, None, lambda msg: None)
+
     if "rules" not in args.skip:
         log(f"== rules only (tune=0): {len(paths)} workloads x {len(targets)} targets")
         sections["rules"], _ = run_grid(paths, targets, 0, args.seed, log)
+        checkpoint()
     tuned_results = {}
     if "tuned" not in args.skip:
         log(f"== tuned (tune={tune})")
         sections["tuned"], tuned_results = run_grid(paths, targets, tune, args.seed, log, keep_results=True,
                                                      budget=args.budget)
+        checkpoint()
     if "search" not in args.skip:
         log(f"== search quality on {args.search_target}: tuner vs exhaustive vs random (GEMM 256^3)")
         try:
@@ -617,6 +624,7 @@ def main(argv=None) -> dict:
     if "sim" not in args.skip and tuned_results:
         log(f"== simulator vs analytic model (max {sim_steps:,} steps per kernel)")
         sections["sim"] = sim_vs_model(tuned_results, sim_steps, log)
+        checkpoint()
     if "host" not in args.skip and "host" in targets:
         log("== host: generated C vs numpy vs naive C")
         why_not = host_available()
