@@ -273,15 +273,20 @@ def evaluate_variant(result: Result, kernel_name: str, tiles=None, order=None, a
     current = plan.schedule_of(kernel_name)
     try:
         schedule = current
-        if tiles is not None:
-            schedule = schedule.with_tiles(tiles)
-        if order is not None:
+        if tiles is not None:  # a partial table updates the current one
+            merged = {loop: dict(per_level) for loop, per_level in current.tiles.items()}
+            for loop, per_level in tiles.items():
+                merged.setdefault(loop, {}).update(per_level)
+            schedule = schedule.with_tiles(merged)
+        if order is not None:  # a list is the order at every level
+            if not isinstance(order, dict):
+                order = {level: tuple(order) for level in current.levels}
             schedule = schedule.with_order(order)
         if annotations is not None:
             from dataclasses import replace
             schedule = replace(schedule, annotations=annotations)
         cost = evaluate(schedule, result.target)
-    except ValueError as err:
+    except (ValueError, TypeError, AttributeError) as err:
         return {"legal": False, "reason": str(err), "metrics": {}, "time_s": float("nan"),
                 "roofline_point": None, "schedule": current}
     verdict = poly.check_legal(schedule.kernel.statements, poly.from_tiled_schedule(schedule),

@@ -36,9 +36,12 @@ def attainable_flops(program: Program, target: Target) -> float:
 
 
 def roofline_fraction(program: Program, target: Target, time_s: float) -> float:
-    """(flops / time) / attainable: 1.0 is the physical limit (DESIGN §7)."""
+    """(flops / time) / attainable: 1.0 is the physical limit (DESIGN §7). A program
+    without arithmetic (a transpose) is judged by bandwidth: compulsory bytes / time / DRAM bw."""
     if time_s <= 0:
         return 0.0
+    if program.flops == 0:
+        return compulsory_bytes(program) / time_s / target.dram_bandwidth
     return (program.flops / time_s) / attainable_flops(program, target)
 
 
@@ -91,7 +94,7 @@ def build_report(program: Program, target: Target, rules: RuleSet, naive: Plan, 
             "peak_flops": target.peak_flops(program_dtype(program)),
             "dram_bw": target.dram_bandwidth,
             "attainable_flops": attainable_flops(program, target),
-            "compulsory_ai": program.flops / compulsory_bytes(program),
+            "compulsory_ai": program.flops / max(compulsory_bytes(program), 1),
             "points": [roofline_point(program, costs[k].total, k) for k in ("naive", "library", "optimized")],
         },
         "program": {"file": program.filename, "flops": program.flops, "outputs": list(program.outputs)},

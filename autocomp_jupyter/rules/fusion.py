@@ -275,6 +275,8 @@ def _chain_groups(program: Program, ctx: PassContext, fixed: list[list[str]], lo
         if op.name in taken:
             continue
         chain = chain_from(program, op, depth, taken - {op.name})
+        if len(chain) == 1:
+            _log_blocked(program, op, ctx, log)
         matches: list[tuple[FusionRule, int]] = []
         for rule in ctx.rules.fusion_rules:
             n = _rule_match(rule, chain, log)
@@ -298,6 +300,21 @@ def _chain_groups(program: Program, ctx: PassContext, fixed: list[list[str]], lo
     # kernels in program order of their first op
     position = {o.name: i for i, o in enumerate(program.ops)}
     return sorted(groups_by_first.values(), key=lambda g: position[g[0]])
+
+
+def _log_blocked(program: Program, op: Op, ctx: PassContext, log) -> None:
+    """Say why a rule that would match op → reader does not fire: the precondition failed."""
+    readers = program.readers(op.output)
+    for reader in readers:
+        for rule in ctx.rules.fusion_rules:
+            if rule.match is not None and rule.applies_to(ctx.target.name) and rule.match.match_chain([op, reader]) >= 2:
+                if op.output in program.outputs:
+                    why = f"'{op.output}' is a program output, so it must be written to memory anyway"
+                else:
+                    why = (f"'{op.output}' has {len(readers)} readers ({', '.join(r.name for r in readers)}): "
+                           "fusing it into one would leave the others reading it from memory")
+                log.append(rule_entry(rule.name, PASS, [op.name, reader.name], False, why))
+                return
 
 
 def _rule_match(rule: FusionRule, chain: list[Op], log) -> int:
