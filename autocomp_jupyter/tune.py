@@ -9,8 +9,8 @@ cost model (`accel.cost.evaluate_batch`, or any `score_fn`), legality is asked o
 `poly.check_legal`.
 
 The search, per kernel (slowest kernels first, each with a share of the `configs` budget
-proportional to its time under the rules' schedule; numpy Generator seeded ctx.seed + the
-kernel's index):
+proportional to its time under the rules' schedule — what a small, exhausted space leaves
+goes to the kernels after it; numpy Generator seeded ctx.seed + the kernel's index):
 
 1. The population starts from the incumbent — the schedule the rules chose — plus
    mutations of it and random samples; the incumbent never leaves the population (elitism),
@@ -724,7 +724,7 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
                        for s in plan.schedules]
     rules_time = sum(incumbent_times)
     order = sorted(range(len(kernels)), key=lambda i: (-incumbent_times[i], i))   # slowest first
-    shares = split_configs(incumbent_times, configs)
+    left_configs, left_time = configs, sum(incumbent_times)
     searches: dict[int, _Search] = {}
     interrupted = budget_exhausted = False
     scorer = _Scorer(executor, score_fn)
@@ -742,15 +742,20 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
 
     try:
         for i in order:
-            if shares[i] < 2:
+            # This kernel's share of what is left: configurations a smaller (exhausted)
+            # space did not use go to the kernels after it.
+            share = split_configs([incumbent_times[i], max(left_time - incumbent_times[i], 0.0)], left_configs)[0]
+            left_time -= incumbent_times[i]
+            if share < 2:
                 continue     # too small a share to search: the rules' schedule stands
             if over_budget():
                 budget_exhausted = True
                 break
             space = KernelSpace.of(plan.schedules[i], target, divisors_only, max_spill=max_spill)
-            search = _Search(space, np.random.default_rng(seed + i), shares[i], _Legality(space))
+            search = _Search(space, np.random.default_rng(seed + i), share, _Legality(space))
             searches[i] = search
             budget_exhausted = search.run(scorer, over_budget, report)
+            left_configs -= search.evaluated
             if budget_exhausted:
                 break
         done = sum(s.evaluated for s in searches.values())
