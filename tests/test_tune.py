@@ -234,3 +234,14 @@ def test_measured_scoring_reranks_the_versions(serial_run):
     measured = [e["measured_s"] for e in tuning["top"]]
     assert measured == sorted(measured)
     assert best is versions["v1"] and plan_time(best, ctx.target) == max(plan_time(p, ctx.target) for p in seen)
+
+
+def test_optimize_runs_the_tuner_and_keeps_it_verified():
+    import autocomp_jupyter as autocomp
+
+    rules_only = autocomp.optimize(SRC, target="npu", tune=0)
+    tuned = autocomp.optimize(SRC, target="npu", tune=200, top=2, seed=3)
+    assert tuned.report["verified"] is True
+    assert tuned.report["tuning"]["configs_evaluated"] > 0
+    assert 1 <= len(tuned.versions) <= 2 and list(tuned.versions)[0] == "v1"
+    assert tuned.report["optimized"]["time_s"] <= rules_only.report["optimized"]["time_s"] * (1 + 1e-12)
