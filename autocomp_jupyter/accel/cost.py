@@ -384,7 +384,11 @@ class KernelModel:
         offered = np.zeros(n)
         vector_ops = 0.0
         datapath_bytes = np.zeros((n, len(self.statements), M))
-        # Statements run as a sequence of nests over the same tiles; their times add.
+        # Statements run as a sequence of nests over the same tiles; their times add. An
+        # in-place epilogue instead runs on each anchor tile as it completes, so its work and
+        # traffic overlap the anchor's: the two share one max(busy, transfers) bound.
+        group_busy = np.zeros(n)
+        group_levels = np.zeros((n, M))
         for si, st in enumerate(self.statements):
             st_bytes = np.zeros((n, M))
             serial_bytes = np.zeros((n, M))   # traffic into levels that cannot double-buffer
@@ -484,10 +488,18 @@ class KernelModel:
                 lat = events[:, h] * self.latency_s[src] / par
                 st_level_time[:, src] += np.where(double_buffered[:, h], lat, 0.0)
                 serial_time += np.where(double_buffered[:, h], 0.0, lat)
-            time_s += np.maximum(st_compute + serial_time, st_level_time.max(axis=1))
+            if si == self.kernel.anchor:
+                group_busy += st_compute + serial_time
+                group_levels += st_level_time
+            elif st.in_place:  # its transfers ride the anchor's pipeline (latency hidden), its compute adds
+                group_busy += st_compute
+                group_levels += st_bytes / bw
+            else:
+                time_s += np.maximum(st_compute + serial_time, st_level_time.max(axis=1))
             compute_s += st_compute
             bytes_by_level += st_bytes
             level_time += st_level_time
+        time_s += np.maximum(group_busy, group_levels.max(axis=1))
         energy = (bytes_by_level * self.energy_per_byte[None, :]).sum(axis=1) \
             + (mac_points + vector_ops) * target.energy_pj_per_mac * 1e-12
         dram = bytes_by_level[:, -1]

@@ -48,15 +48,26 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
     time_s = compute_s = 0.0
     steps_done = total_steps = 0
     sampled = False
+    bw = np.array([m.bandwidth_gbps * 1e9 for m in target.memory]) * np.where(model.mem_per_unit, active, 1.0)
+    group_time, group_bytes = 0.0, np.zeros(len(model.level_names))
     for si in range(len(model.statements)):
         r = _replay_statement(model, si, tiles[0], orders[0], int(vectorize[0]), active,
                               analytic.double_buffered[0], analytic.datapath_bytes[0, si], max_steps)
         total_bytes += r["bytes"]
-        time_s += r["time_s"]
+        if si == schedule.kernel.anchor:
+            group_time, group_bytes = r["time_s"], group_bytes + r["bytes"]
+        elif model.statements[si].in_place:
+            # Runs on each anchor tile as it completes (as the model): its compute adds to
+            # the anchor's, its traffic shares the anchor's channels.
+            group_time += r["compute_s"]
+            group_bytes = group_bytes + r["bytes"]
+        else:
+            time_s += r["time_s"]
         compute_s += r["compute_s"]
         steps_done += r["steps"]
         total_steps += r["total_steps"]
         sampled |= r["sampled"]
+    time_s += max(group_time, float(np.max(group_bytes / bw)))
     return SimResult(time_s=time_s, cycles=time_s * target.clock_ghz * 1e9,
                      bytes={n: float(b) for n, b in zip(model.level_names, total_bytes)},
                      compute_s=compute_s, steps=steps_done, total_steps=total_steps, sampled=sampled)
