@@ -139,13 +139,13 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
 
 
 def _tune(plan: Plan, ctx: PassContext, configs: int, top: int, budget, progress, executor):
-    """The auto-tuner (tune.py) over the plan's kernels; without it, the plan as the rules left it."""
-    try:
-        from .tune import tune_plan
-    except ImportError:
-        return plan, {}, {"configs_evaluated": 0, "seconds": 0.0, "top": []}
+    """The auto-tuner (tune.py) over the plan's kernels; with no configurations, the plan as
+    the rules left it."""
     if configs <= 0:
-        return plan, {}, {"configs_evaluated": 0, "seconds": 0.0, "top": []}
+        return plan, {}, {"configs_evaluated": 0, "seconds": 0.0, "top": [], "interrupted": False,
+                          "budget_exhausted": False}
+    from .tune import tune_plan
+
     return tune_plan(plan, ctx, configs=configs, top=top, budget=budget, progress=progress, executor=executor)
 
 
