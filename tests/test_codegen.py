@@ -88,8 +88,9 @@ def test_c_is_deterministic_and_follows_the_schedule():
     text = generate(plan, None, "c")
     assert text == generate(gemm_relu_plan(), None, "c")
     assert "#pragma omp parallel for" in text and "#pragma omp simd" in text
-    assert "float acc[64];" in text                       # the 4x16 register tile
-    assert "if (k_L2 + 256 == 1024)" in text              # the ReLU runs after the last k tile
+    assert "float acc[6][16]" in text                     # the packed GEMM's 6x16 microkernel
+    assert "Bpack[" in text and "Apack[" in text          # B panels and A blocks packed
+    assert text.index("free(Bpack);") < text.index("ac_relu(C[")   # the ReLU after the whole GEMM
     assert "void program_run(float* const* buffers)" in text
 
 
@@ -124,3 +125,17 @@ def test_result_code_calls_generate():
     res = autocomp.optimize(load(ROOT / "examples" / "gemm_relu.acir", max_extent=16), target="host", tune=0)
     assert "program_run" in res.code("c")
     assert "kernel" in res.code("pseudo")
+
+
+def test_packed_gemm_only_where_it_pays_and_operands_are_plain():
+    tiles = {l: {"L2": 32} for l in "ijk"}
+    small = parse("input A: f32[8, 8]\ninput B: f32[8, 8]\nC = matmul(A, B)\n")
+    assert "Bpack" not in generate(fused_plan(small, {l: {"L2": 4} for l in "ijk"}), None, "c")   # too small
+    big = parse("input A: f32[96, 96]\ninput B: f32[96, 96]\nC = matmul(A, B)\n")
+    assert "Bpack" not in generate(fused_plan(big, {}), None, "c")          # untiled (naive): the plain nest
+    assert "Bpack" in generate(fused_plan(big, tiles), None, "c")
+    padded = parse("input A: f32[96, 96]\ninput B: f32[96, 96]\nC[i, j] += A[i, k + 1] * B[k, j]\noutput C\n")
+    text = generate(fused_plan(padded, tiles), None, "c")
+    assert "Bpack" not in text and "? A[" in text                             # pad reads keep the checked nest
+    conv = generate(conv_bn_relu_plan(), load_target("host"), "c")
+    assert "Bpack" not in conv

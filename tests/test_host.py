@@ -78,6 +78,23 @@ def test_full_size_gemm_relu():
     assert report["max_abs_error"] < 1e-2
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_gemm_with_edges_transposed_operand_and_epilogue(threads):
+    """The packed GEMM path: sizes that leave partial blocks and micro-tiles everywhere, an
+    operand read transposed, a producer before and an epilogue after, serial and OpenMP."""
+    program = parse("input X: f32[100, 130]\ninput B: f32[100, 70]\nparam s: f32[70]\n"
+                    "tensor At: f32[100, 130]\nAt[k, i] = X[k, i] * 0.5\n"
+                    "C[i, j] += At[k, i] * B[k, j]\nD[i, j] = relu(C[i, j] + s[j])\noutput D\n")
+    kernel = Kernel.from_ops(program, [op.name for op in program.ops])
+    loops = kernel.loop_names
+    schedule = Schedule(kernel, tiles={l: {"L2": 37, "registers": 5} for l in loops},
+                        annotations={"parallel": (loops[0],)} if threads > 1 else {}, levels=("L2", "registers"))
+    plan = Plan(program, (kernel,), (schedule,))
+    from autocomp_jupyter.codegen import generate
+    assert "Bpack" in generate(plan, None, "c")
+    check(plan, threads=threads)
+
+
 def test_names_that_are_c_keywords_compile():
     program = parse("input int: f32[4, 8]\ninput for: f32[8, 5]\nacc = matmul(int, for)\nexp = relu(acc)\n")
     plan = autocomp.optimize(program, target="host", tune=0).after

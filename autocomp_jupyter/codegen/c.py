@@ -19,6 +19,16 @@ proves legal:
   output loops inside (constant trip counts, unrolled, the contiguous one `omp simd`), then
   stored back — the GEMM microkernel shape compilers vectorise well. Reassociating the sum
   is the same freedom the legality check grants (`reduction_reorderable=True`).
+- packed GEMM: a kernel with a GEMM-like contraction (`C[i, j] += A[..] * B[..]`, operands
+  indexed by plain in-range loops, A by {i, k}, B by {k, j} in any order, i*j*k >=
+  `GEMM_PACK_MIN`, a tiled schedule) runs it BLIS-style instead of the tile nest: cache
+  blocks mc/nc/kc are the schedule's outermost tiles of i/j/k (mc rounded up to whole
+  micro-panels); per (nc, kc) block, B is copied into contiguous zero-padded 16-wide column
+  panels, per (mc, kc) block A into 6-high row panels, and a 6x16 microkernel accumulates in
+  a local array (j innermost, contiguous, `omp simd`) and adds it to C (edge tiles store
+  only their valid part). `parallel` on i or j parallelises B's packing and the mc blocks
+  (each thread packs its own A). The kernel's other statements (producers, epilogues) run
+  in program order, each over its full nest (no longer fused into the GEMM's last k tile).
 
 Annotations: `parallel` → `#pragma omp parallel for` on the outermost annotated loop
 (with `collapse` over directly nested annotated loops of constant bounds); `vectorize` →
@@ -48,6 +58,10 @@ from ..ir.schedule import Kernel, Schedule
 
 # Largest register tile (output elements kept in a local `acc` array).
 REGISTER_TILE_MAX = 256
+# Packed GEMM microkernel: MR x NR outputs in a local array (6 x 16 f32: 12 AVX2 registers).
+GEMM_MR, GEMM_NR = 6, 16
+# Smallest M*N*K a contraction needs for the packed GEMM path (packing costs O(MK + KN) copies).
+GEMM_PACK_MIN = 64 * 64 * 64
 
 C_KEYWORDS = frozenset("""
 auto break case char const continue default do double else enum extern float for goto if inline
@@ -59,7 +73,7 @@ _Static_assert _Thread_local bool true false NULL asm typeof
 RESERVED = frozenset("""
 buffers seconds program_run program_run_profiled program_kernel_names ac_now main errno
 exp expf sqrt sqrtf tanh tanhf fabs fabsf fmax fmaxf fmin fminf
-INFINITY NAN HUGE_VAL size_t ptrdiff_t timespec clock_gettime memset malloc free
+INFINITY NAN HUGE_VAL size_t ptrdiff_t timespec clock_gettime memset malloc free aligned_alloc
 """.split())
 
 
@@ -125,6 +139,7 @@ def tensor_of(plan, name: str) -> Tensor:
 _PRELUDE = r"""#define _POSIX_C_SOURCE 199309L
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <time.h>
 
 #define AC_MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -267,9 +282,174 @@ class _KernelWriter:
                 self.emit(1, "#pragma omp parallel for simd" if t.size >= (1 << 16) and self.parallel else "#pragma omp simd")
                 self.emit(1, f"for (long {var} = 0; {var} < {t.size}L; ++{var}) "
                              f"{self.cname[t.name]}[{var}] = {_float(0.0 if s.reduce == '+' else -math.inf)};")
-        self.tile_nest()
+        gemm = self.gemm_statement()
+        if gemm is None:
+            self.tile_nest()
+        else:
+            self.packed_kernel(*gemm)
         self.emit(0, "}")
         return "\n".join(self.out)
+
+    # ------------------------------------------------------------------ packed GEMM
+
+    def gemm_statement(self):
+        """(statement index, (A access, B access), (i, j, k)) for a GEMM-like contraction this
+        kernel can run packed: `C[i, j] += A[..] * B[..]` where each operand is indexed by
+        plain loops (one loop per dimension, coefficient 1, in range: no pads), A by {i, k},
+        B by {k, j}, the schedule tiles at least one of i, j, k, and the work is large enough
+        to pay for the packing; else None."""
+        found = None
+        for index, stmt in enumerate(self.kernel.statements):
+            if stmt.reduce != "+" or len(stmt.target_indices) != 2 or len(stmt.loop_names) != 3:
+                continue
+            i, j = (idx.single_loop for idx in stmt.target_indices)
+            if i is None or j is None or i == j or any(idx.const for idx in stmt.target_indices):
+                continue
+            (k,) = [l for l in stmt.loop_names if l not in (i, j)] or [None]
+            e = stmt.expr
+            if k is None or not (isinstance(e, BinOp) and e.op == "*" and isinstance(e.lhs, Access)
+                                 and isinstance(e.rhs, Access)):
+                continue
+            ext = stmt.extents
+            if ext[i] * ext[j] * ext[k] < GEMM_PACK_MIN or all(self.block_size(index, l) >= ext[l] for l in (i, j, k)):
+                continue    # small, or an untiled (naive) schedule: the plain nest
+
+            def loops_of(a: Access):
+                t = self.tensor(a.tensor)
+                out = []
+                for d, idx in enumerate(a.indices):
+                    if idx.const or len(idx.terms) != 1 or idx.terms[0][1] != 1:
+                        return None
+                    loop = idx.terms[0][0]
+                    if ext[loop] > t.shape[d]:
+                        return None
+                    out.append(loop)
+                return out
+            la, lb = loops_of(e.lhs), loops_of(e.rhs)
+            if la is None or lb is None:
+                continue
+            ops = None
+            if sorted(la) == sorted((i, k)) and sorted(lb) == sorted((k, j)):
+                ops = (e.lhs, e.rhs)
+            elif sorted(lb) == sorted((i, k)) and sorted(la) == sorted((k, j)):
+                ops = (e.rhs, e.lhs)
+            if ops is None or stmt.target in (ops[0].tensor, ops[1].tensor):
+                continue
+            found = (index, ops, (i, j, k))
+            break
+        return found
+
+    def block_size(self, index: int, own: str) -> int:
+        """The cache block for a loop: its tile at the outermost level that tiles it."""
+        anchor = self.kernel.loop_map(index).get(own)
+        extent = self.kernel.statements[index].extents[own]
+        if anchor is None or anchor not in self.schedule.tile_sizes():
+            return extent
+        for t in self.schedule.tile_sizes()[anchor]:
+            if t < extent:
+                return max(1, t)
+        return extent
+
+    def strides_of(self, a: Access) -> dict[str, int]:
+        shape = self.tensor(a.tensor).shape
+        return {idx.terms[0][0]: math.prod(shape[d + 1:]) for d, idx in enumerate(a.indices)}
+
+    def packed_kernel(self, gemm_index: int, ops, loops) -> None:
+        """The kernel's statements in program order, each over its full nest, the GEMM-like
+        one packed: B's kc x nc panel and A's mc x kc block copied (zero-padded to whole
+        micro-panels) into contiguous buffers in the order the MR x NR microkernel reads
+        them; the microkernel accumulates in a local array and adds it to C."""
+        self.tiles = {l: _Tile(None, None, frozenset([e])) for l, e in self.extents.items()}
+        for index, stmt in enumerate(self.kernel.statements):
+            if index == gemm_index:
+                self.packed_gemm(index, stmt, ops, loops)
+            else:
+                self.statement(index, stmt, 1)
+
+    def packed_gemm(self, index: int, stmt: Statement, ops, loops) -> None:
+        mr, nr = GEMM_MR, GEMM_NR
+        i, j, k = loops
+        ext = stmt.extents
+        M, N, K = ext[i], ext[j], ext[k]
+        MC, NC, KC = (min(self.block_size(index, l), ext[l]) for l in loops)
+        MC = -(-MC // mr) * mr if MC >= mr else MC
+        MCP, NCP = -(-MC // mr) * mr, -(-NC // nr) * nr      # padded to whole micro-panels
+        a, b = ops
+        sa, sb = self.strides_of(a), self.strides_of(b)
+        A, B, C = self.cname[a.tensor], self.cname[b.tensor], self.cname[stmt.target]
+        sc = self.strides_of(Access(stmt.target, stmt.target_indices))
+        f = self.namer.fresh    # kernel scope: later statements' names avoid these
+        j0, k0, i0, jr, ir, p, r, c = (f(n) for n in ("j0", "k0", "i0", "jr", "ir", "p", "r", "c"))
+        nc, kc, mc, Ap, Bp, acc, cp, av, bv = (f(n) for n in ("nc", "kc", "mc", "Apack", "Bpack", "acc", "cp",
+                                                               "ap", "bp"))
+        parallel = bool(set(self.parallel) & {self.kernel.loop_map(index).get(l) for l in (i, j)})
+        e = self.emit
+        e(1, f"/* {str(stmt).split('    #')[0]} */")
+        e(1, f"/* packed GEMM: blocks mc={MC} nc={NC} kc={KC} (the schedule's outermost tiles, mc in whole micro-panels), "
+             f"microkernel {mr}x{nr} */")
+        e(1, f"float* {Bp} = (float*)aligned_alloc(64, {KC * NCP * 4}UL);")
+        e(1, f"for (int {j0} = 0; {j0} < {N}; {j0} += {NC}) {{")
+        e(2, f"const int {nc} = AC_MIN({NC}, {N} - {j0});")
+        e(2, f"for (int {k0} = 0; {k0} < {K}; {k0} += {KC}) {{")
+        e(3, f"const int {kc} = AC_MIN({KC}, {K} - {k0});")
+        e(3, f"/* pack B[{k0}:+{kc}, {j0}:+{nc}] as {nr}-wide column panels, zero-padded */")
+        if parallel:
+            e(3, "#pragma omp parallel for")
+        e(3, f"for (int {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{")
+        e(4, f"for (int {p} = 0; {p} < {kc}; ++{p}) {{")
+        e(5, "#pragma omp simd")
+        e(5, f"for (int {c} = 0; {c} < {nr}; ++{c}) {Bp}[{jr} * {kc} + {p} * {nr} + {c}] = {jr} + {c} < {nc} ? "
+             f"{B}[{_affine_c({f'({k0} + {p})': sb[k], f'({j0} + {jr} + {c})': sb[j]}, 0)}] : 0.0f;")
+        e(4, "}")
+        e(3, "}")
+        if parallel:
+            e(3, "#pragma omp parallel")
+        e(3, "{")
+        e(4, f"float* {Ap} = (float*)aligned_alloc(64, {-(-MCP * KC * 4 // 64) * 64}UL);")
+        if parallel:
+            e(4, "#pragma omp for schedule(dynamic, 1)")
+        e(4, f"for (int {i0} = 0; {i0} < {M}; {i0} += {MC}) {{")
+        e(5, f"const int {mc} = AC_MIN({MC}, {M} - {i0});")
+        e(5, f"/* pack A[{i0}:+{mc}, {k0}:+{kc}] as {mr}-high row panels, zero-padded */")
+        e(5, f"for (int {ir} = 0; {ir} < {mc}; {ir} += {mr}) {{")
+        e(6, f"for (int {p} = 0; {p} < {kc}; ++{p}) {{")
+        e(7, f"for (int {r} = 0; {r} < {mr}; ++{r}) {Ap}[{ir} * {kc} + {p} * {mr} + {r}] = {ir} + {r} < {mc} ? "
+             f"{A}[{_affine_c({f'({i0} + {ir} + {r})': sa[i], f'({k0} + {p})': sa[k]}, 0)}] : 0.0f;")
+        e(6, "}")
+        e(5, "}")
+        e(5, f"for (int {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{")
+        e(6, f"for (int {ir} = 0; {ir} < {mc}; {ir} += {mr}) {{")
+        e(7, f"const float* restrict {av} = {Ap} + {ir} * {kc};")
+        e(7, f"const float* restrict {bv} = {Bp} + {jr} * {kc};")
+        e(7, f"float {acc}[{mr}][{nr}] = {{{{0.0f}}}};")
+        e(7, f"for (int {p} = 0; {p} < {kc}; ++{p}) {{")
+        e(8, f"#pragma GCC unroll {mr}")
+        e(8, f"for (int {r} = 0; {r} < {mr}; ++{r}) {{")
+        e(9, "#pragma omp simd")
+        e(9, f"for (int {c} = 0; {c} < {nr}; ++{c}) {acc}[{r}][{c}] += {av}[{p} * {mr} + {r}] * {bv}[{p} * {nr} + {c}];")
+        e(8, "}")
+        e(7, "}")
+        cidx = _affine_c({r: sc[i], c: sc[j]}, 0)
+        e(7, f"float* restrict {cp} = {C} + {_affine_c({f'({i0} + {ir})': sc[i], f'({j0} + {jr})': sc[j]}, 0)};")
+        e(7, f"if ({mc} - {ir} >= {mr} && {nc} - {jr} >= {nr}) {{")
+        e(8, f"#pragma GCC unroll {mr}")
+        e(8, f"for (int {r} = 0; {r} < {mr}; ++{r}) {{")
+        e(9, "#pragma omp simd")
+        e(9, f"for (int {c} = 0; {c} < {nr}; ++{c}) {cp}[{cidx}] += {acc}[{r}][{c}];")
+        e(8, "}")
+        e(7, "} else {    /* an edge tile */")
+        e(8, f"for (int {r} = 0; {r} < AC_MIN({mr}, {mc} - {ir}); ++{r}) {{")
+        e(9, f"for (int {c} = 0; {c} < AC_MIN({nr}, {nc} - {jr}); ++{c}) {cp}[{cidx}] += {acc}[{r}][{c}];")
+        e(8, "}")
+        e(7, "}")
+        e(6, "}")
+        e(5, "}")
+        e(4, "}")
+        e(4, f"free({Ap});")
+        e(3, "}")
+        e(2, "}")
+        e(1, "}")
+        e(1, f"free({Bp});")
 
     # ------------------------------------------------------------------ tile loops
 

@@ -15,6 +15,7 @@
 #define _POSIX_C_SOURCE 199309L
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <time.h>
 
 #define AC_MIN(a, b) ((a) < (b) ? (a) : (b))

@@ -12,6 +12,7 @@
 #define _POSIX_C_SOURCE 199309L
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <time.h>
 
 #define AC_MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -36,56 +37,71 @@ static inline double ac_now(void) {
 static void kernel_C_D(const float* restrict A, const float* restrict B, float* restrict C, float* restrict D) {
     #pragma omp parallel for simd
     for (long n = 0; n < 1048576L; ++n) C[n] = 0.0f;
-    #pragma omp parallel for
-    for (int i_L2 = 0; i_L2 < 1024; i_L2 += 256) {
-        for (int k_L2 = 0; k_L2 < 1024; k_L2 += 256) {
-            for (int j_L2 = 0; j_L2 < 1024; j_L2 += 256) {
-                for (int i_L1 = i_L2; i_L1 < i_L2 + 256; i_L1 += 64) {
-                    for (int j_L1 = j_L2; j_L1 < j_L2 + 256; j_L1 += 64) {
-                        for (int i_registers = i_L1; i_registers < i_L1 + 64; i_registers += 4) {
-                            for (int j_registers = j_L1; j_registers < j_L1 + 64; j_registers += 16) {
-                                /* C[i, j] += (A[i, k] * B[k, j]) */
-                                {
-                                    float acc[64];
-                                    #pragma GCC unroll 4
-                                    for (int i = i_registers; i < i_registers + 4; ++i) {
-                                        #pragma omp simd
-                                        for (int j = j_registers; j < j_registers + 16; ++j) {
-                                            acc[(i - i_registers) * 16 + (j - j_registers)] = C[1024 * i + j];
-                                        }
-                                    }
-                                    #pragma GCC unroll 4
-                                    for (int k = k_L2; k < k_L2 + 256; ++k) {
-                                        #pragma GCC unroll 4
-                                        for (int i = i_registers; i < i_registers + 4; ++i) {
-                                            #pragma omp simd
-                                            for (int j = j_registers; j < j_registers + 16; ++j) {
-                                                acc[(i - i_registers) * 16 + (j - j_registers)] += (A[1024 * i + k] * B[1024 * k + j]);
-                                            }
-                                        }
-                                    }
-                                    #pragma GCC unroll 4
-                                    for (int i = i_registers; i < i_registers + 4; ++i) {
-                                        #pragma omp simd
-                                        for (int j = j_registers; j < j_registers + 16; ++j) {
-                                            C[1024 * i + j] = acc[(i - i_registers) * 16 + (j - j_registers)];
-                                        }
-                                    }
+    /* C[i, j] += (A[i, k] * B[k, j]) */
+    /* packed GEMM: blocks mc=258 nc=256 kc=256 (the schedule's outermost tiles, mc in whole micro-panels), microkernel 6x16 */
+    float* Bpack = (float*)aligned_alloc(64, 262144UL);
+    for (int j0 = 0; j0 < 1024; j0 += 256) {
+        const int nc = AC_MIN(256, 1024 - j0);
+        for (int k0 = 0; k0 < 1024; k0 += 256) {
+            const int kc = AC_MIN(256, 1024 - k0);
+            /* pack B[k0:+kc, j0:+nc] as 16-wide column panels, zero-padded */
+            #pragma omp parallel for
+            for (int jr = 0; jr < nc; jr += 16) {
+                for (int p = 0; p < kc; ++p) {
+                    #pragma omp simd
+                    for (int c = 0; c < 16; ++c) Bpack[jr * kc + p * 16 + c] = jr + c < nc ? B[1024 * (k0 + p) + (j0 + jr + c)] : 0.0f;
+                }
+            }
+            #pragma omp parallel
+            {
+                float* Apack = (float*)aligned_alloc(64, 264192UL);
+                #pragma omp for schedule(dynamic, 1)
+                for (int i0 = 0; i0 < 1024; i0 += 258) {
+                    const int mc = AC_MIN(258, 1024 - i0);
+                    /* pack A[i0:+mc, k0:+kc] as 6-high row panels, zero-padded */
+                    for (int ir = 0; ir < mc; ir += 6) {
+                        for (int p = 0; p < kc; ++p) {
+                            for (int r = 0; r < 6; ++r) Apack[ir * kc + p * 6 + r] = ir + r < mc ? A[1024 * (i0 + ir + r) + (k0 + p)] : 0.0f;
+                        }
+                    }
+                    for (int jr = 0; jr < nc; jr += 16) {
+                        for (int ir = 0; ir < mc; ir += 6) {
+                            const float* restrict ap = Apack + ir * kc;
+                            const float* restrict bp = Bpack + jr * kc;
+                            float acc[6][16] = {{0.0f}};
+                            for (int p = 0; p < kc; ++p) {
+                                #pragma GCC unroll 6
+                                for (int r = 0; r < 6; ++r) {
+                                    #pragma omp simd
+                                    for (int c = 0; c < 16; ++c) acc[r][c] += ap[p * 6 + r] * bp[p * 16 + c];
                                 }
-                                if (k_L2 + 256 == 1024) {
-                                    /* D[i0, i1] = relu(C[i0, i1]) */
-                                    for (int i = i_registers; i < i_registers + 4; ++i) {
-                                        #pragma omp simd
-                                        for (int j = j_registers; j < j_registers + 16; ++j) {
-                                            D[1024 * i + j] = ac_relu(C[1024 * i + j]);
-                                        }
-                                    }
+                            }
+                            float* restrict cp = C + 1024 * (i0 + ir) + (j0 + jr);
+                            if (mc - ir >= 6 && nc - jr >= 16) {
+                                #pragma GCC unroll 6
+                                for (int r = 0; r < 6; ++r) {
+                                    #pragma omp simd
+                                    for (int c = 0; c < 16; ++c) cp[1024 * r + c] += acc[r][c];
+                                }
+                            } else {    /* an edge tile */
+                                for (int r = 0; r < AC_MIN(6, mc - ir); ++r) {
+                                    for (int c = 0; c < AC_MIN(16, nc - jr); ++c) cp[1024 * r + c] += acc[r][c];
                                 }
                             }
                         }
                     }
                 }
+                free(Apack);
             }
+        }
+    }
+    free(Bpack);
+    /* D[i0, i1] = relu(C[i0, i1]) */
+    #pragma omp parallel for
+    for (int i = 0; i < 1024; ++i) {
+        #pragma omp simd
+        for (int j = 0; j < 1024; ++j) {
+            D[1024 * i + j] = ac_relu(C[1024 * i + j]);
         }
     }
 }
