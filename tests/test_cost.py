@@ -216,3 +216,34 @@ def test_schedule_printing():
     assert "C[i, j] += (A[i, k] * B[k, j])" in text
     assert "# vectorize" in text
     assert Schedule.default(k).loop_nest().startswith("for i in range(100):")
+
+
+def test_tile_counts_match_recursive_chunks():
+    """The one-pass tile counter equals the recursive `_chunks` at every level and for the
+    datapath split, non-dividing tiles included."""
+    from autocomp_jupyter.accel.cost import _chunks, _tile_counts
+    rng = np.random.default_rng(3)
+    for L in (1, 2, 4):
+        E = rng.integers(1, 3000, size=(1, 3))
+        t = np.minimum(rng.integers(1, 3000, size=(500, 3, L)), E[:, :, None])
+        t = np.minimum.accumulate(t, axis=2)
+        counts, lengths, mult = _tile_counts(E, t)
+        for h in range(L):
+            assert np.array_equal(counts[:, h, :], _chunks(E, t[:, :, :h], t[:, :, h]))
+        unit = rng.integers(1, 17, size=(500, 3))
+        dp = sum(m * np.ceil(x / unit - 1e-9) for x, m in zip(lengths, mult))
+        assert np.array_equal(dp, _chunks(E, t, unit))
+
+
+def test_host_runs_unannotated_schedules_on_one_core():
+    """Generated host C parallelises only annotated loops: without `parallel` the model uses
+    one core; with it, the output tiles spread over the cores."""
+    host = load_target("host")
+    kernel = kernels_unfused(gemm_program(256, 256, 256))[0]
+    tiles = {"i": {"L2": 64}, "j": {"L2": 64}, "k": {"L2": 64}}
+    serial = evaluate(Schedule(kernel, tiles=tiles, levels=("L2",)), host)
+    par = evaluate(Schedule(kernel, tiles=tiles, annotations={"parallel": ("i", "j")}, levels=("L2",)), host)
+    assert serial.occupancy * host.compute.units == pytest.approx(1.0)
+    if host.compute.units > 1:
+        assert par.time_s < serial.time_s
+    assert load_target("tpu").compute.implicit_parallel

@@ -160,6 +160,39 @@ def _chunks(extent: np.ndarray, tiles: np.ndarray, unit: np.ndarray) -> np.ndarr
     return split(extent, 0)
 
 
+def _tile_counts(extent: np.ndarray, tiles: np.ndarray):
+    """`_chunks` for every tiling level in one pass: counts [n, L, D] of level-h tiles along
+    each loop over the whole run, and the innermost tiles as L + 1 lengths with
+    multiplicities (lists of [n, D] arrays; zero multiplicities are padding).
+
+    A level splits each parent tile of length x into floor(x / t) tiles of t and one
+    remainder of x mod t. Full tiles of every parent have the same length t, so after level
+    h there are at most h + 2 distinct lengths: the remainders of the extent and of each
+    outer tile size, and t itself. Floats: x * (1/t) is within 1e-9 relative of the exact
+    quotient and all lengths are integers far below 2^53, so floor / ceil with a 1e-9 margin
+    are exact.
+    """
+    n, D, L = tiles.shape
+    T = tiles.astype(float)
+    lengths = [np.broadcast_to(extent.astype(float), (n, D))]
+    mult = [np.ones((n, D))]
+    counts = np.empty((n, L, D))
+    for h in range(L):
+        t = T[:, :, h]
+        inv = 1.0 / t
+        fulls = 0.0
+        for q, (x, m) in enumerate(zip(lengths, mult)):
+            full = np.floor(x * inv + 1e-9)
+            rest = x - full * t
+            fulls = fulls + full * m
+            lengths[q] = rest
+            mult[q] = np.where(rest > 0.5, m, 0.0)
+        lengths.append(t)
+        mult.append(fulls)
+        counts[:, h, :] = sum(mult)
+    return counts, lengths, mult
+
+
 @dataclass
 class _AccessModel:
     tensor: str
@@ -171,6 +204,10 @@ class _AccessModel:
     index_mask: np.ndarray   # [D] bool: anchor loops this access's indices use
     chain: tuple[int, ...]   # tiling levels (outer → inner) that hold it
     internal: bool
+    terms: tuple = ()        # per index row: ((loop, |coeff|), ...) of its nonzero coefficients
+
+    def __post_init__(self):
+        self.terms = tuple(tuple((int(d), float(c)) for d, c in enumerate(row) if c != 0.0) for row in self.coeff)
 
 
 @dataclass
@@ -185,6 +222,9 @@ class _StatementModel:
     col_loop: int
     accesses: list[_AccessModel]
     in_place: bool = False   # an epilogue computing over an internal tile it may overwrite
+    reduce: bool = False     # accumulates into its target (a reduction)
+    out_mask: np.ndarray | None = None  # [D] bool: anchor loops indexing the target
+    contig_loop: int = -1    # anchor loop of the target's last (contiguous) dimension
 
 
 class KernelModel:
@@ -212,7 +252,8 @@ class KernelModel:
         self.dist_level = per_unit_levels[0] if per_unit_levels else L - 1
         anchor = kernel.anchor_statement
         out_loops = {l.name for l in anchor.output_loops}
-        self.default_parallel = np.array([n in out_loops for n in self.loop_names])
+        self.default_parallel = np.array([n in out_loops and target.compute.implicit_parallel
+                                          for n in self.loop_names])
         self.flops = float(kernel.flops)
         index = {n: i for i, n in enumerate(self.loop_names)}
         self.statements = [self._statement_model(i, s, index, D, on_chip)
@@ -260,7 +301,11 @@ class KernelModel:
         # anchor left on chip writes its result over that tile: it needs no buffer of its own.
         in_place = (si != kernel.anchor and not stmt.reduce and not local
                     and any(a.internal and a.kind == "read" for a in accesses))
-        return _StatementModel(in_place=in_place, present=present,
+        target_access = accesses[0]
+        last_row = target_access.coeff[-1] if len(target_access.coeff) else np.zeros(D)
+        contig = int(np.argmax(last_row)) if last_row.any() else -1
+        return _StatementModel(in_place=in_place, present=present, reduce=bool(stmt.reduce),
+                               out_mask=target_access.index_mask & present, contig_loop=contig,
                                local_points=math.prod(local.values()) if local else 1,
                                points=stmt.points, flops_per_point=stmt.expr.flops() + (1 if stmt.reduce else 0),
                                mac=mac, dtype=dtype, row_loop=row, col_loop=col, accesses=accesses)
@@ -348,9 +393,7 @@ class KernelModel:
         M = len(self.level_names)
         E = self.extents[None, :].astype(np.int64)
         # Tiles of each level along each loop over the whole run, and per enclosing tile.
-        counts = np.empty((n, L, D))
-        for h in range(L):
-            counts[:, h, :] = _chunks(E, tiles[:, :, :h], tiles[:, :, h])
+        counts, piece_len, piece_mult = _tile_counts(E, tiles)
         rel = counts.copy()
         rel[:, 1:, :] /= counts[:, :-1, :]
         mean_tile = E[:, None, :] / counts                    # [n, L, D]
@@ -411,7 +454,8 @@ class KernelModel:
                 vec_loop = np.where(ok, vectorize, vec_loop)
                 width = compute.vector_width(st.dtype) if compute.kind != "systolic" else compute.pe_cols
                 unit[rows, vec_loop] = width
-            dp_counts = np.where(st.present, _chunks(E, tiles, unit), 1.0)  # [n, D]
+            dp_pieces = sum(m * np.ceil(x / unit - 1e-9) for x, m in zip(piece_len, piece_mult))
+            dp_counts = np.where(st.present, dp_pieces, 1.0)  # [n, D]
             passes = np.prod(dp_counts, axis=1) * st.local_points
             dp_rel = dp_counts / np.where(st.present, counts[:, L - 1, :], 1.0)
             dp_trips = np.concatenate([trips, np.take_along_axis(dp_rel, inner_order, axis=1)], axis=1)
@@ -438,6 +482,10 @@ class KernelModel:
                 ops = st.points * max(1, st.flops_per_point)
                 cycles = passes * width * max(1, st.flops_per_point) / compute.vector_ops_per_cycle
                 vector_ops += ops
+            if st.mac and compute.kind == "vector" and not compute.implicit_parallel:
+                # A CPU running generated C (host): the nest's issue rate, not only the lanes.
+                cycles = np.maximum(cycles, _host_issue_cycles(st, tiles, inner_order, vec_loop, rows, width,
+                                                               compute.fma_units))
             st_compute = cycles / active / clock
 
             for a in st.accesses:
@@ -516,6 +564,53 @@ class KernelModel:
         )
 
 
+# The host core issuing a generated loop nest (vector targets that run generated C).
+HOST_FMA_LATENCY = 4.0      # cycles: a chain of dependent multiply-adds (no -ffast-math reassociation)
+HOST_LOOP_OVERHEAD = 8.0    # cycles per trip of an innermost loop (entry, bounds, branch, address setup)
+HOST_REGISTER_TILE = 256    # output elements the code keeps in a local accumulator tile
+HOST_UNROLLED_TRIP = 3      # innermost trips the compiler unrolls away (the loop outside becomes innermost)
+
+
+def _host_issue_cycles(st: "_StatementModel", tiles, inner_order, vec_loop, rows, width, fma_units):
+    """Cycles a CPU core needs to issue a contraction's innermost work, from the shape of the
+    loop nest it runs (the point loops of the innermost tiles):
+
+    * a small output tile (<= HOST_REGISTER_TILE elements) is accumulated in registers with
+      the reduction loops outside: each reduction step issues one FMA per vector of the
+      contiguous output loop (a scalar op each when that loop is narrower than a vector) per
+      other output point, bounded by the FMA chain latency and the operand loads, plus
+      loading and storing the output tile once per innermost tile;
+    * otherwise the innermost loop (ignoring loops of <= HOST_UNROLLED_TRIP trips, which the
+      compiler unrolls) decides: a reduction loop chains dependent FMAs (latency per point),
+      the vectorised contiguous output loop issues half a cycle per point, anything else one;
+      every trip of that loop costs HOST_LOOP_OVERHEAD cycles.
+    """
+    n, D = tiles.shape[0], tiles.shape[1]
+    tin = np.where(st.present, tiles[:, :, -1], 1).astype(float)            # [n, D]
+    out = st.out_mask
+    R = np.prod(np.where(out, tin, 1.0), axis=1)
+    K = np.prod(np.where(st.present & ~out, tin, 1.0), axis=1)
+    pts = float(st.points)
+    c = st.contig_loop
+    tc = tin[:, c] if c >= 0 else np.ones(n)
+    other = R / tc
+    vops = other * np.where(tc >= width, np.ceil(tc / width), tc)
+    per_step = np.maximum(np.maximum(vops / fma_units, HOST_FMA_LATENCY), (other + vops) / 2.0)
+    reg = pts / R * per_step + pts / (R * K) * (2.0 * vops + 10.0)
+    t_ord = np.take_along_axis(tin, inner_order, axis=1)
+    big = t_ord > HOST_UNROLLED_TRIP
+    some = t_ord > 1
+    pick = np.where(big.any(axis=1), D - 1 - np.argmax(big[:, ::-1], axis=1),
+                    np.where(some.any(axis=1), D - 1 - np.argmax(some[:, ::-1], axis=1), D - 1))
+    v = inner_order[rows, pick]
+    red = st.present[v] & ~out[v]
+    per_point = np.where(red, HOST_FMA_LATENCY, np.where((v == c) & (v == vec_loop), 0.5, 1.0))
+    plain = pts * per_point + pts / tin[rows, v] * HOST_LOOP_OVERHEAD
+    if st.reduce:
+        return np.where(R <= HOST_REGISTER_TILE, reg, plain)
+    return plain
+
+
 def _stationary_operand(st: "_StatementModel") -> "_AccessModel | None":
     """The operand held in a systolic array: the read indexed by both mapped loops."""
     if st.row_loop < 0:
@@ -534,9 +629,22 @@ def _fetches(index_seq: np.ndarray, trips: np.ndarray) -> np.ndarray:
 
 def _footprint(a: _AccessModel, tile: np.ndarray) -> np.ndarray:
     """Bytes of X's region an access touches over a tile ([n, D] sizes)."""
-    extent = (tile - 1.0) @ a.coeff.T + a.local_add[None, :] + 1.0
-    extent = np.minimum(extent, a.dims[None, :])
-    return np.prod(extent, axis=1) * a.elem_bytes
+    # Row by row over the (few) loops each index uses: cheaper than a matmul on [n, D].
+    out = None
+    for r, terms in enumerate(a.terms):
+        extent = None
+        for d, c in terms:
+            part = tile[:, d] - 1.0 if c == 1.0 else c * (tile[:, d] - 1.0)
+            extent = part if extent is None else extent + part
+        base = a.local_add[r] + 1.0
+        if extent is None:
+            extent = np.full(len(tile), min(base, a.dims[r]))
+        else:
+            extent = np.minimum(extent + base, a.dims[r])
+        out = extent if out is None else out * extent
+    if out is None:
+        return np.full(len(tile), float(a.elem_bytes))
+    return out * a.elem_bytes
 
 
 def _traffic(kind: str, footprint, fetches, distinct):

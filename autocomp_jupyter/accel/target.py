@@ -93,6 +93,10 @@ class ComputeSpec:
     macs_per_cycle: tuple[tuple[str, float], ...] = ()
     vector_ops_per_cycle: float = 1.0
     max_blocks_per_unit: int = 1
+    # Whether a schedule without a `parallel` annotation still spreads its output loops over
+    # the units (accelerators: the runtime does) or runs on one unit (host: only annotated
+    # loops get `#pragma omp parallel for`).
+    implicit_parallel: bool = True
 
     def macs(self, dtype: str) -> float:
         """MACs per cycle per unit for `dtype`."""
@@ -253,6 +257,7 @@ COMPUTE_SCHEMA: dict[str, Any] = {
     "peak_macs_per_cycle": ("dtype_map", "pos"),
     "vector_ops_per_cycle": "pos",
     "max_blocks_per_core": "posint",
+    "implicit_parallel": "bool",
 }
 MEMORY_SCHEMA: dict[str, Any] = {
     "name": "str", "size_bytes": "size", "bandwidth_gbps": "pos", "latency_cycles": "nonneg",
@@ -384,7 +389,7 @@ KIND_FIELDS = {
                          "vector_ops_per_cycle", "max_blocks_per_core")},
     "vector": {"required": ("lanes",),
                "allowed": ("kind", "cores", "lanes", "fma_units", "peak_macs_per_cycle",
-                           "vector_ops_per_cycle")},
+                           "vector_ops_per_cycle", "implicit_parallel")},
 }
 
 
@@ -459,6 +464,7 @@ def _build(raw: dict, filename: str) -> Target:
         dataflow=c.get("dataflow", "weight_stationary"),
         macs_per_cycle=tuple(sorted(derived.items())), vector_ops_per_cycle=float(vector_ops),
         max_blocks_per_unit=c.get("max_blocks_per_core", 1),
+        implicit_parallel=bool(c.get("implicit_parallel", True)),
     )
     memory = tuple(
         MemoryLevel(
