@@ -22,13 +22,14 @@ proves legal:
 - packed GEMM: a kernel with a GEMM-like contraction (`C[i, j] += A[..] * B[..]`, operands
   indexed by plain in-range loops, A by {i, k}, B by {k, j} in any order, i*j*k >=
   `GEMM_PACK_MIN`, a tiled schedule) runs it BLIS-style instead of the tile nest: cache
-  blocks mc/nc/kc are the schedule's outermost tiles of i/j/k (mc rounded up to whole
-  micro-panels); per (nc, kc) block, B is copied into contiguous zero-padded 16-wide column
-  panels, per (mc, kc) block A into 6-high row panels, and a 6x16 microkernel accumulates in
-  a local array (j innermost, contiguous, `omp simd`) and adds it to C (edge tiles store
-  only their valid part). `parallel` on i or j parallelises B's packing and the mc blocks
-  (each thread packs its own A). The kernel's other statements (producers, epilogues) run
-  in program order, each over its full nest (no longer fused into the GEMM's last k tile).
+  blocks mc/nc/kc are the schedule's outermost tiles of i/j/k, raised to at least
+  `GEMM_MIN_BLOCK` (mc rounded up to whole micro-panels); per (nc, kc) block, B is copied
+  into contiguous zero-padded 16-wide column panels, per (mc, kc) block A into 6-high row
+  panels, and a 6x16 microkernel accumulates in a local array (j innermost, contiguous,
+  `omp simd`) and adds it to C (edge tiles store only their valid part). `parallel` on i or
+  j parallelises B's packing and the mc blocks (each thread packs its own A). The kernel's
+  other statements (producers, epilogues) run in program order, each over its full nest
+  (no longer fused into the GEMM's last k tile).
 
 Annotations: `parallel` → `#pragma omp parallel for` on the outermost annotated loop
 (with `collapse` over directly nested annotated loops of constant bounds); `vectorize` →
@@ -62,6 +63,10 @@ REGISTER_TILE_MAX = 256
 GEMM_MR, GEMM_NR = 6, 16
 # Smallest M*N*K a contraction needs for the packed GEMM path (packing costs O(MK + KN) copies).
 GEMM_PACK_MIN = 64 * 64 * 64
+# Smallest cache blocks (mc, nc, kc) the packed path uses: smaller schedule tiles are raised
+# to these (below them packing A again per nc block, and updating C per kc block, cost more
+# than the blocks save; kc = 8 measured ~4x slower than kc = 64 here).
+GEMM_MIN_BLOCK = (4 * GEMM_MR, 4 * GEMM_NR, 64)
 
 C_KEYWORDS = frozenset("""
 auto break case char const continue default do double else enum extern float for goto if inline
@@ -371,7 +376,7 @@ class _KernelWriter:
         i, j, k = loops
         ext = stmt.extents
         M, N, K = ext[i], ext[j], ext[k]
-        MC, NC, KC = (min(self.block_size(index, l), ext[l]) for l in loops)
+        MC, NC, KC = (min(max(self.block_size(index, l), floor), ext[l]) for l, floor in zip(loops, GEMM_MIN_BLOCK))
         MC = -(-MC // mr) * mr if MC >= mr else MC
         MCP, NCP = -(-MC // mr) * mr, -(-NC // nr) * nr      # padded to whole micro-panels
         a, b = ops
@@ -385,7 +390,7 @@ class _KernelWriter:
         parallel = bool(set(self.parallel) & {self.kernel.loop_map(index).get(l) for l in (i, j)})
         e = self.emit
         e(1, f"/* {str(stmt).split('    #')[0]} */")
-        e(1, f"/* packed GEMM: blocks mc={MC} nc={NC} kc={KC} (the schedule's outermost tiles, mc in whole micro-panels), "
+        e(1, f"/* packed GEMM: blocks mc={MC} nc={NC} kc={KC} (the schedule's outermost tiles, raised to >= {'/'.join(map(str, GEMM_MIN_BLOCK))}, mc in whole micro-panels), "
              f"microkernel {mr}x{nr} */")
         e(1, f"float* {Bp} = (float*)aligned_alloc(64, {KC * NCP * 4}UL);")
         e(1, f"for (int {j0} = 0; {j0} < {N}; {j0} += {NC}) {{")

@@ -38,7 +38,7 @@ static void kernel_C_D(const float* restrict A, const float* restrict B, float* 
     #pragma omp parallel for simd
     for (long n = 0; n < 1048576L; ++n) C[n] = 0.0f;
     /* C[i, j] += (A[i, k] * B[k, j]) */
-    /* packed GEMM: blocks mc=258 nc=256 kc=256 (the schedule's outermost tiles, mc in whole micro-panels), microkernel 6x16 */
+    /* packed GEMM: blocks mc=258 nc=256 kc=256 (the schedule's outermost tiles, raised to >= 24/64/64, mc in whole micro-panels), microkernel 6x16 */
     float* Bpack = (float*)aligned_alloc(64, 262144UL);
     for (int j0 = 0; j0 < 1024; j0 += 256) {
         const int nc = AC_MIN(256, 1024 - j0);
