@@ -258,6 +258,10 @@ class KernelModel:
         index = {n: i for i, n in enumerate(self.loop_names)}
         self.statements = [self._statement_model(i, s, index, D, on_chip)
                            for i, s in enumerate(kernel.statements)]
+        # Host C runs a tiled GEMM-like kernel as a packed BLIS-style GEMM, not the tile nest.
+        self.host_packed = None
+        if target.compute.kind == "vector" and not target.compute.implicit_parallel:
+            self.host_packed = _host_packed_gemm(kernel, index)
 
     def _statement_model(self, si, stmt, index, D, on_chip) -> _StatementModel:
         kernel, compute = self.kernel, self.target.compute
@@ -386,10 +390,57 @@ class KernelModel:
                 per_tensor[a.tensor] = fp if prev is None else np.maximum(prev, fp)
         return sum(per_tensor.values()) if per_tensor else np.zeros((n, L))
 
+    def _as_packed(self, tiles, orders, vectorize):
+        """What host C runs for a tiled GEMM-like kernel (codegen/c.py packed path): cache
+        blocks mc x nc x kc = each loop's outermost tile, raised to GEMM_MIN_BLOCK (mc in
+        whole micro-panels), at the outer levels, loops j0, k0, i0; the next-to-innermost
+        level holds the micro-panels (MR x kc of A, kc x NR of B); the innermost level is the
+        MR x NR microkernel: its outputs stay in registers while p steps through
+        kc streaming A and B from the packed buffers (a k tile of 1 there, k the innermost
+        loop), loops jr, ir, p; j vectorised. Untiled candidates keep the plain nest. Also
+        the cycles spent copying A blocks and B panels, and kc (reduction steps per
+        microkernel call; 0 where not packed)."""
+        n, D, L = tiles.shape
+        i, j, k = self.host_packed
+        ext = self.extents
+        tiled_at = tiles < ext[None, :, None]                          # [n, D, L]
+        packed = tiled_at[:, [i, j, k], :].any(axis=(1, 2))
+        if not packed.any():
+            return tiles, orders, vectorize, None, None
+        first = np.argmax(tiled_at, axis=2)
+        block = np.where(tiled_at.any(axis=2), np.take_along_axis(tiles, first[:, :, None], axis=2)[:, :, 0],
+                         ext[None, :])
+        mc = np.minimum(np.maximum(block[:, i], _GEMM_MIN_BLOCK[0]), ext[i])
+        mc = np.minimum(np.where(mc >= _GEMM_MR, -(-mc // _GEMM_MR) * _GEMM_MR, mc), ext[i])
+        nc = np.minimum(np.maximum(block[:, j], _GEMM_MIN_BLOCK[1]), ext[j])
+        kc = np.minimum(np.maximum(block[:, k], _GEMM_MIN_BLOCK[2]), ext[k])
+        new = np.array(tiles, copy=True)
+        # Levels outside the innermost two hold the blocks; the one inside them the
+        # micro-panels (MR x kc of A, kc x NR of B), the innermost the microkernel.
+        panel = L - 2 if L >= 3 else L - 1
+        for d, b, micro in ((i, mc, _GEMM_MR), (j, nc, _GEMM_NR), (k, kc, None)):
+            new[:, d, :] = b[:, None]
+            new[:, d, panel:] = b[:, None] if micro is None else np.minimum(b, micro)[:, None]
+            if micro is None:
+                new[:, d, L - 1] = 1
+        tiles = np.where(packed[:, None, None], new, tiles)
+        order = np.array([j, k, i] + [d for d in range(D) if d not in (i, j, k)])
+        inner = np.array([j, i, k] + [d for d in range(D) if d not in (i, j, k)])
+        packed_orders = np.broadcast_to(np.concatenate([np.broadcast_to(order, (L - 1, D)), inner[None]]), (n, L, D))
+        orders = np.where(packed[:, None, None], packed_orders, orders)
+        vectorize = np.where(packed, j, vectorize)
+        # Copies: B once per (j0, k0) panel (K x N in all), A's block once per (j0, k0, i0).
+        M, N, K = float(ext[i]), float(ext[j]), float(ext[k])
+        copies = K * N + M * K * np.ceil(N / nc)
+        return tiles, orders, vectorize, np.where(packed, copies, 0.0), np.where(packed, kc, 0.0)
+
     def evaluate_batch(self, tiles, orders=None, parallel=None, vectorize=None) -> BatchCost:
         tiles, orders, parallel, vectorize = self.normalise(tiles, orders, parallel, vectorize)
         target, compute = self.target, self.target.compute
         n, D, L = tiles.shape
+        pack_cycles = micro_k = None
+        if self.host_packed is not None:
+            tiles, orders, vectorize, pack_cycles, micro_k = self._as_packed(tiles, orders, vectorize)
         M = len(self.level_names)
         E = self.extents[None, :].astype(np.int64)
         # Tiles of each level along each loop over the whole run, and per enclosing tile.
@@ -485,7 +536,9 @@ class KernelModel:
             if st.mac and compute.kind == "vector" and not compute.implicit_parallel:
                 # A CPU running generated C (host): the nest's issue rate, not only the lanes.
                 cycles = np.maximum(cycles, _host_issue_cycles(st, tiles, inner_order, vec_loop, rows, width,
-                                                               compute.fma_units))
+                                                               compute.fma_units, micro_k))
+                if pack_cycles is not None:
+                    cycles = cycles + pack_cycles  # one element copied per cycle
             st_compute = cycles / active / clock
 
             for a in st.accesses:
@@ -564,6 +617,50 @@ class KernelModel:
         )
 
 
+try:  # the host C generator's packed GEMM path (codegen/c.py): its microkernel and block floors
+    from ..codegen.c import GEMM_MIN_BLOCK as _GEMM_MIN_BLOCK, GEMM_MR as _GEMM_MR, GEMM_NR as _GEMM_NR
+    from ..codegen.c import GEMM_PACK_MIN as _GEMM_PACK_MIN
+except ImportError:  # pragma: no cover - an older generator without the packed path
+    _GEMM_MR, _GEMM_NR, _GEMM_MIN_BLOCK, _GEMM_PACK_MIN = 6, 16, (24, 64, 64), 64 ** 3
+
+
+def _host_packed_gemm(kernel: Kernel, index: dict) -> tuple[int, int, int] | None:
+    """(i, j, k) anchor-loop indices when host C runs this kernel's contraction as the packed
+    GEMM (codegen/c.py `gemm_statement`: C[i, j] += A * B over plain in-range indices, A by
+    {i, k}, B by {k, j}, >= GEMM_PACK_MIN points), for one-statement kernels; else None."""
+    if len(kernel.statements) != 1:
+        return None
+    stmt = kernel.statements[0]
+    if stmt.reduce != "+" or len(stmt.target_indices) != 2 or len(stmt.loop_names) != 3:
+        return None
+    i, j = (idx.single_loop for idx in stmt.target_indices)
+    if i is None or j is None or i == j or any(idx.const for idx in stmt.target_indices):
+        return None
+    ks = [l for l in stmt.loop_names if l not in (i, j)]
+    e = stmt.expr
+    if len(ks) != 1 or getattr(e, "op", None) != "*":
+        return None
+    k = ks[0]
+    ext = stmt.extents
+    if ext[i] * ext[j] * ext[k] < _GEMM_PACK_MIN:
+        return None
+    reads = stmt.reads()
+    if len(reads) != 2:
+        return None
+    sets = []
+    for a in reads:
+        shape = kernel.tensor(a.tensor).shape
+        loops = []
+        for d, idx in enumerate(a.indices):
+            if idx.const or len(idx.terms) != 1 or idx.terms[0][1] != 1 or ext[idx.terms[0][0]] > shape[d]:
+                return None
+            loops.append(idx.terms[0][0])
+        sets.append(sorted(loops))
+    if sorted(sets) != sorted([sorted((i, k)), sorted((k, j))]) or stmt.target in {a.tensor for a in reads}:
+        return None
+    return index[i], index[j], index[k]
+
+
 # The host core issuing a generated loop nest (vector targets that run generated C).
 HOST_FMA_LATENCY = 4.0      # cycles: a chain of dependent multiply-adds (no -ffast-math reassociation)
 HOST_LOOP_OVERHEAD = 8.0    # cycles per trip of an innermost loop (entry, bounds, branch, address setup)
@@ -571,7 +668,8 @@ HOST_REGISTER_TILE = 256    # output elements the code keeps in a local accumula
 HOST_UNROLLED_TRIP = 3      # innermost trips the compiler unrolls away (the loop outside becomes innermost)
 
 
-def _host_issue_cycles(st: "_StatementModel", tiles, inner_order, vec_loop, rows, width, fma_units):
+def _host_issue_cycles(st: "_StatementModel", tiles, inner_order, vec_loop, rows, width, fma_units,
+                       reduction_steps=None):
     """Cycles a CPU core needs to issue a contraction's innermost work, from the shape of the
     loop nest it runs (the point loops of the innermost tiles):
 
@@ -584,12 +682,17 @@ def _host_issue_cycles(st: "_StatementModel", tiles, inner_order, vec_loop, rows
       compiler unrolls) decides: a reduction loop chains dependent FMAs (latency per point),
       the vectorised contiguous output loop issues half a cycle per point, anything else one;
       every trip of that loop costs HOST_LOOP_OVERHEAD cycles.
+
+    reduction_steps (where > 0) overrides the reduction steps per register tile: the packed
+    GEMM microkernel keeps its outputs in registers over kc steps of a k tile of 1.
     """
     n, D = tiles.shape[0], tiles.shape[1]
     tin = np.where(st.present, tiles[:, :, -1], 1).astype(float)            # [n, D]
     out = st.out_mask
     R = np.prod(np.where(out, tin, 1.0), axis=1)
     K = np.prod(np.where(st.present & ~out, tin, 1.0), axis=1)
+    if reduction_steps is not None:
+        K = np.where(reduction_steps > 0, reduction_steps, K)
     pts = float(st.points)
     c = st.contig_loop
     tc = tin[:, c] if c >= 0 else np.ones(n)
