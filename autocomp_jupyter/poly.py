@@ -18,12 +18,21 @@ The passes in `rules/` decide what to try; this module only answers whether it i
 Everything built from a kernel is cached on the (frozen, hashable) statements, so a
 legality check on an already-seen kernel costs a few milliseconds.
 
+How a verdict is reached (exactly, not approximately): for each dependence, isl computes
+the set of time differences (sink time - source time) of its pairs under the new schedule.
+The dependence is broken iff that set holds a lexicographically non-positive vector, and
+carried at a position iff it holds a vector zero on every outer position and non-zero
+there. Differences are cached per dependence and per schedule of its two statements, so a
+tuner changing one statement's nest recomputes only the dependences that touch it, and a
+loop-by-loop parallel query reuses them. The example pair and message of a violation are
+only worked out (from the full relations) when read.
+
 Statement `k` of a kernel is named `S{k}` in isl and in every message.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Iterable, Mapping, Sequence, Union
 
 import islpy as isl
@@ -207,10 +216,22 @@ class StatementSchedule:
     def to_isl(self, width: int | None = None) -> isl.Map:
         exprs = [d.expr for d in self.dims]
         exprs += ["0"] * ((width or len(exprs)) - len(exprs))
-        return isl.Map(f"{{ {_tuple_str(self.name, self.loops)} -> [{', '.join(exprs)}] }}")
+        return _parse_schedule(f"{{ {_tuple_str(self.name, self.loops)} -> [{', '.join(exprs)}] }}")[0]
 
     def _replace(self, dims: Iterable[ScheduleDim]) -> "StatementSchedule":
         return replace(self, dims=tuple(dims))
+
+
+def _parse_schedule(text: str) -> tuple[isl.Map, bool]:
+    """A statement's schedule map, and whether it is known to be a total function.
+
+    A schedule is normally a quasi-affine function: parsing it as a multi-affine expression
+    is several times faster than parsing a relation (floor/mod make isl's relation parser
+    slow), and the result is single-valued and defined everywhere by construction."""
+    try:
+        return isl.Map.from_multi_aff(isl.MultiAff(text)), True
+    except isl.Error:
+        return isl.Map(text), False
 
 
 def _require_dims(names: Iterable[str], have: set[str], transform: str) -> None:
@@ -496,17 +517,36 @@ def _check_schedule(poly: KernelPolyhedra, schedule_map: isl.UnionMap) -> None:
     """A schedule must give every instance exactly one time, and distinct instances of a
     statement distinct times (else it silently makes them run concurrently)."""
     for name, s in zip(poly.names, poly.statements):
-        domain = isl.Set(f"{{ {_tuple_str(name, s.loop_names)} : {_bounds_str(s)} }}")
-        restricted = schedule_map.intersect_domain(isl.UnionSet(domain))
-        maps = _maps(restricted)
-        if not maps or not domain.is_subset(maps[0].domain()):
-            raise ValueError(f"the schedule does not cover every instance of {name}")
-        m = maps[0]
-        if not m.is_single_valued():
-            raise ValueError(f"the schedule gives some instance of {name} more than one time")
-        if not m.is_injective():
-            raise ValueError(f"the schedule runs two instances of {name} at the same time; "
-                             f"mark loops parallel instead (check_legal(..., parallel=...))")
+        error = _schedule_error(s, name, schedule_map)
+        if error:
+            raise ValueError(error)
+
+
+@lru_cache(maxsize=8192)
+def _statement_schedule_error(statement: Statement, name: str, schedule: StatementSchedule | None) -> str | None:
+    """`_check_schedule` for one statement of a `KernelSchedule` (cached on its schedule)."""
+    if schedule is None:
+        return f"the schedule does not cover every instance of {name}"
+    exprs = ", ".join(d.expr for d in schedule.dims)
+    m, function = _parse_schedule(f"{{ {_tuple_str(schedule.name, schedule.loops)} -> [{exprs}] }}")
+    return _schedule_error(statement, name, isl.UnionMap(m), function)
+
+
+def _schedule_error(s: Statement, name: str, schedule_map: isl.UnionMap, function: bool = False) -> str | None:
+    """Why `schedule_map` is not a valid schedule of statement `name`, or None.
+    `function`: the map is known to be a total function (only injectivity is left to check)."""
+    domain = isl.Set(f"{{ {_tuple_str(name, s.loop_names)} : {_bounds_str(s)} }}")
+    restricted = schedule_map.intersect_domain(isl.UnionSet(domain))
+    maps = _maps(restricted)
+    if not maps or not (function or domain.is_subset(maps[0].domain())):
+        return f"the schedule does not cover every instance of {name}"
+    m = maps[0]
+    if not function and not m.is_single_valued():
+        return f"the schedule gives some instance of {name} more than one time"
+    if not m.is_injective():
+        return (f"the schedule runs two instances of {name} at the same time; "
+                f"mark loops parallel instead (check_legal(..., parallel=...))")
+    return None
 
 
 # --------------------------------------------------------------------------- dependences
@@ -685,24 +725,57 @@ def _dependences_of(poly: KernelPolyhedra, reduction_reorderable: bool) -> tuple
 # --------------------------------------------------------------------------- legality
 
 
-@dataclass(frozen=True)
 class Violation:
     """One dependence the new schedule breaks, with an example pair of instances.
 
     `distance` is sink - source in the new schedule's time space for the example pair
     (lexicographically non-positive, which is what makes it a violation).
+
+    The verdict itself is decided from dependence distances; the example pair, distance
+    and message are worked out by isl only when first read (a tuner that only asks which
+    loops were refused never pays for them).
     """
 
-    kind: str
-    source: str
-    sink: str
-    tensor: str
-    example_source: tuple[int, ...]
-    example_sink: tuple[int, ...]
-    distance: tuple[int, ...]
-    message: str
-    reduction: bool = False
-    loop: str | None = None  # for a refused parallel loop: its name
+    __slots__ = ("kind", "source", "sink", "tensor", "reduction", "loop", "_explained", "_explain")
+    _LAZY = ("example_source", "example_sink", "distance", "message")
+
+    def __init__(self, kind: str, source: str, sink: str, tensor: str,
+                 example_source: tuple[int, ...] | None = None,
+                 example_sink: tuple[int, ...] | None = None,
+                 distance: tuple[int, ...] | None = None, message: str | None = None,
+                 reduction: bool = False, loop: str | None = None, *, explain=None):
+        self.kind, self.source, self.sink, self.tensor = kind, source, sink, tensor
+        self.reduction, self.loop = reduction, loop
+        self._explain = explain
+        self._explained = None if explain is not None else (
+            example_source, example_sink, distance, message)
+
+    def _details(self) -> tuple:
+        if self._explained is None:
+            self._explained = self._explain()
+            self._explain = None
+        return self._explained
+
+    example_source = property(lambda self: self._details()[0])
+    example_sink = property(lambda self: self._details()[1])
+    distance = property(lambda self: self._details()[2])
+    message = property(lambda self: self._details()[3])
+
+    def _key(self) -> tuple:
+        return (self.kind, self.source, self.sink, self.tensor, *self._details(), self.reduction, self.loop)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Violation) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __reduce__(self):  # pickles and copies explained (isl objects do not pickle)
+        return (Violation, self._key())
+
+    def __repr__(self) -> str:
+        fields = zip(("kind", "source", "sink", "tensor", *self._LAZY, "reduction", "loop"), self._key())
+        return f"Violation({', '.join(f'{k}={v!r}' for k, v in fields)})"
 
     def __str__(self) -> str:
         return self.message
@@ -781,30 +854,120 @@ def _check_legal_cached(poly: KernelPolyhedra, schedule: KernelSchedule, reducti
 
 def _check_legal(poly: KernelPolyhedra, new_schedule: ScheduleLike, reduction_reorderable: bool,
                  parallel: tuple[str | int, ...]) -> Legality:
-    schedule_map = _schedule_map(poly, new_schedule)
-    _check_schedule(poly, schedule_map)
-    not_after = schedule_map.lex_ge_union_map(schedule_map)  # x -> y: y runs no later than x
+    # Decided exactly from each dependence's time differences (sink time - source time of
+    # every dependent pair, as an isl set): a dependence is broken iff one difference is
+    # lexicographically non-positive, and carried at a position iff one difference is zero
+    # on every outer position and non-zero there. Examples and messages come later, lazily.
+    levels = _levels_under(poly, new_schedule)
     violations: list[Violation] = []
     for dep in _dependences_of(poly, reduction_reorderable):
-        broken = isl.UnionMap(dep.relation).intersect(not_after)
-        if broken.is_empty():
-            continue
-        source, sink = _example(_maps(broken)[0])
-        source_time = _time_of(schedule_map, dep.source, source)
-        sink_time = _time_of(schedule_map, dep.sink, sink)
-        distance = tuple(b - a for a, b in zip(source_time, sink_time))
-        how = "reversed" if any(distance) else "run at the same time"
-        message = (f"{dep.describe(poly)} would be {how}: {_format_instance(dep.sink, sink)} "
-                   f"would run at {list(sink_time)}, not after {_format_instance(dep.source, source)} "
-                   f"at {list(source_time)}")
-        violations.append(Violation(dep.kind, dep.source, dep.sink, dep.tensor, source, sink,
-                                    distance, message, dep.reduction))
-    if parallel:
-        time_pairs = _time_pairs(poly, schedule_map)
-        for loop in parallel:
-            violations += _parallel_violations(poly, schedule_map, time_pairs, loop,
-                                               _loop_positions(new_schedule, loop))
+        if levels(dep)[0]:
+            violations.append(Violation(dep.kind, dep.source, dep.sink, dep.tensor, reduction=dep.reduction,
+                                        explain=partial(_explain_order, poly, new_schedule, dep)))
+    for loop in parallel:
+        positions = _loop_positions(new_schedule, loop)
+        for dep in _exact_dependences(poly):
+            position = _position_for(dep, positions)
+            if position is not None and position in levels(dep)[1]:
+                violations.append(Violation(
+                    dep.kind, dep.source, dep.sink, dep.tensor, reduction=dep.reduction, loop=str(loop),
+                    explain=partial(_explain_parallel, poly, new_schedule, dep, loop, position)))
     return Legality(not violations, tuple(violations))
+
+
+def _explain_order(poly: KernelPolyhedra, new_schedule: ScheduleLike, dep: "Dependence") -> tuple:
+    """(example source, example sink, time distance, message) of a dependence the schedule breaks."""
+    schedule_map = _schedule_map(poly, new_schedule)
+    not_after = schedule_map.lex_ge_union_map(schedule_map)  # x -> y: y runs no later than x
+    broken = isl.UnionMap(dep.relation).intersect(not_after)
+    source, sink = _example(_maps(broken)[0])
+    source_time = _time_of(schedule_map, dep.source, source)
+    sink_time = _time_of(schedule_map, dep.sink, sink)
+    distance = tuple(b - a for a, b in zip(source_time, sink_time))
+    how = "reversed" if any(distance) else "run at the same time"
+    message = (f"{dep.describe(poly)} would be {how}: {_format_instance(dep.sink, sink)} "
+               f"would run at {list(sink_time)}, not after {_format_instance(dep.source, source)} "
+               f"at {list(source_time)}")
+    return source, sink, distance, message
+
+
+def _explain_parallel(poly: KernelPolyhedra, new_schedule: ScheduleLike, dep: "Dependence",
+                      loop: str | int, position: int) -> tuple:
+    """(example source, example sink, time distance, message) of a dependence `loop` carries."""
+    schedule_map = _schedule_map(poly, new_schedule)
+    pairs = _maps(isl.UnionMap(dep.relation).apply_domain(schedule_map).apply_range(schedule_map))[0]
+    carried_times = _carried_at(pairs, position)
+    # An instance pair behind a carried time pair, for the message.
+    instance_pairs = (isl.UnionMap(dep.relation)
+                      .intersect(schedule_map.apply_range(isl.UnionMap(carried_times))
+                                 .apply_range(schedule_map.reverse())))
+    source, sink = _example(_maps(instance_pairs)[0])
+    distance = tuple(b - a for a, b in zip(_time_of(schedule_map, dep.source, source),
+                                           _time_of(schedule_map, dep.sink, sink)))
+    message = (f"loop {loop} cannot run in parallel: it carries the {dep.describe(poly)} "
+               f"(e.g. {_format_instance(dep.source, source)} -> {_format_instance(dep.sink, sink)})")
+    return source, sink, distance, message
+
+
+Levels = tuple[bool, frozenset]
+
+
+def _levels_under(poly: KernelPolyhedra, schedule: ScheduleLike, validate: bool = True):
+    """Validate `schedule` (unless told not to) and return dep -> (broken, positions carrying it) under it.
+
+    A `KernelSchedule` is checked statement by statement, and each dependence's levels are
+    cached on its two statements' schedules (a tuner varying one nest reuses the rest)."""
+    if isinstance(schedule, KernelSchedule):
+        by_name = {s.name: s for s in schedule.statements}
+        for name, statement in zip(poly.names, poly.statements):
+            error = _statement_schedule_error(statement, name, by_name.get(name)) if validate else None
+            if error:
+                raise ValueError(error)
+        width = schedule.width
+        return lambda dep: _kernel_levels(dep, by_name[dep.source], by_name[dep.sink], width)
+    schedule_map = _schedule_map(poly, schedule)
+    if validate:
+        _check_schedule(poly, schedule_map)
+    cache: dict = {}
+
+    def levels(dep: "Dependence") -> Levels:
+        if dep not in cache:
+            pairs = _maps(isl.UnionMap(dep.relation).apply_domain(schedule_map).apply_range(schedule_map))
+            cache[dep] = _delta_levels(pairs[0].deltas()) if pairs else (False, frozenset())
+        return cache[dep]
+
+    return levels
+
+
+@lru_cache(maxsize=8192)
+def _statement_map(schedule: StatementSchedule, width: int) -> isl.Map:
+    return schedule.to_isl(width)
+
+
+@lru_cache(maxsize=16384)
+def _kernel_levels(dep: "Dependence", source: StatementSchedule, sink: StatementSchedule,
+                   width: int) -> Levels:
+    pairs = dep.relation.apply_domain(_statement_map(source, width)).apply_range(_statement_map(sink, width))
+    return _delta_levels(pairs.deltas())
+
+
+def _delta_levels(deltas: isl.Set) -> Levels:
+    """From the time differences (sink - source) of a dependence's pairs: whether some pair
+    runs its sink no later than its source (a lexicographically non-positive difference),
+    and the positions carrying it (a difference zero outside the position, non-zero at it)."""
+    broken = False
+    carried = []
+    rest = deltas  # differences zero on every position so far
+    for position in range(deltas.dim(isl.dim_type.set)):
+        if rest.is_empty():
+            return broken, frozenset(carried)
+        negative = not rest.upper_bound_val(isl.dim_type.set, position, -1).is_empty()
+        positive = not rest.lower_bound_val(isl.dim_type.set, position, 1).is_empty()
+        broken = broken or negative
+        if negative or positive:
+            carried.append(position)
+        rest = rest.fix_val(isl.dim_type.set, position, 0)
+    return broken or not rest.is_empty(), frozenset(carried)
 
 
 # --------------------------------------------------------------------------- parallelism and distances
@@ -844,46 +1007,10 @@ def _carried_at(time_pairs: isl.Map, position: int) -> isl.Map:
     return time_pairs.intersect(carried)
 
 
-def _time_pairs(poly: KernelPolyhedra, schedule_map: isl.UnionMap) -> list[tuple[Dependence, isl.Map]]:
-    """Each exact dependence with its (source time -> sink time) map under a schedule."""
-    out = []
+def _is_carried(poly: KernelPolyhedra, levels, positions: dict[str, int] | int) -> bool:
     for dep in _exact_dependences(poly):
-        pairs = _maps(isl.UnionMap(dep.relation).apply_domain(schedule_map).apply_range(schedule_map))
-        if pairs:
-            out.append((dep, pairs[0]))
-    return out
-
-
-def _parallel_violations(poly: KernelPolyhedra, schedule_map: isl.UnionMap,
-                         time_pairs: list[tuple[Dependence, isl.Map]], loop: str | int,
-                         positions: dict[str, int] | int) -> list[Violation]:
-    """Dependences carried by `loop`, each with an example pair."""
-    out: list[Violation] = []
-    for dep, pairs in time_pairs:
         position = _position_for(dep, positions)
-        if position is None:
-            continue
-        carried_times = _carried_at(pairs, position)
-        if carried_times.is_empty():
-            continue
-        # An instance pair behind a carried time pair, for the message.
-        instance_pairs = (isl.UnionMap(dep.relation)
-                          .intersect(schedule_map.apply_range(isl.UnionMap(carried_times))
-                                     .apply_range(schedule_map.reverse())))
-        source, sink = _example(_maps(instance_pairs)[0])
-        distance = tuple(b - a for a, b in zip(_time_of(schedule_map, dep.source, source),
-                                               _time_of(schedule_map, dep.sink, sink)))
-        message = (f"loop {loop} cannot run in parallel: it carries the {dep.describe(poly)} "
-                   f"(e.g. {_format_instance(dep.source, source)} -> {_format_instance(dep.sink, sink)})")
-        out.append(Violation(dep.kind, dep.source, dep.sink, dep.tensor, source, sink, distance,
-                             message, dep.reduction, loop=str(loop)))
-    return out
-
-
-def _is_carried(time_pairs: list[tuple[Dependence, isl.Map]], positions: dict[str, int] | int) -> bool:
-    for dep, pairs in time_pairs:
-        position = _position_for(dep, positions)
-        if position is not None and not _carried_at(pairs, position).is_empty():
+        if position is not None and position in levels(dep)[1]:
             return True
     return False
 
@@ -897,8 +1024,7 @@ def is_parallel(statements: Statements, loop: str | int, schedule: ScheduleLike 
     """
     poly = kernel_polyhedra(statements, tensor_shapes)
     schedule = poly.original if schedule is None else schedule
-    time_pairs = _time_pairs(poly, _schedule_map(poly, schedule))
-    return not _is_carried(time_pairs, _loop_positions(schedule, loop))
+    return not _is_carried(poly, _levels_under(poly, schedule, validate=False), _loop_positions(schedule, loop))
 
 
 def parallel_loops(statements: Statements, schedule: KernelSchedule | None = None, *,
@@ -909,8 +1035,8 @@ def parallel_loops(statements: Statements, schedule: KernelSchedule | None = Non
     schedule = poly.original if schedule is None else schedule
     if not isinstance(schedule, KernelSchedule):
         raise ValueError("parallel_loops needs a KernelSchedule (loops are named there)")
-    time_pairs = _time_pairs(poly, _schedule_map(poly, schedule))
-    return tuple(l for l in schedule.loop_dims() if not _is_carried(time_pairs, _loop_positions(schedule, l)))
+    levels = _levels_under(poly, schedule, validate=False)
+    return tuple(l for l in schedule.loop_dims() if not _is_carried(poly, levels, _loop_positions(schedule, l)))
 
 
 @dataclass(frozen=True)
@@ -968,11 +1094,8 @@ def dependence_distances(statements: Statements, schedule: KernelSchedule | None
         deltas = pairs.deltas()
         bounds = [(deltas.dim_min_val(p).to_python(), deltas.dim_max_val(p).to_python())
                   for p in range(schedule.width)]
-        carried_by = None
-        for p in range(schedule.width):
-            if not _carried_at(pairs, p).is_empty():
-                carried_by = names[p]
-                break
+        carried = _delta_levels(deltas)[1]
+        carried_by = names[min(carried)] if carried else None
         out.append(DependenceDistance(dep.kind, dep.source, dep.sink, dep.tensor,
                                       tuple(names[p] for p in loop_positions),
                                       tuple(bounds[p] for p in loop_positions),

@@ -311,3 +311,80 @@ def test_parallel_k_tiles_of_an_ir_schedule_are_refused():
     result = poly.check_legal(kernel.statements, poly.from_tiled_schedule(schedule),
                               parallel=poly.parallel_dims(schedule), reduction_reorderable=True)
     assert not result.ok and "loop k_L2 cannot run in parallel" in result.reason
+
+
+# --------------------------------------------------------------------------- verdicts from distances
+
+
+def _reference_verdict(kernel, schedule, parallel=(), reorderable=False):
+    """The textbook isl check, on whole dependence relations: a dependence is broken iff
+    some pair has its sink run no later than its source; a loop carries it iff some pair's
+    times agree outside the loop and differ at it. check_legal decides the same from
+    dependence distances; this pins the two together."""
+    polyhedra = poly.kernel_polyhedra(kernel)
+    schedule_map = poly._schedule_map(polyhedra, schedule)
+    not_after = schedule_map.lex_ge_union_map(schedule_map)
+    broken = [(d.kind, d.source, d.sink, d.tensor, None)
+              for d in poly.dependences(kernel, reduction_reorderable=reorderable)
+              if not isl.UnionMap(d.relation).intersect(not_after).is_empty()]
+    for loop in parallel:
+        positions = poly._loop_positions(schedule, loop)
+        for d in poly.dependences(kernel):
+            position = poly._position_for(d, positions)
+            pairs = poly._maps(isl.UnionMap(d.relation).apply_domain(schedule_map).apply_range(schedule_map))
+            if position is not None and pairs and not poly._carried_at(pairs[0], position).is_empty():
+                broken.append((d.kind, d.source, d.sink, d.tensor, loop))
+    return broken
+
+
+def _schedules_under_test():
+    g = [gemm(8)]
+    original = poly.original_schedule(g)
+    tiled = original.tile({"i": 4, "j": 2, "k": 4})
+    yield g, original.reverse("k"), ("i", "j", "k")
+    yield g, original.interchange("k", "j", "i"), ("i", "j", "k")
+    yield g, tiled, tiled.loop_dims()
+    yield g, tiled.interchange("k_inner", "i_inner").reverse("j_inner"), tiled.loop_dims()
+    yield g, original.tile({"k": 4}).reverse("k_inner"), ("k_outer", "k_inner", "i")
+    w = [wavefront()]
+    for schedule in (poly.original_schedule(w), poly.original_schedule(w).interchange("j", "i"),
+                     poly.original_schedule(w).skew("j", "i", 1).interchange("j", "i"),
+                     poly.original_schedule(w).skew("j", "i", -1).interchange("j", "i")):
+        yield w, schedule, ("i", "j")
+    pair = conv_pair()
+    yield pair, poly.fused_schedule(pair), ("h", "r")
+    yield pair, poly.original_schedule(pair).tile({"h": 4}), ("h_outer", "h_inner", "r")
+    fused = [gemm(8), relu_of_c(8)]
+    yield fused, poly.fused_schedule(fused), ("i", "j", "k")
+    yield fused, poly.fused_schedule(fused).reverse("k").tile({"i": 2, "j": 4}), ("i_outer", "j_outer", "k")
+
+
+@pytest.mark.parametrize("reorderable", [False, True])
+def test_verdicts_from_distances_match_the_full_relation_check(reorderable):
+    for kernel, schedule, loops in _schedules_under_test():
+        result = poly.check_legal(kernel, schedule, parallel=loops, reduction_reorderable=reorderable)
+        got = [(v.kind, v.source, v.sink, v.tensor, v.loop) for v in result.violated]
+        assert got == _reference_verdict(kernel, schedule, loops, reorderable), str(schedule)
+        assert result.ok == (not got)
+        # Each violation explains itself (lazily) with an example pair the schedule breaks.
+        for v in result.violated:
+            assert v.message and len(v.example_source) and len(v.example_sink)
+        assert set(poly.parallel_loops(kernel, schedule)) == {
+            l for l in schedule.loop_dims()
+        if not any(b[-1] == l for b in _reference_verdict(kernel, schedule, (l,)))}
+
+
+def test_violation_equality_and_explicit_construction():
+    v = poly.Violation("flow", "S0", "S0", "C", (0,), (1,), (0, 1), "why", True, "k")
+    assert (v.example_source, v.example_sink, v.distance, v.message, v.loop) == ((0,), (1,), (0, 1), "why", "k")
+    assert v == poly.Violation("flow", "S0", "S0", "C", (0,), (1,), (0, 1), "why", True, "k")
+    assert str(v) == "why"
+
+
+def test_lazily_explained_violations_pickle_with_their_explanation():
+    import pickle
+
+    kernel = [gemm()]
+    result = poly.check_legal(kernel, poly.original_schedule(kernel).reverse("k"))
+    copied = pickle.loads(pickle.dumps(result))
+    assert copied == result and copied.reason == result.reason
