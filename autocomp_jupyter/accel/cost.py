@@ -665,7 +665,7 @@ def _host_packed_gemm(kernel: Kernel, index: dict) -> tuple[int, int, int] | Non
 HOST_FMA_LATENCY = 4.0      # cycles: a chain of dependent multiply-adds (no -ffast-math reassociation)
 HOST_LOOP_OVERHEAD = 8.0    # cycles per trip of an innermost loop (entry, bounds, branch, address setup)
 HOST_REGISTER_TILE = 256    # output elements the code keeps in a local accumulator tile
-HOST_UNROLLED_TRIP = 3      # innermost trips the compiler unrolls away (the loop outside becomes innermost)
+HOST_UNROLLED_TRIP = 16     # innermost work (product of trips) gcc unrolls completely (max-completely-peel-times)
 
 
 def _host_issue_cycles(st: "_StatementModel", tiles, inner_order, vec_loop, rows, width, fma_units,
@@ -678,8 +678,8 @@ def _host_issue_cycles(st: "_StatementModel", tiles, inner_order, vec_loop, rows
       contiguous output loop (a scalar op each when that loop is narrower than a vector) per
       other output point, bounded by the FMA chain latency and the operand loads, plus
       loading and storing the output tile once per innermost tile;
-    * otherwise the innermost loop (ignoring loops of <= HOST_UNROLLED_TRIP trips, which the
-      compiler unrolls) decides: a reduction loop chains dependent FMAs (latency per point),
+    * otherwise the innermost loop really run (inner loops whose trips multiply to <=
+      HOST_UNROLLED_TRIP are unrolled into its body by the compiler) decides: a reduction loop chains dependent FMAs (latency per point),
       the vectorised contiguous output loop issues half a cycle per point, anything else one;
       every trip of that loop costs HOST_LOOP_OVERHEAD cycles.
 
@@ -701,9 +701,12 @@ def _host_issue_cycles(st: "_StatementModel", tiles, inner_order, vec_loop, rows
     per_step = np.maximum(np.maximum(vops / fma_units, HOST_FMA_LATENCY), (other + vops) / 2.0)
     reg = pts / R * per_step + pts / (R * K) * (2.0 * vops + 10.0)
     t_ord = np.take_along_axis(tin, inner_order, axis=1)
-    big = t_ord > HOST_UNROLLED_TRIP
+    # Innermost loops whose trips multiply to <= HOST_UNROLLED_TRIP are unrolled away: the
+    # loop that takes the product past it is the innermost one really run.
+    body = np.cumprod(t_ord[:, ::-1], axis=1)[:, ::-1]
+    big = body > HOST_UNROLLED_TRIP
     some = t_ord > 1
-    pick = np.where(big.any(axis=1), D - 1 - np.argmax(big[:, ::-1], axis=1),
+    pick = np.where(big.any(axis=1), big.sum(axis=1) - 1,
                     np.where(some.any(axis=1), D - 1 - np.argmax(some[:, ::-1], axis=1), D - 1))
     v = inner_order[rows, pick]
     red = st.present[v] & ~out[v]
