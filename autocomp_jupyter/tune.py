@@ -312,7 +312,12 @@ class _Legality:
             else:
                 refused = {v.loop for v in verdict.violated if v.loop is not None}
                 order_ok = not any(v.loop is None for v in verdict.violated)
-                self.cache[key] = (order_ok, np.array([dim not in refused for dim in dims]))
+                # A reduction loop whose tile loop iterates once carries nothing at the tile
+                # level, yet its points accumulate into one element: never parallel.
+                reduction = {l.name for l in sp.kernel.anchor_statement.reduction_loops}
+                may = np.array([dim not in refused for dim in dims]) & \
+                    np.array([name not in reduction for name in sp.kernel.loop_names])
+                self.cache[key] = (order_ok, may)
             while len(self.cache) > LEGALITY_CACHE_SIZE:
                 self.cache.popitem(last=False)
             self.seconds += time.perf_counter() - started

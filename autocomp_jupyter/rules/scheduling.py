@@ -256,10 +256,19 @@ def annotate_parallel(schedule: Schedule, ctx: PassContext, log: list) -> Schedu
     kernel = schedule.kernel
     outer_order = schedule.order_at(schedule.levels[0]) if schedule.levels else kernel.loop_names
     legal, refused = [], []
+    anchor = kernel.anchor_statement
+    reduction_loops = {l.name for l in anchor.reduction_loops}
     for loop in outer_order:
         if kernel.extents[loop] == 1:
             continue
         verdict = parallel_verdict(schedule, loop)
+        if verdict.ok and loop in reduction_loops:
+            # Its tile loop iterates once (isl sees nothing carried there), but the points
+            # inside the tile still accumulate into one element: never parallel.
+            log.append(_rule("parallel_outer", kernel, False,
+                             f"{loop}: a reduction loop of {anchor.target} (its iterations accumulate into the "
+                             "same elements: parallel iterations would race)"))
+            continue
         (legal if verdict.ok else refused).append((loop, verdict))
     for loop, verdict in refused:
         log.append(_rule("parallel_outer", kernel, False, f"{loop}: {verdict.reason}"))
