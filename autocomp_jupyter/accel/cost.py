@@ -525,7 +525,7 @@ class KernelModel:
                     if stationary is not None:
                         blocks = np.prod(np.where(stationary.index_mask & st.present, dp_rel, 1.0), axis=1)
                         fills = np.minimum(inner_tiles * blocks, _fetches(stationary.index_mask[dp_loops], dp_trips))
-                    cycles = cycles + fills * (compute.pe_rows + compute.pe_cols)
+                    cycles = cycles + _fill_cycles(compute, fills, cycles)
                 mac_points += st.points
                 useful += st.points
                 offered += passes * width
@@ -715,6 +715,16 @@ def _host_issue_cycles(st: "_StatementModel", tiles, inner_order, vec_loop, rows
     if st.reduce:
         return np.where(R <= HOST_REGISTER_TILE, reg, plain)
     return plain
+
+
+def _fill_cycles(compute, fills, stream_cycles):
+    """Cycles a systolic array spends filling/draining its stationary blocks. With double-
+    buffered weights each fill hides behind the previous block's stream, but the first."""
+    fill = compute.pe_rows + compute.pe_cols
+    if not compute.double_buffered_weights:
+        return fills * fill
+    per_block = stream_cycles / np.maximum(fills, 1.0)
+    return np.where(fills > 0, fill + np.maximum(fills - 1.0, 0.0) * np.maximum(fill - per_block, 0.0), 0.0)
 
 
 def _stationary_operand(st: "_StatementModel") -> "_AccessModel | None":

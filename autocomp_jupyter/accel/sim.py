@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.schedule import Schedule
-from .cost import KernelModel, _chunks, _stationary_operand, kernel_model
+from .cost import KernelModel, _chunks, _fill_cycles, _stationary_operand, kernel_model
 from .target import load_target
 
 
@@ -142,6 +142,7 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
     tile_start = [0.0] * L            # when the current tile of each level began
     last_boxes = [None] * L
     last_weight_box = None
+    weights_streaming = False         # a stationary block is already in the array
     compute_total = 0.0
     steps = 0
     full_box = [(0, int(E[d])) if present[d] else (0, 1) for d in range(D)]
@@ -197,7 +198,12 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
                     if fills == 1.0 and weight_box == last_weight_box:
                         fills = 0.0
                     last_weight_box = weight_box
-                cycles += fills * (compute.pe_rows + compute.pe_cols)
+                if fills and compute.double_buffered_weights and weights_streaming:
+                    # The pipeline is running: each fill hides behind the previous block's stream.
+                    cycles += fills * max(0.0, compute.pe_rows + compute.pe_cols - cycles / fills)
+                elif fills:
+                    cycles += float(_fill_cycles(compute, np.float64(fills), np.float64(cycles)))
+                weights_streaming = True
         else:
             cycles = passes * width * max(1, st.flops_per_point) / compute.vector_ops_per_cycle
         step_compute = cycles / clock / active

@@ -97,6 +97,9 @@ class ComputeSpec:
     # the units (accelerators: the runtime does) or runs on one unit (host: only annotated
     # loops get `#pragma omp parallel for`).
     implicit_parallel: bool = True
+    # A systolic array that loads the next stationary block while the current one streams
+    # (TPU MXUs do): only the part of a fill longer than the stream it hides behind costs.
+    double_buffered_weights: bool = False
 
     def macs(self, dtype: str) -> float:
         """MACs per cycle per unit for `dtype`."""
@@ -254,6 +257,7 @@ COMPUTE_SCHEMA: dict[str, Any] = {
     "pe_rows": "posint", "pe_cols": "posint",
     "arrays": "posint", "cores": "posint", "lanes": "posint", "fma_units": "posint",
     "dataflow": ("enum", DATAFLOWS),
+    "double_buffered_weights": "bool",
     "peak_macs_per_cycle": ("dtype_map", "pos"),
     "vector_ops_per_cycle": "pos",
     "max_blocks_per_core": "posint",
@@ -382,7 +386,7 @@ def _check_value(value: Any, spec: Any, key_path: str, filename: str) -> None:
 
 KIND_FIELDS = {
     "systolic": {"required": ("pe_rows", "pe_cols"),
-                 "allowed": ("kind", "pe_rows", "pe_cols", "arrays", "dataflow",
+                 "allowed": ("kind", "pe_rows", "pe_cols", "arrays", "dataflow", "double_buffered_weights",
                              "peak_macs_per_cycle", "vector_ops_per_cycle")},
     "simt": {"required": ("cores", "lanes"),
              "allowed": ("kind", "cores", "lanes", "fma_units", "peak_macs_per_cycle",
@@ -465,6 +469,7 @@ def _build(raw: dict, filename: str) -> Target:
         macs_per_cycle=tuple(sorted(derived.items())), vector_ops_per_cycle=float(vector_ops),
         max_blocks_per_unit=c.get("max_blocks_per_core", 1),
         implicit_parallel=bool(c.get("implicit_parallel", True)),
+        double_buffered_weights=bool(c.get("double_buffered_weights", False)),
     )
     memory = tuple(
         MemoryLevel(
