@@ -8,25 +8,15 @@ from __future__ import annotations
 import math
 
 from .accel.cost import ProgramCost
+from .accel.roofline import compulsory_bytes, program_dtype
+from .accel.roofline import roofline_fraction as _roofline_fraction
 from .accel.target import Target
-from .ir.program import DTYPE_BYTES, Program
+from .ir.program import Program
 from .passes import PassContext
 from .result import Plan
 from .rules.engine import RuleSet
 
 REPORT_VERSION = 1
-
-
-def compulsory_bytes(program: Program) -> int:
-    """Bytes of every program input, param and output moved once: the least any plan moves."""
-    names = [t.name for t in program.inputs] + list(program.outputs)
-    return sum(program.tensor(n).nbytes for n in names)
-
-
-def program_dtype(program: Program) -> str:
-    """The dtype the peak is taken at: that of the op doing most of the work."""
-    heaviest = max(program.ops, key=lambda op: op.flops)
-    return program.tensor(heaviest.inputs[0]).dtype if heaviest.inputs else program.tensor(heaviest.output).dtype
 
 
 def attainable_flops(program: Program, target: Target) -> float:
@@ -38,11 +28,9 @@ def attainable_flops(program: Program, target: Target) -> float:
 def roofline_fraction(program: Program, target: Target, time_s: float) -> float:
     """(flops / time) / attainable: 1.0 is the physical limit (DESIGN §7). A program
     without arithmetic (a transpose) is judged by bandwidth: compulsory bytes / time / DRAM bw."""
-    if time_s <= 0:
-        return 0.0
     if program.flops == 0:
-        return compulsory_bytes(program) / time_s / target.dram_bandwidth
-    return (program.flops / time_s) / attainable_flops(program, target)
+        return compulsory_bytes(program) / time_s / target.dram_bandwidth if time_s > 0 else 0.0
+    return _roofline_fraction(program.flops, time_s, compulsory_bytes(program), target, program_dtype(program))
 
 
 def roofline_point(program: Program, cost, label: str) -> dict:

@@ -37,9 +37,11 @@ def roofline_fraction(flops: float, time_s: float, compulsory: float, target, dt
 
 
 def program_dtype(program: Program) -> str:
-    """The dtype compute runs in: that of the largest input (f32 when there is none)."""
-    inputs = sorted(program.inputs, key=lambda t: -t.nbytes)
-    return inputs[0].dtype if inputs else "f32"
+    """The dtype the peak is taken at: that of the op doing most of the work."""
+    if not program.ops:
+        return "f32"
+    heaviest = max(program.ops, key=lambda op: op.flops)
+    return program.tensor(heaviest.inputs[0] if heaviest.inputs else heaviest.output).dtype
 
 
 def roofline_plot_data(target, points: Mapping[str, Mapping[str, float]] = (), dtype: str = "f32",
