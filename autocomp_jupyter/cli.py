@@ -10,6 +10,7 @@ import sys
 
 from . import __version__
 from .errors import UserError
+from .flags import int_at_least, positive_seconds
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,11 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--rules", action="append", default=[], metavar="NAME|FILE.yaml",
                      help="extra rule file or shipped rule set (repeatable)")
     opt.add_argument("--passes", default=None, help="comma-separated passes, e.g. fusion,tiling,scheduling")
-    opt.add_argument("--tune", type=_non_negative_int, default=None, metavar="N",
+    opt.add_argument("--tune", type=int_at_least(0, "an integer >= 0"), default=None, metavar="N",
                      help="configurations the tuner evaluates (0: rules only)")
-    opt.add_argument("--top", type=_positive_int, default=None, metavar="K", help="tuned versions to keep")
-    opt.add_argument("--seed", type=_non_negative_int, default=None, metavar="S", help="tuner seed")
-    opt.add_argument("--budget", type=_positive_float, default=None, metavar="SECONDS", help="tuning time limit")
+    opt.add_argument("--top", type=int_at_least(1, "an integer >= 1"), default=None, metavar="K", help="tuned versions to keep")
+    opt.add_argument("--seed", type=int_at_least(0, "an integer >= 0"), default=None, metavar="S", help="tuner seed")
+    opt.add_argument("--budget", type=positive_seconds, default=None, metavar="SECONDS", help="tuning time limit")
     opt.add_argument("--executor", default=None, metavar="SPEC",
                      help="where the tuner scores: 'processes[:N]' or a Dask scheduler 'tcp://host:8786'")
     opt.add_argument("--json", action="store_true", help="print the JSON report (DESIGN §8)")
@@ -49,33 +50,6 @@ def build_parser() -> argparse.ArgumentParser:
     rules = sub.add_parser("rules", help="list the rules and where they apply")
     rules.add_argument("--target", default=None, help="show the rule set as this target sees it")
     return parser
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = _non_negative_int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
-    return value
 
 
 def _print_table(rows: list[dict], columns: list[str]) -> None:

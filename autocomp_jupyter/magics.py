@@ -26,6 +26,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import HTML, display
 
 from .errors import Diagnostic, UserError, did_you_mean
+from .flags import int_at_least, positive_seconds
 
 PASSES = ("fusion", "tiling", "scheduling")
 CODE_LANGS = ("c", "pseudo")
@@ -33,29 +34,6 @@ CELL_FILENAME = "cell"
 
 
 # --------------------------------------------------------------------------- flag types
-
-
-def _int_at_least(minimum: int, what: str):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        return value
-    parse.__name__ = what
-    return parse
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
 
 
 def _passes(text: str) -> list[str]:
@@ -178,11 +156,11 @@ class AutocompMagics(Magics):
               help="accelerator preset (gpu, tpu, npu, gemmini, host) or a target YAML file")
     @argument("--rules", action="append", metavar="NAME|FILE.yaml",
               help="a rule set file or a rule registered with @adrs_rule (repeatable)")
-    @argument("--tune", type=_int_at_least(0, "a non-negative integer"), metavar="N",
+    @argument("--tune", type=int_at_least(0, "a non-negative integer"), metavar="N",
               help="configurations the tuner evaluates (0: rules only)")
-    @argument("--top", type=_int_at_least(1, "a positive integer"), metavar="K", help="keep the K best versions")
-    @argument("--seed", type=_int_at_least(0, "a non-negative integer"), metavar="S", help="tuner seed")
-    @argument("--budget", type=_positive_seconds, metavar="SECONDS", help="tuning time limit")
+    @argument("--top", type=int_at_least(1, "a positive integer"), metavar="K", help="keep the K best versions")
+    @argument("--seed", type=int_at_least(0, "a non-negative integer"), metavar="S", help="tuner seed")
+    @argument("--budget", type=positive_seconds, metavar="SECONDS", help="tuning time limit")
     @argument("--passes", type=_passes, metavar="fusion,tiling,scheduling", help="passes to run")
     @argument("--vis-graph", nargs="?", const="", default=None, metavar="FILE.dot",
               help="show the before/after graph at once; with FILE.dot also write the optimised graph there")
