@@ -194,7 +194,8 @@ class LoopNest:
                     notes.append(f"unroll {p.unroll}")
                 note = f"    # {', '.join(notes)}" if notes else ""
                 start, stop = point_bounds(p, bounds)
-                lines.append("    " * depth + f"for {p.name} in range({start}, {stop}):{note}")
+                span = stop if start == "0" else f"{start}, {stop}"
+                lines.append("    " * depth + f"for {p.name} in range({span}):{note}")
                 depth += 1
             lines.append("    " * depth + str(node.statement).split("    #")[0])
         return "\n".join(lines)
