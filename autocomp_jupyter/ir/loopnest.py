@@ -42,6 +42,7 @@ kernels keep the row, and the cost model then scores the nest that runs.
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence, Union
@@ -172,6 +173,33 @@ class LoopNest:
                     self.kernel.extents[anchor], sizes)
             total += runs
         return total
+
+    def instances(self) -> Iterator[tuple[int, tuple[int, ...]]]:
+        """Every statement instance (statement index, values of its loops in loop order), in
+        the order the nest runs them: the nest's meaning, point by point (for tests and
+        small kernels; every reader must agree with it)."""
+        extents = self.kernel.extents
+
+        def visit(nodes, box):
+            for node in nodes:
+                if isinstance(node, TileLoop):
+                    lo, hi = box[node.anchor]
+                    for first in range(lo, hi, node.size):
+                        yield from visit(node.body, {**box, node.anchor: (first, min(first + node.size, hi))})
+                    continue
+                guarded = {t.anchor for t in self.tile_loops() if t.var in node.last_of}
+                if any(box[a][1] != extents[a] for a in guarded):
+                    continue
+                stmt = node.statement
+                ranges = [range(*box[p.anchor]) if p.tile is not None else range(p.extent) for p in node.loops]
+                position = [stmt.loop_names.index(p.name) for p in node.loops]
+                for values in itertools.product(*ranges):
+                    point = [0] * len(values)
+                    for k, v in zip(position, values):
+                        point[k] = v
+                    yield node.index, tuple(point)
+
+        yield from visit(self.body, {a: (0, e) for a, e in extents.items()})
 
     # ------------------------------------------------------------------ printing
 
