@@ -115,11 +115,15 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     configs = tune_cfg.get("configs", 0) if tune is None else tune   # what the rules leave open
     plan, versions, tuning = _tune(plan, ctx, configs, top or tune_cfg.get("top", 3), budget, progress, executor)
 
-    verified, reason = _verify(plan, ctx)                        # equivalence + legality, once more
-    if not verified:
-        rollbacks.append(rollback_entry("verify", "", f"final plan failed verification ({reason}): "
-                                                      "showing the library baseline"))
-        plan, versions = library, {}
+    versions = {name: v for name, v in versions.items() if _verify(v, ctx)[0]}   # only verified versions
+    verified, reason = _verify(plan, ctx)                        # equivalence, legality, tiled runs
+    fell_back = None
+    for fallback in (library, naive):                            # never show an unverified plan
+        if verified:
+            break
+        rollbacks.append(rollback_entry("verify", "", f"the {plan.label} plan failed verification ({reason}): "
+                                                      f"fell back to the {fallback.label} baseline"))
+        plan, versions, fell_back = fallback, {}, fallback.label
         verified, reason = _verify(plan, ctx)
 
     measured = _measure(plan, target) if measure else None       # the generated C, run on host
@@ -127,6 +131,7 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     from .report import build_report                             # DESIGN §8
     report = build_report(program, target, ruleset, naive, library, plan, ctx, log, rollbacks, tuning, verified,
                           seconds=time.perf_counter() - started)
+    report["fell_back"] = fell_back                              # None, "library" or "naive"
     if measured is not None:
         report["measured"] = measured
         if not measured["matches_interpreter"]:
@@ -250,12 +255,18 @@ def _illegal_schedules(plan: Plan, ctx: PassContext) -> list[tuple[str, str]]:
 
 
 def _verify(plan: Plan, ctx: PassContext) -> tuple[bool, str]:
+    """(verified, why not): the plan's program computes the original's (interpreter), every
+    kernel's schedule is legal (isl) and, run tile by tile (on a scaled twin of a large
+    program), computes what the program computes."""
+    from .rules.tiling import verify_schedule
+
     verdict = ctx.verify(plan.program)
     if not verdict:
         return False, verdict.reason
-    illegal = _illegal_schedules(plan, ctx)
-    if illegal:
-        return False, f"kernel {illegal[0][0]}: {illegal[0][1]}"
+    for kernel, schedule in zip(plan.kernels, plan.schedules):
+        problem = verify_schedule(schedule, plan.program, ctx)
+        if problem:
+            return False, f"kernel {kernel.name}: {problem}"
     return True, ""
 
 

@@ -101,7 +101,8 @@ def summary_text(report: dict) -> str:
     """What `autocomp optimize` prints: headline numbers, kernels, fired rules, rollbacks."""
     r = report
     lines = [
-        f"target {r['target']}: {'verified' if r['verified'] else 'NOT VERIFIED'}",
+        f"target {r['target']}: {'verified' if r['verified'] else 'NOT VERIFIED'}"
+        + (f" (fell back to the {r['fell_back']} baseline: no optimised plan verified)" if r.get("fell_back") else ""),
         f"  naive {_fmt_time(r['naive']['time_s'])}  library {_fmt_time(r['library']['time_s'])}  "
         f"optimized {_fmt_time(r['optimized']['time_s'])}",
         f"  speedup {r['speedup_vs_naive']:.2f}x vs naive, {r['speedup_vs_library']:.2f}x vs library; "
