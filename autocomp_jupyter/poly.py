@@ -864,9 +864,14 @@ def _check_legal(poly: KernelPolyhedra, new_schedule: ScheduleLike, reduction_re
         if levels(dep)[0]:
             violations.append(Violation(dep.kind, dep.source, dep.sink, dep.tensor, reduction=dep.reduction,
                                         explain=partial(_explain_order, poly, new_schedule, dep)))
+    # Parallel loops: with reductions reorderable, an accumulation may run in any order, so
+    # every pair of instances updating one element must stay in one iteration of a parallel
+    # loop (memory-based pairs: the original order's chain k -> k + 1 does not name the pair
+    # (r, s) -> (r + 1, s) that races once the order is (s, r)).
+    parallel_deps = _memory_dependences(poly) if reduction_reorderable else _exact_dependences(poly)
     for loop in parallel:
         positions = _loop_positions(new_schedule, loop)
-        for dep in _exact_dependences(poly):
+        for dep in parallel_deps:
             position = _position_for(dep, positions)
             if position is not None and position in levels(dep)[1]:
                 violations.append(Violation(

@@ -530,7 +530,7 @@ class _KernelWriter:
         # a full tile's size per output loop (remainder tiles take the plain nest)
         full = {l: bounds[l][2] or (max(tiles[l].lengths) if tiles[l] is not None else None) for l in out_loops}
         register_tile = math.prod(full[l] or REGISTER_TILE_MAX + 1 for l in out_loops) if out_loops else 1
-        if (stmt.reduce is not None and red_loops and None not in rank_out
+        if (stmt.reduce is not None and red_loops and rank_out and None not in rank_out
                 and len(set(rank_out)) == len(rank_out) and register_tile <= REGISTER_TILE_MAX):
             partial = [l for l in out_loops if bounds[l][2] is None]
             if partial:

@@ -303,6 +303,8 @@ def _monotone(tiles: np.ndarray, extents: np.ndarray) -> np.ndarray:
 
 
 def _score(model, tiles, orders, max_spill: float, vectorize: int = -1) -> np.ndarray:
+    if not len(tiles):      # no move left (every loop has extent 1)
+        return np.zeros(0)
     cost = model.evaluate_batch(tiles, orders, vectorize=np.full(len(tiles), vectorize))
     ok = cost.spill_ratio <= max_spill + 1e-12
     # Ties in time (common when compute-bound) go to less energy.
