@@ -33,7 +33,7 @@ import numpy as np
 from .errors import Diagnostic, UserError
 from .ir.program import Program
 
-__all__ = ["from_onnx", "load_onnx", "run_with_values", "SUPPORTED_OPS"]
+__all__ = ["from_onnx", "run_with_values", "sanitize", "SUPPORTED_OPS"]
 
 
 def _onnx():
@@ -75,6 +75,20 @@ def _shape_text(shape) -> str:
     return "[" + ", ".join(str(int(d)) for d in shape) + "]"
 
 
+def sanitize(name: str) -> str:
+    """An ONNX tensor name as a DSL name: kept where legal, else runs of other characters
+    become '_' ('/layer1/conv1/Conv_output_0' → 'layer1_conv1_Conv', 'input.1' → 'input_1')."""
+    out = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_")
+    out = re.sub(r"^onnx_+", "", out)
+    if out.endswith("_output_0") and len(out) > len("_output_0"):
+        out = out[: -len("_output_0")]
+    if not out or out[0].isdigit():
+        out = "t_" + out
+    if out in _RESERVED or _INDEX_NAME.match(out):
+        out += "_"
+    return out
+
+
 class _Importer:
     def __init__(self, model, input_shapes: dict | None, filename: str):
         self.onnx = _onnx()
@@ -100,14 +114,7 @@ class _Importer:
     # ---------------------------------------------------------------- names
 
     def fresh(self, wanted: str) -> str:
-        name = re.sub(r"[^A-Za-z0-9_]+", "_", wanted).strip("_")
-        name = re.sub(r"^onnx_+", "", name)
-        if name.endswith("_output_0") and len(name) > len("_output_0"):
-            name = name[: -len("_output_0")]
-        if not name or name[0].isdigit():
-            name = "t_" + name
-        if name in _RESERVED or _INDEX_NAME.match(name):
-            name += "_"
+        name = sanitize(wanted)
         base, k = name, 1
         while name in self.used:
             k += 1
@@ -962,11 +969,6 @@ def from_onnx(model, input_shapes: dict | None = None, filename: str | None = No
     """
     model, filename = _as_model(model, filename)
     return _Importer(model, input_shapes, filename).run()
-
-
-def load_onnx(path, input_shapes: dict | None = None) -> Program:
-    """`from_onnx` on a file path (what `optimize("model.onnx")` and the magic call)."""
-    return from_onnx(path, input_shapes)
 
 
 def run_with_values(program: Program, inputs: dict | None = None, seed: int = 0) -> dict:

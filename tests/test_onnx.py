@@ -379,3 +379,57 @@ def test_not_an_onnx_file_is_a_user_error(tmp_path):
         from_onnx(bad)
     with pytest.raises(UserError, match="no such file"):
         from_onnx(tmp_path / "missing.onnx")
+
+
+# --------------------------------------------------------------------------- CLI, optimize(), the magic
+
+
+def test_cli_import_then_check_runs_with_given_inputs_and_saves_outputs(tmp_path, capsys):
+    from autocomp_jupyter.cli import main
+
+    model = resnet_block()
+    path = tmp_path / "block.onnx"
+    onnx.save(model, str(path))
+    x = rand(1, 8, 8, 8)
+    np.savez(tmp_path / "x.npz", X=x)
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
+
+    assert main(["check", str(path), "--run", "--inputs", str(tmp_path / "x.npz"), "--save", str(tmp_path / "y.npz")]) == 0
+    got = np.load(tmp_path / "y.npz")["logits"]
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+    acir = tmp_path / "block.acir"
+    assert main(["import", str(path), "-o", str(acir)]) == 0
+    assert acir.read_text().startswith("# imported from block.onnx")
+    weights = tmp_path / "block.params.npz"
+    assert main(["check", str(acir), "--run", "--inputs", str(weights), "--inputs", str(tmp_path / "x.npz"),
+                 "--save", str(tmp_path / "y2.npz")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "y2.npz")["logits"], expected, rtol=1e-4, atol=1e-4)
+    capsys.readouterr()
+    assert main(["check", str(acir), "--inputs", str(weights)]) == 2          # --inputs without --run
+    assert "--inputs and --save need --run" in capsys.readouterr().err
+
+
+def test_cli_import_errors_exit_2_without_traceback(tmp_path, capsys):
+    from autocomp_jupyter.cli import main
+
+    nodes = [helper.make_node("Hardmax", ["X"], ["Y"], name="hm")]
+    path = tmp_path / "bad.onnx"
+    onnx.save(model_of(nodes, [("X", (3, 4))], [("Y", (3, 4))]), str(path))
+    assert main(["import", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "ONNX node 'hm' (Hardmax, inputs: 'X' [3, 4])" in err and "Traceback" not in err
+
+
+def test_optimize_and_the_magic_take_an_onnx_path(tmp_path):
+    path = tmp_path / "mb.onnx"
+    onnx.save(inverted_residual(), str(path))
+    res = autocomp.optimize(str(path), target="npu", tune=0)
+    assert res.verified and res.program.param_values
+    IPython = pytest.importorskip("IPython")
+    from IPython.testing.globalipapp import get_ipython
+
+    ip = get_ipython()
+    ip.run_line_magic("load_ext", "autocomp_jupyter")
+    ip.run_cell_magic("autocomp", "--target npu --tune 0 --static --out r", str(path))
+    assert ip.user_ns["r"].verified and ip.user_ns["r"].program.param_values
