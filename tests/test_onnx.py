@@ -433,3 +433,51 @@ def test_optimize_and_the_magic_take_an_onnx_path(tmp_path):
     ip.run_line_magic("load_ext", "autocomp_jupyter")
     ip.run_cell_magic("autocomp", "--target npu --tune 0 --static --out r", str(path))
     assert ip.user_ns["r"].verified and ip.user_ns["r"].program.param_values
+
+
+# --------------------------------------------------------------------------- the new library ops end to end
+
+
+NEW_OPS = """
+input X: f32[2, 6, 4, 4]
+input Y: f32[2, 3, 4, 4]
+param W: f32[8, 9, 3, 3]
+param P: f32[16]
+C = concat(X, Y, axis=1)
+K = conv2d(C, W, padding=1)
+R = relu(K)
+A = flatten(R)
+B = reshape(A, shape=[2, 8, 16])
+D = erf(B)
+E = gelu(D, approximate=none)
+F = div(E, P)
+M = reshape(E, shape=[2, 2, 4, 16])
+output F, M
+"""
+
+
+def test_new_library_ops_optimise_verify_and_their_c_matches_the_interpreter():
+    import shutil
+
+    from autocomp_jupyter import host
+    from autocomp_jupyter.dsl import parse
+
+    program = parse(NEW_OPS)
+    assert {op.kind for op in program.ops} >= {"concat", "flatten", "reshape", "erf", "gelu", "div"}
+    assert autocomp.optimize(program, target="tpu", tune=0).verified
+    if not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+        pytest.skip("no C compiler")
+    res = autocomp.optimize(program, target="host", tune=0)
+    assert res.verified
+    report = host.measure_plan(res.after, repeats=1, threads=1)
+    assert report["matches_interpreter"], report["reason"]
+
+
+def test_reshape_that_is_not_affine_is_an_error_with_a_hint():
+    from autocomp_jupyter.dsl import parse
+
+    with pytest.raises(UserError, match="not affine") as err:
+        parse("input X: f32[2, 3]\nY = reshape(X, shape=[3, 2])\n")
+    assert "common refinement" in err.value.format()
+    with pytest.raises(UserError, match="cannot reshape"):
+        parse("input X: f32[2, 3]\nY = reshape(X, shape=[4, 2])\n")
