@@ -279,95 +279,93 @@ class TooManyTiles(ValueError):
     """The schedule's tile loop runs more tiles than a check is willing to execute."""
 
 
-def tile_boxes(schedule, max_boxes: int | None = None) -> list[dict[str, tuple[int, int]]]:
-    """The innermost tiles of `schedule`, in execution order, as {anchor loop: (lo, hi)}.
-
-    Tile loops run level by level (outer → inner), each level in `order_at(level)`, as
-    `Schedule.loop_nest()` prints them; a loop whose tile covers its enclosing tile adds no
-    tile loop, and the last tile of a non-dividing loop is a remainder tile (hi clipped).
-    Raises `TooManyTiles` when there would be more than `max_boxes`.
-    """
-    kernel = schedule.kernel
-    sizes = schedule.tile_sizes()
-    span = dict(kernel.extents)
-    tile_loops: list[tuple[str, int]] = []
-    for level_index, level in enumerate(schedule.levels):
-        for loop in schedule.order_at(level):
-            size = sizes[loop][level_index]
-            if size < span[loop]:
-                tile_loops.append((loop, size))
-                span[loop] = size
-    if max_boxes is not None:
-        # Count first: tiles of a loop multiply across loops, remainders included.
-        count = math.prod(_tile_count(kernel.extents[l], [s for ll, s in tile_loops if ll == l])
-                          for l in kernel.loop_names)
-        if count > max_boxes:
-            raise TooManyTiles(f"{count} tiles > {max_boxes}")
-    boxes: list[dict[str, tuple[int, int]]] = []
-    start = {l: (0, e) for l, e in kernel.extents.items()}
-
-    def walk(depth: int, box: dict[str, tuple[int, int]]) -> None:
-        if depth == len(tile_loops):
-            boxes.append(dict(box))
-            return
-        loop, size = tile_loops[depth]
-        lo, hi = box[loop]
-        for first in range(lo, hi, size):
-            box[loop] = (first, min(first + size, hi))
-            walk(depth + 1, box)
-        box[loop] = (lo, hi)
-
-    walk(0, start)
-    return boxes
-
-
-def _tile_count(extent: int, sizes: list[int]) -> int:
-    """Innermost pieces of [0, extent) split by `sizes` in turn (remainders included)."""
-    def split(x: int, k: int) -> int:
-        if k == len(sizes) or x == 0:
-            return 1 if x else 0
-        t = sizes[k]
-        full, rest = divmod(x, t)
-        return full * split(t, k + 1) + (split(rest, k + 1) if rest else 0)
-    return split(extent, 0)
-
-
 def run_kernel_tiled(schedule, env: Mapping[str, np.ndarray], max_boxes: int | None = None) -> dict[str, np.ndarray]:
     """Execute a scheduled kernel tile by tile on `env` (values of its inputs).
 
-    For every innermost tile (see `tile_boxes`) the statements run in program order over the
-    tile's part of their domain: loops that follow an anchor loop take the tile's range,
-    local loops (a softmax row's reduction) their full range. A reduction accumulates its
-    partial results tile after tile (init 0 / -inf). A statement that does not follow some
-    tiled anchor loop (a relu epilogue has no k) runs once, in the last tile along that
-    loop — after the last reduction tile, as `poly.from_tiled_schedule` models it. Reads
-    of tensors this kernel writes see whatever has been computed *so far*, so a schedule
-    that runs a consumer before its producer gives wrong values, which the caller detects.
+    Walks the kernel's loop nest (`ir.loopnest.lower`): each tile loop steps its anchor
+    loop's range through its tiles (remainder tiles clipped), and each statement nest runs
+    over its part of the domain there: loops that follow an anchor loop take its current
+    tile (the whole extent when no tile loop around tiles it), local loops their full range,
+    and a statement in the last-tile-only position (`Compute.last_of`) runs only there. A
+    reduction accumulates its partial results tile after tile (init 0 / -inf). Reads of
+    tensors this kernel writes see whatever has been computed *so far*, rounded to their
+    dtype (integer tensors saturate, as in `run`), so a nest that runs a consumer before its
+    producer is complete gives wrong values, which the caller detects. Raises `TooManyTiles`
+    when the nest would run more than `max_boxes` (tile, statement) pieces.
     Returns every tensor of `env` plus each tensor the kernel writes (rounded to its dtype).
     """
+    from .ir.loopnest import TileLoop, lower
+
     kernel = schedule.kernel
-    extents = kernel.extents
+    nest = lower(schedule)
+    if max_boxes is not None:
+        count = nest.executions()
+        if count > max_boxes:
+            raise TooManyTiles(f"{count} tile runs > {max_boxes}")
     values: dict[str, np.ndarray] = {k: np.asarray(v, dtype=np.float64) for k, v in env.items()}
     written = list(dict.fromkeys(s.target for s in kernel.statements))
     for st in kernel.statements:
-        if st.target not in values or st.target in written:
-            init = -math.inf if st.reduce == "max" else 0.0
-            values[st.target] = np.full(kernel.tensor(st.target).shape, init)
+        init = -math.inf if st.reduce == "max" else 0.0
+        values[st.target] = np.full(kernel.tensor(st.target).shape, init)
+    # Integer tensors are read saturated (floats' rounding is within every tolerance).
+    reads = _RoundedReads(values, {t: kernel.tensor(t).dtype for t in written
+                                   if kernel.tensor(t).dtype in ("i8", "i32")})
     maps = [kernel.loop_map(i) for i in range(len(kernel.statements))]
-    boxes = tile_boxes(schedule, max_boxes)
-    for box in boxes:
-        for st, m in zip(kernel.statements, maps):
-            followed = set(m.values())
-            if any(a not in followed and box[a][1] != extents[a] for a in kernel.loop_names):
-                continue  # runs only in the last tile of loops it does not follow
+    extents = kernel.extents
+
+    def visit(nodes, box: dict[str, tuple[int, int]]) -> None:
+        for node in nodes:
+            if isinstance(node, TileLoop):
+                lo, hi = box[node.anchor]
+                for first in range(lo, hi, node.size):
+                    visit(node.body, {**box, node.anchor: (first, min(first + node.size, hi))})
+                continue
+            st, m = node.statement, maps[node.index]
+            if any(box[a][1] != extents[a] for a in _guarded(node, nest)):
+                continue  # runs only in the last tile of the loops it does not follow
             ranges = tuple(box[m[l.name]] if l.name in m else (0, l.extent) for l in st.loops)
             if any(lo >= hi for lo, hi in ranges):
                 continue
-            part = _evaluate_box(st, values, ranges)
+            part = _evaluate_box(st, reads, ranges)
             _store(st, values[st.target], part, ranges)
+            reads.changed(st.target)
+
+    visit(nest.body, {a: (0, e) for a, e in extents.items()})
     for name in written:
         values[name] = round_to_dtype(values[name], kernel.tensor(name).dtype)
     return values
+
+
+def _guarded(compute, nest) -> set[str]:
+    """Anchor loops whose last tile alone runs `compute`."""
+    wanted = set(compute.last_of)
+    return {t.anchor for t in nest.tile_loops() if t.var in wanted}
+
+
+class _RoundedReads(dict):
+    """The values a statement reads: tensors the kernel writes are seen rounded to their
+    dtype (an i8 matmul's result saturates before a fused bias reads it), recomputed only
+    after a statement writes them."""
+
+    def __init__(self, values: dict, dtypes: Mapping[str, str]):
+        super().__init__()
+        self.values, self.dtypes, self.cache = values, dtypes, {}
+
+    def changed(self, name: str) -> None:
+        self.cache.pop(name, None)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.dtypes:
+            return self.values[name]
+        if name not in self.cache:
+            self.cache[name] = round_to_dtype(self.values[name], self.dtypes[name])
+        return self.cache[name]
+
+    def __contains__(self, name) -> bool:
+        return name in self.values
+
+    def get(self, name, default=None):
+        return self[name] if name in self.values else default
 
 
 def _store(st: Statement, out: np.ndarray, part: np.ndarray, ranges) -> None:

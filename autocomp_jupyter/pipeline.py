@@ -247,8 +247,7 @@ def _illegal_schedules(plan: Plan, ctx: PassContext) -> list[tuple[str, str]]:
 
     bad = []
     for kernel, schedule in zip(plan.kernels, plan.schedules):
-        verdict = poly.check_legal(kernel.statements, poly.from_tiled_schedule(schedule),
-                                   parallel=poly.parallel_dims(schedule), reduction_reorderable=True)
+        verdict = poly.check_schedule(schedule)
         if not verdict.ok:
             bad.append((kernel.name, verdict.reason))
     return bad
@@ -293,8 +292,7 @@ def evaluate_variant(result: Result, kernel_name: str, tiles=None, order=None, a
     except (ValueError, TypeError, AttributeError) as err:
         return {"legal": False, "reason": str(err), "metrics": {}, "time_s": float("nan"),
                 "roofline_point": None, "schedule": current}
-    verdict = poly.check_legal(schedule.kernel.statements, poly.from_tiled_schedule(schedule),
-                               parallel=poly.parallel_dims(schedule), reduction_reorderable=True)
+    verdict = poly.check_schedule(schedule)
     variant = plan.with_schedule(kernel_name, schedule)
     total = evaluate_program(variant.schedules, result.target).total
     return {"legal": verdict.ok, "reason": verdict.reason if not verdict.ok else "",

@@ -413,72 +413,72 @@ def fused_schedule(statements: Statements) -> KernelSchedule:
 
 
 def from_tiled_schedule(schedule) -> KernelSchedule:
-    """The `KernelSchedule` of an `ir.schedule.Schedule`: the nest its `loop_nest()` prints.
+    """The `KernelSchedule` of an `ir.schedule.Schedule`: the tree `ir.loopnest.lower` builds,
+    in 2d+1 form. Along each statement's path from the root, every tree level adds a
+    sequence dimension (its position among its siblings) and, for a tile loop, the tile
+    index `floor(offset / size)`, the offset taken inside the enclosing tile over the same
+    loop, so remainder tiles are exact; the statement's point loops follow, named after the
+    anchor loops they follow (local loops keep their names).
 
-    Tile loops (outer → inner level, each level in `order_at(level)`, skipped where the
-    tile covers its enclosing tile) are shared by every statement and named
-    `{loop}_{level}`; inside them the statements run in program order, each over its own
-    point loops (named after the anchor loops they follow, innermost order first, then
-    local loops). A tile index is floor(offset / size), the offset taken inside the
-    enclosing tile, so remainder tiles are exact.
-
-    A statement that does not follow a tiled anchor loop (a relu epilogue has no k) is
-    printed inside that loop's tiles; as each run overwrites the last, it is modelled as
-    running once, in the loop's last tile. Then `check_legal` proves the epilogue sees
-    every update of its input.
-
-    Call: `check_legal(kernel.statements, from_tiled_schedule(s),
-    parallel=parallel_dims(s))`.
+    A statement in a tile loop over a loop it does not follow runs only in that loop's last
+    tile (`Compute.last_of`): its dimension there is that tile's index, a constant (named
+    `seq_...`, a sequence dimension). Then `check_legal` proves the epilogue sees every
+    update of its input.
     """
-    kernel = schedule.kernel
-    sizes = schedule.tile_sizes()
-    extents = kernel.extents
-    span = dict(extents)
-    # (anchor loop, dim name, tile size, enclosing tile sizes outer → inner)
-    tile_loops: list[tuple[str, str, int, tuple[int, ...]]] = []
-    enclosing: dict[str, tuple[int, ...]] = {l: () for l in kernel.loop_names}
-    for level_index, level in enumerate(schedule.levels):
-        for loop in schedule.order_at(level):
-            size = sizes[loop][level_index]
-            if size >= span[loop]:
-                continue
-            tile_loops.append((loop, f"{loop}_{level}", size, enclosing[loop]))
-            enclosing[loop] += (size,)
-            span[loop] = size
-    inner_order = schedule.order_at(schedule.levels[-1]) if schedule.levels else kernel.loop_names
-    statements = []
-    for index, statement in enumerate(kernel.statements):
-        follows = kernel.loop_map(index)                 # own loop -> anchor loop
+    from autocomp_jupyter.ir.loopnest import lower
+
+    nest = lower(schedule)
+    extents = schedule.kernel.extents
+    statements: list[StatementSchedule] = [None] * len(schedule.kernel.statements)  # type: ignore[list-item]
+    for path, compute in nest.paths():
+        follows = schedule.kernel.loop_map(compute.index)
         own_of = {anchor: own for own, anchor in follows.items()}
+        enclosing: dict[str, list[int]] = {}
         dims = []
-        for anchor, name, size, outer_sizes in tile_loops:
-            if anchor in own_of:
-                offset = own_of[anchor]
-                for outer in outer_sizes:
+        for depth, (position, node) in enumerate(path):
+            dims.append(ScheduleDim(f"seq{depth}", str(position)))
+            if node is compute:
+                break
+            sizes = enclosing.setdefault(node.anchor, [])
+            if node.anchor in own_of:
+                offset = own_of[node.anchor]
+                for outer in sizes:
                     offset = f"(({offset}) mod {outer})"
-                dims.append(ScheduleDim(name, f"floor({offset}/{size})"))
+                dims.append(ScheduleDim(node.var, f"floor({offset}/{node.size})"))
             else:
-                last = (min(outer_sizes[-1], extents[anchor]) if outer_sizes else extents[anchor]) - 1
-                dims.append(ScheduleDim(f"seq_{name}", str(last // size)))
-        dims.append(ScheduleDim("seq_statement", str(index)))
-        renamed = [(own_of[a], a) for a in inner_order if a in own_of]
-        renamed += [(l, l) for l in statement.loop_names if l not in follows]
-        dims += [ScheduleDim(anchor_name, own) for own, anchor_name in renamed]
-        statements.append(StatementSchedule(statement_name(index), statement.loop_names, tuple(dims)))
+                last = extents[node.anchor] - 1
+                for outer in sizes:
+                    last %= outer
+                dims.append(ScheduleDim(f"seq_{node.var}", str(last // node.size)))
+            sizes.append(node.size)
+        dims += [ScheduleDim(p.anchor or p.name, p.name) for p in compute.loops]
+        statements[compute.index] = StatementSchedule(statement_name(compute.index), compute.statement.loop_names,
+                                                      tuple(dims))
     return KernelSchedule(tuple(statements))
 
 
 def parallel_dims(schedule) -> tuple[str, ...]:
-    """The dims of `from_tiled_schedule(schedule)` its "parallel" annotation marks: for
-    each loop, its outermost tile loop, or its point loop when it is not tiled (as
-    `Schedule.loop_nest` marks them)."""
-    kernel_schedule = from_tiled_schedule(schedule)
-    names = [d for s in kernel_schedule.statements for d in s.dim_names()]
-    out = []
-    for loop in schedule.annotations.get("parallel", ()):
-        tiled = [n for n in dict.fromkeys(names) if n.startswith(f"{loop}_") and n[len(loop) + 1:] in schedule.levels]
-        out.append(tiled[0] if tiled else loop)
-    return tuple(out)
+    """The time dimensions of `from_tiled_schedule(schedule)` that run the loops its
+    "parallel" annotation marks: every tile loop over such a loop and its point loops.
+    Checking them all is what makes a parallel annotation legal wherever C puts the pragma."""
+    from autocomp_jupyter.ir.loopnest import loop_dims, lower
+
+    nest = lower(schedule)
+    return tuple(dim for loop in schedule.annotations.get("parallel", ()) or () for dim in loop_dims(nest, loop))
+
+
+def check_schedule(schedule) -> "Legality":
+    """The one legality policy for a tiled, ordered, annotated `ir.schedule.Schedule`, asked by
+    every pass, the tuner, variant evaluation and the final verification: its loop nest must
+    keep every dependence (reductions may be reassociated: '+' and 'max' are treated as
+    associative and commutative), and every loop marked parallel must carry no dependence in
+    any statement, reductions included (a parallel reduction is a race). A schedule isl
+    cannot even represent (ValueError) is illegal, with that reason."""
+    try:
+        return check_legal(schedule.kernel.statements, from_tiled_schedule(schedule),
+                           parallel=parallel_dims(schedule), reduction_reorderable=True)
+    except ValueError as err:
+        return Legality(False, (Violation("schedule", "", "", "", message=f"not a valid schedule: {err}"),))
 
 
 def _two_d_plus_one(name: str, loops: Sequence[str], seq: Sequence[int]) -> StatementSchedule:

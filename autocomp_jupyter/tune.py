@@ -6,7 +6,7 @@ and annotations (parallel loops, the vectorised loop; `unroll` is carried from t
 the cost model does not score it) — and the assembly of the best whole-program versions.
 It decides nothing about legality or cost itself: candidates are scored in batches by the
 cost model (`accel.cost.evaluate_batch`, or any `score_fn`), legality is asked of
-`poly.check_legal`.
+`poly.check_schedule`.
 
 The search, per kernel (slowest kernels first, each with a share of the `configs` budget
 proportional to its time under the rules' schedule — what a small, exhausted space leaves
@@ -26,12 +26,13 @@ goes to the kernels after it; numpy Generator seeded ctx.seed + the kernel's ind
 3. Legality. Tile sizes do not change which dependences a plain tiling breaks: the DSL's
    kernels are single-assignment, their only self-dependences are reductions, and what
    breaks legality is reordering a non-reorderable reduction or running a reduction loop in
-   parallel — neither depends on a size. (Checked with poly on GEMM+relu and a
-   max-reduction under random non-dividing tilings: within one (orders, parallel set) the
-   verdict never differed; `test_legality_does_not_depend_on_tile_sizes` keeps checking.)
-   poly checks parallel loops one by one, so one check per loop orders, with every loop
+   parallel — neither depends on a size, only on which loops iterate at which level (that
+   shapes the loop nest `ir.loopnest.lower` builds). Loops a later statement needs whole
+   (`ir.loopnest.whole_loops`: a softmax row) are never tiled. poly checks parallel loops
+   one by one, so one check (`poly.check_schedule`) per loop orders, with every loop
    marked parallel, answers both "are these orders legal" and "which loops may be
-   parallel": the cache is keyed by (kernel, levels, orders) and shared across calls.
+   parallel": the cache is keyed by (kernel, levels, orders, which loops iterate where)
+   and shared across calls.
    A poly check costs 30-100 ms against ~10 us per scored candidate, so legality is asked
    lazily — before a candidate can enter the population or become a version. An illegal
    candidate never counts as a result: it leaves the board and its repair (the parallel
@@ -62,6 +63,7 @@ import numpy as np
 from . import poly
 from .accel.cost import evaluate_batch, kernel_model
 from .accel.target import Target, load_target
+from .ir.loopnest import loop_dims, lower, whole_loops
 from .ir.schedule import Kernel, Schedule
 from .result import Plan
 
@@ -213,8 +215,10 @@ class KernelSpace:
         compute = target.compute
         hints = [compute.pe_rows, compute.pe_cols] if compute.kind == "systolic" else [compute.lanes]
         choices = []
+        whole = whole_loops(kernel)          # a later statement needs them whole: never tiled
         for d, loop in enumerate(kernel.loops):
-            base = tile_choices(loop.extent, hints, divisors_only)
+            base = tile_choices(loop.extent, hints, divisors_only) if loop.name not in whole \
+                else np.array([loop.extent], dtype=np.int64)
             choices.append(np.union1d(base, tiles[0, d]))   # the incumbent's sizes are always reachable
         space = KernelSpace(kernel, target, levels, choices, schedule, (), tune_orders, tune_annotations)
         space.max_spill = max(max_spill, float(space.spill(tiles)[0]))
@@ -294,7 +298,13 @@ class _Legality:
 
     def verdict(self, tiles, orders) -> tuple[bool, np.ndarray]:
         """(orders legal, bool [D]: loops that may be parallel under them)."""
-        key = (self.space.kernel, self.space.levels, np.asarray(orders, dtype=np.int64).tobytes())
+        # Which loops iterate at which level shapes the nest (fission, tile loops), so it is
+        # part of the key; the sizes themselves do not change what depends on what.
+        extents = np.array([l.extent for l in self.space.kernel.loops])
+        enclosing = np.concatenate([extents[:, None], np.asarray(tiles)[:, :-1]], axis=1)
+        iterates = np.asarray(tiles) < enclosing
+        key = (self.space.kernel, self.space.levels,
+               np.asarray(orders, dtype=np.int64).tobytes() + iterates.tobytes())
         self.asked.add(key[2])
         if key in self.cache:
             self.cache.move_to_end(key)
@@ -303,21 +313,12 @@ class _Legality:
             sp = self.space
             D = sp.D
             schedule = sp.schedule(tiles, orders, np.ones(D, dtype=bool), -1)
-            dims = poly.parallel_dims(schedule)
-            try:
-                verdict = poly.check_legal(sp.kernel.statements, poly.from_tiled_schedule(schedule),
-                                           parallel=dims, reduction_reorderable=True)
-            except ValueError:
-                self.cache[key] = (False, np.zeros(D, dtype=bool))
-            else:
-                refused = {v.loop for v in verdict.violated if v.loop is not None}
-                order_ok = not any(v.loop is None for v in verdict.violated)
-                # A reduction loop whose tile loop iterates once carries nothing at the tile
-                # level, yet its points accumulate into one element: never parallel.
-                reduction = {l.name for l in sp.kernel.anchor_statement.reduction_loops}
-                may = np.array([dim not in refused for dim in dims]) & \
-                    np.array([name not in reduction for name in sp.kernel.loop_names])
-                self.cache[key] = (order_ok, may)
+            verdict = poly.check_schedule(schedule)
+            refused = {v.loop for v in verdict.violated if v.loop is not None}
+            order_ok = not any(v.loop is None for v in verdict.violated)
+            nest = lower(schedule)
+            may = np.array([not (set(loop_dims(nest, name)) & refused) for name in sp.kernel.loop_names])
+            self.cache[key] = (order_ok, may)
             while len(self.cache) > LEGALITY_CACHE_SIZE:
                 self.cache.popitem(last=False)
             self.seconds += time.perf_counter() - started
@@ -330,12 +331,7 @@ class _Legality:
 
 def legal(schedule: Schedule) -> bool:
     """poly's verdict on a tiled schedule (as the pipeline asks it)."""
-    try:
-        verdict = poly.check_legal(schedule.kernel.statements, poly.from_tiled_schedule(schedule),
-                                   parallel=poly.parallel_dims(schedule), reduction_reorderable=True)
-    except ValueError:
-        return False
-    return verdict.ok
+    return poly.check_schedule(schedule).ok
 
 
 # --------------------------------------------------------------------------- the search of one kernel
@@ -469,6 +465,10 @@ class _Search:
         """n children of the population: tournament parents, uniform crossover (per loop
         for tiles and parallel marks, per level for orders) 3 times in 5, then mutation."""
         rng = self.rng
+        if not self.population:
+            # Nothing legal has been scored yet (every candidate so far was illegal or
+            # overflowed): breed from the incumbent until something legal is found.
+            return self._mutate(tuple(np.repeat(x, n, axis=0) for x in _stack([self.space.incumbent_genome])))
         pop = _stack([self.genomes[k] for k in self.population])
         fit = np.array([self.seen[k] for k in self.population])
         K, rows = len(fit), np.arange(n)
@@ -586,7 +586,8 @@ class _Search:
     def _select(self, size: int):
         keep = [k for _, k in self.verified(size)]
         if self.incumbent_key in self.seen and self.incumbent_key not in keep:
-            keep[-1] = self.incumbent_key   # the rules' choice never leaves the population
+            keep = keep[:-1] if len(keep) >= size else keep
+            keep.append(self.incumbent_key)   # the rules' choice never leaves the population
         self.population = keep
 
     # ------------------------------------------------------------------ the loop

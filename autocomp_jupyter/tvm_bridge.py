@@ -6,12 +6,10 @@
 Each statement becomes one `te.compute` (reductions `te.sum` / `te.max` over
 `te.reduce_axis`; out-of-range reads `te.if_then_else(in range, T[...], pad)`), the whole
 program one PrimFunc (`te.create_prim_func`). The schedule of each kernel is then applied
-to its anchor statement's block with `tvm.s_tir.Schedule` primitives: `split` per tiling
-level (outer → inner, factors from `Schedule.tile_sizes()`), `reorder` into the per-level
-order, `parallel` on the outermost annotated loop, `vectorize` on the innermost loop when it
-is the annotated one, `unroll` on the innermost loop; fused epilogues are placed with
-`reverse_compute_at` under the anchor's innermost tile loop where TVM accepts it. Compiled
-with `tvm.compile(mod, target="llvm")`.
+to its anchor statement's block with `tvm.s_tir.Schedule` primitives, read from the
+kernel's loop nest (`ir.loopnest.lower`): `split` per tile loop on the anchor's path,
+`reorder` into the nest's order, `parallel`, `vectorize` and `unroll` where the nest marks
+them. Compiled with `tvm.compile(mod, target="llvm")`.
 
 TVM is optional: `pip install apache-tvm` (the `tvm` extra). Without it `to_tvm` raises a
 UserError saying how to install it.
@@ -159,8 +157,13 @@ def to_tvm(result_or_plan, target: str = "llvm", apply_schedule: bool = True):
 
 
 def schedule_module(mod, plan):
-    """Apply each kernel's Schedule to its anchor block (see the module docstring)."""
+    """Apply each kernel's loop nest (`ir.loopnest.lower`) to its anchor block: one `split`
+    per tile loop on the anchor statement's path (outer → inner), `reorder` into the path's
+    order followed by the statement's point loops, `parallel` where the nest marks its
+    outermost loop parallel, `vectorize` / `unroll` as the innermost point loop says."""
     import tvm
+
+    from .ir.loopnest import lower
 
     sch = tvm.s_tir.Schedule(mod)
     for kernel, schedule in zip(plan.kernels, plan.schedules):
@@ -169,52 +172,29 @@ def schedule_module(mod, plan):
             block = sch.get_sblock(anchor.target)
         except Exception:
             continue
-        loops = sch.get_loops(block)
-        by_name = dict(zip(kernel.loop_names, loops))
-        sizes = schedule.tile_sizes()
-        levels = schedule.levels
-        parts = {name: [] for name in kernel.loop_names}   # per loop: tile loops outer → inner
-        rest = dict(by_name)
-        span = dict(kernel.extents)
-        for li, level in enumerate(levels):
-            for name in kernel.loop_names:
-                t = sizes[name][li]
-                if t >= span[name]:
-                    parts[name].append(None)
-                    continue
-                outer, inner = sch.split(rest[name], factors=[None, t])
-                parts[name].append(outer)
-                rest[name] = inner
-                span[name] = t
+        nest = lower(schedule)
+        path, compute = next((path, c) for path, c in nest.computes() if c.index == kernel.anchor)
+        rest = dict(zip(kernel.loop_names, sch.get_loops(block)))
         order = []
-        for li, level in enumerate(levels):
-            for name in schedule.order_at(level):
-                if parts[name][li] is not None:
-                    order.append(parts[name][li])
-        inner_order = schedule.order_at(levels[-1]) if levels else kernel.loop_names
-        order += [rest[name] for name in inner_order]
+        for tile in path:        # the anchor statement follows every kernel loop
+            outer, inner = sch.split(rest[tile.anchor], factors=[None, tile.size])
+            order.append(outer)
+            rest[tile.anchor] = inner
+        order += [rest[p.anchor] for p in compute.loops]
         if len(order) > 1:
             sch.reorder(*order)
-        parallel = set(schedule.annotations.get("parallel", ()) or ())
-        # parallel: the outermost loop, if annotated and data-parallel for the anchor
-        outer_name = next((n for li in range(len(levels)) for n in schedule.order_at(levels[li])
-                           if parts[n][li] is not None), inner_order[0] if inner_order else None)
-        output_loops = {l.name for l in anchor.output_loops}
-        if outer_name in parallel and outer_name in output_loops:
+        outermost_parallel = path[0].parallel if path else compute.loops[0].parallel
+        if outermost_parallel:
             try:
                 sch.parallel(order[0])
             except Exception:
                 pass
-        innermost = order[-1]
-        vec = schedule.annotations.get("vectorize")
-        if vec and inner_order and inner_order[-1] == vec and vec in output_loops:
-            try:
-                sch.vectorize(innermost)
-            except Exception:
-                pass
-        elif schedule.annotations.get("unroll"):
-            try:
-                sch.unroll(innermost)
-            except Exception:
-                pass
+        innermost = compute.loops[-1]
+        try:
+            if innermost.vectorize:
+                sch.vectorize(order[-1])
+            elif innermost.unroll:
+                sch.unroll(order[-1])
+        except Exception:
+            pass
     return sch.mod

@@ -99,7 +99,7 @@ def test_max_reduction_starts_at_minus_infinity_and_pads_are_checked():
     text = generate(Plan(program, tuple(Kernel.from_ops(program, [op.name]) for op in program.ops),
                          tuple(Schedule(Kernel.from_ops(program, [op.name])) for op in program.ops)), None, "c")
     assert "= (-INFINITY);" in text
-    assert "(unsigned)(j - 1) < 9u ? X[9 * i + j - 1] : 0.0f" in text
+    assert "(unsigned long)(j - 1) < 9UL ? X[9 * i + j - 1] : 0.0f" in text
 
 
 def test_names_are_sanitised():

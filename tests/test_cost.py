@@ -214,7 +214,9 @@ def test_schedule_printing():
     assert "for j_L1 in range(0, 64, 16):" in text
     assert "for i_L1 in range(i_L2, min(i_L2 + 32, 100), 8):" in text
     assert "C[i, j] += (A[i, k] * B[k, j])" in text
-    assert "# vectorize" in text
+    assert "# vectorize" not in text          # j is not the innermost point loop here (k is)
+    inner_j = s.with_order({"L1": ("i", "k", "j")}).loop_nest()
+    assert inner_j.splitlines()[-2].strip() == "for j in range(j_L1, j_L1 + 16):    # vectorize"
     assert Schedule.default(k).loop_nest().startswith("for i in range(100):")
 
 

@@ -297,7 +297,7 @@ def test_tiled_ir_schedule_with_epilogue_is_legal_and_parallel_i_is_accepted():
     schedule = Schedule(kernel, tiles={"i": {"L2": 8}, "k": {"L2": 4}}, order={"L2": ("k", "i", "j")},
                         annotations={"parallel": ("i",)})
     kernel_schedule = poly.from_tiled_schedule(schedule)
-    assert poly.parallel_dims(schedule) == ("i_L2",)
+    assert poly.parallel_dims(schedule) == ("i_L2", "i")   # every loop that runs i: tile and points
     assert poly.check_legal(kernel.statements, kernel_schedule, parallel=poly.parallel_dims(schedule)).ok
     # The untiled point loop i sits at different depths in S0 (k, i, j) and S1 (i, j).
     assert poly.is_parallel(kernel.statements, "i", kernel_schedule)

@@ -8,8 +8,7 @@ import autocomp_jupyter as autocomp
 from autocomp_jupyter.dsl import parse
 from autocomp_jupyter.ir.program import Access, Affine, Loop, Op, Program, Statement, Tensor
 from autocomp_jupyter.ir.schedule import Kernel, Schedule
-from autocomp_jupyter.rules.scheduling import (interchange_verdict, parallel_verdict, reverse_verdict,
-                                               skew_verdict)
+from autocomp_jupyter.rules.scheduling import interchange_verdict, parallel_verdict
 
 GEMM = """
 input A: f32[8, 6]
@@ -37,21 +36,12 @@ def wavefront_schedule():
     return Schedule(Kernel.from_ops(program, ["T"]), levels=("L2",))
 
 
-@pytest.mark.parametrize("tiled", [False, True])
-def test_reversing_a_reduction_loop_is_refused_its_output_loop_is_not(tiled):
-    s = gemm_schedule(tiled)
-    refused = reverse_verdict(s, "k")
-    assert not refused.ok
-    assert "reduction over k" in refused.reason and "would be reversed" in refused.reason
-    assert reverse_verdict(s, "i").ok
-    assert reverse_verdict(s, "j").ok
-
-
-def test_skew_in_the_wrong_direction_is_refused_the_right_one_accepted():
-    s = wavefront_schedule()
-    wrong = skew_verdict(s, "i", "j", 1)        # i' = i + j: distance (1, -1) -> (0, -1)
-    assert not wrong.ok and "on T" in wrong.reason
-    assert skew_verdict(s, "j", "i", 1).ok     # j' = j + i: distance (1, -1) -> (1, 0)
+def test_skew_and_reverse_are_reported_not_applicable_once_not_tried():
+    res = autocomp.optimize("examples/gemm_relu.acir", target="gpu", tune=0)
+    entries = [r for r in res.report["rules"] if r["rule"] in ("skew", "reverse")]
+    assert [r["rule"] for r in entries] == ["skew", "reverse"]
+    assert all(not r["applied"] and r["why"].startswith("not applicable, not tried:") for r in entries)
+    assert "reassociated" in entries[0]["why"] and "direction" in entries[1]["why"]
 
 
 def test_a_reduction_loop_is_never_parallel_an_output_loop_is():
@@ -75,8 +65,6 @@ def test_pass_logs_refusals_with_reasons_and_schedules_are_real():
                             passes="fusion,tiling,scheduling")
     rules = [e for e in res.report["rules"] if e["pass"] == "scheduling"]
     assert rules, "the scheduling pass logs every transformation it tried"
-    reverse_k = [e for e in rules if e["rule"].startswith("reverse") and "reverse k" in e["why"]]
-    assert reverse_k and not reverse_k[0]["applied"] and "illegal" in reverse_k[0]["why"]
     parallel_k = [e for e in rules if e["rule"].startswith("parallel_outer") and e["why"].startswith("k:")]
     assert parallel_k and "cannot run in parallel" in parallel_k[0]["why"]
     skews = [e for e in rules if e["rule"].startswith("skew")]

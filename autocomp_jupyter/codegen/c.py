@@ -57,6 +57,8 @@ from dataclasses import dataclass
 from ..ir.program import Access, Affine, BinOp, Call, Const, Expr, Statement, Tensor
 from ..ir.schedule import Kernel, Schedule
 
+# Integer dtypes: the values a tensor can hold (stored in float buffers, saturating).
+INT_RANGE = {"i8": (-128.0, 127.0), "i32": (-2147483648.0, 2147483647.0)}
 # Largest register tile (output elements kept in a local `acc` array).
 REGISTER_TILE_MAX = 256
 # Packed GEMM microkernel: MR x NR outputs in a local array (6 x 16 f32: 12 AVX2 registers).
@@ -150,6 +152,8 @@ _PRELUDE = r"""#define _POSIX_C_SOURCE 199309L
 #define AC_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define AC_MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* An integer dtype's value: rounded half to even (the default rounding mode), saturated. */
+static inline float ac_saturate(float x, float lo, float hi) { return fminf(fmaxf(nearbyintf(x), lo), hi); }
 static inline float ac_relu(float x) { return x > 0.0f ? x : 0.0f; }
 static inline float ac_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
@@ -259,7 +263,9 @@ class _KernelWriter:
         self.parallel = tuple(schedule.annotations.get("parallel", ()) or ())
         self.vectorize = schedule.annotations.get("vectorize")
         self.unroll = int(schedule.annotations.get("unroll") or 0)
-        self.parallel_done = False
+        # Integer tensors this kernel accumulates: stored raw while the sum runs, read saturated.
+        self.int_accumulators = {st.target for st in kernel.statements
+                                 if st.reduce is not None and kernel.tensor(st.target).dtype in INT_RANGE}
         self.out: list[str] = []
 
     # ------------------------------------------------------------------ helpers
@@ -287,11 +293,21 @@ class _KernelWriter:
                 self.emit(1, "#pragma omp parallel for simd" if t.size >= (1 << 16) and self.parallel else "#pragma omp simd")
                 self.emit(1, f"for (long {var} = 0; {var} < {t.size}L; ++{var}) "
                              f"{self.cname[t.name]}[{var}] = {_float(0.0 if s.reduce == '+' else -math.inf)};")
+        from ..ir.loopnest import lower
+
         gemm = self.gemm_statement()
         if gemm is None:
-            self.tile_nest()
+            self.emit_nest(lower(self.schedule))
         else:
-            self.packed_kernel(*gemm)
+            # The packed path: every statement over its full nest, in program order (the
+            # untiled schedule's tree), the GEMM-like one packed with the schedule's blocks.
+            index, ops, loops = gemm
+            self.emit_nest(lower(Schedule.default(self.kernel, self.schedule.levels)), index, (ops, loops))
+        for s in k.statements:    # integer reductions saturate once complete (see saturate)
+            if s.reduce is not None and self.tensor(s.target).dtype in INT_RANGE:
+                t, var = self.tensor(s.target), self.namer.fresh("n")
+                self.emit(1, f"for (long {var} = 0; {var} < {t.size}L; ++{var}) "
+                             f"{self.cname[t.name]}[{var}] = {self.saturate(t.name, f'{self.cname[t.name]}[{var}]')};")
         self.emit(0, "}")
         return "\n".join(self.out)
 
@@ -359,18 +375,6 @@ class _KernelWriter:
         shape = self.tensor(a.tensor).shape
         return {idx.terms[0][0]: math.prod(shape[d + 1:]) for d, idx in enumerate(a.indices)}
 
-    def packed_kernel(self, gemm_index: int, ops, loops) -> None:
-        """The kernel's statements in program order, each over its full nest, the GEMM-like
-        one packed: B's kc x nc panel and A's mc x kc block copied (zero-padded to whole
-        micro-panels) into contiguous buffers in the order the MR x NR microkernel reads
-        them; the microkernel accumulates in a local array and adds it to C."""
-        self.tiles = {l: _Tile(None, None, frozenset([e])) for l, e in self.extents.items()}
-        for index, stmt in enumerate(self.kernel.statements):
-            if index == gemm_index:
-                self.packed_gemm(index, stmt, ops, loops)
-            else:
-                self.statement(index, stmt, 1)
-
     def packed_gemm(self, index: int, stmt: Statement, ops, loops) -> None:
         mr, nr = GEMM_MR, GEMM_NR
         i, j, k = loops
@@ -393,17 +397,17 @@ class _KernelWriter:
         e(1, f"/* packed GEMM: blocks mc={MC} nc={NC} kc={KC} (the schedule's outermost tiles, raised to >= {'/'.join(map(str, GEMM_MIN_BLOCK))}, mc in whole micro-panels), "
              f"microkernel {mr}x{nr} */")
         e(1, f"float* {Bp} = (float*)aligned_alloc(64, {KC * NCP * 4}UL);")
-        e(1, f"for (int {j0} = 0; {j0} < {N}; {j0} += {NC}) {{")
-        e(2, f"const int {nc} = AC_MIN({NC}, {N} - {j0});")
-        e(2, f"for (int {k0} = 0; {k0} < {K}; {k0} += {KC}) {{")
-        e(3, f"const int {kc} = AC_MIN({KC}, {K} - {k0});")
+        e(1, f"for (long {j0} = 0; {j0} < {N}; {j0} += {NC}) {{")
+        e(2, f"const long {nc} = AC_MIN({NC}, {N} - {j0});")
+        e(2, f"for (long {k0} = 0; {k0} < {K}; {k0} += {KC}) {{")
+        e(3, f"const long {kc} = AC_MIN({KC}, {K} - {k0});")
         e(3, f"/* pack B[{k0}:+{kc}, {j0}:+{nc}] as {nr}-wide column panels, zero-padded */")
         if parallel:
             e(3, "#pragma omp parallel for")
-        e(3, f"for (int {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{")
-        e(4, f"for (int {p} = 0; {p} < {kc}; ++{p}) {{")
+        e(3, f"for (long {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{")
+        e(4, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
         e(5, "#pragma omp simd")
-        e(5, f"for (int {c} = 0; {c} < {nr}; ++{c}) {Bp}[{jr} * {kc} + {p} * {nr} + {c}] = {jr} + {c} < {nc} ? "
+        e(5, f"for (long {c} = 0; {c} < {nr}; ++{c}) {Bp}[{jr} * {kc} + {p} * {nr} + {c}] = {jr} + {c} < {nc} ? "
              f"{B}[{_affine_c({f'({k0} + {p})': sb[k], f'({j0} + {jr} + {c})': sb[j]}, 0)}] : 0.0f;")
         e(4, "}")
         e(3, "}")
@@ -413,38 +417,38 @@ class _KernelWriter:
         e(4, f"float* {Ap} = (float*)aligned_alloc(64, {-(-MCP * KC * 4 // 64) * 64}UL);")
         if parallel:
             e(4, "#pragma omp for schedule(dynamic, 1)")
-        e(4, f"for (int {i0} = 0; {i0} < {M}; {i0} += {MC}) {{")
-        e(5, f"const int {mc} = AC_MIN({MC}, {M} - {i0});")
+        e(4, f"for (long {i0} = 0; {i0} < {M}; {i0} += {MC}) {{")
+        e(5, f"const long {mc} = AC_MIN({MC}, {M} - {i0});")
         e(5, f"/* pack A[{i0}:+{mc}, {k0}:+{kc}] as {mr}-high row panels, zero-padded */")
-        e(5, f"for (int {ir} = 0; {ir} < {mc}; {ir} += {mr}) {{")
-        e(6, f"for (int {p} = 0; {p} < {kc}; ++{p}) {{")
-        e(7, f"for (int {r} = 0; {r} < {mr}; ++{r}) {Ap}[{ir} * {kc} + {p} * {mr} + {r}] = {ir} + {r} < {mc} ? "
+        e(5, f"for (long {ir} = 0; {ir} < {mc}; {ir} += {mr}) {{")
+        e(6, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
+        e(7, f"for (long {r} = 0; {r} < {mr}; ++{r}) {Ap}[{ir} * {kc} + {p} * {mr} + {r}] = {ir} + {r} < {mc} ? "
              f"{A}[{_affine_c({f'({i0} + {ir} + {r})': sa[i], f'({k0} + {p})': sa[k]}, 0)}] : 0.0f;")
         e(6, "}")
         e(5, "}")
-        e(5, f"for (int {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{")
-        e(6, f"for (int {ir} = 0; {ir} < {mc}; {ir} += {mr}) {{")
+        e(5, f"for (long {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{")
+        e(6, f"for (long {ir} = 0; {ir} < {mc}; {ir} += {mr}) {{")
         e(7, f"const float* restrict {av} = {Ap} + {ir} * {kc};")
         e(7, f"const float* restrict {bv} = {Bp} + {jr} * {kc};")
         e(7, f"float {acc}[{mr}][{nr}] = {{{{0.0f}}}};")
-        e(7, f"for (int {p} = 0; {p} < {kc}; ++{p}) {{")
+        e(7, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
         e(8, f"#pragma GCC unroll {mr}")
-        e(8, f"for (int {r} = 0; {r} < {mr}; ++{r}) {{")
+        e(8, f"for (long {r} = 0; {r} < {mr}; ++{r}) {{")
         e(9, "#pragma omp simd")
-        e(9, f"for (int {c} = 0; {c} < {nr}; ++{c}) {acc}[{r}][{c}] += {av}[{p} * {mr} + {r}] * {bv}[{p} * {nr} + {c}];")
+        e(9, f"for (long {c} = 0; {c} < {nr}; ++{c}) {acc}[{r}][{c}] += {av}[{p} * {mr} + {r}] * {bv}[{p} * {nr} + {c}];")
         e(8, "}")
         e(7, "}")
         cidx = _affine_c({r: sc[i], c: sc[j]}, 0)
         e(7, f"float* restrict {cp} = {C} + {_affine_c({f'({i0} + {ir})': sc[i], f'({j0} + {jr})': sc[j]}, 0)};")
         e(7, f"if ({mc} - {ir} >= {mr} && {nc} - {jr} >= {nr}) {{")
         e(8, f"#pragma GCC unroll {mr}")
-        e(8, f"for (int {r} = 0; {r} < {mr}; ++{r}) {{")
+        e(8, f"for (long {r} = 0; {r} < {mr}; ++{r}) {{")
         e(9, "#pragma omp simd")
-        e(9, f"for (int {c} = 0; {c} < {nr}; ++{c}) {cp}[{cidx}] += {acc}[{r}][{c}];")
+        e(9, f"for (long {c} = 0; {c} < {nr}; ++{c}) {cp}[{cidx}] += {acc}[{r}][{c}];")
         e(8, "}")
         e(7, "} else {    /* an edge tile */")
-        e(8, f"for (int {r} = 0; {r} < AC_MIN({mr}, {mc} - {ir}); ++{r}) {{")
-        e(9, f"for (int {c} = 0; {c} < AC_MIN({nr}, {nc} - {jr}); ++{c}) {cp}[{cidx}] += {acc}[{r}][{c}];")
+        e(8, f"for (long {r} = 0; {r} < AC_MIN({mr}, {mc} - {ir}); ++{r}) {{")
+        e(9, f"for (long {c} = 0; {c} < AC_MIN({nr}, {nc} - {jr}); ++{c}) {cp}[{cidx}] += {acc}[{r}][{c}];")
         e(8, "}")
         e(7, "}")
         e(6, "}")
@@ -456,102 +460,75 @@ class _KernelWriter:
         e(1, "}")
         e(1, f"free({Bp});")
 
-    # ------------------------------------------------------------------ tile loops
+    # ------------------------------------------------------------------ the loop nest
 
-    def tile_nest(self) -> None:
-        s = self.schedule
-        sizes = s.tile_sizes()
-        tiles = {l: _Tile(None, None, frozenset([e])) for l, e in self.extents.items()}
-        loops = []  # (anchor loop, var, start, end, step, next tile)
-        for li, level in enumerate(s.levels):
-            for loop in s.order_at(level):
-                t = sizes[loop][li]
-                cur = tiles[loop]
-                if t >= max(cur.lengths):
-                    continue
-                var = self.namer.fresh(f"{loop}_{level}")
-                start = cur.start or "0"
-                parent_end = cur.end or str(self.extents[loop])
-                exact = all(L % t == 0 for L in cur.lengths)
-                end = f"{var} + {t}" if exact else f"{var}_end"
-                lengths = frozenset({t for L in cur.lengths if L >= t} | {L % t for L in cur.lengths if L % t})
-                loops.append((loop, var, start, parent_end, t, exact))
-                tiles[loop] = _Tile(var, end, lengths)
-        depth = 1
-        # collapse: directly nested annotated loops with constant bounds, outermost first
-        i = 0
-        while i < len(loops):
-            loop, var, start, parent_end, t, exact = loops[i]
-            pragma = None
-            if loop in self.parallel and not self.parallel_done:
-                n = 1
-                while (i + n < len(loops) and loops[i + n][0] in self.parallel and i == 0
-                       and loops[i + n][2] == "0" and loops[i + n][3].isdigit() and loops[i][2] == "0"
-                       and loops[i + n - 1][5]):  # perfectly nested: no clipped end in between
-                    n += 1
-                pragma = "#pragma omp parallel for" + (f" collapse({n})" if n > 1 else "")
-                self.parallel_done = True
-                collapsed = n
-            else:
-                collapsed = 1
-            if pragma:
-                self.emit(depth, pragma)
-            for j in range(collapsed):
-                loop, var, start, parent_end, t, exact = loops[i + j]
-                self.emit(depth, f"for (int {var} = {start}; {var} < {parent_end}; {var} += {t}) {{")
-                depth += 1
-                if not exact:
-                    self.emit(depth, f"const int {var}_end = AC_MIN({var} + {t}, {parent_end});")
-            i += collapsed
-        self.tiles = tiles
-        for index, stmt in enumerate(self.kernel.statements):
-            self.statement(index, stmt, depth)
-        for d in range(depth - 1, 0, -1):
-            self.emit(d, "}")
+    def emit_nest(self, nest, gemm_index: int | None = None, gemm=None) -> None:
+        """Write the kernel's loop nest (`ir.loopnest.lower`): tile loops as C for loops
+        (ends clipped with `AC_MIN` only where a remainder tile can occur), each statement's
+        point nest inside them, guarded where it runs only in the last tile; the statement
+        `gemm_index` (an untiled nest's packed GEMM) through the packed path."""
+        from ..ir.loopnest import TileLoop
+
+        cvar: dict[str, str] = {}
+
+        def name(var: str) -> str:
+            if var not in cvar:
+                cvar[var] = self.namer.fresh(var)
+            return cvar[var]
+
+        closing: list[int] = []
+        for depth, node, bounds in nest.walk(name=name, minimum="AC_MIN"):
+            while closing and closing[-1] >= depth + 1:
+                self.emit(closing.pop(), "}")
+            d = depth + 1
+            if isinstance(node, TileLoop):
+                start, stop, _ = bounds[node.var]
+                if node.parallel:
+                    self.emit(d, "#pragma omp parallel for")
+                self.emit(d, f"for (long {name(node.var)} = {start}; {name(node.var)} < {stop}; "
+                             f"{name(node.var)} += {node.size}) {{")
+                closing.append(d)
+                continue
+            if node.index == gemm_index:
+                self.packed_gemm(node.index, node.statement, *gemm)
+                continue
+            innermost = {t.anchor: t.var for t in nest.tile_loops() if t.var in node.last_of}
+            guards = [f"{bounds[v][2]} == {self.extents[a]}" for a, v in innermost.items()]
+            if guards:
+                self.emit(d, f"if ({' && '.join(dict.fromkeys(guards))}) {{")
+                d += 1
+            tiles = {p.name: (_Tile(name(p.tile), bounds[p.tile][2], p.lengths) if p.tile else None)
+                     for p in node.loops}
+            self.statement(node, tiles, d)
+            if guards:
+                self.emit(d - 1, "}")
+        while closing:
+            self.emit(closing.pop(), "}")
 
     # ------------------------------------------------------------------ statements
 
-    def statement(self, index: int, stmt: Statement, depth: int) -> None:
-        follows = self.kernel.loop_map(index)         # own loop -> anchor loop
-        inner_order = self.schedule.order_at(self.schedule.levels[-1]) if self.schedule.levels \
-            else self.kernel.loop_names
+    def statement(self, node, tiles: dict, depth: int) -> None:
+        """One statement's point nest (`Compute` node), under tiles {own loop: _Tile or None}."""
+        index, stmt = node.index, node.statement
         scope = self.namer.child()
         var: dict[str, str] = {}
         bounds: dict[str, tuple[str, str, int | None]] = {}  # own loop -> (start, end, constant trip)
-        own_of = {a: o for o, a in follows.items()}
-        order = [own_of[a] for a in inner_order if a in own_of] + [l for l in stmt.loop_names if l not in follows]
+        order = [p.name for p in node.loops]
         ext = stmt.extents
-        for own in order:
-            anchor = follows.get(own)
-            if anchor is not None:
-                var[own] = scope(anchor)
-                tile = self.tiles[anchor]
-                if tile.start is None:
-                    bounds[own] = ("0", str(ext[own]), ext[own])
-                else:
-                    end = tile.end if ext[own] == self.extents[anchor] else f"AC_MIN({tile.end}, {ext[own]})"
-                    trip = next(iter(tile.lengths)) if len(tile.lengths) == 1 and ext[own] == self.extents[anchor] else None
-                    bounds[own] = (tile.start, end, trip)
+        for p in node.loops:
+            var[p.name] = scope.fresh(p.anchor or p.name)
+            tile = tiles[p.name]
+            if tile is None:
+                bounds[p.name] = ("0", str(ext[p.name]), ext[p.name])
             else:
-                var[own] = scope.fresh(own)
-                bounds[own] = ("0", str(ext[own]), ext[own])
-        # once, in the last tile of every tiled anchor loop the statement does not follow
-        guards = [f"{self.tiles[a].end} == {self.extents[a]}" for a in self.kernel.loop_names
-                  if a not in own_of and self.tiles[a].start is not None]
-        if guards:
-            self.emit(depth, f"if ({' && '.join(guards)}) {{")
-            depth += 1
+                trip = next(iter(tile.lengths)) if len(tile.lengths) == 1 else None
+                bounds[p.name] = (tile.start, tile.end, trip)
         self.emit(depth, f"/* {str(stmt).split('    #')[0]} */")
         rank_out = [idx.single_loop for idx in stmt.target_indices]
         out_loops = [l for l in order if l in rank_out]
         red_loops = [l for l in order if l not in rank_out]
         # a full tile's size per output loop (remainder tiles take the plain nest)
-        full = {}
-        for own in out_loops:
-            anchor = follows.get(own)
-            tile = self.tiles[anchor] if anchor is not None else None
-            full[own] = bounds[own][2] or (max(tile.lengths) if tile is not None and tile.start is not None
-                                           and ext[own] == self.extents[anchor] else None)
+        full = {l: bounds[l][2] or (max(tiles[l].lengths) if tiles[l] is not None else None) for l in out_loops}
         register_tile = math.prod(full[l] or REGISTER_TILE_MAX + 1 for l in out_loops) if out_loops else 1
         if (stmt.reduce is not None and red_loops and None not in rank_out
                 and len(set(rank_out)) == len(rank_out) and register_tile <= REGISTER_TILE_MAX):
@@ -562,46 +539,39 @@ class _KernelWriter:
                 full_bounds = {l: (b[0], b[1], full.get(l, b[2]) if l in full else b[2]) for l, b in bounds.items()}
                 self.register_tiled(stmt, depth + 1, var, full_bounds, out_loops, red_loops, scope)
                 self.emit(depth, "} else {")
-                self.plain(stmt, depth + 1, var, bounds, order, red_loops)
+                self.plain(node, depth + 1, var, bounds)
                 self.emit(depth, "}")
             else:
                 self.register_tiled(stmt, depth, var, bounds, out_loops, red_loops, scope)
         else:
-            self.plain(stmt, depth, var, bounds, order, red_loops)
-        if guards:
-            self.emit(depth - 1, "}")
+            self.plain(node, depth, var, bounds)
 
     def _for(self, depth: int, v: str, start: str, end: str, trip: int | None) -> None:
         if trip is not None and start != "0":
             end = f"{start} + {trip}"
-        self.emit(depth, f"for (int {v} = {start}; {v} < {end}; ++{v}) {{")
+        self.emit(depth, f"for (long {v} = {start}; {v} < {end}; ++{v}) {{")
 
-    def plain(self, stmt, depth, var, bounds, order, red_loops) -> None:
-        follows = self.kernel.loop_map(self.kernel.statements.index(stmt))
+    def plain(self, node, depth, var, bounds) -> None:
+        stmt = node.statement
         target = self.access_c(stmt.target, stmt.target_indices, var, stmt, check=False)
         expr = self.expr_c(stmt.expr, var, stmt)
         d = depth
-        parallel_here = False
-        for n, own in enumerate(order):
-            innermost = n == len(order) - 1
-            anchor = follows.get(own)
-            if (anchor in self.parallel and not self.parallel_done and own not in red_loops and not parallel_here
-                    and not innermost):
+        for p in node.loops:
+            if p.parallel:
                 self.emit(d, "#pragma omp parallel for")
-                parallel_here = True
-            if innermost and anchor is not None and anchor == self.vectorize and own not in red_loops:
+            if p.vectorize:
                 self.emit(d, "#pragma omp simd")  # (a loop takes one of simd / unroll: simd wins)
-            elif innermost and self.unroll > 1:
-                self.emit(d, f"#pragma GCC unroll {self.unroll}")
-            start, end, trip = bounds[own]
-            self._for(d, var[own], start, end, trip)
+            elif p.unroll > 1:
+                self.emit(d, f"#pragma GCC unroll {p.unroll}")
+            start, end, trip = bounds[p.name]
+            self._for(d, var[p.name], start, end, trip)
             d += 1
         if stmt.reduce == "+":
             self.emit(d, f"{target} += {expr};")
         elif stmt.reduce == "max":
             self.emit(d, f"{target} = AC_MAX({target}, {expr});")
         else:
-            self.emit(d, f"{target} = {expr};")
+            self.emit(d, f"{target} = {self.saturate(stmt.target, expr)};")
         for dd in range(d - 1, depth - 1, -1):
             self.emit(dd, "}")
 
@@ -670,18 +640,30 @@ class _KernelWriter:
             hi = idx.const + sum(max(0, c * (ext[l] - 1)) for l, c in idx.terms)
             if check and (lo < 0 or hi >= shape[d]):
                 dim_c = _affine_c({var[l]: c for l, c in idx.terms}, idx.const)
-                conditions.append(f"(unsigned)({dim_c}) < {shape[d]}u")
+                conditions.append(f"(unsigned long)({dim_c}) < {shape[d]}UL")
         flat = _affine_c(terms, const)
         text = f"{self.cname[tensor]}[{flat}]"
         if conditions:
             return f"({' && '.join(conditions)} ? {text} : {_float(pad)})"
         return text
 
+    def saturate(self, tensor: str, value: str) -> str:
+        """`value` as stored in `tensor`: rounded half to even and saturated for integer
+        dtypes (the interpreter's `round_to_dtype`), unchanged for floats."""
+        dtype = self.tensor(tensor).dtype
+        if dtype not in INT_RANGE:
+            return value
+        lo, hi = INT_RANGE[dtype]
+        return f"ac_saturate({value}, {_float(lo)}, {_float(hi)})"
+
     def expr_c(self, e: Expr, var, stmt: Statement) -> str:
         if isinstance(e, Const):
             return _float(e.value)
         if isinstance(e, Access):
-            return self.access_c(e.tensor, e.indices, var, stmt, check=True, pad=e.pad)
+            text = self.access_c(e.tensor, e.indices, var, stmt, check=True, pad=e.pad)
+            if e.tensor in self.int_accumulators:   # read once complete: saturated
+                return self.saturate(e.tensor, text)
+            return text
         if isinstance(e, BinOp):
             return f"({self.expr_c(e.lhs, var, stmt)} {e.op} {self.expr_c(e.rhs, var, stmt)})"
         if isinstance(e, Call):

@@ -1,7 +1,7 @@
 """A readable kernel for an accelerator target: what a user ports to their accelerator's SDK.
 
-For each kernel the nest of `codegen/c.py` (the one `Schedule.loop_nest()` prints and poly.py
-proves legal), written for the target's memory hierarchy:
+For each kernel its loop nest (`ir.loopnest.lower`, the tree C, poly.py and the Schedule tab
+read), written for the target's memory hierarchy:
 
 - each tile loop names the memory level its tile lives in (`# tile in VMEM`);
 - transfers between levels: `dma_load VMEM <- DRAM: A[i0:i0+128, k0:k0+256]` placed just
@@ -33,6 +33,11 @@ def generate_pseudo(plan, target=None) -> str:
     for kernel, schedule in zip(plan.kernels, plan.schedules):
         parts.append(_KernelPseudo(plan, kernel, schedule, target).text())
     return "\n\n".join(parts) + "\n"
+
+
+def bounds_size(nest, var: str) -> int:
+    """The full size of tile loop `var`'s tiles."""
+    return next(t.size for t in nest.tile_loops() if t.var == var)
 
 
 def _engine(target, stmt: Statement) -> tuple[str, str]:
@@ -69,94 +74,100 @@ class _KernelPseudo:
             return True
 
     def text(self) -> str:
+        from ..ir.loopnest import TileLoop, lower
+
         k, s = self.kernel, self.schedule
+        nest = lower(s)
         self.emit(0, f"kernel {k.name}:    # ops {', '.join(k.ops)}")
         for t in k.tensors:
             where = "on chip only" if t.name in k.internals else "in DRAM"
             role = "in" if t.name in k.inputs else ("out" if t.name in k.outputs else "internal")
             self.emit(1, f"# {role:<8} {t.name}: {t.dtype}[{', '.join(map(str, t.shape))}] {where}")
-        sizes = s.tile_sizes()
-        cur = {l: (None, e) for l, e in self.extents.items()}  # loop -> (tile var, tile size)
-        loops = []  # (level index, anchor loop, var, size)
-        for li, level in enumerate(s.levels):
-            for loop in s.order_at(level):
-                t = sizes[loop][li]
-                if t >= cur[loop][1]:
-                    continue
-                var = f"{loop}{li}"
-                loops.append((li, loop, var, t, cur[loop]))
-                cur[loop] = (var, t)
-        self.tile = cur
-        # accesses per statement: (tensor, indices, statement index, is write)
-        accesses = []
-        for si, stmt in enumerate(k.statements):
-            accesses.append((stmt.target, stmt.target_indices, si, True))
-            for a in stmt.reads():
-                accesses.append((a.tensor, a.indices, si, False))
-        # transfers per level: the tensor's footprint at that level, placed after the
-        # innermost loop (of this level or outer) that changes it
-        placements: dict[int, list[str]] = {}
-        closings: dict[int, list[str]] = {}
-        seen = set()
-        parents = {}
-        for li, level in enumerate(s.levels):
-            state = {l: (None, e) for l, e in self.extents.items()}
-            depth_of = {}
-            for pos, (lj, loop, var, t, _) in enumerate(loops):
-                if lj <= li:
-                    state[loop] = (var, t)
-                    depth_of[loop] = pos + 1
-            for tensor, indices, si, write in accesses:
-                if tensor in k.internals and write is False:
-                    continue
-                kind = "outputs" if write else "inputs"
-                if not self.holds(level, kind) or (tensor, li, write) in seen:
-                    continue
-                if tensor not in k.inputs and tensor not in k.outputs and not write:
-                    continue
-                if write and tensor not in k.outputs and tensor not in k.internals:
-                    continue
-                seen.add((tensor, li, write))
-                follows = k.loop_map(si)
-                anchors = {follows[l] for idx in indices for l in idx.loops if l in follows}
-                depth = max([depth_of.get(a, 0) for a in anchors], default=0)
-                region = self.footprint(tensor, indices, si, state)
-                parent = parents.get((tensor, write), "DRAM")
-                parents[(tensor, write)] = level
-                if write:
-                    inner_red = [lp for lp in k.loop_names if lp not in anchors and lp in depth_of
-                                 and depth_of[lp] <= depth and k.statements[si].reduce]
-                    if tensor in k.internals and (parent == "DRAM" or not inner_red):
-                        placements.setdefault(depth, []).append(f"alloc {level}: {region}    # internal, never leaves the chip")
-                        continue
-                    if inner_red:
-                        placements.setdefault(depth, []).append(
-                            f"dma_load {level} <- {parent}: {region}    # partial sums (reduction over {', '.join(inner_red)} runs outside)")
-                    else:
-                        placements.setdefault(depth, []).append(f"alloc {level}: {region}")
-                    done = [loops[pos][2] for pos in range(depth) if loops[pos][1] not in set(follows.values())]
-                    when = f"if last({', '.join(done)}): " if done else ""
-                    closings.setdefault(depth, []).append(f"{when}dma_store {parent} <- {level}: {region}")
-                else:
-                    placements.setdefault(depth, []).append(f"dma_load {level} <- {parent}: {region}")
-        depth = 1
-        for line in placements.get(0, []):
-            self.emit(depth, line)
-        for pos, (li, loop, var, t, (outer_var, outer_size)) in enumerate(loops):
-            start = outer_var or "0"
-            end = f"{outer_var} + {outer_size}" if outer_var else str(self.extents[loop])
-            rem = "" if self.extents[loop] % t == 0 and (outer_var is None or outer_size % t == 0) \
-                else f"    # last tile: min(..., {self.extents[loop]})"
-            self.emit(depth, f"for {var} in range({start}, {end}, {t}):    # tile in {s.levels[li]}{rem}")
-            depth += 1
-            for line in placements.get(pos + 1, []):
-                self.emit(depth, line)
-        for si, stmt in enumerate(k.statements):
-            self.compute(si, stmt, depth)
-        for pos in range(len(loops), -1, -1):
-            for line in closings.get(pos, []):
-                self.emit(pos + 1, line)
+        opening, closing = self.transfers(nest)
+        for line in opening.get(None, []):
+            self.emit(1, line)
+        pending: list[tuple[int, TileLoop]] = []     # open tile loops: their stores come after
+        for depth, node, bounds in nest.walk():
+            while pending and pending[-1][0] >= depth:
+                d, loop = pending.pop()
+                for line in closing.get(id(loop), []):
+                    self.emit(d + 2, line)
+            if isinstance(node, TileLoop):
+                start, stop, _ = bounds[node.var]
+                rem = "" if node.exact else f"    # last tile: min(..., {stop})"
+                par = ", parallel" if node.parallel else ""
+                self.emit(depth + 1, f"for {node.var} in range({start}, {stop}, {node.size}):    "
+                                     f"# tile in {node.level}{par}{rem}")
+                for line in opening.get(id(node), []):
+                    self.emit(depth + 2, line)
+                pending.append((depth, node))
+            else:
+                state = {p.anchor: (p.tile, bounds_size(nest, p.tile)) for p in node.loops if p.tile}
+                self.compute(node, depth + 1, state)
+        while pending:
+            d, loop = pending.pop()
+            for line in closing.get(id(loop), []):
+                self.emit(d + 2, line)
+        for line in closing.get(None, []):
+            self.emit(1, line)
         return "\n".join(self.lines)
+
+    def transfers(self, nest):
+        """DMA lines per tile loop (id, None for the kernel's top): (opening, closing).
+
+        A tensor's footprint at a level moves just inside the innermost tile loop (of that
+        level or outer, on the statement's path) whose loop indexes it: it stays resident
+        across the loops that do not (stationarity). Writes are stored where that tile is
+        complete; partial sums are reloaded when a reduction tile loop runs outside it."""
+        k, levels = self.kernel, self.schedule.levels
+        opening: dict = {}
+        closing: dict = {}
+        seen = set()
+        parents: dict = {}
+        for path, compute in nest.computes():
+            si, stmt = compute.index, compute.statement
+            follows = k.loop_map(si)
+            accesses = [(stmt.target, stmt.target_indices, True)] + [(a.tensor, a.indices, False) for a in stmt.reads()]
+            for li, level in enumerate(levels):
+                visible = [t for t in path if levels.index(t.level) <= li]
+                state = {}
+                for t in visible:
+                    state[t.anchor] = (t.var, t.size)
+                for tensor, indices, write in accesses:
+                    kind = "outputs" if write else "inputs"
+                    if not self.holds(level, kind):
+                        continue
+                    if not write and tensor not in k.inputs:
+                        continue      # internal reads: the producer's tile is already on chip
+                    anchors = {follows[l] for idx in indices for l in idx.loops if l in follows}
+                    where = next((t for t in reversed(visible) if t.anchor in anchors), None)
+                    key = (tensor, li, write, id(where))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    region = self.footprint(tensor, indices, si, state)
+                    parent = parents.get((tensor, write, li - 1), "DRAM") if li else "DRAM"
+                    parents[(tensor, write, li)] = level
+                    at = id(where) if where is not None else None
+                    if write:
+                        outside = visible[:visible.index(where) + 1] if where is not None else []
+                        reduced = [t.var for t in outside if t.anchor in follows.values()
+                                   and any(follows.get(own) == t.anchor for own in
+                                           (l.name for l in stmt.reduction_loops))]
+                        if tensor in k.internals:
+                            opening.setdefault(at, []).append(f"alloc {level}: {region}    # internal, never leaves the chip")
+                            continue
+                        if reduced:
+                            opening.setdefault(at, []).append(
+                                f"dma_load {level} <- {parent}: {region}    # partial sums (reduction over {', '.join(reduced)} runs outside)")
+                        else:
+                            opening.setdefault(at, []).append(f"alloc {level}: {region}")
+                        done = [t.var for t in outside if t.anchor not in follows.values() or t.var in reduced]
+                        when = f"if last({', '.join(done)}): " if done else ""
+                        closing.setdefault(at, []).append(f"{when}dma_store {parent} <- {level}: {region}")
+                    else:
+                        opening.setdefault(at, []).append(f"dma_load {level} <- {parent}: {region}")
+        return opening, closing
 
     def footprint(self, tensor: str, indices, si: int, state) -> str:
         follows = self.kernel.loop_map(si)
@@ -189,16 +200,12 @@ class _KernelPseudo:
                 dims.append(f"{lo}:{hi}")
         return f"{tensor}[{', '.join(dims)}]"
 
-    def compute(self, si: int, stmt: Statement, depth: int) -> None:
-        k = self.kernel
-        follows = k.loop_map(si)
-        own_anchors = set(follows.values())
-        last = [f"{self.tile[a][0]}" for a in k.loop_names if a not in own_anchors and self.tile[a][0]]
-        if last:
-            self.emit(depth, f"if last({', '.join(last)}):    # after the last reduction tile")
+    def compute(self, node, depth: int, state) -> None:
+        si, stmt = node.index, node.statement
+        if node.last_of:
+            self.emit(depth, f"if last({', '.join(node.last_of)}):    # after the last reduction tile")
             depth += 1
         call, unit = _engine(self.target, stmt)
-        state = self.tile
         lhs = self.footprint(stmt.target, stmt.target_indices, si, state)
         op = {None: "=", "+": "+=", "max": "max="}[stmt.reduce]
         rhs = self._expr(stmt.expr, si, state)

@@ -288,89 +288,12 @@ class Schedule:
     # ------------------------------------------------------------------ printing
 
     def loop_nest(self) -> str:
-        """The tiled loop nest as readable Python-like pseudo-code."""
-        k = self.kernel
-        extent = k.extents
-        sizes = self.tile_sizes()
-        parallel = set(self.annotations.get("parallel", ()))
-        vectorize = self.annotations.get("vectorize")
-        unroll = self.annotations.get("unroll")
-        lines: list[str] = []
-        var = {l: None for l in k.loop_names}      # variable holding the current tile start
-        span = dict(extent)                          # size of the enclosing tile
-        depth = 0
-        marked_parallel: set[str] = set()
-        for li, level in enumerate(self.levels):
-            for loop in self.order_at(level):
-                t = sizes[loop][li]
-                if t >= span[loop]:
-                    continue
-                name = f"{loop}_{level}"
-                note = ""
-                if loop in parallel and loop not in marked_parallel:
-                    note, _ = "    # parallel", marked_parallel.add(loop)
-                lines.append("    " * depth + f"for {name} in {_range(var[loop], span[loop], extent[loop], t)}:{note}")
-                var[loop], span[loop] = name, t
-                depth += 1
-        inner_order = self.order_at(self.levels[-1]) if self.levels else k.loop_names
-        for si, stmt in enumerate(k.statements):
-            m = k.loop_map(si)
-            renamed = {l: m.get(l, l) for l in stmt.loop_names}
-            own = [renamed[l] for l in stmt.loop_names]
-            loops = [l for l in inner_order if l in own] + [l for l in own if l not in inner_order]
-            d = depth
-            for i, loop in enumerate(loops):
-                local_ext = stmt.extents[next(s for s in stmt.loop_names if renamed[s] == loop)]
-                notes = []
-                if loop in parallel and loop not in marked_parallel:
-                    notes.append("parallel")
-                    marked_parallel.add(loop)
-                if loop == vectorize:
-                    notes.append("vectorize")
-                if unroll and unroll > 1 and i == len(loops) - 1:
-                    notes.append(f"unroll {unroll}")
-                note = f"    # {', '.join(notes)}" if notes else ""
-                if loop in var and var[loop] is not None:
-                    rng = _point_range(var[loop], span[loop], extent[loop])
-                else:
-                    rng = f"range({local_ext})"
-                lines.append("    " * d + f"for {loop} in {rng}:{note}")
-                d += 1
-            lines.append("    " * d + _rename_statement(stmt, renamed))
-        return "\n".join(lines)
+        """The tiled loop nest as readable Python-like pseudo-code (`ir.loopnest.lower`)."""
+        from .loopnest import lower
+
+        return lower(self).pretty()
 
     def __str__(self) -> str:
         head = f"# kernel {self.kernel.name}: ops {', '.join(self.kernel.ops)}"
         return head + "\n" + self.loop_nest()
 
-
-def _range(start: str | None, span: int, extent: int, step: int) -> str:
-    if start is None:
-        return f"range(0, {extent}, {step})"
-    if extent % span == 0:
-        return f"range({start}, {start} + {span}, {step})"
-    return f"range({start}, min({start} + {span}, {extent}), {step})"
-
-
-def _point_range(start: str, span: int, extent: int) -> str:
-    if extent % span == 0:
-        return f"range({start}, {start} + {span})"
-    return f"range({start}, min({start} + {span}, {extent}))"
-
-
-def _rename_statement(stmt: Statement, renamed: Mapping[str, str]) -> str:
-    from .program import Affine, substitute
-
-    mapping = {k: Affine.var(v) for k, v in renamed.items() if k != v}
-    if not mapping:
-        return str(stmt).split("    #")[0]
-
-    def rn(e):
-        if isinstance(e, Access):
-            return Access(e.tensor, tuple(i.rename(mapping) for i in e.indices), e.pad)
-        return None
-
-    new = replace(stmt, target_indices=tuple(i.rename(mapping) for i in stmt.target_indices),
-                  expr=substitute(stmt.expr, rn),
-                  loops=tuple(Loop(renamed.get(l.name, l.name), l.extent) for l in stmt.loops))
-    return str(new).split("    #")[0]

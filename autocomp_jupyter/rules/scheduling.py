@@ -3,19 +3,19 @@
 When it applies: to every kernel of the plan, after tiling. Steps, each logged:
 
 1. Loop transformations in the rule file's `priority` order (default skew > interchange >
-   reverse). Each is kept only when isl proves it legal *and* the cost model says it helps:
-   - skew (loop' = loop + by): checked by isl on the kernel's tiled nest. A `Schedule`
-     holds rectangular tiles only and the cost model prices those, so a skew cannot show a
-     gain there: it is logged as tried, with isl's verdict, and not applied.
+   reverse):
    - interchange: every swap of two adjacent loops in each level's order
      (`Schedule.order`), scored by the cost model; the best legal one is applied, repeatedly,
      while it gains. Refusals name the broken dependence; the others say how much slower.
-   - reverse (a loop run backwards): checked by isl; the cost model is symmetric in loop
-     direction, so a legal reversal gains nothing and is logged as such, not applied.
-   Legality: interchange and annotations are checked on the tiled nest with reductions
-   reorderable (as the pipeline checks tiling); a reversal or skew must in addition keep
-   every dependence of the source nest strictly (accumulations included), so a reduction
-   loop is never run backwards or skewed against its accumulation.
+   - skew and reverse are accepted in the priority list and reported as not applicable,
+     once per pass, with the reason (they are not tried): in this DSL's single-assignment
+     programs a kernel's only loop-carried dependences are reductions, which may be
+     reassociated, so every output loop is already parallel and a wavefront (skew) exposes
+     no parallelism; a consumer that reads across tiles (a stencil) gets its own tile loop
+     in the loop nest (`ir.loopnest`), where skewed tiles would be needed to keep it in the
+     producer's; and traffic and compute do not depend on a loop's direction (reverse).
+     `poly.KernelSchedule.skew/.reverse` still answer legality questions (tutorial 04).
+   Legality: every candidate is checked with `poly.check_schedule`, the one policy.
 2. `parallel_outer`: the loops that carry no dependence (isl, always strict: a reduction
    loop is never parallel) are marked `parallel`; refused loops are logged with the
    dependence they carry.
@@ -53,10 +53,15 @@ def scheduling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
     rollbacks: list[dict] = []
     schedules = []
     _TIMES.clear()
+    priority = params.get("priority", ["skew", "interchange", "reverse"])
+    for name in priority:
+        if name in NOT_APPLICABLE:
+            not_applicable(name, [op.name for op in plan.program.ops], log)
     for kernel, tiled in zip(plan.kernels, plan.schedules):
         schedule = tiled
-        for transform in params.get("priority", ["skew", "interchange", "reverse"]):
-            schedule = TRANSFORMS[transform](schedule, ctx, log)
+        for transform in priority:
+            if transform in TRANSFORMS:
+                schedule = TRANSFORMS[transform](schedule, ctx, log)
         if params.get("parallel_outer", True):
             schedule = annotate_parallel(schedule, ctx, log)
         if params.get("vectorize_inner", True):
@@ -86,49 +91,9 @@ def scheduling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
 # --------------------------------------------------------------------------- legality helpers
 
 
-def legality(schedule: Schedule, kernel_schedule: poly.KernelSchedule | None = None, parallel=()):
-    """isl's verdict on `schedule`'s tiled nest, or on `kernel_schedule` (a transformation
-    of it), with reductions reorderable as in the pipeline's checks (parallel loops are
-    always checked against every dependence: a parallel reduction is a race)."""
-    ks = poly.from_tiled_schedule(schedule) if kernel_schedule is None else kernel_schedule
-    return poly.check_legal(schedule.kernel.statements, ks, parallel=tuple(parallel), reduction_reorderable=True)
-
-
-def strict_source_legality(kernel: Kernel, transform):
-    """isl's strict verdict (every dependence, accumulations included) on `transform`
-    applied to the kernel's source nest: a reversal or skew must not turn any dependence
-    around, not even a reduction's (its updates would then run backwards)."""
-    return poly.check_legal(kernel.statements, transform(poly.original_schedule(kernel.statements)),
-                            reduction_reorderable=False)
-
-
-def loop_dims(schedule: Schedule, loop: str) -> list[str]:
-    """The dims of the tiled nest that step along anchor loop `loop`: its tile loops
-    (`{loop}_{level}`) and its point loop."""
-    ks = poly.from_tiled_schedule(schedule)
-    names = ks.loop_dims()
-    return [d for d in names if d == loop or (d.startswith(f"{loop}_") and d[len(loop) + 1:] in schedule.levels)]
-
-
-def reverse_verdict(schedule: Schedule, loop: str):
-    """Is running `loop` backwards legal? Strictly on the source nest, then on the tiled
-    nest (all its tile loops and its point loop reversed)."""
-    verdict = strict_source_legality(schedule.kernel, lambda ks: ks.reverse(loop))
-    if not verdict.ok:
-        return verdict
-    ks = poly.from_tiled_schedule(schedule)
-    for dim in loop_dims(schedule, loop):
-        ks = ks.reverse(dim)
-    return legality(schedule, ks)
-
-
-def skew_verdict(schedule: Schedule, loop: str, by: str, factor: int = 1):
-    """Is skewing `loop` by `by` (loop' = loop + factor*by) legal? Strictly on the source
-    nest, then on the point loops of the tiled nest."""
-    verdict = strict_source_legality(schedule.kernel, lambda ks: ks.skew(loop, by, factor))
-    if not verdict.ok:
-        return verdict
-    return legality(schedule, poly.from_tiled_schedule(schedule).skew(loop, by, factor))
+def legality(schedule: Schedule):
+    """isl's verdict on `schedule` (the one policy: `poly.check_schedule`)."""
+    return poly.check_schedule(schedule)
 
 
 def interchange_verdict(schedule: Schedule, level: str, order: tuple[str, ...]):
@@ -138,8 +103,7 @@ def interchange_verdict(schedule: Schedule, level: str, order: tuple[str, ...]):
 
 def parallel_verdict(schedule: Schedule, loop: str):
     """Does `loop` carry no dependence in `schedule`'s nest (so it may run in parallel)?"""
-    marked = replace(schedule, annotations={**schedule.annotations, "parallel": (loop,)})
-    return legality(marked, parallel=poly.parallel_dims(marked))
+    return legality(replace(schedule, annotations={**schedule.annotations, "parallel": (loop,)}))
 
 
 def _with_order(schedule: Schedule, level: str, order: tuple[str, ...]) -> Schedule:
@@ -164,28 +128,6 @@ def _time(schedule: Schedule, ctx: PassContext) -> float:
 
 
 # --------------------------------------------------------------------------- transformations
-
-
-def try_skew(schedule: Schedule, ctx: PassContext, log: list) -> Schedule:
-    """Skew the innermost point loop by the one outside it (both directions), checked by isl.
-
-    Rectangular tiles cannot express a skewed nest and the cost model prices rectangular
-    tiles, so a skew shows no gain: it is logged, with isl's verdict, and not applied."""
-    kernel = schedule.kernel
-    order = [l for l in schedule.order_at(schedule.levels[-1]) if kernel.extents[l] > 1] \
-        if schedule.levels else list(kernel.loop_names)
-    if len(order) < 2:
-        return schedule
-    inner, outer = order[-1], order[-2]
-    for factor in (1, -1):
-        verdict = skew_verdict(schedule, inner, outer, factor)
-        what = f"skew {inner} by {'+' if factor > 0 else '-'}{outer}"
-        if not verdict.ok:
-            log.append(_rule("skew", kernel, False, f"{what}: illegal: {verdict.reason}"))
-        else:
-            log.append(_rule("skew", kernel, False, f"{what}: legal, not applied: the cost model (rectangular "
-                                                    f"tiles) shows no gain (0.0%)"))
-    return schedule
 
 
 def try_interchange(schedule: Schedule, ctx: PassContext, log: list) -> Schedule:
@@ -228,23 +170,20 @@ def try_interchange(schedule: Schedule, ctx: PassContext, log: list) -> Schedule
     return schedule
 
 
-def try_reverse(schedule: Schedule, ctx: PassContext, log: list) -> Schedule:
-    """Check running each loop backwards; the cost model is symmetric in loop direction,
-    so a legal reversal gains nothing and is not applied."""
-    kernel = schedule.kernel
-    for loop in kernel.loop_names:
-        if kernel.extents[loop] == 1:
-            continue
-        verdict = reverse_verdict(schedule, loop)
-        if not verdict.ok:
-            log.append(_rule("reverse", kernel, False, f"reverse {loop}: illegal: {verdict.reason}"))
-        else:
-            log.append(_rule("reverse", kernel, False, f"reverse {loop}: legal, not applied: no gain (0.0%: "
-                                                       f"traffic and compute do not depend on loop direction)"))
-    return schedule
+NOT_APPLICABLE = {
+    "skew": ("a kernel's only loop-carried dependences are reductions (single assignment), which may be "
+             "reassociated: every output loop is already parallel, so a wavefront exposes nothing; a consumer "
+             "reading across tiles gets its own tile loop instead of skewed tiles"),
+    "reverse": "traffic and compute do not depend on a loop's direction, so running a loop backwards cannot gain",
+}
 
 
-TRANSFORMS = {"skew": try_skew, "interchange": try_interchange, "reverse": try_reverse}
+def not_applicable(name: str, plan_ops, log: list) -> None:
+    """Log, once per pass, why a transformation of the priority list is not tried."""
+    log.append(rule_entry(name, PASS, plan_ops, False, f"not applicable, not tried: {NOT_APPLICABLE[name]}"))
+
+
+TRANSFORMS = {"interchange": try_interchange}
 
 
 # --------------------------------------------------------------------------- annotations
@@ -256,19 +195,10 @@ def annotate_parallel(schedule: Schedule, ctx: PassContext, log: list) -> Schedu
     kernel = schedule.kernel
     outer_order = schedule.order_at(schedule.levels[0]) if schedule.levels else kernel.loop_names
     legal, refused = [], []
-    anchor = kernel.anchor_statement
-    reduction_loops = {l.name for l in anchor.reduction_loops}
     for loop in outer_order:
         if kernel.extents[loop] == 1:
             continue
         verdict = parallel_verdict(schedule, loop)
-        if verdict.ok and loop in reduction_loops:
-            # Its tile loop iterates once (isl sees nothing carried there), but the points
-            # inside the tile still accumulate into one element: never parallel.
-            log.append(_rule("parallel_outer", kernel, False,
-                             f"{loop}: a reduction loop of {anchor.target} (its iterations accumulate into the "
-                             "same elements: parallel iterations would race)"))
-            continue
         (legal if verdict.ok else refused).append((loop, verdict))
     for loop, verdict in refused:
         log.append(_rule("parallel_outer", kernel, False, f"{loop}: {verdict.reason}"))
@@ -276,7 +206,7 @@ def annotate_parallel(schedule: Schedule, ctx: PassContext, log: list) -> Schedu
     if not loops:
         return schedule
     candidate = replace(schedule, annotations={**schedule.annotations, "parallel": loops})
-    joint = legality(candidate, parallel=poly.parallel_dims(candidate))
+    joint = legality(candidate)
     if not joint.ok:
         log.append(_rule("parallel_outer", kernel, False, f"{', '.join(loops)} together: {joint.reason}"))
         return schedule

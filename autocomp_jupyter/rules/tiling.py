@@ -40,6 +40,7 @@ from .. import poly
 from ..accel.cost import evaluate, kernel_model, library_schedule
 from ..interp import TooManyTiles, check_tiled
 from ..ir.program import Program
+from ..ir.loopnest import whole_loops
 from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
 from ..result import Plan
@@ -258,6 +259,10 @@ def search_tiles(kernel: Kernel, target, current: Schedule | None, levels: dict[
     if seeds_t:
         tiles = np.concatenate([_monotone(np.array(seeds_t), extents), tiles])
         orders = np.concatenate([np.array(seeds_o), orders])
+    # Loops a later statement of the kernel reads whole (a softmax row) stay untiled:
+    # tiled, the nest would split into one tile loop per statement (ir.loopnest).
+    whole = np.array([l.name in whole_loops(kernel) for l in kernel.loops])
+    tiles[:, whole, :] = extents[whole, None]
     scores = _score(model, tiles, orders, max_spill, vec)
     evaluated = len(scores)
 
@@ -266,6 +271,7 @@ def search_tiles(kernel: Kernel, target, current: Schedule | None, levels: dict[
     pool_t, pool_o, pool_s = tiles[best_idx], orders[best_idx], scores[best_idx]
     for _ in range(LOCAL_ROUNDS):
         nt, no = _neighbours(pool_t, pool_o, values, tiled, orders_set, extents, vector_level)
+        nt[:, whole, :] = extents[whole, None]
         ns = _score(model, nt, no, max_spill, vec)
         evaluated += len(ns)
         all_t = np.concatenate([pool_t, nt])
@@ -380,8 +386,7 @@ def _to_schedule(kernel: Kernel, current: Schedule | None, tiles, orders, target
 
 def legality(schedule: Schedule):
     """isl's verdict on a tiled, ordered, annotated schedule (reductions reorderable)."""
-    return poly.check_legal(schedule.kernel.statements, poly.from_tiled_schedule(schedule),
-                            parallel=poly.parallel_dims(schedule), reduction_reorderable=True)
+    return poly.check_schedule(schedule)
 
 
 def verify_schedule(schedule: Schedule, program: Program, ctx: PassContext | None = None, seed: int = 0,

@@ -21,6 +21,8 @@
 #define AC_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define AC_MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* An integer dtype's value: rounded half to even (the default rounding mode), saturated. */
+static inline float ac_saturate(float x, float lo, float hi) { return fminf(fmaxf(nearbyintf(x), lo), hi); }
 static inline float ac_relu(float x) { return x > 0.0f ? x : 0.0f; }
 static inline float ac_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
@@ -41,25 +43,24 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
     #pragma omp parallel for simd
     for (long n = 0; n < 200704L; ++n) Y[n] = 0.0f;
     #pragma omp parallel for
-    for (int f_L2 = 0; f_L2 < 64; f_L2 += 32) {
-        for (int c_L2 = 0; c_L2 < 64; c_L2 += 32) {
-            for (int h_L2 = 0; h_L2 < 56; h_L2 += 28) {
-                for (int f_L1 = f_L2; f_L1 < f_L2 + 32; f_L1 += 16) {
-                    for (int c_L1 = c_L2; c_L1 < c_L2 + 32; c_L1 += 16) {
-                        for (int h_L1 = h_L2; h_L1 < h_L2 + 28; h_L1 += 14) {
-                            for (int w_L1 = 0; w_L1 < 56; w_L1 += 28) {
-                                for (int f_registers = f_L1; f_registers < f_L1 + 16; f_registers += 8) {
-                                    for (int w_registers = w_L1; w_registers < w_L1 + 28; w_registers += 8) {
-                                        const int w_registers_end = AC_MIN(w_registers + 8, w_L1 + 28);
+    for (long f_L2 = 0; f_L2 < 64; f_L2 += 32) {
+        for (long c_L2 = 0; c_L2 < 64; c_L2 += 32) {
+            for (long h_L2 = 0; h_L2 < 56; h_L2 += 28) {
+                for (long f_L1 = f_L2; f_L1 < f_L2 + 32; f_L1 += 16) {
+                    for (long c_L1 = c_L2; c_L1 < c_L2 + 32; c_L1 += 16) {
+                        for (long h_L1 = h_L2; h_L1 < h_L2 + 28; h_L1 += 14) {
+                            for (long w_L1 = 0; w_L1 < 56; w_L1 += 28) {
+                                for (long f_registers = f_L1; f_registers < f_L1 + 16; f_registers += 8) {
+                                    for (long w_registers = w_L1; w_registers < w_L1 + 28; w_registers += 8) {
                                         /* Y[n, f, h, w] += (X[n, c, h + r - 1, s + w - 1] * W[f, c, r, s]) */
-                                        for (int n_2 = 0; n_2 < 1; ++n_2) {
-                                            for (int f = f_registers; f < f_registers + 8; ++f) {
-                                                for (int c = c_L1; c < c_L1 + 16; ++c) {
-                                                    for (int h = h_L1; h < h_L1 + 14; ++h) {
-                                                        for (int w = w_registers; w < w_registers_end; ++w) {
-                                                            for (int r = 0; r < 3; ++r) {
-                                                                for (int s = 0; s < 3; ++s) {
-                                                                    Y[200704 * n_2 + 3136 * f + 56 * h + w] += (((unsigned)(h + r - 1) < 56u && (unsigned)(s + w - 1) < 56u ? X[200704 * n_2 + 3136 * c + 56 * h + 56 * r + s + w - 57] : 0.0f) * W[576 * f + 9 * c + 3 * r + s]);
+                                        for (long n_2 = 0; n_2 < 1; ++n_2) {
+                                            for (long f = f_registers; f < f_registers + 8; ++f) {
+                                                for (long c = c_L1; c < c_L1 + 16; ++c) {
+                                                    for (long h = h_L1; h < h_L1 + 14; ++h) {
+                                                        for (long w = w_registers; w < AC_MIN(w_registers + 8, w_L1 + 28); ++w) {
+                                                            for (long r = 0; r < 3; ++r) {
+                                                                for (long s = 0; s < 3; ++s) {
+                                                                    Y[200704 * n_2 + 3136 * f + 56 * h + w] += (((unsigned long)(h + r - 1) < 56UL && (unsigned long)(s + w - 1) < 56UL ? X[200704 * n_2 + 3136 * c + 56 * h + 56 * r + s + w - 57] : 0.0f) * W[576 * f + 9 * c + 3 * r + s]);
                                                                 }
                                                             }
                                                         }
@@ -69,11 +70,11 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
                                         }
                                         if (c_L1 + 16 == 64) {
                                             /* Z[n, c, h, w] = ((Y[n, c, h, w] * scale[c]) + shift[c]) */
-                                            for (int n_2 = 0; n_2 < 1; ++n_2) {
-                                                for (int f = f_registers; f < f_registers + 8; ++f) {
-                                                    for (int h = h_L1; h < h_L1 + 14; ++h) {
+                                            for (long n_2 = 0; n_2 < 1; ++n_2) {
+                                                for (long f = f_registers; f < f_registers + 8; ++f) {
+                                                    for (long h = h_L1; h < h_L1 + 14; ++h) {
                                                         #pragma omp simd
-                                                        for (int w = w_registers; w < w_registers_end; ++w) {
+                                                        for (long w = w_registers; w < AC_MIN(w_registers + 8, w_L1 + 28); ++w) {
                                                             Z[200704 * n_2 + 3136 * f + 56 * h + w] = ((Y[200704 * n_2 + 3136 * f + 56 * h + w] * scale[f]) + shift[f]);
                                                         }
                                                     }
@@ -82,11 +83,11 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
                                         }
                                         if (c_L1 + 16 == 64) {
                                             /* R[n, c, h, w] = relu(Z[n, c, h, w]) */
-                                            for (int n_2 = 0; n_2 < 1; ++n_2) {
-                                                for (int f = f_registers; f < f_registers + 8; ++f) {
-                                                    for (int h = h_L1; h < h_L1 + 14; ++h) {
+                                            for (long n_2 = 0; n_2 < 1; ++n_2) {
+                                                for (long f = f_registers; f < f_registers + 8; ++f) {
+                                                    for (long h = h_L1; h < h_L1 + 14; ++h) {
                                                         #pragma omp simd
-                                                        for (int w = w_registers; w < w_registers_end; ++w) {
+                                                        for (long w = w_registers; w < AC_MIN(w_registers + 8, w_L1 + 28); ++w) {
                                                             R[200704 * n_2 + 3136 * f + 56 * h + w] = ac_relu(Z[200704 * n_2 + 3136 * f + 56 * h + w]);
                                                         }
                                                     }

@@ -18,6 +18,8 @@
 #define AC_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define AC_MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* An integer dtype's value: rounded half to even (the default rounding mode), saturated. */
+static inline float ac_saturate(float x, float lo, float hi) { return fminf(fmaxf(nearbyintf(x), lo), hi); }
 static inline float ac_relu(float x) { return x > 0.0f ? x : 0.0f; }
 static inline float ac_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
@@ -40,52 +42,52 @@ static void kernel_C_D(const float* restrict A, const float* restrict B, float* 
     /* C[i, j] += (A[i, k] * B[k, j]) */
     /* packed GEMM: blocks mc=258 nc=256 kc=256 (the schedule's outermost tiles, raised to >= 24/64/64, mc in whole micro-panels), microkernel 6x16 */
     float* Bpack = (float*)aligned_alloc(64, 262144UL);
-    for (int j0 = 0; j0 < 1024; j0 += 256) {
-        const int nc = AC_MIN(256, 1024 - j0);
-        for (int k0 = 0; k0 < 1024; k0 += 256) {
-            const int kc = AC_MIN(256, 1024 - k0);
+    for (long j0 = 0; j0 < 1024; j0 += 256) {
+        const long nc = AC_MIN(256, 1024 - j0);
+        for (long k0 = 0; k0 < 1024; k0 += 256) {
+            const long kc = AC_MIN(256, 1024 - k0);
             /* pack B[k0:+kc, j0:+nc] as 16-wide column panels, zero-padded */
             #pragma omp parallel for
-            for (int jr = 0; jr < nc; jr += 16) {
-                for (int p = 0; p < kc; ++p) {
+            for (long jr = 0; jr < nc; jr += 16) {
+                for (long p = 0; p < kc; ++p) {
                     #pragma omp simd
-                    for (int c = 0; c < 16; ++c) Bpack[jr * kc + p * 16 + c] = jr + c < nc ? B[1024 * (k0 + p) + (j0 + jr + c)] : 0.0f;
+                    for (long c = 0; c < 16; ++c) Bpack[jr * kc + p * 16 + c] = jr + c < nc ? B[1024 * (k0 + p) + (j0 + jr + c)] : 0.0f;
                 }
             }
             #pragma omp parallel
             {
                 float* Apack = (float*)aligned_alloc(64, 264192UL);
                 #pragma omp for schedule(dynamic, 1)
-                for (int i0 = 0; i0 < 1024; i0 += 258) {
-                    const int mc = AC_MIN(258, 1024 - i0);
+                for (long i0 = 0; i0 < 1024; i0 += 258) {
+                    const long mc = AC_MIN(258, 1024 - i0);
                     /* pack A[i0:+mc, k0:+kc] as 6-high row panels, zero-padded */
-                    for (int ir = 0; ir < mc; ir += 6) {
-                        for (int p = 0; p < kc; ++p) {
-                            for (int r = 0; r < 6; ++r) Apack[ir * kc + p * 6 + r] = ir + r < mc ? A[1024 * (i0 + ir + r) + (k0 + p)] : 0.0f;
+                    for (long ir = 0; ir < mc; ir += 6) {
+                        for (long p = 0; p < kc; ++p) {
+                            for (long r = 0; r < 6; ++r) Apack[ir * kc + p * 6 + r] = ir + r < mc ? A[1024 * (i0 + ir + r) + (k0 + p)] : 0.0f;
                         }
                     }
-                    for (int jr = 0; jr < nc; jr += 16) {
-                        for (int ir = 0; ir < mc; ir += 6) {
+                    for (long jr = 0; jr < nc; jr += 16) {
+                        for (long ir = 0; ir < mc; ir += 6) {
                             const float* restrict ap = Apack + ir * kc;
                             const float* restrict bp = Bpack + jr * kc;
                             float acc[6][16] = {{0.0f}};
-                            for (int p = 0; p < kc; ++p) {
+                            for (long p = 0; p < kc; ++p) {
                                 #pragma GCC unroll 6
-                                for (int r = 0; r < 6; ++r) {
+                                for (long r = 0; r < 6; ++r) {
                                     #pragma omp simd
-                                    for (int c = 0; c < 16; ++c) acc[r][c] += ap[p * 6 + r] * bp[p * 16 + c];
+                                    for (long c = 0; c < 16; ++c) acc[r][c] += ap[p * 6 + r] * bp[p * 16 + c];
                                 }
                             }
                             float* restrict cp = C + 1024 * (i0 + ir) + (j0 + jr);
                             if (mc - ir >= 6 && nc - jr >= 16) {
                                 #pragma GCC unroll 6
-                                for (int r = 0; r < 6; ++r) {
+                                for (long r = 0; r < 6; ++r) {
                                     #pragma omp simd
-                                    for (int c = 0; c < 16; ++c) cp[1024 * r + c] += acc[r][c];
+                                    for (long c = 0; c < 16; ++c) cp[1024 * r + c] += acc[r][c];
                                 }
                             } else {    /* an edge tile */
-                                for (int r = 0; r < AC_MIN(6, mc - ir); ++r) {
-                                    for (int c = 0; c < AC_MIN(16, nc - jr); ++c) cp[1024 * r + c] += acc[r][c];
+                                for (long r = 0; r < AC_MIN(6, mc - ir); ++r) {
+                                    for (long c = 0; c < AC_MIN(16, nc - jr); ++c) cp[1024 * r + c] += acc[r][c];
                                 }
                             }
                         }
@@ -97,10 +99,8 @@ static void kernel_C_D(const float* restrict A, const float* restrict B, float* 
     }
     free(Bpack);
     /* D[i0, i1] = relu(C[i0, i1]) */
-    #pragma omp parallel for
-    for (int i = 0; i < 1024; ++i) {
-        #pragma omp simd
-        for (int j = 0; j < 1024; ++j) {
+    for (long i = 0; i < 1024; ++i) {
+        for (long j = 0; j < 1024; ++j) {
             D[1024 * i + j] = ac_relu(C[1024 * i + j]);
         }
     }

@@ -1,0 +1,468 @@
+"""The loop-nest IR: a scheduled kernel lowered once to a tree of loops and statements.
+
+`lower(schedule)` is the only place a tiled nest is worked out. Every reader walks the tree
+it returns: isl schedule maps (`poly.from_tiled_schedule`), tiled execution in the
+interpreter (`interp.run_kernel_tiled`), C (`codegen/c.py`), the accelerator pseudo-kernel
+(`codegen/pseudo.py`), the TVM bridge and the Schedule tab (`LoopNest.pretty`).
+
+The tree (all nodes frozen):
+
+- `TileLoop`: steps through the tiles of one kernel (anchor) loop at one memory level,
+  `for var in range(start, end, size)`: `start`/`end` are the enclosing tile over the same
+  anchor loop in this branch (or 0/extent), and the last tile of a non-dividing size is a
+  remainder tile (`exact` says none can occur). Tile loops come level by level (outer →
+  inner), each level in the schedule's order there; a loop whose tile covers its enclosing
+  tile adds no tile loop.
+- `Compute`: one statement's own point nest inside the tiles around it. A point loop that
+  follows an anchor loop runs over that loop's current tile (or its whole extent when no
+  enclosing tile loop tiles it); a local loop (the reduction of a softmax row that maps to
+  no anchor loop) runs in full. `last_of` names the enclosing tile loops whose anchor loop
+  the statement does not follow (a ReLU epilogue has no `k`): it runs only in their last
+  tile, after every update of its input.
+
+Statement placement (fission inside a tile). Statements run in program order. A statement
+joins the tile loops the previous statement is in, outermost first, while that is legal by
+construction: a consumer may share a tile loop over anchor loop `a` with a producer (an
+earlier statement in the same loop whose tensor it reads) iff
+  - the consumer does not follow `a` (it runs in the last `a` tile, after the producer's), or
+  - both follow `a`, the producer's loop on `a` is an output loop writing one dimension of
+    its tensor as exactly that loop, and the consumer reads that dimension at exactly its
+    own loop on `a` (and no other dimension through `a`): each tile reads what the same tile
+    wrote, complete.
+A producer that reduces over `a` (the row max of a softmax) is complete only after its last
+`a` tile, so a consumer following `a` cannot share that loop: it gets its own instance of
+the tile loop, after the producer's has finished (for i: {for j: max; for j: exp, sum;
+for j: divide}). Where a statement cannot join, it opens its own tile loops for the anchor
+loops it follows and stops at the first one it does not. poly.py still proves every tree
+legal; this rule only makes the trees it builds legal to begin with.
+
+`whole_loops(kernel)` names the anchor loops whose tiling would split a kernel this way;
+the tiling search and the tuner keep them whole (one tile), as real softmax and layernorm
+kernels keep the row, and the cost model then scores the nest that runs.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Sequence, Union
+
+from .program import Statement
+from .schedule import Kernel, Schedule
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+@dataclass(frozen=True)
+class TileLoop:
+    """`for var in range(start, end, size)` over the tiles of anchor loop `anchor` at `level`.
+
+    `parent` is the var of the enclosing tile loop over the same anchor in this branch
+    (None: the loop covers the whole extent); `enclosing` is that tile's full size (the
+    extent when there is none); `lengths` the sizes this loop's tiles can have (remainder
+    tiles included); `exact`: every tile of the enclosing ones is full (no `min` needed).
+    """
+
+    anchor: str
+    level: str
+    size: int
+    var: str
+    parent: str | None
+    enclosing: int
+    extent: int
+    lengths: frozenset
+    exact: bool
+    parallel: bool
+    body: tuple["Node", ...]
+
+    def trip_counts(self, enclosing_lengths: frozenset) -> frozenset:
+        return frozenset(-(-L // self.size) for L in enclosing_lengths)
+
+
+@dataclass(frozen=True)
+class PointLoop:
+    """One loop of a statement's own nest: `name` (the statement's loop) over the current
+    tile of anchor loop `anchor` (`tile` is that tile loop's var, None: the whole extent),
+    or over its full `extent` when local (`anchor` None)."""
+
+    name: str
+    anchor: str | None
+    tile: str | None
+    extent: int
+    lengths: frozenset          # trip counts it can have
+    reduction: bool
+    parallel: bool = False
+    vectorize: bool = False
+    unroll: int = 0
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Statement `index` of the kernel, run over `loops` (outer → inner) inside the
+    enclosing tiles; only in the last tile of each tile loop named in `last_of`."""
+
+    index: int
+    statement: Statement
+    loops: tuple[PointLoop, ...]
+    last_of: tuple[str, ...] = ()
+
+
+Node = Union[TileLoop, Compute]
+
+
+@dataclass(frozen=True, eq=False)
+class LoopNest:
+    """A kernel's schedule as one tree of tile loops and statement nests."""
+
+    schedule: Schedule
+    body: tuple[Node, ...]
+
+    @property
+    def kernel(self) -> Kernel:
+        return self.schedule.kernel
+
+    # ------------------------------------------------------------------ walking
+
+    def computes(self) -> Iterator[tuple[tuple[TileLoop, ...], Compute]]:
+        """Every statement nest with the tile loops around it (outer → inner), in program order."""
+        def walk(nodes, path):
+            for node in nodes:
+                if isinstance(node, TileLoop):
+                    yield from walk(node.body, path + (node,))
+                else:
+                    yield path, node
+        yield from walk(self.body, ())
+
+    def tile_loops(self) -> list[TileLoop]:
+        """Every tile loop, in preorder (a loop split by fission appears once per instance)."""
+        out: list[TileLoop] = []
+
+        def walk(nodes):
+            for node in nodes:
+                if isinstance(node, TileLoop):
+                    out.append(node)
+                    walk(node.body)
+        walk(self.body)
+        return out
+
+    def paths(self) -> list[tuple[tuple[tuple[int, Node], ...], Compute]]:
+        """For each statement nest: the (position among siblings, node) pairs from the root
+        down to it — what poly.py turns into a 2d+1 schedule."""
+        out = []
+
+        def walk(nodes, path):
+            for position, node in enumerate(nodes):
+                if isinstance(node, TileLoop):
+                    walk(node.body, path + ((position, node),))
+                else:
+                    out.append((path + ((position, node),), node))
+        walk(self.body, ())
+        return out
+
+    def executions(self) -> int:
+        """How many (tile, statement) runs the nest performs, remainder tiles included."""
+        total = 0
+        for path, compute in self.computes():
+            chains: dict[str, list[int]] = {}
+            for loop in path:
+                chains.setdefault(loop.anchor, []).append(loop.size)
+            runs = 1
+            for anchor, sizes in chains.items():
+                runs *= 1 if anchor in _anchors_of(path, compute.last_of) else tile_count(
+                    self.kernel.extents[anchor], sizes)
+            total += runs
+        return total
+
+    def instances(self) -> Iterator[tuple[int, tuple[int, ...]]]:
+        """Every statement instance (statement index, values of its loops in loop order), in
+        the order the nest runs them: the nest's meaning, point by point (for tests and
+        small kernels; every reader must agree with it)."""
+        extents = self.kernel.extents
+
+        def visit(nodes, box):
+            for node in nodes:
+                if isinstance(node, TileLoop):
+                    lo, hi = box[node.anchor]
+                    for first in range(lo, hi, node.size):
+                        yield from visit(node.body, {**box, node.anchor: (first, min(first + node.size, hi))})
+                    continue
+                guarded = {t.anchor for t in self.tile_loops() if t.var in node.last_of}
+                if any(box[a][1] != extents[a] for a in guarded):
+                    continue
+                stmt = node.statement
+                ranges = [range(*box[p.anchor]) if p.tile is not None else range(p.extent) for p in node.loops]
+                position = [stmt.loop_names.index(p.name) for p in node.loops]
+                for values in itertools.product(*ranges):
+                    point = [0] * len(values)
+                    for k, v in zip(position, values):
+                        point[k] = v
+                    yield node.index, tuple(point)
+
+        yield from visit(self.body, {a: (0, e) for a, e in extents.items()})
+
+    # ------------------------------------------------------------------ printing
+
+    def pretty(self) -> str:
+        """The nest as readable Python-like pseudo-code (the Schedule tab)."""
+        lines: list[str] = []
+        for depth, node, bounds in self.walk():
+            pad = "    " * depth
+            if isinstance(node, TileLoop):
+                start, stop, _ = bounds[node.var]
+                note = "    # parallel" if node.parallel else ""
+                lines.append(f"{pad}for {node.var} in range({start}, {stop}, {node.size}):{note}")
+                continue
+            if node.last_of:
+                lines.append(f"{pad}if last({', '.join(node.last_of)}):")
+                depth += 1
+            for p in node.loops:
+                notes = [n for n, on in (("parallel", p.parallel), ("vectorize", p.vectorize)) if on]
+                if p.unroll > 1:
+                    notes.append(f"unroll {p.unroll}")
+                note = f"    # {', '.join(notes)}" if notes else ""
+                start, stop = point_bounds(p, bounds)
+                span = stop if start == "0" else f"{start}, {stop}"
+                lines.append("    " * depth + f"for {p.name} in range({span}):{note}")
+                depth += 1
+            lines.append("    " * depth + str(node.statement).split("    #")[0])
+        return "\n".join(lines)
+
+    def walk(self, name=lambda var: var, minimum: str = "min"):
+        """Preorder (depth, node, bounds): `bounds[var]` = (start, stop, end) expressions of
+        each enclosing tile loop, with tile variables written by `name` and `minimum` for the
+        clipping function (C uses `AC_MIN`): a tile runs [var, end), its loop [start, stop)."""
+        def visit(nodes, depth, bounds):
+            for node in nodes:
+                if isinstance(node, TileLoop):
+                    if node.parent is None:
+                        start, stop = "0", str(node.extent)
+                    else:
+                        start, stop = name(node.parent), bounds[node.parent][2]
+                    var = name(node.var)
+                    end = f"{var} + {node.size}" if node.exact else f"{minimum}({var} + {node.size}, {stop})"
+                    inner = {**bounds, node.var: (start, stop, end)}
+                    yield depth, node, inner
+                    yield from visit(node.body, depth + 1, inner)
+                else:
+                    yield depth, node, bounds
+        yield from visit(self.body, 0, {})
+
+
+def point_bounds(p: PointLoop, bounds, name=lambda var: var) -> tuple[str, str]:
+    """(start, stop) of a point loop under tile bounds from `LoopNest.walk`."""
+    if p.tile is None:
+        return "0", str(p.extent)
+    return name(p.tile), bounds[p.tile][2]
+
+
+def tile_count(extent: int, sizes: Sequence[int]) -> int:
+    """Innermost pieces of [0, extent) split by `sizes` in turn (remainders included)."""
+    def split(x: int, k: int) -> int:
+        if k == len(sizes) or x == 0:
+            return 1 if x else 0
+        t = sizes[k]
+        full, rest = divmod(x, t)
+        return full * split(t, k + 1) + (split(rest, k + 1) if rest else 0)
+    return split(extent, 0)
+
+
+def _anchors_of(path: Sequence[TileLoop], vars_: Sequence[str]) -> set[str]:
+    wanted = set(vars_)
+    return {loop.anchor for loop in path if loop.var in wanted}
+
+
+# --------------------------------------------------------------------------- lowering
+
+
+@dataclass(frozen=True)
+class _TileStep:
+    """One tile loop of the schedule's flat sequence (before statement placement)."""
+
+    anchor: str
+    level: str
+    size: int
+
+
+def tile_steps(schedule: Schedule) -> list[_TileStep]:
+    """The schedule's tile loops outer → inner: level by level, each in its order there,
+    skipping loops whose tile covers the enclosing one."""
+    sizes = schedule.tile_sizes()
+    span = dict(schedule.kernel.extents)
+    steps = []
+    for li, level in enumerate(schedule.levels):
+        for loop in schedule.order_at(level):
+            size = sizes[loop][li]
+            if size < span[loop]:
+                steps.append(_TileStep(loop, level, size))
+                span[loop] = size
+    return steps
+
+
+def may_share(kernel: Kernel, producer: int, consumer: int, anchor: str) -> bool:
+    """Whether `consumer` may run in the same tile loop over `anchor` as `producer`
+    (see the module docstring), for a consumer that reads the producer's tensor."""
+    p_stmt, c_stmt = kernel.statements[producer], kernel.statements[consumer]
+    p_map, c_map = kernel.loop_map(producer), kernel.loop_map(consumer)
+    c_loops = [l for l, a in c_map.items() if a == anchor]
+    if not c_loops:
+        return True                       # the consumer runs in the last tile only
+    p_loops = [l for l, a in p_map.items() if a == anchor]
+    if not p_loops:
+        return False                      # the producer runs in the last tile only
+    (p_loop,), (c_loop,) = p_loops, c_loops
+    dims = [d for d, idx in enumerate(p_stmt.target_indices) if p_loop in idx.loops]
+    if len(dims) != 1 or p_stmt.target_indices[dims[0]].single_loop != p_loop:
+        return False                      # a reduction over `anchor`, or a skewed write
+    (dim,) = dims
+    for access in c_stmt.reads():
+        if access.tensor != p_stmt.target:
+            continue
+        for d, idx in enumerate(access.indices):
+            if d == dim and idx.single_loop != c_loop:
+                return False
+            if d != dim and c_loop in idx.loops:
+                return False
+    return True
+
+
+def _producers(kernel: Kernel, consumer: int) -> list[int]:
+    read = {a.tensor for a in kernel.statements[consumer].reads()}
+    return [i for i in range(consumer) if kernel.statements[i].target in read]
+
+
+def placement(kernel: Kernel, steps: Sequence[_TileStep]) -> list[tuple[int, int]]:
+    """For each statement, (joined, depth): how many leading tile loops it shares with the
+    previous statement's instances, and how many tile loops it runs inside."""
+    out: list[tuple[int, int]] = []
+    members: list[list[int]] = []        # per position: statements in the open instance
+    for s in range(len(kernel.statements)):
+        follows = set(kernel.loop_map(s).values())
+        producers = set(_producers(kernel, s))
+        joined = 0
+        previous_depth = out[-1][1] if out else 0
+        while joined < previous_depth:
+            anchor = steps[joined].anchor
+            if not all(may_share(kernel, p, s, anchor) for p in members[joined] if p in producers):
+                break
+            joined += 1
+        depth = joined
+        while depth < len(steps) and steps[depth].anchor in follows:
+            depth += 1
+        del members[joined:]
+        for position in range(len(members)):
+            members[position].append(s)
+        members += [[s] for _ in range(depth - joined)]
+        out.append((joined, depth))
+    return out
+
+
+def whole_loops(kernel: Kernel) -> frozenset[str]:
+    """Anchor loops that, tiled, would split the kernel into several tile loops (a later
+    statement reads a reduction over them, or reads across their tiles): kept whole by the
+    tiling search and the tuner."""
+    out = set()
+    for anchor in kernel.loop_names:
+        steps = [_TileStep(anchor, "", 1)]
+        places = placement(kernel, steps)
+        users = [(j, d) for (j, d), s in zip(places, range(len(places)))
+                 if anchor in kernel.loop_map(s).values()]
+        instances = sum(1 for j, d in users if d > j)
+        if instances > 1:
+            out.add(anchor)
+    return frozenset(out)
+
+
+def lower(schedule: Schedule) -> LoopNest:
+    """The loop nest `schedule` runs (see the module docstring).
+
+    Annotations: `parallel` marks, per annotated loop, the outermost loops over it that
+    have no parallel loop around them and are not a reduction of any statement beneath
+    (a reduction loop is never parallel); `vectorize` the innermost point loop when it is
+    the annotated output loop; `unroll` every statement's innermost point loop."""
+    kernel = schedule.kernel
+    steps = tile_steps(schedule)
+    places = placement(kernel, steps)
+    parallel = frozenset(schedule.annotations.get("parallel", ()) or ())
+    vectorize = schedule.annotations.get("vectorize")
+    unroll = int(schedule.annotations.get("unroll") or 0)
+    inner_order = schedule.order_at(schedule.levels[-1]) if schedule.levels else kernel.loop_names
+    extents = kernel.extents
+
+    # Tile loop shapes along the flat sequence: var, parent var, enclosing size, lengths, exact.
+    shapes = []
+    chain: dict[str, tuple[str | None, int, frozenset]] = {a: (None, e, frozenset([e])) for a, e in extents.items()}
+    for step in steps:
+        parent, enclosing, lengths = chain[step.anchor]
+        var = re.sub(r"\W", "_", f"{step.anchor}_{step.level}")
+        new_lengths = frozenset({step.size for L in lengths if L >= step.size}
+                                | {L % step.size for L in lengths if L % step.size})
+        exact = all(L % step.size == 0 for L in lengths)
+        shapes.append((var, parent, enclosing, new_lengths, exact))
+        chain[step.anchor] = (var, step.size, new_lengths)
+
+    def compute(s: int, depth: int, parallel_above: bool) -> Compute:
+        stmt = kernel.statements[s]
+        follows = kernel.loop_map(s)
+        own_of = {a: o for o, a in follows.items()}
+        tile_of = {steps[p].anchor: (shapes[p][0], shapes[p][3]) for p in range(depth)}
+        order = [own_of[a] for a in inner_order if a in own_of] + [l for l in stmt.loop_names if l not in follows]
+        written = {n for idx in stmt.target_indices for n in idx.loops}
+        ext = stmt.extents
+        loops = []
+        for n, own in enumerate(order):
+            anchor = follows.get(own)
+            tile, lengths = tile_of.get(anchor, (None, frozenset([ext[own]])))
+            reduction = own not in written
+            innermost = n == len(order) - 1
+            is_parallel = (anchor in parallel and not parallel_above and not reduction and not innermost)
+            parallel_above = parallel_above or is_parallel
+            loops.append(PointLoop(own, anchor, tile, ext[own], lengths, reduction, is_parallel,
+                                   vectorize=innermost and anchor is not None and anchor == vectorize and not reduction,
+                                   unroll=unroll if innermost else 0))
+        last_of = tuple(shapes[p][0] for p in range(depth) if steps[p].anchor not in own_of)
+        return Compute(s, stmt, tuple(loops), last_of)
+
+    def reduces(item: tuple[int, int, int], anchor: str) -> bool:
+        stmt = kernel.statements[item[0]]
+        written = {n for idx in stmt.target_indices for n in idx.loops}
+        return any(a == anchor and own not in written for own, a in kernel.loop_map(item[0]).items())
+
+    def build(items: list[tuple[int, int, int]], position: int, parallel_above: bool) -> tuple[Node, ...]:
+        """Nodes at tile position `position` for statements `items` [(index, joined, depth)]."""
+        nodes: list[Node] = []
+        group: list[tuple[int, int, int]] = []
+
+        def flush():
+            if group:
+                var, parent, enclosing, lengths, exact = shapes[position]
+                step = steps[position]
+                is_parallel = (step.anchor in parallel and not parallel_above
+                               and not any(reduces(item, step.anchor) for item in group))
+                nodes.append(TileLoop(step.anchor, step.level, step.size, var, parent, enclosing,
+                                      extents[step.anchor], lengths, exact, is_parallel,
+                                      build(list(group), position + 1, parallel_above or is_parallel)))
+                group.clear()
+
+        for item in items:
+            s, joined, depth = item
+            if depth <= position:
+                flush()
+                nodes.append(compute(s, depth, parallel_above))
+            else:
+                if group and joined <= position:
+                    flush()          # it cannot join the open instance: a new one
+                group.append(item)
+        flush()
+        return tuple(nodes)
+
+    body = build([(s, j, d) for s, (j, d) in enumerate(places)], 0, False)
+    return LoopNest(schedule, body)
+
+
+def loop_dims(nest: LoopNest, loop: str) -> tuple[str, ...]:
+    """The time dimensions (poly.py names) that run kernel loop `loop`: its tile loops'
+    variables and its point loops (named after the loop)."""
+    tiles = [t.var for t in nest.tile_loops() if t.anchor == loop]
+    points = [loop] if any(p.anchor == loop for _, c in nest.computes() for p in c.loops) else []
+    return tuple(dict.fromkeys(tiles + points))
