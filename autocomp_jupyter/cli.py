@@ -28,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--run", action="store_true", help="also run it in the reference interpreter")
     check.add_argument("--max-extent", type=int, default=None, metavar="N",
                        help="shrink dimensions above N to N (keeps the structure) before running")
+    check.add_argument("--inputs", action="append", default=[], metavar="FILE.npz",
+                       help="with --run: arrays named after the inputs (and params); repeatable")
+    check.add_argument("--save", metavar="FILE.npz", help="with --run: write every program output")
     opt = sub.add_parser("optimize", help="run the ADRS pipeline and print a summary or the JSON report")
     opt.add_argument("file", help="a .acir program")
     opt.add_argument("--target", default="tpu", help="a preset (see `autocomp targets`) or a target .yaml")
@@ -46,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--emit-c", metavar="FILE.c", help="write the generated C")
     opt.add_argument("--measure", action="store_true",
                      help="compile and time the generated C on this CPU (target host)")
+    add_import_parser(sub)
     sub.add_parser("targets", help="list the accelerator presets")
     rules = sub.add_parser("rules", help="list the rules and where they apply")
     rules.add_argument("--target", default=None, help="show the rule set as this target sees it")
@@ -128,6 +132,8 @@ def cmd_rules(args) -> int:
 def cmd_check(args) -> int:
     from .dsl import load
 
+    if args.file.endswith(".onnx") or args.inputs or args.save:
+        return check_with_values(args)
     program = load(args.file, max_extent=args.max_extent)
     print(f"{args.file}: ok, {len(program.ops)} ops, {program.flops:,} flops, outputs {', '.join(program.outputs)}")
     print(program.summary())
@@ -141,7 +147,107 @@ def cmd_check(args) -> int:
     return 0
 
 
-COMMANDS = {"check": cmd_check, "optimize": cmd_optimize, "targets": cmd_targets, "rules": cmd_rules}
+# --------------------------------------------------------------------------- ONNX models
+
+
+def add_import_parser(sub) -> None:
+    imp = sub.add_parser("import", help="import an ONNX model as a DSL program (.acir) and its weights (.npz)")
+    imp.add_argument("file", help="a .onnx model")
+    imp.add_argument("-o", "--output", metavar="FILE.acir",
+                     help="write the program here (its weights beside it as FILE.params.npz); default: print it")
+    imp.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                     help="static shape for an input with symbolic dimensions (repeatable)")
+
+
+def _input_shapes(specs: list[str]) -> dict:
+    shapes = {}
+    for spec in specs:
+        name, _, dims = spec.partition("=")
+        try:
+            shapes[name] = [int(d) for d in dims.split(",")]
+        except ValueError:
+            raise UserError(f"--shape {spec!r}: expected NAME=D0,D1,... with integer dimensions",
+                            filename="--shape") from None
+        if not name or any(d <= 0 for d in shapes[name]):
+            raise UserError(f"--shape {spec!r}: expected NAME=D0,D1,... with positive dimensions", filename="--shape")
+    return shapes
+
+
+def cmd_import(args) -> int:
+    import numpy as np
+
+    from .onnx_import import from_onnx
+
+    program = from_onnx(args.file, input_shapes=_input_shapes(args.shape))
+    if not args.output:
+        print(program.source, end="")
+        return 0
+    _write(args.output, program.source)
+    weights = str(args.output).removesuffix(".acir") + ".params.npz"
+    try:
+        np.savez(weights, **program.param_values)
+    except OSError as err:
+        raise UserError(f"cannot write '{weights}': {err.strerror or err}", filename=weights) from None
+    print(f"wrote {weights} ({len(program.param_values)} weights; `autocomp check {args.output} --run "
+          f"--inputs {weights} --inputs x.npz` runs it)", file=sys.stderr)
+    return 0
+
+
+def _read_npz(path: str) -> dict:
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError) as err:
+        raise UserError(f"cannot read '{path}' as .npz arrays: {err}", filename=path) from None
+
+
+def check_with_values(args) -> int:
+    """`check` of an .onnx model, or of a program with --inputs/--save: run the reference
+    interpreter on the given arrays (named after the graph's inputs; ONNX names or their
+    DSL spelling) with the model's weights, and write every output."""
+    import numpy as np
+
+    from .dsl import load
+    from .onnx_import import from_onnx, run_with_values, sanitize
+
+    if args.file.endswith(".onnx"):
+        if args.max_extent is not None:
+            raise UserError("--max-extent applies to .acir programs, not to ONNX models", filename="--max-extent")
+        program = from_onnx(args.file)
+    else:
+        program = load(args.file, max_extent=args.max_extent)
+    print(f"{args.file}: ok, {len(program.ops)} ops, {program.flops:,} flops, outputs {', '.join(program.outputs)}")
+    print(program.summary())
+    if not args.run:
+        if args.inputs or args.save:
+            raise UserError("--inputs and --save need --run", filename="check")
+        return 0
+    given = {}
+    for path in args.inputs:
+        for name, value in _read_npz(path).items():
+            given[name if program.has_tensor(name) else sanitize(name)] = value
+    values = run_with_values(program, given)
+    random = [t.name for t in program.inputs if t.name not in given and t.name not in program.param_values]
+    if random:
+        print(f"random values (seed 0) for: {', '.join(random)}", file=sys.stderr)
+    for name in program.outputs:
+        v = values[name]
+        print(f"{name}: shape {list(v.shape)}, mean {v.mean():.6g}, max |x| {abs(v).max():.6g}")
+    if args.save:
+        dtype = {"f16": np.float16, "i8": np.int8, "i32": np.int32}
+        arrays = {n: values[n].astype(dtype.get(program.tensor(n).dtype, np.float32)) for n in program.outputs}
+        try:
+            np.savez(args.save, **arrays)
+        except OSError as err:
+            raise UserError(f"cannot write '{args.save}': {err.strerror or err}", filename=args.save) from None
+        print(f"wrote {args.save} ({', '.join(arrays)})", file=sys.stderr)
+    return 0
+
+
+COMMANDS = {"check": cmd_check, "optimize": cmd_optimize, "targets": cmd_targets, "rules": cmd_rules,
+            "import": cmd_import}
 
 
 def main(argv: list[str] | None = None) -> int:

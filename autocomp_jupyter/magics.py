@@ -10,7 +10,7 @@ DSL, a target or rule YAML, the flags themselves — is shown as the formatted m
     ...
 
 DSL line numbers count the `%%autocomp` line as line 1, as the notebook editor does. A
-cell holding just a path to an `.acir` file optimises that file.
+cell holding just a path to an `.acir` (or `.onnx`) file optimises that file.
 """
 from __future__ import annotations
 
@@ -132,6 +132,10 @@ def _cell_program(cell: str):
     text = cell.strip()
     if "\n" not in text and text.endswith(".acir"):
         return load(text)
+    if "\n" not in text and text.endswith(".onnx"):
+        from .onnx_import import from_onnx
+
+        return from_onnx(text)
     return parse("\n" + cell, filename=CELL_FILENAME)
 
 

@@ -44,10 +44,14 @@ def _registered_passes() -> dict[str, Pass]:
 def _as_program(src: str | Path | Program) -> Program:
     if isinstance(src, Program):
         return src
+    if isinstance(src, (str, Path)) and "\n" not in str(src) and str(src).strip().endswith(".onnx"):
+        from .onnx_import import from_onnx                       # an ONNX model file
+
+        return from_onnx(str(src).strip())
     if isinstance(src, Path) or (isinstance(src, str) and "\n" not in src and src.strip().endswith(".acir")):
         return load(src)
     if not isinstance(src, str):
-        raise UserError(f"optimize() takes DSL text, a path to a .acir file or a Program, got {type(src).__name__}")
+        raise UserError(f"optimize() takes DSL text, a path to a .acir or .onnx file or a Program, got {type(src).__name__}")
     return parse(src, "<cell>")
 
 

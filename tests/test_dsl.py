@@ -46,9 +46,10 @@ output R, E
 def test_every_library_op_lowers():
     shapes = {"matmul": ("A2", "B2"), "batch_matmul": ("A3", "B3"), "linear": ("A2", "B2", "b16"),
               "conv2d": ("X", "W"), "depthwise_conv2d": ("X", "Wd"), "add": ("X", "X"), "sub": ("X", "X"),
-              "mul": ("X", "X"), "bias_add": ("X", "b4"), "batchnorm": ("X", "b4", "b4"),
+              "mul": ("X", "X"), "div": ("X", "X"), "bias_add": ("X", "b4"), "batchnorm": ("X", "b4", "b4"),
               "layernorm": ("X", "b8", "b8"), "softmax": ("X",), "maxpool2d": ("X",), "avgpool2d": ("X",),
-              "global_avgpool": ("X",), "transpose": ("X",)}
+              "global_avgpool": ("X",), "transpose": ("X",), "reshape": ("X", "shape=[8, -1]"),
+              "concat": ("X", "X", "axis=1")}
     head = ("input X: f32[2, 4, 8, 8]\ninput A2: f32[8, 4]\ninput B2: f32[4, 16]\ninput A3: f32[2, 8, 4]\n"
             "input B3: f32[2, 4, 16]\nparam W: f32[6, 4, 3, 3]\nparam Wd: f32[4, 1, 3, 3]\nparam b16: f32[16]\n"
             "param b4: f32[4]\nparam b8: f32[8]\n")
@@ -56,7 +57,7 @@ def test_every_library_op_lowers():
         args = shapes.get(op, ("X",))
         p = parse(head + f"Y = {op}({', '.join(args)})")
         (o,) = p.ops
-        assert o.kind == op and o.statements and o.flops > 0 or op == "transpose"
+        assert o.kind == op and o.statements and o.flops > 0 or op in ("transpose", "reshape", "flatten")
         assert o.op_class in ("elementwise", "broadcast", "injective", "reduction", "contraction")
 
 

@@ -1,4 +1,4 @@
-"""The course notebooks (tutorials/01..07) run green headless, and every answer check in
+"""The course notebooks (tutorials/01..08) run green headless, and every answer check in
 tutorials/checks.py accepts the intended answer and refuses a wrong one.
 
 The notebooks are executed with nbclient in tutorials/ (they import `checks` and write small
@@ -36,10 +36,10 @@ CHAIN = ("input A: f32[64, 64]\ninput B: f32[64, 64]\ninput b: f32[64]\nC = matm
 # --------------------------------------------------------------------------- the notebooks
 
 
-def test_the_course_has_seven_notebooks_in_order():
+def test_the_course_has_eight_notebooks_in_order():
     names = [p.name for p in NOTEBOOKS]
-    assert [n[:2] for n in names] == ["01", "02", "03", "04", "05", "06", "07"], names
-    assert names[0] == "01_quick_start.ipynb" and names[-1] == "07_host_c.ipynb"
+    assert [n[:2] for n in names] == ["01", "02", "03", "04", "05", "06", "07", "08"], names
+    assert names[0] == "01_quick_start.ipynb" and names[-1] == "08_onnx_models.ipynb"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -319,3 +319,18 @@ def test_check_model_error(host_res):
             checks.check_model_error(host_res, 1 / ratio)
     with pytest.raises(AssertionError, match="not measured"):
         checks.check_model_error(autocomp.optimize("input A: f32[8, 8]\nB = relu(A)\n", target="npu", tune=0), 1.0)
+
+
+# --------------------------------------------------------------------------- 08
+
+
+def test_check_slowest_kernel_and_share(gemm_res):
+    kernels = sorted(gemm_res.report["kernels"], key=lambda k: -k["metrics"]["time_s"])
+    checks.check_slowest_kernel(gemm_res, kernels[0]["name"])
+    with pytest.raises(AssertionError, match="kernel name"):
+        checks.check_slowest_kernel(gemm_res, 3)
+    total = sum(k["metrics"]["time_s"] for k in kernels)
+    share = kernels[0]["metrics"]["time_s"] / total
+    checks.check_share_of_time(gemm_res, kernels[0]["name"], share)
+    with pytest.raises(AssertionError, match="percentage"):
+        checks.check_share_of_time(gemm_res, kernels[0]["name"], 100 * share)

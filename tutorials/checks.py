@@ -1,4 +1,4 @@
-"""Answer checks for the autocomp-jupyter course notebooks (tutorials/01..07).
+"""Answer checks for the autocomp-jupyter course notebooks (tutorials/01..08).
 
 Each `check_*` helper takes the student's answer (plus whatever it needs to recompute the
 truth) and either prints a short "correct" line or raises AssertionError with a hint that
@@ -306,3 +306,32 @@ def check_model_error(res, answer) -> None:
     assert math.isclose(a, truth, rel_tol=1e-2), \
         f"{a:g} is not measured / predicted: report['measured']['measured_time_s'] / report['optimized']['time_s']"
     _ok(f"measured / predicted = {truth:.2f}")
+
+
+# --------------------------------------------------------------------------- 08 ONNX models
+
+
+def check_slowest_kernel(res, answer) -> None:
+    """Tutorial 08: the name of the kernel that takes the most time in the optimised plan."""
+    kernels = res.report["kernels"]
+    truth = max(kernels, key=lambda k: k["metrics"]["time_s"])
+    names = [k["name"] for k in kernels]
+    assert isinstance(answer, str) and answer in names, \
+        f"answer with a kernel name (a string), one of {names[:6]}{' ...' if len(names) > 6 else ''}"
+    fastest = min(kernels, key=lambda k: k["metrics"]["time_s"])
+    assert answer != fastest["name"] or fastest is truth, "that is the fastest kernel: sort by time, largest first"
+    assert answer == truth["name"], \
+        f"'{answer}' is not the slowest kernel. Hint: max(res.report['kernels'], key=lambda k: k['metrics']['time_s'])"
+    _ok(f"{truth['name']} takes {truth['metrics']['time_s'] * 1e6:.1f} us")
+
+
+def check_share_of_time(res, kernel: str, answer) -> None:
+    """Tutorial 08: a kernel's share of the optimised plan's total time (0..1, within 1%)."""
+    total = sum(k["metrics"]["time_s"] for k in res.report["kernels"])
+    (k,) = [k for k in res.report["kernels"] if k["name"] == kernel]
+    truth = k["metrics"]["time_s"] / total
+    a = _number(answer, "the share")
+    assert not math.isclose(a, 100 * truth, rel_tol=1e-2), "a fraction between 0 and 1, not a percentage"
+    assert math.isclose(a, truth, rel_tol=1e-2), \
+        f"{a:g} is not {kernel}'s time over the sum of every kernel's time"
+    _ok(f"{kernel} takes {truth:.1%} of the time")

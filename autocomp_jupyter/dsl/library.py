@@ -362,6 +362,179 @@ def lower_transpose(out, xs, attrs):
     return Lowered("injective", shape, (st,))
 
 
+# --------------------------------------------------------------------------- layout
+
+
+def reshape_plan(src: tuple[int, ...], dst: tuple[int, ...]):
+    """The common refinement of two shapes with the same number of elements, or None.
+
+    Row-major reshape is affine exactly when both shapes are products of one list of
+    "atoms" (each dimension of either shape a contiguous run of atoms). Returns (atoms,
+    src_index, dst_index): `*_index[d]` lists (atom, stride) pairs whose sum indexes
+    dimension d; size-1 dimensions have no atoms (index 0).
+    """
+    def bounds(shape):
+        out, p = [], 1
+        for d in shape:
+            if d != 1:
+                p *= d
+                out.append(p)
+        return out
+    cuts = sorted(set(bounds(src)) | set(bounds(dst)))
+    prev, atoms = 1, []
+    for b in cuts:
+        if b % prev:
+            return None
+        atoms.append(b // prev)
+        prev = b
+
+    def index(shape):
+        idx, a = [], 0
+        for d in shape:
+            if d == 1:
+                idx.append([])
+                continue
+            run, p = [], 1
+            while p < d:
+                run.append(a)
+                p *= atoms[a]
+                a += 1
+            strides, s = [], 1
+            for t in reversed(run):
+                strides.append((t, s))
+                s *= atoms[t]
+            idx.append(list(reversed(strides)))
+        return idx
+    return atoms, index(src), index(dst)
+
+
+def _reshape_lowering(out, x: Operand, shape: tuple[int, ...], what: str, arg) -> Lowered:
+    if math.prod(shape) != math.prod(x.shape):
+        raise OpError(f"{what}: cannot reshape '{x.name}' {_fmt(x.shape)} ({math.prod(x.shape)} elements) to "
+                      f"{_fmt(shape)} ({math.prod(shape)} elements)", "the element counts must agree", arg=arg)
+    plan = reshape_plan(x.shape, shape)
+    if plan is None:
+        raise OpError(f"{what}: reshape {_fmt(x.shape)} -> {_fmt(shape)} is not affine (no common refinement "
+                      "of the two shapes)", "split it into a merge then a split of contiguous dimensions",
+                      arg=arg)
+    atoms, src_idx, dst_idx = plan
+    names = [f"a{t}" for t in range(len(atoms))]
+    # Output loops in output order: an atom loop where a run of atoms starts, an
+    # extent-1 loop for each size-1 output dimension (every output index is a loop).
+    loops, target, unit = [], [], 0
+    for terms in dst_idx:
+        if not terms:
+            name = f"u{unit}"
+            unit += 1
+            loops.append((name, 1))
+            target.append(A(name))
+            continue
+        for t, _ in terms:
+            loops.append((names[t], atoms[t]))
+        target.append(Affine.of({names[t]: stride for t, stride in terms}))
+    src = [Affine.of({names[t]: stride for t, stride in terms}) for terms in src_idx]
+    st = _statement(out, loops, _acc(x.name, *src), target_indices=target)
+    return Lowered("injective", tuple(shape), (st,))
+
+
+def lower_reshape(out, xs, attrs):
+    (x,) = xs
+    shape = attrs["shape"]
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, tuple) or not shape or any(not isinstance(d, int) or d == 0 or d < -1 for d in shape) \
+            or list(shape).count(-1) > 1:
+        raise OpError(f"reshape shape must be a list of positive integers (at most one -1), got {shape!r}",
+                      "e.g. shape=[1, 2048] or shape=[1, -1]", arg="shape")
+    if -1 in shape:
+        known = math.prod(d for d in shape if d != -1)
+        if math.prod(x.shape) % known:
+            raise OpError(f"reshape: {math.prod(x.shape)} elements of '{x.name}' do not fill shape {_fmt(shape)}",
+                          arg="shape")
+        shape = tuple(math.prod(x.shape) // known if d == -1 else d for d in shape)
+    return _reshape_lowering(out, x, shape, "reshape", "shape")
+
+
+def lower_flatten(out, xs, attrs):
+    (x,) = xs
+    axis = attrs["axis"]
+    rank = len(x.shape)
+    if not isinstance(axis, int) or isinstance(axis, bool) or not -rank <= axis <= rank:
+        raise OpError(f"flatten axis {axis!r} is out of range for rank {rank}", arg="axis")
+    if axis < 0:
+        axis += rank
+    shape = (math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+    return _reshape_lowering(out, x, shape, "flatten", 0)
+
+
+def lower_concat(out, xs, attrs):
+    first = xs[0]
+    rank = len(first.shape)
+    axis = attrs["axis"]
+    if not isinstance(axis, int) or isinstance(axis, bool) or not -rank <= axis < rank:
+        raise OpError(f"concat axis {axis!r} is out of range for rank {rank}", arg="axis")
+    axis %= rank
+    for k, x in enumerate(xs[1:], 1):
+        if len(x.shape) != rank or any(a != b for d, (a, b) in enumerate(zip(x.shape, first.shape)) if d != axis):
+            raise OpError(f"concat: '{x.name}' {_fmt(x.shape)} does not fit '{first.name}' {_fmt(first.shape)} "
+                          f"(all dimensions but axis {axis} must agree)", arg=k)
+    names = _axis_names(rank)
+    shape = tuple(sum(x.shape[axis] for x in xs) if d == axis else e for d, e in enumerate(first.shape))
+    # Each output point reads every operand at its offset along `axis`; reads outside an
+    # operand give 0 and exactly one read is inside, so the sum is that read, exactly.
+    expr, offset = None, 0
+    for x in xs:
+        idx = [A(nm) - offset if d == axis else A(nm) for d, nm in enumerate(names)]
+        read = _acc(x.name, *idx)
+        expr = read if expr is None else BinOp("+", expr, read)
+        offset += x.shape[axis]
+    st = _statement(out, _loops(shape, names), expr)
+    return Lowered("injective", shape, (st,))
+
+
+# A&S 7.1.26 rational approximation of erf (|error| <= 1.5e-7, below f32 tolerance):
+# erf(z) = sign(z) (1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) e^(-z^2)), t = 1 / (1 + p |z|).
+_ERF_P = 0.3275911
+_ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+# sign(z) as z / (|z| + tiny): exact away from 0, and erf(0) = 0 since 1 - poly(1) ~ 1e-9.
+_TINY = 1e-30
+
+
+def _erf_lowering(kind: str):
+    """erf(X), or GELU's erf form 0.5 x (1 + erf(x / sqrt 2)): a temp holds t, then one
+    statement evaluates the polynomial (t is read five times, computed once)."""
+    def lower(out, xs, attrs):
+        (x,) = xs
+        if kind == "gelu":
+            approx = attrs["approximate"]
+            if approx not in ("tanh", "none"):
+                raise OpError(f"gelu approximate must be tanh or none, got {approx!r}", arg="approximate")
+            if approx == "tanh":
+                return _unary(lambda v: Call("gelu", (v,)))(out, xs, attrs)
+        names = _axis_names(len(x.shape))
+        loops = _loops(x.shape, names)
+        z = _acc(x.name, *names)
+        if kind == "gelu":
+            z = BinOp("*", z, Const(1.0 / math.sqrt(2.0)))
+        tname = f"{out}_t"
+        s0 = _statement(tname, loops, BinOp("/", Const(1.0),
+                                             BinOp("+", Const(1.0), BinOp("*", Const(_ERF_P), Call("abs", (z,))))))
+        t = _acc(tname, *names)
+        poly = Const(_ERF_A[-1])
+        for a in reversed(_ERF_A[:-1]):
+            poly = BinOp("+", Const(a), BinOp("*", t, poly))
+        poly = BinOp("*", t, poly)
+        mag = BinOp("-", Const(1.0), BinOp("*", poly, Call("exp", (Call("neg", (BinOp("*", z, z),)),))))
+        erf = BinOp("/", BinOp("*", mag, z), BinOp("+", Call("abs", (z,)), Const(_TINY)))
+        if kind == "gelu":
+            value = BinOp("*", BinOp("*", Const(0.5), _acc(x.name, *names)), BinOp("+", Const(1.0), erf))
+        else:
+            value = erf
+        s1 = _statement(out, loops, value)
+        return Lowered("elementwise", x.shape, (s0, s1), ((tname, x.shape),))
+    return lower
+
+
 def _relu6(x: Expr) -> Expr:
     return Call("min", (Call("max", (x, Const(0.0))), Const(6.0)))
 
@@ -376,13 +549,16 @@ LIBRARY: dict[str, LibraryOp] = {op.name: op for op in [
               "X[N,C,H,W], W[C,1,R,S] -> [N,C,H',W']"),
     LibraryOp("relu", (1, 1), {}, _unary(lambda x: Call("relu", (x,))), "elementwise max(x, 0)"),
     LibraryOp("relu6", (1, 1), {}, _unary(_relu6), "elementwise min(max(x, 0), 6)"),
-    LibraryOp("gelu", (1, 1), {}, _unary(lambda x: Call("gelu", (x,))), "elementwise GELU (tanh form)"),
+    LibraryOp("gelu", (1, 1), {"approximate": "tanh"}, _erf_lowering("gelu"),
+              "elementwise GELU: tanh form (default) or approximate=none (erf form)"),
+    LibraryOp("erf", (1, 1), {}, _erf_lowering("erf"), "elementwise error function"),
     LibraryOp("sigmoid", (1, 1), {}, _unary(lambda x: Call("sigmoid", (x,))), "elementwise 1/(1+e^-x)"),
     LibraryOp("tanh", (1, 1), {}, _unary(lambda x: Call("tanh", (x,))), "elementwise tanh"),
     LibraryOp("exp", (1, 1), {}, _unary(lambda x: Call("exp", (x,))), "elementwise e^x"),
     LibraryOp("add", (2, 2), {}, _binary("+"), "elementwise, numpy broadcasting"),
     LibraryOp("sub", (2, 2), {}, _binary("-"), "elementwise, numpy broadcasting"),
     LibraryOp("mul", (2, 2), {}, _binary("*"), "elementwise, numpy broadcasting"),
+    LibraryOp("div", (2, 2), {}, _binary("/"), "elementwise, numpy broadcasting"),
     LibraryOp("bias_add", (2, 2), {}, lower_bias_add, "b along axis 1 for rank 4, the last axis otherwise"),
     LibraryOp("batchnorm", (3, 3), {}, lower_batchnorm, "X*scale[c] + shift[c], c = axis 1"),
     LibraryOp("layernorm", (3, 3), {"eps": 1e-5}, lower_layernorm, "over the last axis"),
@@ -393,4 +569,7 @@ LIBRARY: dict[str, LibraryOp] = {op.name: op for op in [
               "window mean, padding counted"),
     LibraryOp("global_avgpool", (1, 1), {}, lower_global_avgpool, "[N,C,H,W] -> [N,C]"),
     LibraryOp("transpose", (1, 1), {"perm": None}, lower_transpose, "permute axes (default: reverse)"),
+    LibraryOp("reshape", (1, 1), {"shape": None}, lower_reshape, "row-major reshape (one -1 allowed)"),
+    LibraryOp("flatten", (1, 1), {"axis": 1}, lower_flatten, "[d0..dk-1, dk..] -> [prod, prod] at axis"),
+    LibraryOp("concat", (2, 256), {"axis": 0}, lower_concat, "join along axis"),
 ]}

@@ -355,6 +355,9 @@ class Program:
     outputs: tuple[str, ...]
     source: str = field(default="", compare=False)
     filename: str = field(default="<program>", compare=False)
+    # Values of params known at import (an ONNX model's weights), name -> numpy array.
+    # Not part of the program's identity; the interpreter takes them as given inputs.
+    param_values: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property
     def _tensor_index(self) -> dict[str, Tensor]:

@@ -64,7 +64,12 @@ export const LIBRARY_OPS: ReadonlySet<string> = new Set([
   'maxpool2d',
   'avgpool2d',
   'global_avgpool',
-  'transpose'
+  'transpose',
+  'div',
+  'erf',
+  'reshape',
+  'flatten',
+  'concat'
 ]);
 
 /** Scalar functions allowed in comprehension expressions. */

@@ -100,7 +100,8 @@ test('every library op of DESIGN §3 is an op in an op statement', () => {
   const ops = [
     'matmul', 'batch_matmul', 'linear', 'conv2d', 'depthwise_conv2d', 'relu', 'relu6',
     'gelu', 'sigmoid', 'tanh', 'exp', 'add', 'sub', 'mul', 'bias_add', 'batchnorm',
-    'layernorm', 'softmax', 'maxpool2d', 'avgpool2d', 'global_avgpool', 'transpose'
+    'layernorm', 'softmax', 'maxpool2d', 'avgpool2d', 'global_avgpool', 'transpose',
+    'div', 'erf', 'reshape', 'flatten', 'concat'
   ];
   assert.equal(LIBRARY_OPS.size, ops.length);
   for (const op of ops) {

@@ -1,0 +1,240 @@
+"""Whole networks from ONNX: ResNet-50, MobileNetV2 and a BERT-base encoder layer.
+
+The models are built here with onnx.helper in the layout torch.onnx.export writes for
+torchvision's networks in eval mode (BatchNorm folded into each Conv's bias, Clip for
+ReLU6, GlobalAveragePool → Flatten → Gemm(transB=1), BERT's MatMul+Add projections,
+Reshape/Transpose to heads, Softmax, erf-form GELU, LayerNormalization), with random
+weights: no downloads. With `--torch` and torchvision installed, the real torchvision
+networks are exported instead (random weights too).
+
+Each model is imported (`from_onnx`), checked against onnxruntime on one input, and
+optimised on each target (rules only unless `--tune N`); the output is one line per
+(model, target) with import/optimise seconds, the speedups, `verified` and the ratio of
+the network's optimise time to a 1-layer network's (the per-layer cost).
+
+    python benchmarks/bench_onnx.py                          # all three, tpu and npu, rules only
+    python benchmarks/bench_onnx.py --models resnet50 --targets tpu --profile 25
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import onnx  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+class _Graph:
+    """A tiny builder: nodes, initializers (random, seeded), unique names."""
+
+    def __init__(self, seed: int = 0):
+        self.nodes, self.inits, self.rng, self.count = [], [], np.random.default_rng(seed), {}
+
+    def name(self, base: str) -> str:
+        self.count[base] = self.count.get(base, 0) + 1
+        return f"{base}_{self.count[base]}"
+
+    def weight(self, base: str, shape, scale: float | None = None) -> str:
+        name = self.name(base)
+        fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
+        scale = scale if scale is not None else math.sqrt(2.0 / fan_in)
+        self.inits.append(numpy_helper.from_array((self.rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def const(self, base: str, value) -> str:
+        name = self.name(base)
+        self.inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def op(self, op_type: str, inputs, base: str | None = None, **attrs) -> str:
+        out = self.name(base or op_type.lower())
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], name=out, **attrs))
+        return out
+
+    def conv(self, x, cin, cout, k, stride=1, groups=1) -> str:
+        w = self.weight("conv_w", (cout, cin // groups, k, k))
+        b = self.weight("conv_b", (cout,), 0.01)
+        return self.op("Conv", [x, w, b], "conv", kernel_shape=[k, k], strides=[stride, stride],
+                       pads=[k // 2] * 4, group=groups)
+
+    def model(self, x_name: str, x_shape, out: str, out_shape, opset: int = 17) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, "g", [helper.make_tensor_value_info(x_name, TensorProto.FLOAT, x_shape)],
+                                  [helper.make_tensor_value_info(out, TensorProto.FLOAT, out_shape)], self.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        model.ir_version = 8
+        return model
+
+
+def resnet50(blocks=(3, 4, 6, 3), image: int = 224, classes: int = 1000) -> onnx.ModelProto:
+    """torchvision ResNet-50 (v1.5: the stride in the 3x3 conv), BN folded, as exported."""
+    g = _Graph()
+    x = g.op("Relu", [g.conv("input", 3, 64, 7, 2)])
+    x = g.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, n in enumerate(blocks):
+        width = 64 * 2 ** stage
+        for b in range(n):
+            stride = 2 if b == 0 and stage > 0 else 1
+            y = g.op("Relu", [g.conv(x, cin, width, 1)])
+            y = g.op("Relu", [g.conv(y, width, width, 3, stride)])
+            y = g.conv(y, width, width * 4, 1)
+            skip = g.conv(x, cin, width * 4, 1, stride) if b == 0 else x
+            x = g.op("Relu", [g.op("Add", [y, skip])])
+            cin = width * 4
+    x = g.op("Flatten", [g.op("GlobalAveragePool", [x])], axis=1)
+    out = g.op("Gemm", [x, g.weight("fc_w", (classes, cin)), g.weight("fc_b", (classes,), 0.01)], "logits", transB=1)
+    return g.model("input", (1, 3, image, image), out, (1, classes))
+
+
+def one_layer_net(image: int = 224) -> onnx.ModelProto:
+    """The 1-layer reference for the per-layer ratio: ResNet-50's stem conv + ReLU."""
+    g = _Graph()
+    out = g.op("Relu", [g.conv("input", 3, 64, 7, 2)])
+    return g.model("input", (1, 3, image, image), out, (1, 64, image // 2, image // 2))
+
+
+def mobilenetv2(image: int = 224, classes: int = 1000) -> onnx.ModelProto:
+    """torchvision MobileNetV2, BN folded, ReLU6 as Clip(0, 6), as exported."""
+    g = _Graph()
+    zero, six = g.const("zero", np.array(0.0, np.float32)), g.const("six", np.array(6.0, np.float32))
+
+    def relu6(t):
+        return g.op("Clip", [t, zero, six], "clip")
+    x = relu6(g.conv("input", 3, 32, 3, 2))
+    cin = 32
+    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                       (6, 320, 1, 1)):
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hidden = cin * t
+            y = relu6(g.conv(x, cin, hidden, 1)) if t != 1 else x
+            y = relu6(g.conv(y, hidden, hidden, 3, stride, groups=hidden))
+            y = g.conv(y, hidden, c, 1)
+            x = g.op("Add", [x, y]) if stride == 1 and cin == c else y
+            cin = c
+    x = relu6(g.conv(x, cin, 1280, 1))
+    x = g.op("Flatten", [g.op("GlobalAveragePool", [x])], axis=1)
+    out = g.op("Gemm", [x, g.weight("fc_w", (classes, 1280)), g.weight("fc_b", (classes,), 0.01)], "logits", transB=1)
+    return g.model("input", (1, 3, image, image), out, (1, classes))
+
+
+def bert_layer(seq: int = 128, hidden: int = 768, heads: int = 12, ff: int = 3072) -> onnx.ModelProto:
+    """One BERT-base encoder layer as torch exports it (erf GELU, LayerNormalization)."""
+    g = _Graph()
+    dh = hidden // heads
+
+    def linear(x, n_in, n_out):
+        return g.op("Add", [g.op("MatMul", [x, g.weight("w", (n_in, n_out), 0.02)]), g.weight("b", (n_out,), 0.02)])
+    heads_shape = g.const("heads_shape", np.array([1, seq, heads, dh], np.int64))
+    q, k, v = (g.op("Reshape", [linear("hidden", hidden, hidden), heads_shape]) for _ in range(3))
+    q = g.op("Transpose", [q], perm=[0, 2, 1, 3])
+    k = g.op("Transpose", [k], perm=[0, 2, 3, 1])
+    v = g.op("Transpose", [v], perm=[0, 2, 1, 3])
+    scores = g.op("Div", [g.op("MatMul", [q, k]), g.const("sqrt_dh", np.array(math.sqrt(dh), np.float32))])
+    scores = g.op("Add", [scores, g.const("mask", np.zeros((1, 1, 1, seq), np.float32))])
+    ctx = g.op("MatMul", [g.op("Softmax", [scores], axis=-1), v])
+    ctx = g.op("Reshape", [g.op("Transpose", [ctx], perm=[0, 2, 1, 3]),
+                           g.const("hidden_shape", np.array([1, seq, hidden], np.int64))])
+    x = g.op("Add", [linear(ctx, hidden, hidden), "hidden"])
+    x = g.op("LayerNormalization", [x, g.const("ln_g", np.ones(hidden, np.float32)),
+                                    g.const("ln_b", np.zeros(hidden, np.float32))], epsilon=1e-12)
+    h = linear(x, hidden, ff)
+    e = g.op("Erf", [g.op("Div", [h, g.const("sqrt2", np.array(math.sqrt(2), np.float32))])])
+    h = g.op("Mul", [g.op("Mul", [h, g.op("Add", [e, g.const("one", np.array(1.0, np.float32))])]),
+                     g.const("half", np.array(0.5, np.float32))])
+    y = g.op("Add", [linear(h, ff, hidden), x])
+    y = g.op("LayerNormalization", [y, g.const("ln2_g", np.ones(hidden, np.float32)),
+                                    g.const("ln2_b", np.zeros(hidden, np.float32))], "output", epsilon=1e-12)
+    return g.model("hidden", (1, seq, hidden), y, (1, seq, hidden))
+
+
+MODELS = {"resnet50": resnet50, "mobilenetv2": mobilenetv2, "bert": bert_layer}
+
+
+def torch_models() -> dict:
+    """The real torchvision networks, exported (random weights), where torch installs."""
+    import io
+
+    import torch
+    import torchvision
+
+    out = {}
+    for name, ctor in (("resnet18", torchvision.models.resnet18), ("resnet50", torchvision.models.resnet50),
+                       ("mobilenetv2", torchvision.models.mobilenet_v2)):
+        buf = io.BytesIO()
+        torch.onnx.export(ctor(weights=None).eval(), torch.randn(1, 3, 224, 224), buf, opset_version=17,
+                          input_names=["input"], output_names=["logits"], dynamo=False)
+        out[name] = lambda data=buf.getvalue(): onnx.load_from_string(data)
+    return out
+
+
+def check_against_onnxruntime(model, program) -> float:
+    """Max |interpreter - onnxruntime| / max(1, |onnxruntime|) on one random input."""
+    import onnxruntime as ort
+
+    from autocomp_jupyter.onnx_import import run_with_values
+
+    vi = model.graph.input[0]
+    x = np.random.default_rng(1).standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim]).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {vi.name: x})[0]
+    inputs = [t.name for t in program.inputs if t.role == "input"]
+    got = run_with_values(program, {inputs[0]: x})[program.outputs[0]]
+    return float(np.abs(got - want).max() / max(1.0, np.abs(want).max()))
+
+
+def main(argv=None) -> int:
+    from autocomp_jupyter import from_onnx, optimize
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="resnet50,mobilenetv2,bert")
+    ap.add_argument("--targets", default="tpu,npu")
+    ap.add_argument("--tune", type=int, default=0)
+    ap.add_argument("--no-check", action="store_true", help="skip the onnxruntime comparison")
+    ap.add_argument("--torch", action="store_true", help="export the real torchvision networks (needs torch)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile the first optimise; print N rows")
+    args = ap.parse_args(argv)
+    models = dict(MODELS)
+    if args.torch:
+        models.update(torch_models())
+    print(f"{'model':12} {'target':6} {'nodes':>5} {'ops':>4} {'kernels':>7} {'import_s':>8} {'optimize_s':>10} "
+          f"{'1-layer_s':>9} {'ratio':>6} {'vs_naive':>8} {'vs_lib':>6} {'verified':>8} {'ort_err':>8}")
+    profiled = False
+    for name in args.models.split(","):
+        model = models[name]()
+        t0 = time.perf_counter()
+        program = from_onnx(model)
+        import_s = time.perf_counter() - t0
+        err = float("nan") if args.no_check else check_against_onnxruntime(model, program)
+        for target in args.targets.split(","):
+            base = optimize(from_onnx(one_layer_net()), target=target, tune=0)
+            one_s = base.report["seconds"]
+            if args.profile and not profiled:
+                import cProfile
+                import pstats
+
+                prof = cProfile.Profile()
+                prof.enable()
+            t0 = time.perf_counter()
+            res = optimize(program, target=target, tune=args.tune)
+            seconds = time.perf_counter() - t0
+            if args.profile and not profiled:
+                prof.disable()
+                profiled = True
+                pstats.Stats(prof).sort_stats("cumulative").print_stats(args.profile)
+            r = res.report
+            print(f"{name:12} {target:6} {len(model.graph.node):5d} {len(program.ops):4d} {len(r['kernels']):7d} "
+                  f"{import_s:8.2f} {seconds:10.2f} {one_s:9.2f} {seconds / one_s:6.1f} "
+                  f"{r['speedup_vs_naive']:8.2f} {r['speedup_vs_library']:6.2f} {str(r['verified']):>8} "
+                  f"{err:8.1e}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
