@@ -56,3 +56,17 @@ def test_tiny_softmax_optimises_and_generates_code_everywhere(n):
         assert "kernel_" in res.code("c") and "kernel" in res.code("pseudo")
     res = autocomp.optimize(src, target="host", tune=0, measure=True)
     assert res.report["measured"]["matches_interpreter"]
+
+
+def test_an_output_loop_no_operand_reads_broadcasts():
+    program = parse("input A: f32[4, 3]\ntensor T: f32[4, 2]\nT[i, u] += A[i, k] * 2\n")
+    from autocomp_jupyter.interp import random_inputs
+    a = random_inputs(program)["A"]
+    np.testing.assert_allclose(run(program, {"A": a})["T"], np.repeat(2 * a.sum(axis=1, keepdims=True), 2, axis=1))
+
+
+def test_nan_where_the_program_gives_nan_is_a_match_in_tiled_runs():
+    program = parse("input X: f32[6, 8]\nZ = relu(X)\ntensor Q: f32[6, 8]\nQ[i, j] = Z[i, j] / Z[i, j]\n")
+    kernel = Kernel.from_ops(program, [op.name for op in program.ops])
+    loop = kernel.loop_names[-1]
+    assert check_tiled(Schedule(kernel, tiles={loop: {"L2": 3}}, levels=("L2",)), program).ok

@@ -20,6 +20,7 @@ Steps, each logged into the report:
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -129,8 +130,8 @@ def _inline_small(program: Program, ctx: PassContext, threshold: int, log, rollb
                 other = Op(other.kind, other.op_class, inputs, other.output, other.attrs, statements, other.temps,
                            other.span)
             new_ops.append(other)
-        candidate = Program(tuple(x for x in program.tensors if x.name != op.output), tuple(new_ops),
-                            program.outputs, program.source, program.filename)
+        candidate = replace(program, tensors=tuple(x for x in program.tensors if x.name != op.output),
+                            ops=tuple(new_ops))
         verdict = ctx.verify(candidate)
         ops = [op.name] + [r.name for r in readers]
         if verdict:
@@ -231,7 +232,7 @@ def _replace(program: Program, producer: Op, consumer: Op, rewrite: Replace) -> 
                 t = Tensor(s.target, ctemp.dtype, shape, "temp" if s.target != o.output else "intermediate")
                 known[s.target] = t
                 tensors.append(t)
-    return Program(tuple(tensors), tuple(ops), program.outputs, program.source, program.filename)
+    return replace(program, tensors=tuple(tensors), ops=tuple(ops))   # keeps param_values
 
 
 # --------------------------------------------------------------------------- chains
