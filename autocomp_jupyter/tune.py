@@ -8,9 +8,9 @@ It decides nothing about legality or cost itself: candidates are scored in batch
 cost model (`accel.cost.evaluate_batch`, or any `score_fn`), legality is asked of
 `poly.check_schedule`.
 
-The search, per kernel (slowest kernels first, each with a share of the `configs` budget
-proportional to its time under the rules' schedule — what a small, exhausted space leaves
-goes to the kernels after it; numpy Generator seeded ctx.seed + the kernel's index):
+The search, per kernel (most to win first, each with a share of the `configs` budget
+proportional to its expected gain — its time under the rules' schedule above its roofline
+floor, `expected_gain` — what a small, exhausted space leaves goes to the kernels after it; numpy Generator seeded ctx.seed + the kernel's index):
 
 1. The population starts from the incumbent — the schedule the rules chose — plus
    mutations of it and random samples; the incumbent never leaves the population (elitism),
@@ -681,6 +681,16 @@ def _kernel_entry(schedule: Schedule) -> dict:
 # --------------------------------------------------------------------------- public API
 
 
+def expected_gain(kernel: Kernel, time_s: float, target: Target) -> float:
+    """What tuning `kernel` can win at most: its time under the rules' schedule minus its
+    roofline floor (its flops at peak, or its inputs and outputs moved once through DRAM,
+    whichever is slower); at least 5% of its time, so every kernel gets a share."""
+    dtype = kernel.tensor(kernel.anchor_statement.target).dtype
+    moved = sum(kernel.tensor(t).nbytes for t in kernel.inputs + kernel.outputs)
+    floor = max(kernel.flops / target.peak_flops(dtype), moved / target.dram_bandwidth)
+    return max(time_s - floor, 0.05 * time_s)
+
+
 def split_configs(times: Sequence[float], configs: int) -> list[int]:
     """Configurations per kernel, in proportion to kernel time (largest remainders)."""
     total = sum(times)
@@ -729,8 +739,11 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
     incumbent_times = [float(_score_chunk(score_fn, *((s.kernel, target) + _arrays(s, target)))[0])
                        for s in plan.schedules]
     rules_time = sum(incumbent_times)
-    order = sorted(range(len(kernels)), key=lambda i: (-incumbent_times[i], i))   # slowest first
-    left_configs, left_time = configs, sum(incumbent_times)
+    # The budget follows the expected gain: a kernel's headroom above its own roofline
+    # floor (a kernel already at the physical limit has nothing to win), not its time alone.
+    gains = [expected_gain(k, t, target) for k, t in zip(kernels, incumbent_times)]
+    order = sorted(range(len(kernels)), key=lambda i: (-gains[i], i))   # most to win first
+    left_configs, left_time = configs, sum(gains)
     searches: dict[int, _Search] = {}
     interrupted = budget_exhausted = False
     scorer = _Scorer(executor, score_fn)
@@ -750,10 +763,10 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
         for i in order:
             # This kernel's share of what is left: configurations a smaller (exhausted)
             # space did not use go to the kernels after it.
-            share = split_configs([incumbent_times[i], max(left_time - incumbent_times[i], 0.0)], left_configs)[0]
-            left_time -= incumbent_times[i]
+            share = split_configs([gains[i], max(left_time - gains[i], 0.0)], left_configs)[0]
+            left_time -= gains[i]
             if share < 2:
-                continue     # too small a share to search: the rules' schedule stands
+                continue     # too small a share to search: the rules' schedule stands (its share goes on)
             if over_budget():
                 budget_exhausted = True
                 break
