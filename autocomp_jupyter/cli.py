@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="parse a program, infer shapes, print its tensors and ops")
     check.add_argument("file", help="a .acir program")
     check.add_argument("--run", action="store_true", help="also run it in the reference interpreter")
-    check.add_argument("--max-extent", type=int, default=None, metavar="N",
+    check.add_argument("--max-extent", type=int_at_least(1, "an integer >= 1"), default=None, metavar="N",
                        help="shrink dimensions above N to N (keeps the structure) before running")
     opt = sub.add_parser("optimize", help="run the ADRS pipeline and print a summary or the JSON report")
     opt.add_argument("file", help="a .acir program")
@@ -133,7 +133,9 @@ def cmd_check(args) -> int:
     print(program.summary())
     if args.run:
         from . import interp
+        from .limits import check_memory_budget
 
+        check_memory_budget(program, what="running this program")  # refuse before allocating
         values = interp.run(program)
         for name in program.outputs:
             v = values[name]
