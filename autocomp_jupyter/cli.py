@@ -81,7 +81,8 @@ def cmd_optimize(args) -> int:
     if args.emit_c:
         _write(args.emit_c, result.code("c"))
     if args.json:
-        print(json.dumps(result.report, indent=2, default=_json_default))
+        # JSON has no NaN or Infinity: a non-finite number prints as null, never as 'NaN'.
+        print(json.dumps(_finite(result.report), indent=2, default=_json_default, allow_nan=False))
     else:
         print(result.summary())
         measured = result.report.get("measured")
@@ -89,6 +90,19 @@ def cmd_optimize(args) -> int:
             print(f"measured {measured['measured_time_s'] * 1e3:.2f} ms vs predicted "
                   f"{result.report['optimized']['time_s'] * 1e3:.2f} ms on this CPU")
     return 0 if result.verified else 1
+
+
+def _finite(value):
+    """The report with every non-finite float (numpy's too) replaced by None."""
+    import math
+
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) or type(value).__name__ in ("float64", "float32", "float16"):
+        return float(value) if math.isfinite(value) else None
+    return value
 
 
 def _json_default(value):
