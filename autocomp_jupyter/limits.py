@@ -285,13 +285,14 @@ def run_memory_bytes(program) -> int:
 
 
 def check_memory_budget(program, extra_bytes_per_element: int = 0, what: str = "running this program",
-                        raise_hint: str = "") -> None:
+                        raise_hint: str = "", budget: int | None = None) -> None:
     """Refuse, before allocating, a run whose tensors would not fit the memory budget.
 
-    `extra_bytes_per_element` adds e.g. the f32 buffers of a compiled run (--measure)."""
+    `extra_bytes_per_element` adds e.g. the f32 buffers of a compiled run (--measure);
+    `budget` overrides the `MEMORY` limit (the fuzzer runs with a smaller one)."""
     elements = sum(math.prod(t.shape) for t in program.tensors)
     need = run_memory_bytes(program) + extra_bytes_per_element * elements
-    budget = MEMORY.value()
+    budget = MEMORY.value() if budget is None else budget
     if need > budget:
         biggest = max(program.tensors, key=lambda t: math.prod(t.shape))
         raise UserError(Diagnostic(

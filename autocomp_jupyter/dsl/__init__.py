@@ -13,7 +13,7 @@ from ..ir.program import Program
 from .build import build_program
 from .library import LIBRARY
 
-__all__ = ["parse", "load", "LIBRARY"]
+__all__ = ["parse", "load", "scaled_twin", "LIBRARY"]
 
 
 def parse(source: str, filename: str = "<program>", max_extent: int | None = None) -> Program:
@@ -31,6 +31,25 @@ def parse(source: str, filename: str = "<program>", max_extent: int | None = Non
                                    or max_extent < 1):
         raise UserError(f"max_extent must be a positive integer, got {max_extent!r}", filename=filename)
     return build_program(source, filename, max_extent)
+
+
+def scaled_twin(source: str, filename: str = "<program>", max_extent: int = 8) -> Program:
+    """The program with its dimensions shrunk to about `max_extent`, for equivalence runs.
+
+    Shrinking each declared dimension on its own can break shapes that strided ops derive
+    (a stride-2 conv makes width 5 into 3 but width 4 into 2, no longer the declared 3 of a
+    tensor it is added to); then the extent doubles until the twin builds. At worst the twin
+    is the program itself. Errors of the program itself are raised as they are.
+    """
+    program = parse(source, filename)
+    largest = max((d for t in program.tensors for d in t.shape), default=1)
+    extent = max_extent
+    while extent < largest:
+        try:
+            return parse(source, filename, extent)
+        except UserError:
+            extent *= 2
+    return program
 
 
 def load(path: str | Path, max_extent: int | None = None) -> Program:

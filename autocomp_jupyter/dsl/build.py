@@ -111,8 +111,8 @@ class Builder:
             self.error(decl.name_at, f"tensor '{name}' is declared but never defined",
                        f"add a statement that defines '{name}', or remove the declaration")
         if not self.ops and not any(d.message.startswith(("expected", "unexpected")) for d in self.errors):
-            if not self.errors:
-                self.error(None, "empty program: no statements",
+            if not self.errors:  # pointed at the end of the input, where a statement is missing
+                self.error(S.Where(max(1, len(self.source.splitlines())), 1), "empty program: no statements",
                            "write at least one statement, e.g. 'Y = relu(X)' after 'input X: f32[4, 4]'")
         outputs = self.outputs
         if outputs is None:
