@@ -382,7 +382,7 @@ def main() -> None:
     if result["failures"]:
         print(f"{len(result['failures'])} reproducers in {args.out}")
         for f in result["failures"][:10]:
-            print(f"  input {f['index']} ({f['category']}): {f['outcome']}: {f['detail'].strip().splitlines()[-1][:150]}")
+            print(f"  input {f['index']} ({f['category']}): {f['outcome']}: {(f['detail'].strip().splitlines() or [''])[-1][:150]}")
     sys.exit(1 if c.get("traceback") or c.get("timeout") or c.get("over 5 s") else 0)
 
 
