@@ -153,13 +153,17 @@ def _evaluate_box(st: Statement, env, ranges) -> np.ndarray:
             values, axes = _gather(acc, st, env, ranges)
             operands.append(values)
             subscripts.append("".join(letters[a] for a in axes))
-        spec = ",".join(subscripts) + "->" + "".join(letters[a] for a in range(n_out))
+        used = "".join(subscripts)
+        # Output loops no operand uses (a declared shape the right side does not index) get
+        # the same value all along: einsum leaves them out, broadcasting puts them back.
+        spec = ",".join(subscripts) + "->" + "".join(letters[a] for a in range(n_out) if letters[a] in used)
         # Loops no operand uses still multiply the sum (e.g. a constant summed over k).
-        unused = [a for a in range(n_out, len(ranges)) if letters[a] not in "".join(subscripts)]
+        unused = [a for a in range(n_out, len(ranges)) if letters[a] not in used]
         scale = product[1] * math.prod(ranges[a][1] - ranges[a][0] for a in unused)
         result = np.einsum(spec, *operands, optimize=True) if operands else None
         shape = tuple(ranges[a][1] - ranges[a][0] for a in range(n_out))
-        return np.broadcast_to(result * scale, shape).copy()
+        kept = tuple(size if letters[a] in used else 1 for a, size in enumerate(shape))
+        return np.broadcast_to((result * scale).reshape(kept), shape).copy()
     rank = len(ranges)
     values = _eval_expr(st.expr, st, env, ranges, rank)
     full = tuple(b - a for a, b in ranges)

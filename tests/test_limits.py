@@ -408,3 +408,13 @@ def test_cycle_check_handles_long_kernel_chains():
     small = dsl.parse("input X0: f32[4]\nX1 = relu(X0)\nX2 = relu(X1)\nX3 = relu(X2)\n")
     fused = (Kernel.from_ops(small, ["X1", "X3"]), Kernel.from_ops(small, ["X2"]))
     assert _has_cycle(small, fused)
+
+
+def test_a_reduction_whose_declared_shape_the_right_side_does_not_index_runs():
+    program = dsl.parse("input X: f32[4, 5]\ninput W: f32[5, 4]\ntensor Y: f32[4, 3]\n"
+                        "Y[i, j] += X[i, k] * W[k, i]\ntensor Z: f32[4, 3]\nZ[i, j] += X[i, k]\n")
+    x, w = np.arange(20.0).reshape(4, 5), np.arange(20.0).reshape(5, 4) / 7
+    values = interp.run(program, {"X": x, "W": w})
+    expected = np.einsum("ik,ki->i", x, w)
+    assert np.allclose(values["Y"], np.repeat(expected[:, None], 3, axis=1), rtol=1e-6)
+    assert np.allclose(values["Z"], np.repeat(x.sum(axis=1)[:, None], 3, axis=1))
