@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="parse a program, infer shapes, print its tensors and ops")
     check.add_argument("file", help="a .acir program")
     check.add_argument("--run", action="store_true", help="also run it in the reference interpreter")
-    check.add_argument("--max-extent", type=int, default=None, metavar="N",
+    check.add_argument("--max-extent", type=int_at_least(1, "an integer >= 1"), default=None, metavar="N",
                        help="shrink dimensions above N to N (keeps the structure) before running")
     check.add_argument("--inputs", action="append", default=[], metavar="FILE.npz",
                        help="with --run: arrays named after the inputs (and params); repeatable")
@@ -85,7 +85,8 @@ def cmd_optimize(args) -> int:
     if args.emit_c:
         _write(args.emit_c, result.code("c"))
     if args.json:
-        print(json.dumps(result.report, indent=2, default=_json_default))
+        # JSON has no NaN or Infinity: a non-finite number prints as null, never as 'NaN'.
+        print(json.dumps(_finite(result.report), indent=2, default=_json_default, allow_nan=False))
     else:
         print(result.summary())
         measured = result.report.get("measured")
@@ -93,6 +94,19 @@ def cmd_optimize(args) -> int:
             print(f"measured {measured['measured_time_s'] * 1e3:.2f} ms vs predicted "
                   f"{result.report['optimized']['time_s'] * 1e3:.2f} ms on this CPU")
     return 0 if result.verified else 1
+
+
+def _finite(value):
+    """The report with every non-finite float (numpy's too) replaced by None."""
+    import math
+
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) or type(value).__name__ in ("float64", "float32", "float16"):
+        return float(value) if math.isfinite(value) else None
+    return value
 
 
 def _json_default(value):
@@ -139,7 +153,9 @@ def cmd_check(args) -> int:
     print(program.summary())
     if args.run:
         from . import interp
+        from .limits import check_memory_budget
 
+        check_memory_budget(program, what="running this program")  # refuse before allocating
         values = interp.run(program)
         for name in program.outputs:
             v = values[name]

@@ -20,17 +20,33 @@ class Diagnostic:
     length: int = 1
     hint: str = ""
 
-    def format(self, source: str = "", filename: str = "<input>") -> str:
+    def format(self, source: str | Sequence[str] = "", filename: str = "<input>") -> str:
+        """`file:line:col: error: message`, the source line with a caret, the hint.
+
+        `source` is the text or its lines (pass lines when formatting many diagnostics).
+        A long source line is cut to a window around the caret."""
         where = f"{filename}:{self.line}:{self.col}" if self.line else filename
         out = [f"{where}: error: {self.message}"]
-        lines = source.splitlines()
+        lines = source.splitlines() if isinstance(source, str) else source
         if self.line and 0 < self.line <= len(lines):
-            text = "".join(c if c.isprintable() else "?" for c in lines[self.line - 1].expandtabs(1))
+            text = lines[self.line - 1].expandtabs(1)
+            col, length = self.col, self.length
+            if len(text) > _LINE_WINDOW:  # keep the caret in view: a window of the line around it
+                start = max(0, min(col - 1 - _LINE_WINDOW // 3, len(text) - _LINE_WINDOW))
+                text = ("..." if start else "") + text[start:start + _LINE_WINDOW] + \
+                    ("..." if start + _LINE_WINDOW < len(text) else "")
+                col = col - start + (3 if start else 0)
+                length = min(length, _LINE_WINDOW)
+            text = "".join(c if c.isprintable() else "?" for c in text)
             out.append(f"    {text}")
-            out.append("    " + " " * (self.col - 1) + "^" * max(1, min(self.length, len(text) - self.col + 1)))
+            out.append("    " + " " * (col - 1) + "^" * max(1, min(length, len(text) - col + 1)))
         if self.hint:
             out.append(f"    hint: {self.hint}")
         return "\n".join(out)
+
+
+# Source lines longer than this are shown as a window around the caret.
+_LINE_WINDOW = 120
 
 
 class UserError(Exception):
@@ -48,7 +64,19 @@ class UserError(Exception):
         super().__init__(self.format())
 
     def format(self) -> str:
-        body = "\n".join(d.format(self.source, self.filename) for d in self.diagnostics)
+        """Every diagnostic, up to the 'diagnostics shown' limit (then 'and N more')."""
+        from .limits import DIAGNOSTICS
+
+        try:
+            shown = DIAGNOSTICS.value()
+        except UserError:  # a malformed variable must not stop the error it limits from showing
+            shown = DIAGNOSTICS.default
+        lines = self.source.splitlines()
+        body = "\n".join(d.format(lines, self.filename) for d in self.diagnostics[:shown])
+        hidden = len(self.diagnostics) - shown
+        if hidden > 0:
+            body += (f"\n... and {hidden} more error{'s' if hidden > 1 else ''} not shown "
+                     f"({DIAGNOSTICS.hint()})")
         if len(self.diagnostics) > 1:
             body += f"\n{len(self.diagnostics)} errors"
         return body

@@ -243,7 +243,13 @@ def measure_plan(plan, target=None, repeats: int = 5, threads: int | None = None
     "repeats": int, "threads": int|None, "source_path": str}.
     """
     from .interp import compare_outputs, run
+    from .limits import check_memory_budget
 
+    # Before compiling or allocating anything: the interpreter's float64 copies plus the child's
+    # f32 buffers (and their transfer copy) must fit the memory budget.
+    check_memory_budget(plan.program, extra_bytes_per_element=8, what="measuring this program on the host",
+                        raise_hint="measure a smaller instance of the program, or raise the budget with "
+                                   "AUTOCOMP_MEMORY_BUDGET=16GiB")
     compiled = compile_plan(plan, target)
     inputs = _inputs_for(plan, seed)
     outputs, timing = run_compiled(compiled, inputs, repeats=repeats, threads=threads, timeout=timeout)

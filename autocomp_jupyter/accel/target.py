@@ -29,6 +29,7 @@ from typing import Any, Mapping
 import yaml
 
 from ..errors import Diagnostic, UserError
+from ..limits import YAML_BYTES, YAMLLimitError, is_plain_name, load_yaml, read_text_file
 from ..ir.program import DTYPE_BYTES, DTYPES
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -214,12 +215,13 @@ def load_target(name_or_path: "str | os.PathLike | Target") -> Target:
         return name_or_path
     text_name = str(name_or_path)
     path = Path(text_name)
-    if text_name.endswith((".yaml", ".yml")) or path.is_file():
-        if not path.is_file():
+    if text_name.endswith((".yaml", ".yml")) or path.exists():
+        if not path.exists():
             raise TargetError(text_name, "", "no such target file")
-        return parse_target(path.read_text(), filename=text_name)
+        text = read_text_file(path, YAML_BYTES, "target file", lambda f, m: TargetError(f, "", m))
+        return parse_target(text, filename=text_name)
     preset = PRESET_DIR / f"{text_name}.yaml"
-    if not preset.is_file():
+    if not is_plain_name(text_name) or not preset.is_file():
         presets = list_presets()
         hint = difflib.get_close_matches(text_name, presets, n=1)
         extra = f"; did you mean {hint[0]!r}?" if hint else ""
@@ -235,11 +237,13 @@ def list_targets() -> list[dict]:
 def parse_target(text: str, filename: str = "<target>") -> Target:
     """Validate and build a target from YAML text: schema → meaning → build."""
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)  # bounded: size, nesting, alias expansion; numbers finite
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else ""
         raise TargetError(filename, where, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    except YAMLLimitError as exc:
+        raise TargetError(filename, f"line {exc.line}" if exc.line else "", exc.message) from None
     if not isinstance(raw, dict):
         raise TargetError(filename, "", f"expected a mapping of target fields, got {_kind(raw)}")
     raw = _resolve_auto(raw)
@@ -269,7 +273,7 @@ MEMORY_SCHEMA: dict[str, Any] = {
     "description": "str",
 }
 TOP_SCHEMA: dict[str, Any] = {
-    "name": "str", "description": "str", "clock_ghz": "pos", "compute": COMPUTE_SCHEMA,
+    "name": "name", "description": "str", "clock_ghz": "pos", "compute": COMPUTE_SCHEMA,
     "memory": [MEMORY_SCHEMA], "energy_pj_per_mac": "nonneg",
 }
 REQUIRED_TOP = ("name", "clock_ghz", "compute", "memory", "energy_pj_per_mac")
@@ -348,11 +352,14 @@ def _check_value(value: Any, spec: Any, key_path: str, filename: str) -> None:
     if spec == "str":
         if not isinstance(value, str) or not value:
             fail("a non-empty string")
+    elif spec == "name":  # names select rule files (rules/<name>.yaml): never a path
+        if not is_plain_name(value):
+            fail("a plain name: a letter, then letters, digits, '_' or '-' (at most 64), never a path")
     elif spec == "pos":
-        if not is_number or not value > 0 or math.isinf(value):
+        if not is_number or not math.isfinite(value) or not value > 0:
             fail("a positive number")
     elif spec == "nonneg":
-        if not is_number or value < 0 or math.isinf(value):
+        if not is_number or not math.isfinite(value) or value < 0:
             fail("a number >= 0")
     elif spec == "posint":
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

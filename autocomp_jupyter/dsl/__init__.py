@@ -8,11 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UserError
+from ..limits import SOURCE_BYTES, read_text_file
 from ..ir.program import Program
 from .build import build_program
 from .library import LIBRARY
 
-__all__ = ["parse", "load", "LIBRARY"]
+__all__ = ["parse", "load", "scaled_twin", "LIBRARY"]
 
 
 def parse(source: str, filename: str = "<program>", max_extent: int | None = None) -> Program:
@@ -23,19 +24,35 @@ def parse(source: str, filename: str = "<program>", max_extent: int | None = Non
     """
     if not isinstance(source, str):
         raise UserError(f"expected program text (str), got {type(source).__name__}")
+    if len(source) > SOURCE_BYTES.value():
+        raise UserError(f"the program is {len(source):,} characters, over the {SOURCE_BYTES.name} limit of "
+                        f"{SOURCE_BYTES.show(SOURCE_BYTES.value())}; {SOURCE_BYTES.hint()}", filename=filename)
+    if max_extent is not None and (isinstance(max_extent, bool) or not isinstance(max_extent, int)
+                                   or max_extent < 1):
+        raise UserError(f"max_extent must be a positive integer, got {max_extent!r}", filename=filename)
     return build_program(source, filename, max_extent)
 
 
+def scaled_twin(source: str, filename: str = "<program>", max_extent: int = 8) -> Program:
+    """The program with its dimensions shrunk to about `max_extent`, for equivalence runs.
+
+    Shrinking each declared dimension on its own can break shapes that strided ops derive
+    (a stride-2 conv makes width 5 into 3 but width 4 into 2, no longer the declared 3 of a
+    tensor it is added to); then the extent doubles until the twin builds. At worst the twin
+    is the program itself. Errors of the program itself are raised as they are.
+    """
+    program = parse(source, filename)
+    largest = max((d for t in program.tensors for d in t.shape), default=1)
+    extent = max_extent
+    while extent < largest:
+        try:
+            return parse(source, filename, extent)
+        except UserError:
+            extent *= 2
+    return program
+
+
 def load(path: str | Path, max_extent: int | None = None) -> Program:
-    """Read and parse an `.acir` file; unreadable or non-text files are user errors."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise UserError(f"cannot read '{path}': {err.strerror or err}", filename=str(path)) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise UserError(f"'{path}' is not UTF-8 text (byte {err.start} is 0x{data[err.start]:02x})",
-                        filename=str(path)) from None
-    return parse(text, str(path), max_extent)
+    """Read and parse an `.acir` file; unreadable, non-regular, oversized (`limits.SOURCE_BYTES`)
+    or non-text files are user errors."""
+    return parse(read_text_file(path, SOURCE_BYTES, "program file"), str(path), max_extent)

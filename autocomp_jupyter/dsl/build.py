@@ -5,10 +5,18 @@ signatures and shapes, access ranks, and infers every comprehension index's rang
 (DESIGN §3: left-hand indices take the output shape, reduction indices the extent of
 the dimension they index directly, any other index needs a declared shape or `where`).
 All problems are collected as diagnostics and raised once as a `UserError`.
+
+Size limits (`limits.py`) are checked here, where shapes become known: tensor rank,
+dimension extent and element count (declared, computed by a library op, or inferred for a
+comprehension), loops and iteration points per statement, and the magnitude of library-op
+attributes (a `padding=1000000` would make a 4x4 image a 2-million-wide one).
 """
 from __future__ import annotations
 
+import math
+
 from ..errors import Diagnostic, UserError, did_you_mean
+from ..limits import ATTRIBUTE, ELEMENTS, EXTENT, LOOPS, POINTS, RANK
 from ..ir.program import (DTYPES, FUNCTIONS, Access, Affine, BinOp, Call, Const, Loop, Op, Program, Span,
                           Statement, Tensor)
 from . import syntax as S
@@ -41,6 +49,38 @@ class Builder:
         else:
             self.errors.append(Diagnostic(message, at.line, at.col, at.length, hint))
 
+    def shape_problem(self, name: str, shape: tuple[int, ...]) -> tuple[str, str] | None:
+        """(message, hint) if a tensor shape is over a size limit, else None."""
+        if len(shape) > RANK.value():
+            return (f"'{name}' has rank {len(shape)}, over the {RANK.name} limit of {RANK.value()}", RANK.hint())
+        for dim in shape:
+            if dim > EXTENT.value():
+                return (f"'{name}' has a dimension of {dim:,}, over the {EXTENT.name} limit of "
+                        f"{EXTENT.value():,}", EXTENT.hint())
+        elements = math.prod(shape)
+        if elements > ELEMENTS.value():
+            return (f"'{name}' {list(shape)} has {elements:,} elements, over the {ELEMENTS.name} limit of "
+                    f"{ELEMENTS.value():,}", ELEMENTS.hint())
+        return None
+
+    def check_shape(self, name: str, shape: tuple[int, ...], at: S.Where) -> None:
+        problem = self.shape_problem(name, shape)
+        if problem:
+            self.error(at, *problem)
+            raise _Skip
+
+    def check_loops(self, st: Statement, at: S.Where) -> None:
+        """A statement's loop count and iteration points against their limits."""
+        if len(st.loops) > LOOPS.value():
+            self.error(at, f"the statement defining '{st.target}' has {len(st.loops)} loops, over the "
+                       f"{LOOPS.name} limit of {LOOPS.value()}", LOOPS.hint())
+            raise _Skip
+        points = math.prod(l.extent for l in st.loops)
+        if points > POINTS.value():
+            self.error(at, f"the statement defining '{st.target}' iterates over {points:,} points, over the "
+                       f"{POINTS.name} limit of {POINTS.value():,}", POINTS.hint())
+            raise _Skip
+
     def scaled(self, dim: int) -> int:
         """Shape scaling for equivalence checks: large dims shrink, equal dims stay equal."""
         if self.max_extent is None or dim <= self.max_extent:
@@ -71,8 +111,8 @@ class Builder:
             self.error(decl.name_at, f"tensor '{name}' is declared but never defined",
                        f"add a statement that defines '{name}', or remove the declaration")
         if not self.ops and not any(d.message.startswith(("expected", "unexpected")) for d in self.errors):
-            if not self.errors:
-                self.error(None, "empty program: no statements",
+            if not self.errors:  # pointed at the end of the input, where a statement is missing
+                self.error(S.Where(max(1, len(self.source.splitlines())), 1), "empty program: no statements",
                            "write at least one statement, e.g. 'Y = relu(X)' after 'input X: f32[4, 4]'")
         outputs = self.outputs
         if outputs is None:
@@ -95,10 +135,22 @@ class Builder:
         if d.dtype not in DTYPES:
             self.error(d.dtype_at, f"unknown dtype '{d.dtype}'", did_you_mean(d.dtype, DTYPES))
             ok = False
+        if len(d.shape) > RANK.value():
+            self.error(d.name_at, f"'{d.name}' has rank {len(d.shape)}, over the {RANK.name} limit of "
+                       f"{RANK.value()}", RANK.hint())
+            ok = False
         for value, at in d.shape:
             if value <= 0:
                 self.error(at, f"dimension {value} of '{d.name}' must be positive", "dimensions are integers >= 1")
                 ok = False
+            elif value > EXTENT.value():
+                self.error(at, f"dimension {value:,} of '{d.name}' is over the {EXTENT.name} limit of "
+                           f"{EXTENT.value():,}", EXTENT.hint())
+                ok = False
+        if ok and math.prod(v for v, _ in d.shape) > ELEMENTS.value():
+            self.error(d.name_at, f"'{d.name}' has {math.prod(v for v, _ in d.shape):,} elements, over the "
+                       f"{ELEMENTS.name} limit of {ELEMENTS.value():,}", ELEMENTS.hint())
+            ok = False
         if d.name in self.tensors or d.name in self.declared:
             self.new_name(d.name, d.name_at) if d.name in self.tensors else self.error(
                 d.name_at, f"'{d.name}' is already declared", "declare each tensor once")
@@ -205,6 +257,13 @@ class Builder:
                            (hint + " " if hint else "") + f"(valid: {valid})")
                 bad = True
                 continue
+            too_big = [v for v in (value if isinstance(value, tuple) else (value,))
+                       if isinstance(v, (int, float)) and abs(v) > ATTRIBUTE.value()]
+            if too_big:
+                self.error(at, f"{key}={_number(too_big[0])} is over the {ATTRIBUTE.name} limit of {ATTRIBUTE.value():,} "
+                           f"for library-op attributes", ATTRIBUTE.hint())
+                bad = True
+                continue
             attrs[key] = value
             kw_at[key] = at
         if bad:
@@ -219,6 +278,10 @@ class Builder:
                 at = kw_at.get(err.arg, node.op_at)
             self.error(at, err.message, err.hint)
             raise _Skip
+        for name, shape in ((out, lowered.shape), *lowered.temps):
+            self.check_shape(name, tuple(shape), node.at)
+        for st in lowered.statements:
+            self.check_loops(st, node.at)
         declared = self.declared_shape(out)
         if declared is not None and declared != lowered.shape:
             self.error(node.at, f"'{out}' is declared {list(declared)} but {node.op} gives {list(lowered.shape)}",
@@ -310,8 +373,10 @@ class Builder:
                        f"use '+=' or 'max=' to reduce over '{reduction[0]}', or add it to {node.target}[...]")
             raise _Skip
         shape = tuple(extents[n] for n in lhs)
+        self.check_shape(node.target, shape, node.at)
         loops = tuple(Loop(n, extents[n]) for n in lhs + reduction)
         st = Statement(node.target, tuple(Affine.var(n) for n in lhs), node.reduce, loops, expr, _span(node.at))
+        self.check_loops(st, node.at)
         dtype = accesses[0][2].dtype if accesses else "f32"
         self.define(node.target, dtype, shape, node.at)
         inputs = []
@@ -389,6 +454,10 @@ class Builder:
         self.error(at, "index expression is not affine",
                    "indices are sums of loop names times integers plus a constant, e.g. 2*h + r - 1")
         raise _Skip
+
+
+def _number(value: int | float) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
 
 
 def _comprehension_class(st: Statement) -> str:

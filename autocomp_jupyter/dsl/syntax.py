@@ -12,13 +12,20 @@ Grammar (one statement per line):
               ['where' NAME '<' INT ((',' | 'and') NAME '<' INT)*]
     expr   := term (('+' | '-') term)*        term := unary (('*' | '/') unary)*
     unary  := '-' unary | NUMBER | NAME '[' expr, ... ']' | NAME '(' expr, ... ')' | '(' expr ')'
+
+Size limits (`limits.py`) are syntax errors at the offending token: expression nesting depth
+(the parser and every tree walker recurse per level), expression size, statement count, and
+numbers too long to be a dimension. A long chain `a + b + ... ` is not a deep tree: beyond
+`_LEFT_FOLD` operands it is folded as a balanced tree (same value up to rounding order).
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
 from ..errors import Diagnostic
+from ..limits import ATTRIBUTE, EXPR_DEPTH, EXPR_NODES, EXTENT, STATEMENTS
 
 
 @dataclass(frozen=True)
@@ -190,9 +197,56 @@ def _describe(tok: Token) -> str:
     return f"'{tok.text}'"
 
 
+# Chains of at most this many operands fold left to right, as written; longer ones fold as
+# a balanced tree so a 1,500-term sum is 11 levels deep instead of 1,500.
+_LEFT_FOLD = 16
+# Integer literals longer than this are out of every range (and Python refuses to convert
+# very long digit strings): they are reported without conversion.
+_MAX_INT_DIGITS = 19
+
+
+def _fold(first, rest: list, inverse: dict, make):
+    """`first op1 x1 op2 x2 ...` as a tree with the same value: left to right when short,
+    balanced when long. `rest` holds (op token, operand); `inverse` maps the inverting
+    operator to its partner ({'-': '+'} or {'/': '*'}): a - (b - c + d) == a - b + c - d, so
+    the right half of a split under an inverting operator flips its operators."""
+    if len(rest) < _LEFT_FOLD:
+        node = first
+        for op, operand in rest:
+            node = make(op, node, operand)
+        return node
+    mid = len(rest) // 2
+    left = _fold(first, rest[:mid], inverse, make)
+    op, head = rest[mid]
+    if op.text in inverse:  # '-' or '/': flip the right half
+        flip = {**inverse, **{v: k for k, v in inverse.items()}}
+        tail = [(Token(o.kind, flip[o.text], o.line, o.col), x) for o, x in rest[mid + 1:]]
+    else:
+        tail = rest[mid + 1:]
+    return make(op, left, _fold(head, tail, inverse, make))
+
+
+def _tree_size(node) -> tuple[int, int]:
+    """(depth, node count) of an expression tree, without recursion."""
+    depth = count = 0
+    stack = [(node, 1)]
+    while stack:
+        node, d = stack.pop()
+        count += 1
+        depth = max(depth, d)
+        if isinstance(node, Binary):
+            stack += [(node.lhs, d + 1), (node.rhs, d + 1)]
+        elif isinstance(node, Negate):
+            stack.append((node.operand, d + 1))
+        elif isinstance(node, (Apply, Index)):
+            stack += [(x, d + 1) for x in (node.args if isinstance(node, Apply) else node.indices)]
+    return depth, count
+
+
 class Parser:
     def __init__(self, tokens: list[Token], errors: list[Diagnostic]):
         self.tokens, self.pos, self.errors = tokens, 0, errors
+        self.depth, self.max_depth = 0, EXPR_DEPTH.value()
         # Names a statement with a syntax error meant to define (quiets later 'unknown' errors).
         self.broken_names: set[str] = set()
 
@@ -232,6 +286,9 @@ class Parser:
             self.next()
             tok = self.tok
         if tok.kind == "NUMBER" and re.fullmatch(r"\d+", tok.text):
+            if len(tok.text.lstrip("0")) > _MAX_INT_DIGITS:
+                raise _Syntax(tok, f"{what} has {len(tok.text.lstrip('0'))} digits, over the "
+                              f"{EXTENT.name} limit of {EXTENT.value():,}", EXTENT.hint())
             self.next()
             length = tok.col + tok.length - start.col if start.line == tok.line else tok.length
             return (-int(tok.text) if negative else int(tok.text)), Where(start.line, start.col, length)
@@ -244,11 +301,19 @@ class Parser:
     # statements
     def parse(self) -> list:
         nodes = []
+        max_statements = STATEMENTS.value()
         while self.tok.kind != "EOF":
             if self.tok.kind == "NEWLINE":
                 self.next()
                 continue
             start = self.pos
+            if len(nodes) >= max_statements:
+                tok = self.tok
+                self.errors.append(Diagnostic(
+                    f"more than {max_statements:,} statements, over the {STATEMENTS.name} limit",
+                    tok.line, tok.col, tok.length, STATEMENTS.hint()))
+                break
+            self.depth = 0
             try:
                 nodes.append(self.statement())
                 if self.tok.kind not in ("NEWLINE", "EOF"):
@@ -343,8 +408,14 @@ class Parser:
         negative = bool(self.accept("-"))
         tok2 = self.tok
         if tok2.kind == "NUMBER":
+            is_float = bool(re.search(r"[.eE]", tok2.text))
+            if not is_float and len(tok2.text.lstrip("0")) > _MAX_INT_DIGITS:
+                raise _Syntax(tok2, f"attribute value has {len(tok2.text.lstrip('0'))} digits, over the "
+                              f"{ATTRIBUTE.name} limit of {ATTRIBUTE.value():,}", ATTRIBUTE.hint())
+            if is_float and not math.isfinite(float(tok2.text)):
+                raise _Syntax(tok2, f"number {tok2.text} is out of the floating-point range")
             self.next()
-            value = float(tok2.text) if re.search(r"[.eE]", tok2.text) else int(tok2.text)
+            value = float(tok2.text) if is_float else int(tok2.text)
             return -value if negative else value
         if tok2.kind == "NAME" and not negative:
             self.next()
@@ -363,6 +434,14 @@ class Parser:
             raise _Syntax(op, f"expected '=', '+=' or 'max=', found {_describe(op)}")
         self.next()
         expr = self.expression()
+        depth, size = _tree_size(expr)
+        if depth > self.max_depth:
+            raise _Syntax(target, f"the expression is {depth} levels deep, over the {EXPR_DEPTH.name} "
+                          f"limit of {self.max_depth}", "split it into several statements, or "
+                          + EXPR_DEPTH.hint())
+        if size > EXPR_NODES.value():
+            raise _Syntax(target, f"the expression has {size:,} terms, over the {EXPR_NODES.name} limit of "
+                          f"{EXPR_NODES.value():,}", "split it into several statements, or " + EXPR_NODES.hint())
         bounds = []
         if self.accept("where"):
             while True:
@@ -378,26 +457,45 @@ class Parser:
 
     # expressions
     def expression(self):
-        node = self.term()
+        first, rest = self.term(), []
         while self.tok.text in ("+", "-") and self.tok.kind == "OP":
             op = self.next()
-            node = Binary(op.text, node, self.term(), self.where(op))
-        return node
+            rest.append((op, self.term()))
+        return _fold(first, rest, {"-": "+"}, self._binary)
 
     def term(self):
-        node = self.unary()
+        first, rest = self.unary(), []
         while self.tok.text in ("*", "/") and self.tok.kind == "OP":
             op = self.next()
-            node = Binary(op.text, node, self.unary(), self.where(op))
-        return node
+            rest.append((op, self.unary()))
+        return _fold(first, rest, {"/": "*"}, self._binary)
+
+    def _binary(self, op: Token, lhs, rhs):
+        return Binary(op.text, lhs, rhs, self.where(op))
 
     def unary(self):
+        # Each level of parentheses, signs, calls and brackets is one more level of recursion
+        # here and in every walker of the tree: bounded by the nesting-depth limit.
+        self.depth += 1
+        try:
+            if self.depth > self.max_depth:
+                raise _Syntax(self.tok, f"expression nested deeper than the {EXPR_DEPTH.name} limit of "
+                              f"{self.max_depth} (parentheses, signs, calls and brackets)",
+                              "split it into several statements, or " + EXPR_DEPTH.hint())
+            return self._unary()
+        finally:
+            self.depth -= 1
+
+    def _unary(self):
         tok = self.tok
         if self.accept("-"):
             return Negate(self.unary(), self.where(tok))
         if self.accept("+"):
             return self.unary()
         if tok.kind == "NUMBER":
+            if not math.isfinite(float(tok.text)):
+                raise _Syntax(tok, f"number {tok.text[:30]}{'...' if len(tok.text) > 30 else ''} is out of "
+                              "the floating-point range")
             self.next()
             return Num(float(tok.text), self.where(tok))
         if self.accept("("):

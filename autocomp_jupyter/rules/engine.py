@@ -3,18 +3,23 @@
 A *rule set* is data: `rules/default.yaml`, overridden by `rules/<target>.yaml`, then by
 files or registered Python rules the user names. Loading goes schema → meaning → build
 (as ZigZag validates accelerators): errors name the file, the key path and what was
-expected. Files are read with `yaml.safe_load`, so a rule file can never run code; a YAML
-rule without `match` must name a Python rule already registered with `@adrs_rule`.
+expected. Files are read with `limits.load_yaml` (PyYAML's safe loader after bounding size,
+nesting and alias expansion), so a rule file can never run code nor expand into a huge
+structure; a YAML rule without `match` must name a Python rule already registered with
+`@adrs_rule`. A target or rule-set *name* selects `rules/<name>.yaml` only when it is a plain
+name, never a path.
 
 A fusion rule's `match` is a chain pattern over producer→consumer ops: each item is an op
 name (`conv2d`) or op class (`contraction`), `a|b` for either, a trailing `+` for one or
-more. `Pattern.match_chain` finds the longest chain starting at an op.
+more. `Pattern.match_chain` finds the longest chain starting at an op, in time
+O(pattern items x chain length) whatever the `+` items.
 """
 from __future__ import annotations
 
 import copy
 import difflib
 import inspect
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -23,6 +28,7 @@ import yaml
 
 from ..dsl.library import LIBRARY
 from ..errors import Diagnostic, UserError
+from ..limits import FUSION_DEPTH, YAML_BYTES, YAMLLimitError, is_plain_name, load_yaml, read_text_file
 from ..ir.program import OP_CLASSES, Op, Program
 
 RULES_DIR_CANDIDATES = (
@@ -135,26 +141,26 @@ class Pattern:
         return Pattern(tuple(out))
 
     def match_chain(self, chain: Sequence[Op]) -> int:
-        """Length of the longest prefix of `chain` this pattern matches (0: no match)."""
-        best = 0
+        """Length of the longest prefix of `chain` this pattern matches (0: no match).
 
-        def walk(item: int, pos: int) -> None:
-            nonlocal best
-            if item == len(self.items):
-                best = max(best, pos)
-                return
-            it = self.items[item]
-            if pos >= len(chain) or not it.accepts(chain[pos]):
-                return
-            pos += 1
-            walk(item + 1, pos)
-            if it.repeat:
+        Dynamic programming over (pattern item, chain position): `ends` holds every chain
+        position the items so far can end at. Trying each split of the chain among several
+        `+` items instead would take time exponential in the chain length."""
+        ends = {0}
+        for it in self.items:
+            nxt: set[int] = set()
+            for pos in sorted(ends):
                 while pos < len(chain) and it.accepts(chain[pos]):
                     pos += 1
-                    walk(item + 1, pos)
-
-        walk(0, 0)
-        return best
+                    if pos in nxt:
+                        break  # positions beyond were reached from an earlier start already
+                    nxt.add(pos)
+                    if not it.repeat:
+                        break
+            ends = nxt
+            if not ends:
+                return 0
+        return max(ends)
 
     def __str__(self) -> str:
         return " → ".join(map(str, self.items))
@@ -235,6 +241,11 @@ SCHEMA: dict[str, Any] = {
 RULE_KEYS = {"name", "match", "targets", "enabled", "doc"}
 
 
+def _short(value: Any) -> str:
+    """A bounded repr for messages (a value may be a large nested structure)."""
+    return reprlib.repr(value)
+
+
 def _suggest(key: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(key, list(choices), n=1, cutoff=0.6)
     return f"did you mean '{close[0]}'?" if close else "expected one of: " + ", ".join(sorted(choices))
@@ -257,39 +268,42 @@ def _check_schema(raw: Any, filename: str) -> None:
                 _check_rules(value, key_path, filename)
             elif isinstance(spec, dict):
                 if not isinstance(value, dict):
-                    raise RuleError(filename, key_path, f"expected a mapping, got {value!r}")
+                    raise RuleError(filename, key_path, f"expected a mapping, got {_short(value)}")
                 walk(value, spec, key_path)
             else:
                 check, expected = spec
                 if not check(value):
-                    raise RuleError(filename, key_path, f"expected {expected}, got {value!r}")
+                    raise RuleError(filename, key_path, f"expected {expected}, got {_short(value)}")
+                if key_path == "fusion.params.max_fusion_depth" and value > FUSION_DEPTH.value():
+                    raise RuleError(filename, key_path, f"{value:,} is over the {FUSION_DEPTH.name} limit of "
+                                    f"{FUSION_DEPTH.value()} ops per fused kernel", FUSION_DEPTH.hint())
 
     walk(raw, SCHEMA, "")
 
 
 def _check_rules(value: Any, path: str, filename: str) -> None:
     if not isinstance(value, list):
-        raise RuleError(filename, path, f"expected a list of rules, got {value!r}")
+        raise RuleError(filename, path, f"expected a list of rules, got {_short(value)}")
     for i, rule in enumerate(value):
         rp = f"{path}[{i}]"
         if not isinstance(rule, dict):
-            raise RuleError(filename, rp, f"expected a rule mapping like {{name: ..., match: [...]}}, got {rule!r}")
+            raise RuleError(filename, rp, f"expected a rule mapping like {{name: ..., match: [...]}}, got {_short(rule)}")
         for key in rule:
             if key not in RULE_KEYS:
                 raise RuleError(filename, f"{rp}.{key}", f"unknown rule key '{key}'", _suggest(str(key), RULE_KEYS))
         if not isinstance(rule.get("name"), str) or not rule["name"].isidentifier():
-            raise RuleError(filename, f"{rp}.name", f"expected a rule name (an identifier), got {rule.get('name')!r}")
+            raise RuleError(filename, f"{rp}.name", f"expected a rule name (an identifier), got {_short(rule.get('name'))}")
         if "match" in rule:
             m = rule["match"]
             if not isinstance(m, list) or len(m) < 2 or not all(isinstance(x, str) for x in m):
-                raise RuleError(filename, f"{rp}.match", f"expected a chain of at least two op names or classes, got {m!r}",
+                raise RuleError(filename, f"{rp}.match", f"expected a chain of at least two op names or classes, got {_short(m)}",
                                 "e.g. match: [conv2d, relu] or [contraction, elementwise+]")
         if "targets" in rule and not (isinstance(rule["targets"], list) and all(isinstance(t, str) for t in rule["targets"])):
-            raise RuleError(filename, f"{rp}.targets", f"expected a list of target names, got {rule['targets']!r}")
+            raise RuleError(filename, f"{rp}.targets", f"expected a list of target names, got {_short(rule['targets'])}")
         if "enabled" in rule and not isinstance(rule["enabled"], bool):
-            raise RuleError(filename, f"{rp}.enabled", f"expected true or false, got {rule['enabled']!r}")
+            raise RuleError(filename, f"{rp}.enabled", f"expected true or false, got {_short(rule['enabled'])}")
         if "doc" in rule and not isinstance(rule["doc"], str):
-            raise RuleError(filename, f"{rp}.doc", f"expected a string, got {rule['doc']!r}")
+            raise RuleError(filename, f"{rp}.doc", f"expected a string, got {_short(rule['doc'])}")
 
 
 def _check_meaning(raw: dict, filename: str, known_rules: set[str]) -> None:
@@ -320,16 +334,15 @@ def _check_meaning(raw: dict, filename: str, known_rules: set[str]) -> None:
 
 
 def _read_yaml(path: Path) -> Any:
+    text = read_text_file(path, YAML_BYTES, "rule file", lambda f, m: RuleError(f, "", m))
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise RuleError(str(path), "", f"cannot read the rule file: {err}")
-    try:
-        return yaml.safe_load(text)
+        return load_yaml(text)  # bounded: size, nesting, alias expansion; numbers finite
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise RuleError(str(path), "", f"not valid YAML: {where}{getattr(err, 'problem', err)}")
+    except YAMLLimitError as err:
+        raise RuleError(str(path), f"line {err.line}" if err.line else "", err.message)
 
 
 def _merge(base: dict, override: dict) -> dict:
@@ -358,7 +371,7 @@ def load_rules(extra: Sequence[str | Path | Callable] | None = None, target: str
     """
     base_dir = rules_dir()
     layers: list[tuple[str, dict]] = [(str(base_dir / "default.yaml"), _read_yaml(base_dir / "default.yaml"))]
-    if target and (base_dir / f"{target}.yaml").is_file():
+    if target and is_plain_name(target) and (base_dir / f"{target}.yaml").is_file():
         layers.append((str(base_dir / f"{target}.yaml"), _read_yaml(base_dir / f"{target}.yaml")))
     python_rules: list[Callable] = []
     for item in extra or []:
@@ -371,9 +384,9 @@ def load_rules(extra: Sequence[str | Path | Callable] | None = None, target: str
         path = Path(text)
         if text in _REGISTRY:
             python_rules.append(_REGISTRY[text])
-        elif path.suffix in (".yaml", ".yml") and path.is_file():
+        elif path.suffix in (".yaml", ".yml") and path.exists():
             layers.append((str(path), _read_yaml(path)))
-        elif (base_dir / f"{text}.yaml").is_file() and text != "default":
+        elif is_plain_name(text) and (base_dir / f"{text}.yaml").is_file() and text != "default":
             layers.append((str(base_dir / f"{text}.yaml"), _read_yaml(base_dir / f"{text}.yaml")))
         elif path.suffix in (".yaml", ".yml"):
             raise RuleError(text, "", "no such rule file")

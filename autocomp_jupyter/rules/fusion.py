@@ -360,17 +360,23 @@ def _fit(program: Program, chain: list[Op], rule: FusionRule, ctx: PassContext, 
 
 
 def _has_cycle(program: Program, kernels: tuple[Kernel, ...]) -> bool:
-    """Is the kernel graph (an edge where one kernel reads another's output) cyclic?"""
+    """Is the kernel graph (an edge where one kernel reads another's output) cyclic?
+
+    Kahn's algorithm, without recursion: a program of thousands of unfused ops is a chain
+    thousands of kernels long."""
     owner = {t: k.name for k in kernels for t in k.outputs + k.internals}
     edges = {k.name: {owner[t] for t in k.inputs if t in owner} - {k.name} for k in kernels}
-    state: dict[str, int] = {}
-
-    def visit(n: str) -> bool:
-        state[n] = 1
+    indegree = {n: 0 for n in edges}
+    for sources in edges.values():
+        for m in sources:
+            indegree[m] += 1
+    ready = [n for n, d in indegree.items() if d == 0]
+    seen = 0
+    while ready:
+        n = ready.pop()
+        seen += 1
         for m in edges[n]:
-            if state.get(m) == 1 or (m not in state and visit(m)):
-                return True
-        state[n] = 2
-        return False
-
-    return any(n not in state and visit(n) for n in edges)
+            indegree[m] -= 1
+            if indegree[m] == 0:
+                ready.append(m)
+    return seen < len(edges)
