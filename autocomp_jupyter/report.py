@@ -54,6 +54,7 @@ def _kernel_entry(kernel, schedule, cost) -> dict:
                   for loop, sizes in schedule.tile_sizes(levels).items()},
         "metrics": cost.metrics(),
         "bound": cost.bound,
+        "limits_s": dict(cost.limits),   # every term of the time formula `bound` compares
     }
 
 

@@ -247,3 +247,23 @@ def test_host_runs_unannotated_schedules_on_one_core():
     if host.compute.units > 1:
         assert par.time_s < serial.time_s
     assert load_target("tpu").compute.implicit_parallel
+
+
+@pytest.mark.parametrize("target", ["tpu", "npu", "gpu"])
+def test_bound_names_the_term_that_sets_the_time(target):
+    # One statement: time = max(compute + serial transfers, each level's bandwidth + latency
+    # time); `bound` must name the term that attains it, with its unit or level and part.
+    k = kernels_unfused(gemm_program(256, 256, 256))[0]
+    t = load_target(target)
+    for schedule in (naive_schedule(k, t), library_schedule(k, t)):
+        c = evaluate(schedule, t)
+        lim = c.limits
+        busy = c.compute_s + lim["serial transfers"]
+        levels = {m.name: lim[f"{m.name} bandwidth"] + lim[f"{m.name} latency"] for m in t.memory}
+        worst = max(levels, key=levels.get)
+        assert c.time_s == pytest.approx(max(busy, levels[worst]), rel=1e-9)
+        if busy >= levels[worst]:
+            assert c.bound.startswith("compute (PE array)" if t.compute.kind == "systolic" else "compute (SIMT")
+        else:
+            part = "bandwidth" if lim[f"{worst} bandwidth"] >= lim[f"{worst} latency"] else "latency"
+            assert c.bound == f"{worst} {part}"

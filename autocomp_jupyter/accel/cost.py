@@ -74,6 +74,12 @@ class BatchCost:
     level_time_s: np.ndarray  # [n, levels]: traffic / bandwidth per source level
     double_buffered: np.ndarray  # [n, tiling levels] bool
     datapath_bytes: np.ndarray | None = None  # [n, statements, levels]: operand streaming
+    # What `bound` reads: the parts of each level's time (bandwidth, latency), the transfers
+    # that wait in line with compute, and compute time per unit (PE array / vector unit).
+    level_bw_s: np.ndarray | None = None       # [n, levels]
+    level_latency_s: np.ndarray | None = None  # [n, levels]
+    serial_s: np.ndarray | None = None         # [n]
+    compute_by_unit: dict | None = None        # {unit name: [n]}
 
     def __len__(self) -> int:
         return len(self.time_s)
@@ -88,7 +94,19 @@ class BatchCost:
             arithmetic_intensity=float(self.arithmetic_intensity[i]),
             spill_ratio=float(self.spill_ratio[i]), compute_s=float(self.compute_s[i]),
             level_time_s={n: float(t) for n, t in zip(self.level_names, self.level_time_s[i])},
+            limits=self._limits(i),
         )
+
+    def _limits(self, i: int) -> dict:
+        """{what: seconds} for every candidate limit of row i (see KernelCost.bound)."""
+        if self.level_bw_s is None:
+            return {}
+        out = {f"compute ({unit})": float(v[i]) for unit, v in (self.compute_by_unit or {}).items()}
+        for m, name in enumerate(self.level_names):
+            out[f"{name} bandwidth"] = float(self.level_bw_s[i, m])
+            out[f"{name} latency"] = float(self.level_latency_s[i, m])
+        out["serial transfers"] = float(self.serial_s[i])
+        return out
 
 
 @dataclass
@@ -108,6 +126,7 @@ class KernelCost:
     spill_ratio: float
     compute_s: float = 0.0
     level_time_s: dict[str, float] = field(default_factory=dict)
+    limits: dict[str, float] = field(default_factory=dict)
 
     @property
     def dram_bytes(self) -> float:
@@ -115,9 +134,28 @@ class KernelCost:
 
     @property
     def bound(self) -> str:
-        """What limits the time: 'compute' or the busiest memory level's name."""
-        worst = max(self.level_time_s.items(), key=lambda kv: kv[1], default=("compute", 0.0))
-        return "compute" if self.compute_s >= worst[1] else worst[0]
+        """What limits the time, in the model's own terms: the time is max(compute + serial
+        transfers, each level's bytes / bandwidth + loads x latency), so the binding term is
+        'compute (<unit>)' (the PE array, the vector unit, ...; '+ serial transfers' when
+        transfers that cannot double-buffer add to it) or '<level> bandwidth' / '<level>
+        latency' for the level whose time is largest (by its larger part). The roofline's
+        slope is the DRAM bandwidth term alone: a kernel right of the ridge can still be
+        bound by DRAM latency (many small loads) or by an inner level."""
+        lim = self.limits
+        if not lim:
+            worst = max(self.level_time_s.items(), key=lambda kv: kv[1], default=("compute", 0.0))
+            return "compute" if self.compute_s >= worst[1] else worst[0]
+        units = {k: v for k, v in lim.items() if k.startswith("compute")}
+        unit = max(units, key=units.get) if units else "compute"
+        busy = self.compute_s + lim.get("serial transfers", 0.0)
+        levels = {name: lim.get(f"{name} bandwidth", 0.0) + lim.get(f"{name} latency", 0.0)
+                  for name in self.level_time_s}
+        worst = max(levels, key=levels.get, default=None)
+        if worst is None or busy >= levels[worst]:
+            serial = lim.get("serial transfers", 0.0)
+            return unit + (" + serial transfers" if serial > 0.25 * busy else "")
+        part = "bandwidth" if lim[f"{worst} bandwidth"] >= lim[f"{worst} latency"] else "latency"
+        return f"{worst} {part}"
 
     def metrics(self) -> dict:
         """The report's kernels[*].metrics (DESIGN §8), names exactly as there."""
@@ -483,6 +521,10 @@ class KernelModel:
         # traffic overlap the anchor's: the two share one max(busy, transfers) bound.
         group_busy = np.zeros(n)
         group_levels = np.zeros((n, M))
+        level_bw_s = np.zeros((n, M))
+        level_lat_s = np.zeros((n, M))
+        serial_total = np.zeros(n)
+        compute_by_unit: dict[str, np.ndarray] = {}
         for si, st in enumerate(self.statements):
             st_bytes = np.zeros((n, M))
             serial_bytes = np.zeros((n, M))   # traffic into levels that cannot double-buffer
@@ -580,6 +622,7 @@ class KernelModel:
                     event_src[h] = src
 
             st_level_time = st_bytes / bw
+            level_bw_s += st_level_time
             serial_time = (serial_bytes / bw).sum(axis=1)
             # Latency: one load in flight per level. Double-buffered loads hide it behind the
             # previous tile's work, so it only bounds the level's time (bytes/bw + loads x
@@ -588,7 +631,9 @@ class KernelModel:
                 par = active if self.per_unit[h] else 1.0
                 lat = events[:, h] * self.latency_s[src] / par
                 st_level_time[:, src] += np.where(double_buffered[:, h], lat, 0.0)
+                level_lat_s[:, src] += np.where(double_buffered[:, h], lat, 0.0)
                 serial_time += np.where(double_buffered[:, h], 0.0, lat)
+            serial_total += serial_time
             if si == self.kernel.anchor:
                 group_busy += st_compute + serial_time
                 group_levels += st_level_time
@@ -598,6 +643,8 @@ class KernelModel:
             else:
                 time_s += np.maximum(st_compute + serial_time, st_level_time.max(axis=1))
             compute_s += st_compute
+            unit_name = _unit_name(compute, st)
+            compute_by_unit[unit_name] = compute_by_unit.get(unit_name, 0.0) + st_compute
             bytes_by_level += st_bytes
             level_time += st_level_time
         time_s += np.maximum(group_busy, group_levels.max(axis=1))
@@ -614,6 +661,8 @@ class KernelModel:
             arithmetic_intensity=flops / np.maximum(dram, 1e-30),
             spill_ratio=spill, compute_s=compute_s, level_time_s=level_time,
             double_buffered=double_buffered, datapath_bytes=datapath_bytes,
+            level_bw_s=level_bw_s, level_latency_s=level_lat_s, serial_s=serial_total,
+            compute_by_unit=compute_by_unit,
         )
 
 
@@ -715,6 +764,15 @@ def _host_issue_cycles(st: "_StatementModel", tiles, inner_order, vec_loop, rows
     if st.reduce:
         return np.where(R <= HOST_REGISTER_TILE, reg, plain)
     return plain
+
+
+def _unit_name(compute, st: "_StatementModel") -> str:
+    """The compute unit a statement runs on, as `bound` names it."""
+    if compute.kind == "systolic":
+        return "PE array" if st.mac else "vector unit"
+    if compute.kind == "simt":
+        return "SIMT lanes"
+    return "vector lanes" if compute.implicit_parallel else "cores"
 
 
 def _fill_cycles(compute, fills, stream_cycles):
@@ -847,6 +905,7 @@ def combine(costs: Sequence[KernelCost], target: Target) -> KernelCost:
         spill_ratio=max((c.spill_ratio for c in costs), default=0.0),
         compute_s=sum(c.compute_s for c in costs),
         level_time_s={n: sum(c.level_time_s.get(n, 0.0) for c in costs) for n in names},
+        limits={k: sum(c.limits.get(k, 0.0) for c in costs) for k in dict.fromkeys(k for c in costs for k in c.limits)},
     )
 
 
