@@ -1,6 +1,7 @@
 """The analytic cost model: hand-computed numbers on a toy target, metamorphic checks,
 batch = single evaluation, baselines, kernels and schedules."""
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -267,3 +268,52 @@ def test_bound_names_the_term_that_sets_the_time(target):
         else:
             part = "bandwidth" if lim[f"{worst} bandwidth"] >= lim[f"{worst} latency"] else "latency"
             assert c.bound == f"{worst} {part}"
+
+
+DEPTHWISE = """
+input  X: f32[1, 64, 28, 28]
+param  W: f32[64, 1, 3, 3]
+param  s: f32[64]
+param  t: f32[64]
+D = depthwise_conv2d(X, W, stride=1, padding=1)
+B = batchnorm(D, s, t)
+R = relu(B)
+output R
+"""
+
+
+@pytest.mark.parametrize("target", ["tpu", "npu", "gemmini"])
+def test_depthwise_runs_on_the_vector_unit_of_systolic_targets(target):
+    # Depthwise convolution has no column loop for the array (every output loop of its weight
+    # also indexes the input): it runs on the vector unit, contractions on the PE array.
+    import autocomp_jupyter as ac
+    from autocomp_jupyter.accel.cost import datapath_of
+    from autocomp_jupyter.dsl import parse
+
+    t = load_target(target)
+    program = parse(DEPTHWISE)
+    dw = kernel_model(kernels_unfused(program)[0], t)
+    assert not datapath_of(t.compute, dw.statements[0]).on_array
+    gemm = kernel_model(kernels_unfused(gemm_program(64, 64, 64))[0], t)
+    assert datapath_of(t.compute, gemm.statements[0]).on_array
+    r = ac.optimize(program, target=target, tune=0).report
+    assert r["verified"]
+    assert r["roofline_fraction"] >= 0.3
+    assert all("PE array" not in k["bound"] for k in r["kernels"])
+
+
+def test_systolic_vector_unit_is_declared_in_the_target():
+    # vector_lanes and vector_ops_per_cycle set the vector unit: halving its rate doubles a
+    # compute-bound elementwise kernel's compute time.
+    base = load_target("npu")
+    text = (Path(base.source).read_text().replace("vector_ops_per_cycle: 32", "vector_ops_per_cycle: 16")
+            .replace("  dataflow:", "  vector_lanes: 16\n  dataflow:"))
+    slow = parse_target(text, "npu-slow.yaml")
+    assert slow.compute.lanes == 16 and base.compute.lanes == 32
+    i, j = Affine.var("i"), Affine.var("j")
+    st = Statement("Y", (i, j), None, (Loop("i", 64), Loop("j", 64)), Call("exp", (Access("X", (i, j)),)))
+    program = Program((Tensor("X", "f32", (64, 64), "input"), Tensor("Y", "f32", (64, 64), "intermediate")),
+                      (Op("exp", "elementwise", ("X",), "Y", (), (st,)),), ("Y",))
+    k = kernels_unfused(program)[0]
+    fast_c, slow_c = evaluate(naive_schedule(k, base), base), evaluate(naive_schedule(k, slow), slow)
+    assert slow_c.compute_s == pytest.approx(2 * fast_c.compute_s)

@@ -337,8 +337,8 @@ class KernelModel:
         reads = stmt.reads()
         dtype = kernel.tensor(reads[0].tensor).dtype if reads else kernel.tensor(stmt.target).dtype
         row = col = -1
-        if mac and compute.kind == "systolic":
-            row, col = _systolic_mapping(stmt, m, index, compute.dataflow)
+        if mac and compute.kind == "systolic":   # on the PE array if it is a contraction it can run
+            row, col = _systolic_mapping(stmt, m, index, compute.dataflow) or (-1, -1)
         # An elementwise epilogue (no reduction, no local loops) over an internal tile the
         # anchor left on chip writes its result over that tile: it needs no buffer of its own.
         in_place = (si != kernel.anchor and not stmt.reduce and not local
@@ -535,17 +535,17 @@ class KernelModel:
             # The datapath tile: PE array on the mapped loops, or one vector on the
             # vectorised loop (the innermost present loop unless annotated).
             unit = np.ones((n, D), dtype=np.int64)
-            if st.mac and compute.kind == "systolic":
+            dp = datapath_of(compute, st)
+            width = dp.width
+            if dp.on_array:
                 unit[:, st.row_loop] = compute.pe_rows
                 unit[:, st.col_loop] = compute.pe_cols
-                width = compute.pe_rows * compute.pe_cols
             else:
                 pres_inner = st.present[inner_order]
                 last = D - 1 - np.argmax(pres_inner[:, ::-1], axis=1)
                 vec_loop = inner_order[rows, last]
                 ok = (vectorize >= 0) & st.present[np.clip(vectorize, 0, D - 1)]
                 vec_loop = np.where(ok, vectorize, vec_loop)
-                width = compute.vector_width(st.dtype) if compute.kind != "systolic" else compute.pe_cols
                 unit[rows, vec_loop] = width
             dp_pieces = sum(m * np.ceil(x / unit - 1e-9) for x, m in zip(piece_len, piece_mult))
             dp_counts = np.where(st.present, dp_pieces, 1.0)  # [n, D]
@@ -554,9 +554,9 @@ class KernelModel:
             dp_trips = np.concatenate([trips, np.take_along_axis(dp_rel, inner_order, axis=1)], axis=1)
             dp_loops = np.concatenate([seq_loops, inner_order], axis=1)
             dp_mean = E / dp_counts
+            cycles = passes * dp.pass_cycles
             if st.mac:
-                cycles = passes * compute.spatial_width / compute.macs(st.dtype)
-                if compute.kind == "systolic":
+                if dp.on_array:
                     # The array fills and drains when its stationary operand (indexed by both
                     # mapped loops) changes. Inside an innermost tile the microkernel streams
                     # the other loops past each stationary block, so a tile costs one fill per
@@ -572,9 +572,7 @@ class KernelModel:
                 useful += st.points
                 offered += passes * width
             else:
-                ops = st.points * max(1, st.flops_per_point)
-                cycles = passes * width * max(1, st.flops_per_point) / compute.vector_ops_per_cycle
-                vector_ops += ops
+                vector_ops += st.points * max(1, st.flops_per_point)
             if st.mac and compute.kind == "vector" and not compute.implicit_parallel:
                 # A CPU running generated C (host): the nest's issue rate, not only the lanes.
                 cycles = np.maximum(cycles, _host_issue_cycles(st, tiles, inner_order, vec_loop, rows, width,
@@ -643,8 +641,7 @@ class KernelModel:
             else:
                 time_s += np.maximum(st_compute + serial_time, st_level_time.max(axis=1))
             compute_s += st_compute
-            unit_name = _unit_name(compute, st)
-            compute_by_unit[unit_name] = compute_by_unit.get(unit_name, 0.0) + st_compute
+            compute_by_unit[dp.unit] = compute_by_unit.get(dp.unit, 0.0) + st_compute
             bytes_by_level += st_bytes
             level_time += st_level_time
         time_s += np.maximum(group_busy, group_levels.max(axis=1))
@@ -766,15 +763,6 @@ def _host_issue_cycles(st: "_StatementModel", tiles, inner_order, vec_loop, rows
     return plain
 
 
-def _unit_name(compute, st: "_StatementModel") -> str:
-    """The compute unit a statement runs on, as `bound` names it."""
-    if compute.kind == "systolic":
-        return "PE array" if st.mac else "vector unit"
-    if compute.kind == "simt":
-        return "SIMT lanes"
-    return "vector lanes" if compute.implicit_parallel else "cores"
-
-
 def _fill_cycles(compute, fills, stream_cycles):
     """Cycles a systolic array spends filling/draining its stationary blocks. With double-
     buffered weights each fill hides behind the previous block's stream, but the first."""
@@ -828,30 +816,81 @@ def _traffic(kind: str, footprint, fetches, distinct):
     return footprint * fetches
 
 
-def _systolic_mapping(stmt, loop_map, index, dataflow) -> tuple[int, int]:
-    """Anchor loops on the PE rows and columns for a contraction.
+def _systolic_mapping(stmt, loop_map, index, dataflow) -> tuple[int, int] | None:
+    """Anchor loops on the PE rows and columns for a contraction, or None when the array
+    cannot run it (it then runs on the vector unit).
 
     The weight is the operand with the fewest output loops (B[k, j], W[f, c, r, s]); its
-    largest output loop goes on the columns. Weight-stationary puts its largest reduction
-    loop on the rows (the TPU and Gemmini default); output-stationary puts the other
-    operand's largest output loop there.
+    largest output loop that the other operand does not index goes on the columns (each
+    column holds its own weights and sees the same streamed input). Weight-stationary puts
+    its largest reduction loop shared with the other operand on the rows (the TPU and
+    Gemmini default); output-stationary puts the other operand's largest output loop there.
+    A depthwise convolution (P[c, h, w] += X[c, h + r, w + s] * W[c, r, s]) has no such
+    column loop: every output loop of the weight also indexes the input, so a column would
+    need its own input stream — systolic accelerators run it on their vector unit.
     """
     ext = stmt.extents
     outs = {l.name for l in stmt.output_loops}
     reads = stmt.reads()
+    if len(reads) != 2:
+        return None
     weight_idx = min(range(len(reads)), key=lambda i: (len([l for a in reads[i].indices for l in a.loops if l in outs]), -i))
     weight_loops = [l for a in reads[weight_idx].indices for l in a.loops]
-    col_choices = [l for l in weight_loops if l in outs] or sorted(outs) or list(ext)
+    other_loops = {l for a in reads[1 - weight_idx].indices for l in a.loops}
+    col_choices = [l for l in weight_loops if l in outs and l not in other_loops]
+    shared_reductions = [l for l in weight_loops if l not in outs and l in other_loops]
+    if not col_choices or not shared_reductions:
+        return None
     col = max(col_choices, key=lambda l: ext[l])
     if dataflow == "output_stationary":
-        others = [l for i, r in enumerate(reads) if i != weight_idx for a in r.indices for l in a.loops
-                  if l in outs and l != col]
-        choices = others or [l for l in outs if l != col]
+        choices = [l for l in other_loops if l in outs and l != col and l not in weight_loops]
+        choices = choices or [l for l in outs if l != col]
     else:
-        choices = [l for l in weight_loops if l not in outs]
+        choices = shared_reductions
     choices = choices or [l for l in ext if l != col] or [col]
     row = max(choices, key=lambda l: ext[l])
     return index[loop_map[row]], index[loop_map[col]]
+
+
+@dataclass(frozen=True)
+class Datapath:
+    """Where one statement's arithmetic runs and at what rate: the per-kind compute
+    description every part of the model reads (cost, simulator, roofline, tiling's
+    datapath units) instead of testing the target's kind itself.
+
+    on_array: a contraction mapped on the systolic PE array (rows x cols on two loops);
+    unit: what `bound` calls it; width: elements one pass covers along the vectorised loop
+    (the array: rows x cols); pass_cycles: cycles of one pass per compute unit.
+    """
+
+    on_array: bool
+    unit: str
+    width: int
+    pass_cycles: float
+
+    def peak_flops(self, flops_per_point: float, units: int, clock_hz: float) -> float:
+        """flop/s this datapath sustains on a statement doing `flops_per_point` per point."""
+        return flops_per_point * self.width / self.pass_cycles * units * clock_hz
+
+
+def datapath_of(compute, st: "_StatementModel") -> Datapath:
+    """The datapath statement `st` runs on (see Datapath)."""
+    if st.row_loop >= 0:   # mapped only for systolic contractions the array can run
+        return Datapath(True, "PE array", compute.pe_rows * compute.pe_cols,
+                        compute.spatial_width / compute.macs(st.dtype))
+    width = compute.vector_width(st.dtype)
+    if compute.kind == "systolic":
+        unit = "vector unit"
+    elif compute.kind == "simt":
+        unit = "SIMT lanes"
+    else:
+        unit = "vector lanes" if compute.implicit_parallel else "cores"
+    if st.mac and compute.kind != "systolic":   # SIMT / SIMD multiply-add pipes
+        return Datapath(False, unit, width, compute.spatial_width / compute.macs(st.dtype))
+    # A systolic target's vector unit runs a multiply-add as one FMA; other work costs its
+    # operations per point.
+    ops = 1.0 if st.mac else max(1, st.flops_per_point)
+    return Datapath(False, unit, width, width * ops / compute.vector_ops_per_cycle)
 
 
 # --------------------------------------------------------------------------- public API
@@ -938,12 +977,12 @@ def textbook_schedule(kernel: Kernel, target) -> Schedule:
         tiles[:, h] = max(8, LIBRARY_TILE >> (2 * h))
     anchor = model.statements[kernel.anchor]
     compute = target.compute
-    if anchor.mac and compute.kind == "systolic":
+    if datapath_of(compute, anchor).on_array:
         tiles[anchor.row_loop, L - 1] = compute.pe_rows
         tiles[anchor.col_loop, L - 1] = compute.pe_cols
         tiles[anchor.row_loop, : L - 1] = np.maximum(tiles[anchor.row_loop, : L - 1], compute.pe_rows)
         tiles[anchor.col_loop, : L - 1] = np.maximum(tiles[anchor.col_loop, : L - 1], compute.pe_cols)
-    elif compute.kind != "systolic":
+    else:
         tiles[D - 1, L - 1] = max(tiles[D - 1, L - 1], compute.vector_width(anchor.dtype))
     tiles = np.minimum(tiles, model.extents[:, None])
     tiles = np.minimum.accumulate(tiles, axis=1)
