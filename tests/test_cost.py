@@ -307,7 +307,7 @@ def test_systolic_vector_unit_is_declared_in_the_target():
     # compute-bound elementwise kernel's compute time.
     base = load_target("npu")
     text = (Path(base.source).read_text().replace("vector_ops_per_cycle: 32", "vector_ops_per_cycle: 16")
-            .replace("  dataflow:", "  vector_lanes: 16\n  dataflow:"))
+            .replace("vector_lanes: 32", "vector_lanes: 16"))
     slow = parse_target(text, "npu-slow.yaml")
     assert slow.compute.lanes == 16 and base.compute.lanes == 32
     i, j = Affine.var("i"), Affine.var("j")
