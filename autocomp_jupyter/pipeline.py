@@ -1,6 +1,6 @@
 """`optimize()`: the ADRS pipeline, stage by stage, in one place.
 
-    DSL text ─parse→ Program ─baselines→ naive, library plans
+    DSL text ─parse→ Program ─baselines→ naive, textbook, library (per-op tuned) plans
       ─fusion→ ─tiling→ ─scheduling→   (each pass checked: legality, equivalence, gain; else rolled back)
       ─tuning→ top-K versions ─verify→ ─cost→ report
 
@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from .accel.cost import evaluate, evaluate_program, library_schedule, naive_schedule
+from .accel.cost import evaluate, evaluate_program, naive_schedule
 from .accel.target import Target, load_target
+from .baselines import library_plan, textbook_plan
 from .dsl import load, parse
 from .errors import UserError
 from .ir.program import Program
@@ -101,9 +102,10 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     ctx = PassContext(program, target, ruleset, seed)
 
     naive = baseline_plan(program, target, naive_schedule, "naive")          # per-op, untiled
-    library = baseline_plan(program, target, library_schedule, "library")    # per-op, textbook tiles
+    textbook = textbook_plan(program, target)                                # per-op, fixed textbook tiles
+    library = library_plan(program, ctx)                                     # per-op, each tuned alone (cached)
 
-    plan, log, rollbacks = library, [], []
+    plan, log, rollbacks = library, [], []                       # the passes start from the library
     selected = _select_passes(passes)
     runs = _PassRuns()
     for i, (name, run_pass) in enumerate(selected):              # fusion → tiling → scheduling
@@ -134,7 +136,7 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
 
     from .report import build_report                             # DESIGN §8
     report = build_report(program, target, ruleset, naive, library, plan, ctx, log, rollbacks, tuning, verified,
-                          seconds=time.perf_counter() - started)
+                          seconds=time.perf_counter() - started, textbook=textbook)
     report["fell_back"] = fell_back                              # None, "library" or "naive"
     if measured is not None:
         report["measured"] = measured

@@ -54,22 +54,36 @@ def _kernel_entry(kernel, schedule, cost) -> dict:
                   for loop, sizes in schedule.tile_sizes(levels).items()},
         "metrics": cost.metrics(),
         "bound": cost.bound,
+        "limits_s": dict(cost.limits),   # every term of the time formula `bound` compares
     }
 
 
+BASELINES = ("naive", "textbook", "library")   # the report's baseline blocks, weakest first
+
+
 def build_report(program: Program, target: Target, rules: RuleSet, naive: Plan, library: Plan, optimized: Plan,
-                 ctx: PassContext, log: list, rollbacks: list, tuning: dict, verified: bool, seconds: float) -> dict:
-    costs: dict[str, ProgramCost] = {"naive": ctx.cost(naive), "library": ctx.cost(library),
-                                     "optimized": ctx.cost(optimized)}
+                 ctx: PassContext, log: list, rollbacks: list, tuning: dict, verified: bool, seconds: float,
+                 textbook: Plan | None = None) -> dict:
+    from .baselines import gain_breakdown, textbook_plan
+
+    textbook = textbook if textbook is not None else textbook_plan(program, target)
+    costs: dict[str, ProgramCost] = {"naive": ctx.cost(naive), "textbook": ctx.cost(textbook),
+                                     "library": ctx.cost(library), "optimized": ctx.cost(optimized)}
     t = {k: c.total.time_s for k, c in costs.items()}
+    breakdown = gain_breakdown(library, optimized, ctx)
+    chain = breakdown.pop("plans_time_s")
     return {
         "version": REPORT_VERSION,
         "target": target.name,
         "verified": bool(verified),
         "naive": costs["naive"].total.summary(),
+        "textbook": costs["textbook"].total.summary(),
         "library": costs["library"].total.summary(),
         "optimized": costs["optimized"].total.summary(),
+        "gain_breakdown": breakdown,
+        "gain_chain_time_s": chain,
         "speedup_vs_naive": t["naive"] / t["optimized"],
+        "speedup_vs_textbook": t["textbook"] / t["optimized"],
         "speedup_vs_library": t["library"] / t["optimized"],
         "roofline_fraction": roofline_fraction(program, target, t["optimized"]),
         "kernels": [_kernel_entry(k, s, c) for k, s, c in
@@ -83,7 +97,7 @@ def build_report(program: Program, target: Target, rules: RuleSet, naive: Plan, 
             "dram_bw": target.dram_bandwidth,
             "attainable_flops": attainable_flops(program, target),
             "compulsory_ai": program.flops / max(compulsory_bytes(program), 1),
-            "points": [roofline_point(program, costs[k].total, k) for k in ("naive", "library", "optimized")],
+            "points": [roofline_point(program, costs[k].total, k) for k in BASELINES + ("optimized",)],
         },
         "program": {"file": program.filename, "flops": program.flops, "outputs": list(program.outputs)},
         "seconds": seconds,
@@ -100,12 +114,14 @@ def _fmt_time(s: float) -> str:
 def summary_text(report: dict) -> str:
     """What `autocomp optimize` prints: headline numbers, kernels, fired rules, rollbacks."""
     r = report
+    g = r["gain_breakdown"]
     lines = [
         f"target {r['target']}: {'verified' if r['verified'] else 'NOT VERIFIED'}"
         + (f" (fell back to the {r['fell_back']} baseline: no optimised plan verified)" if r.get("fell_back") else ""),
-        f"  naive {_fmt_time(r['naive']['time_s'])}  library {_fmt_time(r['library']['time_s'])}  "
-        f"optimized {_fmt_time(r['optimized']['time_s'])}",
-        f"  speedup {r['speedup_vs_naive']:.2f}x vs naive, {r['speedup_vs_library']:.2f}x vs library; "
+        f"  naive {_fmt_time(r['naive']['time_s'])}  textbook {_fmt_time(r['textbook']['time_s'])}  "
+        f"library (tuned per op) {_fmt_time(r['library']['time_s'])}  optimized {_fmt_time(r['optimized']['time_s'])}",
+        f"  speedup {r['speedup_vs_naive']:.2f}x vs naive, {r['speedup_vs_library']:.2f}x vs library "
+        f"(fusion {g['fusion']:.2f}x, tiling {g['tiling']:.2f}x, scheduling {g['scheduling']:.2f}x); "
         f"roofline fraction {r['roofline_fraction']:.2f}",
         "kernels:",
     ]

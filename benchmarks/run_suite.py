@@ -11,7 +11,8 @@ Sections (see benchmarks/README.md for what each column means):
 4. simulator vs analytic model: autocomp_jupyter.accel.sim.compare on the tuned schedules;
 5. host: the generated C of the tuned plan against numpy and the naive loop nest, measured
    on this CPU (skipped with a note when there is no C compiler);
-6. ZigZag: a placeholder that says whether `zigzag-dse` imports (no side-by-side run yet).
+6. ZigZag: predicted cycles, mappings and search times side by side on ZigZag's bundled
+   tpu_like accelerator (benchmarks/bench_zigzag.py), when `zigzag-dse` is installed.
 
 Writes results.md, results.json and SVG plots (no plotting library needed) into --out;
 --readme also replaces the block between `<!-- results:start -->` and `<!-- results:end -->`
@@ -293,9 +294,7 @@ def zigzag_status() -> str:
         import zigzag.api  # noqa: F401
     except Exception as err:
         return f"zigzag-dse does not import ({type(err).__name__}: {err}); `pip install zigzag-dse` to add it"
-    return (f"zigzag-dse {version('zigzag-dse')} imports, but the side-by-side run is not written yet: a "
-            "Gemmini-like ZigZag accelerator (16x16 array, 256 KiB scratchpad, 64 KiB accumulator) made "
-            "LOMA report NoValidLoopOrderingFoundException on GEMM 1024^3 (see benchmarks/README.md)")
+    return ""
 
 
 # --------------------------------------------------------------------------- output: Markdown
@@ -428,7 +427,11 @@ def markdown(data: dict, for_readme: bool = False) -> str:
     if "zigzag" in sections:
         s = sections["zigzag"]
         lines += [f"{h} ZigZag", ""]
-        lines += [f"Skipped: {s['skipped']}", ""]
+        if s.get("skipped"):
+            lines += [f"Skipped: {s['skipped']}", ""]
+        else:
+            from bench_zigzag import markdown as zigzag_markdown
+            lines += [zigzag_markdown(s["rows"]), ""]
     if data.get("plots"):
         lines += [f"{h} Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in data["plots"]] + [""]
     return "\n".join(lines).rstrip() + "\n"
@@ -637,8 +640,16 @@ def main(argv=None) -> dict:
         else:
             sections["host"] = host_comparison(tuned_results, names, log, naive_timeout=60 if quick else 600)
     if "zigzag" not in args.skip:
-        sections["zigzag"] = {"skipped": zigzag_status()}
-        log(f"== ZigZag: skipped ({sections['zigzag']['skipped']})")
+        why = zigzag_status()
+        if why:
+            sections["zigzag"] = {"skipped": why}
+            log(f"== ZigZag: skipped ({why})")
+        else:
+            sys.path.insert(0, str(HERE))
+            from bench_zigzag import markdown as zigzag_markdown, table as zigzag_table
+            log("== ZigZag: cost model vs ZigZag on tpu_like")
+            sections["zigzag"] = {"rows": zigzag_table()}
+            log(zigzag_markdown(sections["zigzag"]["rows"]))
 
     data["meta"]["wall_seconds"] = time.perf_counter() - started
     write_outputs(data, out, args.readme, log)

@@ -1,6 +1,7 @@
 """The analytic cost model: hand-computed numbers on a toy target, metamorphic checks,
 batch = single evaluation, baselines, kernels and schedules."""
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -196,7 +197,7 @@ def test_conv_halo_footprint(toy):
 def test_baselines_on_presets(target):
     p = gemm_program(256, 256, 256, relu=True)
     b = baseline_costs(p, target)
-    naive, library = b["naive"].total, b["library"].total
+    naive, library = b["naive"].total, b["textbook"].total
     assert library.time_s < naive.time_s
     assert library.spill_ratio <= 0.0 + 1e-12
     for k in kernels_unfused(p):
@@ -249,3 +250,72 @@ def test_host_runs_unannotated_schedules_on_one_core():
     if host.compute.units > 1:
         assert par.time_s < serial.time_s
     assert load_target("tpu").compute.implicit_parallel
+
+
+@pytest.mark.parametrize("target", ["tpu", "npu", "gpu"])
+def test_bound_names_the_term_that_sets_the_time(target):
+    # One statement: time = max(compute + serial transfers, each level's bandwidth + latency
+    # time); `bound` must name the term that attains it, with its unit or level and part.
+    k = kernels_unfused(gemm_program(256, 256, 256))[0]
+    t = load_target(target)
+    for schedule in (naive_schedule(k, t), library_schedule(k, t)):
+        c = evaluate(schedule, t)
+        lim = c.limits
+        busy = c.compute_s + lim["serial transfers"]
+        levels = {m.name: lim[f"{m.name} bandwidth"] + lim[f"{m.name} latency"] for m in t.memory}
+        worst = max(levels, key=levels.get)
+        assert c.time_s == pytest.approx(max(busy, levels[worst]), rel=1e-9)
+        if busy >= levels[worst]:
+            assert c.bound.startswith("compute (PE array)" if t.compute.kind == "systolic" else "compute (SIMT")
+        else:
+            part = "bandwidth" if lim[f"{worst} bandwidth"] >= lim[f"{worst} latency"] else "latency"
+            assert c.bound == f"{worst} {part}"
+
+
+DEPTHWISE = """
+input  X: f32[1, 64, 28, 28]
+param  W: f32[64, 1, 3, 3]
+param  s: f32[64]
+param  t: f32[64]
+D = depthwise_conv2d(X, W, stride=1, padding=1)
+B = batchnorm(D, s, t)
+R = relu(B)
+output R
+"""
+
+
+@pytest.mark.parametrize("target", ["tpu", "npu", "gemmini"])
+def test_depthwise_runs_on_the_vector_unit_of_systolic_targets(target):
+    # Depthwise convolution has no column loop for the array (every output loop of its weight
+    # also indexes the input): it runs on the vector unit, contractions on the PE array.
+    import autocomp_jupyter as ac
+    from autocomp_jupyter.accel.cost import datapath_of
+    from autocomp_jupyter.dsl import parse
+
+    t = load_target(target)
+    program = parse(DEPTHWISE)
+    dw = kernel_model(kernels_unfused(program)[0], t)
+    assert not datapath_of(t.compute, dw.statements[0]).on_array
+    gemm = kernel_model(kernels_unfused(gemm_program(64, 64, 64))[0], t)
+    assert datapath_of(t.compute, gemm.statements[0]).on_array
+    r = ac.optimize(program, target=target, tune=0).report
+    assert r["verified"]
+    assert r["roofline_fraction"] >= 0.3
+    assert all("PE array" not in k["bound"] for k in r["kernels"])
+
+
+def test_systolic_vector_unit_is_declared_in_the_target():
+    # vector_lanes and vector_ops_per_cycle set the vector unit: halving its rate doubles a
+    # compute-bound elementwise kernel's compute time.
+    base = load_target("npu")
+    text = (Path(base.source).read_text().replace("vector_ops_per_cycle: 32", "vector_ops_per_cycle: 16")
+            .replace("vector_lanes: 32", "vector_lanes: 16"))
+    slow = parse_target(text, "npu-slow.yaml")
+    assert slow.compute.lanes == 16 and base.compute.lanes == 32
+    i, j = Affine.var("i"), Affine.var("j")
+    st = Statement("Y", (i, j), None, (Loop("i", 64), Loop("j", 64)), Call("exp", (Access("X", (i, j)),)))
+    program = Program((Tensor("X", "f32", (64, 64), "input"), Tensor("Y", "f32", (64, 64), "intermediate")),
+                      (Op("exp", "elementwise", ("X",), "Y", (), (st,)),), ("Y",))
+    k = kernels_unfused(program)[0]
+    fast_c, slow_c = evaluate(naive_schedule(k, base), base), evaluate(naive_schedule(k, slow), slow)
+    assert slow_c.compute_s == pytest.approx(2 * fast_c.compute_s)

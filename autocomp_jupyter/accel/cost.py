@@ -74,6 +74,12 @@ class BatchCost:
     level_time_s: np.ndarray  # [n, levels]: traffic / bandwidth per source level
     double_buffered: np.ndarray  # [n, tiling levels] bool
     datapath_bytes: np.ndarray | None = None  # [n, statements, levels]: operand streaming
+    # What `bound` reads: the parts of each level's time (bandwidth, latency), the transfers
+    # that wait in line with compute, and compute time per unit (PE array / vector unit).
+    level_bw_s: np.ndarray | None = None       # [n, levels]
+    level_latency_s: np.ndarray | None = None  # [n, levels]
+    serial_s: np.ndarray | None = None         # [n]
+    compute_by_unit: dict | None = None        # {unit name: [n]}
 
     def __len__(self) -> int:
         return len(self.time_s)
@@ -88,7 +94,19 @@ class BatchCost:
             arithmetic_intensity=float(self.arithmetic_intensity[i]),
             spill_ratio=float(self.spill_ratio[i]), compute_s=float(self.compute_s[i]),
             level_time_s={n: float(t) for n, t in zip(self.level_names, self.level_time_s[i])},
+            limits=self._limits(i),
         )
+
+    def _limits(self, i: int) -> dict:
+        """{what: seconds} for every candidate limit of row i (see KernelCost.bound)."""
+        if self.level_bw_s is None:
+            return {}
+        out = {f"compute ({unit})": float(v[i]) for unit, v in (self.compute_by_unit or {}).items()}
+        for m, name in enumerate(self.level_names):
+            out[f"{name} bandwidth"] = float(self.level_bw_s[i, m])
+            out[f"{name} latency"] = float(self.level_latency_s[i, m])
+        out["serial transfers"] = float(self.serial_s[i])
+        return out
 
 
 @dataclass
@@ -108,6 +126,7 @@ class KernelCost:
     spill_ratio: float
     compute_s: float = 0.0
     level_time_s: dict[str, float] = field(default_factory=dict)
+    limits: dict[str, float] = field(default_factory=dict)
 
     @property
     def dram_bytes(self) -> float:
@@ -115,9 +134,28 @@ class KernelCost:
 
     @property
     def bound(self) -> str:
-        """What limits the time: 'compute' or the busiest memory level's name."""
-        worst = max(self.level_time_s.items(), key=lambda kv: kv[1], default=("compute", 0.0))
-        return "compute" if self.compute_s >= worst[1] else worst[0]
+        """What limits the time, in the model's own terms: the time is max(compute + serial
+        transfers, each level's bytes / bandwidth + loads x latency), so the binding term is
+        'compute (<unit>)' (the PE array, the vector unit, ...; '+ serial transfers' when
+        transfers that cannot double-buffer add to it) or '<level> bandwidth' / '<level>
+        latency' for the level whose time is largest (by its larger part). The roofline's
+        slope is the DRAM bandwidth term alone: a kernel right of the ridge can still be
+        bound by DRAM latency (many small loads) or by an inner level."""
+        lim = self.limits
+        if not lim:
+            worst = max(self.level_time_s.items(), key=lambda kv: kv[1], default=("compute", 0.0))
+            return "compute" if self.compute_s >= worst[1] else worst[0]
+        units = {k: v for k, v in lim.items() if k.startswith("compute")}
+        unit = max(units, key=units.get) if units else "compute"
+        busy = self.compute_s + lim.get("serial transfers", 0.0)
+        levels = {name: lim.get(f"{name} bandwidth", 0.0) + lim.get(f"{name} latency", 0.0)
+                  for name in self.level_time_s}
+        worst = max(levels, key=levels.get, default=None)
+        if worst is None or busy >= levels[worst]:
+            serial = lim.get("serial transfers", 0.0)
+            return unit + (" + serial transfers" if serial > 0.25 * busy else "")
+        part = "bandwidth" if lim[f"{worst} bandwidth"] >= lim[f"{worst} latency"] else "latency"
+        return f"{worst} {part}"
 
     def metrics(self) -> dict:
         """The report's kernels[*].metrics (DESIGN §8), names exactly as there."""
@@ -299,8 +337,8 @@ class KernelModel:
         reads = stmt.reads()
         dtype = kernel.tensor(reads[0].tensor).dtype if reads else kernel.tensor(stmt.target).dtype
         row = col = -1
-        if mac and compute.kind == "systolic":
-            row, col = _systolic_mapping(stmt, m, index, compute.dataflow)
+        if mac and compute.kind == "systolic":   # on the PE array if it is a contraction it can run
+            row, col = _systolic_mapping(stmt, m, index, compute.dataflow) or (-1, -1)
         # An elementwise epilogue (no reduction, no local loops) over an internal tile the
         # anchor left on chip writes its result over that tile: it needs no buffer of its own.
         in_place = (si != kernel.anchor and not stmt.reduce and not local
@@ -483,6 +521,10 @@ class KernelModel:
         # traffic overlap the anchor's: the two share one max(busy, transfers) bound.
         group_busy = np.zeros(n)
         group_levels = np.zeros((n, M))
+        level_bw_s = np.zeros((n, M))
+        level_lat_s = np.zeros((n, M))
+        serial_total = np.zeros(n)
+        compute_by_unit: dict[str, np.ndarray] = {}
         for si, st in enumerate(self.statements):
             st_bytes = np.zeros((n, M))
             serial_bytes = np.zeros((n, M))   # traffic into levels that cannot double-buffer
@@ -493,17 +535,17 @@ class KernelModel:
             # The datapath tile: PE array on the mapped loops, or one vector on the
             # vectorised loop (the innermost present loop unless annotated).
             unit = np.ones((n, D), dtype=np.int64)
-            if st.mac and compute.kind == "systolic":
+            dp = datapath_of(compute, st)
+            width = dp.width
+            if dp.on_array:
                 unit[:, st.row_loop] = compute.pe_rows
                 unit[:, st.col_loop] = compute.pe_cols
-                width = compute.pe_rows * compute.pe_cols
             else:
                 pres_inner = st.present[inner_order]
                 last = D - 1 - np.argmax(pres_inner[:, ::-1], axis=1)
                 vec_loop = inner_order[rows, last]
                 ok = (vectorize >= 0) & st.present[np.clip(vectorize, 0, D - 1)]
                 vec_loop = np.where(ok, vectorize, vec_loop)
-                width = compute.vector_width(st.dtype) if compute.kind != "systolic" else compute.pe_cols
                 unit[rows, vec_loop] = width
             dp_pieces = sum(m * np.ceil(x / unit - 1e-9) for x, m in zip(piece_len, piece_mult))
             dp_counts = np.where(st.present, dp_pieces, 1.0)  # [n, D]
@@ -512,9 +554,9 @@ class KernelModel:
             dp_trips = np.concatenate([trips, np.take_along_axis(dp_rel, inner_order, axis=1)], axis=1)
             dp_loops = np.concatenate([seq_loops, inner_order], axis=1)
             dp_mean = E / dp_counts
+            cycles = passes * dp.pass_cycles
             if st.mac:
-                cycles = passes * compute.spatial_width / compute.macs(st.dtype)
-                if compute.kind == "systolic":
+                if dp.on_array:
                     # The array fills and drains when its stationary operand (indexed by both
                     # mapped loops) changes. Inside an innermost tile the microkernel streams
                     # the other loops past each stationary block, so a tile costs one fill per
@@ -530,9 +572,7 @@ class KernelModel:
                 useful += st.points
                 offered += passes * width
             else:
-                ops = st.points * max(1, st.flops_per_point)
-                cycles = passes * width * max(1, st.flops_per_point) / compute.vector_ops_per_cycle
-                vector_ops += ops
+                vector_ops += st.points * max(1, st.flops_per_point)
             if st.mac and compute.kind == "vector" and not compute.implicit_parallel:
                 # A CPU running generated C (host): the nest's issue rate, not only the lanes.
                 cycles = np.maximum(cycles, _host_issue_cycles(st, tiles, inner_order, vec_loop, rows, width,
@@ -580,6 +620,7 @@ class KernelModel:
                     event_src[h] = src
 
             st_level_time = st_bytes / bw
+            level_bw_s += st_level_time
             serial_time = (serial_bytes / bw).sum(axis=1)
             # Latency: one load in flight per level. Double-buffered loads hide it behind the
             # previous tile's work, so it only bounds the level's time (bytes/bw + loads x
@@ -588,7 +629,9 @@ class KernelModel:
                 par = active if self.per_unit[h] else 1.0
                 lat = events[:, h] * self.latency_s[src] / par
                 st_level_time[:, src] += np.where(double_buffered[:, h], lat, 0.0)
+                level_lat_s[:, src] += np.where(double_buffered[:, h], lat, 0.0)
                 serial_time += np.where(double_buffered[:, h], 0.0, lat)
+            serial_total += serial_time
             if si == self.kernel.anchor:
                 group_busy += st_compute + serial_time
                 group_levels += st_level_time
@@ -598,6 +641,7 @@ class KernelModel:
             else:
                 time_s += np.maximum(st_compute + serial_time, st_level_time.max(axis=1))
             compute_s += st_compute
+            compute_by_unit[dp.unit] = compute_by_unit.get(dp.unit, 0.0) + st_compute
             bytes_by_level += st_bytes
             level_time += st_level_time
         time_s += np.maximum(group_busy, group_levels.max(axis=1))
@@ -614,6 +658,8 @@ class KernelModel:
             arithmetic_intensity=flops / np.maximum(dram, 1e-30),
             spill_ratio=spill, compute_s=compute_s, level_time_s=level_time,
             double_buffered=double_buffered, datapath_bytes=datapath_bytes,
+            level_bw_s=level_bw_s, level_latency_s=level_lat_s, serial_s=serial_total,
+            compute_by_unit=compute_by_unit,
         )
 
 
@@ -770,30 +816,81 @@ def _traffic(kind: str, footprint, fetches, distinct):
     return footprint * fetches
 
 
-def _systolic_mapping(stmt, loop_map, index, dataflow) -> tuple[int, int]:
-    """Anchor loops on the PE rows and columns for a contraction.
+def _systolic_mapping(stmt, loop_map, index, dataflow) -> tuple[int, int] | None:
+    """Anchor loops on the PE rows and columns for a contraction, or None when the array
+    cannot run it (it then runs on the vector unit).
 
     The weight is the operand with the fewest output loops (B[k, j], W[f, c, r, s]); its
-    largest output loop goes on the columns. Weight-stationary puts its largest reduction
-    loop on the rows (the TPU and Gemmini default); output-stationary puts the other
-    operand's largest output loop there.
+    largest output loop that the other operand does not index goes on the columns (each
+    column holds its own weights and sees the same streamed input). Weight-stationary puts
+    its largest reduction loop shared with the other operand on the rows (the TPU and
+    Gemmini default); output-stationary puts the other operand's largest output loop there.
+    A depthwise convolution (P[c, h, w] += X[c, h + r, w + s] * W[c, r, s]) has no such
+    column loop: every output loop of the weight also indexes the input, so a column would
+    need its own input stream — systolic accelerators run it on their vector unit.
     """
     ext = stmt.extents
     outs = {l.name for l in stmt.output_loops}
     reads = stmt.reads()
+    if len(reads) != 2:
+        return None
     weight_idx = min(range(len(reads)), key=lambda i: (len([l for a in reads[i].indices for l in a.loops if l in outs]), -i))
     weight_loops = [l for a in reads[weight_idx].indices for l in a.loops]
-    col_choices = [l for l in weight_loops if l in outs] or sorted(outs) or list(ext)
+    other_loops = {l for a in reads[1 - weight_idx].indices for l in a.loops}
+    col_choices = [l for l in weight_loops if l in outs and l not in other_loops]
+    shared_reductions = [l for l in weight_loops if l not in outs and l in other_loops]
+    if not col_choices or not shared_reductions:
+        return None
     col = max(col_choices, key=lambda l: ext[l])
     if dataflow == "output_stationary":
-        others = [l for i, r in enumerate(reads) if i != weight_idx for a in r.indices for l in a.loops
-                  if l in outs and l != col]
-        choices = others or [l for l in outs if l != col]
+        choices = [l for l in other_loops if l in outs and l != col and l not in weight_loops]
+        choices = choices or [l for l in outs if l != col]
     else:
-        choices = [l for l in weight_loops if l not in outs]
+        choices = shared_reductions
     choices = choices or [l for l in ext if l != col] or [col]
     row = max(choices, key=lambda l: ext[l])
     return index[loop_map[row]], index[loop_map[col]]
+
+
+@dataclass(frozen=True)
+class Datapath:
+    """Where one statement's arithmetic runs and at what rate: the per-kind compute
+    description every part of the model reads (cost, simulator, roofline, tiling's
+    datapath units) instead of testing the target's kind itself.
+
+    on_array: a contraction mapped on the systolic PE array (rows x cols on two loops);
+    unit: what `bound` calls it; width: elements one pass covers along the vectorised loop
+    (the array: rows x cols); pass_cycles: cycles of one pass per compute unit.
+    """
+
+    on_array: bool
+    unit: str
+    width: int
+    pass_cycles: float
+
+    def peak_flops(self, flops_per_point: float, units: int, clock_hz: float) -> float:
+        """flop/s this datapath sustains on a statement doing `flops_per_point` per point."""
+        return flops_per_point * self.width / self.pass_cycles * units * clock_hz
+
+
+def datapath_of(compute, st: "_StatementModel") -> Datapath:
+    """The datapath statement `st` runs on (see Datapath)."""
+    if st.row_loop >= 0:   # mapped only for systolic contractions the array can run
+        return Datapath(True, "PE array", compute.pe_rows * compute.pe_cols,
+                        compute.spatial_width / compute.macs(st.dtype))
+    width = compute.vector_width(st.dtype)
+    if compute.kind == "systolic":
+        unit = "vector unit"
+    elif compute.kind == "simt":
+        unit = "SIMT lanes"
+    else:
+        unit = "vector lanes" if compute.implicit_parallel else "cores"
+    if st.mac and compute.kind != "systolic":   # SIMT / SIMD multiply-add pipes
+        return Datapath(False, unit, width, compute.spatial_width / compute.macs(st.dtype))
+    # A systolic target's vector unit runs a multiply-add as one FMA; other work costs its
+    # operations per point.
+    ops = 1.0 if st.mac else max(1, st.flops_per_point)
+    return Datapath(False, unit, width, width * ops / compute.vector_ops_per_cycle)
 
 
 # --------------------------------------------------------------------------- public API
@@ -847,6 +944,7 @@ def combine(costs: Sequence[KernelCost], target: Target) -> KernelCost:
         spill_ratio=max((c.spill_ratio for c in costs), default=0.0),
         compute_s=sum(c.compute_s for c in costs),
         level_time_s={n: sum(c.level_time_s.get(n, 0.0) for c in costs) for n in names},
+        limits={k: sum(c.limits.get(k, 0.0) for c in costs) for k in dict.fromkeys(k for c in costs for k in c.limits)},
     )
 
 
@@ -861,8 +959,9 @@ def naive_schedule(kernel: Kernel, target) -> Schedule:
 LIBRARY_TILE = 256  # the textbook tile at the outermost on-chip level, / 4 per level inward
 
 
-def library_schedule(kernel: Kernel, target) -> Schedule:
-    """A fixed textbook tiling, as a vendor library would ship for one op.
+def textbook_schedule(kernel: Kernel, target) -> Schedule:
+    """A fixed textbook tiling of one op (the report's `textbook` baseline; the tuned
+    per-op `library` baseline starts from it, see baselines.py).
 
     Every loop is tiled 256 at the outermost on-chip level, then 64, 16, 8 inward; at the innermost level a systolic contraction gets exactly one PE array
     (pe_rows x pe_cols) and a vector target one vector on the innermost loop. Tiles are then
@@ -878,12 +977,12 @@ def library_schedule(kernel: Kernel, target) -> Schedule:
         tiles[:, h] = max(8, LIBRARY_TILE >> (2 * h))
     anchor = model.statements[kernel.anchor]
     compute = target.compute
-    if anchor.mac and compute.kind == "systolic":
+    if datapath_of(compute, anchor).on_array:
         tiles[anchor.row_loop, L - 1] = compute.pe_rows
         tiles[anchor.col_loop, L - 1] = compute.pe_cols
         tiles[anchor.row_loop, : L - 1] = np.maximum(tiles[anchor.row_loop, : L - 1], compute.pe_rows)
         tiles[anchor.col_loop, : L - 1] = np.maximum(tiles[anchor.col_loop, : L - 1], compute.pe_cols)
-    elif compute.kind != "systolic":
+    else:
         tiles[D - 1, L - 1] = max(tiles[D - 1, L - 1], compute.vector_width(anchor.dtype))
     tiles = np.minimum(tiles, model.extents[:, None])
     tiles = np.minimum.accumulate(tiles, axis=1)
@@ -903,11 +1002,16 @@ def library_schedule(kernel: Kernel, target) -> Schedule:
                     levels=levels)
 
 
+# The passes' starting tiles (rules/tiling.py, rules/fusion.py) keep their old name.
+library_schedule = textbook_schedule
+
+
 def baseline_costs(program: Program, target) -> dict[str, ProgramCost]:
-    """The naive and library baselines every report carries (unfused kernels)."""
+    """The untuned baselines (unfused kernels): naive and textbook. The tuned `library`
+    baseline needs the passes and the tuner: `baselines.library_plan`."""
     target = load_target(target)
     kernels = kernels_unfused(program)
     return {
         "naive": evaluate_program([naive_schedule(k, target) for k in kernels], target),
-        "library": evaluate_program([library_schedule(k, target) for k in kernels], target),
+        "textbook": evaluate_program([textbook_schedule(k, target) for k in kernels], target),
     }

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.schedule import Schedule
-from .cost import KernelModel, _chunks, _fill_cycles, _stationary_operand, kernel_model
+from .cost import KernelModel, _chunks, _fill_cycles, _stationary_operand, datapath_of, kernel_model
 from .target import load_target
 
 
@@ -93,13 +93,13 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
 
     # The datapath unit along each loop (PE array or one vector), as in the model.
     unit = np.ones(D, dtype=np.int64)
-    if st.mac and compute.kind == "systolic":
+    dp = datapath_of(compute, st)
+    if dp.on_array:
         unit[st.row_loop], unit[st.col_loop] = compute.pe_rows, compute.pe_cols
     else:
         inner = [d for d in orders[L - 1] if present[d]]
         vec = vectorize if vectorize >= 0 and present[vectorize] else (inner[-1] if inner else 0)
-        unit[vec] = compute.vector_width(st.dtype) if compute.kind != "systolic" else compute.pe_cols
-    width = compute.spatial_width if st.mac else int(unit.max())
+        unit[vec] = dp.width
     total_steps = 1
     for d in range(D):
         if present[d]:
@@ -184,9 +184,9 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
             if present[d]:
                 passes *= -(-inner[d][1] // int(unit[d]))
                 points *= inner[d][1]
+        cycles = passes * dp.pass_cycles    # the statement's datapath (cost.datapath), as the model
         if st.mac:
-            cycles = passes * compute.spatial_width / compute.macs(st.dtype)
-            if compute.kind == "systolic":
+            if dp.on_array:
                 # Fill/drain once per stationary block this tile holds, none when the single
                 # block of the previous tile stays put (as the model).
                 stationary = _stationary_operand(st)
@@ -204,8 +204,6 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
                 elif fills:
                     cycles += float(_fill_cycles(compute, np.float64(fills), np.float64(cycles)))
                 weights_streaming = True
-        else:
-            cycles = passes * width * max(1, st.flops_per_point) / compute.vector_ops_per_cycle
         step_compute = cycles / clock / active
         operands = datapath_per_point * points
         moved += load + operands

@@ -262,6 +262,7 @@ COMPUTE_SCHEMA: dict[str, Any] = {
     "arrays": "posint", "cores": "posint", "lanes": "posint", "fma_units": "posint",
     "dataflow": ("enum", DATAFLOWS),
     "double_buffered_weights": "bool",
+    "vector_lanes": "posint",
     "peak_macs_per_cycle": ("dtype_map", "pos"),
     "vector_ops_per_cycle": "pos",
     "max_blocks_per_core": "posint",
@@ -394,7 +395,7 @@ def _check_value(value: Any, spec: Any, key_path: str, filename: str) -> None:
 KIND_FIELDS = {
     "systolic": {"required": ("pe_rows", "pe_cols"),
                  "allowed": ("kind", "pe_rows", "pe_cols", "arrays", "dataflow", "double_buffered_weights",
-                             "peak_macs_per_cycle", "vector_ops_per_cycle")},
+                             "peak_macs_per_cycle", "vector_ops_per_cycle", "vector_lanes")},
     "simt": {"required": ("cores", "lanes"),
              "allowed": ("kind", "cores", "lanes", "fma_units", "peak_macs_per_cycle",
                          "vector_ops_per_cycle", "max_blocks_per_core")},
@@ -469,9 +470,12 @@ def _build(raw: dict, filename: str) -> Target:
         derived = {d: float(c["lanes"] * c.get("fma_units", 1) * 4 // DTYPE_BYTES[d]) for d in DTYPES}
         vector_ops = c.get("vector_ops_per_cycle", c["lanes"] * c.get("fma_units", 1))
     derived.update({d: float(v) for d, v in c.get("peak_macs_per_cycle", {}).items()})
+    # A systolic target's vector unit (depthwise convs, pools, elementwise, normalisation):
+    # `vector_lanes` wide (default: one lane per PE column), `vector_ops_per_cycle` per array.
+    lanes = c.get("vector_lanes", c["pe_cols"]) if kind == "systolic" else c.get("lanes", 1)
     compute = ComputeSpec(
         kind=kind, units=units, pe_rows=c.get("pe_rows", 1), pe_cols=c.get("pe_cols", 1),
-        lanes=c.get("lanes", 1), fma_units=c.get("fma_units", 1),
+        lanes=lanes, fma_units=c.get("fma_units", 1),
         dataflow=c.get("dataflow", "weight_stationary"),
         macs_per_cycle=tuple(sorted(derived.items())), vector_ops_per_cycle=float(vector_ops),
         max_blocks_per_unit=c.get("max_blocks_per_core", 1),

@@ -37,7 +37,7 @@ from dataclasses import replace
 import numpy as np
 
 from .. import poly
-from ..accel.cost import evaluate, kernel_model, library_schedule
+from ..accel.cost import datapath_of, evaluate, kernel_model, library_schedule
 from ..interp import TooManyTiles, check_tiled
 from ..ir.program import Program
 from ..ir.loopnest import whole_loops
@@ -126,11 +126,12 @@ def datapath_units(kernel: Kernel, target) -> np.ndarray:
     compute = target.compute
     anchor = model.statements[kernel.anchor]
     units = np.ones(len(kernel.loops), dtype=np.int64)
-    if anchor.mac and compute.kind == "systolic":
+    dp = datapath_of(compute, anchor)   # the per-kind compute description (accel/cost.py)
+    if dp.on_array:
         units[anchor.row_loop] = compute.pe_rows
         units[anchor.col_loop] = compute.pe_cols
     else:
-        width = compute.pe_cols if compute.kind == "systolic" else compute.vector_width(anchor.dtype)
+        width = dp.width
         loop = contiguous_loop(kernel)
         units[kernel.loop_names.index(loop) if loop else len(kernel.loops) - 1] = width
     return units
@@ -147,7 +148,8 @@ def contiguous_loop(kernel: Kernel) -> str | None:
 
 def vector_loop_index(kernel: Kernel, target) -> int:
     """The loop index the tiling scores vectorised (-1: the cost model's default)."""
-    if target.compute.kind == "systolic":
+    model = kernel_model(kernel, target)
+    if datapath_of(target.compute, model.statements[kernel.anchor]).on_array:
         return -1
     loop = contiguous_loop(kernel)
     return kernel.loop_names.index(loop) if loop in kernel.loop_names else -1

@@ -3,7 +3,7 @@
 Attainable performance is min(peak, AI × DRAM bandwidth): a slope up to the ridge point,
 then the flat compute roof. A dashed vertical line marks the compulsory intensity (each
 input and output moved once), the bound `roofline_fraction` is measured against. Points are (arithmetic intensity, achieved flop/s), one per
-plan (naive, library, optimised) and, in the Tune tab, one for the variant being tried.
+plan (naive, textbook, library, optimised) and, in the Tune tab, one for the variant being tried.
 """
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import math
 
 from .fmt import esc, si
 
-POINT_COLOURS = {"naive": "#9e9e9e", "library": "#f57c00", "optimized": "#1b7f3b", "variant": "#1565c0"}
+POINT_COLOURS = {"naive": "#9e9e9e", "textbook": "#bcaaa4", "library": "#f57c00", "optimized": "#1b7f3b",
+                 "variant": "#1565c0"}
 
 
 def roofline_data(result) -> dict:
@@ -27,7 +28,7 @@ def roofline_data(result) -> dict:
     flops = sum(k.get("metrics", {}).get("flops", 0) for k in report.get("kernels", [])) \
         or float(result.program.flops)
     points = []
-    for label in ("naive", "library", "optimized"):
+    for label in ("naive", "textbook", "library", "optimized"):
         block = report.get(label) or {}
         dram = list((block.get("bytes") or {}).values())[-1:] or [0]
         time_s = block.get("time_s") or 0
