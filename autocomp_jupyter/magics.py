@@ -62,9 +62,10 @@ def _code_lang(text: str) -> str:
 # --------------------------------------------------------------------------- error display
 
 
-def show_error(err: UserError) -> None:
-    """The formatted message in red (HTML) with the same text as plain text; no traceback."""
-    display({"text/html": err._repr_html_(), "text/plain": err.format()}, raw=True)
+def show_error(err: UserError, out=display) -> None:
+    """The formatted message in red (HTML) with the same text as plain text; no traceback.
+    `out` displays it (a progress bar's `show` puts it in the bar's place)."""
+    out({"text/html": err._repr_html_(), "text/plain": err.format()}, raw=True)
 
 
 def _flag_error(message: str, line: str) -> UserError:
@@ -178,25 +179,31 @@ class AutocompMagics(Magics):
         from . import ui
 
         errors = user_error_types()
+        # The first output after tuning takes the progress bar's place (progress.py).
         progress = ui.TuningProgress(widgets=not args.static)
         try:
             program = _cell_program(cell)
             result = _optimize()(program, target=args.target, rules=args.rules, tune=args.tune, top=args.top,
                                  seed=args.seed, budget=args.budget, passes=args.passes, progress=progress)
         except errors as err:
-            show_error(as_user_error(err))
+            show_error(as_user_error(err), progress.show)
             return None
-        finally:
+        except BaseException:
             progress.close()
+            raise
         if args.out:
             self.shell.user_ns[args.out] = result
-        if args.vis_graph is not None:
-            self._vis_graph(result, args.vis_graph)
-        code = args.code or "pseudo"
-        ui.show(result, static=args.static, code=code, first_tab="Code" if args.code else "Graph")
+        try:
+            if args.vis_graph is not None:
+                self._vis_graph(result, args.vis_graph, progress.show)
+            code = args.code or "pseudo"
+            progress.show(ui.view(result, static=args.static, code=code,
+                                  first_tab="Code" if args.code else "Graph"))
+        finally:
+            progress.close()
         return None
 
-    def _vis_graph(self, result, path: str) -> None:
+    def _vis_graph(self, result, path: str, out=display) -> None:
         from .ui.graph import plan_dot
         from .ui.html import graph_html
 
@@ -204,10 +211,10 @@ class AutocompMagics(Magics):
             try:
                 Path(path).write_text(plan_dot(result.after, result.report) + "\n")
             except OSError as err:
-                show_error(UserError(f"cannot write the graph to '{path}': {err.strerror or err}"))
+                show_error(UserError(f"cannot write the graph to '{path}': {err.strerror or err}"), out)
             else:
-                display(HTML(f"<p>wrote the optimised graph to <code>{shlex.quote(path)}</code></p>"))
-        display(HTML(graph_html(result)))
+                out(HTML(f"<p>wrote the optimised graph to <code>{shlex.quote(path)}</code></p>"))
+        out(HTML(graph_html(result)))
 
     @line_magic
     def autocomp_targets(self, line: str = ""):

@@ -215,7 +215,8 @@ def test_widget_has_seven_tabs_and_static_fallback(result):
     view = ui.widget(result)
     assert view.tabs.titles == ui.TABS
     bundle = view._repr_mimebundle_()
-    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["application/vnd.autocomp.view+json"]["model_id"] == view.widget.model_id
+    assert "application/vnd.jupyter.widget-view+json" not in bundle
     assert '<section class="autocomp-tab" data-tab="Tune">' in bundle["text/html"]
 
 

@@ -8,8 +8,14 @@ vectorised-loop picker; every change calls `result.evaluate_variant`
 and the variant's point on the roofline at once. "keep as version" adds the variant to
 `result.versions` and to the A/B table.
 
-The view's mime bundle carries the static HTML next to the widget, so a notebook opened
-without a kernel (nbconvert, GitHub) still shows every tab's content.
+Output format: the view's MIME bundle is `application/vnd.autocomp.view+json` (the widget
+view's `{model_id, version_major, version_minor}`), `text/html` (every tab's content as
+static HTML) and `text/plain`. It deliberately does not use the ipywidgets view type: that
+type wins over `text/html` everywhere it is known (JupyterLab, nbconvert once
+`--execute` stored the widget state, VS Code) and then shows "model not found" or a blank
+box as soon as the kernel is gone. The labextension (labextension/src/view.ts) renders
+the autocomp type in JupyterLab: the live widget while its model exists, the static HTML
+otherwise; everything else shows the static HTML.
 """
 from __future__ import annotations
 
@@ -23,6 +29,8 @@ from .html import TABS, static_html, tab_contents
 from .roofline import roofline_data, roofline_svg
 from .tables import METRIC_HEADER, _monitor, code_html, metric_cells, version_rows, versions_html
 
+VIEW_MIME = "application/vnd.autocomp.view+json"
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 MAX_PERMUTED_LOOPS = 4  # all orders up to 4 loops (24); beyond, interchanges and moves only
 
 
@@ -284,7 +292,9 @@ class ResultView:
     def _repr_mimebundle_(self, **kwargs):
         bundle = self.widget._repr_mimebundle_(**kwargs)
         data = bundle[0] if isinstance(bundle, tuple) else bundle
-        data["text/html"] = static_html(self.result, self.code_lang, self.contents)
-        data["text/plain"] = f"<autocomp result: {self.result.report.get('target')}, " \
-                             f"{self.result.report.get('speedup_vs_naive', 0):.2f}x vs naive>"
-        return bundle
+        return {
+            VIEW_MIME: data[WIDGET_VIEW_MIME],
+            "text/html": static_html(self.result, self.code_lang, self.contents),
+            "text/plain": f"<autocomp result: {self.result.report.get('target')}, "
+                          f"{self.result.report.get('speedup_vs_naive', 0):.2f}x vs naive>",
+        }
