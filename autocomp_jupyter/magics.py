@@ -87,6 +87,31 @@ def _flag_error(message: str, line: str) -> UserError:
     return UserError(Diagnostic(message, 1, col, len(where), hint), source=source, filename="%%autocomp")
 
 
+def _value_error_on_line(err: UserError, line: str, args) -> UserError | None:
+    """An error about a flag's value that only optimize() can judge (a target or rule set
+    name or file), as diagnostics on the magic line with a caret under that value; None when
+    the error is not about a value written on the line."""
+    values = {"--target": [args.target] if args.target else [], "--rules": list(args.rules or [])}
+    filename = str(getattr(err, "filename", "") or "")
+    flag = value = None
+    if filename in values:
+        flag = filename
+        value = next((v for v in values[flag] if f"'{v}'" in str(err)), values[flag][0] if values[flag] else None)
+    else:
+        flag = next((f for f, vs in values.items() if filename in vs), None)
+        value = filename if flag else None
+    if not flag or not value:
+        return None
+    at = line.find(flag)
+    at = line.find(value, at + len(flag)) if at >= 0 else -1
+    if at < 0:
+        return None
+    col = len("%%autocomp ") + at + 1
+    diagnostics = [Diagnostic(f"{flag} {value}: {d.message}", 1, col, len(value), d.hint)
+                   for d in getattr(err, "diagnostics", [])] or [Diagnostic(f"{flag} {value}: {err}", 1, col, len(value))]
+    return UserError(diagnostics, source="%%autocomp " + line, filename="%%autocomp")
+
+
 FLAGS = ("--target", "--rules", "--tune", "--top", "--seed", "--budget", "--passes", "--vis-graph",
          "--out", "--static", "--code")
 
@@ -186,7 +211,8 @@ class AutocompMagics(Magics):
             result = _optimize()(program, target=args.target, rules=args.rules, tune=args.tune, top=args.top,
                                  seed=args.seed, budget=args.budget, passes=args.passes, progress=progress)
         except errors as err:
-            show_error(as_user_error(err), progress.show)
+            user_error = as_user_error(err)
+            show_error(_value_error_on_line(user_error, line, args) or user_error, progress.show)
             return None
         except BaseException:
             progress.close()
