@@ -83,7 +83,7 @@ def cmd_optimize(args) -> int:
     if args.json:
         print(json.dumps(result.report, indent=2, default=_json_default))
     else:
-        print(result.summary())
+        print(result.summary(cli=True))
         measured = result.report.get("measured")
         if measured:
             print(f"measured {measured['measured_time_s'] * 1e3:.2f} ms vs predicted "

@@ -133,6 +133,10 @@ def test_dsl_error_shows_caret_and_hint_without_traceback(ip):
     ("--out 1x", "expected a Python variable name, got '1x'", "^^"),
     ("--code rust", "expected one of c, pseudo, got 'rust'", "^^^^"),
     ("--budget 0", "expected a positive number of seconds, got '0'", "^"),
+    # values only optimize() can judge get the caret on the magic line too
+    ("--target tpux --tune 0", "--target tpux: unknown target; presets are", "^^^^"),
+    ("--target tpu --rules nosuch --tune 0", "--rules nosuch: unknown rules 'nosuch'", "^^^^^^"),
+    ("--target ./no_such_target.yaml --tune 0", "no such target file", "^" * len("./no_such_target.yaml")),
 ])
 def test_bad_flags_are_clear_messages_with_a_caret(ip, line, message, caret):
     value, outputs, cap = run(ip, line)
@@ -144,6 +148,9 @@ def test_bad_flags_are_clear_messages_with_a_caret(ip, line, message, caret):
     assert "Traceback" not in cap.stdout + cap.stderr + text
     if line.startswith("--trget"):
         assert "did you mean '--target'?" in text
+    if "tpux" in line:  # the caret sits under the value itself
+        source, carets = text.splitlines()[1:3]
+        assert source[carets.index("^"):].startswith("tpux") and "did you mean 'tpu'?" in text
 
 
 def test_bad_target_and_rules_are_user_errors(ip):
