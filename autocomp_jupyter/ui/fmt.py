@@ -115,7 +115,7 @@ MONO = "var(--jp-code-font-family,ui-monospace,SFMono-Regular,Menlo,Consolas,'De
 # Code and loop nests are monospace everywhere (nbconvert's page font is proportional).
 STYLE = """<style>
 .autocomp-result{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;max-width:100%}
-.autocomp-table{border-collapse:collapse;margin:4px 0 10px 0}
+.autocomp-result table.autocomp-table{border-collapse:collapse;margin:4px 0 10px 0}
 .autocomp-result .autocomp-table th,.autocomp-result .autocomp-table td{border:1px solid #ddd;padding:2px 8px;text-align:left;vertical-align:top;white-space:nowrap}
 .autocomp-result .autocomp-table td.autocomp-num{text-align:right;font-variant-numeric:tabular-nums}
 .autocomp-rules td:last-child,.autocomp-rollbacks td:last-child,.autocomp-versions td:last-child,.autocomp-ab td:nth-child(2){white-space:normal;min-width:18em}
