@@ -88,7 +88,7 @@ def cmd_optimize(args) -> int:
         # JSON has no NaN or Infinity: a non-finite number prints as null, never as 'NaN'.
         print(json.dumps(_finite(result.report), indent=2, default=_json_default, allow_nan=False))
     else:
-        print(result.summary())
+        print(result.summary(cli=True))
         measured = result.report.get("measured")
         if measured:
             print(f"measured {measured['measured_time_s'] * 1e3:.2f} ms vs predicted "

@@ -62,9 +62,10 @@ def _code_lang(text: str) -> str:
 # --------------------------------------------------------------------------- error display
 
 
-def show_error(err: UserError) -> None:
-    """The formatted message in red (HTML) with the same text as plain text; no traceback."""
-    display({"text/html": err._repr_html_(), "text/plain": err.format()}, raw=True)
+def show_error(err: UserError, out=display) -> None:
+    """The formatted message in red (HTML) with the same text as plain text; no traceback.
+    `out` displays it (a progress bar's `show` puts it in the bar's place)."""
+    out({"text/html": err._repr_html_(), "text/plain": err.format()}, raw=True)
 
 
 def _flag_error(message: str, line: str) -> UserError:
@@ -84,6 +85,31 @@ def _flag_error(message: str, line: str) -> UserError:
     if col <= 0:
         return UserError(Diagnostic(message, hint=hint), source=source, filename="%%autocomp")
     return UserError(Diagnostic(message, 1, col, len(where), hint), source=source, filename="%%autocomp")
+
+
+def _value_error_on_line(err: UserError, line: str, args) -> UserError | None:
+    """An error about a flag's value that only optimize() can judge (a target or rule set
+    name or file), as diagnostics on the magic line with a caret under that value; None when
+    the error is not about a value written on the line."""
+    values = {"--target": [args.target] if args.target else [], "--rules": list(args.rules or [])}
+    filename = str(getattr(err, "filename", "") or "")
+    flag = value = None
+    if filename in values:
+        flag = filename
+        value = next((v for v in values[flag] if f"'{v}'" in str(err)), values[flag][0] if values[flag] else None)
+    else:
+        flag = next((f for f, vs in values.items() if filename in vs), None)
+        value = filename if flag else None
+    if not flag or not value:
+        return None
+    at = line.find(flag)
+    at = line.find(value, at + len(flag)) if at >= 0 else -1
+    if at < 0:
+        return None
+    col = len("%%autocomp ") + at + 1
+    diagnostics = [Diagnostic(f"{flag} {value}: {d.message}", 1, col, len(value), d.hint)
+                   for d in getattr(err, "diagnostics", [])] or [Diagnostic(f"{flag} {value}: {err}", 1, col, len(value))]
+    return UserError(diagnostics, source="%%autocomp " + line, filename="%%autocomp")
 
 
 FLAGS = ("--target", "--rules", "--tune", "--top", "--seed", "--budget", "--passes", "--vis-graph",
@@ -182,25 +208,32 @@ class AutocompMagics(Magics):
         from . import ui
 
         errors = user_error_types()
+        # The first output after tuning takes the progress bar's place (progress.py).
         progress = ui.TuningProgress(widgets=not args.static)
         try:
             program = _cell_program(cell)
             result = _optimize()(program, target=args.target, rules=args.rules, tune=args.tune, top=args.top,
                                  seed=args.seed, budget=args.budget, passes=args.passes, progress=progress)
         except errors as err:
-            show_error(as_user_error(err))
+            user_error = as_user_error(err)
+            show_error(_value_error_on_line(user_error, line, args) or user_error, progress.show)
             return None
-        finally:
+        except BaseException:
             progress.close()
+            raise
         if args.out:
             self.shell.user_ns[args.out] = result
-        if args.vis_graph is not None:
-            self._vis_graph(result, args.vis_graph)
-        code = args.code or "pseudo"
-        ui.show(result, static=args.static, code=code, first_tab="Code" if args.code else "Graph")
+        try:
+            if args.vis_graph is not None:
+                self._vis_graph(result, args.vis_graph, progress.show)
+            code = args.code or "pseudo"
+            progress.show(ui.view(result, static=args.static, code=code,
+                                  first_tab="Code" if args.code else "Graph"))
+        finally:
+            progress.close()
         return None
 
-    def _vis_graph(self, result, path: str) -> None:
+    def _vis_graph(self, result, path: str, out=display) -> None:
         from .ui.graph import plan_dot
         from .ui.html import graph_html
 
@@ -208,10 +241,10 @@ class AutocompMagics(Magics):
             try:
                 Path(path).write_text(plan_dot(result.after, result.report) + "\n")
             except OSError as err:
-                show_error(UserError(f"cannot write the graph to '{path}': {err.strerror or err}"))
+                show_error(UserError(f"cannot write the graph to '{path}': {err.strerror or err}"), out)
             else:
-                display(HTML(f"<p>wrote the optimised graph to <code>{shlex.quote(path)}</code></p>"))
-        display(HTML(graph_html(result)))
+                out(HTML(f"<p>wrote the optimised graph to <code>{shlex.quote(path)}</code></p>"))
+        out(HTML(graph_html(result)))
 
     @line_magic
     def autocomp_targets(self, line: str = ""):

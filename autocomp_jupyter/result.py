@@ -99,8 +99,10 @@ class Result:
 
         return ui.static_html(self)
 
-    def summary(self) -> str:
-        """A readable plain-text summary (what `autocomp optimize` prints)."""
+    def summary(self, cli: bool = False) -> str:
+        """A readable plain-text summary (what `autocomp optimize` prints with `cli=True`;
+        without it, pointers to more detail name the Python object, not a CLI flag)."""
         from .report import summary_text
 
-        return summary_text(self.report)
+        text = summary_text(self.report)
+        return text if cli else text.replace("(see --json)", "(why: res.report['rules'], or the Rules tab)")

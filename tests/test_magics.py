@@ -19,6 +19,7 @@ D = relu(C)
 output D
 """
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+VIEW_MIME = "application/vnd.autocomp.view+json"
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,19 @@ def run(ip, line: str, cell: str = SOURCE):
         line += " --tune 0"
     with capture_output() as cap:
         value = ip.run_cell_magic("autocomp", line, cell)
-    return value, [o.data for o in cap.outputs], cap
+    return value, saved_outputs(cap.outputs), cap
+
+
+def saved_outputs(published) -> list[dict]:
+    """The outputs a notebook keeps: an update replaces the output with the same display id."""
+    kept: list[tuple[str | None, dict]] = []
+    for o in published:
+        display_id = (getattr(o, "transient", None) or {}).get("display_id")
+        if getattr(o, "update", False):
+            kept = [(i, o.data if i == display_id else d) for i, d in kept]
+        else:
+            kept.append((display_id, o.data))
+    return [d for _, d in kept if d]
 
 
 def html_of(outputs) -> str:
@@ -72,9 +85,12 @@ def test_function_and_magic_give_the_same_report(surface):
 def test_magic_shows_the_widget_with_a_static_fallback(ip):
     value, outputs, cap = run(ip, "--target tpu")
     assert value is None
-    widgets = [o for o in outputs if WIDGET_MIME in o]
-    assert len(widgets) == 1
-    assert '<section class="autocomp-tab" data-tab="Graph">' in widgets[0]["text/html"]
+    views = [o for o in outputs if VIEW_MIME in o]
+    assert len(views) == 1 and len(outputs) == 1
+    assert views[0][VIEW_MIME]["model_id"]  # the live widget, rendered by the labextension
+    # not the ipywidgets type: it would win over text/html where the model is gone
+    assert WIDGET_MIME not in views[0]
+    assert '<section class="autocomp-tab" data-tab="Graph">' in views[0]["text/html"]
     assert "Traceback" not in cap.stdout + cap.stderr
 
 
@@ -117,6 +133,10 @@ def test_dsl_error_shows_caret_and_hint_without_traceback(ip):
     ("--out 1x", "expected a Python variable name, got '1x'", "^^"),
     ("--code rust", "expected one of c, pseudo, got 'rust'", "^^^^"),
     ("--budget 0", "expected a positive number of seconds, got '0'", "^"),
+    # values only optimize() can judge get the caret on the magic line too
+    ("--target tpux --tune 0", "--target tpux: unknown target; presets are", "^^^^"),
+    ("--target tpu --rules nosuch --tune 0", "--rules nosuch: unknown rules 'nosuch'", "^^^^^^"),
+    ("--target ./no_such_target.yaml --tune 0", "no such target file", "^" * len("./no_such_target.yaml")),
 ])
 def test_bad_flags_are_clear_messages_with_a_caret(ip, line, message, caret):
     value, outputs, cap = run(ip, line)
@@ -128,6 +148,9 @@ def test_bad_flags_are_clear_messages_with_a_caret(ip, line, message, caret):
     assert "Traceback" not in cap.stdout + cap.stderr + text
     if line.startswith("--trget"):
         assert "did you mean '--target'?" in text
+    if "tpux" in line:  # the caret sits under the value itself
+        source, carets = text.splitlines()[1:3]
+        assert source[carets.index("^"):].startswith("tpux") and "did you mean 'tpu'?" in text
 
 
 def test_bad_target_and_rules_are_user_errors(ip):
@@ -156,7 +179,7 @@ def test_vis_graph_writes_dot_and_shows_the_graph(ip, tmp_path):
 
 def test_code_flag_opens_the_code_tab(ip):
     _, outputs, _ = run(ip, "--target host --code c")
-    assert any(WIDGET_MIME in o for o in outputs)
+    assert any(VIEW_MIME in o for o in outputs)
     _, outputs, _ = run(ip, "--target host --code pseudo --static")
     code = html_of(outputs).split('data-tab="Code"', 1)[1]
     assert "autocomp-code" in code or "not available yet" in code
@@ -196,7 +219,8 @@ def test_line_magics_list_targets_and_rules(ip):
 
 
 def test_progress_callback_is_passed_to_optimize(ip, monkeypatch):
-    """The pipeline calls progress(done, total, best); the magic shows and closes a bar."""
+    """The pipeline calls progress(done, total, best); the magic shows a bar, then the
+    result takes its place: the saved cell holds the result only."""
     seen = {}
     real = autocomp_jupyter.optimize
 
@@ -209,19 +233,30 @@ def test_progress_callback_is_passed_to_optimize(ip, monkeypatch):
     monkeypatch.setattr(autocomp_jupyter, "optimize", fake)
     _, outputs, _ = run(ip, "--target tpu --tune 10")
     assert seen["bar"].calls == 3 and seen["bar"]._box is None  # shown, then closed
-    assert sum(WIDGET_MIME in o for o in outputs) == 2  # the bar, then the result
+    assert len(outputs) == 1 and VIEW_MIME in outputs[0]  # the result, in the bar's place
+    assert not any(WIDGET_MIME in o for o in outputs)
 
 
 def test_real_tuning_feeds_the_progress_bar_and_the_versions(ip):
     ip.user_ns.pop("tuned", None)
     _, outputs, _ = run(ip, "--target tpu --tune 40 --top 2 --seed 1 --out tuned")
-    assert sum(WIDGET_MIME in o for o in outputs) == 2  # the progress bar, then the result
+    assert len(outputs) == 1 and VIEW_MIME in outputs[0]  # the progress bar left nothing behind
     res = ip.user_ns["tuned"]
     assert res.report["tuning"]["configs_evaluated"] > 0
     assert "<td>v1</td>" in html_of(outputs)  # the tuned versions in the Tune tab's A/B table
 
 
-def test_headless_notebook_runs_the_magic(tmp_path):
+def kernel_imports_this_checkout(monkeypatch) -> None:
+    """A kernel started from a temp dir imports the checkout under test, not an installed copy."""
+    import os
+    from pathlib import Path
+
+    root = str(Path(autocomp_jupyter.__file__).resolve().parents[1])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+
+
+def test_headless_notebook_runs_the_magic(tmp_path, monkeypatch):
+    kernel_imports_this_checkout(monkeypatch)
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.v4.new_notebook()
@@ -232,8 +267,8 @@ def test_headless_notebook_runs_the_magic(tmp_path):
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
     outputs = nb.cells[1].outputs
-    assert any(WIDGET_MIME in o.get("data", {}) for o in outputs)
-    assert any('data-tab="Profile"' in o.get("data", {}).get("text/html", "") for o in outputs)
+    assert [sorted(o.get("data", {})) for o in outputs] == [[VIEW_MIME, "text/html", "text/plain"]]
+    assert 'data-tab="Profile"' in outputs[0]["data"]["text/html"]
     assert nb.cells[2].outputs[0]["text"].strip() == "True"
 
 

@@ -103,7 +103,8 @@ def result():
 
 
 def sections(html: str) -> dict[str, str]:
-    """{tab title: section HTML} of a static page."""
+    """{tab title: section HTML} of a static page; number cells read as plain <td>."""
+    html = html.replace('<td class="autocomp-num">', "<td>")
     parts = re.split(r'<section class="autocomp-tab" data-tab="', html)[1:]
     return {p.split('"', 1)[0]: p for p in parts}
 
@@ -149,8 +150,8 @@ def test_profile_tab_flags_metrics_below_thresholds_and_draws_roofline(result):
     assert "autocomp-flag" in profile and "bw_util below the monitor threshold" in profile
     assert '<svg class="autocomp-roofline"' in profile
     assert profile.count('class="autocomp-point"') == 2
-    for label in ("naive", "library", "optimized"):
-        assert f"<td>{label}</td>" in profile
+    for label in ("naive", "library", "optimized"):  # each plan's name explained on hover
+        assert re.search(rf'<td><span class="autocomp-term" title="[^"]+">{label}</span></td>', profile)
 
 
 def test_rules_tab_shows_fired_skipped_and_rollbacks_with_reasons(result):
@@ -215,7 +216,8 @@ def test_widget_has_seven_tabs_and_static_fallback(result):
     view = ui.widget(result)
     assert view.tabs.titles == ui.TABS
     bundle = view._repr_mimebundle_()
-    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["application/vnd.autocomp.view+json"]["model_id"] == view.widget.model_id
+    assert "application/vnd.jupyter.widget-view+json" not in bundle
     assert '<section class="autocomp-tab" data-tab="Tune">' in bundle["text/html"]
 
 
@@ -333,3 +335,109 @@ def test_vectorize_picker_and_variant_loop_nest_with_the_real_evaluator():
     tune.vectorize_picker.value = choice
     assert tune.last["schedule"].annotations.get("vectorize") == choice
     assert "loop nest of this variant" in tune.metrics.value
+
+
+# --------------------------------------------------------------------------- versions, A/B, words
+
+
+def test_versions_table_tells_close_times_apart_and_marks_differences():
+    from autocomp_jupyter.ui.compare import distinct_seconds
+
+    assert distinct_seconds([1.1601e-3, 1.1604e-3, 1.16e-3]) == ["1.1601 ms", "1.1604 ms", "1.16 ms"]
+    assert distinct_seconds([9.13e-7, 1.02e-6]) == ["913 ns", "1.02 µs"]
+    import autocomp_jupyter
+
+    res = autocomp_jupyter.optimize(SOURCE, target="tpu", tune=60, top=3, seed=0)
+    tune = ui.widget(res).tune
+    table = tune.versions.value
+    assert 'class="autocomp-scroll"' in table  # scrolls inside the widget instead of being clipped
+    names = [s["name"] for s in tune.specs]
+    assert names[0] == "optimized" and len(names) >= 2
+    times = re.findall(r'<td class="autocomp-num">([^<]+)</td><td class="autocomp-num">[^<]*×', table)
+    assert len(set(times)) == len({s["time_s"] for s in tune.specs})  # distinct times read distinct
+    differing = [s for s in tune.specs[1:] if s["kernels"] != tune.specs[0]["kernels"]]
+    if differing:
+        assert 'class="autocomp-diff"' in table
+
+
+def test_ab_names_the_faster_version_with_its_margin():
+    import autocomp_jupyter
+
+    res = autocomp_jupyter.optimize(SOURCE, target="tpu", tune=0)
+    tune = ui.widget(res).tune
+    tune.sliders[("k", "VMEM")].value = 16  # a worse variant, kept as manual1
+    slower = tune.last["time_s"]
+    assert slower > res.report["optimized"]["time_s"]
+    assert tune.keep() == "manual1"
+    out = tune.compare("manual1", "optimized")
+    gain = slower / res.report["optimized"]["time_s"]
+    assert f"optimized is {gain:.2f}× faster than manual1" in out
+    assert 'data-label="manual1"' in out and 'data-label="optimized"' in out  # both on the kernel roofline
+    assert "autocomp-code-diff" in out or "same pseudo-kernel" in out
+    assert "<td>manual1</td>" in tune.versions.value
+
+
+def test_every_control_leaves_a_visible_change_line():
+    import autocomp_jupyter
+
+    res = autocomp_jupyter.optimize(SOURCE, target="tpu", tune=0)
+    tune = ui.widget(res).tune
+    assert tune.vectorize_picker.label != "" and "(none)" in [o[0] for o in tune.vectorize_picker.options]
+    level = next(iter(tune.order_pickers))
+    picker = tune.order_pickers[level]
+    picker.value = picker.options[1][1]
+    assert f"order {level}" in tune.change.value and 'data-change="1"' in tune.change.value
+    tune.vectorize_picker.value = ""
+    assert tune.vectorize_picker.label == "(none)" and 'data-change="2"' in tune.change.value
+    assert "(none)" in tune.change.value
+    # the Tune roofline is the selected kernel's, with its variant point
+    assert f"kernel {tune.kernel}" in tune.roofline.value and 'data-label="variant"' in tune.roofline.value
+
+
+def test_terms_are_explained_and_no_gain_rules_are_not_fired():
+    from autocomp_jupyter.ui.glossary import explain_why
+    from autocomp_jupyter.ui.tables import gains_nothing
+
+    why = explain_why("VMEM 1x16 (nxfxhxwxcxrxs); spill 0.000; moved 2.3 us, in_place 2.3 us, none 5.9 us")
+    assert why.count('class="autocomp-term"') == 5 and "n × f × h × w × c × r × s" in why
+    assert gains_nothing({"applied": True, "why": "parallel i, j: no dependence carried (isl); 0.9 -> 0.9 us"})
+    assert not gains_nothing({"applied": True, "why": "4.0x less time (9.1 -> 2.3 us)"})
+    r = make_result()
+    r.report["rules"].append({"rule": "parallel_outer_C_D", "pass": "scheduling", "ops": ["C", "D"],
+                              "applied": True, "why": "parallel i: 0.9 -> 0.9 us"})
+    rules = sections(ui.static_html(r))["Rules"]
+    assert "rules fired (1)" in rules and "applied without a modelled gain (1)" in rules
+    profile = sections(ui.static_html(r))["Profile"]
+    for term in ("bw_util", "occupancy", "pe_util", "spill"):
+        assert re.search(rf'title="[^"]+">{term}</span>', profile), term
+    import autocomp_jupyter
+
+    real = autocomp_jupyter.optimize(SOURCE, target="tpu", tune=0)
+    assert "--json" not in ui.static_html(real) and "--json" not in real.summary()
+    assert "res.report['rules']" in real.summary() and "--json" in real.summary(cli=True)
+
+
+def test_static_html_reads_well():
+    html = ui.static_html(make_result())
+    assert "text-align:left" in html and "monospace" in html
+    sizes = [float(x) for x in re.findall(r'font-size="([\d.]+)"', html)]
+    assert sizes and min(sizes) >= 11
+    assert '<td class="autocomp-num">' in html  # numbers right-aligned, text left
+
+
+def test_roofline_labels_do_not_overlap():
+    from autocomp_jupyter.ui.roofline import FONT_PX, roofline_svg
+
+    points = [{"label": name, "ai": 10.0 * (1 + i * 0.01), "flops_per_s": 1e12 * (1 + i * 0.01)}
+              for i, name in enumerate(["naive", "library", "optimized", "variant"])]
+    svg = roofline_svg({"peak_flops": 1e14, "dram_bw": 1e11, "points": points})
+    boxes = []
+    for x, y, anchor, text in re.findall(
+            r'<text x="([\d.]+)" y="([\d.]+)" text-anchor="(start|end)" fill="#\w+">(\w+)</text></g>', svg):
+        w = 0.6 * FONT_PX * len(text)
+        x0 = float(x) - w if anchor == "end" else float(x)
+        boxes.append((x0, float(y) - FONT_PX, x0 + w, float(y)))
+    assert len(boxes) == 4
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (a, b)

@@ -4,6 +4,7 @@
     ui.show(result, static=True)     # HTML + inline SVG only (what nbconvert/GitHub show)
     ui.static_html(result) -> str    # used by Result._repr_html_ and %%autocomp --static
     ui.widget(result) -> ResultView  # the view object, e.g. to drive its sliders
+    ui.view(result, static=...)      # what show() displays (for display in a given output slot)
 
 Renderers are pure functions of the Result: graph.py (DOT/SVG), roofline.py (SVG plot),
 tables.py (each tab's HTML), html.py (the static page), live.py (live widgets and controls),
@@ -14,7 +15,7 @@ from __future__ import annotations
 from .html import TABS, static_html, tab_contents
 from .progress import TuningProgress
 
-__all__ = ["show", "static_html", "widget", "tab_contents", "TABS", "TuningProgress"]
+__all__ = ["show", "view", "static_html", "widget", "tab_contents", "TABS", "TuningProgress"]
 
 
 def widget(result, code: str = "pseudo", first_tab: str = "Graph"):
@@ -24,11 +25,18 @@ def widget(result, code: str = "pseudo", first_tab: str = "Graph"):
     return ResultView(result, code=code, first_tab=first_tab)
 
 
+def view(result, static: bool = False, code: str = "pseudo", first_tab: str = "Graph"):
+    """The displayable object: static HTML when `static`, else the widget, whose output
+    carries the same static HTML for wherever the widget cannot render (live.py)."""
+    if static:
+        from IPython.display import HTML
+
+        return HTML(static_html(result, code))
+    return widget(result, code=code, first_tab=first_tab)
+
+
 def show(result, static: bool = False, code: str = "pseudo", first_tab: str = "Graph") -> None:
     """Display `result` in the notebook: the widget, or static HTML when `static`."""
-    from IPython.display import HTML, display
+    from IPython.display import display
 
-    if static:
-        display(HTML(static_html(result, code)))
-    else:
-        display(widget(result, code=code, first_tab=first_tab))
+    display(view(result, static=static, code=code, first_tab=first_tab))

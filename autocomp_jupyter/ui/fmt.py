@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 
 GOOD = "#1b7f3b"
 BAD = "#b00020"
@@ -21,14 +22,14 @@ def _finite(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def seconds(x) -> str:
-    """1.23 ms, 45.6 µs, 2.1 s."""
+def seconds(x, digits: int = 3) -> str:
+    """1.23 ms, 45.6 µs, 2.1 s (`digits` significant digits)."""
     if not _finite(x):
         return "–"
     for scale, unit in ((1, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
         if abs(x) >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x / 1e-9:.3g} ns" if x else "0 s"
+            return f"{x / scale:.{digits}g} {unit}"
+    return f"{x / 1e-9:.{digits}g} ns" if x else "0 s"
 
 
 def nbytes(x) -> str:
@@ -74,11 +75,21 @@ def num(x) -> str:
     return f"{x:.3g}" if _finite(x) else "–"
 
 
+_TAG = re.compile(r"<[^>]+>")
+_NUMBER = re.compile(r"^(?:[-+]?[\d.,]+(?:e[-+]?\d+)?\s*(?:%|×|[A-Za-zµ/()]{1,12})?|–|∞)$")
+
+
+def _td(content: str) -> str:
+    """A cell; a number (with its unit) is right-aligned, everything else left."""
+    text = html.unescape(_TAG.sub("", content)).replace("⚠", "").strip()
+    return f'<td class="autocomp-num">{content}</td>' if _NUMBER.match(text) else f"<td>{content}</td>"
+
+
 def table(header: list[str], rows: list[list[str]], cls: str = "", raw: bool = True) -> str:
     """An HTML table; cells are HTML already (escape before) unless raw=False."""
     cell = (lambda c: c) if raw else esc
     head = "".join(f"<th>{cell(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{cell(c)}</td>" for c in r) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(_td(cell(c)) for c in r) + "</tr>" for r in rows)
     return (f'<table class="autocomp-table {cls}"><thead><tr>{head}</tr></thead>'
             f"<tbody>{body}</tbody></table>")
 
@@ -98,16 +109,26 @@ def note(text: str) -> str:
     return f'<p class="autocomp-note" style="color:{MUTED}">{esc(text)}</p>'
 
 
+MONO = "var(--jp-code-font-family,ui-monospace,SFMono-Regular,Menlo,Consolas,'DejaVu Sans Mono',monospace)"
+
+# Text columns read left-aligned; numbers (class autocomp-num: time, ratios, sizes) right-aligned.
+# Code and loop nests are monospace everywhere (nbconvert's page font is proportional).
 STYLE = """<style>
-.autocomp-result{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px}
-.autocomp-table{border-collapse:collapse;margin:4px 0 10px 0}
-.autocomp-table th,.autocomp-table td{border:1px solid #ddd;padding:2px 8px;text-align:right;vertical-align:top;white-space:nowrap}
-.autocomp-rules td:last-child,.autocomp-rollbacks td:last-child{white-space:normal}
+.autocomp-result{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;max-width:100%}
+.autocomp-result table.autocomp-table{border-collapse:collapse;margin:4px 0 10px 0}
+.autocomp-result .autocomp-table th,.autocomp-result .autocomp-table td{border:1px solid #ddd;padding:2px 8px;text-align:left;vertical-align:top;white-space:nowrap}
+.autocomp-result .autocomp-table td.autocomp-num{text-align:right;font-variant-numeric:tabular-nums}
+.autocomp-rules td:last-child,.autocomp-rollbacks td:last-child,.autocomp-versions td:last-child,.autocomp-ab td:nth-child(2){white-space:normal;min-width:18em}
 .autocomp-table th{background:#f3f3f3}
-.autocomp-rules td,.autocomp-rollbacks td,.autocomp-versions td,.autocomp-rules th,.autocomp-rollbacks th,.autocomp-versions th{text-align:left}
-.autocomp-table td:first-child,.autocomp-table th:first-child{text-align:left}
+.autocomp-scroll{max-width:100%;overflow-x:auto}
 .autocomp-pair{display:flex;gap:16px;flex-wrap:wrap;align-items:flex-start}
 .autocomp-pair>div{flex:1 1 45%;min-width:280px;overflow:auto}
-.autocomp-result pre{background:#f7f7f7;padding:6px;overflow:auto;font-size:12px}
+.autocomp-result pre,.autocomp-result code{font-family:MONO_FONT}
+.autocomp-result pre{background:#f7f7f7;padding:6px;overflow:auto;font-size:12px;text-align:left;white-space:pre}
 .autocomp-result h4{margin:10px 0 4px 0}
-</style>"""
+.autocomp-term{text-decoration:underline dotted;cursor:help}
+.autocomp-result mark.autocomp-diff{background:#fff3b0;padding:0 2px}
+.autocomp-legend dt{font-weight:bold;float:left;clear:left;width:9em}
+.autocomp-legend dd{margin-left:9.5em}
+.autocomp-result svg text{font-size:11px}
+</style>""".replace("MONO_FONT", MONO)

@@ -43,8 +43,8 @@ def plan_dot(plan: Plan, report: dict | None = None, title: str = "") -> str:
     program = plan.program
     rules = fusion_rules_by_kernel(plan, report)
     lines = ["digraph autocomp {", "  rankdir=TB;",
-             '  graph [fontname="Helvetica", fontsize=11, nodesep=0.3, ranksep=0.35];',
-             '  node [fontname="Helvetica", fontsize=10];', '  edge [fontname="Helvetica", fontsize=9];']
+             '  graph [fontname="Helvetica", fontsize=12, nodesep=0.3, ranksep=0.35];',
+             '  node [fontname="Helvetica", fontsize=11];', '  edge [fontname="Helvetica", fontsize=11];']
     if title:
         lines.append(f"  label={_q(title)}; labelloc=t;")
     for t in program.inputs:

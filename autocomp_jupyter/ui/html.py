@@ -9,8 +9,8 @@ from __future__ import annotations
 from .fmt import STYLE, esc, note
 from .graph import plan_svg_html
 from .roofline import roofline_data, roofline_svg
-from .tables import (code_html, profile_html, rules_html, schedule_html, summary_html, tiles_html,
-                     version_rows, versions_html)
+from .compare import ab_html, version_specs, versions_html
+from .tables import code_html, profile_html, rules_html, schedule_html, summary_html, tiles_html
 
 TABS = ("Graph", "Tiles", "Schedule", "Profile", "Rules", "Tune", "Code")
 
@@ -38,9 +38,20 @@ def profile_tab_html(result) -> str:
 
 
 def tune_static_html(result) -> str:
-    """Without a kernel there are no sliders: the tuned versions and how to tune live."""
-    return (versions_html(version_rows(result))
-            + note("Run the cell in a live kernel for sliders per tile size and loop order."))
+    """Without a kernel there are no sliders: the versions, the best tuned version against
+    the optimised plan (A/B), and how to tune live."""
+    specs = version_specs(result)
+    out = ["<h4>versions</h4>", versions_html(specs)]
+    if len(specs) > 1:
+        best = min(specs[1:], key=lambda s: s.get("time_s") or float("inf"))
+        out.append(f"<h4>A/B: {esc(specs[0]['name'])} vs {esc(best['name'])}</h4>")
+        try:
+            out.append(ab_html(result, specs[0], best))
+        except Exception as err:  # the comparison is an extra; the table stands without it
+            out.append(note(f"no A/B comparison: {type(err).__name__}: {err}"))
+    out.append(note("Run the cell in a live kernel for sliders per tile size and loop order, "
+                    "and to compare any two versions."))
+    return "".join(out)
 
 
 def tab_contents(result, code: str = "pseudo") -> dict[str, str]:

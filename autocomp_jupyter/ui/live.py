@@ -4,12 +4,19 @@ Tabs (DESIGN §9): Graph, Tiles, Schedule, Profile, Rules, Tune, Code. All but T
 are the static renderers' HTML. Tune has a kernel picker, a slider per tile size (loop ×
 level), a loop-order picker per level and, where the evaluator takes annotations, a
 vectorised-loop picker; every change calls `result.evaluate_variant`
-(cost and legality in well under a second) and updates the metrics, the legality verdict
-and the variant's point on the roofline at once. "keep as version" adds the variant to
-`result.versions` and to the A/B table.
+(cost and legality in well under a second) and updates the metrics, the legality verdict,
+a line saying what changed and by how much, and the kernel's point on its roofline at once.
+"keep as version" adds the variant to `result.versions` and to the versions table; the A/B
+pickers compare any two versions side by side (compare.py).
 
-The view's mime bundle carries the static HTML next to the widget, so a notebook opened
-without a kernel (nbconvert, GitHub) still shows every tab's content.
+Output format: the view's MIME bundle is `application/vnd.autocomp.view+json` (the widget
+view's `{model_id, version_major, version_minor}`), `text/html` (every tab's content as
+static HTML) and `text/plain`. It deliberately does not use the ipywidgets view type: that
+type wins over `text/html` everywhere it is known (JupyterLab, nbconvert once
+`--execute` stored the widget state, VS Code) and then shows "model not found" or a blank
+box as soon as the kernel is gone. The labextension (labextension/src/view.ts) renders
+the autocomp type in JupyterLab: the live widget while its model exists, the static HTML
+otherwise; everything else shows the static HTML.
 """
 from __future__ import annotations
 
@@ -18,11 +25,15 @@ import itertools
 
 import ipywidgets as W
 
-from .fmt import BAD, GOOD, STYLE, badge, esc, note, ratio, seconds, table
+from .compare import ab_html, distinct_seconds, kernel_point, schedule_spec, version_specs, versions_html
+from .fmt import BAD, GOOD, STYLE, badge, esc, note, ratio, table
+from .glossary import legend, th
 from .html import TABS, static_html, tab_contents
 from .roofline import roofline_data, roofline_svg
-from .tables import METRIC_HEADER, _monitor, code_html, metric_cells, version_rows, versions_html
+from .tables import METRIC_HEADER, _monitor, code_html, metric_cells
 
+VIEW_MIME = "application/vnd.autocomp.view+json"
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 MAX_PERMUTED_LOOPS = 4  # all orders up to 4 loops (24); beyond, interchanges and moves only
 
 
@@ -69,6 +80,8 @@ class TunePanel:
         self.result = result
         self.kept: list[dict] = []
         self.sliders: dict[tuple[str, str], W.SelectionSlider] = {}
+        self.changes = 0  # numbered "what changed" lines: feedback even when a change moves nothing
+        self._previous_time = None
         self.order_pickers: dict[str, W.Dropdown] = {}
         self.last: dict | None = None
         names = [k.name for k in result.after.kernels]
@@ -77,9 +90,18 @@ class TunePanel:
         self.status = W.HTML()
         self.metrics = W.HTML()
         self.roofline = W.HTML()
+        self.change = W.HTML()
         self.keep_button = W.Button(description="keep as version", icon="bookmark",
                                     tooltip="add this variant to result.versions and the A/B table")
-        self.versions = W.HTML(versions_html(version_rows(result)))
+        self.versions = W.HTML()
+        self.ab_a = W.Dropdown(description="A", style={"description_width": "20px"}, layout=W.Layout(width="200px"))
+        self.ab_b = W.Dropdown(description="B", style={"description_width": "20px"}, layout=W.Layout(width="200px"))
+        self.ab = W.HTML()
+        self.ab.add_class("autocomp-ab-out")
+        self._refresh_versions(default_b=True)
+        self.ab_a.observe(lambda _: self.compare(), names="value")
+        self.ab_b.observe(lambda _: self.compare(), names="value")
+        self.compare()
         self.keep_button.on_click(lambda _: self.keep())
         self.kernel_picker.observe(lambda ch: self.select_kernel(ch["new"]), names="value")
         available = callable(getattr(result, "evaluate_variant", None))
@@ -88,10 +110,12 @@ class TunePanel:
                        note("Re-evaluation is not available for this result (no evaluate_variant)."))
         self.box = W.VBox([
             intro, self.kernel_picker,
-            W.HBox([W.VBox([self.controls, self.status, self.metrics], layout=W.Layout(min_width="560px")),
-                    self.roofline], layout=W.Layout(flex_flow="row wrap")),
-            self.keep_button, W.HTML("<h4>versions (A/B)</h4>"), self.versions,
-        ])
+            W.HBox([W.VBox([self.controls, self.change, self.status, self.metrics],
+                           layout=W.Layout(min_width="0", flex="1 1 560px", overflow="hidden")),
+                    self.roofline], layout=W.Layout(flex_flow="row wrap", width="100%")),
+            self.keep_button, W.HTML("<h4>versions</h4>"), self.versions,
+            W.HTML("<h4>A/B: compare two versions</h4>"), W.HBox([self.ab_a, self.ab_b]), self.ab,
+        ], layout=W.Layout(width="100%", overflow="hidden"))
         self.available = available
         self.accepts_annotations = available and _accepts(result.evaluate_variant, "annotations")
         if names:
@@ -135,13 +159,16 @@ class TunePanel:
         self.vectorize_picker = None
         if self.accepts_annotations:
             current = schedule.annotations.get("vectorize")
+            # "" rather than None: a Dropdown whose value is None selects nothing and shows blank
             self.vectorize_picker = W.Dropdown(
-                options=[("(none)", None)] + [(l, l) for l in kernel.loop_names],
-                value=current if current in kernel.loop_names else None, description="vectorize",
+                options=[("(none)", "")] + [(l, l) for l in kernel.loop_names],
+                value=current if current in kernel.loop_names else "", description="vectorize",
                 disabled=not self.available, style={"description_width": "90px"}, layout=W.Layout(width="360px"))
             self.vectorize_picker.observe(self._changed, names="value")
             rows.append(self.vectorize_picker)
         self.controls.children = rows
+        self.change.value = ""
+        self._previous_time = None
         self.evaluate()
 
     def variant(self) -> tuple[dict, dict]:
@@ -152,8 +179,26 @@ class TunePanel:
         order = {level: tuple(p.value) for level, p in self.order_pickers.items()}
         return tiles, order
 
-    def _changed(self, _change) -> None:
-        self.evaluate()
+    def _changed(self, change) -> None:
+        owner = change.get("owner")
+        label = getattr(owner, "description", "") or "control"
+        loop = next((l for (l, _lv), sl in self.sliders.items() if sl is owner), "")
+        value = change.get("new")
+        shown = " ".join(value) if isinstance(value, tuple) else ("(none)" if value == "" else str(value))
+        before = self._previous_time
+        ev = self.evaluate()
+        t = (ev or {}).get("time_s")
+        if not (ev or {}).get("legal", True):
+            effect = "illegal: see below"
+        elif t and before:
+            old, new = distinct_seconds([before, t])
+            effect = f"program {old} → {new}" + (" (unchanged)" if old == new else f" ({before / t:.3f}×)")
+        else:
+            effect = "re-evaluated"
+        self.changes += 1
+        what = f"{loop} {label}" if loop else label
+        self.change.value = (f'<p class="autocomp-tune-change" data-change="{self.changes}">'
+                             f"#{self.changes} {esc(what)} → <b>{esc(shown)}</b>: {esc(effect)}</p>")
 
     # ------------------------------------------------------------------ evaluation
 
@@ -178,6 +223,8 @@ class TunePanel:
             ev = {"legal": False, "reason": f"{type(err).__name__}: {err}", "metrics": {}, "time_s": None}
         self.last = ev
         self._render(base_kernel, ev)
+        if ev.get("legal", True) and ev.get("time_s"):
+            self._previous_time = ev["time_s"]
         return ev
 
     def _render(self, base_kernel: dict, ev: dict | None) -> None:
@@ -185,6 +232,7 @@ class TunePanel:
         monitor = _monitor(report)
         base_m = base_kernel.get("metrics") or {}
         rows = [["optimized"] + metric_cells(base_m, monitor)]
+        variant_times = None
         if ev is not None:
             rows.append(["variant"] + metric_cells(ev.get("metrics") or {}, monitor))
         opt_t = (report.get("optimized") or {}).get("time_s")
@@ -192,9 +240,10 @@ class TunePanel:
         program = ""
         if ev is not None and ev.get("time_s"):
             t = ev["time_s"]
-            program = (f'<p class="autocomp-variant-time">program time with this variant: <b>{seconds(t)}</b> '
+            variant_times = distinct_seconds([t, opt_t])
+            program = (f'<p class="autocomp-variant-time">program time with this variant: <b>{variant_times[0]}</b> '
                        f"({ratio(naive_t / t if naive_t else None)} vs naive, "
-                       f"{ratio(opt_t / t if opt_t else None)} vs optimized)</p>")
+                       f"{ratio(opt_t / t if opt_t else None)} vs optimized {variant_times[1]})</p>")
         nest = ""
         schedule = (ev or {}).get("schedule")
         if schedule is not None:
@@ -203,8 +252,10 @@ class TunePanel:
                         f"<pre>{esc(schedule.loop_nest())}</pre></details>")
             except Exception:  # the nest is a convenience; the metrics stand without it
                 nest = ""
-        self.metrics.value = (table(["kernel " + esc(self.kernel)] + METRIC_HEADER, rows, "autocomp-tune-metrics")
-                              + program + nest)
+        self.metrics.value = ('<div class="autocomp-scroll">'
+                              + table(["kernel " + esc(self.kernel)] + [th(h) for h in METRIC_HEADER], rows,
+                                      "autocomp-tune-metrics")
+                              + "</div>" + program + nest + legend(METRIC_HEADER))
         if ev is None:
             self.status.value = ""
         elif ev.get("legal", True):
@@ -214,11 +265,15 @@ class TunePanel:
             self.status.value = (f'<p class="autocomp-legality">{badge("illegal", BAD)} '
                                  f'<span style="color:{BAD}">{esc(ev.get("reason", ""))}</span></p>')
         self.keep_button.disabled = ev is None or not ev.get("legal", True)
-        extra = []
-        if ev is not None and ev.get("roofline_point") and ev.get("legal", True):
-            extra = [{"label": "variant", **ev["roofline_point"]}]
+        # The roofline of the selected kernel: its optimised point and the variant's.
+        points = [kernel_point("optimized", base_m)]
+        if ev is not None and ev.get("legal", True):
+            points.append(kernel_point("variant", ev.get("metrics") or {}))
         try:
-            self.roofline.value = roofline_svg(roofline_data(self.result), extra)
+            data = roofline_data(self.result)
+            self.roofline.value = roofline_svg({"peak_flops": data["peak_flops"], "dram_bw": data["dram_bw"],
+                                                "points": [p for p in points if p]},
+                                               title=f"kernel {self.kernel}")
         except Exception as err:  # keep the controls usable without roofline data
             self.roofline.value = note(f"no roofline: {err}")
 
@@ -240,11 +295,41 @@ class TunePanel:
                                 levels=self.levels)
             plan = self.result.after.with_schedule(self.kernel, schedule)
         self.result.versions[name] = plan
-        detail = f"{self.kernel}: " + ", ".join(
-            f"{loop}=" + "/".join(str(s) for s in per.values()) for loop, per in tiles.items())
-        self.kept.append({"name": name, "time_s": ev.get("time_s"), "legal": True, "detail": detail})
-        self.versions.value = versions_html(version_rows(self.result, self.kept))
+        kernels = {k.name: schedule_spec(s) for k, s in zip(plan.kernels, plan.schedules)}
+        self.kept.append({"name": name, "time_s": ev.get("time_s"), "legal": True, "kernels": kernels,
+                          "plan": plan, "source": "kept from the Tune tab"})
+        self._refresh_versions()
+        self.ab_b.value = name  # compare what was just kept
         return name
+
+    def _refresh_versions(self, default_b: bool = False) -> None:
+        self.specs = version_specs(self.result, self.kept)
+        self.versions.value = versions_html(self.specs)
+        names = [s["name"] for s in self.specs]
+        a, b = self.ab_a.value, self.ab_b.value
+        self.ab_a.options, self.ab_b.options = names, names
+        self.ab_a.value = a if a in names else names[0]
+        if default_b or b not in names:
+            timed = [s for s in self.specs[1:] if s.get("time_s")]
+            b = min(timed, key=lambda s: s["time_s"])["name"] if timed else names[-1]
+        self.ab_b.value = b
+
+    def compare(self, a: str | None = None, b: str | None = None) -> str:
+        """Show versions `a` and `b` (names; default: the pickers') side by side."""
+        if a is not None:
+            self.ab_a.value = a
+        if b is not None:
+            self.ab_b.value = b
+        by_name = {s["name"]: s for s in self.specs}
+        va, vb = by_name.get(self.ab_a.value), by_name.get(self.ab_b.value)
+        if va is None or vb is None:
+            self.ab.value = note("pick two versions")
+        else:
+            try:
+                self.ab.value = ab_html(self.result, va, vb)
+            except Exception as err:  # a comparison that cannot be drawn is reported, not raised
+                self.ab.value = note(f"cannot compare {va['name']} and {vb['name']}: {type(err).__name__}: {err}")
+        return self.ab.value
 
 
 class CodePanel:
@@ -284,7 +369,9 @@ class ResultView:
     def _repr_mimebundle_(self, **kwargs):
         bundle = self.widget._repr_mimebundle_(**kwargs)
         data = bundle[0] if isinstance(bundle, tuple) else bundle
-        data["text/html"] = static_html(self.result, self.code_lang, self.contents)
-        data["text/plain"] = f"<autocomp result: {self.result.report.get('target')}, " \
-                             f"{self.result.report.get('speedup_vs_naive', 0):.2f}x vs naive>"
-        return bundle
+        return {
+            VIEW_MIME: data[WIDGET_VIEW_MIME],
+            "text/html": static_html(self.result, self.code_lang, self.contents),
+            "text/plain": f"<autocomp result: {self.result.report.get('target')}, "
+                          f"{self.result.report.get('speedup_vs_naive', 0):.2f}x vs naive>",
+        }

@@ -1,8 +1,12 @@
-"""The tuning progress bar: the `progress=` callback `optimize()` calls.
+"""The tuning progress bar: the `progress=` callback `optimize()` calls, and the output slot
+the result then takes.
 
 `optimize(progress=bar)` calls `bar(done, total, best_time_s)` as configurations are
-evaluated. The bar appears on the first call only (a rules-only run shows none), updates
-at most every 0.1 s, and `close()` removes it once the result is shown.
+evaluated. The bar appears on the first call only (a rules-only run shows none) and
+updates at most every 0.1 s. It is displayed with a display id; `bar.show(obj)` then
+displays the result *in the bar's place* (an update of that output), so the saved
+notebook holds the result and no leftover progress output — no widget view whose model
+is gone when the notebook is reopened. `close()` empties the slot if nothing took it.
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ class TuningProgress:
         self._bar = None
         self._label = None
         self._box = None
-        self._handle = None
+        self._handle = None  # the DisplayHandle of the bar's output, until something takes its place
         self._last = 0.0
         self.calls = 0
 
@@ -31,7 +35,7 @@ class TuningProgress:
 
         self.calls += 1
         now = time.monotonic()
-        if self._box is None and self._handle is None:
+        if self._box is None and self._handle is None and self.calls == 1:
             if self.widgets:
                 import ipywidgets as W
 
@@ -39,7 +43,7 @@ class TuningProgress:
                                           bar_style="info")
                 self._label = W.Label()
                 self._box = W.HBox([self._bar, self._label])
-                display(self._box)
+                self._handle = display(self._box, display_id=True)
             else:
                 self._handle = display(self._text(done, total, best_time_s), display_id=True)
         elif done < total and now - self._last < self.min_interval_s:
@@ -52,7 +56,31 @@ class TuningProgress:
         elif self._handle is not None:
             self._handle.update(self._text(done, total, best_time_s))
 
+    @property
+    def shown(self) -> bool:
+        """True while the bar's output is on screen (nothing has taken its place yet)."""
+        return self._handle is not None
+
+    def show(self, obj, raw: bool = False) -> None:
+        """Display `obj` in the bar's place, or as a new output when no bar is shown."""
+        from IPython.display import display
+
+        if self._handle is not None:
+            handle, self._handle = self._handle, None
+            handle.update(obj, raw=raw)
+            self._close_widgets()
+        else:
+            display(obj, raw=raw)
+
     def close(self) -> None:
+        """Remove the bar: an empty output (no MIME type, so nothing renders or is saved as a view)."""
+        if self._handle is not None:
+            handle, self._handle = self._handle, None
+            handle.update({}, raw=True)
+        self._close_widgets()
+
+    def _close_widgets(self) -> None:
         if self._box is not None:
-            self._box.close()
-            self._box = None
+            for w in (self._bar, self._label, self._box):
+                w.close()
+            self._box = self._bar = self._label = None

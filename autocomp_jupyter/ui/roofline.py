@@ -42,8 +42,51 @@ def _decades(lo: float, hi: float) -> tuple[int, int]:
     return math.floor(math.log10(lo)), math.ceil(math.log10(hi))
 
 
-def roofline_svg(data: dict, extra_points: list[dict] = (), width: int = 460, height: int = 300) -> str:
-    """The plot as an <svg> string. `extra_points` are drawn on top (e.g. the variant)."""
+FONT_PX = 11  # readable at 100% zoom; label boxes below assume ~0.6 em per character
+
+
+def _text_box(x: float, y: float, text: str, anchor: str = "start") -> tuple[float, float, float, float]:
+    w = 0.6 * FONT_PX * len(text) + 2
+    x0 = x - w if anchor == "end" else x - w / 2 if anchor == "middle" else x
+    return (x0, y - FONT_PX, x0 + w, y + 2)
+
+
+def _place_labels(anchors: list[tuple[float, float, str]], box: tuple[float, float, float, float],
+                  reserved: list[tuple[float, float, float, float]] = ()) -> list[tuple]:
+    """(x, y, text-anchor) for each label so that no two label boxes overlap: right of the
+    point if there is room, else left, moved down (then up) a line at a time when taken."""
+    left, top, right, bottom = box
+    placed: list[tuple[float, float, float, float]] = list(reserved)
+    out = []
+    line = FONT_PX + 2
+    for px, py, text in anchors:
+        w = 0.6 * FONT_PX * len(text) + 2
+        best = None
+        for shift in (0, 1, -1, 2, -2, 3, -3, 4, -4, 5, -5):
+            for side in (1, -1):
+                x0 = px + 8 if side > 0 else px - 8 - w
+                if x0 < left or x0 + w > right:
+                    continue
+                y = py + 4 + shift * line
+                rect = (x0, y - FONT_PX, x0 + w, y + 2)
+                if rect[1] < top or rect[3] > bottom:
+                    continue
+                if all(rect[2] <= r[0] or rect[0] >= r[2] or rect[3] <= r[1] or rect[1] >= r[3] for r in placed):
+                    best = (rect, (px + 8 if side > 0 else px - 8, y, "start" if side > 0 else "end"))
+                    break
+            if best:
+                break
+        if best is None:  # no free spot: right of the point, as before
+            best = ((px, py, px, py), (px + 8, py + 4, "start"))
+        placed.append(best[0])
+        out.append(best[1])
+    return out
+
+
+def roofline_svg(data: dict, extra_points: list[dict] = (), width: int = 460, height: int = 300,
+                 title: str = "") -> str:
+    """The plot as an <svg> string. `extra_points` are drawn on top (e.g. the variant);
+    `title` is written in the plot's top-left corner (e.g. the kernel it shows)."""
     peak, bw = float(data["peak_flops"]), float(data["dram_bw"])
     points = [p for p in list(data.get("points", [])) + list(extra_points)
               if p.get("ai", 0) > 0 and p.get("flops_per_s", 0) > 0 and math.isfinite(p["ai"])]
@@ -64,7 +107,7 @@ def roofline_svg(data: dict, extra_points: list[dict] = (), width: int = 460, he
         return top + ph - (math.log10(f) - y0) / (y1 - y0) * ph
 
     out = [f'<svg class="autocomp-roofline" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10">',
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="{FONT_PX}">',
            f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#fff" stroke="#999"/>']
     for e in range(x0, x1 + 1):
         x = X(10.0 ** e)
@@ -82,6 +125,7 @@ def roofline_svg(data: dict, extra_points: list[dict] = (), width: int = 460, he
     roof = [(start, start * bw), (ridge, peak), (ax1, peak)] if ridge < ax1 else [(start, start * bw), (ax1, ax1 * bw)]
     path = " ".join(f"{'M' if i == 0 else 'L'}{X(a):.1f},{Y(min(f, 10.0 ** y1)):.1f}" for i, (a, f) in enumerate(roof))
     out.append(f'<path class="autocomp-roof" d="{path}" fill="none" stroke="#333" stroke-width="2"/>')
+    reserved = [_text_box(left + pw - 4, Y(peak) - 4, f'peak {si(peak, "flop/s")}', "end")]
     out.append(f'<text x="{left + pw - 4}" y="{Y(peak) - 4:.1f}" text-anchor="end">peak {esc(si(peak, "flop/s"))}</text>')
     mid = math.sqrt(start * min(ridge, ax1))
     out.append(f'<text x="{X(mid) + 6:.1f}" y="{Y(mid * bw) + 14:.1f}" fill="#555">DRAM {esc(si(bw, "B/s"))}</text>')
@@ -91,15 +135,19 @@ def roofline_svg(data: dict, extra_points: list[dict] = (), width: int = 460, he
                    'stroke="#888" stroke-dasharray="4,3"><title>compulsory arithmetic intensity: every input '
                    'and output moved once (the roofline_fraction bound)</title></line>')
         out.append(f'<text x="{x - 3:.1f}" y="{top + ph - 4}" text-anchor="end" fill="#777">compulsory AI</text>')
-    for i, p in enumerate(points):
+        reserved.append(_text_box(x - 3, top + ph - 4, "compulsory AI", "end"))
+    if title:
+        out.append(f'<text x="{left + 6}" y="{top + FONT_PX + 3}" font-weight="bold">{esc(title)}</text>')
+    spots = _place_labels([(X(p["ai"]), Y(p["flops_per_s"]), p["label"]) for p in points],
+                          (left, top + (FONT_PX + 6 if title else 0), left + pw, top + ph), reserved)
+    for p, (lx, ly, anchor) in zip(points, spots):
         colour = POINT_COLOURS.get(p["label"], "#6a1b9a")
-        side, anchor = (-1, "end") if i % 2 == 0 else (1, "start")  # neighbours label on opposite sides
         x, y = X(p["ai"]), Y(p["flops_per_s"])
         fraction = p["flops_per_s"] / min(peak, p["ai"] * bw)
         tip = f'{p["label"]}: AI {p["ai"]:.3g} flop/B, {si(p["flops_per_s"], "flop/s")} ({fraction:.0%} of roof)'
         out.append(f'<g class="autocomp-point" data-label="{esc(p["label"])}"><title>{esc(tip)}</title>'
                    f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5" fill="{colour}" stroke="#000" stroke-width="0.5"/>'
-                   f'<text x="{x + side * 8:.1f}" y="{y + 4:.1f}" text-anchor="{anchor}" fill="{colour}">'
+                   f'<text x="{lx:.1f}" y="{ly:.1f}" text-anchor="{anchor}" fill="{colour}">'
                    f'{esc(p["label"])}</text></g>')
     out.append("</svg>")
     return "".join(out)

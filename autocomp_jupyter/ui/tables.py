@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import html
 import math
+import re
 
 from .fmt import (BAD, GOOD, MUTED, badge, esc, flag, joules, nbytes, note, num, pct, ratio,
                   seconds, si, table)
+from .glossary import explain_why, legend, th
 
 DEFAULT_MONITOR = {"bw_util": 0.7, "occupancy": 0.5}
 PLAN_LABELS = ("naive", "textbook", "library", "optimized")
@@ -146,10 +148,10 @@ def _time_bars(kernels: list[dict], width: int = 420) -> str:
     total = sum(t for _, t in times)
     if not total:
         return ""
-    row, label_w = 18, 120
+    row, label_w = 20, 130
     h = row * len(times) + 4
     out = [f'<svg class="autocomp-timebars" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" '
-           'font-family="sans-serif" font-size="10">']
+           'font-family="sans-serif" font-size="11">']
     for i, (name, t) in enumerate(times):
         w = (width - label_w - 70) * t / total
         y = 2 + i * row
@@ -172,10 +174,12 @@ def profile_html(result, roofline_svg: str = "") -> str:
             continue  # a report from before the textbook baseline existed
         by = b.get("bytes") or {}
         gain = ratio(b["time_s"] / opt) if opt and b.get("time_s") and label != "optimized" else ""
-        rows.append([esc(label), esc(PLAN_NOTES.get(label, "")), seconds(b.get("time_s")), gain,
+        rows.append([label, esc(PLAN_NOTES.get(label, "")), seconds(b.get("time_s")), gain,
                      num(b.get("cycles")), joules(b.get("energy_j")),
                      ", ".join(f"{esc(k)} {nbytes(v)}" for k, v in by.items())])
-    out = ["<h4>program</h4>", table(["plan", "what", "time", "optimised is", "cycles", "energy",
+    for row in rows:
+        row[0] = th(row[0])
+    out = ["<h4>program</h4>", table(["plan", "what", th("time"), "optimised is", "cycles", th("energy"),
                                       "bytes moved per level"], rows, "autocomp-totals")]
     g = r.get("gain_breakdown")
     if g:
@@ -188,9 +192,12 @@ def profile_html(result, roofline_svg: str = "") -> str:
              + metric_cells(k.get("metrics") or {}, monitor) + [esc(k.get("bound", ""))]
              for k in r.get("kernels", [])]
     out.append("<h4>kernels</h4>")
-    out.append(table(["kernel", "ops"] + METRIC_HEADER + ["bound by"], krows, "autocomp-kernels"))
+    out.append('<div class="autocomp-scroll">'
+               + table(["kernel", "ops"] + [th(h) for h in METRIC_HEADER] + [th("bound by")], krows,
+                       "autocomp-kernels") + "</div>")
     out.append(note(f"⚠ marks bw_util below {pct(monitor['bw_util'])} or occupancy below "
-                    f"{pct(monitor['occupancy'])} (rules' monitor thresholds)."))
+                    f"{pct(monitor['occupancy'])} (the rule set's monitor thresholds)."))
+    out.append(legend(METRIC_HEADER + ["bound by"]))
     out.append(_time_bars(r.get("kernels", [])))
     if roofline_svg:
         out.append(f"<h4>roofline (roofline fraction {pct(r.get('roofline_fraction'))})</h4>{roofline_svg}")
@@ -200,22 +207,42 @@ def profile_html(result, roofline_svg: str = "") -> str:
 # --------------------------------------------------------------------------- rules
 
 
+_TIMES = re.compile(r"(\d+(?:\.\d+)?) -> (\d+(?:\.\d+)?) ([µu]s|ms|ns|s)\b")
+
+
+def gains_nothing(entry: dict) -> bool:
+    """An applied rule whose own "why" says the time stayed the same ("0.9 -> 0.9 us"):
+    it is in the plan but did not make it faster, so it is not listed as fired."""
+    times = _TIMES.findall(entry.get("why", ""))
+    return bool(entry.get("applied")) and bool(times) and all(a == b for a, b, _ in times)
+
+
 def rules_html(result) -> str:
     """Fired and skipped rules with reasons, rollbacks with reasons, tuning summary."""
     r = result.report
-    def rule_rows(entries):
-        return [[f"<code>{esc(e.get('rule', ''))}</code>", esc(e.get("pass", "")),
-                 badge("fired", GOOD) if e.get("applied") else badge("skipped", MUTED),
-                 esc(", ".join(map(str, e.get("ops", [])))), esc(e.get("why", ""))] for e in entries]
+    def rule_rows(entries, status):
+        return [[f"<code>{esc(e.get('rule', ''))}</code>", esc(e.get("pass", "")), status,
+                 esc(", ".join(map(str, e.get("ops", [])))), explain_why(e.get("why", ""))] for e in entries]
 
     header = ["rule", "pass", "status", "ops", "why"]
-    fired = [e for e in r.get("rules", []) if e.get("applied")]
-    skipped = [e for e in r.get("rules", []) if not e.get("applied")]
+    entries = r.get("rules", [])
+    fired = [e for e in entries if e.get("applied") and not gains_nothing(e)]
+    no_gain = [e for e in entries if gains_nothing(e)]
+    skipped = [e for e in entries if not e.get("applied")]
     out = [f"<h4>rules fired ({len(fired)})</h4>",
-           table(header, rule_rows(fired), "autocomp-rules") if fired else note("no rule fired")]
+           table(header, rule_rows(fired, badge("fired", GOOD)), "autocomp-rules") if fired
+           else note("no rule fired")]
+    if no_gain:
+        out.append(f"<h4>applied without a modelled gain ({len(no_gain)})</h4>"
+                   + note("In the plan (legal, and used by the generated code) but the cost model shows the "
+                          "same time before and after.")
+                   + table(header, rule_rows(no_gain, badge("no gain", MUTED,
+                                                            "the time before and after is the same")),
+                           "autocomp-rules"))
     if skipped:  # often many (every candidate interchange, skew, ...): folded, with reasons
         out.append(f'<details class="autocomp-skipped"><summary><b>rules skipped ({len(skipped)})</b> '
-                   "and why</summary>" + table(header, rule_rows(skipped), "autocomp-rules") + "</details>")
+                   "and why</summary>" + table(header, rule_rows(skipped, badge("skipped", MUTED)), "autocomp-rules")
+                   + "</details>")
     rb = [[esc(e.get("pass", "")), f"<code>{esc(e.get('kernel', ''))}</code>", badge("rolled back", BAD),
            esc(e.get("reason", ""))] for e in r.get("rollbacks", [])]
     out.append("<h4>rollbacks</h4>")
@@ -233,54 +260,9 @@ def rules_html(result) -> str:
             extra.append("time budget used up")
         out.append(f"<p>{num(t.get('configs_evaluated', 0))} configurations in {seconds(t.get('seconds'))}"
                    + (f" ({esc(', '.join(extra))})" if extra else "") + "</p>")
+    out.append(legend(["tiles_letters", "order@", "in_place", "moved", "none", "spill", "pe_util", "bw_util",
+                       "occupancy", "parallel", "vectorize", "unroll"]))
     return '<div class="autocomp-rules-tab">' + "".join(out) + "</div>"
-
-
-# --------------------------------------------------------------------------- versions
-
-
-def version_rows(result, kept: list[dict] = ()) -> list[dict]:
-    """Rows {name, time_s, speedup, legal, detail} for the A/B table: the optimised plan,
-    the tuner's top-K and versions the user kept from the Tune tab."""
-    r = result.report
-    base = (r.get("optimized") or {}).get("time_s")
-    naive = (r.get("naive") or {}).get("time_s")
-    rows = [{"name": "optimized", "time_s": base, "legal": True, "detail": "the pipeline's choice"}]
-    for i, entry in enumerate((r.get("tuning") or {}).get("top") or []):
-        if isinstance(entry, dict):
-            name = str(entry.get("name") or f"top{i + 1}")
-            rows.append({"name": name, "time_s": entry.get("time_s"), "legal": entry.get("legal", True),
-                         "detail": variant_detail(entry.get("kernels") or {})})
-    listed = {row["name"] for row in rows}
-    for name in getattr(result, "versions", {}) or {}:
-        if name not in listed and not any(k["name"] == name for k in kept):
-            rows.append({"name": name, "time_s": None, "legal": True, "detail": "tuned variant"})
-    rows.extend(kept)
-    for row in rows:
-        t = row.get("time_s")
-        row["speedup"] = naive / t if t and naive else None
-        row["vs_optimized"] = base / t if t and base else None
-    return rows
-
-
-def variant_detail(kernels: dict) -> str:
-    """'C_D: i 128/32, j 128/128; vectorize j' from a tuning entry's {kernel: schedule}."""
-    parts = []
-    for name, sched in kernels.items():
-        tiles = ", ".join(f"{loop} " + "/".join(str(v) for v in per.values())
-                          for loop, per in (sched.get("tiles") or {}).items())
-        vec = (sched.get("annotations") or {}).get("vectorize")
-        order = sched.get("order")
-        parts.append(f"{name}: {tiles}" + (f"; order {' '.join(order)}" if order else "")
-                     + (f"; vectorize {vec}" if vec else ""))
-    return " | ".join(parts)
-
-
-def versions_html(rows: list[dict]) -> str:
-    body = [[esc(v["name"]), seconds(v.get("time_s")), ratio(v.get("speedup")), ratio(v.get("vs_optimized")),
-             badge("legal", GOOD) if v.get("legal", True) else badge("illegal", BAD), esc(v.get("detail", ""))]
-            for v in rows]
-    return table(["version", "time", "vs naive", "vs optimized", "legal", "what"], body, "autocomp-versions")
 
 
 # --------------------------------------------------------------------------- code

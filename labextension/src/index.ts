@@ -1,5 +1,13 @@
 /**
- * JupyterLab 4 plugin: highlights the autocomp DSL.
+ * JupyterLab 4 plugins: the autocomp result view (view.ts) and DSL highlighting.
+ *
+ * Result view: `application/vnd.autocomp.view+json` outputs render the live
+ * widget when its model exists and the static HTML beside it otherwise. The
+ * renderer is added to every notebook's own rendermime registry, so it reaches
+ * that notebook's ipywidgets manager; elsewhere (the app's registry) it shows
+ * the static HTML.
+ *
+ * Highlighting:
  *
  * - In notebook cells (and consoles) whose first line is `%%autocomp`: the
  *   cell's language stays the kernel's (Python), so instead of a language we
@@ -19,8 +27,12 @@ import {
   IEditorLanguageRegistry
 } from '@jupyterlab/codemirror';
 
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
+
 import { autocompCellHighlighter } from './highlight';
 import { autocompLanguageSupport } from './language';
+import { VIEW_RANK, viewRendererFactory } from './view';
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'autocomp-jupyter-labextension:plugin',
@@ -49,4 +61,27 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+const viewPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'autocomp-jupyter-labextension:view',
+  description: 'The autocomp result view: live widget, or its static HTML when the widget model is gone.',
+  autoStart: true,
+  requires: [IRenderMimeRegistry],
+  optional: [INotebookTracker],
+  activate: (
+    app: JupyterFrontEnd,
+    rendermime: IRenderMimeRegistry,
+    notebooks: INotebookTracker | null
+  ) => {
+    rendermime.addFactory(viewRendererFactory(rendermime), VIEW_RANK);
+    if (notebooks) {
+      const bind = (panel: NotebookPanel) => {
+        const registry = panel.content.rendermime;
+        registry.addFactory(viewRendererFactory(registry), VIEW_RANK);
+      };
+      notebooks.forEach(bind);
+      notebooks.widgetAdded.connect((_, panel) => bind(panel));
+    }
+  }
+};
+
+export default [plugin, viewPlugin];

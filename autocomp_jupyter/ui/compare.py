@@ -1,0 +1,239 @@
+"""Versions of a result side by side: the Tune tab's versions table and its A/B comparison.
+
+A *version* is the optimised plan, one of the tuner's top-K (`report["tuning"]["top"]`,
+plans in `result.versions`) or a variant the user kept from the Tune tab. Each is described
+the same way — `{name, time_s, legal, kernels: {kernel: {tiles, order_by_level,
+annotations}}, plan}` — so the table and the comparison need no per-source formats.
+
+`versions_html(specs)` lists them with every tile, order and annotation that differs from
+the optimised plan highlighted, and times with as many digits as it takes to tell them
+apart. `ab_html(result, a, b)` compares two: program time and which is faster by how
+much, per kernel tiles / orders / annotations / metrics, both on the kernel's roofline,
+and the diff of their pseudo-kernels.
+"""
+from __future__ import annotations
+
+import difflib
+import html
+import math
+
+from .fmt import BAD, GOOD, MUTED, badge, esc, note, ratio, seconds, table
+from .glossary import th
+from .roofline import roofline_svg
+
+
+# --------------------------------------------------------------------------- specs
+
+
+def _kernel_spec(entry: dict) -> dict:
+    return {"tiles": {loop: dict(per) for loop, per in (entry.get("tiles") or {}).items()},
+            "order_by_level": {lv: list(o) for lv, o in (entry.get("order_by_level") or {}).items()},
+            "annotations": dict(entry.get("annotations") or {})}
+
+
+def schedule_spec(schedule) -> dict:
+    """The {tiles, order_by_level, annotations} of a Schedule, as the report writes them."""
+    levels = tuple(schedule.levels)
+    return {"tiles": {loop: dict(zip(levels, sizes)) for loop, sizes in schedule.tile_sizes(levels).items()},
+            "order_by_level": {lv: list(schedule.order_at(lv, levels)) for lv in levels},
+            "annotations": {k: (list(v) if isinstance(v, tuple) else v) for k, v in schedule.annotations.items()}}
+
+
+def version_specs(result, kept: list[dict] = ()) -> list[dict]:
+    """Every version of `result`, the optimised plan first, then the tuner's, then `kept`."""
+    r = result.report
+    optimized = {k["name"]: _kernel_spec(k) for k in r.get("kernels", [])}
+    specs = [{"name": "optimized", "time_s": (r.get("optimized") or {}).get("time_s"), "legal": True,
+              "kernels": optimized, "plan": result.after, "source": "the pipeline's choice"}]
+    plans = getattr(result, "versions", {}) or {}
+    for i, entry in enumerate((r.get("tuning") or {}).get("top") or []):
+        if not isinstance(entry, dict):
+            continue
+        name = str(entry.get("name") or f"top{i + 1}")
+        kernels = {k: dict(optimized.get(k, {})) for k in optimized}
+        kernels.update({k: _kernel_spec(v) for k, v in (entry.get("kernels") or {}).items()})
+        specs.append({"name": name, "time_s": entry.get("time_s"), "legal": entry.get("legal", True),
+                      "kernels": kernels, "plan": plans.get(name), "source": "tuner"})
+    listed = {s["name"] for s in specs} | {k["name"] for k in kept}
+    for name, plan in plans.items():
+        if name not in listed:
+            specs.append({"name": name, "time_s": None, "legal": True, "plan": plan, "source": "tuner",
+                          "kernels": {k.name: schedule_spec(s) for k, s in zip(plan.kernels, plan.schedules)}})
+    specs.extend(kept)
+    naive, base = (r.get("naive") or {}).get("time_s"), (r.get("optimized") or {}).get("time_s")
+    for s in specs:
+        t = s.get("time_s")
+        s["speedup"] = naive / t if t and naive else None
+        s["vs_optimized"] = base / t if t and base else None
+    return specs
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def distinct_seconds(values: list) -> list[str]:
+    """Times with the fewest significant digits (3 to 6) that keep different values apart:
+    913 ns / 1.021 µs / 1.05 µs rather than three equal-looking numbers."""
+    finite = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    distinct = len({float(f"{v:.9g}") for v in finite})
+    for digits in range(3, 7):
+        texts = [seconds(v, digits) for v in values]
+        if len({seconds(v, digits) for v in finite}) >= distinct:
+            return texts
+    return [seconds(v, 6) for v in values]
+
+
+def _mark(text: str, differs: bool) -> str:
+    """Text, highlighted when it differs from the optimised plan."""
+    if differs:
+        return f'<mark class="autocomp-diff" title="differs from the optimized plan">{esc(text)}</mark>'
+    return esc(text)
+
+
+def _tiles_text(per_level: dict) -> str:
+    return "/".join(str(v) for v in per_level.values())
+
+
+def kernel_detail_html(spec: dict, base: dict | None) -> str:
+    """'i 256/64 · j 256/128 · order VMEM i j k, vregs i k j · vectorize j' for one kernel,
+    with what differs from `base` (the optimised plan's kernel) highlighted."""
+    base = base or {}
+    parts = []
+    base_tiles = base.get("tiles") or {}
+    tiles = " · ".join(f"<code>{esc(loop)}</code> " + _mark(_tiles_text(per), per != base_tiles.get(loop))
+                       for loop, per in (spec.get("tiles") or {}).items())
+    if tiles:
+        parts.append(tiles)
+    base_order = base.get("order_by_level") or {}
+    orders = ", ".join(f"{esc(lv)} " + _mark(" ".join(o), list(o) != list(base_order.get(lv, o)))
+                       for lv, o in (spec.get("order_by_level") or {}).items())
+    if orders:
+        parts.append("order " + orders)
+    ann, base_ann = spec.get("annotations") or {}, base.get("annotations") or {}
+    for key in sorted(set(ann) | set(base_ann)):
+        value = ann.get(key)
+        text = "(none)" if value in (None, "", []) else (" ".join(value) if isinstance(value, list) else str(value))
+        parts.append(f"{esc(key)} " + _mark(text, value != base_ann.get(key)))
+    return "<br>".join(parts)
+
+
+def versions_html(specs: list[dict]) -> str:
+    """The versions table: one row per version, tiles/orders per kernel, differences marked."""
+    base = next((s for s in specs if s["name"] == "optimized"), specs[0] if specs else {})
+    times = distinct_seconds([s.get("time_s") for s in specs])
+    rows = []
+    for s, t in zip(specs, times):
+        kernels = s.get("kernels") or {}
+        detail = "<br>".join(
+            (f"<b>{esc(k)}</b>: " if len(kernels) > 1 else "") + kernel_detail_html(v, (base.get("kernels") or {}).get(k))
+            for k, v in kernels.items()) or esc(s.get("source", ""))
+        rows.append([esc(s["name"]), t, ratio(s.get("speedup")), ratio(s.get("vs_optimized")),
+                     badge("legal", GOOD) if s.get("legal", True) else badge("illegal", BAD), detail])
+    header = ["version", th("time"), "vs naive", "vs optimized", "legal", th("tiles / order")]
+    return ('<div class="autocomp-scroll">' + table(header, rows, "autocomp-versions") + "</div>"
+            + note("Tile sizes read outer/inner level (e.g. VMEM/vregs); highlighted: differs from the "
+                   "optimized plan."))
+
+
+# --------------------------------------------------------------------------- A/B
+
+
+def kernel_metrics(result, kernel: str, spec: dict) -> dict:
+    """Cost-model metrics and legality of one kernel of a version, via `evaluate_variant`."""
+    evaluate = getattr(result, "evaluate_variant", None)
+    if not callable(evaluate):
+        k = next((k for k in result.report.get("kernels", []) if k["name"] == kernel), {})
+        return {"metrics": k.get("metrics") or {}, "legal": True}
+    order = {lv: tuple(o) for lv, o in (spec.get("order_by_level") or {}).items()} or None
+    annotations = {k: (tuple(v) if isinstance(v, list) else v) for k, v in (spec.get("annotations") or {}).items()}
+    try:
+        try:
+            ev = evaluate(kernel, tiles=spec.get("tiles"), order=order, annotations=annotations)
+        except TypeError:  # an evaluator without annotations
+            ev = evaluate(kernel, tiles=spec.get("tiles"), order=order)
+    except Exception as err:  # a refused variant is a verdict
+        return {"metrics": {}, "legal": False, "reason": f"{type(err).__name__}: {err}"}
+    return ev
+
+
+def faster_verdict(a: dict, b: dict) -> str:
+    """'v1 is 1.118× faster than optimized (913.1 ns vs 1.021 µs)'."""
+    ta, tb = a.get("time_s"), b.get("time_s")
+    if not (ta and tb):
+        return "no program time for one of the two versions"
+    ta_s, tb_s = distinct_seconds([ta, tb])
+    if ta == tb or abs(ta - tb) <= 1e-12 * max(ta, tb):
+        return f"{a['name']} and {b['name']} take the same time ({ta_s})"
+    fast, slow, tf, ts = (a, b, ta_s, tb_s) if ta < tb else (b, a, tb_s, ta_s)
+    gain = max(ta, tb) / min(ta, tb)
+    digits = 2 if gain >= 1.01 else 4
+    return f"{fast['name']} is {gain:.{digits}f}× faster than {slow['name']} ({tf} vs {ts})"
+
+
+def _code(result, spec: dict) -> str:
+    plan = spec.get("plan")
+    if plan is None:
+        return ""
+    try:
+        from .. import codegen
+
+        return codegen.generate(plan, result.target, "pseudo")
+    except Exception as err:  # codegen refusing a plan is shown, not raised
+        return f"(no pseudo-kernel: {type(err).__name__}: {err})"
+
+
+def code_diff_html(result, a: dict, b: dict, max_lines: int = 200) -> str:
+    ca, cb = _code(result, a), _code(result, b)
+    if not ca or not cb:
+        return note("no plan stored for one of the two versions: no code to compare")
+    lines = list(difflib.unified_diff(ca.splitlines(), cb.splitlines(), a["name"], b["name"], lineterm="", n=2))
+    if not lines:
+        return note("the two versions generate the same pseudo-kernel")
+    styled = []
+    for line in lines[:max_lines]:
+        colour = GOOD if line.startswith("+") else BAD if line.startswith("-") else MUTED if line.startswith("@") else ""
+        styled.append(f'<span style="color:{colour}">{html.escape(line)}</span>' if colour else html.escape(line))
+    more = f"\n… {len(lines) - max_lines} more lines" if len(lines) > max_lines else ""
+    return f'<pre class="autocomp-code-diff">{chr(10).join(styled)}{more}</pre>'
+
+
+def ab_html(result, a: dict, b: dict) -> str:
+    """Two versions side by side; the verdict names the faster one."""
+    from .tables import METRIC_HEADER, _monitor, metric_cells
+
+    out = [f'<p class="autocomp-ab-verdict"><b>{esc(faster_verdict(a, b))}</b></p>']
+    monitor = _monitor(result.report)
+    roof = result.report.get("roofline") or {}
+    for kernel in (result.report.get("kernels") or []):
+        name = kernel["name"]
+        sa, sb = (a.get("kernels") or {}).get(name, {}), (b.get("kernels") or {}).get(name, {})
+        ea, eb = kernel_metrics(result, name, sa), kernel_metrics(result, name, sb)
+        rows = [[esc(v["name"]), kernel_detail_html(s, sa if v is b else None)]
+                + metric_cells(e.get("metrics") or {}, monitor)
+                for v, s, e in ((a, sa, ea), (b, sb, eb))]
+        out.append(f"<h4>kernel <code>{esc(name)}</code></h4>")
+        out.append('<div class="autocomp-scroll">'
+                   + table(["version", th("tiles / order")] + [th(h) for h in METRIC_HEADER], rows, "autocomp-ab")
+                   + "</div>")
+        ta, tb = (ea.get("metrics") or {}).get("time_s"), (eb.get("metrics") or {}).get("time_s")
+        if ta and tb:
+            out.append(f"<p>{esc(faster_verdict({'name': a['name'], 'time_s': ta}, {'name': b['name'], 'time_s': tb}))}"
+                       f" on kernel {esc(name)}</p>")
+        if roof.get("peak_flops") and roof.get("dram_bw"):
+            points = [kernel_point(f"{v['name']}", e.get("metrics") or {}) for v, e in ((a, ea), (b, eb))]
+            points = [p for p in points if p]
+            if points:
+                out.append(roofline_svg({"peak_flops": roof["peak_flops"], "dram_bw": roof["dram_bw"],
+                                         "points": points}, width=420, height=260,
+                                        title=f"kernel {name}"))
+    out.append("<h4>pseudo-kernel diff</h4>")
+    out.append(code_diff_html(result, a, b))
+    return '<div class="autocomp-ab">' + "".join(out) + "</div>"
+
+
+def kernel_point(label: str, metrics: dict) -> dict | None:
+    """A kernel's roofline point: (flop per DRAM byte, flop/s) from its metrics."""
+    flops, t, ai = metrics.get("flops"), metrics.get("time_s"), metrics.get("arithmetic_intensity")
+    if not (flops and t and ai and math.isfinite(ai)):
+        return None
+    return {"label": label, "ai": ai, "flops_per_s": flops / t}
