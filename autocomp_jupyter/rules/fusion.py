@@ -49,18 +49,22 @@ def fusion_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
     if _has_cycle(program, kernels):
         rollbacks.append(rollback_entry(PASS, "", "the fused kernel graph has a cycle: back to the unfused baseline"))
         return PassOutcome(plan, tuple(log), tuple(rollbacks))
-    schedules = tuple(_inherited_schedule(program, k, ctx) for k in kernels)
+    schedules = tuple(_inherited_schedule(program, k, ctx, plan) for k in kernels)
     return PassOutcome(Plan(program, kernels, schedules, "fused"), tuple(log), tuple(rollbacks))
 
 
-def _inherited_schedule(program: Program, kernel: Kernel, ctx: PassContext) -> Schedule:
-    """A fused kernel keeps its anchor op's textbook tiles, so the fusion's gain is the DRAM
-    traffic it removes, not a change of tiling (the tiling pass re-tiles it next)."""
+def _inherited_schedule(program: Program, kernel: Kernel, ctx: PassContext, plan: Plan) -> Schedule:
+    """A fused kernel keeps its anchor op's schedule in the plan being fused (the library's,
+    each op tuned alone), so the fusion's gain is the DRAM traffic it removes, not a change
+    of tiling (the tiling pass re-tiles it next); textbook tiles where there is none."""
     anchor_op = next(op.name for op in program.ops if kernel.anchor_statement in op.statements)
     alone = Kernel.from_ops(program, [anchor_op])
-    if len(kernel.ops) == 1 or alone.loop_names != kernel.loop_names:
-        return library_schedule(kernel, ctx.target)
-    own = library_schedule(alone, ctx.target)
+    own = next((s for k, s in zip(plan.kernels, plan.schedules)
+                if k.ops == (anchor_op,) and k.loop_names == kernel.loop_names), None)
+    if own is None:
+        if len(kernel.ops) == 1 or alone.loop_names != kernel.loop_names:
+            return library_schedule(kernel, ctx.target)
+        own = library_schedule(alone, ctx.target)
     return Schedule(kernel, tiles=own.tiles, order=own.order, annotations=own.annotations, levels=own.levels)
 
 
