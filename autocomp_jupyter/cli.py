@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--emit-c", metavar="FILE.c", help="write the generated C")
     opt.add_argument("--measure", action="store_true",
                      help="compile and time the generated C on this CPU (target host)")
+    opt.add_argument("--threads", type=int_at_least(1, "an integer >= 1"), default=None, metavar="N",
+                     help="threads for --measure (default: the cores this process may use)")
     add_import_parser(sub)
     sub.add_parser("targets", help="list the accelerator presets")
     rules = sub.add_parser("rules", help="list the rules and where they apply")
@@ -77,7 +79,7 @@ def cmd_optimize(args) -> int:
         progress = tqdm_progress()
     result = optimize(args.file, target=args.target, rules=args.rules, tune=args.tune, top=args.top,
                       seed=args.seed, budget=args.budget, passes=args.passes, progress=progress,
-                      executor=args.executor, measure=args.measure)
+                      executor=args.executor, measure=args.measure, threads=args.threads)
     if args.vis_graph:
         from .ui.graph import plan_dot
 
@@ -91,7 +93,7 @@ def cmd_optimize(args) -> int:
         print(result.summary(cli=True))
         measured = result.report.get("measured")
         if measured:
-            print(f"measured {measured['measured_time_s'] * 1e3:.2f} ms vs predicted "
+            print(f"measured {measured['measured_time_s'] * 1e3:.2f} ms ({measured['threads']} threads) vs predicted "
                   f"{result.report['optimized']['time_s'] * 1e3:.2f} ms on this CPU")
     return 0 if result.verified else 1
 

@@ -81,7 +81,7 @@ def baseline_plan(program: Program, target: Target, schedule_for: Callable, labe
 def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = None, tune: int | None = None,
              top: int | None = None, seed: int | None = None, budget: float | None = None,
              passes: str | Sequence | None = None, progress: Callable | None = None,
-             executor=None, measure: bool = False) -> Result:
+             executor=None, measure: bool = False, threads: int | None = None) -> Result:
     """Run the ADRS pipeline on `src` (DSL text, a .acir path or a Program) for `target`.
 
     rules: extra rule files / registered @adrs_rule names (after default.yaml and the
@@ -90,7 +90,8 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     passes: names ('fusion,tiling,scheduling') or pass functions; progress:
     callback(done, total, best_time_s) during tuning; executor: a concurrent.futures
     Executor (or 'processes[:N]', 'tcp://host:port') for tuning; measure: compile and time
-    the generated C on this CPU (target 'host'). Bad input raises `UserError`.
+    the generated C on this CPU (target 'host'), with `threads` OpenMP threads (default: the
+    cores this process may use). Bad input raises `UserError`.
     """
     started = time.perf_counter()
     program = _as_program(src)                                   # parse and shape-check
@@ -132,7 +133,7 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
         plan, versions, fell_back = fallback, {}, fallback.label
         verified, reason = _verify(plan, ctx)
 
-    measured = _measure(plan, target) if measure else None       # the generated C, run on host
+    measured = _measure(plan, target, threads) if measure else None      # the generated C, run on host
 
     from .report import build_report                             # DESIGN §8
     report = build_report(program, target, ruleset, naive, library, plan, ctx, log, rollbacks, tuning, verified,
@@ -160,13 +161,15 @@ def _tune(plan: Plan, ctx: PassContext, configs: int, top: int, budget, progress
     return tune_plan(plan, ctx, configs=configs, top=top, budget=budget, progress=progress, executor=executor)
 
 
-def _measure(plan: Plan, target: Target) -> dict:
+def _measure(plan: Plan, target: Target, threads: int | None = None) -> dict:
     if target.name != "host":
         raise UserError("measure=True needs target='host' (the generated C runs on this CPU)",
                         filename="optimize()")
     from .host import measure_plan
 
-    return measure_plan(plan, target, repeats=5)
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise UserError(f"threads must be an integer >= 1, got {threads!r}", filename="optimize()")
+    return measure_plan(plan, target, repeats=5, threads=threads)
 
 
 def _check_flags(tune, top, seed, budget) -> None:

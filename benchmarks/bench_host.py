@@ -1,146 +1,250 @@
-"""Host benchmark (not a test): generated C vs numpy, and the cost model's rank fidelity.
+"""Host benchmark (not a test): generated C against the field's libraries, one thread and all cores.
 
-    python benchmarks/bench_host.py [--quick]
+    python benchmarks/bench_host.py [--quick] [--tune N] [--threads N]
 
-1. GEMM 1024^3 f32, one thread: the best (measured) of the schedules the optimiser produces
-   (`optimize(target="host", tune=N)`: the tuned plan and its top versions), numpy's matmul
-   with one BLAS thread, the naive loop nest compiled with the same flags, and TVM's build of the same schedule where TVM is installed.
-   Goal: generated >= 50% of numpy.
-2. Cost-model fidelity: Spearman rank correlation between predicted
-   (autocomp_jupyter.accel.cost.evaluate) and measured time over >= 50 schedules of GEMM and
-   conv2d on host, one thread. Goal >= 0.8.
+For each kernel — GEMM 1024^3, the tall GEMM M=4096 K=1024 N=256, conv 3x3 64->64 ch 56x56
+pad 1, a depthwise 3x3 (64 ch, 56x56, pad 1) and a BERT FFN linear layer (128 tokens,
+768 -> 3072, bias) — one table row with GFLOP/s of:
+
+- generated C: the plan `optimize(src, target="host", tune=N)` picks (the host model
+  chooses; nothing here is measured to pick it), compiled and run by autocomp_jupyter.host;
+- numpy (OpenBLAS): `A @ B` (+ bias); convolutions as im2col (a padded copy and
+  sliding_window_view, materialised) + one GEMM, depthwise as im2col + a batched matvec;
+- naive C: the untiled loop nest compiled with the same flags;
+- TVM (where it installs): the same TE program with a simple schedule — the innermost
+  output loop split by 16 and vectorised, reductions outside it, the outer output loops
+  fused and parallel — built with LLVM, timed on TVM arrays;
+- the host model's prediction for the generated C, and predicted / measured.
+
+Each library runs in its own child process with its thread count fixed before it loads
+(OPENBLAS_NUM_THREADS, TVM_NUM_THREADS; OMP_NUM_THREADS for the C): one thread, then all
+the cores this process may use. Times are medians; the ratios in the last lines come from
+this one run. The machine's load average is printed: on a shared machine, all-core figures
+are only as good as the cores other processes leave.
 """
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import time
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import numpy as np  # noqa: E402
 
-from autocomp_jupyter import host  # noqa: E402
-from autocomp_jupyter.accel.cost import evaluate  # noqa: E402
-from autocomp_jupyter.accel.target import load_target  # noqa: E402
-from autocomp_jupyter.dsl import parse  # noqa: E402
-from autocomp_jupyter.ir.schedule import Kernel, Schedule  # noqa: E402
-from autocomp_jupyter.result import Plan  # noqa: E402
-
-GEMM = "input A: f32[{n}, {n}]\ninput B: f32[{n}, {n}]\nC = matmul(A, B)\n"
-CONV = "input X: f32[1, 32, 28, 28]\nparam W: f32[32, 32, 3, 3]\nY = conv2d(X, W, stride=1, padding=1)\n"
-
-
-def plan_of(program, tiles, order=None, annotations=None, levels=("L2", "registers")):
-    kernel = Kernel.from_ops(program, [op.name for op in program.ops])
-    schedule = Schedule(kernel, tiles={l: t for l, t in tiles.items() if l in kernel.loop_names},
-                        order=order or {}, annotations=annotations or {}, levels=levels)
-    return Plan(program, (kernel,), (schedule,))
+KERNELS = {
+    "GEMM 1024^3": ("input A: f32[1024, 1024]\ninput B: f32[1024, 1024]\nC = matmul(A, B)\n", 2 * 1024 ** 3),
+    "GEMM M=4096 K=1024 N=256": ("input A: f32[4096, 1024]\ninput B: f32[1024, 256]\nC = matmul(A, B)\n",
+                                 2 * 4096 * 1024 * 256),
+    "conv 3x3 64->64 56x56 pad 1": ("input X: f32[1, 64, 56, 56]\nparam W: f32[64, 64, 3, 3]\n"
+                                    "Y = conv2d(X, W, stride=1, padding=1)\n", 2 * 64 * 64 * 9 * 56 * 56),
+    "depthwise 3x3 64 ch 56x56": ("input X: f32[1, 64, 56, 56]\nparam W: f32[64, 1, 3, 3]\n"
+                                  "Y = depthwise_conv2d(X, W, stride=1, padding=1)\n", 2 * 64 * 9 * 56 * 56),
+    "BERT FFN linear 128x768->3072": ("input X: f32[128, 768]\nparam W: f32[768, 3072]\nparam b: f32[3072]\n"
+                                      "Y = linear(X, W, b)\n", 2 * 128 * 768 * 3072),
+}
 
 
-def numpy_time(n, repeats=5):
-    try:
-        from threadpoolctl import threadpool_limits
-        limiter = threadpool_limits(1)
-    except ImportError:
-        limiter = None
-    a = np.random.rand(n, n).astype(np.float32)
-    b = np.random.rand(n, n).astype(np.float32)
-    a @ b
+def _median_time(fn, repeats: int) -> float:
+    fn()
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
-        a @ b
+        fn()
         times.append(time.perf_counter() - t)
-    del limiter
     return float(np.median(times))
 
 
-def spearman(x, y):
-    rx = np.argsort(np.argsort(x))
-    ry = np.argsort(np.argsort(y))
-    return float(np.corrcoef(rx, ry)[0, 1])
+def _im2col(x, r, s, stride, pad):
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (r, s), axis=(2, 3))[:, :, ::stride, ::stride]
+    n, c, p, q = win.shape[:4]
+    return np.ascontiguousarray(win.transpose(0, 1, 4, 5, 2, 3)).reshape(n, c * r * s, p * q), (p, q)
 
 
-def main(quick: bool = False):
-    target = load_target("host")
-    n = 1024
-    gemm = parse(GEMM.format(n=n))
-    flops = 2 * n ** 3
-    print(f"== GEMM {n}^3 f32, one thread ==")
-    t_np = numpy_time(n)
-    print(f"numpy matmul (1 BLAS thread): {t_np * 1e3:8.1f} ms  {flops / t_np / 1e9:6.1f} GFLOP/s")
-    # the optimiser's own schedules: the tuned plan and its top versions, best measured wins
-    import autocomp_jupyter as autocomp
-    res = autocomp.optimize(GEMM.format(n=n), target="host", tune=100 if quick else 300, seed=0)
-    candidates = {"tuned": res.after, **{k: v for k, v in res.versions.items()}}
-    best = None
-    for name, p in candidates.items():
-        seconds = host.measured_time(p, repeats=3, threads=1)
-        s = p.schedules[0]
-        print(f"  {name}: tiles {s.tile_sizes()} order {dict(s.order)}: {seconds * 1e3:8.1f} ms")
-        if best is None or seconds < best[0]:
-            best = (seconds, name)
-    best_plan = candidates[best[1]]
-    report = host.measure_plan(best_plan, target, repeats=5, threads=1)
-    t_gen = report["measured_time_s"]
-    print(f"generated C (best schedule {best[1]}): {t_gen * 1e3:8.1f} ms  {flops / t_gen / 1e9:6.1f} GFLOP/s  "
-          f"matches interpreter: {report['matches_interpreter']}")
-    naive = plan_of(gemm, {}, levels=())
-    t_naive = host.measured_time(naive, repeats=1, threads=1, timeout=600)
-    print(f"naive loop nest, same flags: {t_naive * 1e3:8.1f} ms  {flops / t_naive / 1e9:6.1f} GFLOP/s")
-    try:
-        from autocomp_jupyter import tvm_bridge
-        if tvm_bridge.available():
-            from autocomp_jupyter.interp import random_inputs
-            _, execute = tvm_bridge.to_tvm(best_plan)
-            inputs = random_inputs(gemm)
-            execute(inputs)
-            ts = []
-            for _ in range(3):
-                t = time.perf_counter()
-                execute(inputs)
-                ts.append(time.perf_counter() - t)
-            t_tvm = float(np.median(ts))
-            print(f"TVM (same schedule, LLVM; includes numpy<->TVM copies): {t_tvm * 1e3:8.1f} ms  "
-                  f"{flops / t_tvm / 1e9:6.1f} GFLOP/s")
-        else:
-            print("TVM: not installed")
-    except Exception as err:  # the bench reports, it does not stop
-        print(f"TVM: failed ({type(err).__name__}: {err})")
-    print(f"ratio generated / numpy: {t_np / t_gen:.2f} (goal >= 0.50); generated vs naive: {t_naive / t_gen:.1f}x")
-
-    print("\n== cost-model fidelity (Spearman, predicted vs measured, one thread) ==")
+def numpy_kernels():
+    """name -> zero-argument callable computing the kernel with numpy (inputs made here)."""
     rng = np.random.default_rng(0)
-    small = parse(GEMM.format(n=256))
-    conv = parse(CONV)
-    plans = []
-    sizes = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-    while len(plans) < (20 if quick else 30):
-        ti, tj, tk = (int(rng.choice(sizes)) for _ in range(3))
-        ri, rj = int(rng.choice([1, 2, 4, 8])), int(rng.choice([1, 4, 8, 16]))
-        order = tuple(rng.permutation(["i", "j", "k"]))
-        plans.append(plan_of(small, {"i": {"L2": ti, "registers": min(ri, ti)}, "j": {"L2": tj, "registers": min(rj, tj)},
-                                     "k": {"L2": tk}}, order={"L2": order}))
-    loops = ["n", "f", "c", "h", "w", "r", "s"]
-    while len(plans) < (40 if quick else 60):
-        tiles = {"f": {"L2": int(rng.choice([4, 8, 16, 32]))}, "c": {"L2": int(rng.choice([4, 8, 16, 32]))},
-                 "h": {"L2": int(rng.choice([2, 7, 14, 28]))}, "w": {"L2": int(rng.choice([4, 7, 14, 28]))}}
-        order = tuple(rng.permutation(loops))
-        plans.append(plan_of(conv, tiles, order={"L2": order}, annotations={"vectorize": "w"}))
-    predicted, measured = [], []
-    for p in plans:
-        predicted.append(evaluate(p.schedules[0], target).time_s)
-        measured.append(host.measured_time(p, repeats=3, threads=1))
-    predicted, measured = np.array(predicted), np.array(measured)
-    ok = np.isfinite(measured)
-    g = slice(0, 20 if quick else 30)
-    print(f"schedules: {ok.sum()} measured ({len(plans)} total)")
-    print(f"Spearman all: {spearman(predicted[ok], measured[ok]):.3f}   GEMM only: "
-          f"{spearman(predicted[g], measured[g]):.3f}   conv only: "
-          f"{spearman(predicted[g.stop:], measured[g.stop:]):.3f}   (goal >= 0.8)")
+    f32 = lambda *shape: rng.standard_normal(shape, dtype=np.float32)  # noqa: E731
+    a, b = f32(1024, 1024), f32(1024, 1024)
+    ta, tb = f32(4096, 1024), f32(1024, 256)
+    x, w = f32(1, 64, 56, 56), f32(64, 64, 3, 3)
+    dw = f32(64, 1, 3, 3)
+    fx, fw, fb = f32(128, 768), f32(768, 3072), f32(3072)
+
+    def conv():
+        cols, (p, q) = _im2col(x, 3, 3, 1, 1)
+        return (w.reshape(64, -1) @ cols[0]).reshape(1, 64, p, q)
+
+    def depthwise():
+        cols, (p, q) = _im2col(x, 3, 3, 1, 1)            # [1, 64*9, p*q]
+        return np.matmul(dw.reshape(64, 1, 9), cols[0].reshape(64, 9, p * q)).reshape(1, 64, p, q)
+
+    return {"GEMM 1024^3": lambda: a @ b, "GEMM M=4096 K=1024 N=256": lambda: ta @ tb,
+            "conv 3x3 64->64 56x56 pad 1": conv, "depthwise 3x3 64 ch 56x56": depthwise,
+            "BERT FFN linear 128x768->3072": lambda: fx @ fw + fb}
+
+
+def tvm_kernels(threads: int):
+    """name -> callable running TVM's build of the kernel with a simple schedule."""
+    import tvm
+    from tvm import te
+
+    from autocomp_jupyter.dsl import parse
+    from autocomp_jupyter.tvm_bridge import build_te
+
+    out = {}
+    for name, (src, _) in KERNELS.items():
+        program = parse(src)
+        env = build_te(program)
+        args = [env[t.name] for t in program.inputs] + [env[o] for o in program.outputs]
+        sch = tvm.s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(args)}))
+        for op in program.ops:
+            for st in op.statements:
+                if st.reduce is None:
+                    continue
+                block = sch.get_sblock(st.target)
+                loops = sch.get_loops(block)
+                n_out = len(st.target_indices)
+                outer, red = loops[:n_out], loops[n_out:]
+                # a 4 x 16 register tile (rows: the channel loop of NCHW, else the row loop;
+                # columns: the innermost output loop), accumulated locally, reductions outside
+                row = 1 if n_out == 4 else n_out - 2
+                ho, hi = sch.split(outer[row], factors=[None, 4])
+                wo, wi = sch.split(outer[-1], factors=[None, 16])
+                rest = [l for d, l in enumerate(outer[:-1]) if d != row]
+                sch.reorder(*outer[:row], ho, *rest[row:], wo, *red, hi, wi)
+                local = sch.cache_write(block, 0, "local")
+                sch.reverse_compute_at(local, wo)
+                fused = sch.fuse(*outer[:row], ho) if row > 0 else ho
+                if threads > 1:
+                    sch.parallel(fused)
+                sch.unroll(hi)
+                sch.vectorize(wi)
+        lib = tvm.compile(sch.mod, target=_tvm_target(tvm))
+        dev = tvm.cpu(0)
+        rng = np.random.default_rng(0)
+        arrays = [tvm.runtime.tensor(rng.standard_normal(t.shape).astype(np.float32), dev) for t in program.inputs]
+        outs = [tvm.runtime.tensor(np.zeros(program.tensor(o).shape, dtype=np.float32), dev) for o in program.outputs]
+        out[name] = (lambda lib=lib, arrays=arrays, outs=outs: lib["main"](*arrays, *outs))
+    return out
+
+
+def _tvm_target(tvm):
+    """LLVM for this CPU (its vector extensions), else plain LLVM."""
+    try:
+        cpu = tvm.target.codegen.llvm_get_system_cpu()
+        return tvm.target.Target({"kind": "llvm", "mcpu": cpu})
+    except Exception:
+        return tvm.target.Target("llvm")
+
+
+def worker(kind: str, threads: int, repeats: int) -> None:
+    """Child process: time one library's kernels and print {name: seconds} as JSON."""
+    if kind == "numpy":
+        fns = numpy_kernels()
+    else:
+        try:
+            fns = tvm_kernels(threads)
+        except ImportError:
+            print(json.dumps({}))
+            return
+    print(json.dumps({name: _median_time(fn, repeats) for name, fn in fns.items()}))
+
+
+def run_worker(kind: str, threads: int, repeats: int) -> dict:
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
+               TVM_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", kind, str(threads), str(repeats)],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    if proc.returncode != 0:
+        print(f"  ({kind} failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode})")
+        return {}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv) -> None:
+    import autocomp_jupyter as autocomp
+    from autocomp_jupyter import host
+    from autocomp_jupyter.accel.cost import evaluate_program, naive_schedule
+    from autocomp_jupyter.accel.target import load_target
+    from autocomp_jupyter.dsl import parse
+    from autocomp_jupyter.result import Plan
+    from autocomp_jupyter.ir.schedule import kernels_unfused
+
+    quick = "--quick" in argv
+    tune = int(argv[argv.index("--tune") + 1]) if "--tune" in argv else (50 if quick else 300)
+    cores = int(argv[argv.index("--threads") + 1]) if "--threads" in argv else host.default_threads()
+    repeats = 3 if quick else 5
+    target = load_target("host")
+    print(f"# bench_host  {time.strftime('%Y-%m-%dT%H:%M:%S')}  cores usable: {host.default_threads()}  "
+          f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  tune={tune}")
+    plans = {}
+    for name, (src, _) in KERNELS.items():
+        res = autocomp.optimize(src, target="host", tune=tune, seed=0)
+        plans[name] = res.after
+    figures = {}
+    for threads in dict.fromkeys([1, cores]):
+        libs = {"numpy": run_worker("numpy", threads, repeats), "tvm": run_worker("tvm", threads, repeats)}
+        print(f"\n## {threads} thread{'s' if threads > 1 else ''}  (GFLOP/s; load average "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})\n")
+        print("| kernel | generated C | numpy (OpenBLAS) | naive C | TVM simple schedule | model predicted | "
+              "predicted / measured |")
+        print("|---|---|---|---|---|---|---|")
+        for name, (src, flops) in KERNELS.items():
+            plan = plans[name]
+            report = host.measure_plan(plan, target, repeats=repeats, threads=threads)
+            t_gen = report["measured_time_s"]
+            predicted = sum(c.time_s for c in _costs(plan, target, threads))
+            t_naive = None
+            if not quick or flops < 1e9:
+                program = parse(src)
+                kernels = kernels_unfused(program)
+                naive = Plan(program, kernels, tuple(naive_schedule(k, target) for k in kernels))
+                t_naive = host.measured_time(naive, repeats=1, threads=threads, timeout=900)
+            cells = [flops / t_gen / 1e9, flops / libs["numpy"][name] / 1e9 if name in libs["numpy"] else None,
+                     flops / t_naive / 1e9 if t_naive else None,
+                     flops / libs["tvm"][name] / 1e9 if name in libs["tvm"] else None, flops / predicted / 1e9]
+            text = [f"{c:.1f}" if c else "-" for c in cells]
+            ok = "" if report["matches_interpreter"] else " (MISMATCH)"
+            print(f"| {name} | {text[0]}{ok} | {text[1]} | {text[2]} | {text[3]} | {text[4]} | {predicted / t_gen:.2f} |")
+            figures[(name, threads)] = {"gen": t_gen, "numpy": libs["numpy"].get(name), "tvm": libs["tvm"].get(name),
+                                        "predicted": predicted}
+    print("\n## ratios (this run)\n")
+    for name in KERNELS:
+        one = figures[(name, 1)]
+        line = f"- {name}: generated / numpy {one['numpy'] / one['gen']:.2f} (1 thread)" if one["numpy"] else f"- {name}:"
+        if one["tvm"]:
+            line += f", generated / TVM {one['tvm'] / one['gen']:.2f}"
+        if (name, cores) in figures and cores > 1:
+            line += f"; {cores} threads / 1 thread {one['gen'] / figures[(name, cores)]['gen']:.2f}x"
+        print(line)
+
+
+def _costs(plan, target, threads):
+    """The host model's per-kernel costs of `plan` (the schedules' parallel annotations; one
+    thread when `threads` is 1)."""
+    from autocomp_jupyter.accel.cost import evaluate
+
+    out = []
+    for schedule in plan.schedules:
+        if threads == 1:
+            schedule = _without_parallel(schedule)
+        out.append(evaluate(schedule, target))
+    return out
+
+
+def _without_parallel(schedule):
+    import dataclasses
+
+    return dataclasses.replace(schedule, annotations={**schedule.annotations, "parallel": ()})
 
 
 if __name__ == "__main__":
-    main(quick="--quick" in sys.argv)
+    if "--worker" in sys.argv:
+        i = sys.argv.index("--worker")
+        worker(sys.argv[i + 1], int(sys.argv[i + 2]), int(sys.argv[i + 3]))
+    else:
+        main(sys.argv[1:])

@@ -87,10 +87,11 @@ def test_c_is_deterministic_and_follows_the_schedule():
     plan = gemm_relu_plan()
     text = generate(plan, None, "c")
     assert text == generate(gemm_relu_plan(), None, "c")
-    assert "#pragma omp parallel for" in text and "#pragma omp simd" in text
+    assert text.count("#pragma omp parallel\n") == 1 and "#pragma omp simd" in text   # one parallel region
     assert "float acc[6][16]" in text                     # the packed GEMM's 6x16 microkernel
     assert "Bpack[" in text and "Apack[" in text          # B panels and A blocks packed
-    assert text.index("free(Bpack);") < text.index("ac_relu(C[")   # the ReLU after the whole GEMM
+    assert text.index("ac_relu(") < text.index("free(Bpack);")   # the ReLU in the GEMM's store
+    assert "ac_relu(C[" not in text                       # not a second pass over C
     assert "void program_run(float* const* buffers)" in text
 
 
@@ -127,15 +128,21 @@ def test_result_code_calls_generate():
     assert "kernel" in res.code("pseudo")
 
 
-def test_packed_gemm_only_where_it_pays_and_operands_are_plain():
+def test_packed_path_only_where_it_pays_read_from_the_accesses():
     tiles = {l: {"L2": 32} for l in "ijk"}
     small = parse("input A: f32[8, 8]\ninput B: f32[8, 8]\nC = matmul(A, B)\n")
     assert "Bpack" not in generate(fused_plan(small, {l: {"L2": 4} for l in "ijk"}), None, "c")   # too small
     big = parse("input A: f32[96, 96]\ninput B: f32[96, 96]\nC = matmul(A, B)\n")
     assert "Bpack" not in generate(fused_plan(big, {}), None, "c")          # untiled (naive): the plain nest
     assert "Bpack" in generate(fused_plan(big, tiles), None, "c")
+    # an out-of-range read packs from a padded copy made once: no bounds check in the hot loop
     padded = parse("input A: f32[96, 96]\ninput B: f32[96, 96]\nC[i, j] += A[i, k + 1] * B[k, j]\noutput C\n")
     text = generate(fused_plan(padded, tiles), None, "c")
-    assert "Bpack" not in text and "? A[" in text                             # pad reads keep the checked nest
+    assert "Bpack" in text and "A_padded" in text and "? A[" not in text.split("one parallel region")[1]
+    # a comprehension that is not a product of two reads keeps the nest
+    square = parse("input A: f32[96, 96]\ninput B: f32[96, 96]\nC[i, j] += A[i, k] * B[k, j] + 1.0\noutput C\n")
+    assert "Bpack" not in generate(fused_plan(square, tiles), None, "c")
+    # the convolution (named by nothing but its accesses) runs packed, batchnorm and relu in its store
     conv = generate(conv_bn_relu_plan(), load_target("host"), "c")
-    assert "Bpack" not in conv
+    assert "Bpack" in conv and "applied in its store" in conv
+    assert conv.count("#pragma omp parallel\n") == 1

@@ -95,6 +95,52 @@ def test_packed_gemm_with_edges_transposed_operand_and_epilogue(threads):
     check(plan, threads=threads)
 
 
+PACKED_VARIANTS = {
+    # name: (program, statements the store must apply)
+    "conv_pad_batchnorm_relu": ("input X: f32[1, 16, 14, 14]\nparam W: f32[24, 16, 3, 3]\nparam g: f32[24]\n"
+                                "param b: f32[24]\nY = conv2d(X, W, stride=1, padding=1)\nZ = batchnorm(Y, g, b)\n"
+                                "R = relu(Z)\n", 2),
+    "conv_stride2_dilation2_bias": ("input X: f32[2, 16, 33, 31]\nparam W: f32[20, 16, 3, 3]\nparam bb: f32[20]\n"
+                                    "Y = conv2d(X, W, stride=2, padding=2, dilation=2)\nZ = bias_add(Y, bb)\n", 1),
+    "conv_groups": ("input X: f32[1, 32, 21, 21]\nparam W: f32[40, 8, 3, 3]\n"
+                    "Y = conv2d(X, W, stride=1, padding=1, groups=4)\n", 0),
+    "depthwise_stride2_relu": ("input X: f32[2, 64, 31, 31]\nparam W: f32[64, 1, 3, 3]\n"
+                               "Y = depthwise_conv2d(X, W, stride=2, padding=1)\nR = relu(Y)\n", 1),
+    "conv_residual_add_relu": ("input X: f32[1, 16, 22, 22]\ninput S: f32[1, 24, 22, 22]\nparam W: f32[24, 16, 3, 3]\n"
+                               "Y = conv2d(X, W, stride=1, padding=1)\nZ = add(Y, S)\nR = relu(Z)\n", 2),
+    "conv_no_pad_remainders": ("input X: f32[3, 12, 19, 23]\nparam W: f32[13, 12, 5, 3]\n"
+                               "Y = conv2d(X, W, stride=1, padding=0)\n", 0),
+    "batch_matmul": ("input A: f32[3, 67, 59]\ninput B: f32[3, 59, 71]\nC = batch_matmul(A, B)\n", 0),
+    "linear_gelu": ("input X: f32[70, 64]\nparam W: f32[64, 90]\nparam b: f32[90]\nY = linear(X, W, b)\n"
+                    "R = gelu(Y)\n", 2),
+    "int8_gemm_relu_saturates": ("input A: i8[70, 64]\ninput B: i8[64, 70]\ntensor C: i8[70, 70]\n"
+                                 "C[i, j] += A[i, k] * B[k, j]\nD[i, j] = relu(C[i, j])\noutput D\n", 1),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("name", sorted(PACKED_VARIANTS))
+def test_packed_contractions_with_fused_epilogues_match_interpreter(name, threads):
+    """Every conv variant (stride, dilation, padding, groups, depthwise, remainders), batched
+    and int8 GEMMs run packed, their epilogues applied in the microkernel's store (no second
+    pass over the output), on 1 and 2 threads, and match the interpreter."""
+    from autocomp_jupyter.codegen.c import generate_c, packed_contraction
+
+    src, fused = PACKED_VARIANTS[name]
+    program = parse(src)
+    kernel = Kernel.from_ops(program, [op.name for op in program.ops])
+    tiles = {l: {"L2": max(1, e * 2 // 3), "registers": max(1, e // 3)} for l, e in kernel.extents.items()}
+    parallel = {"parallel": kernel.loop_names[:2]} if threads > 1 else {}
+    schedule = Schedule(kernel, tiles=tiles, annotations=parallel, levels=("L2", "registers"))
+    plan = Plan(program, (kernel,), (schedule,))
+    pk = packed_contraction(kernel, schedule)
+    assert pk is not None and len(pk.epilogue) == fused
+    text = generate_c(plan)
+    assert "Bpack" in text and ("#pragma omp parallel\n" in text) == (threads > 1)
+    assert text.count("/* packed GEMM") == 1
+    check(plan, threads=threads)
+
+
 def test_names_that_are_c_keywords_compile():
     program = parse("input int: f32[4, 8]\ninput for: f32[8, 5]\nacc = matmul(int, for)\nexp = relu(acc)\n")
     plan = autocomp.optimize(program, target="host", tune=0).after

@@ -297,9 +297,10 @@ class KernelModel:
         self.statements = [self._statement_model(i, s, index, D, on_chip)
                            for i, s in enumerate(kernel.statements)]
         # Host C runs a tiled GEMM-like kernel as a packed BLIS-style GEMM, not the tile nest.
-        self.host_packed = None
+        self.host_packed = self.host_pk = None
         if target.compute.kind == "vector" and not target.compute.implicit_parallel:
             self.host_packed = _host_packed_gemm(kernel, index)
+            self.host_pk = _host_packed(kernel)
 
     def _statement_model(self, si, stmt, index, D, on_chip) -> _StatementModel:
         kernel, compute = self.kernel, self.target.compute
@@ -645,6 +646,9 @@ class KernelModel:
             bytes_by_level += st_bytes
             level_time += st_level_time
         time_s += np.maximum(group_busy, group_levels.max(axis=1))
+        if self.host_pk is not None:   # host C runs it packed: that code's time
+            packed, packed_s = _host_packed_seconds(self, tiles, parallel)
+            time_s = np.where(packed, packed_s, time_s)
         energy = (bytes_by_level * self.energy_per_byte[None, :]).sum(axis=1) \
             + (mac_points + vector_ops) * target.energy_pj_per_mac * 1e-12
         dram = bytes_by_level[:, -1]
@@ -705,6 +709,129 @@ def _host_packed_gemm(kernel: Kernel, index: dict) -> tuple[int, int, int] | Non
     if sorted(sets) != sorted([sorted((i, k)), sorted((k, j))]) or stmt.target in {a.tensor for a in reads}:
         return None
     return index[i], index[j], index[k]
+
+
+# The packed contraction host C runs (codegen/c.py `packed_contraction`): its time, from the
+# code it emits. Calibrated constants (cycles), measured on this class of core:
+HOST_MICRO_EFFICIENCY = 0.7     # the MR x NR microkernel's share of lanes x fma_units (512-bit FMAs
+                                # issue as two 256-bit halves on AMD Zen 4: 6x16 runs at ~70%)
+HOST_COPY_RUN = 0.25            # a packed element copied in a straight run (vectorised)
+HOST_COPY_GATHER = 1.5          # a packed element read through an offset table (scalar)
+HOST_COPY_STRIDED = 1.0         # a packed element read at a constant stride
+HOST_STORE_VECTOR = 2.0         # load + add + store of one output vector in the microkernel's store
+
+
+def _host_packed(kernel: Kernel):
+    """(Packed, the statement's loops as anchor-loop indices, B-copy cycles per element, A-copy
+    cycles per element) when host C may run a contraction of this kernel packed; else None."""
+    try:
+        from ..codegen.c import _flat_offsets, packed_contraction
+    except ImportError:  # pragma: no cover
+        return None
+    pk = packed_contraction(kernel)
+    if pk is None:
+        return None
+    ext = dict(pk.extents)
+
+    def copy_cost(access, inner_group: str) -> float:
+        coeff, _ = _flat_offsets(kernel, access)
+        loops = list(getattr(pk, inner_group))
+        if not loops:
+            return HOST_COPY_STRIDED
+        cs = [coeff.get(l, 0) for l in loops]
+        live = [(l, c) for l, c in zip(loops, cs) if ext[l] > 1]
+        step = live[-1][1] if live else 0
+        linear = all(c == step * math.prod(ext[x] for x, _ in live[i + 1:]) for i, (_, c) in enumerate(live))
+        if linear:
+            return HOST_COPY_RUN if step == 1 else HOST_COPY_STRIDED
+        # an offset table: panels of NR consecutive offsets copy as runs, the rest element-wise
+        grids = np.meshgrid(*[np.arange(ext[l]) for l in loops], indexing="ij")
+        table = sum(c * g for c, g in zip(cs, grids)).reshape(-1)
+        nr = pk.micro[1]
+        full = len(table) // nr
+        if full == 0:
+            return HOST_COPY_GATHER
+        panels = table[:full * nr].reshape(full, nr)
+        runs = np.mean(np.all(np.diff(panels, axis=1) == 1, axis=1))
+        return runs * HOST_COPY_RUN + (1 - runs) * HOST_COPY_GATHER
+
+    b_cost = copy_cost(pk.b, "n")
+    a_cost = copy_cost(pk.a, "k") if pk.k else HOST_COPY_STRIDED
+    return pk, b_cost, a_cost
+
+
+def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.ndarray):
+    """(packed mask [n], seconds [n]) of candidate schedules run as host C's packed GEMM:
+    per thread, the microkernel's reduction steps (MR x NR outputs, one step = MR*NR/lanes
+    vector FMAs, never faster than the FMA latency), packing copies (B once per (nc, kc)
+    block and batch, A once per (mc, kc) block and nc block), the store of every micro-tile
+    per kc block with the fused epilogue, the padded copies; the kernel's other statements
+    as one streaming pass each. Threads: the static batch / N / M split the C makes."""
+    pk, b_cost, a_cost = model.host_pk
+    kernel, target = model.kernel, model.target
+    compute = target.compute
+    from ..codegen.c import GEMM_MIN_BLOCK, _padding
+    index = {n: i for i, n in enumerate(model.loop_names)}
+    anchors = kernel.loop_map(pk.index)
+    ext = dict(pk.extents)
+    n = tiles.shape[0]
+    E = model.extents
+    tiled = tiles < E[None, :, None]                                   # [n, D, L]
+    first = np.argmax(tiled, axis=2)
+    block = np.where(tiled.any(axis=2), np.take_along_axis(tiles, first[:, :, None], axis=2)[:, :, 0], E[None, :])
+    loops = pk.batch + pk.m + pk.n + pk.k
+    mapped = [index[anchors[l]] for l in loops if l in anchors]
+    packed = tiled[:, mapped, :].any(axis=(1, 2))
+
+    def group_block(group):
+        out = np.ones(n)
+        for l in getattr(pk, group):
+            out *= block[:, index[anchors[l]]] if l in anchors else ext[l]
+        return out
+    mr, nr = pk.micro
+    NB, M, N, K = (float(pk.size(g)) for g in ("batch", "m", "n", "k"))
+    MC = np.minimum(np.maximum(group_block("m"), GEMM_MIN_BLOCK[0]), M)
+    MC = np.where(MC >= mr, np.ceil(MC / mr) * mr, MC)
+    NC = np.ceil(np.minimum(np.maximum(group_block("n"), GEMM_MIN_BLOCK[1]), N) / nr) * nr
+    KC = np.minimum(np.maximum(group_block("k"), GEMM_MIN_BLOCK[2]), K)
+    lanes = compute.vector_width("f32")
+    mpan, npan = math.ceil(M / mr), math.ceil(N / nr)
+    # threads and the static split (codegen/c.py packed: batch, else N panels, else M panels)
+    par = parallel[:, [index[anchors[l]] for l in pk.batch + pk.m + pk.n if l in anchors]].any(axis=1)
+    T = np.where(par, compute.units, 1)
+    by_batch = (NB >= T) & ((NB % T == 0) | (NB >= 4 * T))
+    share = np.where(by_batch, np.ceil(NB / T) / NB,
+                     np.where(npan >= mpan, np.ceil(npan / T) / npan, np.ceil(mpan / T) / mpan))
+    share = np.where(T > 1, share, 1.0)
+    m_split = (T > 1) & ~by_batch & (npan < mpan)
+    vfma = mr * math.ceil(nr / lanes)
+    step = max(vfma / compute.fma_units / HOST_MICRO_EFFICIENCY, HOST_FMA_LATENCY)
+    micro = NB * mpan * npan * K * step
+    kblocks = np.ceil(K / KC)
+    epi_ops = sum(max(1, kernel.statements[s].expr.flops()) for s in pk.epilogue)
+    store = NB * mpan * npan * kblocks * math.ceil(nr / lanes) * mr * HOST_STORE_VECTOR \
+        + NB * M * N * epi_ops / lanes * (1.0 if pk.n_contiguous else lanes)
+    b_copies = NB * K * npan * nr * np.where(m_split, T, 1)        # each thread packs B for its M share
+    a_copies = NB * mpan * mr * K * np.ceil(N / NC)
+    cycles = (micro + store + a_copies * a_cost) * share + b_copies * b_cost * share
+    # cache blocks that outgrow their level: the microkernel streams from the next one
+    l1 = next((m.size_bytes for m in target.memory if m.name == "L1"), 32768)
+    l2 = next((m.size_bytes for m in target.memory if m.name == "L2"), 1 << 20)
+    b_panel = KC * nr * 4
+    a_block = MC * KC * 4
+    cycles = cycles + micro * share * (0.25 * (b_panel > l1 / 2) + 0.25 * (a_block > l2 / 2))
+    serial = 0.0
+    for access in (pk.a, pk.b):
+        pads = _padding(kernel, access, ext)
+        if any(lo or hi for lo, hi in pads):
+            t = kernel.tensor(access.tensor)
+            serial += math.prod(s + lo + hi for s, (lo, hi) in zip(t.shape, pads)) * 1.0
+    other = 0.0   # statements outside the packed one and its epilogue: one streaming pass each
+    for s, st in enumerate(kernel.statements):
+        if s != pk.index and s not in pk.epilogue:
+            other += st.points * (1 + st.expr.flops()) / lanes + st.points * 3.0 / lanes
+    seconds = (cycles + serial + other) / (target.clock_ghz * 1e9)
+    return packed, seconds
 
 
 # The host core issuing a generated loop nest (vector targets that run generated C).

@@ -49,6 +49,7 @@ Buffers: `program_run(float* const* buffers)` takes one pointer per tensor, in
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 import re
@@ -63,6 +64,8 @@ INT_RANGE = {"i8": (-128.0, 127.0), "i32": (-2147483648.0, 2147483647.0)}
 REGISTER_TILE_MAX = 256
 # Packed GEMM microkernel: MR x NR outputs in a local array (6 x 16 f32: 12 AVX2 registers).
 GEMM_MR, GEMM_NR = 6, 16
+# Largest padded copy of an operand (times the tensor) made to take bounds checks out of packing.
+PAD_COPY_MAX = 4
 # Smallest M*N*K a contraction needs for the packed GEMM path (packing costs O(MK + KN) copies).
 GEMM_PACK_MIN = 64 * 64 * 64
 # Smallest cache blocks (mc, nc, kc) the packed path uses: smaller schedule tiles are raised
@@ -148,6 +151,9 @@ _PRELUDE = r"""#define _POSIX_C_SOURCE 199309L
 #include <stddef.h>
 #include <stdlib.h>
 #include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define AC_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define AC_MAX(a, b) ((a) > (b) ? (a) : (b))
@@ -246,6 +252,232 @@ def _affine_c(terms: dict[str, int], const: int) -> str:
     return " ".join(parts)
 
 
+# --------------------------------------------------------------------------- packed contractions
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A contraction `O[..] += A[..] * B[..]` the host runs as a packed GEMM (see
+    `packed_contraction`). Loops are the statement's own names, each group outer → inner:
+    `batch` (run outside the GEMM, one GEMM per value), `m` (index O and A), `n` (index O
+    and B, flattened so that O's offset is `col` when `n_contiguous`), `k` (index A and B:
+    the reduction). `epilogue`: the statements fused into the microkernel's store."""
+
+    index: int
+    a: Access
+    b: Access
+    batch: tuple[str, ...]
+    m: tuple[str, ...]
+    n: tuple[str, ...]
+    k: tuple[str, ...]
+    extents: tuple[tuple[str, int], ...]
+    epilogue: tuple[int, ...]
+    n_contiguous: bool
+
+    def size(self, group: str) -> int:
+        ext = dict(self.extents)
+        return math.prod(ext[l] for l in getattr(self, group))
+
+    @property
+    def micro(self) -> tuple[int, int]:
+        return micro_shape(self.size("m"))
+
+
+def micro_shape(m: int) -> tuple[int, int]:
+    """The microkernel (MR rows x NR columns) for a GEMM with `m` rows: 6 x 16 (12 AVX2
+    registers), fewer rows and more columns when m is small; one row (a depthwise
+    convolution) keeps 16 columns: its few reduction steps make packing, not the FMA chain,
+    the cost, and 16-column panels copy as straight runs of an input row (measured 3x
+    faster than 1 x 64 on a 3x3 depthwise 56x56)."""
+    mr = max(1, min(GEMM_MR, m))
+    return mr, GEMM_NR * (1 if mr == 1 else max(1, min(4, GEMM_MR // mr)))
+
+
+def packed_blocks(pk: Packed, block_of) -> tuple[int, int, int]:
+    """Cache blocks (mc, nc, kc) of a packed GEMM: per group, the product of its loops'
+    blocks (`block_of(loop)`: the schedule's outermost tile of it), raised to
+    GEMM_MIN_BLOCK and capped at the group's size; mc in whole micro-panels."""
+    mr, _ = pk.micro
+    sizes = []
+    for group, floor in zip(("m", "n", "k"), GEMM_MIN_BLOCK):
+        size = pk.size(group)
+        sizes.append(min(max(math.prod(block_of(l) for l in getattr(pk, group)), floor), size))
+    mc, nc, kc = sizes
+    nr = pk.micro[1]
+    return (-(-mc // mr) * mr if mc >= mr else mc), -(-nc // nr) * nr, kc
+
+
+def _flat_offsets(kernel: Kernel, access: Access, shape=None, shift=None) -> tuple[dict[str, int], int]:
+    """The flat (row-major) element offset of `access` as {loop: coefficient}, constant (in
+    a tensor of `shape` whose indices are shifted by `shift`, per dimension: a padded copy)."""
+    shape = shape or kernel.tensor(access.tensor).shape
+    shift = shift or [0] * len(shape)
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    coeff: dict[str, int] = {}
+    const = 0
+    for d, idx in enumerate(access.indices):
+        for loop, c in idx.terms:
+            coeff[loop] = coeff.get(loop, 0) + c * strides[d]
+        const += (idx.const + shift[d]) * strides[d]
+    return coeff, const
+
+
+def _padding(kernel: Kernel, access: Access, ext: dict[str, int]) -> list[tuple[int, int]]:
+    """Per dimension, how far the index reaches below 0 and past the end (0, 0: in range)."""
+    shape = kernel.tensor(access.tensor).shape
+    out = []
+    for d, idx in enumerate(access.indices):
+        lo = idx.const + sum(min(0, c * (ext[l] - 1)) for l, c in idx.terms)
+        hi = idx.const + sum(max(0, c * (ext[l] - 1)) for l, c in idx.terms)
+        out.append((max(0, -lo), max(0, hi - shape[d] + 1)))
+    return out
+
+
+def _one_to_one(coeff: dict[str, int], loops: list[str], ext: dict[str, int]) -> bool:
+    """Whether offset sum(coeff[l] * l) is one-to-one over the box of `loops`: the positive
+    coefficients, sorted, each at least the span the smaller ones cover (a row-major box)."""
+    span = 1
+    for l in sorted((l for l in loops if ext[l] > 1), key=lambda l: coeff.get(l, 0)):
+        if coeff.get(l, 0) < span:
+            return False
+        span = coeff[l] * ext[l]
+    return True
+
+
+def _in_range(kernel: Kernel, access: Access, ext: dict[str, int]) -> list[bool]:
+    """Per dimension: whether the index stays inside the tensor over the whole nest."""
+    shape = kernel.tensor(access.tensor).shape
+    out = []
+    for d, idx in enumerate(access.indices):
+        lo = idx.const + sum(min(0, c * (ext[l] - 1)) for l, c in idx.terms)
+        hi = idx.const + sum(max(0, c * (ext[l] - 1)) for l, c in idx.terms)
+        out.append(lo >= 0 and hi < shape[d])
+    return out
+
+
+def _rename(access: Access, names: dict[str, str]) -> Access:
+    return dataclasses.replace(access, indices=tuple(Affine.of({names[l]: c for l, c in idx.terms}, idx.const)
+                                                     for idx in access.indices))
+
+
+def packed_contraction(kernel: Kernel, schedule: Schedule | None = None) -> Packed | None:
+    """The kernel's statement the host runs as a packed GEMM, or None. Eligibility is read
+    from the accesses, never from op names: a `+=` of a product of two tensor reads whose
+    every loop indexes the output and both operands (batch), the output and one operand (m
+    or n), or both operands and not the output (k: the reduction), with an output offset
+    that is one-to-one over the loops (no two points write one element), at least
+    `GEMM_PACK_MIN` multiply-adds, and (given a schedule) at least one of its loops tiled:
+    an untiled (naive) schedule keeps the plain nest. Operands may be any affine access,
+    out-of-range reads included (padding: checked while packing, never in the microkernel).
+    GEMM, batched GEMM, convolutions (stride, dilation, padding, groups, depthwise) and
+    transposed operands all match."""
+    for index, stmt in enumerate(kernel.statements):
+        e = stmt.expr
+        if stmt.reduce != "+" or not (isinstance(e, BinOp) and e.op == "*" and isinstance(e.lhs, Access)
+                                      and isinstance(e.rhs, Access)):
+            continue
+        if stmt.target in (e.lhs.tensor, e.rhs.tensor):
+            continue
+        ext = stmt.extents
+        if math.prod(ext.values()) < GEMM_PACK_MIN:
+            continue
+        out_loops = {l for idx in stmt.target_indices for l in idx.loops}
+        found = None
+        for a, b in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
+            in_a = {l for idx in a.indices for l in idx.loops}
+            in_b = {l for idx in b.indices for l in idx.loops}
+            groups: dict[str, list[str]] = {"batch": [], "m": [], "n": [], "k": []}
+            ok = True
+            for l in stmt.loop_names:
+                key = {(True, True, True): "batch", (True, True, False): "m", (True, False, True): "n",
+                       (False, True, True): "k"}.get((l in out_loops, l in in_a, l in in_b))
+                if key is None:
+                    ok = ext[l] == 1    # a loop of one iteration takes no part
+                    if not ok:
+                        break
+                    key = "batch"
+                groups[key].append(l)
+            if not ok or not groups["k"] or not groups["n"]:
+                continue
+            last = stmt.target_indices[-1].loops
+            score = (bool(set(last) & set(groups["n"])), math.prod(ext[l] for l in groups["n"]))
+            if found is None or score > found[0]:
+                found = (score, a, b, groups)
+        if found is None:
+            continue
+        _, a, b, groups = found
+        target = Access(stmt.target, stmt.target_indices)
+        o_coeff, _ = _flat_offsets(kernel, target)
+        if not _one_to_one(o_coeff, [l for l in stmt.loop_names if l in out_loops], ext):
+            continue
+        by_offset = lambda coeff: (lambda l: -abs(coeff.get(l, 0)))      # noqa: E731 - outer → inner
+        a_coeff, _ = _flat_offsets(kernel, a)
+        m = sorted(groups["m"], key=by_offset(o_coeff))
+        n = sorted(groups["n"], key=by_offset(o_coeff))
+        k = sorted(groups["k"], key=by_offset(a_coeff))
+        # n's inner loops whose output offset is `col` (stride 1, dense) stay in n; the outer
+        # rest run as batch loops, so the microkernel stores contiguous rows.
+        inner, stride = [], 1
+        for l in reversed(n):
+            if o_coeff.get(l, 0) != stride:
+                break
+            inner.insert(0, l)
+            stride *= ext[l]
+        contiguous = bool(inner)
+        if contiguous:
+            batch = sorted(groups["batch"] + n[:len(n) - len(inner)], key=by_offset(o_coeff))
+            n = inner
+        else:
+            batch = sorted(groups["batch"], key=by_offset(o_coeff))
+        if schedule is not None:
+            sizes = schedule.tile_sizes()
+            anchors = kernel.loop_map(index)
+            if all(all(t >= kernel.extents[anchors[l]] for t in sizes.get(anchors.get(l), ()))
+                   for l in stmt.loop_names if l in anchors):
+                continue    # an untiled (naive) schedule: the plain nest
+        epilogue = _epilogue(kernel, index, batch + m + n)
+        return Packed(index, a, b, tuple(batch), tuple(m), tuple(n), tuple(k),
+                      tuple(sorted(ext.items())), epilogue, contiguous)
+    return None
+
+
+def _epilogue(kernel: Kernel, index: int, out_loops: list[str]) -> tuple[int, ...]:
+    """Statements right after the contraction `index` that its store can apply: elementwise
+    (no reduction, no loop of their own), over exactly its output points, reading its result
+    and earlier fused results only at the point being stored, anything else in range."""
+    stmt = kernel.statements[index]
+    to_anchor = kernel.loop_map(index)
+    from_anchor = {a: l for l, a in to_anchor.items()}
+    ext = stmt.extents
+    point = {stmt.target: tuple(stmt.target_indices)}
+    fused: list[int] = []
+    for s in range(index + 1, len(kernel.statements)):
+        st = kernel.statements[s]
+        m = kernel.loop_map(s)
+        if st.reduce is not None or set(m) != set(st.loop_names):
+            break
+        names = {l: from_anchor.get(a) for l, a in m.items()}
+        if None in names.values() or sorted(names.values()) != sorted(out_loops) \
+                or any(st.extents[l] != ext[names[l]] for l in st.loop_names):
+            break
+        ok = True
+        for access in st.reads():
+            renamed = _rename(access, names)
+            if access.tensor in point:
+                ok = renamed.indices == point[access.tensor]
+            elif any(kernel.statements[w].target == access.tensor for w in range(index, len(kernel.statements))):
+                ok = False    # written by a statement not fused (or later): keep program order
+            else:
+                ok = all(_in_range(kernel, renamed, ext))
+            if not ok:
+                break
+        if not ok or st.target in point:
+            break
+        point[st.target] = tuple(_rename(Access(st.target, st.target_indices), names).indices)
+        fused.append(s)
+    return tuple(fused)
+
+
 @dataclass
 class _Tile:
     """Where the nest stands for one anchor loop: the current tile's start and end (C
@@ -286,23 +518,23 @@ class _KernelWriter:
         ops = ", ".join(k.ops)
         self.emit(0, f"/* kernel {k.name}: ops {ops} */")
         self.emit(0, f"static void {fn}({', '.join(params)}) {{")
-        for s in k.statements:
-            if s.reduce is not None:
+        from ..ir.loopnest import lower
+
+        pk = packed_contraction(self.kernel, self.schedule)
+        for index, s in enumerate(k.statements):
+            if s.reduce is not None and not (pk is not None and index == pk.index):  # packed: stored at k0 == 0
                 t = self.tensor(s.target)
                 var = self.namer.fresh("n")
                 self.emit(1, "#pragma omp parallel for simd" if t.size >= (1 << 16) and self.parallel else "#pragma omp simd")
                 self.emit(1, f"for (long {var} = 0; {var} < {t.size}L; ++{var}) "
                              f"{self.cname[t.name]}[{var}] = {_float(0.0 if s.reduce == '+' else -math.inf)};")
-        from ..ir.loopnest import lower
-
-        gemm = self.gemm_statement()
-        if gemm is None:
+        if pk is None:
             self.emit_nest(lower(self.schedule))
         else:
             # The packed path: every statement over its full nest, in program order (the
-            # untiled schedule's tree), the GEMM-like one packed with the schedule's blocks.
-            index, ops, loops = gemm
-            self.emit_nest(lower(Schedule.default(self.kernel, self.schedule.levels)), index, (ops, loops))
+            # untiled schedule's tree), the contraction packed with the schedule's blocks and
+            # its fused epilogue in its store.
+            self.emit_nest(lower(Schedule.default(self.kernel, self.schedule.levels)), pk)
         for s in k.statements:    # integer reductions saturate once complete (see saturate)
             if s.reduce is not None and self.tensor(s.target).dtype in INT_RANGE:
                 t, var = self.tensor(s.target), self.namer.fresh("n")
@@ -311,54 +543,7 @@ class _KernelWriter:
         self.emit(0, "}")
         return "\n".join(self.out)
 
-    # ------------------------------------------------------------------ packed GEMM
-
-    def gemm_statement(self):
-        """(statement index, (A access, B access), (i, j, k)) for a GEMM-like contraction this
-        kernel can run packed: `C[i, j] += A[..] * B[..]` where each operand is indexed by
-        plain loops (one loop per dimension, coefficient 1, in range: no pads), A by {i, k},
-        B by {k, j}, the schedule tiles at least one of i, j, k, and the work is large enough
-        to pay for the packing; else None."""
-        found = None
-        for index, stmt in enumerate(self.kernel.statements):
-            if stmt.reduce != "+" or len(stmt.target_indices) != 2 or len(stmt.loop_names) != 3:
-                continue
-            i, j = (idx.single_loop for idx in stmt.target_indices)
-            if i is None or j is None or i == j or any(idx.const for idx in stmt.target_indices):
-                continue
-            (k,) = [l for l in stmt.loop_names if l not in (i, j)] or [None]
-            e = stmt.expr
-            if k is None or not (isinstance(e, BinOp) and e.op == "*" and isinstance(e.lhs, Access)
-                                 and isinstance(e.rhs, Access)):
-                continue
-            ext = stmt.extents
-            if ext[i] * ext[j] * ext[k] < GEMM_PACK_MIN or all(self.block_size(index, l) >= ext[l] for l in (i, j, k)):
-                continue    # small, or an untiled (naive) schedule: the plain nest
-
-            def loops_of(a: Access):
-                t = self.tensor(a.tensor)
-                out = []
-                for d, idx in enumerate(a.indices):
-                    if idx.const or len(idx.terms) != 1 or idx.terms[0][1] != 1:
-                        return None
-                    loop = idx.terms[0][0]
-                    if ext[loop] > t.shape[d]:
-                        return None
-                    out.append(loop)
-                return out
-            la, lb = loops_of(e.lhs), loops_of(e.rhs)
-            if la is None or lb is None:
-                continue
-            ops = None
-            if sorted(la) == sorted((i, k)) and sorted(lb) == sorted((k, j)):
-                ops = (e.lhs, e.rhs)
-            elif sorted(lb) == sorted((i, k)) and sorted(la) == sorted((k, j)):
-                ops = (e.rhs, e.lhs)
-            if ops is None or stmt.target in (ops[0].tensor, ops[1].tensor):
-                continue
-            found = (index, ops, (i, j, k))
-            break
-        return found
+    # ------------------------------------------------------------------ packed contractions
 
     def block_size(self, index: int, own: str) -> int:
         """The cache block for a loop: its tile at the outermost level that tiles it."""
@@ -371,102 +556,315 @@ class _KernelWriter:
                 return max(1, t)
         return extent
 
-    def strides_of(self, a: Access) -> dict[str, int]:
-        shape = self.tensor(a.tensor).shape
-        return {idx.terms[0][0]: math.prod(shape[d + 1:]) for d, idx in enumerate(a.indices)}
-
-    def packed_gemm(self, index: int, stmt: Statement, ops, loops) -> None:
-        mr, nr = GEMM_MR, GEMM_NR
-        i, j, k = loops
-        ext = stmt.extents
-        M, N, K = ext[i], ext[j], ext[k]
-        MC, NC, KC = (min(max(self.block_size(index, l), floor), ext[l]) for l, floor in zip(loops, GEMM_MIN_BLOCK))
-        MC = -(-MC // mr) * mr if MC >= mr else MC
+    def packed(self, pk: Packed) -> None:
+        """Statement `pk.index` as a packed GEMM (BLIS-style) over batch x M x N x K, with the
+        statements `pk.epilogue` applied in the microkernel's store (see the module docstring)."""
+        stmt = self.kernel.statements[pk.index]
+        ext = dict(pk.extents)
+        NB, M, N, K = (pk.size(g) for g in ("batch", "m", "n", "k"))
+        mr, nr = pk.micro
+        MC, NC, KC = packed_blocks(pk, lambda l: self.block_size(pk.index, l))
         MCP, NCP = -(-MC // mr) * mr, -(-NC // nr) * nr      # padded to whole micro-panels
-        a, b = ops
-        sa, sb = self.strides_of(a), self.strides_of(b)
-        A, B, C = self.cname[a.tensor], self.cname[b.tensor], self.cname[stmt.target]
-        sc = self.strides_of(Access(stmt.target, stmt.target_indices))
         f = self.namer.fresh    # kernel scope: later statements' names avoid these
-        j0, k0, i0, jr, ir, p, r, c = (f(n) for n in ("j0", "k0", "i0", "jr", "ir", "p", "r", "c"))
-        nc, kc, mc, Ap, Bp, acc, cp, av, bv = (f(n) for n in ("nc", "kc", "mc", "Apack", "Bpack", "acc", "cp",
-                                                               "ap", "bp"))
-        parallel = bool(set(self.parallel) & {self.kernel.loop_map(index).get(l) for l in (i, j)})
         e = self.emit
+        anchors = self.kernel.loop_map(pk.index)
+        parallel = bool(set(self.parallel) & {anchors.get(l) for l in pk.batch + pk.m + pk.n})
+        tab, nth, tid, bt, j0, k0, i0, jr, ir, p, r, c = (f(x) for x in (
+            "tab", "nth", "tid", "bt", "j0", "k0", "i0", "jr", "ir", "p", "r", "c"))
+        nc, kc, mc, Ap, Bp, acc, rows, cols, v = (f(x) for x in ("nc", "kc", "mc", "Apack", "Bpack", "acc",
+                                                               "rows", "cols", "v"))
+        lo = {g: f(g + "_lo") for g in ("bt", "m", "n")}
+        hi = {g: f(g + "_hi") for g in ("bt", "m", "n")}
+        groups = {"m": pk.m, "n": pk.n, "k": pk.k}
+        tables: dict[tuple, str] = {}      # (group, coefficients) -> C array name
+        table_fill: list[tuple[str, tuple[str, ...], tuple[int, ...]]] = []
+
+        def term(group: str, coeff: dict[str, int], x: str) -> str:
+            """sum(coeff[l] * l) over `group`'s loops at flattened position x: a multiple of
+            x where the group flattens linearly, else a lookup in a table filled once."""
+            loops = groups[group]
+            cs = tuple(coeff.get(l, 0) for l in loops)
+            if not any(cs):
+                return ""
+            live = [(l, cv) for l, cv in zip(loops, cs) if ext[l] > 1]
+            step = live[-1][1] if live else 0
+            if all(cv == step * math.prod(ext[x2] for x2, _ in live[i + 1:]) for i, (_, cv) in enumerate(live)):
+                return "" if step == 0 else (f" + {x}" if step == 1 else f" + {step} * {x}")
+            key = (group, cs)
+            if key not in tables:
+                tables[key] = f(f"{group}_off")
+                table_fill.append((tables[key], loops, cs))
+            return f" + {tables[key]}[{x}]"
+
+        def batch_term(coeff: dict[str, int], const: int) -> str:
+            parts = [f"{cv} * {bvar[l]}" if cv != 1 else bvar[l] for l in pk.batch if (cv := coeff.get(l, 0))]
+            return " + ".join(parts + ([str(const)] if const or not parts else []))
+
+        bvar = {l: f(l) for l in pk.batch}
+
+        padded: list[tuple[str, Access, list[tuple[int, int]]]] = []   # (copy, access, pads)
+        run_flags: list[tuple[str, str]] = []     # (flag array, n-group offset table)
+
+        def operand(access: Access, rowg: str, row: str, colg: str, col: str, pad: float) -> tuple[str, list[str]]:
+            """C text reading `access` at (row of group rowg, col of group colg), and the
+            batch-part declarations. An access that can leave its tensor reads a padded copy
+            (made once per call, before the parallel region) when that copy is at most
+            PAD_COPY_MAX times the tensor, else it is checked on those dimensions."""
+            t = self.tensor(access.tensor)
+            pads = _padding(self.kernel, access, ext)
+            shape, shift, name = t.shape, None, self.cname[access.tensor]
+            if any(lo or hi for lo, hi in pads):
+                pshape = tuple(n + lo + hi for n, (lo, hi) in zip(t.shape, pads))
+                if math.prod(pshape) <= PAD_COPY_MAX * t.size:
+                    name = f(f"{name}_padded")
+                    padded.append((name, access, pads))
+                    shape, shift = pshape, [lo for lo, _ in pads]
+            coeff, const = _flat_offsets(self.kernel, access, shape, shift)
+            base = f(f"{name}_base")
+            decls = [f"const long {base} = {batch_term(coeff, const)};"]
+            text = f"{name}[{base}{term(rowg, coeff, row)}{term(colg, coeff, col)}]"
+            conds = []
+            for d, (idx, inside) in enumerate(zip(access.indices, _in_range(self.kernel, access, ext))):
+                if inside or shift is not None:
+                    continue
+                dc = dict(idx.terms)
+                q = f(f"{name}_d{d}")
+                decls.append(f"const long {q} = {batch_term(dc, idx.const)};")
+                conds.append(f"(unsigned long)({q}{term(rowg, dc, row)}{term(colg, dc, col)}) < {shape[d]}UL")
+            if conds:
+                text = f"({' && '.join(conds)} ? {text} : {_float(pad)})"
+            else:   # where the column offsets come from a table: the text for a run of NR columns
+                key = (colg, tuple(coeff.get(l, 0) for l in groups[colg]))
+                if key in tables:
+                    runs[access] = (tables[key], f"{name}[{base}{term(rowg, coeff, row)} + {tables[key]}[{j0} + {jr}] + {c}]")
+            return text, decls
+
+        runs: dict[Access, tuple[str, str]] = {}
+        a_text, a_decls = operand(pk.a, "m", f"({i0} + {ir} + {r})", "k", f"({k0} + {p})", pk.a.pad)
+        b_text, b_decls = operand(pk.b, "k", f"({k0} + {p})", "n", f"({j0} + {jr} + {c})", pk.b.pad)
+        # The store: the output and every fused statement's accesses at (row, col).
+        row, col = f"({i0} + {ir} + {r})", f"({j0} + {jr} + {c})"
+        from_anchor = {a: l for l, a in anchors.items()}
+        store_decls: list[str] = []
+        store_cache: dict[tuple, str] = {}
+
+        def at_point(access: Access) -> str:
+            key = (access.tensor, access.indices)
+            if key not in store_cache:
+                coeff, const = _flat_offsets(self.kernel, access)
+                base = f(f"{self.cname[access.tensor]}_base")
+                store_decls.append(f"const long {base} = {batch_term(coeff, const)};")
+                store_cache[key] = f"{self.cname[access.tensor]}[{base}{term('m', coeff, row)}{term('n', coeff, col)}]"
+            return store_cache[key]
+
+        out = at_point(Access(stmt.target, stmt.target_indices))
+        fused = set(pk.epilogue)
+        readers = {a.tensor for s, st in enumerate(self.kernel.statements)
+                   if s != pk.index and s not in fused for a in st.reads()}
+
+        def needed(t: str) -> bool:
+            return t not in self.kernel.internals or t in readers
+
+        epilogue_lines: list[str] = []
+        local = {stmt.target: self.saturate(stmt.target, v) if stmt.target in self.int_accumulators else v}
+        for s in pk.epilogue:
+            st = self.kernel.statements[s]
+            ren = {l: from_anchor[a] for l, a in self.kernel.loop_map(s).items()}
+
+            def access_at(a: Access, ren=ren):
+                return local.get(a.tensor) or at_point(_rename(a, ren))
+            value = self.saturate(st.target, self.expr_c(st.expr, {}, st, access=access_at))
+            var = f(f"{self.cname[st.target]}_v")
+            epilogue_lines.append(f"const float {var} = {value};")
+            local[st.target] = var
+            if needed(st.target):
+                epilogue_lines.append(f"{at_point(_rename(Access(st.target, st.target_indices), ren))} = {var};")
+
         e(1, f"/* {str(stmt).split('    #')[0]} */")
-        e(1, f"/* packed GEMM: blocks mc={MC} nc={NC} kc={KC} (the schedule's outermost tiles, raised to >= {'/'.join(map(str, GEMM_MIN_BLOCK))}, mc in whole micro-panels), "
-             f"microkernel {mr}x{nr} */")
-        e(1, f"float* {Bp} = (float*)aligned_alloc(64, {KC * NCP * 4}UL);")
-        e(1, f"for (long {j0} = 0; {j0} < {N}; {j0} += {NC}) {{")
-        e(2, f"const long {nc} = AC_MIN({NC}, {N} - {j0});")
-        e(2, f"for (long {k0} = 0; {k0} < {K}; {k0} += {KC}) {{")
-        e(3, f"const long {kc} = AC_MIN({KC}, {K} - {k0});")
-        e(3, f"/* pack B[{k0}:+{kc}, {j0}:+{nc}] as {nr}-wide column panels, zero-padded */")
+        epi = ", ".join(str(self.kernel.statements[s]).split("    #")[0] for s in pk.epilogue)
+        e(1, f"/* packed GEMM: batch {' '.join(pk.batch) or '-'} ({NB}) x M {' '.join(pk.m) or '-'} ({M}) x "
+             f"N {' '.join(pk.n)} ({N}) x K {' '.join(pk.k)} ({K}); blocks mc={MC} nc={NC} kc={KC} (the schedule's "
+             f"outermost tiles, raised to >= {'/'.join(map(str, GEMM_MIN_BLOCK))}), microkernel {mr}x{nr}"
+             + (f"; applied in its store: {epi}" if epi else "") + " */")
+        e(1, "{")
+        # offset tables first, so the names they get are known to the code below (filled below)
+        body_start = len(self.out)
+        e(2, "/* one parallel region; each thread owns a static share of batch x M x N */")
         if parallel:
-            e(3, "#pragma omp parallel for")
-        e(3, f"for (long {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{")
-        e(4, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
-        e(5, "#pragma omp simd")
-        e(5, f"for (long {c} = 0; {c} < {nr}; ++{c}) {Bp}[{jr} * {kc} + {p} * {nr} + {c}] = {jr} + {c} < {nc} ? "
-             f"{B}[{_affine_c({f'({k0} + {p})': sb[k], f'({j0} + {jr} + {c})': sb[j]}, 0)}] : 0.0f;")
-        e(4, "}")
+            e(2, "#pragma omp parallel")
+        e(2, "{")
+        e(3, f"int {nth} = 1, {tid} = 0;")
+        e(0, "#ifdef _OPENMP")
+        e(3, f"{nth} = omp_get_num_threads(); {tid} = omp_get_thread_num();")
+        e(0, "#endif")
+        mpan, npan = -(-M // mr), -(-N // nr)
+        e(3, f"long {lo['bt']} = 0, {hi['bt']} = {NB}, {lo['m']} = 0, {hi['m']} = {M}, {lo['n']} = 0, {hi['n']} = {N};")
+        e(3, f"if ({nth} > 1 && {NB} >= {nth} && ({NB} % {nth} == 0 || {NB} >= 4 * {nth})) {{")
+        e(4, f"{lo['bt']} = {NB}L * {tid} / {nth}; {hi['bt']} = {NB}L * ({tid} + 1) / {nth};")
+        e(3, f"}} else if ({nth} > 1 && {npan} >= {mpan}) {{")
+        e(4, f"{lo['n']} = {npan}L * {tid} / {nth} * {nr}; {hi['n']} = AC_MIN({N}L, {npan}L * ({tid} + 1) / {nth} * {nr});")
+        e(3, f"}} else if ({nth} > 1) {{")
+        e(4, f"{lo['m']} = {mpan}L * {tid} / {nth} * {mr}; {hi['m']} = AC_MIN({M}L, {mpan}L * ({tid} + 1) / {nth} * {mr});")
         e(3, "}")
-        if parallel:
-            e(3, "#pragma omp parallel")
-        e(3, "{")
-        e(4, f"float* {Ap} = (float*)aligned_alloc(64, {-(-MCP * KC * 4 // 64) * 64}UL);")
-        if parallel:
-            e(4, "#pragma omp for schedule(dynamic, 1)")
-        e(4, f"for (long {i0} = 0; {i0} < {M}; {i0} += {MC}) {{")
-        e(5, f"const long {mc} = AC_MIN({MC}, {M} - {i0});")
-        e(5, f"/* pack A[{i0}:+{mc}, {k0}:+{kc}] as {mr}-high row panels, zero-padded */")
-        e(5, f"for (long {ir} = 0; {ir} < {mc}; {ir} += {mr}) {{")
-        e(6, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
-        e(7, f"for (long {r} = 0; {r} < {mr}; ++{r}) {Ap}[{ir} * {kc} + {p} * {mr} + {r}] = {ir} + {r} < {mc} ? "
-             f"{A}[{_affine_c({f'({i0} + {ir} + {r})': sa[i], f'({k0} + {p})': sa[k]}, 0)}] : 0.0f;")
+        e(3, f"float* {Bp} = (float*)aligned_alloc(64, {KC * NCP * 4}UL);")
+        e(3, f"float* {Ap} = (float*)aligned_alloc(64, {-(-MCP * KC * 4 // 64) * 64}UL);")
+        e(3, f"for (long {bt} = {lo['bt']}; {bt} < {hi['bt']}; ++{bt}) {{")
+        inner = 1
+        for l in reversed(pk.batch):
+            e(4, f"const long {bvar[l]} = ({bt} / {inner}) % {ext[l]};" if inner > 1 else
+                 f"const long {bvar[l]} = {bt} % {ext[l]};")
+            inner *= ext[l]
+        for line in dict.fromkeys(a_decls + b_decls + store_decls):
+            e(4, line)
+        e(4, f"for (long {j0} = {lo['n']}; {j0} < {hi['n']}; {j0} += {NC}) {{")
+        e(5, f"const long {nc} = AC_MIN({NC}, {hi['n']} - {j0});")
+        e(5, f"for (long {k0} = 0; {k0} < {K}; {k0} += {KC}) {{")
+        e(6, f"const long {kc} = AC_MIN({KC}, {K} - {k0});")
+        e(6, f"/* pack B[k0:+kc, j0:+nc] as {nr}-wide column panels (zero-padded; out-of-range reads give the pad) */")
+        e(6, f"for (long {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{")
+        d = 7
+        if pk.b in runs:   # a panel whose NR columns are consecutive in B: a straight copy
+            table, run_text = runs[pk.b]
+            run_flag = f(f"{table}_run")
+            run_flags.append((run_flag, table))
+            e(7, f"if ({jr} + {nr} <= {nc} && {run_flag}[({j0} + {jr}) / {nr}]) {{")
+            e(8, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
+            e(9, "#pragma omp simd")
+            e(9, f"for (long {c} = 0; {c} < {nr}; ++{c}) {Bp}[{jr} * {kc} + {p} * {nr} + {c}] = {run_text};")
+            e(8, "}")
+            e(7, "} else {")
+            d = 8
+        e(d, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
+        e(d + 1, "#pragma omp simd")
+        e(d + 1, f"for (long {c} = 0; {c} < {nr}; ++{c}) {Bp}[{jr} * {kc} + {p} * {nr} + {c}] = {jr} + {c} < {nc} ? "
+                 f"{b_text} : 0.0f;")
+        e(d, "}")
+        if d == 8:
+            e(7, "}")
         e(6, "}")
-        e(5, "}")
-        e(5, f"for (long {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{")
-        e(6, f"for (long {ir} = 0; {ir} < {mc}; {ir} += {mr}) {{")
-        e(7, f"const float* restrict {av} = {Ap} + {ir} * {kc};")
-        e(7, f"const float* restrict {bv} = {Bp} + {jr} * {kc};")
-        e(7, f"float {acc}[{mr}][{nr}] = {{{{0.0f}}}};")
-        e(7, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
-        e(8, f"#pragma GCC unroll {mr}")
-        e(8, f"for (long {r} = 0; {r} < {mr}; ++{r}) {{")
-        e(9, "#pragma omp simd")
-        e(9, f"for (long {c} = 0; {c} < {nr}; ++{c}) {acc}[{r}][{c}] += {av}[{p} * {mr} + {r}] * {bv}[{p} * {nr} + {c}];")
+        e(6, f"for (long {i0} = {lo['m']}; {i0} < {hi['m']}; {i0} += {MC}) {{")
+        e(7, f"const long {mc} = AC_MIN({MC}, {hi['m']} - {i0});")
+        e(7, f"/* pack A[i0:+mc, k0:+kc] as {mr}-high row panels (zero-padded) */")
+        e(7, f"for (long {ir} = 0; {ir} < {mc}; {ir} += {mr}) {{")
+        e(8, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
+        e(9, f"for (long {r} = 0; {r} < {mr}; ++{r}) {Ap}[{ir} * {kc} + {p} * {mr} + {r}] = {ir} + {r} < {mc} ? "
+             f"{a_text} : 0.0f;")
         e(8, "}")
         e(7, "}")
-        cidx = _affine_c({r: sc[i], c: sc[j]}, 0)
-        e(7, f"float* restrict {cp} = {C} + {_affine_c({f'({i0} + {ir})': sc[i], f'({j0} + {jr})': sc[j]}, 0)};")
-        e(7, f"if ({mc} - {ir} >= {mr} && {nc} - {jr} >= {nr}) {{")
-        e(8, f"#pragma GCC unroll {mr}")
-        e(8, f"for (long {r} = 0; {r} < {mr}; ++{r}) {{")
-        e(9, "#pragma omp simd")
-        e(9, f"for (long {c} = 0; {c} < {nr}; ++{c}) {cp}[{cidx}] += {acc}[{r}][{c}];")
-        e(8, "}")
-        e(7, "} else {    /* an edge tile */")
-        e(8, f"for (long {r} = 0; {r} < AC_MIN({mr}, {mc} - {ir}); ++{r}) {{")
-        e(9, f"for (long {c} = 0; {c} < AC_MIN({nr}, {nc} - {jr}); ++{c}) {cp}[{cidx}] += {acc}[{r}][{c}];")
+        e(7, f"for (long {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{")
+        e(8, f"for (long {ir} = 0; {ir} < {mc}; {ir} += {mr}) {{")
+        av, bv = f("ap"), f("bp")
+        e(9, f"const float* restrict {av} = {Ap} + {ir} * {kc};")
+        e(9, f"const float* restrict {bv} = {Bp} + {jr} * {kc};")
+        e(9, f"float {acc}[{mr}][{nr}] = {{{{0.0f}}}};")
+        e(9, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
+        e(10, f"#pragma GCC unroll {mr}")
+        e(10, f"for (long {r} = 0; {r} < {mr}; ++{r}) {{")
+        e(11, "#pragma omp simd")
+        e(11, f"for (long {c} = 0; {c} < {nr}; ++{c}) {acc}[{r}][{c}] += {av}[{p} * {mr} + {r}] * {bv}[{p} * {nr} + {c}];")
+        e(10, "}")
+        e(9, "}")
+        e(9, f"const long {rows} = AC_MIN({mr}, {mc} - {ir}), {cols} = AC_MIN({nr}, {nc} - {jr});")
+        single = K <= KC
+        cases = [(True, True)] if single else [(True, True), (True, False), (False, True), (False, False)]
+        for n_case, (first, last) in enumerate(cases):
+            if not single:
+                cond = " && ".join([f"{k0} == 0" if first else f"{k0} > 0",
+                                    f"{k0} + {kc} >= {K}" if last else f"{k0} + {kc} < {K}"])
+                e(9, ("if" if n_case == 0 else "} else if") + f" ({cond}) {{")
+            d = 9 if single else 10
+            lines = [f"const float {v} = {acc}[{r}][{c}]" + ("" if first else f" + {out}") + ";"]
+            if not last or needed(stmt.target):
+                lines.append(f"{out} = {v};")
+            if last:
+                lines += epilogue_lines
+            for full in (True, False):
+                e(d, f"if ({rows} == {mr} && {cols} == {nr}) {{    /* a full tile */" if full else "} else {")
+                if full:
+                    e(d + 1, f"#pragma GCC unroll {mr}")
+                e(d + 1, f"for (long {r} = 0; {r} < {mr if full else rows}; ++{r}) {{")
+                e(d + 2, "#pragma omp simd")
+                e(d + 2, f"for (long {c} = 0; {c} < {nr if full else cols}; ++{c}) {{")
+                for line in lines:
+                    e(d + 3, line)
+                e(d + 2, "}")
+                e(d + 1, "}")
+            e(d, "}")
+        if not single:
+            e(9, "}")
         e(8, "}")
         e(7, "}")
         e(6, "}")
         e(5, "}")
         e(4, "}")
-        e(4, f"free({Ap});")
         e(3, "}")
+        e(3, f"free({Ap});")
+        e(3, f"free({Bp});")
         e(2, "}")
+        # the offset tables, filled once per call before the parallel region
+        fill: list[str] = []
+        total = sum(math.prod(ext[l] for l in loops) for _, loops, _ in table_fill)
+        if table_fill:
+            # int offsets (16 to a vector, so the packing loops vectorise) where every value fits
+            ctype = "int" if all(sum(abs(cv) * (ext[l] - 1) for l, cv in zip(loops, cs)) < 2 ** 31
+                                 for _, loops, cs in table_fill) else "long"
+            fill.append(f"{ctype}* {tab} = ({ctype}*)malloc({max(total, 1)}UL * sizeof({ctype}));")
+            at = 0
+            for name, loops, cs in table_fill:
+                fill.append(f"{ctype}* {name} = {tab} + {at};")
+                at += math.prod(ext[l] for l in loops)
+            for name, loops, cs in table_fill:
+                x = f("x")
+                fill.append(f"{{ long {x} = 0;")
+                lv = {l: f(l) for l in loops}
+                depth = 1
+                for l in loops:
+                    fill.append("    " * depth + f"for (long {lv[l]} = 0; {lv[l]} < {ext[l]}; ++{lv[l]})")
+                    depth += 1
+                value = " + ".join(f"{cv} * {lv[l]}" for l, cv in zip(loops, cs) if cv) or "0"
+                fill.append("    " * depth + f"{name}[{x}++] = {value};")
+                fill.append("}")
+        for flag, table in run_flags:
+            pan, x = f("pan"), f("x")
+            fill.append(f"unsigned char* {flag} = (unsigned char*)malloc({-(-N // nr)}UL);")
+            fill.append(f"for (long {pan} = 0; {pan} < {-(-N // nr)}; ++{pan}) {{")
+            fill.append(f"    {flag}[{pan}] = {pan} * {nr} + {nr} <= {N};")
+            fill.append(f"    for (long {x} = 1; {x} < {nr} && {flag}[{pan}]; ++{x}) "
+                        f"{flag}[{pan}] = {table}[{pan} * {nr} + {x}] == {table}[{pan} * {nr}] + {x};")
+            fill.append("}")
+        for name, access, pads in padded:
+            t = self.tensor(access.tensor)
+            pshape = [n + lo + hi for n, (lo, hi) in zip(t.shape, pads)]
+            qs = [f(f"q{d}") for d in range(len(pshape))]
+            fill.append(f"/* {self.cname[access.tensor]} padded by {pads} (pad value {access.pad:g}), once per call: "
+                        f"no bounds checks while packing */")
+            fill.append(f"float* {name} = (float*)malloc({math.prod(pshape)}UL * sizeof(float));")
+            for dd, q in enumerate(qs):
+                fill.append("    " * dd + f"for (long {q} = 0; {q} < {pshape[dd]}; ++{q})" + (" {" if dd == len(qs) - 1 else ""))
+            inner_ = "    " * len(qs)
+            conds = " && ".join(f"(unsigned long)({q} - {lo}) < {n}UL" for q, n, (lo, _) in zip(qs, t.shape, pads) if lo or _)
+            src = _affine_c({q: math.prod(t.shape[dd + 1:]) for dd, q in enumerate(qs)},
+                            -sum(lo * math.prod(t.shape[dd + 1:]) for dd, (lo, _) in enumerate(pads)))
+            dst = _affine_c({q: math.prod(pshape[dd + 1:]) for dd, q in enumerate(qs)}, 0)
+            fill.append(f"{inner_}{name}[{dst}] = {conds} ? {self.cname[access.tensor]}[{src}] : {_float(access.pad)};")
+            fill.append("    " * (len(qs) - 1) + "}")
+        self.out[body_start:body_start] = ["    " * 2 + line for line in fill]
+        for name, _, _ in padded:
+            e(2, f"free({name});")
+        for flag, _ in run_flags:
+            e(2, f"free({flag});")
+        if table_fill:
+            e(2, f"free({tab});")
         e(1, "}")
-        e(1, f"free({Bp});")
 
     # ------------------------------------------------------------------ the loop nest
 
-    def emit_nest(self, nest, gemm_index: int | None = None, gemm=None) -> None:
+    def emit_nest(self, nest, pk: "Packed | None" = None) -> None:
         """Write the kernel's loop nest (`ir.loopnest.lower`): tile loops as C for loops
         (ends clipped with `AC_MIN` only where a remainder tile can occur), each statement's
         point nest inside them, guarded where it runs only in the last tile; the statement
-        `gemm_index` (an untiled nest's packed GEMM) through the packed path."""
+        `pk.index` (in an untiled nest) through the packed path, which also runs the
+        statements `pk.epilogue` (skipped here)."""
         from ..ir.loopnest import TileLoop
 
         cvar: dict[str, str] = {}
@@ -489,8 +887,10 @@ class _KernelWriter:
                              f"{name(node.var)} += {node.size}) {{")
                 closing.append(d)
                 continue
-            if node.index == gemm_index:
-                self.packed_gemm(node.index, node.statement, *gemm)
+            if pk is not None and node.index == pk.index:
+                self.packed(pk)
+                continue
+            if pk is not None and node.index in pk.epilogue:
                 continue
             innermost = {t.anchor: t.var for t in nest.tile_loops() if t.var in node.last_of}
             guards = [f"{bounds[v][2]} == {self.extents[a]}" for a, v in innermost.items()]
@@ -656,18 +1056,21 @@ class _KernelWriter:
         lo, hi = INT_RANGE[dtype]
         return f"ac_saturate({value}, {_float(lo)}, {_float(hi)})"
 
-    def expr_c(self, e: Expr, var, stmt: Statement) -> str:
+    def expr_c(self, e: Expr, var, stmt: Statement, access=None) -> str:
+        """C text of `e`; `access(Access) -> str`, when given, writes every tensor read."""
         if isinstance(e, Const):
             return _float(e.value)
+        if isinstance(e, Access) and access is not None:
+            return access(e)
         if isinstance(e, Access):
             text = self.access_c(e.tensor, e.indices, var, stmt, check=True, pad=e.pad)
             if e.tensor in self.int_accumulators:   # read once complete: saturated
                 return self.saturate(e.tensor, text)
             return text
         if isinstance(e, BinOp):
-            return f"({self.expr_c(e.lhs, var, stmt)} {e.op} {self.expr_c(e.rhs, var, stmt)})"
+            return f"({self.expr_c(e.lhs, var, stmt, access)} {e.op} {self.expr_c(e.rhs, var, stmt, access)})"
         if isinstance(e, Call):
-            args = [self.expr_c(a, var, stmt) for a in e.args]
+            args = [self.expr_c(a, var, stmt, access) for a in e.args]
             fn = {"exp": "expf", "sqrt": "sqrtf", "tanh": "tanhf", "abs": "fabsf", "relu": "ac_relu",
                   "sigmoid": "ac_sigmoid", "gelu": "ac_gelu", "max": "AC_MAX", "min": "AC_MIN"}.get(e.fn)
             if e.fn == "neg":

@@ -17,6 +17,9 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define AC_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define AC_MAX(a, b) ((a) > (b) ? (a) : (b))
@@ -40,57 +43,181 @@ static inline double ac_now(void) {
 
 /* kernel Y_Z_R: ops Y, Z, R */
 static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const float* restrict scale, const float* restrict shift, float* restrict Y, float* restrict Z, float* restrict R) {
-    #pragma omp parallel for simd
-    for (long n = 0; n < 200704L; ++n) Y[n] = 0.0f;
-    #pragma omp parallel for
-    for (long f_L2 = 0; f_L2 < 64; f_L2 += 32) {
-        for (long c_L2 = 0; c_L2 < 64; c_L2 += 32) {
-            for (long h_L2 = 0; h_L2 < 56; h_L2 += 28) {
-                for (long f_L1 = f_L2; f_L1 < f_L2 + 32; f_L1 += 16) {
-                    for (long c_L1 = c_L2; c_L1 < c_L2 + 32; c_L1 += 16) {
-                        for (long h_L1 = h_L2; h_L1 < h_L2 + 28; h_L1 += 14) {
-                            for (long w_L1 = 0; w_L1 < 56; w_L1 += 28) {
-                                for (long f_registers = f_L1; f_registers < f_L1 + 16; f_registers += 8) {
-                                    for (long w_registers = w_L1; w_registers < w_L1 + 28; w_registers += 8) {
-                                        /* Y[n, f, h, w] += (X[n, c, h + r - 1, s + w - 1] * W[f, c, r, s]) */
-                                        for (long n_2 = 0; n_2 < 1; ++n_2) {
-                                            for (long f = f_registers; f < f_registers + 8; ++f) {
-                                                for (long c = c_L1; c < c_L1 + 16; ++c) {
-                                                    for (long h = h_L1; h < h_L1 + 14; ++h) {
-                                                        for (long w = w_registers; w < AC_MIN(w_registers + 8, w_L1 + 28); ++w) {
-                                                            for (long r = 0; r < 3; ++r) {
-                                                                for (long s = 0; s < 3; ++s) {
-                                                                    Y[200704 * n_2 + 3136 * f + 56 * h + w] += (((unsigned long)(h + r - 1) < 56UL && (unsigned long)(s + w - 1) < 56UL ? X[200704 * n_2 + 3136 * c + 56 * h + 56 * r + s + w - 57] : 0.0f) * W[576 * f + 9 * c + 3 * r + s]);
-                                                                }
-                                                            }
-                                                        }
-                                                    }
+    /* Y[n, f, h, w] += (X[n, c, h + r - 1, s + w - 1] * W[f, c, r, s]) */
+    /* packed GEMM: batch n (1) x M f (64) x N h w (3136) x K c r s (576); blocks mc=36 nc=784 kc=288 (the schedule's outermost tiles, raised to >= 24/64/64), microkernel 6x16; applied in its store: Z[n, c, h, w] = ((Y[n, c, h, w] * scale[c]) + shift[c]), R[n, c, h, w] = relu(Z[n, c, h, w]) */
+    {
+        int* tab = (int*)malloc(3712UL * sizeof(int));
+        int* k_off = tab + 0;
+        int* n_off = tab + 576;
+        { long x = 0;
+            for (long c_2 = 0; c_2 < 64; ++c_2)
+                for (long r_2 = 0; r_2 < 3; ++r_2)
+                    for (long s = 0; s < 3; ++s)
+                        k_off[x++] = 3364 * c_2 + 58 * r_2 + 1 * s;
+        }
+        { long x_2 = 0;
+            for (long h = 0; h < 56; ++h)
+                for (long w = 0; w < 56; ++w)
+                    n_off[x_2++] = 58 * h + 1 * w;
+        }
+        unsigned char* n_off_run = (unsigned char*)malloc(196UL);
+        for (long pan = 0; pan < 196; ++pan) {
+            n_off_run[pan] = pan * 16 + 16 <= 3136;
+            for (long x_3 = 1; x_3 < 16 && n_off_run[pan]; ++x_3) n_off_run[pan] = n_off[pan * 16 + x_3] == n_off[pan * 16] + x_3;
+        }
+        /* X padded by [(0, 0), (0, 0), (1, 1), (1, 1)] (pad value 0), once per call: no bounds checks while packing */
+        float* X_padded = (float*)malloc(215296UL * sizeof(float));
+        for (long q0 = 0; q0 < 1; ++q0)
+            for (long q1 = 0; q1 < 64; ++q1)
+                for (long q2 = 0; q2 < 58; ++q2)
+                    for (long q3 = 0; q3 < 58; ++q3) {
+                        X_padded[215296 * q0 + 3364 * q1 + 58 * q2 + q3] = (unsigned long)(q2 - 1) < 56UL && (unsigned long)(q3 - 1) < 56UL ? X[200704 * q0 + 3136 * q1 + 56 * q2 + q3 - 57] : 0.0f;
+                    }
+        /* one parallel region; each thread owns a static share of batch x M x N */
+        #pragma omp parallel
+        {
+            int nth = 1, tid = 0;
+#ifdef _OPENMP
+            nth = omp_get_num_threads(); tid = omp_get_thread_num();
+#endif
+            long bt_lo = 0, bt_hi = 1, m_lo = 0, m_hi = 64, n_lo = 0, n_hi = 3136;
+            if (nth > 1 && 1 >= nth && (1 % nth == 0 || 1 >= 4 * nth)) {
+                bt_lo = 1L * tid / nth; bt_hi = 1L * (tid + 1) / nth;
+            } else if (nth > 1 && 196 >= 11) {
+                n_lo = 196L * tid / nth * 16; n_hi = AC_MIN(3136L, 196L * (tid + 1) / nth * 16);
+            } else if (nth > 1) {
+                m_lo = 11L * tid / nth * 6; m_hi = AC_MIN(64L, 11L * (tid + 1) / nth * 6);
+            }
+            float* Bpack = (float*)aligned_alloc(64, 903168UL);
+            float* Apack = (float*)aligned_alloc(64, 41472UL);
+            for (long bt = bt_lo; bt < bt_hi; ++bt) {
+                const long n = bt % 1;
+                const long W_base = 0;
+                const long X_padded_base = 215296 * n;
+                const long Y_base = 200704 * n;
+                const long scale_base = 0;
+                const long shift_base = 0;
+                const long R_base = 200704 * n;
+                for (long j0 = n_lo; j0 < n_hi; j0 += 784) {
+                    const long nc = AC_MIN(784, n_hi - j0);
+                    for (long k0 = 0; k0 < 576; k0 += 288) {
+                        const long kc = AC_MIN(288, 576 - k0);
+                        /* pack B[k0:+kc, j0:+nc] as 16-wide column panels (zero-padded; out-of-range reads give the pad) */
+                        for (long jr = 0; jr < nc; jr += 16) {
+                            if (jr + 16 <= nc && n_off_run[(j0 + jr) / 16]) {
+                                for (long p = 0; p < kc; ++p) {
+                                    #pragma omp simd
+                                    for (long c = 0; c < 16; ++c) Bpack[jr * kc + p * 16 + c] = X_padded[X_padded_base + k_off[(k0 + p)] + n_off[j0 + jr] + c];
+                                }
+                            } else {
+                                for (long p = 0; p < kc; ++p) {
+                                    #pragma omp simd
+                                    for (long c = 0; c < 16; ++c) Bpack[jr * kc + p * 16 + c] = jr + c < nc ? X_padded[X_padded_base + k_off[(k0 + p)] + n_off[(j0 + jr + c)]] : 0.0f;
+                                }
+                            }
+                        }
+                        for (long i0 = m_lo; i0 < m_hi; i0 += 36) {
+                            const long mc = AC_MIN(36, m_hi - i0);
+                            /* pack A[i0:+mc, k0:+kc] as 6-high row panels (zero-padded) */
+                            for (long ir = 0; ir < mc; ir += 6) {
+                                for (long p = 0; p < kc; ++p) {
+                                    for (long r = 0; r < 6; ++r) Apack[ir * kc + p * 6 + r] = ir + r < mc ? W[W_base + 576 * (i0 + ir + r) + (k0 + p)] : 0.0f;
+                                }
+                            }
+                            for (long jr = 0; jr < nc; jr += 16) {
+                                for (long ir = 0; ir < mc; ir += 6) {
+                                    const float* restrict ap = Apack + ir * kc;
+                                    const float* restrict bp = Bpack + jr * kc;
+                                    float acc[6][16] = {{0.0f}};
+                                    for (long p = 0; p < kc; ++p) {
+                                        #pragma GCC unroll 6
+                                        for (long r = 0; r < 6; ++r) {
+                                            #pragma omp simd
+                                            for (long c = 0; c < 16; ++c) acc[r][c] += ap[p * 6 + r] * bp[p * 16 + c];
+                                        }
+                                    }
+                                    const long rows = AC_MIN(6, mc - ir), cols = AC_MIN(16, nc - jr);
+                                    if (k0 == 0 && k0 + kc >= 576) {
+                                        if (rows == 6 && cols == 16) {    /* a full tile */
+                                            #pragma GCC unroll 6
+                                            for (long r = 0; r < 6; ++r) {
+                                                #pragma omp simd
+                                                for (long c = 0; c < 16; ++c) {
+                                                    const float v = acc[r][c];
+                                                    const float Z_v = ((v * scale[scale_base + (i0 + ir + r)]) + shift[shift_base + (i0 + ir + r)]);
+                                                    const float R_v = ac_relu(Z_v);
+                                                    R[R_base + 3136 * (i0 + ir + r) + (j0 + jr + c)] = R_v;
+                                                }
+                                            }
+                                        } else {
+                                            for (long r = 0; r < rows; ++r) {
+                                                #pragma omp simd
+                                                for (long c = 0; c < cols; ++c) {
+                                                    const float v = acc[r][c];
+                                                    const float Z_v = ((v * scale[scale_base + (i0 + ir + r)]) + shift[shift_base + (i0 + ir + r)]);
+                                                    const float R_v = ac_relu(Z_v);
+                                                    R[R_base + 3136 * (i0 + ir + r) + (j0 + jr + c)] = R_v;
                                                 }
                                             }
                                         }
-                                        if (c_L1 + 16 == 64) {
-                                            /* Z[n, c, h, w] = ((Y[n, c, h, w] * scale[c]) + shift[c]) */
-                                            for (long n_2 = 0; n_2 < 1; ++n_2) {
-                                                for (long f = f_registers; f < f_registers + 8; ++f) {
-                                                    for (long h = h_L1; h < h_L1 + 14; ++h) {
-                                                        #pragma omp simd
-                                                        for (long w = w_registers; w < AC_MIN(w_registers + 8, w_L1 + 28); ++w) {
-                                                            Z[200704 * n_2 + 3136 * f + 56 * h + w] = ((Y[200704 * n_2 + 3136 * f + 56 * h + w] * scale[f]) + shift[f]);
-                                                        }
-                                                    }
+                                    } else if (k0 == 0 && k0 + kc < 576) {
+                                        if (rows == 6 && cols == 16) {    /* a full tile */
+                                            #pragma GCC unroll 6
+                                            for (long r = 0; r < 6; ++r) {
+                                                #pragma omp simd
+                                                for (long c = 0; c < 16; ++c) {
+                                                    const float v = acc[r][c];
+                                                    Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)] = v;
+                                                }
+                                            }
+                                        } else {
+                                            for (long r = 0; r < rows; ++r) {
+                                                #pragma omp simd
+                                                for (long c = 0; c < cols; ++c) {
+                                                    const float v = acc[r][c];
+                                                    Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)] = v;
                                                 }
                                             }
                                         }
-                                        if (c_L1 + 16 == 64) {
-                                            /* R[n, c, h, w] = relu(Z[n, c, h, w]) */
-                                            for (long n_2 = 0; n_2 < 1; ++n_2) {
-                                                for (long f = f_registers; f < f_registers + 8; ++f) {
-                                                    for (long h = h_L1; h < h_L1 + 14; ++h) {
-                                                        #pragma omp simd
-                                                        for (long w = w_registers; w < AC_MIN(w_registers + 8, w_L1 + 28); ++w) {
-                                                            R[200704 * n_2 + 3136 * f + 56 * h + w] = ac_relu(Z[200704 * n_2 + 3136 * f + 56 * h + w]);
-                                                        }
-                                                    }
+                                    } else if (k0 > 0 && k0 + kc >= 576) {
+                                        if (rows == 6 && cols == 16) {    /* a full tile */
+                                            #pragma GCC unroll 6
+                                            for (long r = 0; r < 6; ++r) {
+                                                #pragma omp simd
+                                                for (long c = 0; c < 16; ++c) {
+                                                    const float v = acc[r][c] + Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)];
+                                                    const float Z_v = ((v * scale[scale_base + (i0 + ir + r)]) + shift[shift_base + (i0 + ir + r)]);
+                                                    const float R_v = ac_relu(Z_v);
+                                                    R[R_base + 3136 * (i0 + ir + r) + (j0 + jr + c)] = R_v;
+                                                }
+                                            }
+                                        } else {
+                                            for (long r = 0; r < rows; ++r) {
+                                                #pragma omp simd
+                                                for (long c = 0; c < cols; ++c) {
+                                                    const float v = acc[r][c] + Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)];
+                                                    const float Z_v = ((v * scale[scale_base + (i0 + ir + r)]) + shift[shift_base + (i0 + ir + r)]);
+                                                    const float R_v = ac_relu(Z_v);
+                                                    R[R_base + 3136 * (i0 + ir + r) + (j0 + jr + c)] = R_v;
+                                                }
+                                            }
+                                        }
+                                    } else if (k0 > 0 && k0 + kc < 576) {
+                                        if (rows == 6 && cols == 16) {    /* a full tile */
+                                            #pragma GCC unroll 6
+                                            for (long r = 0; r < 6; ++r) {
+                                                #pragma omp simd
+                                                for (long c = 0; c < 16; ++c) {
+                                                    const float v = acc[r][c] + Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)];
+                                                    Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)] = v;
+                                                }
+                                            }
+                                        } else {
+                                            for (long r = 0; r < rows; ++r) {
+                                                #pragma omp simd
+                                                for (long c = 0; c < cols; ++c) {
+                                                    const float v = acc[r][c] + Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)];
+                                                    Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)] = v;
                                                 }
                                             }
                                         }
@@ -101,7 +228,12 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
                     }
                 }
             }
+            free(Apack);
+            free(Bpack);
         }
+        free(X_padded);
+        free(n_off_run);
+        free(tab);
     }
 }
 

@@ -14,6 +14,9 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define AC_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define AC_MAX(a, b) ((a) > (b) ? (a) : (b))
@@ -37,71 +40,152 @@ static inline double ac_now(void) {
 
 /* kernel C_D: ops C, D */
 static void kernel_C_D(const float* restrict A, const float* restrict B, float* restrict C, float* restrict D) {
-    #pragma omp parallel for simd
-    for (long n = 0; n < 1048576L; ++n) C[n] = 0.0f;
     /* C[i, j] += (A[i, k] * B[k, j]) */
-    /* packed GEMM: blocks mc=258 nc=256 kc=256 (the schedule's outermost tiles, raised to >= 24/64/64, mc in whole micro-panels), microkernel 6x16 */
-    float* Bpack = (float*)aligned_alloc(64, 262144UL);
-    for (long j0 = 0; j0 < 1024; j0 += 256) {
-        const long nc = AC_MIN(256, 1024 - j0);
-        for (long k0 = 0; k0 < 1024; k0 += 256) {
-            const long kc = AC_MIN(256, 1024 - k0);
-            /* pack B[k0:+kc, j0:+nc] as 16-wide column panels, zero-padded */
-            #pragma omp parallel for
-            for (long jr = 0; jr < nc; jr += 16) {
-                for (long p = 0; p < kc; ++p) {
-                    #pragma omp simd
-                    for (long c = 0; c < 16; ++c) Bpack[jr * kc + p * 16 + c] = jr + c < nc ? B[1024 * (k0 + p) + (j0 + jr + c)] : 0.0f;
-                }
+    /* packed GEMM: batch - (1) x M i (1024) x N j (1024) x K k (1024); blocks mc=258 nc=256 kc=256 (the schedule's outermost tiles, raised to >= 24/64/64), microkernel 6x16; applied in its store: D[i0, i1] = relu(C[i0, i1]) */
+    {
+        /* one parallel region; each thread owns a static share of batch x M x N */
+        #pragma omp parallel
+        {
+            int nth = 1, tid = 0;
+#ifdef _OPENMP
+            nth = omp_get_num_threads(); tid = omp_get_thread_num();
+#endif
+            long bt_lo = 0, bt_hi = 1, m_lo = 0, m_hi = 1024, n_lo = 0, n_hi = 1024;
+            if (nth > 1 && 1 >= nth && (1 % nth == 0 || 1 >= 4 * nth)) {
+                bt_lo = 1L * tid / nth; bt_hi = 1L * (tid + 1) / nth;
+            } else if (nth > 1 && 64 >= 171) {
+                n_lo = 64L * tid / nth * 16; n_hi = AC_MIN(1024L, 64L * (tid + 1) / nth * 16);
+            } else if (nth > 1) {
+                m_lo = 171L * tid / nth * 6; m_hi = AC_MIN(1024L, 171L * (tid + 1) / nth * 6);
             }
-            #pragma omp parallel
-            {
-                float* Apack = (float*)aligned_alloc(64, 264192UL);
-                #pragma omp for schedule(dynamic, 1)
-                for (long i0 = 0; i0 < 1024; i0 += 258) {
-                    const long mc = AC_MIN(258, 1024 - i0);
-                    /* pack A[i0:+mc, k0:+kc] as 6-high row panels, zero-padded */
-                    for (long ir = 0; ir < mc; ir += 6) {
-                        for (long p = 0; p < kc; ++p) {
-                            for (long r = 0; r < 6; ++r) Apack[ir * kc + p * 6 + r] = ir + r < mc ? A[1024 * (i0 + ir + r) + (k0 + p)] : 0.0f;
-                        }
-                    }
-                    for (long jr = 0; jr < nc; jr += 16) {
-                        for (long ir = 0; ir < mc; ir += 6) {
-                            const float* restrict ap = Apack + ir * kc;
-                            const float* restrict bp = Bpack + jr * kc;
-                            float acc[6][16] = {{0.0f}};
+            float* Bpack = (float*)aligned_alloc(64, 262144UL);
+            float* Apack = (float*)aligned_alloc(64, 264192UL);
+            for (long bt = bt_lo; bt < bt_hi; ++bt) {
+                const long A_base = 0;
+                const long B_base = 0;
+                const long C_base = 0;
+                const long D_base = 0;
+                for (long j0 = n_lo; j0 < n_hi; j0 += 256) {
+                    const long nc = AC_MIN(256, n_hi - j0);
+                    for (long k0 = 0; k0 < 1024; k0 += 256) {
+                        const long kc = AC_MIN(256, 1024 - k0);
+                        /* pack B[k0:+kc, j0:+nc] as 16-wide column panels (zero-padded; out-of-range reads give the pad) */
+                        for (long jr = 0; jr < nc; jr += 16) {
                             for (long p = 0; p < kc; ++p) {
-                                #pragma GCC unroll 6
-                                for (long r = 0; r < 6; ++r) {
-                                    #pragma omp simd
-                                    for (long c = 0; c < 16; ++c) acc[r][c] += ap[p * 6 + r] * bp[p * 16 + c];
+                                #pragma omp simd
+                                for (long c = 0; c < 16; ++c) Bpack[jr * kc + p * 16 + c] = jr + c < nc ? B[B_base + 1024 * (k0 + p) + (j0 + jr + c)] : 0.0f;
+                            }
+                        }
+                        for (long i0 = m_lo; i0 < m_hi; i0 += 258) {
+                            const long mc = AC_MIN(258, m_hi - i0);
+                            /* pack A[i0:+mc, k0:+kc] as 6-high row panels (zero-padded) */
+                            for (long ir = 0; ir < mc; ir += 6) {
+                                for (long p = 0; p < kc; ++p) {
+                                    for (long r = 0; r < 6; ++r) Apack[ir * kc + p * 6 + r] = ir + r < mc ? A[A_base + 1024 * (i0 + ir + r) + (k0 + p)] : 0.0f;
                                 }
                             }
-                            float* restrict cp = C + 1024 * (i0 + ir) + (j0 + jr);
-                            if (mc - ir >= 6 && nc - jr >= 16) {
-                                #pragma GCC unroll 6
-                                for (long r = 0; r < 6; ++r) {
-                                    #pragma omp simd
-                                    for (long c = 0; c < 16; ++c) cp[1024 * r + c] += acc[r][c];
-                                }
-                            } else {    /* an edge tile */
-                                for (long r = 0; r < AC_MIN(6, mc - ir); ++r) {
-                                    for (long c = 0; c < AC_MIN(16, nc - jr); ++c) cp[1024 * r + c] += acc[r][c];
+                            for (long jr = 0; jr < nc; jr += 16) {
+                                for (long ir = 0; ir < mc; ir += 6) {
+                                    const float* restrict ap = Apack + ir * kc;
+                                    const float* restrict bp = Bpack + jr * kc;
+                                    float acc[6][16] = {{0.0f}};
+                                    for (long p = 0; p < kc; ++p) {
+                                        #pragma GCC unroll 6
+                                        for (long r = 0; r < 6; ++r) {
+                                            #pragma omp simd
+                                            for (long c = 0; c < 16; ++c) acc[r][c] += ap[p * 6 + r] * bp[p * 16 + c];
+                                        }
+                                    }
+                                    const long rows = AC_MIN(6, mc - ir), cols = AC_MIN(16, nc - jr);
+                                    if (k0 == 0 && k0 + kc >= 1024) {
+                                        if (rows == 6 && cols == 16) {    /* a full tile */
+                                            #pragma GCC unroll 6
+                                            for (long r = 0; r < 6; ++r) {
+                                                #pragma omp simd
+                                                for (long c = 0; c < 16; ++c) {
+                                                    const float v = acc[r][c];
+                                                    const float D_v = ac_relu(v);
+                                                    D[D_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = D_v;
+                                                }
+                                            }
+                                        } else {
+                                            for (long r = 0; r < rows; ++r) {
+                                                #pragma omp simd
+                                                for (long c = 0; c < cols; ++c) {
+                                                    const float v = acc[r][c];
+                                                    const float D_v = ac_relu(v);
+                                                    D[D_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = D_v;
+                                                }
+                                            }
+                                        }
+                                    } else if (k0 == 0 && k0 + kc < 1024) {
+                                        if (rows == 6 && cols == 16) {    /* a full tile */
+                                            #pragma GCC unroll 6
+                                            for (long r = 0; r < 6; ++r) {
+                                                #pragma omp simd
+                                                for (long c = 0; c < 16; ++c) {
+                                                    const float v = acc[r][c];
+                                                    C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = v;
+                                                }
+                                            }
+                                        } else {
+                                            for (long r = 0; r < rows; ++r) {
+                                                #pragma omp simd
+                                                for (long c = 0; c < cols; ++c) {
+                                                    const float v = acc[r][c];
+                                                    C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = v;
+                                                }
+                                            }
+                                        }
+                                    } else if (k0 > 0 && k0 + kc >= 1024) {
+                                        if (rows == 6 && cols == 16) {    /* a full tile */
+                                            #pragma GCC unroll 6
+                                            for (long r = 0; r < 6; ++r) {
+                                                #pragma omp simd
+                                                for (long c = 0; c < 16; ++c) {
+                                                    const float v = acc[r][c] + C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)];
+                                                    const float D_v = ac_relu(v);
+                                                    D[D_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = D_v;
+                                                }
+                                            }
+                                        } else {
+                                            for (long r = 0; r < rows; ++r) {
+                                                #pragma omp simd
+                                                for (long c = 0; c < cols; ++c) {
+                                                    const float v = acc[r][c] + C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)];
+                                                    const float D_v = ac_relu(v);
+                                                    D[D_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = D_v;
+                                                }
+                                            }
+                                        }
+                                    } else if (k0 > 0 && k0 + kc < 1024) {
+                                        if (rows == 6 && cols == 16) {    /* a full tile */
+                                            #pragma GCC unroll 6
+                                            for (long r = 0; r < 6; ++r) {
+                                                #pragma omp simd
+                                                for (long c = 0; c < 16; ++c) {
+                                                    const float v = acc[r][c] + C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)];
+                                                    C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = v;
+                                                }
+                                            }
+                                        } else {
+                                            for (long r = 0; r < rows; ++r) {
+                                                #pragma omp simd
+                                                for (long c = 0; c < cols; ++c) {
+                                                    const float v = acc[r][c] + C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)];
+                                                    C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = v;
+                                                }
+                                            }
+                                        }
+                                    }
                                 }
                             }
                         }
                     }
                 }
-                free(Apack);
             }
-        }
-    }
-    free(Bpack);
-    /* D[i0, i1] = relu(C[i0, i1]) */
-    for (long i = 0; i < 1024; ++i) {
-        for (long j = 0; j < 1024; ++j) {
-            D[1024 * i + j] = ac_relu(C[1024 * i + j]);
+            free(Apack);
+            free(Bpack);
         }
     }
 }
