@@ -55,6 +55,7 @@ def signature(cls: str, message: str, where: str) -> str:
     text = re.sub(r" \(plan [^)]*\)", "", message)
     text = re.sub(r"\b[A-Z][A-Za-z]*\d+\w*", "T", text)
     text = re.sub(r"-?\d+(\.\d+)?(e[-+]?\d+)?", "N", text)
+    text = re.sub(r"\[N(, N)*\]", "[..]", text)
     return f"{cls} | {where} | {text[:160]}"
 
 
@@ -71,11 +72,16 @@ def still_fails(preset: str, tune: int, seed: int, cls: str, where: str):
     return test
 
 
-def shrink_job(job: tuple[dict, str, float]) -> str:
+def shrink_job(job: tuple[dict, str, float]) -> tuple[str, str]:
+    """(smallest program, its failure message) for one record's failure class."""
     record, cls, seconds = job
-    _, where = record["problems"][cls]
+    message, where = record["problems"][cls]
     test = still_fails(record["preset"], record["tune"], record["seed"] % 1000, cls, where)
-    return fuzz.shrink(record["text"], test, max_seconds=seconds)
+    text = fuzz.shrink(record["text"], test, max_seconds=seconds)
+    if text != record["text"]:
+        again = fuzz.check_program(text, record["preset"], tune=record["tune"], seed=record["seed"] % 1000)
+        message = again.problems.get(cls, (message,))[0]
+    return text, message
 
 
 def table(records: list[dict], presets, tunes) -> str:
@@ -149,12 +155,14 @@ def main(argv=None) -> int:
         else:
             with ProcessPoolExecutor(args.jobs) as pool:
                 shrunk = list(pool.map(shrink_job, shrink_jobs))
-        smallest = {sig: text for (sig, _), text in zip(firsts, shrunk)}
+        smallest = {sig: result for (sig, _), result in zip(firsts, shrunk)}
     repro_of: dict[str, str] = {}
     for sig, runs in kinds.items():
         for i, (r, cls) in enumerate(runs):
             message, where = r["problems"][cls]
-            text = smallest.get(sig, r["text"]) if i == 0 else r["text"]
+            text = r["text"]
+            if i == 0 and sig in smallest:
+                text, message = smallest[sig]
             stem = f"{r['seed']}-{r['preset']}-t{r['tune']}-{cls}"
             path = fuzz.write_reproducer(out, stem, text, {
                 "seed": r["seed"], "preset": r["preset"], "tune": r["tune"], "class": cls, "dtype": r["dtype"],
