@@ -1,0 +1,918 @@
+"""Differential fuzzing of the whole pipeline (issue 17): random valid programs, checked end to end.
+
+    gen = generate(seed)                       # a valid DSL program: gen.text, gen.kinds, gen.dtype
+    outcome = check_program(gen.text, "host", tune=0, seed=3)
+    outcome.classes()                          # e.g. ["not_verified", "fell_back"]
+    small = shrink(gen.text, lambda text: "wrong" in check_program(text, "tpu", 0).classes())
+
+`generate` owns the program generator: seeded (numpy's Generator, nothing global), it emits DSL
+text over every library op with its attributes, every comprehension form (`=`, `+=`, `max=`,
+affine, strided and padded indices, `where` bounds, declared shapes), every dtype, and odd or
+tiny shapes (1, primes, sizes no tile divides), as chains of 1-6 ops that mostly feed each
+other (fusion opportunities) and sometimes fan out (residuals, extra outputs). A rough
+magnitude estimate keeps values finite in their dtype, so a failure is the pipeline's, not
+overflow noise. Sizes stay small enough that one pipeline run takes well under 2 s.
+
+`check_program` owns the differential check of one program on one preset at one tuning
+budget: `optimize`, then the classes a run can fall in (`CLASSES`): a crash (any exception
+but a `UserError`; a `UserError` is recorded as `refused`), `not_verified`, `fell_back` (a
+rollback by the `verify` or `pipeline` stage), `wrong` (verified, yet the optimised plan or a
+kept version disagrees with the reference on fresh inputs: program-level equivalence plus
+every kernel run tile by tile in the interpreter), and on host `host_c_1t` / `host_c_2t`
+(the generated C, run with 1 or 2 OpenMP threads, disagrees with the interpreter).
+
+`shrink` owns minimisation: it drops statements (with what depends on them), cuts a chain
+by turning an intermediate into an input, lowers dimensions and dtypes, keeping each step
+only if the program still parses and still fails the same way.
+"""
+from __future__ import annotations
+
+import math
+import re
+import signal
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+DTYPES = ("f32", "f16", "bf16", "i8", "i32")
+LIBRARY_KINDS = ("matmul", "batch_matmul", "linear", "linear_bias", "conv2d", "depthwise_conv2d",
+                 "relu", "relu6", "gelu", "sigmoid", "tanh", "exp", "add", "sub", "mul", "bias_add",
+                 "batchnorm", "layernorm", "softmax", "maxpool2d", "avgpool2d", "global_avgpool", "transpose")
+COMPREHENSION_KINDS = ("comp_map", "comp_transpose", "comp_sum", "comp_contract", "comp_max", "comp_bcast",
+                       "comp_pad", "comp_stride")
+KINDS = LIBRARY_KINDS + COMPREHENSION_KINDS
+PRESETS = ("tpu", "gpu", "npu", "gemmini", "host")
+# Contractions carry the fusion and tiling decisions: drawn more often than the rest.
+_WEIGHT = {"matmul": 4, "batch_matmul": 3, "linear": 3, "linear_bias": 3, "conv2d": 4, "depthwise_conv2d": 3,
+           "comp_contract": 3, "maxpool2d": 2, "avgpool2d": 2, "global_avgpool": 2}
+CLASSES = ("crash", "refused", "not_verified", "fell_back", "wrong", "host_c_1t", "host_c_2t")
+
+# Dimension pool: tiny, primes, and sizes no power-of-two tile divides.
+_DIMS = (1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 16, 17, 19, 23, 24, 29, 31, 32)
+_MAX_ELEMENTS = 3072        # per tensor
+_MAX_POINTS = 120_000       # per statement's iteration domain (interpreter speed)
+# Largest magnitude a tensor of each dtype should reach (integers saturate by definition).
+_MAGNITUDE_LIMIT = {"f32": 1e30, "bf16": 1e30, "f16": 2e3, "i8": math.inf, "i32": math.inf}
+_INDEX = ("i", "j", "l", "m")
+
+
+@dataclass(frozen=True)
+class Generated:
+    """One generated program: its DSL text, the op kinds it uses, its main dtype."""
+
+    seed: int
+    text: str
+    kinds: tuple[str, ...]
+    dtype: str
+
+
+class _Generator:
+    def __init__(self, seed: int, max_ops: int):
+        self.rng = np.random.default_rng(seed)
+        self.max_ops = max_ops
+        self.dtype = DTYPES[int(self.rng.integers(len(DTYPES)))]
+        self.decls: list[str] = []
+        self.body: list[str] = []
+        self.shape: dict[str, tuple[int, ...]] = {}
+        self.dtypes: dict[str, str] = {}
+        self.mag: dict[str, float] = {}
+        self.kinds: list[str] = []
+        self.results: list[str] = []
+        self.count = 0
+
+    # ------------------------------------------------------------ helpers
+    def chance(self, p: float) -> bool:
+        return bool(self.rng.random() < p)
+
+    def pick(self, items):
+        return items[int(self.rng.integers(len(items)))]
+
+    def dim(self, lo: int = 1, hi: int = 32) -> int:
+        pool = [d for d in _DIMS if lo <= d <= hi] or [lo]
+        return self.pick(pool)
+
+    def name(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def declare(self, shape, role: str = "param", dtype: str | None = None, prefix: str = "P") -> str:
+        if dtype is None:
+            dtype = self.dtype if not self.chance(0.06) else self.pick(DTYPES)
+        name = self.name(prefix)
+        self.decls.append(f"{role} {name}: {dtype}[{', '.join(map(str, shape))}]")
+        self.shape[name], self.dtypes[name], self.mag[name] = tuple(shape), dtype, 3.0
+        return name
+
+    def result(self, name: str, shape, mag: float, dtype: str) -> str:
+        self.shape[name], self.dtypes[name], self.mag[name] = tuple(shape), dtype, mag
+        self.results.append(name)
+        return name
+
+    def fits(self, shape) -> bool:
+        return math.prod(shape) <= _MAX_ELEMENTS and all(d >= 1 for d in shape)
+
+    def limit(self, name: str) -> float:
+        return _MAGNITUDE_LIMIT[self.dtypes[name]]
+
+    def first_shape(self) -> tuple[int, ...]:
+        rank = self.pick((1, 2, 2, 2, 3, 4, 4, 4))
+        if rank == 4:
+            shape = (self.pick((1, 1, 2)), self.dim(1, 8), self.dim(1, 13), self.dim(1, 13))
+        else:
+            shape = tuple(self.dim(1, 32) for _ in range(rank))
+        while not self.fits(shape):
+            shape = tuple(max(1, d // 2) for d in shape)
+        return shape
+
+    @staticmethod
+    def acc(name: str, idx) -> str:
+        return f"{name}[{', '.join(idx)}]"
+
+    @staticmethod
+    def attrs(pairs) -> str:
+        return "".join(f", {k}={v}" for k, v in pairs)
+
+    # ------------------------------------------------------------ the program
+    def build(self) -> Generated:
+        x = self.declare(self.first_shape(), role="input", dtype=self.dtype, prefix="X")
+        n_ops = int(self.rng.integers(1, self.max_ops + 1))
+        cur = x
+        for _ in range(n_ops):
+            source = cur
+            if self.results and self.chance(0.15):     # fan out from an earlier tensor
+                source = self.pick(self.results + [x])
+            kinds = [k for k in KINDS if self.applicable(k, source)]
+            weights = np.array([_WEIGHT.get(k, 1) for k in kinds], dtype=float)
+            for _attempt in range(6):
+                kind = kinds[int(self.rng.choice(len(kinds), p=weights / weights.sum()))]
+                made = getattr(self, "op_" + kind)(source)
+                if made is not None:
+                    self.kinds.append(kind)
+                    cur = made
+                    break
+        outputs = ""
+        r = self.rng.random()
+        if r < 0.3:
+            outputs = f"output {cur}\n"
+        elif r < 0.5 and len(self.results) > 1:
+            extra = self.pick(self.results[:-1])
+            outputs = f"output {extra}, {cur}\n" if extra != cur else f"output {cur}\n"
+        text = "\n".join(self.decls + self.body) + "\n" + outputs
+        return Generated(0, text, tuple(self.kinds), self.dtype)
+
+    def applicable(self, kind: str, x: str) -> bool:
+        rank = len(self.shape[x])
+        need = {"matmul": (2,), "linear": (2,), "linear_bias": (2,), "batch_matmul": (3,), "conv2d": (4,),
+                "depthwise_conv2d": (4,), "maxpool2d": (4,), "avgpool2d": (4,), "global_avgpool": (4,),
+                "batchnorm": (2, 3, 4), "comp_sum": (2, 3, 4), "comp_max": (2, 3, 4), "comp_bcast": (2, 3, 4),
+                "comp_transpose": (2, 3, 4), "transpose": (2, 3, 4)}
+        if kind in need and rank not in need[kind]:
+            return False
+        if kind == "exp" and math.exp(min(self.mag[x], 700)) > self.limit(x):
+            return False
+        return True
+
+    # ------------------------------------------------------------ contractions
+    def contraction_ok(self, x: str, other_mag: float, k: int) -> float | None:
+        mag = self.mag[x] * other_mag * math.sqrt(k) * 1.5
+        return mag if mag < self.limit(x) / 10 else None
+
+    def op_matmul(self, x):
+        m, k = self.shape[x]
+        if self.chance(0.25):  # x as the right operand
+            m2 = self.dim(1, 24)
+            mag = self.contraction_ok(x, 3.0, m)
+            if mag is None or not self.fits((m2, k)) or m2 * m * k > _MAX_POINTS:
+                return None
+            p = self.declare((m2, m))
+            out = self.name("T")
+            self.body.append(f"{out} = matmul({p}, {x})")
+            return self.result(out, (m2, k), mag, self.dtypes[p])
+        n = self.dim(1, 24)
+        mag = self.contraction_ok(x, 3.0, k)
+        if mag is None or not self.fits((m, n)) or not self.fits((k, n)) or m * n * k > _MAX_POINTS:
+            return None
+        p = self.declare((k, n), role=self.pick(("param", "param", "input")))
+        out = self.name("T")
+        self.body.append(f"{out} = matmul({x}, {p})")
+        return self.result(out, (m, n), mag, self.dtypes[x])
+
+    def op_batch_matmul(self, x):
+        b, m, k = self.shape[x]
+        n = self.dim(1, 16)
+        mag = self.contraction_ok(x, 3.0, k)
+        if mag is None or not self.fits((b, m, n)) or not self.fits((b, k, n)) or b * m * n * k > _MAX_POINTS:
+            return None
+        p = self.declare((b, k, n))
+        out = self.name("T")
+        self.body.append(f"{out} = batch_matmul({x}, {p})")
+        return self.result(out, (b, m, n), mag, self.dtypes[x])
+
+    def _linear(self, x, bias: bool):
+        m, k = self.shape[x]
+        n = self.dim(1, 24)
+        mag = self.contraction_ok(x, 3.0, k)
+        if mag is None or not self.fits((m, n)) or not self.fits((k, n)) or m * n * k > _MAX_POINTS:
+            return None
+        w = self.declare((k, n))
+        args = f"{x}, {w}"
+        if bias:
+            args += f", {self.declare((n,))}"
+            mag += 3.0
+        out = self.name("T")
+        self.body.append(f"{out} = linear({args})")
+        return self.result(out, (m, n), mag, self.dtypes[x])
+
+    def op_linear(self, x):
+        return self._linear(x, False)
+
+    def op_linear_bias(self, x):
+        return self._linear(x, True)
+
+    def op_conv2d(self, x):
+        n, c, h, w = self.shape[x]
+        divisors = [g for g in range(1, c + 1) if c % g == 0]
+        groups = self.pick(divisors) if self.chance(0.35) else 1
+        f = groups * self.pick((1, 1, 2, 3, 4))
+        r, s = self.pick((1, 1, 2, 3, 3)), self.pick((1, 2, 3, 3))
+        stride = self.pick((1, 1, 1, 2, 3))
+        padding = self.pick((0, 0, 1, 1, 2))
+        dilation = self.pick((1, 1, 1, 2))
+        ho = (h + 2 * padding - dilation * (r - 1) - 1) // stride + 1
+        wo = (w + 2 * padding - dilation * (s - 1) - 1) // stride + 1
+        if ho < 1 or wo < 1:
+            return None
+        out_shape = (n, f, ho, wo)
+        k = (c // groups) * r * s
+        mag = self.contraction_ok(x, 3.0, k)
+        if mag is None or not self.fits(out_shape) or math.prod(out_shape) * k > _MAX_POINTS:
+            return None
+        wt = self.declare((f, c // groups, r, s))
+        attrs = [(key, val) for key, val, default in (("stride", stride, 1), ("padding", padding, 0),
+                                                      ("dilation", dilation, 1), ("groups", groups, 1))
+                 if val != default or self.chance(0.2)]
+        out = self.name("T")
+        self.body.append(f"{out} = conv2d({x}, {wt}{self.attrs(attrs)})")
+        return self.result(out, out_shape, mag, self.dtypes[x])
+
+    def op_depthwise_conv2d(self, x):
+        n, c, h, w = self.shape[x]
+        r, s = self.pick((1, 2, 3, 3)), self.pick((1, 3, 3))
+        stride, padding = self.pick((1, 1, 2)), self.pick((0, 1, 1, 2))
+        ho, wo = (h + 2 * padding - r) // stride + 1, (w + 2 * padding - s) // stride + 1
+        if ho < 1 or wo < 1:
+            return None
+        mag = self.contraction_ok(x, 3.0, r * s)
+        if mag is None:
+            return None
+        wt = self.declare((c, 1, r, s))
+        attrs = [(key, val) for key, val, default in (("stride", stride, 1), ("padding", padding, 0))
+                 if val != default or self.chance(0.2)]
+        out = self.name("T")
+        self.body.append(f"{out} = depthwise_conv2d({x}, {wt}{self.attrs(attrs)})")
+        return self.result(out, (n, c, ho, wo), mag, self.dtypes[x])
+
+    # ------------------------------------------------------------ elementwise and broadcast
+    def _unary(self, x, op: str, mag: float):
+        out = self.name("T")
+        self.body.append(f"{out} = {op}({x})")
+        return self.result(out, self.shape[x], mag, self.dtypes[x])
+
+    def op_relu(self, x):
+        return self._unary(x, "relu", self.mag[x])
+
+    def op_relu6(self, x):
+        return self._unary(x, "relu6", min(self.mag[x], 6.0))
+
+    def op_gelu(self, x):
+        return self._unary(x, "gelu", self.mag[x])
+
+    def op_sigmoid(self, x):
+        return self._unary(x, "sigmoid", 1.0)
+
+    def op_tanh(self, x):
+        return self._unary(x, "tanh", 1.0)
+
+    def op_exp(self, x):
+        return self._unary(x, "exp", math.exp(min(self.mag[x], 700)))
+
+    def _partner(self, x) -> tuple[str, tuple[int, ...]]:
+        """A second operand that broadcasts with x: an existing tensor of x's shape, or a new
+        one with some dimensions 1 or dropped (or, where x has a 1, widened)."""
+        shape = self.shape[x]
+        same = [t for t in self.results + [n for n in self.shape if n.startswith("X")]
+                if t != x and self.shape[t] == shape]
+        if same and self.chance(0.3):
+            return self.pick(same), shape
+        dims = [d if not self.chance(0.35) else 1 for d in shape]
+        widened = [self.dim(2, 8) if s == 1 and self.chance(0.3) else d for d, s in zip(dims, shape)]
+        if self.fits(tuple(max(a, b) for a, b in zip(widened, shape))):
+            dims = widened
+        drop = int(self.rng.integers(0, len(dims))) if self.chance(0.4) else 0
+        dims = dims[drop:]
+        role = self.pick(("param", "param", "input"))
+        return self.declare(tuple(dims), role=role), tuple(dims)
+
+    def _binary(self, x, op: str):
+        y, _ = self._partner(x)
+        a, b = (x, y) if self.chance(0.7) else (y, x)
+        sa, sb = self.shape[a], self.shape[b]
+        rank = max(len(sa), len(sb))
+        pa, pb = (1,) * (rank - len(sa)) + sa, (1,) * (rank - len(sb)) + sb
+        shape = tuple(max(u, v) for u, v in zip(pa, pb))
+        mag = self.mag[a] * self.mag[b] if op == "mul" else self.mag[a] + self.mag[b]
+        if mag > self.limit(a) / 10:
+            return None
+        out = self.name("T")
+        self.body.append(f"{out} = {op}({a}, {b})")
+        return self.result(out, shape, mag, self.dtypes[a])
+
+    def op_add(self, x):
+        return self._binary(x, "add")
+
+    def op_sub(self, x):
+        return self._binary(x, "sub")
+
+    def op_mul(self, x):
+        return self._binary(x, "mul")
+
+    def op_bias_add(self, x):
+        shape = self.shape[x]
+        axis = 1 if len(shape) == 4 else len(shape) - 1
+        b = self.declare((shape[axis],))
+        out = self.name("T")
+        self.body.append(f"{out} = bias_add({x}, {b})")
+        return self.result(out, shape, self.mag[x] + 3.0, self.dtypes[x])
+
+    def op_batchnorm(self, x):
+        shape = self.shape[x]
+        scale, shift = self.declare((shape[1],)), self.declare((shape[1],))
+        out = self.name("T")
+        self.body.append(f"{out} = batchnorm({x}, {scale}, {shift})")
+        return self.result(out, shape, self.mag[x] * 3.0 + 3.0, self.dtypes[x])
+
+    def op_layernorm(self, x):
+        shape = self.shape[x]
+        gamma, beta = self.declare((shape[-1],)), self.declare((shape[-1],))
+        eps = self.pick(("", "", ", eps=0.001", ", eps=1e-05", ", eps=0.1"))
+        out = self.name("T")
+        self.body.append(f"{out} = layernorm({x}, {gamma}, {beta}{eps})")
+        return self.result(out, shape, 3.0 * math.sqrt(shape[-1]) * 3.0 + 3.0, self.dtypes[x])
+
+    def op_softmax(self, x):
+        rank = len(self.shape[x])
+        axis = "" if self.chance(0.3) else f", axis={int(self.rng.integers(-rank, rank))}"
+        out = self.name("T")
+        self.body.append(f"{out} = softmax({x}{axis})")
+        return self.result(out, self.shape[x], 1.0, self.dtypes[x])
+
+    def _pool(self, x, kind: str):
+        n, c, h, w = self.shape[x]
+        kernel = self.pick((1, 2, 2, 3))
+        stride = self.pick((None, None, 1, 2, 3))
+        padding = self.pick((0, 0, 1)) if kernel >= 2 else 0
+        st = kernel if stride is None else stride
+        ho, wo = (h + 2 * padding - kernel) // st + 1, (w + 2 * padding - kernel) // st + 1
+        if ho < 1 or wo < 1:
+            return None
+        attrs = [("kernel", kernel)] if kernel != 2 or self.chance(0.5) else []
+        if stride is not None:
+            attrs.append(("stride", stride))
+        if padding or self.chance(0.2):
+            attrs.append(("padding", padding))
+        out = self.name("T")
+        self.body.append(f"{out} = {kind}({x}{self.attrs(attrs)})")
+        return self.result(out, (n, c, ho, wo), self.mag[x], self.dtypes[x])
+
+    def op_maxpool2d(self, x):
+        return self._pool(x, "maxpool2d")
+
+    def op_avgpool2d(self, x):
+        return self._pool(x, "avgpool2d")
+
+    def op_global_avgpool(self, x):
+        n, c, _, _ = self.shape[x]
+        out = self.name("T")
+        self.body.append(f"{out} = global_avgpool({x})")
+        return self.result(out, (n, c), self.mag[x], self.dtypes[x])
+
+    def op_transpose(self, x):
+        shape = self.shape[x]
+        rank = len(shape)
+        if self.chance(0.3):
+            perm = tuple(reversed(range(rank)))
+            text = ""
+        else:
+            perm = tuple(int(p) for p in self.rng.permutation(rank))
+            text = f", perm=[{', '.join(map(str, perm))}]"
+        out = self.name("T")
+        self.body.append(f"{out} = transpose({x}{text})")
+        return self.result(out, tuple(shape[p] for p in perm), self.mag[x], self.dtypes[x])
+
+    # ------------------------------------------------------------ comprehensions
+    def expression(self, leaves: list[tuple[str, float]], depth: int, limit: float) -> tuple[str, float]:
+        """A random expression over `leaves` ((text, magnitude)) with every DSL function."""
+        if depth == 0 or self.chance(0.3):
+            if self.chance(0.2):
+                value = self.pick((0.5, 2, 3, 0.125, 1.5))
+                return str(value), float(value)
+            return self.pick(leaves)
+        r = self.rng.random()
+        if r < 0.45:
+            a, ma = self.expression(leaves, depth - 1, limit)
+            b, mb = self.expression(leaves, depth - 1, limit)
+            op = self.pick(("+", "-", "*", "/"))
+            if op == "/":
+                return f"{a} / (1 + abs({b}))", ma
+            if op == "*":
+                return f"({a}) * ({b})", ma * mb
+            return f"{a} {op} {b}", ma + mb
+        a, ma = self.expression(leaves, depth - 1, limit)
+        fn = self.pick(("exp", "sqrt", "tanh", "sigmoid", "relu", "gelu", "abs", "max", "min", "neg"))
+        if fn == "exp":
+            if math.exp(min(ma, 700)) > limit / 10:
+                return f"tanh({a})", 1.0
+            return f"exp({a})", math.exp(min(ma, 700))
+        if fn == "sqrt":
+            return f"sqrt(abs({a}))", math.sqrt(ma)
+        if fn in ("max", "min"):
+            b, mb = self.expression(leaves, depth - 1, limit)
+            return f"{fn}({a}, {b})", max(ma, mb)
+        if fn == "neg":
+            return f"-({a})", ma
+        return f"{fn}({a})", (1.0 if fn in ("tanh", "sigmoid") else ma)
+
+    def op_comp_map(self, x):
+        shape = self.shape[x]
+        idx = _INDEX[:len(shape)]
+        leaves = [(self.acc(x, idx), self.mag[x])]
+        if self.chance(0.5):  # a vector broadcast along one axis
+            axis = int(self.rng.integers(len(shape)))
+            v = self.declare((shape[axis],))
+            leaves.append((self.acc(v, (idx[axis],)), 3.0))
+        expr, mag = self.expression(leaves, 3, self.limit(x))
+        if x not in expr:
+            expr = f"{expr} + {self.acc(x, idx)}"
+            mag += self.mag[x]
+        if mag > self.limit(x) / 10:
+            return None
+        out = self.name("T")
+        self.body.append(f"{out}[{', '.join(idx)}] = {expr}")
+        return self.result(out, shape, mag, self.dtypes[x])
+
+    def op_comp_transpose(self, x):
+        shape = self.shape[x]
+        idx = _INDEX[:len(shape)]
+        perm = [int(p) for p in self.rng.permutation(len(shape))]
+        lhs = [idx[p] for p in perm]
+        scale = self.pick(("", " * 2", " + 1"))
+        out = self.name("T")
+        self.body.append(f"{out}[{', '.join(lhs)}] = {self.acc(x, idx)}{scale}")
+        return self.result(out, tuple(shape[p] for p in perm), self.mag[x] * 2 + 1, self.dtypes[x])
+
+    def _reduce_axis(self, x) -> tuple[list[str], list[str], int]:
+        shape = self.shape[x]
+        idx = list(_INDEX[:len(shape)])
+        axis = int(self.rng.integers(len(shape)))
+        lhs = [i for d, i in enumerate(idx) if d != axis]
+        return idx, lhs, axis
+
+    def op_comp_sum(self, x):
+        idx, lhs, axis = self._reduce_axis(x)
+        shape = self.shape[x]
+        mag = self.mag[x] * shape[axis]
+        if mag > self.limit(x) / 10:
+            return None
+        factor = self.pick(("", " * 0.5", f" * {1 / shape[axis]:.6g}"))
+        out = self.name("T")
+        self.body.append(f"{out}[{', '.join(lhs)}] += {self.acc(x, idx)}{factor}")
+        return self.result(out, tuple(d for k, d in enumerate(shape) if k != axis), mag, self.dtypes[x])
+
+    def op_comp_contract(self, x):
+        shape = self.shape[x]
+        idx = list(_INDEX[:len(shape) - 1]) + ["k"]
+        n = self.dim(1, 16)
+        out_shape = shape[:-1] + (n,)
+        mag = self.contraction_ok(x, 3.0, shape[-1])
+        if mag is None or not self.fits(out_shape) or math.prod(out_shape) * shape[-1] > _MAX_POINTS:
+            return None
+        p = self.declare((shape[-1], n))
+        lhs = idx[:-1] + ["q"]
+        out = self.name("T")
+        self.body.append(f"{out}[{', '.join(lhs)}] += {self.acc(x, idx)} * {p}[k, q]")
+        return self.result(out, out_shape, mag, self.dtypes[x])
+
+    def op_comp_max(self, x):
+        idx, lhs, axis = self._reduce_axis(x)
+        out = self.name("T")
+        self.body.append(f"{out}[{', '.join(lhs)}] max= {self.acc(x, idx)}")
+        return self.result(out, tuple(d for k, d in enumerate(self.shape[x]) if k != axis), self.mag[x],
+                           self.dtypes[x])
+
+    def op_comp_bcast(self, x):
+        """The softmax pattern spelled out: a max (or sum) over an axis, then its broadcast back."""
+        idx, lhs, axis = self._reduce_axis(x)
+        shape = self.shape[x]
+        red = self.name("T")
+        if self.chance(0.5):
+            self.body.append(f"{red}[{', '.join(lhs)}] max= {self.acc(x, idx)}")
+            self.result(red, tuple(d for k, d in enumerate(shape) if k != axis), self.mag[x], self.dtypes[x])
+            out = self.name("T")
+            self.body.append(f"{out}[{', '.join(idx)}] = exp({self.acc(x, idx)} - {self.acc(red, lhs)})")
+            return self.result(out, shape, 1.0, self.dtypes[x])
+        self.body.append(f"{red}[{', '.join(lhs)}] += {self.acc(x, idx)}")
+        self.result(red, tuple(d for k, d in enumerate(shape) if k != axis), self.mag[x] * shape[axis],
+                    self.dtypes[x])
+        out = self.name("T")
+        self.body.append(f"{out}[{', '.join(idx)}] = {self.acc(x, idx)} - {self.acc(red, lhs)} * 0.25")
+        return self.result(out, shape, self.mag[x] * (1 + shape[axis] / 4), self.dtypes[x])
+
+    def op_comp_pad(self, x):
+        """A 1-D window along the last axis with implicit zero padding: `i + r - p`."""
+        shape = self.shape[x]
+        idx = list(_INDEX[:len(shape)])
+        n = shape[-1]
+        window = self.pick((2, 3, 3, 5))
+        pad = int(self.rng.integers(0, window))
+        n_out = n + 2 * pad - window + 1
+        if n_out < 1:
+            return None
+        last = idx[-1]
+        src = idx[:-1] + [f"{last} + r - {pad}" if pad else f"{last} + r"]
+        out = self.name("T")
+        out_shape = shape[:-1] + (n_out,)
+        reduce = self.pick(("+=", "+=", "max="))
+        if reduce == "+=" and self.chance(0.6):
+            w = self.declare((window,))
+            expr = f"{self.acc(x, src)} * {w}[r]"
+            bounds = [] if self.chance(0.5) else [f"r < {window}"]
+            mag = self.mag[x] * 3.0 * window
+        else:
+            expr = self.acc(x, src)
+            bounds = [f"r < {window}"]
+            mag = self.mag[x] * window
+        if mag > self.limit(x) / 10:
+            return None
+        if self.chance(0.5):
+            self.decls.append(f"tensor {out}: {self.dtypes[x]}[{', '.join(map(str, out_shape))}]")
+        else:
+            bounds.append(f"{last} < {n_out}")
+        where = f" where {self.pick((', ', ' and ')).join(bounds)}" if bounds else ""
+        self.body.append(f"{out}[{', '.join(idx)}] {reduce} {expr}{where}")
+        return self.result(out, out_shape, mag, self.dtypes[x])
+
+    def op_comp_stride(self, x):
+        """A strided window along the last axis: `2*i + r` (pooling spelled out)."""
+        shape = self.shape[x]
+        idx = list(_INDEX[:len(shape)])
+        n = shape[-1]
+        stride, window = self.pick((2, 2, 3)), self.pick((1, 2, 3))
+        if n < window:
+            return None
+        n_out = (n - window) // stride + 1
+        last = idx[-1]
+        term = self.pick((f"{stride}*{last} + r", f"{last}*{stride} + r", f"r + {stride} * {last}"))
+        reduce = self.pick(("max=", "+="))
+        out = self.name("T")
+        self.body.append(f"{out}[{', '.join(idx)}] {reduce} {self.acc(x, idx[:-1] + [term])} "
+                         f"where r < {window}, {last} < {n_out}")
+        return self.result(out, shape[:-1] + (n_out,), self.mag[x] * window, self.dtypes[x])
+
+
+def generate(seed: int, max_ops: int = 6) -> Generated:
+    """A random valid program, the same for the same seed."""
+    gen = _Generator(seed, max_ops).build()
+    return Generated(seed, gen.text, gen.kinds, gen.dtype)
+
+
+# --------------------------------------------------------------------------- the check
+
+
+@dataclass
+class Outcome:
+    """What happened to one program on one preset at one tuning budget."""
+
+    preset: str
+    tune: int
+    seconds: float = 0.0
+    verified: bool | None = None
+    problems: dict = field(default_factory=dict)   # class -> (message, where)
+    notes: list = field(default_factory=list)       # skipped checks and why
+
+    def classes(self) -> list[str]:
+        return [c for c in CLASSES if c in self.problems]
+
+    def add(self, cls: str, message: str, where: str = "") -> None:
+        self.problems.setdefault(cls, (message, where))
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _where(err: BaseException) -> str:
+    """file:function:line of the innermost frame inside the package (where it went wrong)."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if "autocomp_jupyter" in f.filename
+              and not f.filename.endswith("fuzz.py")]
+    if not frames:
+        return ""
+    f = frames[-1]
+    path = f.filename[f.filename.rindex("autocomp_jupyter"):]
+    return f"{path}:{f.name}:{f.lineno}"
+
+
+def _describe(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:300] if text else ''}"
+
+
+def _plans(res) -> list:
+    """The optimised plan and every kept version, each once."""
+    plans, seen = [], []
+    for label, plan in [("after", res.after)] + list(res.versions.items()):
+        key = (plan.kernels, plan.schedules)
+        if key in seen:
+            continue
+        seen.append(key)
+        plans.append((label, plan))
+    return plans
+
+
+def check_program(src: str, preset: str, tune: int = 0, seed: int = 0, fresh_seed: int | None = None,
+                  deep: bool = True, host_threads=(1, 2), max_boxes: int = 20_000,
+                  timeout: float = 120.0) -> Outcome:
+    """Run `src` through `optimize` on `preset` and classify the outcome (see module doc).
+
+    deep: also run the plans tile by tile and (on host) as C on fresh inputs (seed
+    `fresh_seed`, by default one the pipeline does not use); timeout: seconds before the
+    whole check counts as a crash (a hang), where SIGALRM is available.
+    """
+    from . import interp, optimize
+    from .dsl import parse
+    from .errors import UserError
+
+    fresh_seed = seed + 104_729 if fresh_seed is None else fresh_seed
+    outcome = Outcome(preset, tune)
+    started = time.perf_counter()
+    alarm = hasattr(signal, "SIGALRM") and timeout
+
+    def on_alarm(signum, frame):
+        raise _Timeout(f"no result within {timeout:g} s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm) if alarm else None
+    if alarm:
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        program = parse(src, "<fuzz>")
+        try:
+            res = optimize(src, target=preset, tune=tune, seed=seed)
+        except UserError as err:
+            outcome.add("refused", _describe(err), _where(err))
+            return outcome
+        except _Timeout as err:
+            outcome.add("crash", f"hang: {err}", _where(err))
+            return outcome
+        except Exception as err:  # noqa: BLE001 - any traceback from a valid program is the finding
+            outcome.add("crash", _describe(err), _where(err))
+            return outcome
+        report = res.report
+        outcome.verified = bool(report["verified"])
+        rollbacks = report.get("rollbacks", [])
+        if not outcome.verified:
+            reasons = [r["reason"] for r in rollbacks if r["pass"] == "verify"] or \
+                      [r["reason"] for r in rollbacks] or ["(no rollback says why)"]
+            outcome.add("not_verified", reasons[0][:400])
+        fell = [r for r in rollbacks if r["pass"] in ("verify", "pipeline")]
+        if fell:
+            outcome.add("fell_back", f"{fell[0]['pass']}: {fell[0]['reason'][:400]}")
+        for lang in ("c", "pseudo"):
+            try:
+                res.code(lang)
+            except Exception as err:  # noqa: BLE001
+                outcome.add("crash", f"res.code({lang!r}): {_describe(err)}", _where(err))
+        if not deep:
+            return outcome
+        inputs = interp.random_inputs(program, fresh_seed)
+        expected = interp.run(program, inputs)
+        for label, plan in _plans(res):
+            _check_plan(outcome, label, plan, program, inputs, expected, fresh_seed, max_boxes, res.target,
+                        host_threads if preset == "host" else ())
+    except _Timeout as err:
+        outcome.add("crash", f"hang: {err}", _where(err))
+    finally:
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+def _check_plan(outcome: Outcome, label: str, plan, program, inputs, expected, fresh_seed: int,
+                max_boxes: int, target, host_threads) -> None:
+    """One plan against the reference: program-level, kernel by kernel tile by tile, and as C."""
+    from . import interp
+
+    wrong = "wrong" if outcome.verified else None
+    try:
+        verdict = interp.compare_outputs(program, expected, interp.run(plan.program, inputs))
+        if not verdict.ok and wrong:
+            outcome.add(wrong, f"rewritten program: {verdict.reason} (plan {label})")
+        for kernel, schedule in zip(plan.kernels, plan.schedules):
+            try:
+                tiled = interp.check_tiled(schedule, plan.program, seed=fresh_seed, max_boxes=max_boxes)
+            except interp.TooManyTiles as err:
+                outcome.notes.append(f"{label}/{kernel.name}: tiled check skipped ({err})")
+                continue
+            if not tiled.ok and wrong:
+                outcome.add(wrong, f"kernel {kernel.name} ({'+'.join(kernel.ops)}) tile by tile: "
+                                   f"{tiled.reason} (plan {label})")
+    except _Timeout:
+        raise
+    except Exception as err:  # noqa: BLE001
+        outcome.add("crash", f"interpreter on the plan: {_describe(err)} (plan {label})", _where(err))
+    if not host_threads:
+        return
+    from .host import HostError, compile_plan, run_compiled
+
+    try:
+        compiled = compile_plan(plan, target)
+    except _Timeout:
+        raise
+    except HostError as err:
+        outcome.add("crash", f"compiling the C: {_describe(err)} (plan {label})", _where(err))
+        return
+    except Exception as err:  # noqa: BLE001
+        outcome.add("crash", f"generating the C: {_describe(err)} (plan {label})", _where(err))
+        return
+    for threads in host_threads:
+        cls = f"host_c_{threads}t"
+        try:
+            outputs, _ = run_compiled(compiled, inputs, repeats=0, threads=threads, timeout=60)
+        except HostError as err:
+            outcome.add(cls, f"running the C: {_describe(err)} (plan {label})", _where(err))
+            continue
+        verdict = interp.compare_outputs(program, expected, outputs)
+        if not verdict.ok:
+            outcome.add(cls, f"C with {threads} thread(s): {verdict.reason} (plan {label}; C file "
+                             f"{compiled.source_path})")
+
+
+# --------------------------------------------------------------------------- shrinking
+
+_DECL = re.compile(r"^\s*(input|param|tensor)\s+(\w+)\s*:\s*(\w+)\s*\[([^\]]*)\]\s*$")
+_DEF = re.compile(r"^\s*(\w+)\s*(\[|=|\+=|max=)")
+_OUTPUT = re.compile(r"^\s*output\s+(.*)$")
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+@dataclass
+class _Line:
+    kind: str                 # decl, stmt, output
+    text: str
+    name: str = ""
+    reads: tuple[str, ...] = ()
+
+
+def _lines(text: str) -> list[_Line]:
+    lines = []
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].rstrip()
+        if not line.strip():
+            continue
+        if m := _DECL.match(line):
+            lines.append(_Line("decl", line, m.group(2)))
+        elif m := _OUTPUT.match(line):
+            lines.append(_Line("output", line, "", tuple(n.strip() for n in m.group(1).split(","))))
+        elif m := _DEF.match(line):
+            rhs = line[m.end(1):]
+            lines.append(_Line("stmt", line, m.group(1), tuple(dict.fromkeys(_WORD.findall(rhs)))))
+        else:
+            lines.append(_Line("other", line))
+    return lines
+
+
+def _render(lines: list[_Line]) -> str:
+    """Text of `lines`, after dropping declarations nobody uses and outputs nobody defines."""
+    defined = {ln.name for ln in lines if ln.kind == "stmt"}
+    read = {r for ln in lines if ln.kind == "stmt" for r in ln.reads}
+    out = []
+    for ln in lines:
+        if ln.kind == "decl":
+            role = ln.text.split()[0]
+            if (role == "tensor" and ln.name not in defined) or (role != "tensor" and ln.name not in read):
+                continue
+        if ln.kind == "output":
+            names = [n for n in ln.reads if n in defined or n in read]
+            if not names:
+                continue
+            out.append("output " + ", ".join(names))
+            continue
+        out.append(ln.text)
+    return "\n".join(out) + "\n"
+
+
+def _without(lines: list[_Line], name: str) -> list[_Line]:
+    """Drop the statement defining `name` and every statement that (transitively) reads it."""
+    gone = {name}
+    kept = []
+    for ln in lines:
+        if ln.kind == "stmt" and (ln.name in gone or gone & set(ln.reads)):
+            gone.add(ln.name)
+            continue
+        kept.append(ln)
+    return kept
+
+
+def _candidates(text: str):
+    """Smaller variants of `text`, most reducing first (each may be invalid; the caller checks)."""
+    from .dsl import parse
+
+    lines = _lines(text)
+    stmts = [ln for ln in lines if ln.kind == "stmt"]
+    for ln in reversed(stmts):                           # drop a statement and its dependents
+        yield _render(_without(lines, ln.name))
+    try:
+        program = parse(text, "<shrink>")
+    except Exception:  # noqa: BLE001
+        program = None
+    if program is not None:
+        for ln in stmts:                                 # cut upstream: an intermediate becomes an input
+            if not program.has_tensor(ln.name):
+                continue
+            t = program.tensor(ln.name)
+            decl = _Line("decl", f"input {t.name}: {t.dtype}[{', '.join(map(str, t.shape))}]", t.name)
+            new = [decl] + [l for l in lines if l is not ln and not (l.kind == "decl" and l.name == ln.name)]
+            yield _render(new)
+    dims = [int(d) for ln in lines if ln.kind == "decl" for d in _DECL.match(ln.text).group(4).split(",")]
+    biggest = max(dims, default=1)
+    for cap in sorted({1, 2, 3, 4, 6, 8, 12, 16, biggest // 2}, reverse=True):
+        if cap < biggest and cap >= 1:
+            yield _render([_cap(ln, cap) for ln in lines])
+    for i, ln in enumerate(lines):                       # halve one declaration's dimensions
+        if ln.kind == "decl":
+            smaller = _cap(ln, None)
+            if smaller.text != ln.text:
+                yield _render(lines[:i] + [smaller] + lines[i + 1:])
+    if any(ln.kind == "output" for ln in lines):
+        yield _render([ln for ln in lines if ln.kind != "output"])
+    if re.search(r":\s*(f16|bf16|i8|i32)\[", text):
+        yield re.sub(r":\s*(f16|bf16|i8|i32)\[", ": f32[", text)
+
+
+def _cap(ln: _Line, cap: int | None) -> _Line:
+    """A declaration with every dimension above `cap` lowered to it (None: each halved)."""
+    if ln.kind != "decl":
+        return ln
+    m = _DECL.match(ln.text)
+    dims = [int(d) for d in m.group(4).split(",")]
+    new = [min(d, cap) if cap is not None else max(1, d // 2) for d in dims]
+    return _Line("decl", f"{m.group(1)} {m.group(2)}: {m.group(3)}[{', '.join(map(str, new))}]", ln.name)
+
+
+def shrink(text: str, still_fails: Callable[[str], bool], max_attempts: int = 80,
+           max_seconds: float = 90.0) -> str:
+    """A smaller program for which `still_fails` holds (greedy; `text` if nothing smaller does)."""
+    from .dsl import parse
+    from .errors import UserError
+
+    best, attempts, started, seen = text, 0, time.perf_counter(), {text}
+    progress = True
+    while progress and attempts < max_attempts and time.perf_counter() - started < max_seconds:
+        progress = False
+        for candidate in _candidates(best):
+            if candidate in seen or len(candidate) > len(best) + 40:
+                continue
+            seen.add(candidate)
+            try:
+                parse(candidate, "<shrink>")
+            except UserError:
+                continue
+            attempts += 1
+            if still_fails(candidate):
+                best, progress = candidate, True
+                break
+            if attempts >= max_attempts or time.perf_counter() - started >= max_seconds:
+                break
+    return best
+
+
+def write_reproducer(out_dir: str | Path, stem: str, text: str, record: dict) -> Path:
+    """`<stem>.acir` in `out_dir` with the failure as comments, and the JSON line appended
+    to `failures.jsonl`."""
+    import json
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{stem}.acir"
+    header = [f"# fuzz_pipeline: {record['class']} on {record['preset']} at tune {record['tune']}"]
+    header += ["# " + line for line in str(record["message"]).splitlines()[:4]]
+    if record.get("where"):
+        header.append(f"# where: {record['where']}")
+    path.write_text("\n".join(header) + "\n" + text)
+    with open(out / "failures.jsonl", "a") as f:
+        f.write(json.dumps(dict(record, repro=str(path))) + "\n")
+    return path
