@@ -41,7 +41,8 @@ import numpy as np
 DTYPES = ("f32", "f16", "bf16", "i8", "i32")
 LIBRARY_KINDS = ("matmul", "batch_matmul", "linear", "linear_bias", "conv2d", "depthwise_conv2d",
                  "relu", "relu6", "gelu", "sigmoid", "tanh", "exp", "add", "sub", "mul", "bias_add",
-                 "batchnorm", "layernorm", "softmax", "maxpool2d", "avgpool2d", "global_avgpool", "transpose")
+                 "batchnorm", "layernorm", "softmax", "maxpool2d", "avgpool2d", "global_avgpool", "transpose",
+                 "div", "erf", "reshape", "flatten", "concat")
 COMPREHENSION_KINDS = ("comp_map", "comp_transpose", "comp_sum", "comp_contract", "comp_max", "comp_bcast",
                        "comp_pad", "comp_stride")
 KINDS = LIBRARY_KINDS + COMPREHENSION_KINDS
@@ -412,6 +413,64 @@ class _Generator:
         out = self.name("T")
         self.body.append(f"{out} = transpose({x}{text})")
         return self.result(out, tuple(shape[p] for p in perm), self.mag[x], self.dtypes[x])
+
+    def op_div(self, x):
+        if self.dtypes[x] not in ("f32", "f16", "bf16"):
+            return None     # integer division by a zero element has no value to saturate to
+        shape = self.shape[x]
+        d = self.declare(shape[-1:], dtype=self.dtypes[x])
+        out = self.name("T")
+        self.body.append(f"{out} = div({x}, {d})")
+        return self.result(out, shape, self.mag[x] * 1e3, self.dtypes[x])
+
+    def op_erf(self, x):
+        return self._unary(x, "erf", 1.0)
+
+    def op_reshape(self, x):
+        """Merge two adjacent dimensions, or split one by a factor (affine either way)."""
+        shape = list(self.shape[x])
+        splittable = [d for d, n in enumerate(shape) if any(n % f == 0 for f in (2, 3)) and n > 3]
+        if splittable and (len(shape) < 2 or self.chance(0.5)) and len(shape) < 4:
+            d = self.pick(splittable)
+            f = 2 if shape[d] % 2 == 0 else 3
+            new = shape[:d] + [f, shape[d] // f] + shape[d + 1:]
+        elif len(shape) >= 2:
+            d = int(self.rng.integers(0, len(shape) - 1))
+            new = shape[:d] + [shape[d] * shape[d + 1]] + shape[d + 2:]
+        else:
+            return None
+        if self.chance(0.3):    # one -1 allowed
+            new_text = [str(n) for n in new]
+            new_text[int(self.rng.integers(0, len(new)))] = "-1"
+        else:
+            new_text = [str(n) for n in new]
+        out = self.name("T")
+        self.body.append(f"{out} = reshape({x}, shape=[{', '.join(new_text)}])")
+        return self.result(out, tuple(new), self.mag[x], self.dtypes[x])
+
+    def op_flatten(self, x):
+        shape = self.shape[x]
+        if len(shape) < 2:
+            return None
+        axis = int(self.rng.integers(1, len(shape)))
+        new = (math.prod(shape[:axis]), math.prod(shape[axis:]))
+        out = self.name("T")
+        self.body.append(f"{out} = flatten({x}, axis={axis})")
+        return self.result(out, new, self.mag[x], self.dtypes[x])
+
+    def op_concat(self, x):
+        shape = self.shape[x]
+        axis = int(self.rng.integers(0, len(shape)))
+        extra = list(shape)
+        extra[axis] = self.dim(1, 8)
+        if not self.fits(tuple(n + e if d == axis else n for d, (n, e) in enumerate(zip(shape, extra)))):
+            return None
+        y = self.declare(tuple(extra), role=self.pick(("param", "input")))
+        first, second = (x, y) if self.chance(0.6) else (y, x)
+        out = self.name("T")
+        self.body.append(f"{out} = concat({first}, {second}, axis={axis})")
+        new = tuple(n + e if d == axis else n for d, (n, e) in enumerate(zip(shape, extra)))
+        return self.result(out, new, max(self.mag[x], 3.0), self.dtypes[x])
 
     # ------------------------------------------------------------ comprehensions
     def expression(self, leaves: list[tuple[str, float]], depth: int, limit: float) -> tuple[str, float]:

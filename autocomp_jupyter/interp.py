@@ -253,8 +253,9 @@ def compare_outputs(program: Program, expected: Mapping[str, np.ndarray],
             return Equivalence(False, math.inf, name, f"output '{name}' has shape {list(got.shape)}, "
                                                       f"expected {list(exp.shape)}")
         rtol, atol = TOLERANCE[program.tensor(name).dtype]
-        both_nan = np.isnan(exp) & np.isnan(got)
-        err = np.where(both_nan, 0.0, np.abs(exp - got))
+        same = (np.isnan(exp) & np.isnan(got)) | (np.isinf(exp) & (exp == got))   # NaN/inf where both give it
+        with np.errstate(invalid="ignore"):
+            err = np.where(same, 0.0, np.abs(exp - got))
         err = np.where(np.isnan(err), np.inf, err)
         scale = atol + rtol * np.abs(np.where(np.isfinite(exp), exp, 0.0)).max(initial=0.0)
         bad = err > scale
@@ -420,9 +421,11 @@ def check_tiled(schedule, program: Program, seed: int = 0, max_boxes: int | None
     for name in list(kernel.outputs) + list(kernel.internals):
         exp, act = reference[name], got[name]
         rtol, atol = TOLERANCE[kernel.tensor(name).dtype]
-        err = np.abs(exp - act)
-        # NaN where the program itself gives NaN (0/0 after a relu) is a match, as in compare_outputs.
-        err = np.where(np.isnan(exp) & np.isnan(act), 0.0, np.where(np.isnan(err), np.inf, err))
+        # NaN or inf where the program itself gives it (0/0 after a relu) is a match, as in compare_outputs.
+        same = (np.isnan(exp) & np.isnan(act)) | (np.isinf(exp) & (exp == act))
+        with np.errstate(invalid="ignore"):
+            err = np.where(same, 0.0, np.abs(exp - act))
+        err = np.where(np.isnan(err), np.inf, err)
         scale = atol + rtol * np.abs(np.where(np.isfinite(exp), exp, 0.0)).max(initial=0.0)
         max_err = float(err.max(initial=0.0))
         if max_err > worst:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -153,3 +154,16 @@ def test_slice_has_no_verified_but_wrong_plan(fuzz_slice):
 
 def test_slice_host_c_matches_the_interpreter_with_1_and_2_threads(fuzz_slice):
     assert _failures(fuzz_slice, ("host_c_1t", "host_c_2t")) == []
+
+
+REPROS = sorted((Path(__file__).parent / "fuzz_repros").glob("*.acir"))
+
+
+@pytest.mark.parametrize("path", REPROS, ids=lambda p: p.stem)
+def test_every_fuzz_reproducer_stays_fixed(path):
+    """Each program the fuzzer once found failing: every preset, its tuning budget, deep checks."""
+    tune = 50 if path.stem.startswith("tune50") else 0
+    presets = ["host"] if path.stem.startswith("host") else ["tpu", "gpu", "npu", "gemmini", "host"]
+    for preset in presets:
+        outcome = fuzz.check_program(path.read_text(), preset, tune)
+        assert not outcome.problems, (preset, outcome.problems)

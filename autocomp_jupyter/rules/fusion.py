@@ -117,6 +117,13 @@ def _inline_small(program: Program, ctx: PassContext, threshold: int, log, rollb
         producer = op.statements[0]
         if producer.reduce or any(i.single_loop is None for i in producer.target_indices):
             continue
+        if t.dtype != "f32":
+            # Its values are rounded (integers saturate) when stored; recomputed inside the
+            # reader they would not be, and the DSL has no rounding to write around it.
+            log.append(rule_entry("inline", PASS, [op.name] + [r.name for r in readers], False,
+                                  f"'{op.output}' is {t.dtype}: its stored values are rounded to {t.dtype}, "
+                                  "which inlining would skip"))
+            continue
         if not all(_in_bounds(a, s.extents, t.shape) for r in readers for s in r.statements
                    for a in s.reads() if a.tensor == op.output):
             log.append(rule_entry("inline", PASS, [op.name] + [r.name for r in readers], False,
