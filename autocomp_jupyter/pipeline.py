@@ -123,7 +123,8 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     plan, versions, tuning = _tune(plan, ctx, configs, top or tune_cfg.get("top", 3), budget, progress, executor)
 
     versions = {name: v for name, v in versions.items() if _verify(v, ctx)[0]}   # only verified versions
-    verified, reason = _verify(plan, ctx)                        # equivalence, legality, tiled runs
+    checks: dict = {}                                            # how the tiled runs were done
+    verified, reason = _verify(plan, ctx, checks)                # equivalence, legality, tiled runs
     fell_back = None
     for fallback in (library, naive):                            # never show an unverified plan
         if verified:
@@ -131,7 +132,7 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
         rollbacks.append(rollback_entry("verify", "", f"the {plan.label} plan failed verification ({reason}): "
                                                       f"fell back to the {fallback.label} baseline"))
         plan, versions, fell_back = fallback, {}, fallback.label
-        verified, reason = _verify(plan, ctx)
+        verified, reason = _verify(plan, ctx, checks)
 
     measured = _measure(plan, target, threads) if measure else None      # the generated C, run on host
 
@@ -139,6 +140,7 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     report = build_report(program, target, ruleset, naive, library, plan, ctx, log, rollbacks, tuning, verified,
                           seconds=time.perf_counter() - started, textbook=textbook)
     report["fell_back"] = fell_back                              # None, "library" or "naive"
+    report["verification"] = checks                              # twins used, kernels checked by isl alone
     if measured is not None:
         report["measured"] = measured
         if not measured["matches_interpreter"]:
@@ -263,19 +265,33 @@ def _illegal_schedules(plan: Plan, ctx: PassContext) -> list[tuple[str, str]]:
     return bad
 
 
-def _verify(plan: Plan, ctx: PassContext) -> tuple[bool, str]:
+def _verify(plan: Plan, ctx: PassContext, notes: dict | None = None) -> tuple[bool, str]:
     """(verified, why not): the plan's program computes the original's (interpreter), every
     kernel's schedule is legal (isl) and, run tile by tile (on a scaled twin of a large
-    program), computes what the program computes."""
+    program), computes what the program computes.
+
+    `notes`, when given, receives how the tiled runs were done (report["verification"]):
+    {"tiled_runs": {"program"|"twin"|"coarsened"|"none": kernels}, "twin_max_extent",
+    "isl_only": kernels with no twin of the same structure (isl's verdict stands alone)}."""
     from .rules.tiling import verify_schedule
 
     verdict = ctx.verify(plan.program)
     if not verdict:
         return False, verdict.reason
+    runs: dict[str, int] = {}
+    isl_only, extent = [], None
     for kernel, schedule in zip(plan.kernels, plan.schedules):
-        problem = verify_schedule(schedule, plan.program, ctx)
+        record: dict = {}
+        problem = verify_schedule(schedule, plan.program, ctx, record=record)
         if problem:
             return False, f"kernel {kernel.name}: {problem}"
+        how = record.get("tiled_run", "none")
+        runs[how] = runs.get(how, 0) + 1
+        extent = record.get("twin_max_extent", extent)
+        if how == "none":
+            isl_only.append(kernel.name)
+    if notes is not None:
+        notes.update({"tiled_runs": runs, "twin_max_extent": extent, "isl_only": isl_only})
     return True, ""
 
 

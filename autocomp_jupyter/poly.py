@@ -32,11 +32,12 @@ Statement `k` of a kernel is named `S{k}` in isl and in every message.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import lru_cache, partial
+from functools import cached_property, lru_cache, partial
 from typing import Iterable, Mapping, Sequence, Union
 
 import islpy as isl
 
+from autocomp_jupyter.canon import LRU, schedule_key
 from autocomp_jupyter.ir.program import Affine, Statement
 
 DEPENDENCE_KINDS = ("flow", "anti", "output")
@@ -473,12 +474,35 @@ def check_schedule(schedule) -> "Legality":
     keep every dependence (reductions may be reassociated: '+' and 'max' are treated as
     associative and commutative), and every loop marked parallel must carry no dependence in
     any statement, reductions included (a parallel reduction is a race). A schedule isl
-    cannot even represent (ValueError) is illegal, with that reason."""
+    cannot even represent (ValueError) is illegal, with that reason.
+
+    Legal verdicts are remembered by the schedule's canonical form (`canon.schedule_key`:
+    tensor names by position), so the repeated layers of a network are proved once; the
+    verdict depends on structure alone (dependences are between statement instances, the
+    names only label them) as long as every name can be written in isl, which is part of
+    the key. An illegal verdict is worked out afresh each time, so its message names the
+    kernel's own tensors."""
+    key = (schedule_key(schedule), _isl_names_ok(schedule.kernel))
+    if _LEGAL_SCHEDULES.get(key) is not None:
+        return Legality(True)
     try:
-        return check_legal(schedule.kernel.statements, from_tiled_schedule(schedule),
-                           parallel=parallel_dims(schedule), reduction_reorderable=True)
+        verdict = check_legal(schedule.kernel.statements, from_tiled_schedule(schedule),
+                              parallel=parallel_dims(schedule), reduction_reorderable=True)
     except ValueError as err:
         return Legality(False, (Violation("schedule", "", "", "", message=f"not a valid schedule: {err}"),))
+    if verdict.ok:
+        _LEGAL_SCHEDULES.put(key, True)
+    return verdict
+
+
+def _isl_names_ok(kernel) -> bool:
+    """Can every tensor and loop name of `kernel` be written in an isl string?"""
+    names = {t.name for t in kernel.tensors} | {l.name for s in kernel.statements for l in s.loops}
+    return all(name not in _ISL_RESERVED and name.isidentifier() for name in names)
+
+
+# Canonical schedule keys of schedules proved legal (bounded; see check_schedule).
+_LEGAL_SCHEDULES = LRU("poly.check_schedule", 8192)
 
 
 def _two_d_plus_one(name: str, loops: Sequence[str], seq: Sequence[int]) -> StatementSchedule:
@@ -522,14 +546,20 @@ def _check_schedule(poly: KernelPolyhedra, schedule_map: isl.UnionMap) -> None:
             raise ValueError(error)
 
 
-@lru_cache(maxsize=8192)
 def _statement_schedule_error(statement: Statement, name: str, schedule: StatementSchedule | None) -> str | None:
     """`_check_schedule` for one statement of a `KernelSchedule` (cached on its schedule)."""
+    # Only the statement's domain matters (its loops and extents), not what it reads or
+    # writes: equal domains in other kernels share the answer.
+    return _domain_schedule_error(statement.loops, name, schedule)
+
+
+@lru_cache(maxsize=8192)
+def _domain_schedule_error(loops: tuple, name: str, schedule: StatementSchedule | None) -> str | None:
     if schedule is None:
         return f"the schedule does not cover every instance of {name}"
     exprs = ", ".join(d.expr for d in schedule.dims)
     m, function = _parse_schedule(f"{{ {_tuple_str(schedule.name, schedule.loops)} -> [{exprs}] }}")
-    return _schedule_error(statement, name, isl.UnionMap(m), function)
+    return _schedule_error(Statement("", (), None, loops, None), name, isl.UnionMap(m), function)
 
 
 def _schedule_error(s: Statement, name: str, schedule_map: isl.UnionMap, function: bool = False) -> str | None:
@@ -572,6 +602,13 @@ class Dependence:
     @property
     def reduction(self) -> bool:
         return bool(self.reduction_loops)
+
+    @cached_property
+    def relation_text(self) -> str:
+        """The relation as isl prints it: equal for equal relations built alike (a single
+        `+=` statement's flow, anti and output dependences; the same layer in another
+        kernel), so their time differences under a schedule are computed once."""
+        return str(self.relation)
 
     def describe(self, poly: KernelPolyhedra) -> str:
         """`flow dependence S0[i, j, k] -> S0[i, j, k + 1] on C (reduction over k)`."""
@@ -949,11 +986,20 @@ def _statement_map(schedule: StatementSchedule, width: int) -> isl.Map:
     return schedule.to_isl(width)
 
 
-@lru_cache(maxsize=16384)
 def _kernel_levels(dep: "Dependence", source: StatementSchedule, sink: StatementSchedule,
                    width: int) -> Levels:
-    pairs = dep.relation.apply_domain(_statement_map(source, width)).apply_range(_statement_map(sink, width))
-    return _delta_levels(pairs.deltas())
+    # Keyed by the relation's value, not the Dependence object: dependences with equal
+    # relations (flow/anti/output of one reduction, repeated layers) share the result.
+    key = (dep.relation_text, source, sink, width)
+    levels = _RELATION_LEVELS.get(key)
+    if levels is None:
+        pairs = dep.relation.apply_domain(_statement_map(source, width)).apply_range(_statement_map(sink, width))
+        levels = _delta_levels(pairs.deltas())
+        _RELATION_LEVELS.put(key, levels)
+    return levels
+
+
+_RELATION_LEVELS = LRU("poly.relation_levels", 16384)
 
 
 def _delta_levels(deltas: isl.Set) -> Levels:

@@ -63,6 +63,7 @@ import numpy as np
 from . import poly
 from .accel.cost import evaluate_batch, kernel_model
 from .accel.target import Target, load_target
+from .canon import canonical_kernel
 from .ir.loopnest import loop_dims, lower, whole_loops
 from .ir.schedule import Kernel, Schedule
 from .result import Plan
@@ -303,9 +304,10 @@ class _Legality:
         extents = np.array([l.extent for l in self.space.kernel.loops])
         enclosing = np.concatenate([extents[:, None], np.asarray(tiles)[:, :-1]], axis=1)
         iterates = np.asarray(tiles) < enclosing
-        key = (self.space.kernel, self.space.levels,
+        # Keyed by the kernel's canonical form: a network's repeated layers share verdicts.
+        key = (canonical_kernel(self.space.kernel), poly._isl_names_ok(self.space.kernel), self.space.levels,
                np.asarray(orders, dtype=np.int64).tobytes() + iterates.tobytes())
-        self.asked.add(key[2])
+        self.asked.add(key[3])
         if key in self.cache:
             self.cache.move_to_end(key)
         else:

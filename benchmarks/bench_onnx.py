@@ -189,6 +189,24 @@ def check_against_onnxruntime(model, program) -> float:
     return float(np.abs(got - want).max() / max(1.0, np.abs(want).max()))
 
 
+def clear_caches() -> None:
+    """Forget every per-structure cache (library schedules, isl verdicts, tiling searches,
+    tiled-run verdicts, twins): the timing is then a cold start."""
+    from autocomp_jupyter import canon
+
+    canon.clear_all()
+
+
+def twins(report: dict) -> str:
+    """How the final verification ran the kernels tile by tile: on the program itself, on a
+    scaled twin (its largest dimension), or not at all (isl's verdict alone)."""
+    v = report.get("verification") or {}
+    runs = v.get("tiled_runs", {})
+    parts = [f"{runs[k]}{k[0]}" for k in ("program", "twin", "coarsened", "none") if runs.get(k)]
+    extent = f"@{v['twin_max_extent']}" if v.get("twin_max_extent") else ""
+    return "/".join(parts) + extent
+
+
 def main(argv=None) -> int:
     from autocomp_jupyter import from_onnx, optimize
 
@@ -198,13 +216,17 @@ def main(argv=None) -> int:
     ap.add_argument("--tune", type=int, default=0)
     ap.add_argument("--no-check", action="store_true", help="skip the onnxruntime comparison")
     ap.add_argument("--torch", action="store_true", help="export the real torchvision networks (needs torch)")
+    ap.add_argument("--warm", action="store_true", help="keep caches between runs (default: each run starts cold)")
+    ap.add_argument("--executor", default=None, help="tuning executor: 'processes[:N]' or 'tcp://host:port'")
+    ap.add_argument("--profile-dump", default="", help="write the cProfile stats to this file")
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile the first optimise; print N rows")
     args = ap.parse_args(argv)
     models = dict(MODELS)
     if args.torch:
         models.update(torch_models())
     print(f"{'model':12} {'target':6} {'nodes':>5} {'ops':>4} {'kernels':>7} {'import_s':>8} {'optimize_s':>10} "
-          f"{'1-layer_s':>9} {'ratio':>6} {'vs_naive':>8} {'vs_lib':>6} {'verified':>8} {'ort_err':>8}")
+          f"{'1-layer_s':>9} {'ratio':>6} {'vs_naive':>8} {'vs_lib':>6} {'verified':>8} {'ort_err':>8} {'cpu_s':>6} "
+          f"{'twins':>14}")
     profiled = False
     for name in args.models.split(","):
         model = models[name]()
@@ -213,6 +235,8 @@ def main(argv=None) -> int:
         import_s = time.perf_counter() - t0
         err = float("nan") if args.no_check else check_against_onnxruntime(model, program)
         for target in args.targets.split(","):
+            if not args.warm:
+                clear_caches()
             base = optimize(from_onnx(one_layer_net()), target=target, tune=0)
             one_s = base.report["seconds"]
             if args.profile and not profiled:
@@ -221,18 +245,22 @@ def main(argv=None) -> int:
 
                 prof = cProfile.Profile()
                 prof.enable()
-            t0 = time.perf_counter()
-            res = optimize(program, target=target, tune=args.tune)
-            seconds = time.perf_counter() - t0
+            if not args.warm:
+                clear_caches()                       # time a cold start: nothing learnt from earlier runs
+            t0, c0 = time.perf_counter(), time.process_time()
+            res = optimize(program, target=target, tune=args.tune, executor=args.executor)
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
             if args.profile and not profiled:
                 prof.disable()
                 profiled = True
                 pstats.Stats(prof).sort_stats("cumulative").print_stats(args.profile)
+                if args.profile_dump:
+                    prof.dump_stats(args.profile_dump)
             r = res.report
             print(f"{name:12} {target:6} {len(model.graph.node):5d} {len(program.ops):4d} {len(r['kernels']):7d} "
                   f"{import_s:8.2f} {seconds:10.2f} {one_s:9.2f} {seconds / one_s:6.1f} "
                   f"{r['speedup_vs_naive']:8.2f} {r['speedup_vs_library']:6.2f} {str(r['verified']):>8} "
-                  f"{err:8.1e}", flush=True)
+                  f"{err:8.1e} {cpu:6.1f} {twins(r):>14}", flush=True)
     return 0
 
 

@@ -38,6 +38,7 @@ import numpy as np
 
 from .. import poly
 from ..accel.cost import datapath_of, evaluate, kernel_model, library_schedule
+from ..canon import LRU, canonical_kernel, schedule_key
 from ..interp import TooManyTiles, check_tiled
 from ..ir.program import Program
 from ..ir.loopnest import whole_loops
@@ -225,6 +226,36 @@ def search_tiles(kernel: Kernel, target, current: Schedule | None, levels: dict[
     spills beyond `max_spill_ratio`. With `ranked > 1`, returns a list of up to `ranked`
     distinct (schedule, cost) pairs, best first, instead (for legality fallbacks).
     """
+    # The search depends on the kernel's structure, not its names: repeated layers share it.
+    key = (canonical_kernel(kernel), schedule_key(current) if current is not None else None, target,
+           tuple(levels.items()), repr(sorted(params.items())), seed, n_random, ranked)
+    found = _SEARCHES.get(key)
+    if found is None:
+        found = _search(kernel, target, current, levels, params, seed, n_random, ranked)
+        _SEARCHES.put(key, found)
+    picks, evaluated = found
+    target_levels = target.tiling_levels
+    tiled = [target_levels.index(t) for t in levels.values()]
+    vec = vector_loop_index(kernel, target)
+    results = []
+    for tiles, orders in picks:
+        schedule = _to_schedule(kernel, current, tiles, orders, target_levels, tiled, vec)
+        results.append((schedule, evaluate(schedule, target)))
+    if ranked > 1:
+        return results
+    if not results:
+        return None
+    return results[0][0], results[0][1], evaluated
+
+
+# Search results by canonical kernel, incumbent schedule, target, rule parameters and seed.
+_SEARCHES = LRU("tiling.search_tiles", 2048)
+
+
+def _search(kernel: Kernel, target, current: Schedule | None, levels: dict[str, str], params: dict,
+            seed: int, n_random: int, ranked: int) -> tuple[list, int]:
+    """search_tiles' search: ([(tiles [D, L], orders [L, D]) best first, up to `ranked`],
+    candidates evaluated); an empty list when every candidate spills."""
     model = kernel_model(kernel, target)
     target_levels = target.tiling_levels
     L, D = len(target_levels), len(kernel.loops)
@@ -283,17 +314,9 @@ def search_tiles(kernel: Kernel, target, current: Schedule | None, levels: dict[
         if np.isclose(all_s[keep[0]], pool_s.min(), rtol=1e-9) and set(map(float, all_s[keep])) == set(map(float, pool_s)):
             break
         pool_t, pool_o, pool_s = all_t[keep], all_o[keep], all_s[keep]
-    if not np.isfinite(pool_s.min()):
-        return None if ranked == 1 else []
-    results = []
-    for i in np.argsort(pool_s, kind="stable")[:ranked]:
-        if not np.isfinite(pool_s[i]):
-            break
-        schedule = _to_schedule(kernel, current, pool_t[i], pool_o[i], target_levels, tiled, vec)
-        results.append((schedule, evaluate(schedule, target)))
-    if ranked > 1:
-        return results
-    return results[0][0], results[0][1], evaluated
+    picks = [(pool_t[i].copy(), pool_o[i].copy()) for i in np.argsort(pool_s, kind="stable")[:ranked]
+             if np.isfinite(pool_s[i])]
+    return picks, evaluated
 
 
 def _monotone(tiles: np.ndarray, extents: np.ndarray) -> np.ndarray:
@@ -394,62 +417,83 @@ def legality(schedule: Schedule):
 
 
 def verify_schedule(schedule: Schedule, program: Program, ctx: PassContext | None = None, seed: int = 0,
-                    execute: bool = True) -> str:
+                    execute: bool = True, record: dict | None = None) -> str:
     """'' if `schedule` is legal (isl) and computes what the untiled kernel computes when run
     tile by tile (on a scaled-down twin when the program is large); else the reason.
-    `execute=False` skips the tiled run (annotations alone do not change what runs when)."""
+    `execute=False` skips the tiled run (annotations alone do not change what runs when).
+
+    `record`, when given, is filled with how the tiled run was done: `tiled_run` is
+    "program" (the program itself, small enough), "twin" (its scaled twin, dimensions at
+    most `twin_max_extent`), "coarsened" (the twin with inner levels merged, too many tiles
+    otherwise) or "none" (no twin of the same structure exists: isl's verdict stands alone).
+
+    A passing tiled run is remembered by the canonical form of the schedule it ran (the
+    twin's), so a network's repeated layers are run once; a failure is run every time."""
     verdict = legality(schedule)
     if not verdict.ok:
         return f"illegal schedule: {verdict.reason}"
     if not execute:
         return ""
+    record = record if record is not None else {}
     twin = scaled_twin(schedule, program)
     if twin is None:
+        record["tiled_run"] = "none"
         return ""  # structure differs at small size: isl's verdict stands alone
     small_schedule, small_program = twin
-    try:
-        eq = check_tiled(small_schedule, small_program, seed=ctx.seed if ctx else seed, max_boxes=MAX_CHECK_TILES)
-    except TooManyTiles:
-        # Too many tiles to run: merge the innermost levels into their enclosing ones
-        # until few enough remain (the outer tile loops and their order are still checked).
-        eq = None
-        for _ in range(len(small_schedule.levels) - 1):
-            small_schedule = _coarsen(small_schedule)
-            try:
-                eq = check_tiled(small_schedule, small_program, seed=ctx.seed if ctx else seed,
-                                 max_boxes=MAX_CHECK_TILES)
-                break
-            except TooManyTiles:
-                continue
-        if eq is None:
+    record["tiled_run"] = "program" if small_program is program else "twin"
+    if small_program is not program:
+        record["twin_max_extent"] = max((d for t in small_program.tensors for d in t.shape), default=1)
+    seed = ctx.seed if ctx else seed
+    for _ in range(len(small_schedule.levels)):
+        key = (schedule_key(small_schedule), seed, MAX_CHECK_TILES)
+        if _TILED_OK.get(key) is not None:
             return ""
+        try:
+            eq = check_tiled(small_schedule, small_program, seed=seed, max_boxes=MAX_CHECK_TILES)
+            break
+        except TooManyTiles:
+            # Too many tiles to run: merge the innermost levels into their enclosing ones
+            # until few enough remain (the outer tile loops and their order are still checked).
+            small_schedule = _coarsen(small_schedule)
+            record["tiled_run"] = "coarsened"
+    else:
+        record["tiled_run"] = "none"
+        return ""
     if not eq.ok:
         return f"tiled execution differs from the untiled kernel: {eq.reason}"
+    _TILED_OK.put(key, True)
     return ""
 
 
-_TWINS: dict = {}
+# Canonical forms of (twin) schedules whose tiled run matched the untiled program.
+_TILED_OK = LRU("tiling.check_tiled", 4096)
+_TWINS = LRU("tiling.scaled_twin", 16)
 
 
 def scaled_twin(schedule: Schedule, program: Program):
     """(schedule, program) to run the tiled check on: the program itself when small, else
-    the program re-parsed with every dimension <= TWIN_EXTENT and the kernel rebuilt from
-    the same ops, with tile sizes scaled down in proportion (a tiled loop stays tiled)."""
+    its scaled twin (`dsl.scaled_twin`: every dimension shrunk to about TWIN_EXTENT, grown
+    where strided shapes need it) with the kernel rebuilt from the same ops, and tile sizes
+    scaled down in proportion (a tiled loop stays tiled). None when the program has no
+    source text, no twin smaller than the program builds, or the twin's kernel differs in
+    structure (loops, statements)."""
     kernel = schedule.kernel
     if max(kernel.extents.values()) <= TWIN_EXTENT and max(max(t.shape, default=1) for t in program.tensors) <= 4 * TWIN_EXTENT:
         return schedule, program
     if not program.source:
         return None
-    key = program.source
+    key = (program.source, program.filename)
     if key not in _TWINS:
-        from ..dsl import parse
+        from ..dsl import scaled_twin as program_twin
+        from ..errors import UserError
         try:
-            _TWINS[key] = parse(program.source, program.filename, max_extent=TWIN_EXTENT)
-        except Exception:
-            _TWINS[key] = None
-    small = _TWINS[key]
-    if small is None:
-        return None
+            _TWINS.put(key, program_twin(program.source, program.filename, max_extent=TWIN_EXTENT))
+        except UserError:
+            _TWINS.put(key, None)
+    small = _TWINS.get(key)
+    largest = max((d for t in program.tensors for d in t.shape), default=1)
+    if small is None or max((d for t in small.tensors for d in t.shape), default=1) >= largest:
+        return None   # no smaller twin builds: a full-size tiled run would be too slow
     try:
         small_kernel = Kernel.from_ops(small, kernel.ops, name=kernel.name)
     except KeyError:
