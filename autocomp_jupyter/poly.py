@@ -966,7 +966,15 @@ def _levels_under(poly: KernelPolyhedra, schedule: ScheduleLike, validate: bool 
             if error:
                 raise ValueError(error)
         width = schedule.width
-        return lambda dep: _kernel_levels(dep, by_name[dep.source], by_name[dep.sink], width)
+        memo: dict = {}   # per check: each dependence is asked once per parallel loop
+
+        def kernel_levels(dep: "Dependence") -> Levels:
+            found = memo.get(dep)   # Dependence compares by identity
+            if found is None:
+                found = memo[dep] = _kernel_levels(dep, by_name[dep.source], by_name[dep.sink], width)
+            return found
+
+        return kernel_levels
     schedule_map = _schedule_map(poly, schedule)
     if validate:
         _check_schedule(poly, schedule_map)
