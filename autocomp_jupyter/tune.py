@@ -706,6 +706,112 @@ def split_configs(times: Sequence[float], configs: int) -> list[int]:
     return out
 
 
+@dataclass
+class KernelResult:
+    """What tune_plan keeps of one kernel's search: its candidates, checked with their
+    exact schedules, fastest first (None stands for the incumbent), and its counts.
+    Small and picklable: a search run by an executor sends back this, not itself."""
+
+    entries: list            # [(time, Schedule | None)], None = the incumbent (the rules' schedule)
+    evaluated: int
+    best_time: float
+    legality_checks: int
+    legality_seconds: float
+    scoring_seconds: float
+    rejected: int
+    rejected_spill: int
+
+    @staticmethod
+    def of(search: "_Search", keep: int, scoring_seconds: float = 0.0) -> "KernelResult":
+        inc_key = search.incumbent_key
+        entries: list = []
+        for t, key in search.iter_verified():
+            if len(entries) >= keep:
+                break
+            if entries and t == entries[-1][0]:
+                # The same time as the last kept: an equivalent schedule, not another
+                # version; on a tie the rules' own schedule is the one shown.
+                if key == inc_key:
+                    entries[-1] = (t, None)
+                continue
+            chosen = None if key == inc_key else search.space.schedule(*search.genomes[key])
+            if chosen is not None and not legal(chosen):   # the exact schedule, once more
+                continue
+            entries.append((t, chosen))
+        return KernelResult(entries, search.evaluated, entries[0][0] if entries else math.inf,
+                            len(search.legality.asked), search.legality.seconds, scoring_seconds,
+                            search.rejected, len(search.infeasible))
+
+
+def _search_task(schedule: Schedule, target: Target, divisors_only: bool, max_spill: float, seed: int,
+                 share: int, score_fn: ScoreFn, keep: int) -> KernelResult:
+    """One kernel's whole search (what an executor runs when kernels are tuned in parallel):
+    the same search tune_plan runs serially, with the same seed and share."""
+    space = KernelSpace.of(schedule, target, divisors_only, max_spill=max_spill)
+    search = _Search(space, np.random.default_rng(seed), share, _Legality(space))
+    scorer = _Scorer(None, score_fn)
+    search.run(scorer)
+    return KernelResult.of(search, keep, scorer.seconds)
+
+
+def _tune_in_parallel(plan: Plan, target: Target, gains, order, configs: int, keep: int, seed: int,
+                      divisors_only: bool, max_spill: float, score_fn: ScoreFn, scorer: "_Scorer",
+                      results: dict, over_budget, report) -> bool:
+    """Run the kernels' searches on `scorer.executor`, one task per kernel, with exactly the
+    shares the serial loop gives them, so the result is the serial one.
+
+    A kernel's share depends on what the kernels before it left unused (an exhausted small
+    space passes its rest on), known only once they finish. Kernels ahead are started on
+    the prediction that every earlier search uses its whole share; a prediction proved wrong
+    is discarded and that kernel run again with its true share. Returns whether the time
+    budget stopped the tuning."""
+    executor = scorer.executor
+    window = 2 * max(1, int(getattr(executor, "_max_workers", 2) or 2))
+    running: dict[int, tuple[int, object]] = {}    # position in `order` -> (share, future)
+    left_configs, left_time = configs, sum(gains)
+    try:
+        for pos, i in enumerate(order):
+            share = split_configs([gains[i], max(left_time - gains[i], 0.0)], left_configs)[0]
+            # Start (or restart) the kernels ahead on the prediction from here.
+            lc, lt, ahead = left_configs, left_time, 0
+            for q in range(pos, len(order)):
+                if ahead >= window:
+                    break
+                j = order[q]
+                predicted = split_configs([gains[j], max(lt - gains[j], 0.0)], lc)[0]
+                lt -= gains[j]
+                if predicted < 2:
+                    continue
+                lc -= predicted
+                ahead += 1
+                if q in running and running[q][0] == predicted:
+                    continue
+                if q in running:
+                    running[q][1].cancel()
+                if over_budget():
+                    break
+                running[q] = (predicted, executor.submit(_search_task, plan.schedules[j], target, divisors_only,
+                                                         max_spill, seed + j, predicted, score_fn, keep))
+            left_time -= gains[i]
+            if share < 2:
+                continue     # too small a share to search: the rules' schedule stands (its share goes on)
+            if pos not in running or running[pos][0] != share:
+                if over_budget():
+                    return True
+                running[pos] = (share, executor.submit(_search_task, plan.schedules[i], target, divisors_only,
+                                                       max_spill, seed + i, share, score_fn, keep))
+            result = running.pop(pos)[1].result()
+            results[i] = result
+            left_configs -= result.evaluated
+            report()
+            if over_budget() and pos + 1 < len(order):
+                return True
+        return False
+    finally:
+        for _, future in running.values():
+            future.cancel()
+
+
 def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None = None,
               progress: Callable[[int, int, float], None] | None = None, executor=None,
               score_fn: ScoreFn = model_score, divisors_only: bool = False,
@@ -750,69 +856,66 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
     interrupted = budget_exhausted = False
     scorer = _Scorer(executor, score_fn)
 
+    results: dict[int, KernelResult] = {}     # searches run elsewhere (an executor), and finished ones
+
+    def best_time(i: int) -> float:
+        if i in searches:
+            return min(searches[i].best_time(), incumbent_times[i])
+        if i in results:
+            return min(results[i].best_time, incumbent_times[i])
+        return incumbent_times[i]
+
     def best_total() -> float:
-        return sum(min(searches[i].best_time(), incumbent_times[i]) if i in searches else incumbent_times[i]
-                   for i in range(len(kernels)))
+        return sum(best_time(i) for i in range(len(kernels)))
 
     def over_budget() -> bool:
         return budget is not None and time.perf_counter() - started > budget
 
     def report() -> None:
         if progress:
-            progress(sum(s.evaluated for s in searches.values()), configs, best_total())
+            progress(sum(s.evaluated for s in searches.values()) + sum(r.evaluated for r in results.values()),
+                     configs, best_total())
 
+    keep = max(top, 1) if measure is None else max(top, MEASURED_CANDIDATES)
     try:
-        for i in order:
-            # This kernel's share of what is left: configurations a smaller (exhausted)
-            # space did not use go to the kernels after it.
-            share = split_configs([gains[i], max(left_time - gains[i], 0.0)], left_configs)[0]
-            left_time -= gains[i]
-            if share < 2:
-                continue     # too small a share to search: the rules' schedule stands (its share goes on)
-            if over_budget():
-                budget_exhausted = True
-                break
-            space = KernelSpace.of(plan.schedules[i], target, divisors_only, max_spill=max_spill)
-            search = _Search(space, np.random.default_rng(seed + i), share, _Legality(space))
-            searches[i] = search
-            budget_exhausted = search.run(scorer, over_budget, report)
-            left_configs -= search.evaluated
-            if budget_exhausted:
-                break
-        done = sum(s.evaluated for s in searches.values())
+        if scorer.executor is not None and sum(1 for g in gains if g > 0) > 1:
+            budget_exhausted = _tune_in_parallel(plan, target, gains, order, configs, keep, seed, divisors_only,
+                                                 max_spill, score_fn, scorer, results, over_budget, report)
+        else:
+            for i in order:
+                # This kernel's share of what is left: configurations a smaller (exhausted)
+                # space did not use go to the kernels after it.
+                share = split_configs([gains[i], max(left_time - gains[i], 0.0)], left_configs)[0]
+                left_time -= gains[i]
+                if share < 2:
+                    continue     # too small a share to search: the rules' schedule stands (its share goes on)
+                if over_budget():
+                    budget_exhausted = True
+                    break
+                space = KernelSpace.of(plan.schedules[i], target, divisors_only, max_spill=max_spill)
+                search = _Search(space, np.random.default_rng(seed + i), share, _Legality(space))
+                searches[i] = search
+                budget_exhausted = search.run(scorer, over_budget, report)
+                left_configs -= search.evaluated
+                if budget_exhausted:
+                    break
+        done = sum(s.evaluated for s in searches.values()) + sum(r.evaluated for r in results.values())
         if progress and done < configs:
             progress(done, done, best_total())   # finished early (small or exhausted spaces): close the bar
     except KeyboardInterrupt:
         interrupted = True
     finally:
         scorer.close()
-    evaluated = sum(s.evaluated for s in searches.values())
+    for i, search in searches.items():
+        results[i] = KernelResult.of(search, keep)
+    evaluated = sum(r.evaluated for r in results.values())
 
     # Per kernel: its candidates, fastest first, each checked with its exact schedule.
-    keep = max(top, 1) if measure is None else max(top, MEASURED_CANDIDATES)
     per_kernel: list[list[tuple[float, Schedule]]] = []
     for i, (kernel, schedule) in enumerate(zip(kernels, plan.schedules)):
-        entries = [(incumbent_times[i], schedule)]
-        search = searches.get(i)
-        if search is not None:
-            inc_key = search.incumbent_key
-            entries = []
-            for t, key in search.iter_verified():
-                if len(entries) >= keep:
-                    break
-                if entries and t == entries[-1][0]:
-                    # The same time as the last kept: an equivalent schedule, not another
-                    # version; on a tie the rules' own schedule is the one shown.
-                    if key == inc_key:
-                        entries[-1] = (t, schedule)
-                    continue
-                chosen = schedule if key == inc_key else search.space.schedule(*search.genomes[key])
-                if key != inc_key and not legal(chosen):   # the exact schedule, once more
-                    continue
-                entries.append((t, chosen))
-            if not entries:
-                entries = [(incumbent_times[i], schedule)]
-        per_kernel.append(entries)
+        result = results.get(i)
+        entries = [(t, schedule if chosen is None else chosen) for t, chosen in result.entries] if result else []
+        per_kernel.append(entries or [(incumbent_times[i], schedule)])
 
     combos = _top_combinations([[(t, b"") for t, _ in entries] for entries in per_kernel], keep)
     candidates = [(total, tuple(per_kernel[k][j][1] for k, j in enumerate(idx))) for total, idx in combos]
@@ -846,13 +949,13 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
         "interrupted": interrupted,
         "budget_exhausted": budget_exhausted,
         "rules_time_s": rules_time,
-        "legality_checks": sum(len(s.legality.asked) for s in searches.values()),
-        "legality_seconds": sum(s.legality.seconds for s in searches.values()),
-        "scoring_seconds": scorer.seconds,
-        "rejected_illegal": sum(s.rejected for s in searches.values()),
-        "rejected_spill": sum(len(s.infeasible) for s in searches.values()),
+        "legality_checks": sum(r.legality_checks for r in results.values()),
+        "legality_seconds": sum(r.legality_seconds for r in results.values()),
+        "scoring_seconds": scorer.seconds + sum(r.scoring_seconds for r in results.values()),
+        "rejected_illegal": sum(r.rejected for r in results.values()),
+        "rejected_spill": sum(r.rejected_spill for r in results.values()),
         "max_spill_ratio": max_spill,
-        "configs_by_kernel": {kernels[i].name: s.evaluated for i, s in sorted(searches.items())},
+        "configs_by_kernel": {kernels[i].name: r.evaluated for i, r in sorted(results.items())},
     }
     return best_plan, versions, tuning
 
