@@ -476,23 +476,48 @@ def check_schedule(schedule) -> "Legality":
     any statement, reductions included (a parallel reduction is a race). A schedule isl
     cannot even represent (ValueError) is illegal, with that reason.
 
-    Legal verdicts are remembered by the schedule's canonical form (`canon.schedule_key`:
-    tensor names by position), so the repeated layers of a network are proved once; the
-    verdict depends on structure alone (dependences are between statement instances, the
-    names only label them) as long as every name can be written in isl, which is part of
-    the key. An illegal verdict is worked out afresh each time, so its message names the
-    kernel's own tensors."""
+    Verdicts are remembered by the schedule's canonical form (`canon.schedule_key`: tensor
+    names by position), so the repeated layers of a network are proved once: a verdict
+    depends on structure alone (dependences are between statement instances; names only
+    label them) as long as every name can be written in isl, which is part of the key. An
+    illegal verdict reached through another kernel's names is given back in this kernel's
+    names (the violated dependence's tensor; its example pair, distances and message are
+    the same but for that name)."""
     key = (schedule_key(schedule), _isl_names_ok(schedule.kernel))
-    if _LEGAL_SCHEDULES.get(key) is not None:
-        return Legality(True)
+    hit = _VERDICTS.get(key)
+    if hit is not None:
+        verdict, names = hit
+        return verdict if verdict.ok else _renamed(verdict, names, tuple(t.name for t in schedule.kernel.tensors))
     try:
         verdict = check_legal(schedule.kernel.statements, from_tiled_schedule(schedule),
                               parallel=parallel_dims(schedule), reduction_reorderable=True)
     except ValueError as err:
         return Legality(False, (Violation("schedule", "", "", "", message=f"not a valid schedule: {err}"),))
-    if verdict.ok:
-        _LEGAL_SCHEDULES.put(key, True)
+    _VERDICTS.put(key, (Legality(True) if verdict.ok else verdict, tuple(t.name for t in schedule.kernel.tensors)))
     return verdict
+
+
+def _renamed(verdict: "Legality", old: tuple[str, ...], new: tuple[str, ...]) -> "Legality":
+    """`verdict`, found on a kernel whose tensors are `old`, for the same kernel with tensors
+    `new` (by position)."""
+    if old == new:
+        return verdict
+    rename = dict(zip(old, new))
+    return Legality(False, tuple(
+        Violation(v.kind, v.source, v.sink, rename.get(v.tensor, v.tensor), reduction=v.reduction, loop=v.loop,
+                  explain=partial(_renamed_details, v, v.tensor, rename.get(v.tensor, v.tensor)))
+        for v in verdict.violated))
+
+
+def _renamed_details(violation: "Violation", old: str, new: str) -> tuple:
+    # The tensor is named once, in the dependence's description ("... on C (reduction over
+    # k)", "... on C would be reversed: ..."); nothing after it says " on ".
+    message = violation.message
+    at = message.rfind(f" on {old}")
+    end = at + len(old) + 4
+    if at >= 0 and (end == len(message) or message[end] == " "):
+        message = message[:at] + f" on {new}" + message[end:]
+    return violation.example_source, violation.example_sink, violation.distance, message
 
 
 def _isl_names_ok(kernel) -> bool:
@@ -501,8 +526,8 @@ def _isl_names_ok(kernel) -> bool:
     return all(name not in _ISL_RESERVED and name.isidentifier() for name in names)
 
 
-# Canonical schedule keys of schedules proved legal (bounded; see check_schedule).
-_LEGAL_SCHEDULES = LRU("poly.check_schedule", 8192)
+# Verdicts by canonical schedule key, with the tensor names they were found under (see check_schedule).
+_VERDICTS = LRU("poly.check_schedule", 8192)
 
 
 def _two_d_plus_one(name: str, loops: Sequence[str], seq: Sequence[int]) -> StatementSchedule:

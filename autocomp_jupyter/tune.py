@@ -53,7 +53,6 @@ import bisect
 import heapq
 import math
 import time
-from collections import OrderedDict
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -63,7 +62,7 @@ import numpy as np
 from . import poly
 from .accel.cost import evaluate_batch, kernel_model
 from .accel.target import Target, load_target
-from .canon import canonical_kernel
+from .canon import LRU, canonical_kernel
 from .ir.loopnest import loop_dims, lower, whole_loops
 from .ir.schedule import Kernel, Schedule
 from .result import Plan
@@ -279,8 +278,8 @@ def _genome_keys(tiles, orders, parallel, vectorize) -> list[bytes]:
 
 
 # Verdicts outlive one tune_plan call: notebooks re-run cells, the Tune tab re-tunes.
-_LEGALITY_CACHE: "OrderedDict[tuple, tuple[bool, np.ndarray]]" = OrderedDict()
 LEGALITY_CACHE_SIZE = 20000
+_LEGALITY_CACHE = LRU("tune.legality", LEGALITY_CACHE_SIZE)
 
 
 class _Legality:
@@ -308,9 +307,8 @@ class _Legality:
         key = (canonical_kernel(self.space.kernel), poly._isl_names_ok(self.space.kernel), self.space.levels,
                np.asarray(orders, dtype=np.int64).tobytes() + iterates.tobytes())
         self.asked.add(key[3])
-        if key in self.cache:
-            self.cache.move_to_end(key)
-        else:
+        found = self.cache.get(key)
+        if found is None:
             started = time.perf_counter()
             sp = self.space
             D = sp.D
@@ -320,11 +318,10 @@ class _Legality:
             order_ok = not any(v.loop is None for v in verdict.violated)
             nest = lower(schedule)
             may = np.array([not (set(loop_dims(nest, name)) & refused) for name in sp.kernel.loop_names])
-            self.cache[key] = (order_ok, may)
-            while len(self.cache) > LEGALITY_CACHE_SIZE:
-                self.cache.popitem(last=False)
+            found = (order_ok, may)
+            self.cache.put(key, found)
             self.seconds += time.perf_counter() - started
-        return self.cache[key]
+        return found
 
     def ok(self, tiles, orders, parallel, vectorize) -> bool:
         order_ok, may = self.verdict(tiles, orders)
