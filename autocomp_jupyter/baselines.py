@@ -66,10 +66,49 @@ def textbook_plan(program: Program, target: Target) -> Plan:
     return Plan(program, kernels, tuple(textbook_schedule(k, target) for k in kernels), "textbook")
 
 
-def library_plan(program: Program, ctx) -> Plan:
-    """Each op's kernel tuned alone (fusion off): the tuned per-op library baseline."""
+def library_plan(program: Program, ctx, executor=None) -> Plan:
+    """Each op's kernel tuned alone (fusion off): the tuned per-op library baseline.
+    `executor` (see `prefetch`) tunes the distinct kernels in parallel; the plan is the same."""
     kernels = kernels_unfused(program)
+    prefetch(program, kernels, ctx, executor)
     return Plan(program, kernels, tuple(library_schedule(program, k, ctx) for k in kernels), "library")
+
+
+def prefetch(program: Program, kernels, ctx, executor=None) -> int:
+    """Tune the library schedules of `kernels` (kernels of `program`) not cached yet, each
+    distinct one once, as tasks on `executor` (a concurrent.futures Executor, "processes[:N]"
+    or "tcp://host:port"; None: nothing is done here, `library_schedule` tunes on demand).
+    Each task runs `library_schedule`'s own procedure, which depends only on the kernel's
+    structure, the target, the rules and the seed, so the schedules are those a serial run
+    finds. Returns how many kernels were tuned."""
+    if executor is None or executor == "serial":
+        return 0
+    misses: dict = {}
+    for kernel in kernels:
+        key = _cache_key(kernel, ctx)
+        if key not in _CACHE and key not in misses:
+            misses[key] = kernel
+    if len(misses) < 2:
+        return 0
+    from .tune import close_executor, open_executor
+
+    pool, owned = open_executor(executor)
+    slim = replace(program, param_values={})     # the weights are not needed to tune
+    try:
+        futures = [(key, pool.submit(_tune_alone_task, slim, kernel, ctx.target, ctx.rules, int(ctx.seed or 0)))
+                   for key, kernel in misses.items()]
+        for key, future in futures:
+            _CACHE.put(key, future.result())
+    finally:
+        close_executor(owned)
+    return len(misses)
+
+
+def _tune_alone_task(program: Program, kernel: Kernel, target: Target, rules, seed: int) -> tuple:
+    """One library kernel tuned where an executor runs it; the schedule by loop position."""
+    from .passes import PassContext
+
+    return _genome(_tune_alone(program, kernel, PassContext(program, target, rules, seed)))
 
 
 def library_schedule(program: Program, kernel: Kernel, ctx) -> Schedule:

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Sequence
 
 from .accel.cost import evaluate, evaluate_program, naive_schedule
 from .accel.target import Target, load_target
-from .baselines import library_plan, textbook_plan
+from .baselines import library_plan, prefetch, textbook_plan
 from .dsl import load, parse
 from .errors import UserError
 from .ir.program import Program
@@ -89,7 +89,8 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     the rule file); top: versions kept; seed: tuner seed; budget: tuning seconds;
     passes: names ('fusion,tiling,scheduling') or pass functions; progress:
     callback(done, total, best_time_s) during tuning; executor: a concurrent.futures
-    Executor (or 'processes[:N]', 'tcp://host:port') for tuning; measure: compile and time
+    Executor (or 'processes[:N]', 'tcp://host:port') for tuning, one kernel per task, and
+    for the library baseline's per-op tuning (the results are the serial ones); measure: compile and time
     the generated C on this CPU (target 'host'), with `threads` OpenMP threads (default: the
     cores this process may use). Bad input raises `UserError`.
     """
@@ -104,7 +105,7 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
 
     naive = baseline_plan(program, target, naive_schedule, "naive")          # per-op, untiled
     textbook = textbook_plan(program, target)                                # per-op, fixed textbook tiles
-    library = library_plan(program, ctx)                                     # per-op, each tuned alone (cached)
+    library = library_plan(program, ctx, executor)                           # per-op, each tuned alone (cached)
 
     plan, log, rollbacks = library, [], []                       # the passes start from the library
     selected = _select_passes(passes)
@@ -135,6 +136,7 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
         verified, reason = _verify(plan, ctx, checks)
 
     measured = _measure(plan, target, threads) if measure else None      # the generated C, run on host
+    prefetch(program, plan.kernels, ctx, executor)               # the gain breakdown's per-kernel library tuning
 
     from .report import build_report                             # DESIGN §8
     report = build_report(program, target, ruleset, naive, library, plan, ctx, log, rollbacks, tuning, verified,

@@ -106,25 +106,7 @@ class _Scorer:
     def __init__(self, executor, score_fn: ScoreFn):
         self.score_fn = score_fn
         self.seconds = 0.0
-        self.executor: Executor | None = None
-        self._owned = []  # things this scorer opened and must close
-        if executor is None or executor == "serial":
-            return
-        if isinstance(executor, Executor) or hasattr(executor, "submit"):
-            self.executor = executor
-        elif isinstance(executor, str) and executor.startswith("processes"):
-            _, _, workers = executor.partition(":")
-            self.executor = ProcessPoolExecutor(max_workers=int(workers) if workers else None)
-            self._owned.append(self.executor)
-        elif isinstance(executor, str) and "://" in executor:
-            from dask.distributed import Client
-
-            client = Client(executor)
-            self._owned.append(client)
-            self.executor = client.get_executor()
-        else:
-            raise ValueError(f"executor must be None, a concurrent.futures.Executor, 'processes[:N]' or "
-                             f"'tcp://host:port' (a dask scheduler), got {executor!r}")
+        self.executor, self._owned = open_executor(executor)   # _owned: what this scorer opened and must close
         self._futures = []
 
     def __call__(self, kernel: Kernel, target: Target, tiles, orders, parallel, vectorize) -> np.ndarray:
@@ -150,11 +132,36 @@ class _Scorer:
     def close(self) -> None:
         for f in getattr(self, "_futures", []):
             f.cancel()
-        for owned in self._owned:
-            if isinstance(owned, Executor):
-                owned.shutdown(wait=True, cancel_futures=True)
-            else:
-                owned.close()
+        close_executor(self._owned)
+
+
+def open_executor(executor) -> tuple[Executor | None, list]:
+    """(executor to submit to, the things opened here that `close_executor` must close) for
+    None / "serial", a concurrent.futures.Executor (or anything with `submit`),
+    "processes[:N]" or "tcp://host:port" (a dask scheduler)."""
+    if executor is None or executor == "serial":
+        return None, []
+    if isinstance(executor, Executor) or hasattr(executor, "submit"):
+        return executor, []
+    if isinstance(executor, str) and executor.startswith("processes"):
+        _, _, workers = executor.partition(":")
+        pool = ProcessPoolExecutor(max_workers=int(workers) if workers else None)
+        return pool, [pool]
+    if isinstance(executor, str) and "://" in executor:
+        from dask.distributed import Client
+
+        client = Client(executor)
+        return client.get_executor(), [client]
+    raise ValueError(f"executor must be None, a concurrent.futures.Executor, 'processes[:N]' or "
+                     f"'tcp://host:port' (a dask scheduler), got {executor!r}")
+
+
+def close_executor(owned: list) -> None:
+    for thing in owned:
+        if isinstance(thing, Executor):
+            thing.shutdown(wait=True, cancel_futures=True)
+        else:
+            thing.close()
 
 
 # --------------------------------------------------------------------------- the space of one kernel

@@ -85,3 +85,15 @@ def test_a_cached_verdict_is_the_fresh_verdict_in_the_kernels_own_names(loop):
     if not cached.ok:
         assert "OUT" in cached.reason and " on C" not in cached.reason
         assert [v.tensor for v in cached.violated] == [v.tensor for v in fresh.violated]
+
+
+def test_library_tuned_on_an_executor_is_the_serial_library():
+    src = network(3).replace("input X: f32[8, 32]", "input X: f32[8, 32]\nparam V: f32[32, 48]") + \
+        "Z = matmul(R3, V)\noutput Z\n"
+    canon.clear_all()
+    serial = ac.optimize(src, target="npu", tune=0).report
+    canon.clear_all()
+    pooled = ac.optimize(src, target="npu", tune=0, executor="processes:2").report
+    assert canon.stats()["library_schedule"]["entries"] >= 3        # tuned in the pool, cached here
+    for field in ("library", "optimized", "kernels", "gain_breakdown", "speedup_vs_library"):
+        assert pooled[field] == serial[field]
