@@ -10,10 +10,16 @@ networks are exported instead (random weights too).
 Each model is imported (`from_onnx`), checked against onnxruntime on one input, and
 optimised on each target (rules only unless `--tune N`); the output is one line per
 (model, target) with import/optimise seconds, the speedups, `verified` and the ratio of
-the network's optimise time to a 1-layer network's (the per-layer cost).
+the network's optimise time to a 1-layer network's (the per-layer cost). Every run starts
+with cold caches (`canon.clear_all`; `--warm` keeps them); `cpu_s` is this process's CPU
+time (other users of the machine do not inflate it; with `--executor` the workers' is not
+in it), `twins` how the final check ran the kernels tile by tile: `55t/1n@16` = 55 on a
+scaled twin whose largest dimension is 16, 1 with no twin (isl's verdict alone), `p` on
+the program itself, `c` coarsened.
 
     python benchmarks/bench_onnx.py                          # all three, tpu and npu, rules only
     python benchmarks/bench_onnx.py --models resnet50 --targets tpu --profile 25
+    python benchmarks/bench_onnx.py --models resnet50 --executor processes:2   # library tuned in parallel
 """
 from __future__ import annotations
 
