@@ -37,6 +37,7 @@ from dataclasses import replace
 
 from .. import poly
 from ..accel.cost import evaluate
+from ..canon import LRU, schedule_key
 from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
 from ..result import Plan
@@ -52,7 +53,6 @@ def scheduling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
     log: list[dict] = []
     rollbacks: list[dict] = []
     schedules = []
-    _TIMES.clear()
     priority = params.get("priority", ["skew", "interchange", "reverse"])
     for name in priority:
         if name in NOT_APPLICABLE:
@@ -116,15 +116,18 @@ def _rule(name: str, kernel: Kernel, applied: bool, why: str) -> dict:
     return rule_entry(f"{name}_{kernel.name}", PASS, kernel.ops, applied, why)
 
 
-_TIMES: dict = {}  # per pass run: the interchange search revisits schedules
+# The interchange search revisits schedules, and a network's repeated layers ask the same
+# ones: times by canonical schedule (tensor names by position) and target.
+_TIMES = LRU("scheduling.time", 8192)
 
 
 def _time(schedule: Schedule, ctx: PassContext) -> float:
-    key = (id(schedule.kernel), ctx.target.name, repr(schedule.tiles), repr(sorted(schedule.order.items())),
-           repr(sorted(schedule.annotations.items())), schedule.levels)
-    if key not in _TIMES:
-        _TIMES[key] = evaluate(schedule, ctx.target).time_s
-    return _TIMES[key]
+    key = (schedule_key(schedule), ctx.target)
+    found = _TIMES.get(key)
+    if found is None:
+        found = evaluate(schedule, ctx.target).time_s
+        _TIMES.put(key, found)
+    return found
 
 
 # --------------------------------------------------------------------------- transformations
