@@ -223,6 +223,7 @@ class StatementSchedule:
         return replace(self, dims=tuple(dims))
 
 
+@lru_cache(maxsize=8192)   # the check of a schedule and its map parse the same text (isl objects are immutable)
 def _parse_schedule(text: str) -> tuple[isl.Map, bool]:
     """A statement's schedule map, and whether it is known to be a total function.
 
