@@ -105,10 +105,13 @@ def prefetch(program: Program, kernels, ctx, executor=None) -> int:
 
 
 def _tune_alone_task(program: Program, kernel: Kernel, target: Target, rules, seed: int) -> tuple:
-    """One library kernel tuned where an executor runs it; the schedule by loop position."""
+    """One library kernel tuned where an executor runs it; the schedule by loop position.
+    Tasks in threads of one worker take turns (isl and the caches are not thread-safe)."""
     from .passes import PassContext
+    from .tune import _SEARCH_LOCK
 
-    return _genome(_tune_alone(program, kernel, PassContext(program, target, rules, seed)))
+    with _SEARCH_LOCK:
+        return _genome(_tune_alone(program, kernel, PassContext(program, target, rules, seed)))
 
 
 def library_schedule(program: Program, kernel: Kernel, ctx) -> Schedule:

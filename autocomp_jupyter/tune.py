@@ -52,6 +52,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+import threading
 import time
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -750,12 +751,19 @@ class KernelResult:
 def _search_task(schedule: Schedule, target: Target, divisors_only: bool, max_spill: float, seed: int,
                  share: int, score_fn: ScoreFn, keep: int) -> KernelResult:
     """One kernel's whole search (what an executor runs when kernels are tuned in parallel):
-    the same search tune_plan runs serially, with the same seed and share."""
-    space = KernelSpace.of(schedule, target, divisors_only, max_spill=max_spill)
-    search = _Search(space, np.random.default_rng(seed), share, _Legality(space))
-    scorer = _Scorer(None, score_fn)
-    search.run(scorer)
-    return KernelResult.of(search, keep, scorer.seconds)
+    the same search tune_plan runs serially, with the same seed and share.
+
+    isl contexts and the caches are not thread-safe: in a worker running tasks in threads
+    (a threaded dask worker), searches take turns; processes run them side by side."""
+    with _SEARCH_LOCK:
+        space = KernelSpace.of(schedule, target, divisors_only, max_spill=max_spill)
+        search = _Search(space, np.random.default_rng(seed), share, _Legality(space))
+        scorer = _Scorer(None, score_fn)
+        search.run(scorer)
+        return KernelResult.of(search, keep, scorer.seconds)
+
+
+_SEARCH_LOCK = threading.Lock()
 
 
 def _tune_in_parallel(plan: Plan, target: Target, gains, order, configs: int, keep: int, seed: int,
