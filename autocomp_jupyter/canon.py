@@ -10,7 +10,8 @@ names; two kernels with equal canonical forms are the same computation on differ
 named data. Loop names are kept (schedules are written in them).
 
 `LRU` is the bounded, value-keyed cache the modules keep their verdicts in; `clear_all`
-empties every one (benchmarks timing a cold start, tests counting work).
+empties every one (benchmarks timing a cold start, tests counting work). `evaluate` is the
+cost model's `evaluate` remembered by canonical schedule.
 """
 from __future__ import annotations
 
@@ -109,3 +110,22 @@ def schedule_key(schedule: Schedule) -> tuple:
 
 def _freeze(mapping) -> tuple:
     return tuple(sorted((k, _freeze(v) if isinstance(v, dict) else v) for k, v in mapping.items()))
+
+
+_COSTS = LRU("cost.evaluate", 8192)
+
+
+def evaluate(schedule: Schedule, target):
+    """`accel.cost.evaluate(schedule, target)`, remembered by canonical schedule and target
+    (the model reads shapes, not names); the cost names this schedule's kernel."""
+    from .accel.cost import evaluate as model_evaluate
+    from .accel.target import load_target
+
+    target = load_target(target)
+    key = (schedule_key(schedule), target)
+    cost = _COSTS.get(key)
+    if cost is None:
+        cost = model_evaluate(schedule, target)
+        _COSTS.put(key, cost)
+    return replace(cost, kernel=schedule.kernel.name, bytes=dict(cost.bytes),
+                   level_time_s=dict(cost.level_time_s), limits=dict(cost.limits))

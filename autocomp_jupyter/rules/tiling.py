@@ -41,8 +41,8 @@ from dataclasses import replace
 import numpy as np
 
 from .. import poly
-from ..accel.cost import datapath_of, evaluate, kernel_model, library_schedule
-from ..canon import LRU, canonical_kernel, schedule_key
+from ..accel.cost import datapath_of, kernel_model, library_schedule
+from ..canon import LRU, canonical_kernel, evaluate, schedule_key
 from ..interp import TooManyTiles, check_tiled
 from ..ir.program import Program
 from ..ir.loopnest import whole_loops
