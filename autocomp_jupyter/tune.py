@@ -851,6 +851,12 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
         "rejected_spill": sum(len(s.infeasible) for s in searches.values()),
         "max_spill_ratio": max_spill,
         "configs_by_kernel": {kernels[i].name: s.evaluated for i, s in sorted(searches.items())},
+        # Kernels where nothing legal beat the rules' schedule (a tiny, exhausted or entirely
+        # illegal space): the rules' schedule is kept, and said so.
+        "kept_rules_schedule": {kernels[i].name: f"no legal candidate beat the rules' schedule "
+                                                 f"({s.evaluated} scored, {s.rejected} illegal)"
+                                for i, s in sorted(searches.items())
+                                if s.best_time() >= incumbent_times[i] * (1 - 1e-9)},
     }
     return best_plan, versions, tuning
 
