@@ -924,9 +924,10 @@ def _host_issue_cycles(st: "_StatementModel", tiles, inner_order, vec_loop, rows
 
 
 def _fill_cycles(compute, fills, stream_cycles):
-    """Cycles a systolic array spends filling/draining its stationary blocks. With double-
-    buffered weights each fill hides behind the previous block's stream, but the first."""
-    fill = compute.pe_rows + compute.pe_cols
+    """Cycles a systolic array spends filling/draining its stationary blocks (the target's
+    `fill_cycles` each). With double-buffered weights each fill hides behind the previous
+    block's stream, but the first."""
+    fill = compute.fill_cycles
     if not compute.double_buffered_weights:
         return fills * fill
     per_block = stream_cycles / np.maximum(fills, 1.0)

@@ -124,6 +124,10 @@ class ComputeSpec:
     # A systolic array that loads the next stationary block while the current one streams
     # (TPU MXUs do): only the part of a fill longer than the stream it hides behind costs.
     double_buffered_weights: bool = False
+    # Cycles to put a new stationary block into the array: shifted in from the edge and the
+    # last partial sums drained (pe_rows + pe_cols, the default), or 0 where every PE reads
+    # its next weight from its own register file.
+    fill_cycles: float = 0.0
 
     def macs(self, dtype: str) -> float:
         """MACs per cycle per unit for `dtype`."""
@@ -285,6 +289,7 @@ COMPUTE_SCHEMA: dict[str, Any] = {
     "arrays": "posint", "cores": "posint", "lanes": "posint", "fma_units": "posint",
     "dataflow": ("enum", DATAFLOWS),
     "double_buffered_weights": "bool",
+    "fill_cycles": "nonneg",
     "vector_lanes": "posint",
     "peak_macs_per_cycle": ("dtype_map", "pos"),
     "vector_ops_per_cycle": "pos",
@@ -424,7 +429,7 @@ def _check_value(value: Any, spec: Any, key_path: str, filename: str) -> None:
 KIND_FIELDS = {
     "systolic": {"required": ("pe_rows", "pe_cols"),
                  "allowed": ("kind", "pe_rows", "pe_cols", "arrays", "dataflow", "double_buffered_weights",
-                             "peak_macs_per_cycle", "vector_ops_per_cycle", "vector_lanes")},
+                             "fill_cycles", "peak_macs_per_cycle", "vector_ops_per_cycle", "vector_lanes")},
     "simt": {"required": ("cores", "lanes"),
              "allowed": ("kind", "cores", "lanes", "fma_units", "peak_macs_per_cycle",
                          "vector_ops_per_cycle", "max_blocks_per_core")},
@@ -511,6 +516,7 @@ def _build(raw: dict, filename: str) -> Target:
         max_blocks_per_unit=c.get("max_blocks_per_core", 1),
         implicit_parallel=bool(c.get("implicit_parallel", True)),
         double_buffered_weights=bool(c.get("double_buffered_weights", False)),
+        fill_cycles=float(c.get("fill_cycles", c.get("pe_rows", 1) + c.get("pe_cols", 1))),
     )
     memory = tuple(
         MemoryLevel(
