@@ -80,6 +80,8 @@ class BatchCost:
     level_latency_s: np.ndarray | None = None  # [n, levels]
     serial_s: np.ndarray | None = None         # [n]
     cold_s: np.ndarray | None = None           # [n]: first input tiles, before any compute
+    drain_s: np.ndarray | None = None          # [n]: last output tiles, after all compute
+    stream_s: np.ndarray | None = None         # [n]: operands streaming into the datapath
     compute_by_unit: dict | None = None        # {unit name: [n]}
 
     def __len__(self) -> int:
@@ -108,6 +110,8 @@ class BatchCost:
             out[f"{name} latency"] = float(self.level_latency_s[i, m])
         out["serial transfers"] = float(self.serial_s[i])
         out["cold start"] = float(self.cold_s[i]) if self.cold_s is not None else 0.0
+        out["drain"] = float(self.drain_s[i]) if self.drain_s is not None else 0.0
+        out["operand streaming"] = float(self.stream_s[i]) if self.stream_s is not None else 0.0
         return out
 
 
@@ -136,11 +140,13 @@ class KernelCost:
 
     @property
     def bound(self) -> str:
-        """What limits the time, in the model's own terms: the time is max(compute + serial
-        transfers + cold start, each level's bytes / bandwidth + loads x latency), so the
-        binding term is the busy chain — named by its largest part, 'compute (<unit>)' (the
-        PE array, the vector unit, ...), 'serial transfers' (loads that cannot double-
-        buffer) or 'cold start' (the first input tiles, loaded before anything computes),
+        """What limits the time, in the model's own terms: the time is max(max(compute,
+        operand streaming) + serial transfers + cold start + drain, each level's bytes /
+        bandwidth + loads x latency), so the binding term is the busy chain — named by its
+        largest part, 'compute (<unit>)' (the PE array, the vector unit, ...), 'operand
+        streaming' (operands into the datapath), 'serial transfers' (loads that cannot double-
+        buffer), 'cold start' (the first input tiles, loaded before anything computes) or
+        'drain' (the last output tiles, written back after everything computed),
         with '+ <part>' for each other part above a quarter of it — or '<level> bandwidth' /
         '<level> latency' for the level whose time is largest (by its larger part). The
         roofline's slope is the DRAM bandwidth term alone: a kernel right of the ridge can
@@ -151,8 +157,10 @@ class KernelCost:
             return "compute" if self.compute_s >= worst[1] else worst[0]
         units = {k: v for k, v in lim.items() if k.startswith("compute")}
         unit = max(units, key=units.get) if units else "compute"
-        parts = {unit: self.compute_s, "serial transfers": lim.get("serial transfers", 0.0),
-                 "cold start": lim.get("cold start", 0.0)}
+        stream = lim.get("operand streaming", 0.0)
+        lead = (unit, self.compute_s) if self.compute_s >= stream else ("operand streaming", stream)
+        parts = {lead[0]: lead[1], "serial transfers": lim.get("serial transfers", 0.0),
+                 "cold start": lim.get("cold start", 0.0), "drain": lim.get("drain", 0.0)}
         busy = sum(parts.values())
         levels = {name: lim.get(f"{name} bandwidth", 0.0) + lim.get(f"{name} latency", 0.0)
                   for name in self.level_time_s}
@@ -543,12 +551,15 @@ class KernelModel:
         level_lat_s = np.zeros((n, M))
         serial_total = np.zeros(n)
         cold_total = np.zeros(n)
+        drain_total = np.zeros(n)
+        stream_total = np.zeros(n)
         compute_by_unit: dict[str, np.ndarray] = {}
         for si, st in enumerate(self.statements):
             st_bytes = np.zeros((n, M))
             serial_bytes = np.zeros((n, M))   # traffic into levels that cannot double-buffer
             events = np.zeros((n, L))         # tile loads into each level (a latency each)
             cold_bytes = np.zeros((n, M))     # first input tiles into double-buffered levels
+            drain_bytes = np.zeros((n, M))    # last output tiles out of them, per destination
             event_src = {}
             present_seq = st.present[seq_loops]
             trips = np.where(present_seq, seq_trips, 1.0)
@@ -641,6 +652,10 @@ class KernelModel:
                         # before the first step computes (each active unit loads its own).
                         first = tile_bytes[si, ai][:, h] * (active if self.per_unit[h] else 1.0)
                         cold_bytes[:, src] += np.where(double_buffered[:, h], first, 0.0)
+                    elif a.kind != "read" and not (a.internal and (pos == 0 or a.kind != "accumulate")):
+                        # Drain: the last output tile leaves after the last step computes.
+                        last = tile_bytes[si, ai][:, h] * (active if self.per_unit[h] else 1.0)
+                        drain_bytes[:, src] += np.where(double_buffered[:, h], last, 0.0)
                     events[:, h] = np.maximum(events[:, h], fetch_counts[pos])
                     event_src[h] = src
 
@@ -661,19 +676,31 @@ class KernelModel:
             # Loads into double-buffered levels overlap the previous tile's compute, but the
             # first tiles have nothing to overlap: a source's cold loads queue on its channel
             # (bytes / bandwidth + one latency), and an inner level waits for its parent's.
+            # Likewise the last output tiles drain after the last step (inner level to outer).
             cold = (cold_bytes / bw).sum(axis=1) + ((cold_bytes > 0) * self.latency_s[None, :]).sum(axis=1)
+            drain = (drain_bytes / bw).sum(axis=1)
+            # A step lasts as long as its compute or its operands' streaming into the datapath
+            # (the innermost levels' channels), whichever is longer: the part of the work
+            # the cold start and the drain cannot overlap.
+            stream = (datapath_bytes[:, si, :] / bw).max(axis=1)
+            step = np.maximum(st_compute, stream)
             if si == self.kernel.anchor:
-                group_busy += st_compute + serial_time + cold
+                group_busy += step + serial_time + cold + drain
+                stream_total += stream
                 group_levels += st_level_time
                 cold_total += cold
+                drain_total += drain
             elif st.in_place:
                 # Its transfers ride the anchor's pipeline (latency hidden, first tiles loaded
-                # while the anchor's first tile computes); its compute adds.
-                group_busy += st_compute
+                # while the anchor's first tile computes); its compute and its drain add.
+                group_busy += st_compute + drain
                 group_levels += st_bytes / bw
+                drain_total += drain
             else:
-                time_s += np.maximum(st_compute + serial_time + cold, st_level_time.max(axis=1))
+                time_s += np.maximum(step + serial_time + cold + drain, st_level_time.max(axis=1))
+                stream_total += stream
                 cold_total += cold
+                drain_total += drain
             compute_s += st_compute
             compute_by_unit[dp.unit] = compute_by_unit.get(dp.unit, 0.0) + st_compute
             bytes_by_level += st_bytes
@@ -696,6 +723,7 @@ class KernelModel:
             spill_ratio=spill, compute_s=compute_s, level_time_s=level_time,
             double_buffered=double_buffered, datapath_bytes=datapath_bytes,
             level_bw_s=level_bw_s, level_latency_s=level_lat_s, serial_s=serial_total, cold_s=cold_total,
+            drain_s=drain_total, stream_s=stream_total,
             compute_by_unit=compute_by_unit,
         )
 

@@ -57,9 +57,9 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
         if si == schedule.kernel.anchor:
             group_time, group_bytes = r["time_s"], group_bytes + r["bytes"]
         elif model.statements[si].in_place:
-            # Runs on each anchor tile as it completes (as the model): its compute adds to
-            # the anchor's, its traffic shares the anchor's channels.
-            group_time += r["compute_s"]
+            # Runs on each anchor tile as it completes (as the model): its compute and its
+            # last tiles' write-back add to the anchor's, its traffic shares its channels.
+            group_time += r["compute_s"] + r["drain_s"]
             group_bytes = group_bytes + r["bytes"]
         else:
             time_s += r["time_s"]
@@ -242,10 +242,12 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
         if a.kind != "read" and not (a.internal and (pos == 0 or a.kind != "accumulate")):
             drain[source_of(a, pos)] += footprint(a, box)
     moved += drain
-    end = prev_end + float(np.max(drain / bw))
+    # An inner level's last tile reaches its parent before the parent's can leave.
+    drain_s = float(np.sum(drain / bw))
+    end = prev_end + drain_s
     sampled = steps < total_steps
     scale = total_steps / steps if sampled and steps else 1.0
-    return {"bytes": moved * scale, "time_s": end * scale, "compute_s": compute_total * scale,
+    return {"bytes": moved * scale, "time_s": end * scale, "compute_s": compute_total * scale, "drain_s": drain_s,
             "steps": steps, "total_steps": total_steps, "sampled": sampled}
 
 
