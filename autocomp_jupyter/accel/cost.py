@@ -16,8 +16,9 @@ The model (Timeloop / ZigZag style):
   stationarity). Loops that iterate once are transparent. Traffic into h = footprint ×
   fetches; an accumulated output also reads back its partial sums on every fetch but the
   first. Internal tensors of a fused kernel never cross the DRAM boundary.
-* Levels may hold only inputs or only outputs (`holds`, e.g. Gemmini's accumulator); a
-  tensor skips levels that do not hold it. After the innermost level comes the datapath:
+* Levels may hold only some roles (`holds`: weights, activations, outputs; e.g. Gemmini's
+  accumulator outputs, a per-PE register file weights); a tensor bypasses levels that do
+  not hold its role. After the innermost level comes the datapath:
   operands stream from the innermost level into the PE array (tile: pe_rows x pe_cols on
   the mapped loops) or the vector lanes (tile: one vector on the vectorised loop).
 * Spill. If a level's tiles overflow it by a fraction s of their footprint, that fraction
@@ -26,8 +27,9 @@ The model (Timeloop / ZigZag style):
   non-dividing tiles (ceil), divided over the compute units the parallel tile loops keep
   busy (occupancy, wave quantisation), plus systolic fill/drain per innermost tile.
 * Time. Levels whose tiles fit twice (double buffering) overlap their transfers with
-  compute; others serialise with it: time = max(compute + serial transfers, traffic_L/bw_L
-  for each level L) + latencies.
+  compute; others serialise with it. The first input tiles (cold start) and the last output
+  tiles (drain) overlap nothing: time = max(max(compute, operand streaming) + serial
+  transfers + cold start + drain, traffic_L/bw_L + loads x latency for each level L).
 """
 from __future__ import annotations
 
