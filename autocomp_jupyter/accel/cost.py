@@ -16,8 +16,9 @@ The model (Timeloop / ZigZag style):
   stationarity). Loops that iterate once are transparent. Traffic into h = footprint ×
   fetches; an accumulated output also reads back its partial sums on every fetch but the
   first. Internal tensors of a fused kernel never cross the DRAM boundary.
-* Levels may hold only inputs or only outputs (`holds`, e.g. Gemmini's accumulator); a
-  tensor skips levels that do not hold it. After the innermost level comes the datapath:
+* Levels may hold only some roles (`holds`: weights, activations, outputs; e.g. Gemmini's
+  accumulator outputs, a per-PE register file weights); a tensor bypasses levels that do
+  not hold its role. After the innermost level comes the datapath:
   operands stream from the innermost level into the PE array (tile: pe_rows x pe_cols on
   the mapped loops) or the vector lanes (tile: one vector on the vectorised loop).
 * Spill. If a level's tiles overflow it by a fraction s of their footprint, that fraction
@@ -26,8 +27,9 @@ The model (Timeloop / ZigZag style):
   non-dividing tiles (ceil), divided over the compute units the parallel tile loops keep
   busy (occupancy, wave quantisation), plus systolic fill/drain per innermost tile.
 * Time. Levels whose tiles fit twice (double buffering) overlap their transfers with
-  compute; others serialise with it: time = max(compute + serial transfers, traffic_L/bw_L
-  for each level L) + latencies.
+  compute; others serialise with it. The first input tiles (cold start) and the last output
+  tiles (drain) overlap nothing: time = max(max(compute, operand streaming) + serial
+  transfers + cold start + drain, traffic_L/bw_L + loads x latency for each level L).
 """
 from __future__ import annotations
 
@@ -79,6 +81,9 @@ class BatchCost:
     level_bw_s: np.ndarray | None = None       # [n, levels]
     level_latency_s: np.ndarray | None = None  # [n, levels]
     serial_s: np.ndarray | None = None         # [n]
+    cold_s: np.ndarray | None = None           # [n]: first input tiles, before any compute
+    drain_s: np.ndarray | None = None          # [n]: last output tiles, after all compute
+    stream_s: np.ndarray | None = None         # [n]: operands streaming into the datapath
     compute_by_unit: dict | None = None        # {unit name: [n]}
 
     def __len__(self) -> int:
@@ -106,6 +111,9 @@ class BatchCost:
             out[f"{name} bandwidth"] = float(self.level_bw_s[i, m])
             out[f"{name} latency"] = float(self.level_latency_s[i, m])
         out["serial transfers"] = float(self.serial_s[i])
+        out["cold start"] = float(self.cold_s[i]) if self.cold_s is not None else 0.0
+        out["drain"] = float(self.drain_s[i]) if self.drain_s is not None else 0.0
+        out["operand streaming"] = float(self.stream_s[i]) if self.stream_s is not None else 0.0
         return out
 
 
@@ -134,26 +142,34 @@ class KernelCost:
 
     @property
     def bound(self) -> str:
-        """What limits the time, in the model's own terms: the time is max(compute + serial
-        transfers, each level's bytes / bandwidth + loads x latency), so the binding term is
-        'compute (<unit>)' (the PE array, the vector unit, ...; '+ serial transfers' when
-        transfers that cannot double-buffer add to it) or '<level> bandwidth' / '<level>
-        latency' for the level whose time is largest (by its larger part). The roofline's
-        slope is the DRAM bandwidth term alone: a kernel right of the ridge can still be
-        bound by DRAM latency (many small loads) or by an inner level."""
+        """What limits the time, in the model's own terms: the time is max(max(compute,
+        operand streaming) + serial transfers + cold start + drain, each level's bytes /
+        bandwidth + loads x latency), so the binding term is the busy chain — named by its
+        largest part, 'compute (<unit>)' (the PE array, the vector unit, ...), 'operand
+        streaming' (operands into the datapath), 'serial transfers' (loads that cannot double-
+        buffer), 'cold start' (the first input tiles, loaded before anything computes) or
+        'drain' (the last output tiles, written back after everything computed),
+        with '+ <part>' for each other part above a quarter of it — or '<level> bandwidth' /
+        '<level> latency' for the level whose time is largest (by its larger part). The
+        roofline's slope is the DRAM bandwidth term alone: a kernel right of the ridge can
+        still be bound by DRAM latency (many small loads), its cold start or an inner level."""
         lim = self.limits
         if not lim:
             worst = max(self.level_time_s.items(), key=lambda kv: kv[1], default=("compute", 0.0))
             return "compute" if self.compute_s >= worst[1] else worst[0]
         units = {k: v for k, v in lim.items() if k.startswith("compute")}
         unit = max(units, key=units.get) if units else "compute"
-        busy = self.compute_s + lim.get("serial transfers", 0.0)
+        stream = lim.get("operand streaming", 0.0)
+        lead = (unit, self.compute_s) if self.compute_s >= stream else ("operand streaming", stream)
+        parts = {lead[0]: lead[1], "serial transfers": lim.get("serial transfers", 0.0),
+                 "cold start": lim.get("cold start", 0.0), "drain": lim.get("drain", 0.0)}
+        busy = sum(parts.values())
         levels = {name: lim.get(f"{name} bandwidth", 0.0) + lim.get(f"{name} latency", 0.0)
                   for name in self.level_time_s}
         worst = max(levels, key=levels.get, default=None)
         if worst is None or busy >= levels[worst]:
-            serial = lim.get("serial transfers", 0.0)
-            return unit + (" + serial transfers" if serial > 0.25 * busy else "")
+            ranked = sorted(parts, key=lambda p: -parts[p])   # stable: compute first on ties
+            return " + ".join([ranked[0]] + [p for p in ranked[1:] if parts[p] > 0.25 * busy])
         part = "bandwidth" if lim[f"{worst} bandwidth"] >= lim[f"{worst} latency"] else "latency"
         return f"{worst} {part}"
 
@@ -312,8 +328,12 @@ class KernelModel:
         accesses: list[_AccessModel] = []
         seen = set()
         kind = "accumulate" if stmt.reduce else "write"
-        items = [(stmt.target, stmt.target_indices, kind)] + [(a.tensor, a.indices, "read") for a in stmt.reads()]
-        for tensor, indices, akind in items:
+        mac = is_mac_statement(stmt)
+        weight = _weight_read(stmt) if mac else None
+        items = [(stmt.target, stmt.target_indices, kind, "outputs")] + [
+            (a.tensor, a.indices, "read", "weights" if r == weight else "activations")
+            for r, a in enumerate(stmt.reads())]
+        for tensor, indices, akind, role in items:
             key = (tensor, indices, akind == "read")
             if key in seen:
                 continue
@@ -327,14 +347,13 @@ class KernelModel:
                         coeff[r, index[m[loop]]] += abs(c)
                     else:
                         local_add[r] += abs(c) * (local[loop] - 1)
-            role = "inputs" if akind == "read" else "outputs"
-            chain = tuple(h for h, lv in enumerate(on_chip) if role in lv.holds)
+            # Levels that do not hold the access's role are bypassed (target.ROLES).
+            chain = tuple(h for h, lv in enumerate(on_chip) if role in lv.roles)
             accesses.append(_AccessModel(
                 tensor=tensor, coeff=coeff, local_add=local_add,
                 dims=np.array(t.shape if len(t.shape) == len(indices) else [1 << 62] * len(indices), dtype=float),
                 elem_bytes=DTYPE_BYTES[t.dtype], kind=akind, index_mask=coeff.sum(axis=0) > 0,
                 chain=chain, internal=tensor in kernel.internals))
-        mac = is_mac_statement(stmt)
         reads = stmt.reads()
         dtype = kernel.tensor(reads[0].tensor).dtype if reads else kernel.tensor(stmt.target).dtype
         row = col = -1
@@ -415,16 +434,23 @@ class KernelModel:
         tiles, *_ = self.normalise(tiles)
         return self._capacity(tiles.astype(float))
 
-    def _capacity(self, T: np.ndarray) -> np.ndarray:
+    def _capacity(self, T: np.ndarray, tile_bytes: dict | None = None) -> np.ndarray:
+        """[n, L] bytes held per level; fills `tile_bytes[(statement, access)]` with each
+        access's full tile at the levels holding it ([n, L]) when given."""
         n, L = T.shape[0], self.n_levels
         per_tensor: dict[str, np.ndarray] = {}
-        for st in self.statements:
-            for a in st.accesses:
-                if st.in_place and (a.internal or a.kind != "read"):
+        for si, st in enumerate(self.statements):
+            for ai, a in enumerate(st.accesses):
+                skip = st.in_place and (a.internal or a.kind != "read")
+                if skip and tile_bytes is None:
                     continue  # reuses the buffer of the internal tile it reads
                 fp = np.zeros((n, L))
                 for h in a.chain:
                     fp[:, h] = _footprint(a, T[:, :, h])
+                if tile_bytes is not None:
+                    tile_bytes[si, ai] = fp
+                if skip:
+                    continue
                 prev = per_tensor.get(a.tensor)
                 per_tensor[a.tensor] = fp if prev is None else np.maximum(prev, fp)
         return sum(per_tensor.values()) if per_tensor else np.zeros((n, L))
@@ -492,7 +518,8 @@ class KernelModel:
         seq_loops = orders.reshape(n, L * D)
         seq_trips = np.take_along_axis(rel, orders, axis=2).reshape(n, L * D)
 
-        capacity_fp = self._capacity(T)                       # [n, L]
+        tile_bytes: dict = {}
+        capacity_fp = self._capacity(T, tile_bytes)           # [n, L]
         overflow = np.clip(1.0 - self.capacity[None, :] / np.maximum(capacity_fp, 1e-30), 0.0, None)
         spill = np.clip(capacity_fp / self.capacity[None, :] - 1.0, 0.0, None).max(axis=1)
         double_buffered = 2.0 * capacity_fp <= self.capacity[None, :]
@@ -525,11 +552,16 @@ class KernelModel:
         level_bw_s = np.zeros((n, M))
         level_lat_s = np.zeros((n, M))
         serial_total = np.zeros(n)
+        cold_total = np.zeros(n)
+        drain_total = np.zeros(n)
+        stream_total = np.zeros(n)
         compute_by_unit: dict[str, np.ndarray] = {}
         for si, st in enumerate(self.statements):
             st_bytes = np.zeros((n, M))
             serial_bytes = np.zeros((n, M))   # traffic into levels that cannot double-buffer
             events = np.zeros((n, L))         # tile loads into each level (a latency each)
+            cold_bytes = np.zeros((n, M))     # first input tiles into double-buffered levels
+            drain_bytes = np.zeros((n, M))    # last output tiles out of them, per destination
             event_src = {}
             present_seq = st.present[seq_loops]
             trips = np.where(present_seq, seq_trips, 1.0)
@@ -582,7 +614,7 @@ class KernelModel:
                     cycles = cycles + pack_cycles  # one element copied per cycle
             st_compute = cycles / active / clock
 
-            for a in st.accesses:
+            for ai, a in enumerate(st.accesses):
                 # Fetches and traffic at each holding level, then the datapath.
                 fits, fetch_counts = [], []
                 for h in a.chain:
@@ -617,6 +649,15 @@ class KernelModel:
                     moved = eff[pos]
                     st_bytes[:, src] += moved
                     serial_bytes[:, src] += np.where(double_buffered[:, h], 0.0, moved)
+                    if a.kind == "read" and not a.internal:
+                        # Cold start: the first tile of every input reaches every level
+                        # before the first step computes (each active unit loads its own).
+                        first = tile_bytes[si, ai][:, h] * (active if self.per_unit[h] else 1.0)
+                        cold_bytes[:, src] += np.where(double_buffered[:, h], first, 0.0)
+                    elif a.kind != "read" and not (a.internal and (pos == 0 or a.kind != "accumulate")):
+                        # Drain: the last output tile leaves after the last step computes.
+                        last = tile_bytes[si, ai][:, h] * (active if self.per_unit[h] else 1.0)
+                        drain_bytes[:, src] += np.where(double_buffered[:, h], last, 0.0)
                     events[:, h] = np.maximum(events[:, h], fetch_counts[pos])
                     event_src[h] = src
 
@@ -630,17 +671,38 @@ class KernelModel:
                 par = active if self.per_unit[h] else 1.0
                 lat = events[:, h] * self.latency_s[src] / par
                 st_level_time[:, src] += np.where(double_buffered[:, h], lat, 0.0)
-                level_lat_s[:, src] += np.where(double_buffered[:, h], lat, 0.0)
+                if not st.in_place:   # an in-place epilogue's loads ride the anchor's (below)
+                    level_lat_s[:, src] += np.where(double_buffered[:, h], lat, 0.0)
                 serial_time += np.where(double_buffered[:, h], 0.0, lat)
             serial_total += serial_time
+            # Loads into double-buffered levels overlap the previous tile's compute, but the
+            # first tiles have nothing to overlap: a source's cold loads queue on its channel
+            # (bytes / bandwidth + one latency), and an inner level waits for its parent's.
+            # Likewise the last output tiles drain after the last step (inner level to outer).
+            cold = (cold_bytes / bw).sum(axis=1) + ((cold_bytes > 0) * self.latency_s[None, :]).sum(axis=1)
+            drain = (drain_bytes / bw).sum(axis=1)
+            # A step lasts as long as its compute or its operands' streaming into the datapath
+            # (the innermost levels' channels), whichever is longer: the part of the work
+            # the cold start and the drain cannot overlap.
+            stream = (datapath_bytes[:, si, :] / bw).max(axis=1)
+            step = np.maximum(st_compute, stream)
             if si == self.kernel.anchor:
-                group_busy += st_compute + serial_time
+                group_busy += step + serial_time + cold + drain
+                stream_total += stream
                 group_levels += st_level_time
-            elif st.in_place:  # its transfers ride the anchor's pipeline (latency hidden), its compute adds
-                group_busy += st_compute
+                cold_total += cold
+                drain_total += drain
+            elif st.in_place:
+                # Its transfers ride the anchor's pipeline (latency hidden, first tiles loaded
+                # while the anchor's first tile computes); its compute and its drain add.
+                group_busy += st_compute + drain
                 group_levels += st_bytes / bw
+                drain_total += drain
             else:
-                time_s += np.maximum(st_compute + serial_time, st_level_time.max(axis=1))
+                time_s += np.maximum(step + serial_time + cold + drain, st_level_time.max(axis=1))
+                stream_total += stream
+                cold_total += cold
+                drain_total += drain
             compute_s += st_compute
             compute_by_unit[dp.unit] = compute_by_unit.get(dp.unit, 0.0) + st_compute
             bytes_by_level += st_bytes
@@ -662,7 +724,8 @@ class KernelModel:
             arithmetic_intensity=flops / np.maximum(dram, 1e-30),
             spill_ratio=spill, compute_s=compute_s, level_time_s=level_time,
             double_buffered=double_buffered, datapath_bytes=datapath_bytes,
-            level_bw_s=level_bw_s, level_latency_s=level_lat_s, serial_s=serial_total,
+            level_bw_s=level_bw_s, level_latency_s=level_lat_s, serial_s=serial_total, cold_s=cold_total,
+            drain_s=drain_total, stream_s=stream_total,
             compute_by_unit=compute_by_unit,
         )
 
@@ -891,9 +954,10 @@ def _host_issue_cycles(st: "_StatementModel", tiles, inner_order, vec_loop, rows
 
 
 def _fill_cycles(compute, fills, stream_cycles):
-    """Cycles a systolic array spends filling/draining its stationary blocks. With double-
-    buffered weights each fill hides behind the previous block's stream, but the first."""
-    fill = compute.pe_rows + compute.pe_cols
+    """Cycles a systolic array spends filling/draining its stationary blocks (the target's
+    `fill_cycles` each). With double-buffered weights each fill hides behind the previous
+    block's stream, but the first."""
+    fill = compute.fill_cycles
     if not compute.double_buffered_weights:
         return fills * fill
     per_block = stream_cycles / np.maximum(fills, 1.0)
@@ -959,9 +1023,9 @@ def _systolic_mapping(stmt, loop_map, index, dataflow) -> tuple[int, int] | None
     ext = stmt.extents
     outs = {l.name for l in stmt.output_loops}
     reads = stmt.reads()
-    if len(reads) != 2:
+    weight_idx = _weight_read(stmt)
+    if weight_idx is None:
         return None
-    weight_idx = min(range(len(reads)), key=lambda i: (len([l for a in reads[i].indices for l in a.loops if l in outs]), -i))
     weight_loops = [l for a in reads[weight_idx].indices for l in a.loops]
     other_loops = {l for a in reads[1 - weight_idx].indices for l in a.loops}
     col_choices = [l for l in weight_loops if l in outs and l not in other_loops]
@@ -977,6 +1041,16 @@ def _systolic_mapping(stmt, loop_map, index, dataflow) -> tuple[int, int] | None
     choices = choices or [l for l in ext if l != col] or [col]
     row = max(choices, key=lambda l: ext[l])
     return index[loop_map[row]], index[loop_map[col]]
+
+
+def _weight_read(stmt) -> int | None:
+    """Which of a contraction's two reads is its weight (target role `weights`): the one with
+    fewer output loops (B[k, j] of A·B, W[f, c, r, s] of a conv), the second on a tie."""
+    outs = {l.name for l in stmt.output_loops}
+    reads = stmt.reads()
+    if len(reads) != 2:
+        return None
+    return min(range(2), key=lambda i: (len([l for a in reads[i].indices for l in a.loops if l in outs]), -i))
 
 
 @dataclass(frozen=True)
