@@ -226,7 +226,7 @@ def test_library_baseline_is_the_exhaustive_per_op_optimum():
             break
     assert len(space) == 49152 and best is not None
     assert evaluate(chosen, target).time_s == pytest.approx(best, rel=1e-12)
-    assert evaluate(textbook_schedule(kernel, target), target).time_s > 1.5 * best   # the test has teeth
+    assert evaluate(textbook_schedule(kernel, target), target).time_s > 1.2 * best   # the test has teeth
     # Cached by structure: the same op under other names reuses the entry.
     other = parse("input X: f32[8, 4]\ninput Y: f32[4, 8]\nZ = matmul(X, Y)\n")
     entries = baselines.cache_info()["entries"]
