@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 
-from ..result import Plan
+from ..ir.plan import Plan
 
 CLASS_COLOURS = {
     "elementwise": "#e3f2fd", "broadcast": "#e8f5e9", "injective": "#fff8e1",

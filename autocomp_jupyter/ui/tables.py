@@ -46,16 +46,11 @@ def summary_html(result) -> str:
 # --------------------------------------------------------------------------- tiles
 
 
-def _footprints(result, schedule) -> tuple[list[str], list[float], list[float]] | None:
-    """(levels outer→inner, bytes the kernel's tiles take per level, level capacity)."""
-    try:
-        from ..accel.cost import kernel_model
-        model = kernel_model(schedule.kernel, result.target)
-        tiles, *_ = model.schedule_arrays(schedule)
-        fp = model.capacity_footprints(tiles)[0]
-        return list(result.target.tiling_levels), [float(x) for x in fp], [float(x) for x in model.capacity]
-    except Exception:  # footprints are an extra; the tile table stands without them
-        return None
+def _footprints(result, kernel_name: str) -> tuple[list[str], list[float], list[float]] | None:
+    """(levels outer→inner, bytes the kernel's tiles take per level, level capacity), as
+    the pipeline computed them (`result.footprints`); None for a kernel without them."""
+    fp = (getattr(result, "footprints", None) or {}).get(kernel_name)
+    return (list(fp.levels), list(fp.used), list(fp.capacity)) if fp else None
 
 
 def tiles_html(result) -> str:
@@ -78,7 +73,7 @@ def tiles_html(result) -> str:
         spill = (rk.get("metrics") or {}).get("spill_ratio")
         out.append(f"<h4>kernel {esc(kernel.name)} <small>ops {esc(', '.join(kernel.ops))}</small></h4>")
         out.append(table(header, rows, "autocomp-tiles"))
-        fp = _footprints(result, schedule)
+        fp = _footprints(result, kernel.name)
         if fp:
             lvls, used, cap = fp
             cells = []
