@@ -14,6 +14,7 @@ from autocomp_jupyter.accel.cost import evaluate, evaluate_program, naive_schedu
 from autocomp_jupyter.accel.target import load_target
 from autocomp_jupyter.dsl import parse
 from autocomp_jupyter.ir.schedule import Kernel, Schedule, kernels_unfused
+from autocomp_jupyter.report import kernel_footprints
 from autocomp_jupyter.result import Plan, Result
 
 SOURCE = """\
@@ -60,22 +61,9 @@ def make_result(target_name: str = "tpu") -> Result:
             {"label": "optimized", "ai": flops / optimized.dram_bytes, "flops_per_s": flops / optimized.time_s}]},
     }
 
-    def evaluate_variant(kernel_name, tiles=None, order=None):
-        base = after.schedule_of(kernel_name)
-        for loop, per in (tiles or {}).items():
-            sizes = [per[lv] for lv in levels if lv in per]
-            if sizes != sorted(sizes, reverse=True):
-                return {"legal": False, "reason": f"tile of {loop} at {levels[-1]} exceeds its {levels[0]} tile",
-                        "metrics": {}, "time_s": None, "roofline_point": None}
-        variant = Schedule(base.kernel, tiles=tiles or base.tiles, order=order or base.order,
-                           annotations=base.annotations, levels=levels)
-        cost = evaluate(variant, target)
-        return {"legal": True, "reason": "all dependences stay lexicographically positive",
-                "metrics": cost.metrics(), "time_s": cost.time_s,
-                "roofline_point": {"ai": flops / cost.dram_bytes, "flops_per_s": flops / cost.time_s}}
-
+    # The views read footprints the pipeline computes; a hand-built Result computes them the same way.
     return Result(program=program, target=target, before=before, library=before, after=after, report=report,
-                  versions={"top1": after}, evaluate_variant=evaluate_variant)
+                  versions={"top1": after}, footprints=kernel_footprints(after, target))
 
 
 # --------------------------------------------------------------------------- static HTML
@@ -232,9 +220,27 @@ def test_slider_move_changes_the_displayed_metric(result):
     assert "legal" in tune.status.value and 'data-label="variant"' in tune.roofline.value
 
 
-def test_illegal_choice_is_shown_with_its_reason(result):
+def refuse_inner_over_outer(result):
+    """An evaluator double: the real one, but refusing an inner tile larger than its outer
+    tile (the Tune tab must show any refusal with its reason, whatever the evaluator)."""
+    real = result.evaluate_variant
+    levels = result.target.tiling_levels
+
+    def evaluate_variant(kernel, tiles=None, order=None, annotations=None):
+        for loop, per in (tiles or {}).items():
+            sizes = [per[lv] for lv in levels if lv in per]
+            if sizes != sorted(sizes, reverse=True):
+                return {"legal": False, "reason": f"tile of {loop} at {levels[-1]} exceeds its {levels[0]} tile",
+                        "metrics": {}, "time_s": None, "roofline_point": None}
+        return real(kernel, tiles, order, annotations)
+    return evaluate_variant
+
+
+def test_illegal_choice_is_shown_with_its_reason():
+    result = make_result()
+    result.evaluate_variant = refuse_inner_over_outer(result)
     tune = ui.widget(result).tune
-    tune.sliders[("i", "vregs")].value = 256  # inner tile larger than the outer one: the fixture refuses
+    tune.sliders[("i", "vregs")].value = 256  # inner tile larger than the outer one: the double refuses
     assert "illegal" in tune.status.value and "exceeds its VMEM tile" in tune.status.value
     assert tune.keep_button.disabled
     assert 'data-label="variant"' not in tune.roofline.value
@@ -245,7 +251,8 @@ def test_order_picker_reevaluates(result):
     picker = tune.order_pickers["VMEM"]
     calls = []
     original = result.evaluate_variant
-    result.evaluate_variant = lambda k, tiles=None, order=None: calls.append(order) or original(k, tiles, order)
+    result.evaluate_variant = (lambda k, tiles=None, order=None, annotations=None:
+                               calls.append(order) or original(k, tiles, order, annotations))
     try:
         picker.value = ("k", "i", "j")
     finally:
