@@ -19,7 +19,7 @@ import math
 
 from .fmt import BAD, GOOD, MUTED, badge, esc, note, ratio, seconds, table
 from .glossary import th
-from .roofline import roofline_svg
+from .roofline import kernel_point, roofline_svg
 
 
 # --------------------------------------------------------------------------- specs
@@ -229,11 +229,3 @@ def ab_html(result, a: dict, b: dict) -> str:
     out.append("<h4>pseudo-kernel diff</h4>")
     out.append(code_diff_html(result, a, b))
     return '<div class="autocomp-ab">' + "".join(out) + "</div>"
-
-
-def kernel_point(label: str, metrics: dict) -> dict | None:
-    """A kernel's roofline point: (flop per DRAM byte, flop/s) from its metrics."""
-    flops, t, ai = metrics.get("flops"), metrics.get("time_s"), metrics.get("arithmetic_intensity")
-    if not (flops and t and ai and math.isfinite(ai)):
-        return None
-    return {"label": label, "ai": ai, "flops_per_s": flops / t}

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from .fmt import MUTED, esc, note, pct, seconds, table
 from .glossary import th
+from .roofline import kernel_point
 
 LARGE_PLAN_OPS = 40   # above this many ops the Graph tab shows blocks instead of one graph
 MIN_BLOCK_OPS = 4
@@ -227,8 +228,6 @@ def profiler_html(result, max_rows: int = 400) -> str:
 def kernel_roofline_points(result, labelled: int = 5) -> list[dict]:
     """One roofline point per kernel (its flop per DRAM byte and flop/s); the `labelled`
     slowest carry their name on the plot, the rest in their tooltip only."""
-    from .compare import kernel_point
-
     times = _kernel_times(result)
     top = set(sorted(times, key=lambda k: -times[k])[:labelled])
     out = []

@@ -41,6 +41,14 @@ def roofline_data(result) -> dict:
     return {"peak_flops": target.peak_flops(dtype), "dram_bw": target.dram_bandwidth, "points": points}
 
 
+def kernel_point(label: str, metrics: dict) -> dict | None:
+    """A kernel's roofline point: (flop per DRAM byte, flop/s) from its metrics."""
+    flops, t, ai = metrics.get("flops"), metrics.get("time_s"), metrics.get("arithmetic_intensity")
+    if not (flops and t and ai and math.isfinite(ai)):
+        return None
+    return {"label": label, "ai": ai, "flops_per_s": flops / t}
+
+
 def _decades(lo: float, hi: float) -> tuple[int, int]:
     return math.floor(math.log10(lo)), math.ceil(math.log10(hi))
 
