@@ -59,10 +59,10 @@ def tune_static_html(result) -> str:
     return "".join(out)
 
 
-def tab_contents(result, code: str = "pseudo") -> dict[str, str]:
-    """{tab title: HTML} in tab order."""
+def tab_contents(result, code: str = "pseudo", graph: str | None = None) -> dict[str, str]:
+    """{tab title: HTML} in tab order; `graph` reuses a Graph tab already rendered."""
     return {
-        "Graph": graph_html(result),
+        "Graph": graph if graph is not None else graph_html(result),
         "Tiles": tiles_html(result),
         "Schedule": schedule_html(result),
         "Profile": profile_tab_html(result),

@@ -3,8 +3,9 @@
 A network of 150+ ops drawn as one graph is a wall of boxes. Here the optimised plan's
 kernels are cut into *blocks*: a block ends where a single tensor carries everything the
 rest of the network needs (after a residual block's final ReLU, between encoder layers) —
-a property of the dataflow, not of op names — and blocks shorter than `MIN_BLOCK_OPS` are
-merged with the next. The Graph tab then lists the blocks, each folded (`<details>`) with
+a property of the dataflow, not of op names. Elementwise steps that follow such a point
+and end at one too (the ReLU after a residual add) stay in the block; blocks shorter than
+`MIN_BLOCK_OPS` are merged with the next. The Graph tab then lists the blocks, each folded (`<details>`) with
 its before | after graphs inside, searchable by op, kernel or op kind; all graphs are drawn
 by one `dot` run.
 
@@ -69,9 +70,12 @@ def plan_blocks(after, before=None, min_ops: int = MIN_BLOCK_OPS) -> list[Block]
         return []
     cuts = _cuts(groups, program)
     spans, start, size = [], 0, 0
+    def tail(g: int) -> bool:  # an elementwise step that also ends at a cut (add → relu): keep it in the block
+        return g < len(groups) and cuts[g] and all(program.op(op).op_class != "contraction" for op in groups[g])
+
     for g, ops in enumerate(groups):
         size += len(ops)
-        if (cuts[g] and size >= min_ops) or g == len(groups) - 1:
+        if (cuts[g] and size >= min_ops and not tail(g + 1)) or g == len(groups) - 1:
             spans.append((start, g + 1))
             start, size = g + 1, 0
     if len(spans) > 1 and sum(len(o) for o in groups[spans[-1][0]:]) < min_ops:  # a short tail joins the last block
