@@ -1040,6 +1040,8 @@ def _systolic_mapping(stmt, loop_map, index, dataflow) -> tuple[int, int] | None
         choices = shared_reductions
     choices = choices or [l for l in ext if l != col] or [col]
     row = max(choices, key=lambda l: ext[l])
+    if row not in loop_map or col not in loop_map:
+        return None     # a loop local to this statement (no kernel loop to tile): not on the array
     return index[loop_map[row]], index[loop_map[col]]
 
 
