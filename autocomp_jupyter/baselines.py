@@ -133,14 +133,13 @@ def _exhaustive(kernel: Kernel, ctx) -> Schedule | None:
     levels = target.tiling_levels
     D, L = len(kernel.loops), len(levels)
     whole = whole_loops(kernel)
-    chains = []
-    for loop in kernel.loops:          # per loop: non-increasing tile sizes, outer → inner
-        sizes = [loop.extent] if loop.name in whole else range(1, loop.extent + 1)
-        chains.append([c for c in itertools.product(sizes, repeat=L) if list(c) == sorted(c, reverse=True)])
-    orders = list(itertools.permutations(range(D)))
-    count = math.prod(len(c) for c in chains) * len(orders) ** L * 2 ** D * (D + 1)
+    # Count first (non-increasing chains of L sizes out of E: C(E + L - 1, L)), enumerate after.
+    sizes = [[loop.extent] if loop.name in whole else range(1, loop.extent + 1) for loop in kernel.loops]
+    count = math.prod(math.comb(len(s) + L - 1, L) for s in sizes) * math.factorial(D) ** L * 2 ** D * (D + 1)
     if count > EXHAUSTIVE_MAX:
         return None
+    orders = list(itertools.permutations(range(D)))
+    chains = [list(itertools.combinations_with_replacement(sorted(s, reverse=True), L)) for s in sizes]
     tile_sets = np.array([list(t) for t in itertools.product(*chains)], dtype=np.int64)        # [n, D, L]
     order_sets = np.array(list(itertools.product(orders, repeat=L)), dtype=np.int64)            # [m, L, D]
     par_sets = np.array(list(itertools.product((False, True), repeat=D)), dtype=bool)
