@@ -73,6 +73,7 @@ GEMM_PACK_MIN = 64 * 64 * 64
 # than the blocks save; kc = 8 measured ~4x slower than kc = 64 here).
 GEMM_MIN_BLOCK = (4 * GEMM_MR, 4 * GEMM_NR, 64)
 
+EXPERIMENT: dict = {}
 C_KEYWORDS = frozenset("""
 auto break case char const continue default do double else enum extern float for goto if inline
 int long register restrict return short signed sizeof static struct switch typedef union unsigned
@@ -756,6 +757,16 @@ class _KernelWriter:
         av, bv = f("ap"), f("bp")
         e(9, f"const float* restrict {av} = {Ap} + {ir} * {kc};")
         e(9, f"const float* restrict {bv} = {Bp} + {jr} * {kc};")
+        e(9, f"const long {rows} = AC_MIN({mr}, {mc} - {ir}), {cols} = AC_MIN({nr}, {nc} - {jr});")
+        # The output micro-tile is read and written once per kc block, rows far apart: fetch
+        # its lines while the reduction runs, not when the store needs them.
+        if EXPERIMENT.get("prefetch", True):
+          e(9, f"for (long {r} = 0; {r} < {rows}; ++{r}) {{")
+          e(10, f"long {c} = 0;")
+          e(10, f"__builtin_prefetch(&{out}, 1, 3);")
+          e(10, f"{c} = {cols} - 1;")
+          e(10, f"__builtin_prefetch(&{out}, 1, 3);")
+          e(9, "}")
         e(9, f"float {acc}[{mr}][{nr}] = {{{{0.0f}}}};")
         e(9, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
         e(10, f"#pragma GCC unroll {mr}")
@@ -764,7 +775,6 @@ class _KernelWriter:
         e(11, f"for (long {c} = 0; {c} < {nr}; ++{c}) {acc}[{r}][{c}] += {av}[{p} * {mr} + {r}] * {bv}[{p} * {nr} + {c}];")
         e(10, "}")
         e(9, "}")
-        e(9, f"const long {rows} = AC_MIN({mr}, {mc} - {ir}), {cols} = AC_MIN({nr}, {nc} - {jr});")
         single = K <= KC
         cases = [(True, True)] if single else [(True, True), (True, False), (False, True), (False, False)]
         for n_case, (first, last) in enumerate(cases):
