@@ -23,7 +23,8 @@ import tempfile
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import numpy as np  # noqa: E402
 
@@ -73,30 +74,33 @@ def main(argv):
             cache = json.load(f)
     target = load_target("host")
     from autocomp_jupyter.codegen.c import generate_c
-    plans = [(f"{key} c:{hashlib.sha1(generate_c(plan).encode()).hexdigest()[:12]}", plan)
+    # Measurements are keyed by the generated C (its program text and hash): schedules that
+    # compile to the same code are one program, measured once, and tie.
+    plans = [(key, f"{key.split()[0]} c:{hashlib.sha1(generate_c(plan).encode()).hexdigest()[:16]}", plan)
              for key, plan in build_plans()]
     predicted, measured = [], []
     rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 3
-    missing = [(key, plan) for key, plan in plans if key not in cache]
+    missing = list({code: plan for _, code, plan in plans if code not in cache}.items())
     if missing:
         from autocomp_jupyter import host
         for _ in range(rounds):
-            for key, plan in missing:
+            for code, plan in missing:
                 try:
                     _, timing = host.run_compiled(host.compile_plan(plan), host._inputs_for(plan, 0),
                                                   repeats=5, threads=1)
                     seconds = float(min(timing["times"])) if timing.get("times") else timing["median_s"]
                 except host.HostError:
                     seconds = float("inf")
-                cache[key] = min(cache.get(key, float("inf")), seconds)
+                cache[code] = min(cache.get(code, float("inf")), seconds)
         with open(cache_path, "w") as f:
             json.dump(cache, f, indent=0)
-    for key, plan in plans:
-        measured.append(cache[key])
+    for _, code, plan in plans:
+        measured.append(cache[code])
         predicted.append(evaluate(plan.schedules[0], target).time_s)
     predicted, measured = np.array(predicted), np.array(measured)
     ok = np.isfinite(measured)
-    family = np.array([key.split()[0] for key, _ in plans])
+    family = np.array([key.split()[0] for key, _, _ in plans])
+    print(f"distinct programs: {len({code for _, code, _ in plans})}")
     print(f"schedules: {ok.sum()} measured ({len(plans)} total); load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     line = f"Spearman all: {spearman(predicted[ok], measured[ok]):.3f} (goal >= 0.9)"
@@ -111,7 +115,7 @@ def main(argv):
         rm = np.argsort(np.argsort(measured))
         for i in np.argsort(-np.abs(rp - rm)):
             print(f"  rank pred {rp[i]:3d} meas {rm[i]:3d}  pred {predicted[i] * 1e3:8.3f} ms  "
-                  f"meas {measured[i] * 1e3:8.3f} ms  {plans[i][0]}")
+                  f"meas {measured[i] * 1e3:8.3f} ms  {plans[i][0]} {plans[i][1].split()[-1]}")
 
 
 if __name__ == "__main__":

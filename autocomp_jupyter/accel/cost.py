@@ -297,10 +297,12 @@ class KernelModel:
         self.statements = [self._statement_model(i, s, index, D, on_chip)
                            for i, s in enumerate(kernel.statements)]
         # Host C runs a tiled GEMM-like kernel as a packed BLIS-style GEMM, not the tile nest.
-        self.host_packed = self.host_pk = None
+        self.host_packed = self.host_pk = self.host_scalar = None
         if target.compute.kind == "vector" and not target.compute.implicit_parallel:
             self.host_packed = _host_packed_gemm(kernel, index)
             self.host_pk = _host_packed(kernel)
+            self.host_scalar = [_host_scalar_cycles(s) for s in kernel.statements]
+            self.bw = _host_warm_bandwidth(kernel, target, self.bw)
 
     def _statement_model(self, si, stmt, index, D, on_chip) -> _StatementModel:
         kernel, compute = self.kernel, self.target.compute
@@ -574,6 +576,10 @@ class KernelModel:
                 offered += passes * width
             else:
                 vector_ops += st.points * max(1, st.flops_per_point)
+            if not st.mac and self.host_scalar is not None:
+                # Host C: libm calls run scalar (no -ffast-math, so no vector libm) and a
+                # reduction read across rows runs as a chain of dependent ops.
+                cycles = np.maximum(cycles, self.host_scalar[si])
             if st.mac and compute.kind == "vector" and not compute.implicit_parallel:
                 # A CPU running generated C (host): the nest's issue rate, not only the lanes.
                 cycles = np.maximum(cycles, _host_issue_cycles(st, tiles, inner_order, vec_loop, rows, width,
@@ -832,6 +838,46 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
             other += st.points * (1 + st.expr.flops()) / lanes + st.points * 3.0 / lanes
     seconds = (cycles + serial + other) / (target.clock_ghz * 1e9)
     return packed, seconds
+
+
+# Host C's scalar work, measured (cycles at the target's clock, per point): a libm call
+# (gcc without -ffast-math calls glibc's scalar expf / tanhf per element; sqrt is an
+# instruction under -fno-math-errno) and one step of a reduction chained along its
+# innermost loop (a row max or sum read across rows, which the generator keeps out of the
+# vectorised register tile: codegen/c.py `_unit_stride_reads`).
+HOST_LIBM_CYCLES = {"exp": 6.5, "sigmoid": 6.5, "tanh": 55.0, "gelu": 58.0, "erf": 20.0}
+HOST_CHAINED_REDUCE = {"max": 1.4, "+": 1.9}
+
+
+def _host_scalar_cycles(stmt) -> float:
+    """Cycles of a statement's scalar work on the host (see HOST_LIBM_CYCLES), 0 if none."""
+    from ..ir.program import Call
+
+    calls = sum(HOST_LIBM_CYCLES.get(e.fn, 0.0) for e in stmt.expr.walk() if isinstance(e, Call))
+    cycles = stmt.points * calls
+    if stmt.reduce is not None and stmt.target_indices:
+        try:
+            from ..codegen.c import _unit_stride_reads
+        except ImportError:  # pragma: no cover
+            return cycles
+        last = stmt.target_indices[-1].single_loop
+        if last is not None and not _unit_stride_reads(stmt, last):
+            cycles += stmt.points * HOST_CHAINED_REDUCE.get(stmt.reduce, HOST_FMA_LATENCY)
+    return cycles
+
+
+def _host_warm_bandwidth(kernel: Kernel, target: Target, bw: np.ndarray) -> np.ndarray:
+    """Host runs are timed warm (repeated calls on the same buffers): a kernel whose tensors
+    all fit the last cache level reads and writes them there, not in DRAM."""
+    on_chip = [m for m in target.memory if m.size_bytes != float("inf")]
+    if len(on_chip) < 2 or len(on_chip) == len(target.memory):
+        return bw
+    total = sum(t.size * DTYPE_BYTES[t.dtype] for t in kernel.tensors)
+    if total > on_chip[-1].size_bytes / 2:
+        return bw
+    out = np.array(bw, copy=True)
+    out[-1] = bw[len(on_chip) - 1]
+    return out
 
 
 # The host core issuing a generated loop nest (vector targets that run generated C).
