@@ -73,7 +73,6 @@ GEMM_PACK_MIN = 64 * 64 * 64
 # than the blocks save; kc = 8 measured ~4x slower than kc = 64 here).
 GEMM_MIN_BLOCK = (4 * GEMM_MR, 4 * GEMM_NR, 64)
 
-EXPERIMENT: dict = {}
 C_KEYWORDS = frozenset("""
 auto break case char const continue default do double else enum extern float for goto if inline
 int long register restrict return short signed sizeof static struct switch typedef union unsigned
@@ -305,7 +304,7 @@ def packed_blocks(pk: Packed, block_of) -> tuple[int, int, int]:
         sizes.append(min(max(math.prod(block_of(l) for l in getattr(pk, group)), floor), size))
     mc, nc, kc = sizes
     nr = pk.micro[1]
-    return (-(-mc // mr) * mr if mc >= mr else mc), -(-nc // nr) * nr, kc
+    return (min(-(-mc // mr) * mr, pk.size("m")) if mc >= mr else mc), -(-nc // nr) * nr, kc
 
 
 def _flat_offsets(kernel: Kernel, access: Access, shape=None, shift=None) -> tuple[dict[str, int], int]:
@@ -369,9 +368,15 @@ def _unit_stride_reads(stmt: Statement, loop: str) -> bool:
     return True
 
 
-def _rename(access: Access, names: dict[str, str]) -> Access:
-    return dataclasses.replace(access, indices=tuple(Affine.of({names[l]: c for l, c in idx.terms}, idx.const)
-                                                     for idx in access.indices))
+def _substitute(access: Access, by: dict[str, Affine]) -> Access:
+    """`access` with each loop replaced by an affine index (over another statement's loops)."""
+    indices = []
+    for idx in access.indices:
+        out = Affine.constant(idx.const)
+        for loop, c in idx.terms:
+            out = out + by[loop] * c
+        indices.append(out)
+    return dataclasses.replace(access, indices=tuple(indices))
 
 
 def packed_contraction(kernel: Kernel, schedule: Schedule | None = None) -> Packed | None:
@@ -455,39 +460,55 @@ def packed_contraction(kernel: Kernel, schedule: Schedule | None = None) -> Pack
     return None
 
 
+def epilogue_point(kernel: Kernel, index: int, s: int) -> dict[str, Affine] | None:
+    """Statement `s`'s loops as indices over the contraction `index`'s loops, when `s` is an
+    elementwise statement over the contraction's output shape (no reduction, its target
+    indexed by its own loops, each once, in order: Z[n, c, h, w] = ...): its point
+    Z[x] is then computed where the contraction stores Y[x] (a grouped convolution's
+    channel c becomes fo + 10*g). None otherwise."""
+    stmt, st = kernel.statements[index], kernel.statements[s]
+    if st.reduce is not None or kernel.tensor(st.target).shape != kernel.tensor(stmt.target).shape:
+        return None
+    point: dict[str, Affine] = {}
+    for idx, at in zip(st.target_indices, stmt.target_indices):
+        loop = idx.single_loop
+        if loop is None or loop in point:
+            return None
+        point[loop] = at
+    return point if set(point) == set(st.loop_names) else None
+
+
 def _epilogue(kernel: Kernel, index: int, out_loops: list[str]) -> tuple[int, ...]:
     """Statements right after the contraction `index` that its store can apply: elementwise
-    (no reduction, no loop of their own), over exactly its output points, reading its result
-    and earlier fused results only at the point being stored, anything else in range."""
+    over its output (`epilogue_point`), where the contraction writes every element of its
+    target once, reading its result and earlier fused results only at the point being
+    stored, anything else in range."""
     stmt = kernel.statements[index]
-    to_anchor = kernel.loop_map(index)
-    from_anchor = {a: l for l, a in to_anchor.items()}
     ext = stmt.extents
+    target = Access(stmt.target, stmt.target_indices)
+    if math.prod(ext[l] for l in out_loops) != kernel.tensor(stmt.target).size or not all(_in_range(kernel, target, ext)):
+        return ()
     point = {stmt.target: tuple(stmt.target_indices)}
     fused: list[int] = []
     for s in range(index + 1, len(kernel.statements)):
         st = kernel.statements[s]
-        m = kernel.loop_map(s)
-        if st.reduce is not None or set(m) != set(st.loop_names):
-            break
-        names = {l: from_anchor.get(a) for l, a in m.items()}
-        if None in names.values() or sorted(names.values()) != sorted(out_loops) \
-                or any(st.extents[l] != ext[names[l]] for l in st.loop_names):
+        at = epilogue_point(kernel, index, s)
+        if at is None:
             break
         ok = True
         for access in st.reads():
-            renamed = _rename(access, names)
+            moved = _substitute(access, at)
             if access.tensor in point:
-                ok = renamed.indices == point[access.tensor]
+                ok = moved.indices == point[access.tensor]
             elif any(kernel.statements[w].target == access.tensor for w in range(index, len(kernel.statements))):
                 ok = False    # written by a statement not fused (or later): keep program order
             else:
-                ok = all(_in_range(kernel, renamed, ext))
+                ok = all(_in_range(kernel, moved, ext))
             if not ok:
                 break
         if not ok or st.target in point:
             break
-        point[st.target] = tuple(_rename(Access(st.target, st.target_indices), names).indices)
+        point[st.target] = tuple(_substitute(Access(st.target, st.target_indices), at).indices)
         fused.append(s)
     return tuple(fused)
 
@@ -658,7 +679,6 @@ class _KernelWriter:
         b_text, b_decls = operand(pk.b, "k", f"({k0} + {p})", "n", f"({j0} + {jr} + {c})", pk.b.pad)
         # The store: the output and every fused statement's accesses at (row, col).
         row, col = f"({i0} + {ir} + {r})", f"({j0} + {jr} + {c})"
-        from_anchor = {a: l for l, a in anchors.items()}
         store_decls: list[str] = []
         store_cache: dict[tuple, str] = {}
 
@@ -683,16 +703,16 @@ class _KernelWriter:
         local = {stmt.target: self.saturate(stmt.target, v) if stmt.target in self.int_accumulators else v}
         for s in pk.epilogue:
             st = self.kernel.statements[s]
-            ren = {l: from_anchor[a] for l, a in self.kernel.loop_map(s).items()}
+            at = epilogue_point(self.kernel, pk.index, s)
 
-            def access_at(a: Access, ren=ren):
-                return local.get(a.tensor) or at_point(_rename(a, ren))
+            def access_at(a: Access, at=at):
+                return local.get(a.tensor) or at_point(_substitute(a, at))
             value = self.saturate(st.target, self.expr_c(st.expr, {}, st, access=access_at))
             var = f(f"{self.cname[st.target]}_v")
             epilogue_lines.append(f"const float {var} = {value};")
             local[st.target] = var
             if needed(st.target):
-                epilogue_lines.append(f"{at_point(_rename(Access(st.target, st.target_indices), ren))} = {var};")
+                epilogue_lines.append(f"{at_point(_substitute(Access(st.target, st.target_indices), at))} = {var};")
 
         e(1, f"/* {str(stmt).split('    #')[0]} */")
         epi = ", ".join(str(self.kernel.statements[s]).split("    #")[0] for s in pk.epilogue)
@@ -773,13 +793,12 @@ class _KernelWriter:
         e(9, f"const long {rows} = AC_MIN({mr}, {mc} - {ir}), {cols} = AC_MIN({nr}, {nc} - {jr});")
         # The output micro-tile is read and written once per kc block, rows far apart: fetch
         # its lines while the reduction runs, not when the store needs them.
-        if EXPERIMENT.get("prefetch", True):
-          e(9, f"for (long {r} = 0; {r} < {rows}; ++{r}) {{")
-          e(10, f"long {c} = 0;")
-          e(10, f"__builtin_prefetch(&{out}, 1, 3);")
-          e(10, f"{c} = {cols} - 1;")
-          e(10, f"__builtin_prefetch(&{out}, 1, 3);")
-          e(9, "}")
+        e(9, f"for (long {r} = 0; {r} < {rows}; ++{r}) {{")
+        e(10, f"long {c} = 0;")
+        e(10, f"__builtin_prefetch(&{out}, 1, 3);")
+        e(10, f"{c} = {cols} - 1;")
+        e(10, f"__builtin_prefetch(&{out}, 1, 3);")
+        e(9, "}")
         e(9, f"float {acc}[{mr}][{nr}] = {{{{0.0f}}}};")
         e(9, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
         e(10, f"#pragma GCC unroll {mr}")
