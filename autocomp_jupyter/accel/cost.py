@@ -725,6 +725,9 @@ HOST_COPY_RUN = 0.25            # a packed element copied in a straight run (vec
 HOST_COPY_GATHER = 1.5          # a packed element read through an offset table (scalar)
 HOST_COPY_STRIDED = 1.0         # a packed element read at a constant stride
 HOST_STORE_VECTOR = 2.0         # load + add + store of one output vector in the microkernel's store
+HOST_STORE_VECTOR_FAR = 8.0     # the same when the output region swept between visits outgrows L2
+HOST_MICRO_CALL = 20.0          # a microkernel call: zeroing, prefetching, spilling the accumulators
+HOST_BLOCK_SPILL = 0.25         # microkernel slow-down per cache block that outgrows L2
 
 
 def _host_packed(kernel: Kernel):
@@ -797,7 +800,7 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     mr, nr = pk.micro
     NB, M, N, K = (float(pk.size(g)) for g in ("batch", "m", "n", "k"))
     MC = np.minimum(np.maximum(group_block("m"), GEMM_MIN_BLOCK[0]), M)
-    MC = np.where(MC >= mr, np.ceil(MC / mr) * mr, MC)
+    MC = np.where(MC >= mr, np.minimum(np.ceil(MC / mr) * mr, M), MC)
     NC = np.ceil(np.minimum(np.maximum(group_block("n"), GEMM_MIN_BLOCK[1]), N) / nr) * nr
     KC = np.minimum(np.maximum(group_block("k"), GEMM_MIN_BLOCK[2]), K)
     lanes = compute.vector_width("f32")
@@ -815,17 +818,20 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     micro = NB * mpan * npan * K * step
     kblocks = np.ceil(K / KC)
     epi_ops = sum(max(1, kernel.statements[s].expr.flops()) for s in pk.epilogue)
-    store = NB * mpan * npan * kblocks * math.ceil(nr / lanes) * mr * HOST_STORE_VECTOR \
+    # The output micro-tile is read and written once per kc block; between two visits the
+    # code sweeps this thread's M share x nc of the output: from L2 when that fits, else
+    # from L3 (measured: the tall GEMM's C, 4096 x 256, costs ~1 ms per extra kc block).
+    l2 = next((m.size_bytes for m in target.memory if m.name == "L2"), 1 << 20)
+    c_region = M * np.where(m_split, np.ceil(mpan / T) / mpan, 1.0) * NC * 4
+    store_vector = np.where(c_region > l2 / 2, HOST_STORE_VECTOR_FAR, HOST_STORE_VECTOR)
+    store = NB * mpan * npan * kblocks * (math.ceil(nr / lanes) * mr * store_vector + HOST_MICRO_CALL) \
         + NB * M * N * epi_ops / lanes * (1.0 if pk.n_contiguous else lanes)
     b_copies = NB * K * npan * nr * np.where(m_split, T, 1)        # each thread packs B for its M share
     a_copies = NB * mpan * mr * K * np.ceil(N / NC)
     cycles = (micro + store + a_copies * a_cost) * share + b_copies * b_cost * share
-    # cache blocks that outgrow their level: the microkernel streams from the next one
-    l1 = next((m.size_bytes for m in target.memory if m.name == "L1"), 32768)
-    l2 = next((m.size_bytes for m in target.memory if m.name == "L2"), 1 << 20)
-    b_panel = KC * nr * 4
-    a_block = MC * KC * 4
-    cycles = cycles + micro * share * (0.25 * (b_panel > l1 / 2) + 0.25 * (a_block > l2 / 2))
+    # Cache blocks that outgrow L2 (B's kc x nc block, reused by every mc block; A's mc x kc
+    # block, reused by every NR-wide panel): the microkernel streams them from L3.
+    cycles = cycles + micro * share * HOST_BLOCK_SPILL * ((KC * NC * 4 > l2 / 2) + 1.0 * (MC * KC * 4 > l2 / 2))
     serial = 0.0
     for access in (pk.a, pk.b):
         pads = _padding(kernel, access, ext)
