@@ -38,7 +38,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..ir.program import DTYPE_BYTES, Program
+from ..ir.program import DTYPE_BYTES, Access, Program
 from ..ir.schedule import Kernel, Schedule, is_mac_statement, kernels_unfused
 from .target import Target, load_target
 
@@ -302,6 +302,7 @@ class KernelModel:
             self.host_packed = _host_packed_gemm(kernel, index)
             self.host_pk = _host_packed(kernel)
             self.host_scalar = [_host_scalar_cycles(s) for s in kernel.statements]
+            self.host_strided = [_host_strided_accesses(kernel, si, index) for si in range(len(kernel.statements))]
             self.bw = _host_warm_bandwidth(kernel, target, self.bw)
 
     def _statement_model(self, si, stmt, index, D, on_chip) -> _StatementModel:
@@ -580,6 +581,12 @@ class KernelModel:
                 # Host C: libm calls run scalar (no -ffast-math, so no vector libm) and a
                 # reduction read across rows runs as a chain of dependent ops.
                 cycles = np.maximum(cycles, self.host_scalar[si])
+                # An innermost loop that walks some access down a column: a cache line per point.
+                trip = tiles[rows, vec_loop, L - 1].astype(float)
+                strided = np.where(trip > 1, self.host_strided[si][vec_loop], 0.0)   # a trip of 1 is no loop
+                if strided.any():
+                    per_point = np.where(trip * strided <= HOST_L1_WAYS, HOST_STRIDED_POINT, HOST_STRIDED_CONFLICT)
+                    cycles = np.where(strided > 0, np.maximum(cycles, st.points * per_point), cycles)
             if st.mac and compute.kind == "vector" and not compute.implicit_parallel:
                 # A CPU running generated C (host): the nest's issue rate, not only the lanes.
                 cycles = np.maximum(cycles, _host_issue_cycles(st, tiles, inner_order, vec_loop, rows, width,
@@ -870,6 +877,37 @@ def _host_scalar_cycles(stmt) -> float:
         if last is not None and not _unit_stride_reads(stmt, last):
             cycles += stmt.points * HOST_CHAINED_REDUCE.get(stmt.reduce, HOST_FMA_LATENCY)
     return cycles
+
+
+# A loop that walks an access down a column (its index outside the last dimension) as the
+# innermost loop: one cache line per point. Rows a power-of-two stride apart share L1 sets,
+# so once trip x such accesses exceeds the L1's ways the lines evict each other before the
+# next column reuses them (measured, bias + relu on 512 x 1024 walked by column: 4 rows per
+# tile ~0.4 cycle a point per statement, 16 or more ~1.2).
+HOST_STRIDED_POINT = 0.4
+HOST_STRIDED_CONFLICT = 1.2
+HOST_L1_WAYS = 8
+
+
+def _host_strided_accesses(kernel: Kernel, si: int, index: dict) -> np.ndarray:
+    """[D]: per anchor loop, how many of statement si's accesses (target and reads) it
+    indexes outside their last dimension, i.e. with a stride of a row or more."""
+    stmt = kernel.statements[si]
+    m = kernel.loop_map(si)
+    out = np.zeros(len(index), dtype=float)
+    seen = set()
+    for access in [Access(stmt.target, stmt.target_indices)] + list(stmt.reads()):
+        if (access.tensor, access.indices) in seen:
+            continue
+        seen.add((access.tensor, access.indices))
+        last = len(access.indices) - 1
+        for d, idx in enumerate(access.indices):
+            if d == last:
+                continue
+            for loop, c in idx.terms:
+                if c and loop in m and not any(dict(i2.terms).get(loop) for i2 in access.indices[last:]):
+                    out[index[m[loop]]] += 1
+    return out
 
 
 def _host_warm_bandwidth(kernel: Kernel, target: Target, bw: np.ndarray) -> np.ndarray:
