@@ -481,6 +481,7 @@ class KernelModel:
         target, compute = self.target, self.target.compute
         n, D, L = tiles.shape
         pack_cycles = micro_k = None
+        schedule_tiles = tiles      # the packed path's blocks come from these (not _as_packed's rewrite)
         if self.host_packed is not None:
             tiles, orders, vectorize, pack_cycles, micro_k = self._as_packed(tiles, orders, vectorize)
         M = len(self.level_names)
@@ -660,7 +661,7 @@ class KernelModel:
             level_time += st_level_time
         time_s += np.maximum(group_busy, group_levels.max(axis=1))
         if self.host_pk is not None:   # host C runs it packed: that code's time
-            packed, packed_s = _host_packed_seconds(self, tiles, parallel)
+            packed, packed_s = _host_packed_seconds(self, schedule_tiles, parallel)
             time_s = np.where(packed, packed_s, time_s)
         energy = (bytes_by_level * self.energy_per_byte[None, :]).sum(axis=1) \
             + (mac_points + vector_ops) * target.energy_pj_per_mac * 1e-12

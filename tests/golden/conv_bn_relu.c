@@ -41,6 +41,32 @@ static inline double ac_now(void) {
 #define PROGRAM_NUM_BUFFERS 7
 #define PROGRAM_NUM_KERNELS 1
 
+/* kernel_Y_Z_R: pack b */
+static __attribute__((noinline)) void ac_pack_b_kernel_Y_Z_R(float* restrict Bpack, const float* restrict X_padded, long X_padded_base, long j0, long k0, long kc, long nc, const int* restrict k_off, const int* restrict n_off, const unsigned char* restrict n_off_run) {
+    for (long jr = 0; jr < nc; jr += 16) {
+        if (jr + 16 <= nc && n_off_run[(j0 + jr) / 16]) {
+            for (long p = 0; p < kc; ++p) {
+                #pragma omp simd
+                for (long c = 0; c < 16; ++c) Bpack[jr * kc + p * 16 + c] = X_padded[X_padded_base + k_off[(k0 + p)] + n_off[j0 + jr] + c];
+            }
+        } else {
+            for (long p = 0; p < kc; ++p) {
+                #pragma omp simd
+                for (long c = 0; c < 16; ++c) Bpack[jr * kc + p * 16 + c] = jr + c < nc ? X_padded[X_padded_base + k_off[(k0 + p)] + n_off[(j0 + jr + c)]] : 0.0f;
+            }
+        }
+    }
+}
+
+/* kernel_Y_Z_R: pack a */
+static __attribute__((noinline)) void ac_pack_a_kernel_Y_Z_R(float* restrict Apack, const float* restrict W, long W_base, long k0, long kc, long i0, long mc) {
+    for (long ir = 0; ir < mc; ir += 6) {
+        for (long p = 0; p < kc; ++p) {
+            for (long r = 0; r < 6; ++r) Apack[ir * kc + p * 6 + r] = ir + r < mc ? W[W_base + 576 * (i0 + ir + r) + (k0 + p)] : 0.0f;
+        }
+    }
+}
+
 /* kernel Y_Z_R: ops Y, Z, R */
 static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const float* restrict scale, const float* restrict shift, float* restrict Y, float* restrict Z, float* restrict R) {
     /* Y[n, f, h, w] += (X[n, c, h + r - 1, s + w - 1] * W[f, c, r, s]) */
@@ -103,27 +129,11 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
                     for (long k0 = 0; k0 < 576; k0 += 288) {
                         const long kc = AC_MIN(288, 576 - k0);
                         /* pack B[k0:+kc, j0:+nc] as 16-wide column panels (zero-padded; out-of-range reads give the pad) */
-                        for (long jr = 0; jr < nc; jr += 16) {
-                            if (jr + 16 <= nc && n_off_run[(j0 + jr) / 16]) {
-                                for (long p = 0; p < kc; ++p) {
-                                    #pragma omp simd
-                                    for (long c = 0; c < 16; ++c) Bpack[jr * kc + p * 16 + c] = X_padded[X_padded_base + k_off[(k0 + p)] + n_off[j0 + jr] + c];
-                                }
-                            } else {
-                                for (long p = 0; p < kc; ++p) {
-                                    #pragma omp simd
-                                    for (long c = 0; c < 16; ++c) Bpack[jr * kc + p * 16 + c] = jr + c < nc ? X_padded[X_padded_base + k_off[(k0 + p)] + n_off[(j0 + jr + c)]] : 0.0f;
-                                }
-                            }
-                        }
+                        ac_pack_b_kernel_Y_Z_R(Bpack, X_padded, X_padded_base, j0, k0, kc, nc, k_off, n_off, n_off_run);
                         for (long i0 = m_lo; i0 < m_hi; i0 += 36) {
                             const long mc = AC_MIN(36, m_hi - i0);
                             /* pack A[i0:+mc, k0:+kc] as 6-high row panels (zero-padded) */
-                            for (long ir = 0; ir < mc; ir += 6) {
-                                for (long p = 0; p < kc; ++p) {
-                                    for (long r = 0; r < 6; ++r) Apack[ir * kc + p * 6 + r] = ir + r < mc ? W[W_base + 576 * (i0 + ir + r) + (k0 + p)] : 0.0f;
-                                }
-                            }
+                            ac_pack_a_kernel_Y_Z_R(Apack, W, W_base, k0, kc, i0, mc);
                             for (long jr = 0; jr < nc; jr += 16) {
                                 for (long ir = 0; ir < mc; ir += 6) {
                                     const float* restrict ap = Apack + ir * kc;

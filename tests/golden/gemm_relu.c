@@ -38,6 +38,25 @@ static inline double ac_now(void) {
 #define PROGRAM_NUM_BUFFERS 4
 #define PROGRAM_NUM_KERNELS 1
 
+/* kernel_C_D: pack b */
+static __attribute__((noinline)) void ac_pack_b_kernel_C_D(float* restrict Bpack, const float* restrict B, long B_base, long j0, long k0, long kc, long nc) {
+    for (long jr = 0; jr < nc; jr += 16) {
+        for (long p = 0; p < kc; ++p) {
+            #pragma omp simd
+            for (long c = 0; c < 16; ++c) Bpack[jr * kc + p * 16 + c] = jr + c < nc ? B[B_base + 1024 * (k0 + p) + (j0 + jr + c)] : 0.0f;
+        }
+    }
+}
+
+/* kernel_C_D: pack a */
+static __attribute__((noinline)) void ac_pack_a_kernel_C_D(float* restrict Apack, const float* restrict A, long A_base, long k0, long kc, long i0, long mc) {
+    for (long ir = 0; ir < mc; ir += 6) {
+        for (long p = 0; p < kc; ++p) {
+            for (long r = 0; r < 6; ++r) Apack[ir * kc + p * 6 + r] = ir + r < mc ? A[A_base + 1024 * (i0 + ir + r) + (k0 + p)] : 0.0f;
+        }
+    }
+}
+
 /* kernel C_D: ops C, D */
 static void kernel_C_D(const float* restrict A, const float* restrict B, float* restrict C, float* restrict D) {
     /* C[i, j] += (A[i, k] * B[k, j]) */
@@ -70,20 +89,11 @@ static void kernel_C_D(const float* restrict A, const float* restrict B, float* 
                     for (long k0 = 0; k0 < 1024; k0 += 256) {
                         const long kc = AC_MIN(256, 1024 - k0);
                         /* pack B[k0:+kc, j0:+nc] as 16-wide column panels (zero-padded; out-of-range reads give the pad) */
-                        for (long jr = 0; jr < nc; jr += 16) {
-                            for (long p = 0; p < kc; ++p) {
-                                #pragma omp simd
-                                for (long c = 0; c < 16; ++c) Bpack[jr * kc + p * 16 + c] = jr + c < nc ? B[B_base + 1024 * (k0 + p) + (j0 + jr + c)] : 0.0f;
-                            }
-                        }
+                        ac_pack_b_kernel_C_D(Bpack, B, B_base, j0, k0, kc, nc);
                         for (long i0 = m_lo; i0 < m_hi; i0 += 258) {
                             const long mc = AC_MIN(258, m_hi - i0);
                             /* pack A[i0:+mc, k0:+kc] as 6-high row panels (zero-padded) */
-                            for (long ir = 0; ir < mc; ir += 6) {
-                                for (long p = 0; p < kc; ++p) {
-                                    for (long r = 0; r < 6; ++r) Apack[ir * kc + p * 6 + r] = ir + r < mc ? A[A_base + 1024 * (i0 + ir + r) + (k0 + p)] : 0.0f;
-                                }
-                            }
+                            ac_pack_a_kernel_C_D(Apack, A, A_base, k0, kc, i0, mc);
                             for (long jr = 0; jr < nc; jr += 16) {
                                 for (long ir = 0; ir < mc; ir += 6) {
                                     const float* restrict ap = Apack + ir * kc;
