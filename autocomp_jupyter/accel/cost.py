@@ -773,7 +773,9 @@ def _host_packed(kernel: Kernel):
         return runs * HOST_COPY_RUN + (1 - runs) * HOST_COPY_GATHER
 
     b_cost = copy_cost(pk.b, "n")
-    a_cost = copy_cost(pk.a, "k") if pk.k else HOST_COPY_STRIDED
+    # A's panels are copied MR rows at a time for each k (codegen/c.py packs r innermost):
+    # the copy walks A along its m loops
+    a_cost = copy_cost(pk.a, "m") if pk.m else HOST_COPY_STRIDED
     return pk, b_cost, a_cost
 
 
