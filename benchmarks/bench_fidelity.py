@@ -4,14 +4,16 @@
 
 Builds 80 schedules: 30 GEMM 256^3 with random L2/register tiles and L2 loop order, 30
 conv2d 32x32x28x28 3x3 with random L2 tiles and order (`w` vectorised), 20 elementwise /
-reduction kernels (a row max then exp; bias + relu) with random row tiles and measures each on one thread. On a busy machine one
-median-of-3 (what bench_host does) is noisy: two such runs of all 60 schedules agreed only to
-Spearman ~0.5 (GEMM 0.75, conv 0.19) with load average ~3 on 2 cores. So this harness runs
-N rounds (default 3) over all schedules, interleaved, each the fastest of 5 runs, and keeps
-the fastest per schedule (noise on a shared CPU only adds time). Measured times are cached in
-a JSON file keyed by schedule and by a hash of the generated C (a codegen change re-measures),
-so the model can be iterated on without re-running anything. Prints Spearman (all / GEMM / conv) of predicted vs
-measured time, and the worst-ranked schedules.
+reduction kernels (a row max then exp; bias + relu) with random row tiles and orders, and
+measures each on one thread. Schedules that compile to the same C are one program: it is
+measured once (keyed by the hash of the C, so a codegen change re-measures) and its
+schedules tie; Spearman ranks ties at their average. On a busy machine one median-of-3 is
+noisy (two such runs agreed only to Spearman ~0.5 at load average ~3 on 2 cores), so this
+harness runs N rounds (default 3) over all programs, interleaved, each the fastest of 5
+runs, and keeps the fastest per program (noise on a shared CPU only adds time). Measured
+times are cached in a JSON file, so the model can be iterated on without re-running
+anything. Prints Spearman (all / GEMM / conv / elementwise-reduction) of predicted vs
+measured time, the median predicted / measured ratio, and with -v the worst-ranked schedules.
 """
 from __future__ import annotations
 
