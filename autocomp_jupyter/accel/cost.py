@@ -40,7 +40,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..ir.program import DTYPE_BYTES, Program
+from ..ir.program import DTYPE_BYTES, Access, Program
 from ..ir.schedule import Kernel, Schedule, is_mac_statement, kernels_unfused
 from .target import Target, load_target
 
@@ -313,10 +313,13 @@ class KernelModel:
         self.statements = [self._statement_model(i, s, index, D, on_chip)
                            for i, s in enumerate(kernel.statements)]
         # Host C runs a tiled GEMM-like kernel as a packed BLIS-style GEMM, not the tile nest.
-        self.host_packed = self.host_pk = None
+        self.host_packed = self.host_pk = self.host_scalar = None
         if target.compute.kind == "vector" and not target.compute.implicit_parallel:
             self.host_packed = _host_packed_gemm(kernel, index)
             self.host_pk = _host_packed(kernel)
+            self.host_scalar = [_host_scalar_cycles(s) for s in kernel.statements]
+            self.host_strided = [_host_strided_accesses(kernel, si, index) for si in range(len(kernel.statements))]
+            self.bw = _host_warm_bandwidth(kernel, target, self.bw)
 
     def _statement_model(self, si, stmt, index, D, on_chip) -> _StatementModel:
         kernel, compute = self.kernel, self.target.compute
@@ -504,6 +507,7 @@ class KernelModel:
         target, compute = self.target, self.target.compute
         n, D, L = tiles.shape
         pack_cycles = micro_k = None
+        schedule_tiles = tiles      # the packed path's blocks come from these (not _as_packed's rewrite)
         if self.host_packed is not None:
             tiles, orders, vectorize, pack_cycles, micro_k = self._as_packed(tiles, orders, vectorize)
         M = len(self.level_names)
@@ -606,6 +610,16 @@ class KernelModel:
                 offered += passes * width
             else:
                 vector_ops += st.points * max(1, st.flops_per_point)
+            if not st.mac and self.host_scalar is not None:
+                # Host C: libm calls run scalar (no -ffast-math, so no vector libm) and a
+                # reduction read across rows runs as a chain of dependent ops.
+                cycles = np.maximum(cycles, self.host_scalar[si])
+                # An innermost loop that walks some access down a column: a cache line per point.
+                trip = tiles[rows, vec_loop, L - 1].astype(float)
+                strided = np.where(trip > 1, self.host_strided[si][vec_loop], 0.0)   # a trip of 1 is no loop
+                if strided.any():
+                    per_point = np.where(trip * strided <= HOST_L1_WAYS, HOST_STRIDED_POINT, HOST_STRIDED_CONFLICT)
+                    cycles = np.where(strided > 0, np.maximum(cycles, st.points * per_point), cycles)
             if st.mac and compute.kind == "vector" and not compute.implicit_parallel:
                 # A CPU running generated C (host): the nest's issue rate, not only the lanes.
                 cycles = np.maximum(cycles, _host_issue_cycles(st, tiles, inner_order, vec_loop, rows, width,
@@ -709,7 +723,7 @@ class KernelModel:
             level_time += st_level_time
         time_s += np.maximum(group_busy, group_levels.max(axis=1))
         if self.host_pk is not None:   # host C runs it packed: that code's time
-            packed, packed_s = _host_packed_seconds(self, tiles, parallel)
+            packed, packed_s = _host_packed_seconds(self, schedule_tiles, parallel)
             time_s = np.where(packed, packed_s, time_s)
         energy = (bytes_by_level * self.energy_per_byte[None, :]).sum(axis=1) \
             + (mac_points + vector_ops) * target.energy_pj_per_mac * 1e-12
@@ -782,6 +796,9 @@ HOST_COPY_RUN = 0.25            # a packed element copied in a straight run (vec
 HOST_COPY_GATHER = 1.5          # a packed element read through an offset table (scalar)
 HOST_COPY_STRIDED = 1.0         # a packed element read at a constant stride
 HOST_STORE_VECTOR = 2.0         # load + add + store of one output vector in the microkernel's store
+HOST_STORE_VECTOR_FAR = 8.0     # the same when the output region swept between visits outgrows L2
+HOST_MICRO_CALL = 20.0          # a microkernel call: zeroing, prefetching, spilling the accumulators
+HOST_BLOCK_SPILL = 0.25         # microkernel slow-down per cache block that outgrows L2
 
 
 def _host_packed(kernel: Kernel):
@@ -819,7 +836,9 @@ def _host_packed(kernel: Kernel):
         return runs * HOST_COPY_RUN + (1 - runs) * HOST_COPY_GATHER
 
     b_cost = copy_cost(pk.b, "n")
-    a_cost = copy_cost(pk.a, "k") if pk.k else HOST_COPY_STRIDED
+    # A's panels are copied MR rows at a time for each k (codegen/c.py packs r innermost):
+    # the copy walks A along its m loops
+    a_cost = copy_cost(pk.a, "m") if pk.m else HOST_COPY_STRIDED
     return pk, b_cost, a_cost
 
 
@@ -854,7 +873,7 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     mr, nr = pk.micro
     NB, M, N, K = (float(pk.size(g)) for g in ("batch", "m", "n", "k"))
     MC = np.minimum(np.maximum(group_block("m"), GEMM_MIN_BLOCK[0]), M)
-    MC = np.where(MC >= mr, np.ceil(MC / mr) * mr, MC)
+    MC = np.where(MC >= mr, np.minimum(np.ceil(MC / mr) * mr, M), MC)
     NC = np.ceil(np.minimum(np.maximum(group_block("n"), GEMM_MIN_BLOCK[1]), N) / nr) * nr
     KC = np.minimum(np.maximum(group_block("k"), GEMM_MIN_BLOCK[2]), K)
     lanes = compute.vector_width("f32")
@@ -872,17 +891,20 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     micro = NB * mpan * npan * K * step
     kblocks = np.ceil(K / KC)
     epi_ops = sum(max(1, kernel.statements[s].expr.flops()) for s in pk.epilogue)
-    store = NB * mpan * npan * kblocks * math.ceil(nr / lanes) * mr * HOST_STORE_VECTOR \
+    # The output micro-tile is read and written once per kc block; between two visits the
+    # code sweeps this thread's M share x nc of the output: from L2 when that fits, else
+    # from L3 (measured: the tall GEMM's C, 4096 x 256, costs ~1 ms per extra kc block).
+    l2 = next((m.size_bytes for m in target.memory if m.name == "L2"), 1 << 20)
+    c_region = M * np.where(m_split, np.ceil(mpan / T) / mpan, 1.0) * NC * 4
+    store_vector = np.where(c_region > l2 / 2, HOST_STORE_VECTOR_FAR, HOST_STORE_VECTOR)
+    store = NB * mpan * npan * kblocks * (math.ceil(nr / lanes) * mr * store_vector + HOST_MICRO_CALL) \
         + NB * M * N * epi_ops / lanes * (1.0 if pk.n_contiguous else lanes)
     b_copies = NB * K * npan * nr * np.where(m_split, T, 1)        # each thread packs B for its M share
     a_copies = NB * mpan * mr * K * np.ceil(N / NC)
     cycles = (micro + store + a_copies * a_cost) * share + b_copies * b_cost * share
-    # cache blocks that outgrow their level: the microkernel streams from the next one
-    l1 = next((m.size_bytes for m in target.memory if m.name == "L1"), 32768)
-    l2 = next((m.size_bytes for m in target.memory if m.name == "L2"), 1 << 20)
-    b_panel = KC * nr * 4
-    a_block = MC * KC * 4
-    cycles = cycles + micro * share * (0.25 * (b_panel > l1 / 2) + 0.25 * (a_block > l2 / 2))
+    # Cache blocks that outgrow L2 (B's kc x nc block, reused by every mc block; A's mc x kc
+    # block, reused by every NR-wide panel): the microkernel streams them from L3.
+    cycles = cycles + micro * share * HOST_BLOCK_SPILL * ((KC * NC * 4 > l2 / 2) + 1.0 * (MC * KC * 4 > l2 / 2))
     serial = 0.0
     for access in (pk.a, pk.b):
         pads = _padding(kernel, access, ext)
@@ -895,6 +917,77 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
             other += st.points * (1 + st.expr.flops()) / lanes + st.points * 3.0 / lanes
     seconds = (cycles + serial + other) / (target.clock_ghz * 1e9)
     return packed, seconds
+
+
+# Host C's scalar work, measured (cycles at the target's clock, per point): a libm call
+# (gcc without -ffast-math calls glibc's scalar expf / tanhf per element; sqrt is an
+# instruction under -fno-math-errno) and one step of a reduction chained along its
+# innermost loop (a row max or sum read across rows, which the generator keeps out of the
+# vectorised register tile: codegen/c.py `_unit_stride_reads`).
+HOST_LIBM_CYCLES = {"exp": 6.5, "sigmoid": 6.5, "tanh": 55.0, "gelu": 58.0, "erf": 20.0}
+HOST_CHAINED_REDUCE = {"max": 1.4, "+": 1.9}
+
+
+def _host_scalar_cycles(stmt) -> float:
+    """Cycles of a statement's scalar work on the host (see HOST_LIBM_CYCLES), 0 if none."""
+    from ..ir.program import Call
+
+    calls = sum(HOST_LIBM_CYCLES.get(e.fn, 0.0) for e in stmt.expr.walk() if isinstance(e, Call))
+    cycles = stmt.points * calls
+    if stmt.reduce is not None and stmt.target_indices:
+        try:
+            from ..codegen.c import _unit_stride_reads
+        except ImportError:  # pragma: no cover
+            return cycles
+        last = stmt.target_indices[-1].single_loop
+        if last is not None and not _unit_stride_reads(stmt, last):
+            cycles += stmt.points * HOST_CHAINED_REDUCE.get(stmt.reduce, HOST_FMA_LATENCY)
+    return cycles
+
+
+# A loop that walks an access down a column (its index outside the last dimension) as the
+# innermost loop: one cache line per point. Rows a power-of-two stride apart share L1 sets,
+# so once trip x such accesses exceeds the L1's ways the lines evict each other before the
+# next column reuses them (measured, bias + relu on 512 x 1024 walked by column: 4 rows per
+# tile ~0.4 cycle a point per statement, 16 or more ~1.2).
+HOST_STRIDED_POINT = 0.4
+HOST_STRIDED_CONFLICT = 1.2
+HOST_L1_WAYS = 8
+
+
+def _host_strided_accesses(kernel: Kernel, si: int, index: dict) -> np.ndarray:
+    """[D]: per anchor loop, how many of statement si's accesses (target and reads) it
+    indexes outside their last dimension, i.e. with a stride of a row or more."""
+    stmt = kernel.statements[si]
+    m = kernel.loop_map(si)
+    out = np.zeros(len(index), dtype=float)
+    seen = set()
+    for access in [Access(stmt.target, stmt.target_indices)] + list(stmt.reads()):
+        if (access.tensor, access.indices) in seen:
+            continue
+        seen.add((access.tensor, access.indices))
+        last = len(access.indices) - 1
+        for d, idx in enumerate(access.indices):
+            if d == last:
+                continue
+            for loop, c in idx.terms:
+                if c and loop in m and not any(dict(i2.terms).get(loop) for i2 in access.indices[last:]):
+                    out[index[m[loop]]] += 1
+    return out
+
+
+def _host_warm_bandwidth(kernel: Kernel, target: Target, bw: np.ndarray) -> np.ndarray:
+    """Host runs are timed warm (repeated calls on the same buffers): a kernel whose tensors
+    all fit the last cache level reads and writes them there, not in DRAM."""
+    on_chip = [m for m in target.memory if m.size_bytes != float("inf")]
+    if len(on_chip) < 2 or len(on_chip) == len(target.memory):
+        return bw
+    total = sum(t.size * DTYPE_BYTES[t.dtype] for t in kernel.tensors)
+    if total > on_chip[-1].size_bytes / 2:
+        return bw
+    out = np.array(bw, copy=True)
+    out[-1] = bw[len(on_chip) - 1]
+    return out
 
 
 # The host core issuing a generated loop nest (vector targets that run generated C).
