@@ -6,7 +6,9 @@
 * `library`  — one kernel per op, each tuned alone, as a vendor library ships per-op kernels
                (cuDNN, XLA's per-op kernels, the Gemmini library): the same tiling pass,
                scheduling pass and auto-tuner the pipeline runs, applied to that op's kernel
-               alone, fusion off, with a fixed tuner budget (`LIBRARY_CONFIGS` candidates).
+               alone, fusion off, with a fixed tuner budget (`LIBRARY_CONFIGS` candidates);
+               a kernel whose whole schedule space is small (`EXHAUSTIVE_MAX`) is searched
+               exhaustively, so on it the library is the per-op optimum.
                What `optimize()` adds over it is fusion, cross-op scheduling and
                target-specific tiles of the fused kernels.
 
@@ -33,6 +35,7 @@ procedure would have chosen (e.g. a tuner budget spread over more kernels).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from .accel.cost import evaluate_program, naive_schedule, textbook_schedule
@@ -140,9 +143,66 @@ def _tune_alone(program: Program, kernel: Kernel, ctx) -> Schedule:
         candidates.append(plan)
     tuned, _, _ = tune_plan(plan, ctx, configs=LIBRARY_CONFIGS, top=1)   # legal schedules only
     candidates.append(tuned)
+    exhaustive = _exhaustive(kernel, ctx)          # a space small enough to score whole
+    if exhaustive is not None:
+        candidates.append(Plan(program, (kernel,), (exhaustive,), "exhaustive"))
     times = [evaluate_program(p.schedules, target).total.time_s for p in candidates]
     best = min(range(len(candidates)), key=lambda i: (times[i], -i))
     return candidates[best].schedules[0]
+
+
+EXHAUSTIVE_MAX = 50_000   # schedules: a kernel with no more than these is searched exhaustively
+
+
+def _exhaustive(kernel: Kernel, ctx) -> Schedule | None:
+    """The fastest legal schedule of a kernel whose whole space — every tile size of every loop
+    at every level (inner within outer), every loop order per level, every parallel set, every
+    vectorised loop — has at most EXHAUSTIVE_MAX points, scored at once by the cost model
+    (spill within the rules' `max_spill_ratio`, as the tuner); None for a larger space. A
+    vendor library tunes small ops exhaustively; so does this baseline."""
+    import itertools
+
+    import numpy as np
+
+    from . import poly
+    from .accel.cost import kernel_model
+    from .ir.loopnest import whole_loops
+
+    target = ctx.target
+    model = kernel_model(kernel, target)
+    levels = target.tiling_levels
+    D, L = len(kernel.loops), len(levels)
+    whole = whole_loops(kernel)
+    # Count first (non-increasing chains of L sizes out of E: C(E + L - 1, L)), enumerate after.
+    sizes = [[loop.extent] if loop.name in whole else range(1, loop.extent + 1) for loop in kernel.loops]
+    count = math.prod(math.comb(len(s) + L - 1, L) for s in sizes) * math.factorial(D) ** L * 2 ** D * (D + 1)
+    if count > EXHAUSTIVE_MAX:
+        return None
+    orders = list(itertools.permutations(range(D)))
+    chains = [list(itertools.combinations_with_replacement(sorted(s, reverse=True), L)) for s in sizes]
+    tile_sets = np.array([list(t) for t in itertools.product(*chains)], dtype=np.int64)        # [n, D, L]
+    order_sets = np.array(list(itertools.product(orders, repeat=L)), dtype=np.int64)            # [m, L, D]
+    par_sets = np.array(list(itertools.product((False, True), repeat=D)), dtype=bool)
+    grid = np.array(list(itertools.product(range(len(tile_sets)), range(len(order_sets)),
+                                           range(len(par_sets)), range(-1, D))), dtype=np.int64)
+    T, O, P, V = tile_sets[grid[:, 0]], order_sets[grid[:, 1]], par_sets[grid[:, 2]], grid[:, 3]
+    cost = model.evaluate_batch(T, O, P, V)
+    max_spill = float(ctx.rules.tiling.get("max_spill_ratio", 0.05))
+    times = np.where(cost.spill_ratio <= max_spill + 1e-12, cost.time_s, np.inf)
+    names = kernel.loop_names
+    for i in np.argsort(times, kind="stable"):   # the fastest legal one
+        if not np.isfinite(times[i]):
+            return None
+        annotations = {"parallel": tuple(n for d, n in enumerate(names) if P[i, d])}
+        if V[i] >= 0:
+            annotations["vectorize"] = names[V[i]]
+        schedule = Schedule(kernel, tiles={n: {lv: int(T[i, d, h]) for h, lv in enumerate(levels)}
+                                           for d, n in enumerate(names)},
+                            order={lv: tuple(names[d] for d in O[i, h]) for h, lv in enumerate(levels)},
+                            annotations=annotations, levels=levels)
+        if poly.check_schedule(schedule).ok:
+            return schedule
+    return None
 
 
 # --------------------------------------------------------------------------- the cache key

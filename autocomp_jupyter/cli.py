@@ -6,7 +6,9 @@ no traceback), 1 when a run fails verification.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from . import __version__
 from .errors import UserError
@@ -77,7 +79,9 @@ def cmd_optimize(args) -> int:
         from .tune import tqdm_progress
 
         progress = tqdm_progress()
-    result = optimize(args.file, target=args.target, rules=args.rules, tune=args.tune, top=args.top,
+    # The command line names a file (never program text): an .onnx model or a DSL program.
+    source = args.file if args.file.endswith(".onnx") else Path(args.file)
+    result = optimize(source, target=args.target, rules=args.rules, tune=args.tune, top=args.top,
                       seed=args.seed, budget=args.budget, passes=args.passes, progress=progress,
                       executor=args.executor, measure=args.measure, threads=args.threads)
     if args.vis_graph:
@@ -282,6 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autocomp: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`autocomp optimize ... --json | head`): stop quietly, as Unix tools do.
+        sys.stdout = open(os.devnull, "w")
+        return 0
 
 
 if __name__ == "__main__":

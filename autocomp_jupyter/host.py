@@ -1,6 +1,6 @@
 """The host runner: compile a Plan's generated C, run it on this CPU, check it, time it.
 
-    compiled = compile_plan(plan)                 # cc -O3 -march=native -fopenmp -shared -fPIC
+    compiled = compile_plan(plan)                 # cc -O3 -march=native -fno-math-errno -fopenmp -shared -fPIC
     outputs, timing = run_compiled(compiled, inputs, repeats=5)
     measure_plan(plan, target, repeats=5)         # run + check against interp.run + time
     measured_time(plan)                           # seconds only: the tuner's measured score
@@ -34,7 +34,7 @@ import numpy as np
 
 from .errors import UserError
 
-CFLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
+CFLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-shared", "-fPIC")
 DEFAULT_TIMEOUT_S = 120.0
 
 

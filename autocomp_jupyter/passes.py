@@ -15,7 +15,7 @@ from .accel.cost import ProgramCost, evaluate_program
 from .accel.target import Target
 from .interp import Equivalence, equivalent
 from .ir.program import Program
-from .result import Plan
+from .ir.plan import Plan
 from .rules.engine import RuleSet
 
 

@@ -10,10 +10,11 @@ decide whether a pass's result is kept live here, in `_check_pass`, so no pass c
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from .accel.cost import evaluate, evaluate_program, naive_schedule
+from .accel.cost import naive_schedule
 from .accel.target import Target, load_target
 from .baselines import library_plan, prefetch, textbook_plan
 from .dsl import load, parse
@@ -21,7 +22,8 @@ from .errors import UserError
 from .ir.program import Program
 from .ir.schedule import kernels_unfused
 from .passes import Pass, PassContext, PassOutcome, rollback_entry
-from .result import Plan, Result
+from .ir.plan import Plan
+from .result import Result
 from .rules.engine import load_rules
 from .rules.fusion import fusion_pass
 
@@ -136,22 +138,49 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
         verified, reason = _verify(plan, ctx, checks)
 
     measured = _measure(plan, target, threads) if measure else None      # the generated C, run on host
-    prefetch(program, plan.kernels, ctx, executor)               # the gain breakdown's per-kernel library tuning
+    if measured is not None and not measured["matches_interpreter"]:
+        verified = False
 
-    from .report import build_report                             # DESIGN §8
-    report = build_report(program, target, ruleset, naive, library, plan, ctx, log, rollbacks, tuning, verified,
-                          seconds=time.perf_counter() - started, textbook=textbook)
-    report["fell_back"] = fell_back                              # None, "library" or "naive"
-    report["verification"] = checks                              # twins used, kernels checked by isl alone
-    if measured is not None:
-        report["measured"] = measured
-        if not measured["matches_interpreter"]:
-            report["verified"] = False
-    result = Result(program=program, target=target, before=naive, library=library, after=plan, report=report,
-                    versions=versions, rules=ruleset)
-    result.evaluate_variant = lambda kernel, tiles=None, order=None, annotations=None: evaluate_variant(
-        result, kernel, tiles, order, annotations)
+    prefetch(program, plan.kernels, ctx, executor)               # the gain breakdown's per-kernel library tuning
+    result = _result(program, target, ruleset, ctx, naive, textbook, library, plan, versions, log, rollbacks,  # DESIGN §8
+                     tuning, verified, fell_back, measured, started)
+    # How the tiled runs were done (twins, kernels checked by isl alone): report["verification"].
+    result.typed_report = replace(result.typed_report, verification=checks)
+    result.report = result.typed_report.to_json()
     return result
+
+
+def _result(program: Program, target: Target, ruleset, ctx: PassContext, naive: Plan, textbook: Plan,
+            library: Plan, plan: Plan, versions: dict, log: list, rollbacks: list, tuning: dict, verified: bool,
+            fell_back: str | None, measured: dict | None, started: float) -> Result:
+    """The report (DESIGN §8) from the four plans' costs, and what the views show: the
+    optimised plan's tile footprints and its generated code (C and pseudo-kernel)."""
+    from .baselines import gain_breakdown
+    from .report import build_report, kernel_footprints
+
+    costs = {"naive": ctx.cost(naive), "textbook": ctx.cost(textbook), "library": ctx.cost(library),
+             "optimized": ctx.cost(plan)}
+    report = build_report(program, target, costs, plan, monitor=ruleset.monitor,
+                          gain_breakdown=gain_breakdown(library, plan, ctx), rules=log, rollbacks=rollbacks,
+                          tuning=tuning, verified=verified, seconds=time.perf_counter() - started,
+                          fell_back=fell_back, measured=measured)
+    return Result(program=program, target=target, before=naive, library=library, after=plan,
+                  report=report.to_json(), versions=versions, rules=ruleset, typed_report=report,
+                  footprints=kernel_footprints(plan, target), codes=_codes(plan, target))
+
+
+def _codes(plan: Plan, target: Target) -> dict:
+    """{'c' | 'pseudo': the generated code, or the exception codegen raised for this plan
+    (the Code tab shows why; `Result.code` re-raises it)}."""
+    from . import codegen
+
+    out = {}
+    for lang in ("pseudo", "c"):
+        try:
+            out[lang] = codegen.generate(plan, target, lang)
+        except Exception as err:  # codegen refusing a plan is information for the Code tab, not a failed run
+            out[lang] = err
+    return out
 
 
 def _tune(plan: Plan, ctx: PassContext, configs: int, top: int, budget, progress, executor):
@@ -295,41 +324,3 @@ def _verify(plan: Plan, ctx: PassContext, notes: dict | None = None) -> tuple[bo
     if notes is not None:
         notes.update({"tiled_runs": runs, "twin_max_extent": extent, "isl_only": isl_only})
     return True, ""
-
-
-def evaluate_variant(result: Result, kernel_name: str, tiles=None, order=None, annotations=None) -> dict:
-    """Re-score one kernel of the optimised plan with other tiles/order (the Tune sliders).
-
-    Returns {"legal", "reason", "metrics", "time_s", "roofline_point", "schedule"}: legality
-    from isl, metrics from the cost model, the program's total time with this variant.
-    """
-    from . import poly
-    from .report import roofline_point
-
-    plan = result.after
-    current = plan.schedule_of(kernel_name)
-    try:
-        schedule = current
-        if tiles is not None:  # a partial table updates the current one
-            merged = {loop: dict(per_level) for loop, per_level in current.tiles.items()}
-            for loop, per_level in tiles.items():
-                merged.setdefault(loop, {}).update(per_level)
-            schedule = schedule.with_tiles(merged)
-        if order is not None:  # a list is the order at every level
-            if not isinstance(order, dict):
-                order = {level: tuple(order) for level in current.levels}
-            schedule = schedule.with_order(order)
-        if annotations is not None:
-            from dataclasses import replace
-            schedule = replace(schedule, annotations=annotations)
-        cost = evaluate(schedule, result.target)
-    except (ValueError, TypeError, AttributeError) as err:
-        return {"legal": False, "reason": str(err), "metrics": {}, "time_s": float("nan"),
-                "roofline_point": None, "schedule": current}
-    verdict = poly.check_schedule(schedule)
-    variant = plan.with_schedule(kernel_name, schedule)
-    total = evaluate_program(variant.schedules, result.target).total
-    return {"legal": verdict.ok, "reason": verdict.reason if not verdict.ok else "",
-            "metrics": cost.metrics(), "time_s": total.time_s,
-            "roofline_point": roofline_point(result.program, total, "variant"), "schedule": schedule,
-            "plan": variant}

@@ -1,44 +1,28 @@
-"""What `optimize()` returns: the plans before and after, the report, and views of them.
+"""What `optimize()` returns: the plans before and after, the report, and what the views need.
 
-A `Plan` is how a Program runs: its kernels (fused op groups) and one Schedule per kernel.
 `Result.before` is the naive plan (one kernel per op, untiled), `Result.after` the verified
-optimised plan; `Result.report` is the JSON-able dict of DESIGN §8. The notebook widgets,
-static HTML and the CLI all read a Result; none of them recompute the pipeline.
+optimised plan; `Result.report` is the JSON-able dict of DESIGN §8 (`Result.typed_report`,
+the same as frozen dataclasses: report.Report). The pipeline also computes what the
+notebook views show — each kernel's tile footprints and the generated code — so the
+widgets, the static HTML and the CLI read a Result and never re-run the pipeline, the cost
+model or code generation (only the Tune tab scores variants, via `evaluate_variant`).
+
+`Plan` lives in `ir/plan.py`; it is re-exported here for code that imports it from here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
+from .ir.plan import Plan
 from .ir.program import Program
-from .ir.schedule import Kernel, Schedule
+from .ir.schedule import Kernel
 
 if TYPE_CHECKING:
     from .accel.target import Target
+    from .report import Footprint, Report
 
-
-@dataclass(frozen=True)
-class Plan:
-    """A Program's execution plan: kernels in order, each with its schedule."""
-
-    program: Program
-    kernels: tuple[Kernel, ...]
-    schedules: tuple[Schedule, ...]
-    label: str = ""
-
-    def schedule_of(self, kernel_name: str) -> Schedule:
-        for k, s in zip(self.kernels, self.schedules):
-            if k.name == kernel_name:
-                return s
-        raise KeyError(f"no kernel named {kernel_name!r} (kernels: {', '.join(k.name for k in self.kernels)})")
-
-    def with_schedule(self, kernel_name: str, schedule: Schedule) -> "Plan":
-        schedules = tuple(schedule if k.name == kernel_name else s for k, s in zip(self.kernels, self.schedules))
-        return Plan(self.program, self.kernels, schedules, self.label)
-
-    def group_of(self) -> dict[str, str]:
-        """{op name: kernel name}."""
-        return {op: k.name for k in self.kernels for op in k.ops}
+__all__ = ["Plan", "Result"]
 
 
 @dataclass
@@ -46,8 +30,11 @@ class Result:
     """The outcome of one `optimize()` call.
 
     program: the parsed input; target: the Target; before/after: Plans; library: the
-    per-op textbook-tiled baseline Plan; report: DESIGN §8 dict; versions: top-K tuned
-    alternatives (name → Plan) the user can compare and pick from.
+    per-op tuned baseline Plan; report: the DESIGN §8 dict (`typed_report.to_json()`);
+    typed_report: the same as a report.Report; versions: top-K tuned alternatives
+    (name → Plan) the user can compare and pick from; rules: the RuleSet used;
+    footprints: {kernel: report.Footprint} of the optimised plan; codes: {'c' | 'pseudo':
+    generated code, or the exception codegen raised} for the optimised plan.
     """
 
     program: Program
@@ -58,7 +45,9 @@ class Result:
     report: dict
     versions: dict[str, Plan] = field(default_factory=dict)
     rules: Any = None  # the RuleSet used, for re-evaluation with the same thresholds
-    evaluate_variant: Callable[..., dict] | None = field(default=None, repr=False)
+    typed_report: "Report | None" = field(default=None, repr=False)
+    footprints: "dict[str, Footprint]" = field(default_factory=dict, repr=False)
+    codes: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def speedup(self) -> float:
@@ -75,8 +64,22 @@ class Result:
                 return k
         raise KeyError(f"no kernel named {name!r}")
 
+    def evaluate_variant(self, kernel: str, tiles=None, order=None, annotations=None) -> dict:
+        """Re-score one kernel of the optimised plan with other tiles / order / annotations
+        (the Tune tab's sliders): {"legal", "reason", "metrics", "time_s", "roofline_point",
+        "schedule", "plan"} — see variants.evaluate_variant."""
+        from .variants import evaluate_variant
+
+        return evaluate_variant(self.after, self.target, kernel, tiles, order, annotations)
+
     def code(self, lang: str = "c") -> str:
-        """Generated code for the optimised plan: 'c' or 'pseudo'."""
+        """Generated code for the optimised plan: 'c' or 'pseudo' (computed by the
+        pipeline; generated here only for a Result built without it)."""
+        if lang in self.codes:
+            code = self.codes[lang]
+            if isinstance(code, BaseException):
+                raise code
+            return code
         from . import codegen
 
         return codegen.generate(self.after, self.target, lang)

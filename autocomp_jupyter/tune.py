@@ -968,6 +968,12 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
         "rejected_spill": sum(r.rejected_spill for r in results.values()),
         "max_spill_ratio": max_spill,
         "configs_by_kernel": {kernels[i].name: r.evaluated for i, r in sorted(results.items())},
+        # Kernels where nothing legal beat the rules' schedule (a tiny, exhausted or entirely
+        # illegal space): the rules' schedule is kept, and said so.
+        "kept_rules_schedule": {kernels[i].name: f"no legal candidate beat the rules' schedule "
+                                                 f"({r.evaluated} scored, {r.rejected} illegal)"
+                                for i, r in sorted(results.items())
+                                if r.best_time >= incumbent_times[i] * (1 - 1e-9)},
     }
     return best_plan, versions, tuning
 

@@ -4,14 +4,16 @@
 
 Builds 80 schedules: 30 GEMM 256^3 with random L2/register tiles and L2 loop order, 30
 conv2d 32x32x28x28 3x3 with random L2 tiles and order (`w` vectorised), 20 elementwise /
-reduction kernels (a row max then exp; bias + relu) with random row tiles and measures each on one thread. On a busy machine one
-median-of-3 (what bench_host does) is noisy: two such runs of all 60 schedules agreed only to
-Spearman ~0.5 (GEMM 0.75, conv 0.19) with load average ~3 on 2 cores. So this harness runs
-N rounds (default 3) over all schedules, interleaved, each the fastest of 5 runs, and keeps
-the fastest per schedule (noise on a shared CPU only adds time). Measured times are cached in
-a JSON file keyed by schedule and by a hash of the generated C (a codegen change re-measures),
-so the model can be iterated on without re-running anything. Prints Spearman (all / GEMM / conv) of predicted vs
-measured time, and the worst-ranked schedules.
+reduction kernels (a row max then exp; bias + relu) with random row tiles and orders, and
+measures each on one thread. Schedules that compile to the same C are one program: it is
+measured once (keyed by the hash of the C, so a codegen change re-measures) and its
+schedules tie; Spearman ranks ties at their average. On a busy machine one median-of-3 is
+noisy (two such runs agreed only to Spearman ~0.5 at load average ~3 on 2 cores), so this
+harness runs N rounds (default 3) over all programs, interleaved, each the fastest of 5
+runs, and keeps the fastest per program (noise on a shared CPU only adds time). Measured
+times are cached in a JSON file, so the model can be iterated on without re-running
+anything. Prints Spearman (all / GEMM / conv / elementwise-reduction) of predicted vs
+measured time, the median predicted / measured ratio, and with -v the worst-ranked schedules.
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ import tempfile
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import numpy as np  # noqa: E402
 
@@ -73,30 +76,33 @@ def main(argv):
             cache = json.load(f)
     target = load_target("host")
     from autocomp_jupyter.codegen.c import generate_c
-    plans = [(f"{key} c:{hashlib.sha1(generate_c(plan).encode()).hexdigest()[:12]}", plan)
+    # Measurements are keyed by the generated C (its program text and hash): schedules that
+    # compile to the same code are one program, measured once, and tie.
+    plans = [(key, f"{key.split()[0]} c:{hashlib.sha1(generate_c(plan).encode()).hexdigest()[:16]}", plan)
              for key, plan in build_plans()]
     predicted, measured = [], []
     rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 3
-    missing = [(key, plan) for key, plan in plans if key not in cache]
+    missing = list({code: plan for _, code, plan in plans if code not in cache}.items())
     if missing:
         from autocomp_jupyter import host
         for _ in range(rounds):
-            for key, plan in missing:
+            for code, plan in missing:
                 try:
                     _, timing = host.run_compiled(host.compile_plan(plan), host._inputs_for(plan, 0),
                                                   repeats=5, threads=1)
                     seconds = float(min(timing["times"])) if timing.get("times") else timing["median_s"]
                 except host.HostError:
                     seconds = float("inf")
-                cache[key] = min(cache.get(key, float("inf")), seconds)
+                cache[code] = min(cache.get(code, float("inf")), seconds)
         with open(cache_path, "w") as f:
             json.dump(cache, f, indent=0)
-    for key, plan in plans:
-        measured.append(cache[key])
+    for _, code, plan in plans:
+        measured.append(cache[code])
         predicted.append(evaluate(plan.schedules[0], target).time_s)
     predicted, measured = np.array(predicted), np.array(measured)
     ok = np.isfinite(measured)
-    family = np.array([key.split()[0] for key, _ in plans])
+    family = np.array([key.split()[0] for key, _, _ in plans])
+    print(f"distinct programs: {len({code for _, code, _ in plans})}")
     print(f"schedules: {ok.sum()} measured ({len(plans)} total); load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     line = f"Spearman all: {spearman(predicted[ok], measured[ok]):.3f} (goal >= 0.9)"
@@ -111,7 +117,7 @@ def main(argv):
         rm = np.argsort(np.argsort(measured))
         for i in np.argsort(-np.abs(rp - rm)):
             print(f"  rank pred {rp[i]:3d} meas {rm[i]:3d}  pred {predicted[i] * 1e3:8.3f} ms  "
-                  f"meas {measured[i] * 1e3:8.3f} ms  {plans[i][0]}")
+                  f"meas {measured[i] * 1e3:8.3f} ms  {plans[i][0]} {plans[i][1].split()[-1]}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,20 @@ def plan_of(program, tiles, order=None, annotations=None, levels=("L2", "registe
     return Plan(program, (kernel,), (schedule,))
 
 
+def ranks(x):
+    """Ranks of `x` (0-based), tied values sharing their average rank (as scipy's rankdata)."""
+    x = np.asarray(x, dtype=float)
+    order = np.argsort(x, kind="mergesort")
+    r = np.empty(len(x))
+    r[order] = np.arange(len(x), dtype=float)
+    for value in np.unique(x):
+        tied = x == value
+        if tied.sum() > 1:
+            r[tied] = r[tied].mean()
+    return r
+
+
 def spearman(x, y):
-    rx = np.argsort(np.argsort(x))
-    ry = np.argsort(np.argsort(y))
-    return float(np.corrcoef(rx, ry)[0, 1])
+    """Spearman's rank correlation, ties at their average rank (schedules that compile to the
+    same code are predicted and measured alike: a tie, not a coin toss)."""
+    return float(np.corrcoef(ranks(x), ranks(y))[0, 1])

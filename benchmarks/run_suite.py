@@ -59,6 +59,8 @@ COLUMNS = (
     ("verified", "verified"),
     ("speedup_vs_naive", "vs naive"),
     ("speedup_vs_library", "vs library"),
+    ("speedup_fusion", "fusion"),
+    ("fusion_share", "fusion share"),
     ("roofline_fraction", "roofline"),
     ("energy_j", "energy (J)"),
     ("tuning_seconds", "tuning (s)"),
@@ -114,6 +116,10 @@ def run_pipeline(path: Path, target: str, tune: int, seed: int, budget: float | 
         verified=bool(report["verified"]),
         speedup_vs_naive=float(report["speedup_vs_naive"]),
         speedup_vs_library=float(report["speedup_vs_library"]),
+        # gain_breakdown: fusion x tiling x scheduling = speedup_vs_library; the share is
+        # fusion's part of the (log) gain, only where there is a gain to share.
+        speedup_fusion=float(report["gain_breakdown"]["fusion"]),
+        fusion_share=fusion_share(report["gain_breakdown"]["fusion"], report["speedup_vs_library"]),
         roofline_fraction=float(report["roofline_fraction"]),
         energy_j=float(report["optimized"]["energy_j"]),
         tuning_seconds=float(tuning.get("seconds", 0.0)),
@@ -314,7 +320,7 @@ def _fmt(value, key="") -> str:
             return f"{value:.3g}"
         if key.startswith("speedup"):
             return f"{value:.1f}x" if value >= 10 else f"{value:.2f}x"
-        if key == "roofline_fraction":
+        if key in ("roofline_fraction", "fusion_share"):
             return f"{value:.2f}"
         if key.endswith("_s") or key.endswith("seconds"):
             return f"{value:.2f}" if value >= 0.01 else f"{value:.3g}"
@@ -326,6 +332,15 @@ def md_table(headers, rows) -> str:
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
+
+
+def fusion_share(fusion: float, vs_library: float) -> float | None:
+    """Fusion's share of the gain over the library, log(fusion) / log(speedup_vs_library)
+    (1.0: fusion is all of it; < 0: fusion alone lost time the other steps won back); None
+    when the gain is under 2%, where a share means nothing."""
+    if not (vs_library > 1.02 and fusion > 0):
+        return None
+    return math.log(fusion) / math.log(vs_library)
 
 
 def main_table(rows) -> str:

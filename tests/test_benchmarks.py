@@ -47,7 +47,12 @@ def test_json_has_every_column_with_numbers(smoke):
         assert row["workload"] == "gemm_small_64" and row["target"] == "npu"
         assert row["verified"] is True
         for key, _ in run_suite.COLUMNS[3:]:
+            if key == "fusion_share" and row[key] is None:   # no gain over the library to share
+                assert row["speedup_vs_library"] <= 1.02
+                continue
             assert isinstance(row[key], (int, float)) and math.isfinite(row[key]), key
+        if row["fusion_share"] is not None:
+            assert row["fusion_share"] == pytest.approx(math.log(row["speedup_fusion"]) / math.log(row["speedup_vs_library"]))
         assert row["speedup_vs_naive"] >= 1.0 and row["speedup_vs_library"] >= 1.0
         assert 0 < row["roofline_fraction"] <= 1.0 + 1e-9
         assert row["energy_j"] > 0
@@ -107,3 +112,14 @@ def test_render_rebuilds_from_json(smoke, tmp_path):
                     "--readme", str(readme), "--quiet"])
     assert (tmp_path / "again" / "results.md").read_text() == (out / "results.md").read_text()
     assert "| gemm_small_64 | npu | yes |" in readme.read_text()
+
+
+def test_fusion_share_is_fusions_part_of_the_log_gain():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("run_suite_mod", BENCH / "run_suite.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.fusion_share(2.0, 4.0) == pytest.approx(0.5)
+    assert mod.fusion_share(1.0, 3.0) == 0.0
+    assert mod.fusion_share(0.9, 2.0) < 0          # fusion alone lost time
+    assert mod.fusion_share(1.5, 1.01) is None     # no gain to share

@@ -102,8 +102,16 @@ PACKED_VARIANTS = {
                                 "R = relu(Z)\n", 2),
     "conv_stride2_dilation2_bias": ("input X: f32[2, 16, 33, 31]\nparam W: f32[20, 16, 3, 3]\nparam bb: f32[20]\n"
                                     "Y = conv2d(X, W, stride=2, padding=2, dilation=2)\nZ = bias_add(Y, bb)\n", 1),
-    "conv_groups": ("input X: f32[1, 32, 21, 21]\nparam W: f32[40, 8, 3, 3]\n"
-                    "Y = conv2d(X, W, stride=1, padding=1, groups=4)\n", 0),
+    "conv_groups_bias_relu": ("input X: f32[1, 32, 21, 21]\nparam W: f32[40, 8, 3, 3]\nparam bb: f32[40]\n"
+                              "Y = conv2d(X, W, stride=1, padding=1, groups=4)\nZ = bias_add(Y, bb)\nR = relu(Z)\n", 2),
+    "conv_groups_stride2_dilation2_batchnorm": ("input X: f32[2, 12, 33, 29]\nparam W: f32[18, 4, 3, 3]\n"
+                                                "param g: f32[18]\nparam b: f32[18]\n"
+                                                "Y = conv2d(X, W, stride=2, padding=2, dilation=2, groups=3)\n"
+                                                "Z = batchnorm(Y, g, b)\n", 1),
+    "depthwise_as_groups_dilation2_residual_relu": ("input X: f32[1, 32, 37, 41]\ninput S: f32[1, 32, 37, 41]\n"
+                                                    "param W: f32[32, 1, 3, 3]\n"
+                                                    "Y = conv2d(X, W, stride=1, padding=2, dilation=2, groups=32)\n"
+                                                    "Z = add(Y, S)\nR = relu(Z)\n", 2),
     "depthwise_stride2_relu": ("input X: f32[2, 64, 31, 31]\nparam W: f32[64, 1, 3, 3]\n"
                                "Y = depthwise_conv2d(X, W, stride=2, padding=1)\nR = relu(Y)\n", 1),
     "conv_residual_add_relu": ("input X: f32[1, 16, 22, 22]\ninput S: f32[1, 24, 22, 22]\nparam W: f32[24, 16, 3, 3]\n"

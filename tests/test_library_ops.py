@@ -72,3 +72,20 @@ def test_library_op_alone_verifies_on_every_preset(op):
 def test_block_verifies_tuned_on_every_preset(block):
     for target in PRESETS:
         check(BLOCKS[block], target, 200)
+
+
+@pytest.mark.parametrize("target", ["tpu", "npu"])
+def test_transformer_blocks_fuse_row_wise_and_verify(target):
+    """attention_scores fuses batch_matmul → softmax, residual_layernorm fuses linear → add →
+    layernorm: the softmax / layernorm row stays whole in the fused kernel's tiles."""
+    from autocomp_jupyter.ir.loopnest import whole_loops
+
+    for block, fused in (("attention", ("S", "P")), ("bert_ffn", ("O", "R", "Y"))):
+        res = autocomp.optimize(BLOCKS[block], target=target, tune=0)
+        assert res.report["verified"] and res.report["fell_back"] is None
+        kernel, schedule = next((k, s) for k, s in zip(res.after.kernels, res.after.schedules) if k.ops == fused)
+        whole = whole_loops(kernel)
+        assert whole, kernel.name
+        sizes = schedule.tile_sizes()
+        assert all(size == kernel.extents[loop] for loop in whole for size in sizes[loop])
+        assert res.report["speedup_vs_library"] > 1.0

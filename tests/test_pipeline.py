@@ -52,6 +52,59 @@ def test_report_has_the_design_contract():
     assert res.before.label == "naive" and res.library.label == "library"
 
 
+TOP_LEVEL_ORDER = ["version", "target", "verified", "naive", "textbook", "library", "optimized", "gain_breakdown",
+                   "gain_chain_time_s", "speedup_vs_naive", "speedup_vs_textbook", "speedup_vs_library",
+                   "roofline_fraction", "kernels", "rules", "rollbacks", "tuning", "monitor", "roofline", "program",
+                   "seconds", "fell_back", "verification"]
+
+
+def test_report_is_typed_data_whose_json_is_res_report():
+    """res.report is the typed report's to_json(): same fields, same order, same values;
+    reading the dict back gives the same typed report; editing the dict leaves it alone."""
+    from autocomp_jupyter.report import KernelReport, Report, RuleEntry
+
+    res = ac.optimize(GEMM, target="npu", tune=20, seed=0)
+    typed, r = res.typed_report, res.report
+    assert isinstance(typed, Report) and typed.to_json() == r and list(r) == TOP_LEVEL_ORDER
+    assert Report.from_json(r) == typed and Report.from_json(r).to_json() == r
+    assert isinstance(typed.kernels[0], KernelReport) and typed.kernels[0].name == r["kernels"][0]["name"]
+    assert typed.kernels[0].time_s == r["kernels"][0]["metrics"]["time_s"] > 0
+    assert all(isinstance(e, RuleEntry) for e in typed.rules) and len(typed.rules) == len(r["rules"])
+    assert typed.optimized.time_s == r["optimized"]["time_s"] and typed.tuning.configs_evaluated == 20
+    assert typed.kernel(r["kernels"][0]["name"]).bound == r["kernels"][0]["bound"]
+    r["kernels"][0]["ops"].append("edited")
+    assert "edited" not in typed.kernels[0].ops and "edited" not in typed.to_json()["kernels"][0]["ops"]
+    with pytest.raises(AttributeError):
+        typed.verified = False  # frozen
+
+
+def test_result_carries_footprints_and_code_for_the_views():
+    res = ac.optimize(GEMM, target="tpu", tune=0)
+    kernel = res.after.kernels[0].name
+    fp = res.footprints[kernel]
+    assert fp.levels == tuple(res.target.tiling_levels) and len(fp.used) == len(fp.capacity) == len(fp.levels)
+    assert all(0 < u for u in fp.used) and fp.used[0] <= fp.capacity[0]
+    assert set(res.codes) == {"c", "pseudo"} and res.code("pseudo") is res.codes["pseudo"]
+    assert kernel in res.code("c")
+
+
+def test_evaluate_variant_is_a_method_delegating_to_variants():
+    from autocomp_jupyter import variants
+    from autocomp_jupyter.result import Result
+
+    assert "evaluate_variant" in vars(Result)
+    res = ac.optimize(GEMM, target="tpu", tune=0)
+    k = res.after.kernels[0]
+    original = res.after.schedule_of(k.name)
+    direct = variants.evaluate_variant(res.after, res.target, k.name, order=tuple(reversed(k.loop_names)))
+    via = res.evaluate_variant(k.name, order=tuple(reversed(k.loop_names)))
+    assert via["time_s"] == direct["time_s"] and via["legal"] == direct["legal"]
+    assert via["plan"].schedule_of(k.name).order != res.after.schedule_of(k.name).order
+    assert res.after.schedule_of(k.name) is original  # the result's plan is unchanged
+    bad = res.evaluate_variant(k.name, tiles={"nope": {res.target.tiling_levels[0]: 4}})
+    assert bad["legal"] is False and "nope" in bad["reason"]
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_every_example_verifies_on_every_preset(path):
     # Scaled twins (same ops, fusion chains and classes) keep the sweep fast; the full-size
@@ -226,7 +279,7 @@ def test_library_baseline_is_the_exhaustive_per_op_optimum():
             break
     assert len(space) == 49152 and best is not None
     assert evaluate(chosen, target).time_s == pytest.approx(best, rel=1e-12)
-    assert evaluate(textbook_schedule(kernel, target), target).time_s > 1.5 * best   # the test has teeth
+    assert evaluate(textbook_schedule(kernel, target), target).time_s > 1.2 * best   # the test has teeth
     # Cached by structure: the same op under other names reuses the entry.
     other = parse("input X: f32[8, 4]\ninput Y: f32[4, 8]\nZ = matmul(X, Y)\n")
     entries = baselines.cache_info()["entries"]

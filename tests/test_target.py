@@ -95,3 +95,63 @@ def test_missing_field_and_bad_yaml():
         parse_target(TOY.replace("clock_ghz: 1.0\n", ""), "toy.yaml")
     with pytest.raises(TargetError, match="not valid YAML"):
         parse_target("name: [", "bad.yaml")
+
+
+WEIGHTS_LEVEL = """
+name: wl
+clock_ghz: 1.0
+compute: {kind: systolic, pe_rows: 4, pe_cols: 4, fill_cycles: 0}
+energy_pj_per_mac: 1.0
+memory:
+  - {name: acc, size_bytes: 1 KiB, holds: [outputs], bandwidth_gbps: 64, latency_cycles: 1, energy_pj_per_byte: 0.1}
+  - {name: wregs, size_bytes: 4 KiB, holds: [weights], bandwidth_gbps: 64, latency_cycles: 1, energy_pj_per_byte: 0.1}
+  - {name: sram, size_bytes: 64 KiB, holds: [activations, outputs], bandwidth_gbps: 32, latency_cycles: 1, energy_pj_per_byte: 1}
+  - {name: DRAM, bandwidth_gbps: 8, latency_cycles: 10, energy_pj_per_byte: 10}
+"""
+
+
+def test_weights_only_level_and_bypass():
+    t = parse_target(WEIGHTS_LEVEL, "wl.yaml")
+    assert t.level("wregs").roles == ("weights",) and t.level("sram").roles == ("activations", "outputs")
+    assert t.level("sram").holds == ("inputs", "outputs")       # the coarse view
+    assert t.level("DRAM").roles == ("weights", "activations", "outputs")
+    assert t.compute.fill_cycles == 0
+    assert parse_target(TOY, "toy.yaml").level("buf").roles == ("weights", "activations", "outputs")
+
+
+def test_weights_bypass_the_level_that_does_not_hold_them():
+    # B (the weight of A·B) goes DRAM -> wregs, never through sram; A goes DRAM -> sram.
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_cost import gemm_program
+    from autocomp_jupyter.accel.cost import evaluate
+    from autocomp_jupyter.ir.schedule import Schedule, kernels_unfused
+
+    t = parse_target(WEIGHTS_LEVEL, "wl.yaml")
+    k = kernels_unfused(gemm_program(64, 64, 64))[0]
+    s = Schedule(k, tiles={"i": {"sram": 64, "wregs": 64, "acc": 4}, "j": {"sram": 64, "wregs": 16, "acc": 4},
+                           "k": {"sram": 64, "wregs": 64, "acc": 64}},
+                 order={lv: ("j", "i", "k") for lv in t.tiling_levels}, levels=t.tiling_levels)
+    c = evaluate(s, t)
+    # DRAM: A once (16 KiB), B once (16 KiB, straight into wregs), C written once (16 KiB).
+    assert c.bytes["DRAM"] == 3 * 64 * 64 * 4
+    # wregs feeds B to the array; sram feeds only A (and C's partial sums), never B: with
+    # sram holding weights too, B would pass through it (DRAM -> sram -> wregs).
+    through = parse_target(WEIGHTS_LEVEL.replace("holds: [activations, outputs]", "holds: [inputs, outputs]"), "wl2.yaml")
+    c2 = evaluate(Schedule(k, tiles=s.tiles, order=s.order, levels=t.tiling_levels), through)
+    assert c.bytes["wregs"] > 0
+    assert c2.bytes["sram"] - c.bytes["sram"] == 64 * 64 * 4      # B once, sram -> wregs
+    assert c2.bytes["DRAM"] == c.bytes["DRAM"]
+
+
+def test_holds_errors_name_the_item_and_the_missing_role():
+    with pytest.raises(TargetError, match=r"wl.yaml: error: memory\[1\].holds\[0\]: expected one of inputs, "
+                                          r"weights, activations, outputs \(did you mean 'weights'\?\), got 'weight'"):
+        parse_target(WEIGHTS_LEVEL.replace("holds: [weights]", "holds: [weight]"), "wl.yaml")
+    with pytest.raises(TargetError, match=r"memory: no on-chip level holds weights; add 'weights' \(or inputs\)"):
+        parse_target(WEIGHTS_LEVEL.replace("holds: [weights]", "holds: [outputs]").replace("size_bytes: 4 KiB", "size_bytes: 1 KiB"), "wl.yaml")
+    with pytest.raises(TargetError, match=r"memory\[3\].holds: the last level \(DRAM\) holds every tensor"):
+        parse_target(WEIGHTS_LEVEL.replace("{name: DRAM,", "{name: DRAM, holds: [activations, outputs],"), "wl.yaml")
+    with pytest.raises(TargetError, match=r"compute.fill_cycles: does not apply to a vector target"):
+        parse_target(TOY.replace("lanes: 4}", "lanes: 4, fill_cycles: 3}"), "toy.yaml")

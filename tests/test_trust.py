@@ -70,3 +70,9 @@ def test_nan_where_the_program_gives_nan_is_a_match_in_tiled_runs():
     kernel = Kernel.from_ops(program, [op.name for op in program.ops])
     loop = kernel.loop_names[-1]
     assert check_tiled(Schedule(kernel, tiles={loop: {"L2": 3}}, levels=("L2",)), program).ok
+
+
+def test_tuner_keeps_the_rules_schedule_of_a_tiny_space_and_says_so():
+    res = autocomp.optimize("input X: f32[2, 2]\nY = softmax(X, axis=0)\n", target="tpu", tune=50)
+    assert res.report["verified"]
+    assert "no legal candidate beat the rules' schedule" in res.report["tuning"]["kept_rules_schedule"]["Y"]

@@ -14,6 +14,7 @@ from autocomp_jupyter.accel.cost import evaluate, evaluate_program, naive_schedu
 from autocomp_jupyter.accel.target import load_target
 from autocomp_jupyter.dsl import parse
 from autocomp_jupyter.ir.schedule import Kernel, Schedule, kernels_unfused
+from autocomp_jupyter.report import kernel_footprints
 from autocomp_jupyter.result import Plan, Result
 
 SOURCE = """\
@@ -60,22 +61,9 @@ def make_result(target_name: str = "tpu") -> Result:
             {"label": "optimized", "ai": flops / optimized.dram_bytes, "flops_per_s": flops / optimized.time_s}]},
     }
 
-    def evaluate_variant(kernel_name, tiles=None, order=None):
-        base = after.schedule_of(kernel_name)
-        for loop, per in (tiles or {}).items():
-            sizes = [per[lv] for lv in levels if lv in per]
-            if sizes != sorted(sizes, reverse=True):
-                return {"legal": False, "reason": f"tile of {loop} at {levels[-1]} exceeds its {levels[0]} tile",
-                        "metrics": {}, "time_s": None, "roofline_point": None}
-        variant = Schedule(base.kernel, tiles=tiles or base.tiles, order=order or base.order,
-                           annotations=base.annotations, levels=levels)
-        cost = evaluate(variant, target)
-        return {"legal": True, "reason": "all dependences stay lexicographically positive",
-                "metrics": cost.metrics(), "time_s": cost.time_s,
-                "roofline_point": {"ai": flops / cost.dram_bytes, "flops_per_s": flops / cost.time_s}}
-
+    # The views read footprints the pipeline computes; a hand-built Result computes them the same way.
     return Result(program=program, target=target, before=before, library=before, after=after, report=report,
-                  versions={"top1": after}, evaluate_variant=evaluate_variant)
+                  versions={"top1": after}, footprints=kernel_footprints(after, target))
 
 
 # --------------------------------------------------------------------------- static HTML
@@ -232,9 +220,27 @@ def test_slider_move_changes_the_displayed_metric(result):
     assert "legal" in tune.status.value and 'data-label="variant"' in tune.roofline.value
 
 
-def test_illegal_choice_is_shown_with_its_reason(result):
+def refuse_inner_over_outer(result):
+    """An evaluator double: the real one, but refusing an inner tile larger than its outer
+    tile (the Tune tab must show any refusal with its reason, whatever the evaluator)."""
+    real = result.evaluate_variant
+    levels = result.target.tiling_levels
+
+    def evaluate_variant(kernel, tiles=None, order=None, annotations=None):
+        for loop, per in (tiles or {}).items():
+            sizes = [per[lv] for lv in levels if lv in per]
+            if sizes != sorted(sizes, reverse=True):
+                return {"legal": False, "reason": f"tile of {loop} at {levels[-1]} exceeds its {levels[0]} tile",
+                        "metrics": {}, "time_s": None, "roofline_point": None}
+        return real(kernel, tiles, order, annotations)
+    return evaluate_variant
+
+
+def test_illegal_choice_is_shown_with_its_reason():
+    result = make_result()
+    result.evaluate_variant = refuse_inner_over_outer(result)
     tune = ui.widget(result).tune
-    tune.sliders[("i", "vregs")].value = 256  # inner tile larger than the outer one: the fixture refuses
+    tune.sliders[("i", "vregs")].value = 256  # inner tile larger than the outer one: the double refuses
     assert "illegal" in tune.status.value and "exceeds its VMEM tile" in tune.status.value
     assert tune.keep_button.disabled
     assert 'data-label="variant"' not in tune.roofline.value
@@ -245,7 +251,8 @@ def test_order_picker_reevaluates(result):
     picker = tune.order_pickers["VMEM"]
     calls = []
     original = result.evaluate_variant
-    result.evaluate_variant = lambda k, tiles=None, order=None: calls.append(order) or original(k, tiles, order)
+    result.evaluate_variant = (lambda k, tiles=None, order=None, annotations=None:
+                               calls.append(order) or original(k, tiles, order, annotations))
     try:
         picker.value = ("k", "i", "j")
     finally:
@@ -441,3 +448,167 @@ def test_roofline_labels_do_not_overlap():
     for i, a in enumerate(boxes):
         for b in boxes[i + 1:]:
             assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (a, b)
+
+
+# --------------------------------------------------------------------------- a whole network
+
+
+def resnet_dsl(blocks=(2, 2, 2, 2), width=4, image=16, classes=10, bottleneck=False) -> str:
+    """A ResNet as DSL text: conv → batchnorm → relu, basic (ResNet-18) or bottleneck
+    (ResNet-50) residual blocks with projection shortcuts, global average pool, linear."""
+    lines, count = [f"input x: f32[1, 3, {image}, {image}]"], [0]
+
+    def fresh(base):
+        count[0] += 1
+        return f"{base}{count[0]}"
+
+    def conv_bn(x, cin, cout, k, stride=1, relu=True):
+        w, g, b, y, z = fresh("w"), fresh("g"), fresh("b"), fresh("conv"), fresh("bn")
+        lines.extend([f"param {w}: f32[{cout}, {cin}, {k}, {k}]", f"param {g}: f32[{cout}]", f"param {b}: f32[{cout}]",
+                      f"{y} = conv2d({x}, {w}, stride={stride}, padding={k // 2})", f"{z} = batchnorm({y}, {g}, {b})"])
+        if not relu:
+            return z
+        r = fresh("relu")
+        lines.append(f"{r} = relu({z})")
+        return r
+
+    x = conv_bn("x", 3, width, 3)
+    pool = fresh("pool")
+    lines.append(f"{pool} = maxpool2d({x}, kernel=2)")
+    x, cin = pool, width
+    for stage, n in enumerate(blocks):
+        w = width * 2 ** stage
+        out = w * 4 if bottleneck else w
+        for i in range(n):
+            stride = 2 if i == 0 and stage > 0 else 1
+            if bottleneck:
+                y = conv_bn(conv_bn(conv_bn(x, cin, w, 1), w, w, 3, stride), w, out, 1, relu=False)
+            else:
+                y = conv_bn(conv_bn(x, cin, w, 3, stride), w, w, 3, relu=False)
+            skip = conv_bn(x, cin, out, 1, stride, relu=False) if (stride != 1 or cin != out) else x
+            s, r = fresh("add"), fresh("relu")
+            lines.extend([f"{s} = add({y}, {skip})", f"{r} = relu({s})"])
+            x, cin = r, out
+    gap, fw, fb, logits = fresh("gap"), fresh("fc_w"), fresh("fc_b"), fresh("logits")
+    lines.extend([f"{gap} = global_avgpool({x})", f"param {fw}: f32[{cin}, {classes}]", f"param {fb}: f32[{classes}]",
+                  f"{logits} = linear({gap}, {fw}, {fb})", f"output {logits}"])
+    return "\n".join(lines) + "\n"
+
+
+def network_result(**shape) -> Result:
+    """A network's Result without the optimiser's search (fast): the naive plan before;
+    after, each conv fused with its batchnorm (and relu) — the kernels fusion forms — with
+    naive schedules. The report is the real one, built by report.build_report from the
+    cost model's costs of these plans."""
+    from autocomp_jupyter.baselines import textbook_plan
+    from autocomp_jupyter.report import build_report
+
+    target = load_target("tpu")
+    program = parse(resnet_dsl(**shape), filename="resnet.acir")
+    unfused = kernels_unfused(program)
+    before = Plan(program, unfused, tuple(naive_schedule(k, target) for k in unfused), "naive")
+    groups, taken = [], set()
+    for op in program.ops:
+        if op.name in taken:
+            continue
+        group = [op.name]
+        while True:
+            readers = [o for o in program.ops if program.op(group[-1]).output in o.inputs]
+            if (len(readers) == 1 and readers[0].kind in ("batchnorm", "relu") and program.op(group[0]).kind == "conv2d"
+                    and program.op(group[-1]).output not in program.outputs):
+                group.append(readers[0].name)
+            else:
+                break
+        taken.update(group)
+        groups.append(group)
+    kernels = tuple(Kernel.from_ops(program, g) for g in groups)
+    after = Plan(program, kernels, tuple(naive_schedule(k, target) for k in kernels), "optimized")
+    costs = {"naive": evaluate_program(before.schedules, target), "textbook": evaluate_program(
+        textbook_plan(program, target).schedules, target), "library": evaluate_program(before.schedules, target),
+        "optimized": evaluate_program(after.schedules, target)}
+    fused = [{"rule": "conv_bn_relu", "pass": "fusion", "ops": list(k.ops), "applied": True, "why": "a chain"}
+             for k in kernels if len(k.ops) > 1]
+    report = build_report(program, target, costs, after, monitor={"bw_util": 0.7, "occupancy": 0.5},
+                          gain_breakdown={"fusion": 1.0, "tiling": 1.0, "scheduling": 1.0}, rules=fused, rollbacks=[],
+                          tuning={}, verified=True, seconds=0.0)
+    return Result(program=program, target=target, before=before, library=before, after=after,
+                  report=report.to_json(), typed_report=report, footprints=kernel_footprints(after, target))
+
+
+@pytest.fixture(scope="module")
+def resnet50():
+    return network_result(blocks=(3, 4, 6, 3), bottleneck=True)
+
+
+def test_network_blocks_end_where_one_tensor_carries_everything(resnet50):
+    from autocomp_jupyter.ui.network import plan_blocks
+
+    blocks = plan_blocks(resnet50.after, resnet50.before)
+    kernels = [k for b in blocks for k in b.kernels]
+    assert kernels == [k.name for k in resnet50.after.kernels]          # every kernel once, in order
+    assert sorted(op for b in blocks for op in b.before_ops) == sorted(o.name for o in resnet50.program.ops)
+    # ResNet-50: 16 residual blocks, the stem (conv, batchnorm, relu, maxpool) one more; the
+    # classifier joins the last.
+    assert len(blocks) == 17 and resnet50.program.op(blocks[0].ops[-1]).kind == "maxpool2d"
+    assert all(resnet50.program.op(b.ops[-1]).kind in ("relu", "linear") for b in blocks[1:])
+    assert max(len(b.ops) for b in blocks) <= 20
+
+
+@pytest.mark.skipif(not have_dot(), reason="graphviz's dot is not installed")
+def test_network_static_html_stays_readable_and_small(resnet50):
+    html = ui.static_html(resnet50)
+    n_ops = len(resnet50.program.ops)
+    assert n_ops >= 170 and len(resnet50.after.kernels) >= 50
+    assert len(html) < 1_500_000, len(html)
+    graph = sections(html)["Graph"]
+    assert graph.count('<details class="autocomp-block"') == 17
+    assert 'class="autocomp-layer-search"' in graph and "17 of 17 blocks" in graph
+    # Per block a before and an after graph, each small; weights are hidden, counted in labels.
+    svgs = re.findall(r'<svg class="autocomp-graph".*?</svg>', graph, re.S)
+    assert len(svgs) == 34
+    assert max(s.count('class="node"') for s in svgs) <= 40
+    drawn = set(re.findall(r"<title>op:(\w+)</title>", graph))
+    assert drawn == {op.name for op in resnet50.program.ops}              # every op drawn (before and after)
+    assert "<title>t:w1</title>" not in graph and "+ 2 params" in graph
+    # the search text of a block names its ops' kinds
+    assert re.search(r'data-search="[^"]*\bconv2d\b[^"]*\badd\b', graph)
+
+
+def test_network_profile_lists_kernels_by_time_with_shares(resnet50):
+    profile = sections(ui.static_html(resnet50))["Profile"]
+    table = profile.split('autocomp-profile-table">', 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr><td>(\d+)</td><td><code>(\w+)</code>", table)
+    assert [int(r[0]) for r in rows] == list(range(1, len(resnet50.after.kernels) + 1))
+    times = {k["name"]: k["metrics"]["time_s"] for k in resnet50.report["kernels"]}
+    ranked = [times[name] for _, name in rows]
+    assert ranked == sorted(ranked, reverse=True)
+    shares = [float(s) for s in re.findall(r"</span>([\d.]+)%", table)]
+    assert sum(shares) == pytest.approx(100, abs=0.1 * len(shares))
+    assert re.findall(r"<td[^>]*>([\d.]+)%</td><td>[^<]*latency|bandwidth|compute", table)[-1:] in ([], ["100.0"])
+    assert "time by op kind" in profile and "conv2d+batchnorm" in profile
+    # the roofline: one small point per kernel, the five slowest named
+    kernel_points = re.findall(r'<g class="autocomp-point autocomp-kernel-point" data-label="(\w+)">(.*?)</g>',
+                               profile, re.S)
+    assert len(kernel_points) == len(resnet50.after.kernels)
+    assert sum(1 for _, body in kernel_points if "<text" in body) == 5
+
+
+def test_network_graph_search_in_the_live_widget(resnet50):
+    view = ui.widget(resnet50)
+    layers = view.layers
+    assert view.tabs.children[0] is layers.box
+    assert layers.list.value.count('<details class="autocomp-block"') == 17
+    add_block = next(b for b in layers.blocks if any(o.startswith("add") for o in b.ops))
+    name = next(o for o in add_block.ops if o.startswith("add"))
+    layers.search.value = name
+    assert layers.list.value.count('<details class="autocomp-block"') == 1
+    assert "1 of 17 blocks" in layers.list.value and " open>" in layers.list.value
+    layers.search.value = "no-such-layer"
+    assert "no layer matches" in layers.list.value
+    # the static fallback beside the widget keeps the searchable list
+    assert 'class="autocomp-layer-search"' in view._repr_mimebundle_()["text/html"]
+
+
+def test_small_program_keeps_one_before_after_graph(result):
+    graph = sections(ui.static_html(result))["Graph"]
+    assert "autocomp-block" not in graph and "autocomp-layer-search" not in graph

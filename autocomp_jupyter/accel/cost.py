@@ -16,8 +16,9 @@ The model (Timeloop / ZigZag style):
   stationarity). Loops that iterate once are transparent. Traffic into h = footprint ×
   fetches; an accumulated output also reads back its partial sums on every fetch but the
   first. Internal tensors of a fused kernel never cross the DRAM boundary.
-* Levels may hold only inputs or only outputs (`holds`, e.g. Gemmini's accumulator); a
-  tensor skips levels that do not hold it. After the innermost level comes the datapath:
+* Levels may hold only some roles (`holds`: weights, activations, outputs; e.g. Gemmini's
+  accumulator outputs, a per-PE register file weights); a tensor bypasses levels that do
+  not hold its role. After the innermost level comes the datapath:
   operands stream from the innermost level into the PE array (tile: pe_rows x pe_cols on
   the mapped loops) or the vector lanes (tile: one vector on the vectorised loop).
 * Spill. If a level's tiles overflow it by a fraction s of their footprint, that fraction
@@ -26,8 +27,9 @@ The model (Timeloop / ZigZag style):
   non-dividing tiles (ceil), divided over the compute units the parallel tile loops keep
   busy (occupancy, wave quantisation), plus systolic fill/drain per innermost tile.
 * Time. Levels whose tiles fit twice (double buffering) overlap their transfers with
-  compute; others serialise with it: time = max(compute + serial transfers, traffic_L/bw_L
-  for each level L) + latencies.
+  compute; others serialise with it. The first input tiles (cold start) and the last output
+  tiles (drain) overlap nothing: time = max(max(compute, operand streaming) + serial
+  transfers + cold start + drain, traffic_L/bw_L + loads x latency for each level L).
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..ir.program import DTYPE_BYTES, Program
+from ..ir.program import DTYPE_BYTES, Access, Program
 from ..ir.schedule import Kernel, Schedule, is_mac_statement, kernels_unfused
 from .target import Target, load_target
 
@@ -79,6 +81,9 @@ class BatchCost:
     level_bw_s: np.ndarray | None = None       # [n, levels]
     level_latency_s: np.ndarray | None = None  # [n, levels]
     serial_s: np.ndarray | None = None         # [n]
+    cold_s: np.ndarray | None = None           # [n]: first input tiles, before any compute
+    drain_s: np.ndarray | None = None          # [n]: last output tiles, after all compute
+    stream_s: np.ndarray | None = None         # [n]: operands streaming into the datapath
     compute_by_unit: dict | None = None        # {unit name: [n]}
 
     def __len__(self) -> int:
@@ -106,6 +111,9 @@ class BatchCost:
             out[f"{name} bandwidth"] = float(self.level_bw_s[i, m])
             out[f"{name} latency"] = float(self.level_latency_s[i, m])
         out["serial transfers"] = float(self.serial_s[i])
+        out["cold start"] = float(self.cold_s[i]) if self.cold_s is not None else 0.0
+        out["drain"] = float(self.drain_s[i]) if self.drain_s is not None else 0.0
+        out["operand streaming"] = float(self.stream_s[i]) if self.stream_s is not None else 0.0
         return out
 
 
@@ -134,26 +142,34 @@ class KernelCost:
 
     @property
     def bound(self) -> str:
-        """What limits the time, in the model's own terms: the time is max(compute + serial
-        transfers, each level's bytes / bandwidth + loads x latency), so the binding term is
-        'compute (<unit>)' (the PE array, the vector unit, ...; '+ serial transfers' when
-        transfers that cannot double-buffer add to it) or '<level> bandwidth' / '<level>
-        latency' for the level whose time is largest (by its larger part). The roofline's
-        slope is the DRAM bandwidth term alone: a kernel right of the ridge can still be
-        bound by DRAM latency (many small loads) or by an inner level."""
+        """What limits the time, in the model's own terms: the time is max(max(compute,
+        operand streaming) + serial transfers + cold start + drain, each level's bytes /
+        bandwidth + loads x latency), so the binding term is the busy chain — named by its
+        largest part, 'compute (<unit>)' (the PE array, the vector unit, ...), 'operand
+        streaming' (operands into the datapath), 'serial transfers' (loads that cannot double-
+        buffer), 'cold start' (the first input tiles, loaded before anything computes) or
+        'drain' (the last output tiles, written back after everything computed),
+        with '+ <part>' for each other part above a quarter of it — or '<level> bandwidth' /
+        '<level> latency' for the level whose time is largest (by its larger part). The
+        roofline's slope is the DRAM bandwidth term alone: a kernel right of the ridge can
+        still be bound by DRAM latency (many small loads), its cold start or an inner level."""
         lim = self.limits
         if not lim:
             worst = max(self.level_time_s.items(), key=lambda kv: kv[1], default=("compute", 0.0))
             return "compute" if self.compute_s >= worst[1] else worst[0]
         units = {k: v for k, v in lim.items() if k.startswith("compute")}
         unit = max(units, key=units.get) if units else "compute"
-        busy = self.compute_s + lim.get("serial transfers", 0.0)
+        stream = lim.get("operand streaming", 0.0)
+        lead = (unit, self.compute_s) if self.compute_s >= stream else ("operand streaming", stream)
+        parts = {lead[0]: lead[1], "serial transfers": lim.get("serial transfers", 0.0),
+                 "cold start": lim.get("cold start", 0.0), "drain": lim.get("drain", 0.0)}
+        busy = sum(parts.values())
         levels = {name: lim.get(f"{name} bandwidth", 0.0) + lim.get(f"{name} latency", 0.0)
                   for name in self.level_time_s}
         worst = max(levels, key=levels.get, default=None)
         if worst is None or busy >= levels[worst]:
-            serial = lim.get("serial transfers", 0.0)
-            return unit + (" + serial transfers" if serial > 0.25 * busy else "")
+            ranked = sorted(parts, key=lambda p: -parts[p])   # stable: compute first on ties
+            return " + ".join([ranked[0]] + [p for p in ranked[1:] if parts[p] > 0.25 * busy])
         part = "bandwidth" if lim[f"{worst} bandwidth"] >= lim[f"{worst} latency"] else "latency"
         return f"{worst} {part}"
 
@@ -297,10 +313,13 @@ class KernelModel:
         self.statements = [self._statement_model(i, s, index, D, on_chip)
                            for i, s in enumerate(kernel.statements)]
         # Host C runs a tiled GEMM-like kernel as a packed BLIS-style GEMM, not the tile nest.
-        self.host_packed = self.host_pk = None
+        self.host_packed = self.host_pk = self.host_scalar = None
         if target.compute.kind == "vector" and not target.compute.implicit_parallel:
             self.host_packed = _host_packed_gemm(kernel, index)
             self.host_pk = _host_packed(kernel)
+            self.host_scalar = [_host_scalar_cycles(s) for s in kernel.statements]
+            self.host_strided = [_host_strided_accesses(kernel, si, index) for si in range(len(kernel.statements))]
+            self.bw = _host_warm_bandwidth(kernel, target, self.bw)
 
     def _statement_model(self, si, stmt, index, D, on_chip) -> _StatementModel:
         kernel, compute = self.kernel, self.target.compute
@@ -312,8 +331,12 @@ class KernelModel:
         accesses: list[_AccessModel] = []
         seen = set()
         kind = "accumulate" if stmt.reduce else "write"
-        items = [(stmt.target, stmt.target_indices, kind)] + [(a.tensor, a.indices, "read") for a in stmt.reads()]
-        for tensor, indices, akind in items:
+        mac = is_mac_statement(stmt)
+        weight = _weight_read(stmt) if mac else None
+        items = [(stmt.target, stmt.target_indices, kind, "outputs")] + [
+            (a.tensor, a.indices, "read", "weights" if r == weight else "activations")
+            for r, a in enumerate(stmt.reads())]
+        for tensor, indices, akind, role in items:
             key = (tensor, indices, akind == "read")
             if key in seen:
                 continue
@@ -327,14 +350,13 @@ class KernelModel:
                         coeff[r, index[m[loop]]] += abs(c)
                     else:
                         local_add[r] += abs(c) * (local[loop] - 1)
-            role = "inputs" if akind == "read" else "outputs"
-            chain = tuple(h for h, lv in enumerate(on_chip) if role in lv.holds)
+            # Levels that do not hold the access's role are bypassed (target.ROLES).
+            chain = tuple(h for h, lv in enumerate(on_chip) if role in lv.roles)
             accesses.append(_AccessModel(
                 tensor=tensor, coeff=coeff, local_add=local_add,
                 dims=np.array(t.shape if len(t.shape) == len(indices) else [1 << 62] * len(indices), dtype=float),
                 elem_bytes=DTYPE_BYTES[t.dtype], kind=akind, index_mask=coeff.sum(axis=0) > 0,
                 chain=chain, internal=tensor in kernel.internals))
-        mac = is_mac_statement(stmt)
         reads = stmt.reads()
         dtype = kernel.tensor(reads[0].tensor).dtype if reads else kernel.tensor(stmt.target).dtype
         row = col = -1
@@ -415,16 +437,23 @@ class KernelModel:
         tiles, *_ = self.normalise(tiles)
         return self._capacity(tiles.astype(float))
 
-    def _capacity(self, T: np.ndarray) -> np.ndarray:
+    def _capacity(self, T: np.ndarray, tile_bytes: dict | None = None) -> np.ndarray:
+        """[n, L] bytes held per level; fills `tile_bytes[(statement, access)]` with each
+        access's full tile at the levels holding it ([n, L]) when given."""
         n, L = T.shape[0], self.n_levels
         per_tensor: dict[str, np.ndarray] = {}
-        for st in self.statements:
-            for a in st.accesses:
-                if st.in_place and (a.internal or a.kind != "read"):
+        for si, st in enumerate(self.statements):
+            for ai, a in enumerate(st.accesses):
+                skip = st.in_place and (a.internal or a.kind != "read")
+                if skip and tile_bytes is None:
                     continue  # reuses the buffer of the internal tile it reads
                 fp = np.zeros((n, L))
                 for h in a.chain:
                     fp[:, h] = _footprint(a, T[:, :, h])
+                if tile_bytes is not None:
+                    tile_bytes[si, ai] = fp
+                if skip:
+                    continue
                 prev = per_tensor.get(a.tensor)
                 per_tensor[a.tensor] = fp if prev is None else np.maximum(prev, fp)
         return sum(per_tensor.values()) if per_tensor else np.zeros((n, L))
@@ -478,6 +507,7 @@ class KernelModel:
         target, compute = self.target, self.target.compute
         n, D, L = tiles.shape
         pack_cycles = micro_k = None
+        schedule_tiles = tiles      # the packed path's blocks come from these (not _as_packed's rewrite)
         if self.host_packed is not None:
             tiles, orders, vectorize, pack_cycles, micro_k = self._as_packed(tiles, orders, vectorize)
         M = len(self.level_names)
@@ -492,7 +522,8 @@ class KernelModel:
         seq_loops = orders.reshape(n, L * D)
         seq_trips = np.take_along_axis(rel, orders, axis=2).reshape(n, L * D)
 
-        capacity_fp = self._capacity(T)                       # [n, L]
+        tile_bytes: dict = {}
+        capacity_fp = self._capacity(T, tile_bytes)           # [n, L]
         overflow = np.clip(1.0 - self.capacity[None, :] / np.maximum(capacity_fp, 1e-30), 0.0, None)
         spill = np.clip(capacity_fp / self.capacity[None, :] - 1.0, 0.0, None).max(axis=1)
         double_buffered = 2.0 * capacity_fp <= self.capacity[None, :]
@@ -525,11 +556,16 @@ class KernelModel:
         level_bw_s = np.zeros((n, M))
         level_lat_s = np.zeros((n, M))
         serial_total = np.zeros(n)
+        cold_total = np.zeros(n)
+        drain_total = np.zeros(n)
+        stream_total = np.zeros(n)
         compute_by_unit: dict[str, np.ndarray] = {}
         for si, st in enumerate(self.statements):
             st_bytes = np.zeros((n, M))
             serial_bytes = np.zeros((n, M))   # traffic into levels that cannot double-buffer
             events = np.zeros((n, L))         # tile loads into each level (a latency each)
+            cold_bytes = np.zeros((n, M))     # first input tiles into double-buffered levels
+            drain_bytes = np.zeros((n, M))    # last output tiles out of them, per destination
             event_src = {}
             present_seq = st.present[seq_loops]
             trips = np.where(present_seq, seq_trips, 1.0)
@@ -574,6 +610,16 @@ class KernelModel:
                 offered += passes * width
             else:
                 vector_ops += st.points * max(1, st.flops_per_point)
+            if not st.mac and self.host_scalar is not None:
+                # Host C: libm calls run scalar (no -ffast-math, so no vector libm) and a
+                # reduction read across rows runs as a chain of dependent ops.
+                cycles = np.maximum(cycles, self.host_scalar[si])
+                # An innermost loop that walks some access down a column: a cache line per point.
+                trip = tiles[rows, vec_loop, L - 1].astype(float)
+                strided = np.where(trip > 1, self.host_strided[si][vec_loop], 0.0)   # a trip of 1 is no loop
+                if strided.any():
+                    per_point = np.where(trip * strided <= HOST_L1_WAYS, HOST_STRIDED_POINT, HOST_STRIDED_CONFLICT)
+                    cycles = np.where(strided > 0, np.maximum(cycles, st.points * per_point), cycles)
             if st.mac and compute.kind == "vector" and not compute.implicit_parallel:
                 # A CPU running generated C (host): the nest's issue rate, not only the lanes.
                 cycles = np.maximum(cycles, _host_issue_cycles(st, tiles, inner_order, vec_loop, rows, width,
@@ -582,7 +628,7 @@ class KernelModel:
                     cycles = cycles + pack_cycles  # one element copied per cycle
             st_compute = cycles / active / clock
 
-            for a in st.accesses:
+            for ai, a in enumerate(st.accesses):
                 # Fetches and traffic at each holding level, then the datapath.
                 fits, fetch_counts = [], []
                 for h in a.chain:
@@ -617,6 +663,15 @@ class KernelModel:
                     moved = eff[pos]
                     st_bytes[:, src] += moved
                     serial_bytes[:, src] += np.where(double_buffered[:, h], 0.0, moved)
+                    if a.kind == "read" and not a.internal:
+                        # Cold start: the first tile of every input reaches every level
+                        # before the first step computes (each active unit loads its own).
+                        first = tile_bytes[si, ai][:, h] * (active if self.per_unit[h] else 1.0)
+                        cold_bytes[:, src] += np.where(double_buffered[:, h], first, 0.0)
+                    elif a.kind != "read" and not (a.internal and (pos == 0 or a.kind != "accumulate")):
+                        # Drain: the last output tile leaves after the last step computes.
+                        last = tile_bytes[si, ai][:, h] * (active if self.per_unit[h] else 1.0)
+                        drain_bytes[:, src] += np.where(double_buffered[:, h], last, 0.0)
                     events[:, h] = np.maximum(events[:, h], fetch_counts[pos])
                     event_src[h] = src
 
@@ -630,24 +685,45 @@ class KernelModel:
                 par = active if self.per_unit[h] else 1.0
                 lat = events[:, h] * self.latency_s[src] / par
                 st_level_time[:, src] += np.where(double_buffered[:, h], lat, 0.0)
-                level_lat_s[:, src] += np.where(double_buffered[:, h], lat, 0.0)
+                if not st.in_place:   # an in-place epilogue's loads ride the anchor's (below)
+                    level_lat_s[:, src] += np.where(double_buffered[:, h], lat, 0.0)
                 serial_time += np.where(double_buffered[:, h], 0.0, lat)
             serial_total += serial_time
+            # Loads into double-buffered levels overlap the previous tile's compute, but the
+            # first tiles have nothing to overlap: a source's cold loads queue on its channel
+            # (bytes / bandwidth + one latency), and an inner level waits for its parent's.
+            # Likewise the last output tiles drain after the last step (inner level to outer).
+            cold = (cold_bytes / bw).sum(axis=1) + ((cold_bytes > 0) * self.latency_s[None, :]).sum(axis=1)
+            drain = (drain_bytes / bw).sum(axis=1)
+            # A step lasts as long as its compute or its operands' streaming into the datapath
+            # (the innermost levels' channels), whichever is longer: the part of the work
+            # the cold start and the drain cannot overlap.
+            stream = (datapath_bytes[:, si, :] / bw).max(axis=1)
+            step = np.maximum(st_compute, stream)
             if si == self.kernel.anchor:
-                group_busy += st_compute + serial_time
+                group_busy += step + serial_time + cold + drain
+                stream_total += stream
                 group_levels += st_level_time
-            elif st.in_place:  # its transfers ride the anchor's pipeline (latency hidden), its compute adds
-                group_busy += st_compute
+                cold_total += cold
+                drain_total += drain
+            elif st.in_place:
+                # Its transfers ride the anchor's pipeline (latency hidden, first tiles loaded
+                # while the anchor's first tile computes); its compute and its drain add.
+                group_busy += st_compute + drain
                 group_levels += st_bytes / bw
+                drain_total += drain
             else:
-                time_s += np.maximum(st_compute + serial_time, st_level_time.max(axis=1))
+                time_s += np.maximum(step + serial_time + cold + drain, st_level_time.max(axis=1))
+                stream_total += stream
+                cold_total += cold
+                drain_total += drain
             compute_s += st_compute
             compute_by_unit[dp.unit] = compute_by_unit.get(dp.unit, 0.0) + st_compute
             bytes_by_level += st_bytes
             level_time += st_level_time
         time_s += np.maximum(group_busy, group_levels.max(axis=1))
         if self.host_pk is not None:   # host C runs it packed: that code's time
-            packed, packed_s = _host_packed_seconds(self, tiles, parallel)
+            packed, packed_s = _host_packed_seconds(self, schedule_tiles, parallel)
             time_s = np.where(packed, packed_s, time_s)
         energy = (bytes_by_level * self.energy_per_byte[None, :]).sum(axis=1) \
             + (mac_points + vector_ops) * target.energy_pj_per_mac * 1e-12
@@ -662,7 +738,8 @@ class KernelModel:
             arithmetic_intensity=flops / np.maximum(dram, 1e-30),
             spill_ratio=spill, compute_s=compute_s, level_time_s=level_time,
             double_buffered=double_buffered, datapath_bytes=datapath_bytes,
-            level_bw_s=level_bw_s, level_latency_s=level_lat_s, serial_s=serial_total,
+            level_bw_s=level_bw_s, level_latency_s=level_lat_s, serial_s=serial_total, cold_s=cold_total,
+            drain_s=drain_total, stream_s=stream_total,
             compute_by_unit=compute_by_unit,
         )
 
@@ -719,6 +796,9 @@ HOST_COPY_RUN = 0.25            # a packed element copied in a straight run (vec
 HOST_COPY_GATHER = 1.5          # a packed element read through an offset table (scalar)
 HOST_COPY_STRIDED = 1.0         # a packed element read at a constant stride
 HOST_STORE_VECTOR = 2.0         # load + add + store of one output vector in the microkernel's store
+HOST_STORE_VECTOR_FAR = 8.0     # the same when the output region swept between visits outgrows L2
+HOST_MICRO_CALL = 20.0          # a microkernel call: zeroing, prefetching, spilling the accumulators
+HOST_BLOCK_SPILL = 0.25         # microkernel slow-down per cache block that outgrows L2
 
 
 def _host_packed(kernel: Kernel):
@@ -756,7 +836,9 @@ def _host_packed(kernel: Kernel):
         return runs * HOST_COPY_RUN + (1 - runs) * HOST_COPY_GATHER
 
     b_cost = copy_cost(pk.b, "n")
-    a_cost = copy_cost(pk.a, "k") if pk.k else HOST_COPY_STRIDED
+    # A's panels are copied MR rows at a time for each k (codegen/c.py packs r innermost):
+    # the copy walks A along its m loops
+    a_cost = copy_cost(pk.a, "m") if pk.m else HOST_COPY_STRIDED
     return pk, b_cost, a_cost
 
 
@@ -791,7 +873,7 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     mr, nr = pk.micro
     NB, M, N, K = (float(pk.size(g)) for g in ("batch", "m", "n", "k"))
     MC = np.minimum(np.maximum(group_block("m"), GEMM_MIN_BLOCK[0]), M)
-    MC = np.where(MC >= mr, np.ceil(MC / mr) * mr, MC)
+    MC = np.where(MC >= mr, np.minimum(np.ceil(MC / mr) * mr, M), MC)
     NC = np.ceil(np.minimum(np.maximum(group_block("n"), GEMM_MIN_BLOCK[1]), N) / nr) * nr
     KC = np.minimum(np.maximum(group_block("k"), GEMM_MIN_BLOCK[2]), K)
     lanes = compute.vector_width("f32")
@@ -809,17 +891,20 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     micro = NB * mpan * npan * K * step
     kblocks = np.ceil(K / KC)
     epi_ops = sum(max(1, kernel.statements[s].expr.flops()) for s in pk.epilogue)
-    store = NB * mpan * npan * kblocks * math.ceil(nr / lanes) * mr * HOST_STORE_VECTOR \
+    # The output micro-tile is read and written once per kc block; between two visits the
+    # code sweeps this thread's M share x nc of the output: from L2 when that fits, else
+    # from L3 (measured: the tall GEMM's C, 4096 x 256, costs ~1 ms per extra kc block).
+    l2 = next((m.size_bytes for m in target.memory if m.name == "L2"), 1 << 20)
+    c_region = M * np.where(m_split, np.ceil(mpan / T) / mpan, 1.0) * NC * 4
+    store_vector = np.where(c_region > l2 / 2, HOST_STORE_VECTOR_FAR, HOST_STORE_VECTOR)
+    store = NB * mpan * npan * kblocks * (math.ceil(nr / lanes) * mr * store_vector + HOST_MICRO_CALL) \
         + NB * M * N * epi_ops / lanes * (1.0 if pk.n_contiguous else lanes)
     b_copies = NB * K * npan * nr * np.where(m_split, T, 1)        # each thread packs B for its M share
     a_copies = NB * mpan * mr * K * np.ceil(N / NC)
     cycles = (micro + store + a_copies * a_cost) * share + b_copies * b_cost * share
-    # cache blocks that outgrow their level: the microkernel streams from the next one
-    l1 = next((m.size_bytes for m in target.memory if m.name == "L1"), 32768)
-    l2 = next((m.size_bytes for m in target.memory if m.name == "L2"), 1 << 20)
-    b_panel = KC * nr * 4
-    a_block = MC * KC * 4
-    cycles = cycles + micro * share * (0.25 * (b_panel > l1 / 2) + 0.25 * (a_block > l2 / 2))
+    # Cache blocks that outgrow L2 (B's kc x nc block, reused by every mc block; A's mc x kc
+    # block, reused by every NR-wide panel): the microkernel streams them from L3.
+    cycles = cycles + micro * share * HOST_BLOCK_SPILL * ((KC * NC * 4 > l2 / 2) + 1.0 * (MC * KC * 4 > l2 / 2))
     serial = 0.0
     for access in (pk.a, pk.b):
         pads = _padding(kernel, access, ext)
@@ -832,6 +917,77 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
             other += st.points * (1 + st.expr.flops()) / lanes + st.points * 3.0 / lanes
     seconds = (cycles + serial + other) / (target.clock_ghz * 1e9)
     return packed, seconds
+
+
+# Host C's scalar work, measured (cycles at the target's clock, per point): a libm call
+# (gcc without -ffast-math calls glibc's scalar expf / tanhf per element; sqrt is an
+# instruction under -fno-math-errno) and one step of a reduction chained along its
+# innermost loop (a row max or sum read across rows, which the generator keeps out of the
+# vectorised register tile: codegen/c.py `_unit_stride_reads`).
+HOST_LIBM_CYCLES = {"exp": 6.5, "sigmoid": 6.5, "tanh": 55.0, "gelu": 58.0, "erf": 20.0}
+HOST_CHAINED_REDUCE = {"max": 1.4, "+": 1.9}
+
+
+def _host_scalar_cycles(stmt) -> float:
+    """Cycles of a statement's scalar work on the host (see HOST_LIBM_CYCLES), 0 if none."""
+    from ..ir.program import Call
+
+    calls = sum(HOST_LIBM_CYCLES.get(e.fn, 0.0) for e in stmt.expr.walk() if isinstance(e, Call))
+    cycles = stmt.points * calls
+    if stmt.reduce is not None and stmt.target_indices:
+        try:
+            from ..codegen.c import _unit_stride_reads
+        except ImportError:  # pragma: no cover
+            return cycles
+        last = stmt.target_indices[-1].single_loop
+        if last is not None and not _unit_stride_reads(stmt, last):
+            cycles += stmt.points * HOST_CHAINED_REDUCE.get(stmt.reduce, HOST_FMA_LATENCY)
+    return cycles
+
+
+# A loop that walks an access down a column (its index outside the last dimension) as the
+# innermost loop: one cache line per point. Rows a power-of-two stride apart share L1 sets,
+# so once trip x such accesses exceeds the L1's ways the lines evict each other before the
+# next column reuses them (measured, bias + relu on 512 x 1024 walked by column: 4 rows per
+# tile ~0.4 cycle a point per statement, 16 or more ~1.2).
+HOST_STRIDED_POINT = 0.4
+HOST_STRIDED_CONFLICT = 1.2
+HOST_L1_WAYS = 8
+
+
+def _host_strided_accesses(kernel: Kernel, si: int, index: dict) -> np.ndarray:
+    """[D]: per anchor loop, how many of statement si's accesses (target and reads) it
+    indexes outside their last dimension, i.e. with a stride of a row or more."""
+    stmt = kernel.statements[si]
+    m = kernel.loop_map(si)
+    out = np.zeros(len(index), dtype=float)
+    seen = set()
+    for access in [Access(stmt.target, stmt.target_indices)] + list(stmt.reads()):
+        if (access.tensor, access.indices) in seen:
+            continue
+        seen.add((access.tensor, access.indices))
+        last = len(access.indices) - 1
+        for d, idx in enumerate(access.indices):
+            if d == last:
+                continue
+            for loop, c in idx.terms:
+                if c and loop in m and not any(dict(i2.terms).get(loop) for i2 in access.indices[last:]):
+                    out[index[m[loop]]] += 1
+    return out
+
+
+def _host_warm_bandwidth(kernel: Kernel, target: Target, bw: np.ndarray) -> np.ndarray:
+    """Host runs are timed warm (repeated calls on the same buffers): a kernel whose tensors
+    all fit the last cache level reads and writes them there, not in DRAM."""
+    on_chip = [m for m in target.memory if m.size_bytes != float("inf")]
+    if len(on_chip) < 2 or len(on_chip) == len(target.memory):
+        return bw
+    total = sum(t.size * DTYPE_BYTES[t.dtype] for t in kernel.tensors)
+    if total > on_chip[-1].size_bytes / 2:
+        return bw
+    out = np.array(bw, copy=True)
+    out[-1] = bw[len(on_chip) - 1]
+    return out
 
 
 # The host core issuing a generated loop nest (vector targets that run generated C).
@@ -891,9 +1047,10 @@ def _host_issue_cycles(st: "_StatementModel", tiles, inner_order, vec_loop, rows
 
 
 def _fill_cycles(compute, fills, stream_cycles):
-    """Cycles a systolic array spends filling/draining its stationary blocks. With double-
-    buffered weights each fill hides behind the previous block's stream, but the first."""
-    fill = compute.pe_rows + compute.pe_cols
+    """Cycles a systolic array spends filling/draining its stationary blocks (the target's
+    `fill_cycles` each). With double-buffered weights each fill hides behind the previous
+    block's stream, but the first."""
+    fill = compute.fill_cycles
     if not compute.double_buffered_weights:
         return fills * fill
     per_block = stream_cycles / np.maximum(fills, 1.0)
@@ -959,9 +1116,9 @@ def _systolic_mapping(stmt, loop_map, index, dataflow) -> tuple[int, int] | None
     ext = stmt.extents
     outs = {l.name for l in stmt.output_loops}
     reads = stmt.reads()
-    if len(reads) != 2:
+    weight_idx = _weight_read(stmt)
+    if weight_idx is None:
         return None
-    weight_idx = min(range(len(reads)), key=lambda i: (len([l for a in reads[i].indices for l in a.loops if l in outs]), -i))
     weight_loops = [l for a in reads[weight_idx].indices for l in a.loops]
     other_loops = {l for a in reads[1 - weight_idx].indices for l in a.loops}
     col_choices = [l for l in weight_loops if l in outs and l not in other_loops]
@@ -976,7 +1133,19 @@ def _systolic_mapping(stmt, loop_map, index, dataflow) -> tuple[int, int] | None
         choices = shared_reductions
     choices = choices or [l for l in ext if l != col] or [col]
     row = max(choices, key=lambda l: ext[l])
+    if row not in loop_map or col not in loop_map:
+        return None     # a loop local to this statement (no kernel loop to tile): not on the array
     return index[loop_map[row]], index[loop_map[col]]
+
+
+def _weight_read(stmt) -> int | None:
+    """Which of a contraction's two reads is its weight (target role `weights`): the one with
+    fewer output loops (B[k, j] of A·B, W[f, c, r, s] of a conv), the second on a tie."""
+    outs = {l.name for l in stmt.output_loops}
+    reads = stmt.reads()
+    if len(reads) != 2:
+        return None
+    return min(range(2), key=lambda i: (len([l for a in reads[i].indices for l in a.loops if l in outs]), -i))
 
 
 @dataclass(frozen=True)

@@ -57,9 +57,9 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
         if si == schedule.kernel.anchor:
             group_time, group_bytes = r["time_s"], group_bytes + r["bytes"]
         elif model.statements[si].in_place:
-            # Runs on each anchor tile as it completes (as the model): its compute adds to
-            # the anchor's, its traffic shares the anchor's channels.
-            group_time += r["compute_s"]
+            # Runs on each anchor tile as it completes (as the model): its compute and its
+            # last tiles' write-back add to the anchor's, its traffic shares its channels.
+            group_time += r["compute_s"] + r["drain_s"]
             group_bytes = group_bytes + r["bytes"]
         else:
             time_s += r["time_s"]
@@ -111,6 +111,8 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
         sizes = np.array([box[d][1] for d in range(D)], dtype=float)
         extent = (sizes - 1.0) @ a.coeff.T + a.local_add + 1.0
         return float(np.prod(np.minimum(extent, a.dims))) * a.elem_bytes
+
+    level_of_source = {int(model.mem_index[h]): h for h in range(L)}   # memory index -> tiling level
 
     def source_of(a, pos) -> int:
         return M - 1 if pos == 0 else int(model.mem_index[a.chain[pos - 1]])
@@ -200,7 +202,7 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
                     last_weight_box = weight_box
                 if fills and compute.double_buffered_weights and weights_streaming:
                     # The pipeline is running: each fill hides behind the previous block's stream.
-                    cycles += fills * max(0.0, compute.pe_rows + compute.pe_cols - cycles / fills)
+                    cycles += fills * max(0.0, compute.fill_cycles - cycles / fills)
                 elif fills:
                     cycles += float(_fill_cycles(compute, np.float64(fills), np.float64(cycles)))
                 weights_streaming = True
@@ -212,15 +214,20 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
         # tile is being worked on (from its first step); others wait for the previous
         # step to end. Each source level is one channel.
         ready = prev_end
+        arrived: dict[int, float] = {}   # tiling level -> when its new tiles of this step are in
         for (src, h), amount in sorted(load_into.items(), key=lambda kv: kv[0][1]):
             if amount == 0:
                 continue
             issue = tile_start[h] if double_buffered[h] else prev_end
+            # A tile copied from an on-chip level that is itself loading this step's tile
+            # waits for it (the first steps of a run: the cold start).
+            issue = max(issue, arrived.get(level_of_source.get(src, -1), 0.0))
             begin = max(channel_free[src], issue)
             # Requests are pipelined: latency delays the data, not the channel; units
             # wait for their own loads side by side, so one stream sees latency / units.
             channel_free[src] = begin + amount / bw[src]
-            ready = max(ready, channel_free[src] + latency[src] / lat_par[src])
+            arrived[h] = max(arrived.get(h, 0.0), channel_free[src] + latency[src] / lat_par[src])
+            ready = max(ready, arrived[h])
         for h in range(L):
             if boxes[h] != last_boxes[h]:
                 tile_start[h] = ready
@@ -235,10 +242,12 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
         if a.kind != "read" and not (a.internal and (pos == 0 or a.kind != "accumulate")):
             drain[source_of(a, pos)] += footprint(a, box)
     moved += drain
-    end = prev_end + float(np.max(drain / bw))
+    # An inner level's last tile reaches its parent before the parent's can leave.
+    drain_s = float(np.sum(drain / bw))
+    end = prev_end + drain_s
     sampled = steps < total_steps
     scale = total_steps / steps if sampled and steps else 1.0
-    return {"bytes": moved * scale, "time_s": end * scale, "compute_s": compute_total * scale,
+    return {"bytes": moved * scale, "time_s": end * scale, "compute_s": compute_total * scale, "drain_s": drain_s,
             "steps": steps, "total_steps": total_steps, "sampled": sampled}
 
 

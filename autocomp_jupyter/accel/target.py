@@ -35,7 +35,22 @@ from ..ir.program import DTYPE_BYTES, DTYPES
 PRESET_DIR = Path(__file__).parent / "presets"
 COMPUTE_KINDS = ("systolic", "simt", "vector")
 DATAFLOWS = ("weight_stationary", "output_stationary")
-HOLDS = ("inputs", "outputs")
+# What a memory level may buffer. `holds` names roles: `weights` (the second operand of a
+# contraction, the one with fewer output loops: B of A·B, W of a conv — what a weight-
+# stationary array keeps in its PEs), `activations` (every other operand read), `outputs`
+# (what a statement writes), and `inputs` (weights and activations). A role a level does not
+# hold bypasses it: a weights-only register file is fed straight from the level outside it
+# that holds weights.
+ROLES = ("weights", "activations", "outputs")
+HOLDS = ("inputs",) + ROLES
+_ROLE_EXPANSION = {"inputs": ("weights", "activations"), "weights": ("weights",),
+                   "activations": ("activations",), "outputs": ("outputs",)}
+
+
+def roles_of(holds) -> tuple[str, ...]:
+    """The roles (ROLES order) a `holds` list names; `inputs` stands for weights and activations."""
+    named = {r for h in holds for r in _ROLE_EXPANSION[h]}
+    return tuple(r for r in ROLES if r in named)
 
 
 class TargetError(UserError, ValueError):
@@ -57,8 +72,9 @@ class MemoryLevel:
 
     `bandwidth_gbps` is the rate (GB/s, 1e9 bytes) at which this level feeds the level inside
     it; with `per_unit` the level is replicated in every compute unit (SM, core, array) and
-    size and bandwidth are per unit. `holds` says which tensors the level buffers: Gemmini's
-    accumulator holds outputs only, its scratchpad inputs only; the others hold both.
+    size and bandwidth are per unit. `roles` says which tensors the level buffers (ROLES):
+    Gemmini's accumulator holds outputs only, its scratchpad inputs (weights and
+    activations) only, a TPU-like per-PE register file weights only; the others hold all.
     """
 
     name: str
@@ -67,11 +83,18 @@ class MemoryLevel:
     latency_cycles: float
     energy_pj_per_byte: float
     per_unit: bool = False
-    holds: tuple[str, ...] = HOLDS
+    roles: tuple[str, ...] = ROLES
 
     @property
     def is_unbounded(self) -> bool:
         return math.isinf(self.size_bytes)
+
+    @property
+    def holds(self) -> tuple[str, ...]:
+        """The coarse view, for readers that tell only reads from writes: ('inputs',
+        'outputs') or one of them — 'inputs' when the level buffers any operand read."""
+        out = ("inputs",) if {"weights", "activations"} & set(self.roles) else ()
+        return out + (("outputs",) if "outputs" in self.roles else ())
 
 
 @dataclass(frozen=True)
@@ -101,6 +124,10 @@ class ComputeSpec:
     # A systolic array that loads the next stationary block while the current one streams
     # (TPU MXUs do): only the part of a fill longer than the stream it hides behind costs.
     double_buffered_weights: bool = False
+    # Cycles to put a new stationary block into the array: shifted in from the edge and the
+    # last partial sums drained (pe_rows + pe_cols, the default), or 0 where every PE reads
+    # its next weight from its own register file.
+    fill_cycles: float = 0.0
 
     def macs(self, dtype: str) -> float:
         """MACs per cycle per unit for `dtype`."""
@@ -262,6 +289,7 @@ COMPUTE_SCHEMA: dict[str, Any] = {
     "arrays": "posint", "cores": "posint", "lanes": "posint", "fma_units": "posint",
     "dataflow": ("enum", DATAFLOWS),
     "double_buffered_weights": "bool",
+    "fill_cycles": "nonneg",
     "vector_lanes": "posint",
     "peak_macs_per_cycle": ("dtype_map", "pos"),
     "vector_ops_per_cycle": "pos",
@@ -377,8 +405,14 @@ def _check_value(value: Any, spec: Any, key_path: str, filename: str) -> None:
             extra = f" (did you mean {hint[0]!r}?)" if hint else ""
             fail(f"one of {', '.join(spec[1])}{extra}")
     elif spec[0] == "enum_list":
-        if not isinstance(value, list) or not value or any(v not in spec[1] for v in value):
+        if not isinstance(value, list) or not value:
             fail(f"a non-empty list drawn from {', '.join(spec[1])}")
+        for i, v in enumerate(value):
+            if v not in spec[1]:
+                hint = difflib.get_close_matches(str(v), spec[1], n=1)
+                extra = f" (did you mean {hint[0]!r}?)" if hint else ""
+                raise TargetError(filename, f"{key_path}[{i}]",
+                                  f"expected one of {', '.join(spec[1])}{extra}, got {_kind(v)}")
     elif spec[0] == "dtype_map":
         if not isinstance(value, dict):
             fail(f"a mapping from dtype ({', '.join(DTYPES)}) to a number")
@@ -395,7 +429,7 @@ def _check_value(value: Any, spec: Any, key_path: str, filename: str) -> None:
 KIND_FIELDS = {
     "systolic": {"required": ("pe_rows", "pe_cols"),
                  "allowed": ("kind", "pe_rows", "pe_cols", "arrays", "dataflow", "double_buffered_weights",
-                             "peak_macs_per_cycle", "vector_ops_per_cycle", "vector_lanes")},
+                             "fill_cycles", "peak_macs_per_cycle", "vector_ops_per_cycle", "vector_lanes")},
     "simt": {"required": ("cores", "lanes"),
              "allowed": ("kind", "cores", "lanes", "fma_units", "peak_macs_per_cycle",
                          "vector_ops_per_cycle", "max_blocks_per_core")},
@@ -431,23 +465,24 @@ def _check_meaning(raw: dict, filename: str) -> None:
         if not last and ("size_bytes" not in level or math.isinf(size)):
             raise TargetError(filename, f"memory[{i}].size_bytes",
                               f"on-chip level {level['name']!r} needs a finite size; only the last level (DRAM) is unbounded")
-        if last and "holds" in level and tuple(level["holds"]) != HOLDS and set(level["holds"]) != set(HOLDS):
+        if last and "holds" in level and roles_of(level["holds"]) != ROLES:
             raise TargetError(filename, f"memory[{i}].holds", "the last level (DRAM) holds every tensor")
         if last and level.get("per_unit"):
             raise TargetError(filename, f"memory[{i}].per_unit", "the last level (DRAM) is shared, not per unit")
     # Levels that hold the same tensors must grow outward; a level holding only outputs
-    # (an accumulator) may sit inside a larger input scratchpad, not the reverse.
+    # (an accumulator) may sit inside a larger input scratchpad, not the reverse, and a
+    # weights-only register file beside an output one of any size.
+    roles = [set(roles_of(m.get("holds", HOLDS))) for m in memory]
     for i in range(1, len(memory)):
         for j in range(i):
-            inner_holds = set(memory[j].get("holds", HOLDS))
-            outer_holds = set(memory[i].get("holds", HOLDS))
-            if inner_holds & outer_holds and sizes[i] < sizes[j]:
+            if roles[i] & roles[j] and sizes[i] < sizes[j]:
                 raise TargetError(filename, f"memory[{i}].size_bytes",
                                   f"level {names[i]!r} ({_format_bytes(sizes[i])}) is smaller than inner level "
                                   f"{names[j]!r} ({_format_bytes(sizes[j])}); list levels from innermost to DRAM with sizes growing outward")
-    for role in HOLDS:
-        if not any(role in m.get("holds", HOLDS) for m in memory[:-1]):
-            raise TargetError(filename, "memory", f"no on-chip level holds {role}; add {role!r} to some level's holds")
+    for role in ROLES:
+        if not any(role in r for r in roles[:-1]):
+            raise TargetError(filename, "memory", f"no on-chip level holds {role}; add {role!r} "
+                              f"{'(or inputs) ' if role != 'outputs' else ''}to some level's holds")
 
 
 # --------------------------------------------------------------------------- step 3: build
@@ -481,13 +516,14 @@ def _build(raw: dict, filename: str) -> Target:
         max_blocks_per_unit=c.get("max_blocks_per_core", 1),
         implicit_parallel=bool(c.get("implicit_parallel", True)),
         double_buffered_weights=bool(c.get("double_buffered_weights", False)),
+        fill_cycles=float(c.get("fill_cycles", c.get("pe_rows", 1) + c.get("pe_cols", 1))),
     )
     memory = tuple(
         MemoryLevel(
             name=m["name"], size_bytes=parse_size(m.get("size_bytes")),
             bandwidth_gbps=float(m["bandwidth_gbps"]), latency_cycles=float(m["latency_cycles"]),
             energy_pj_per_byte=float(m["energy_pj_per_byte"]), per_unit=bool(m.get("per_unit", False)),
-            holds=tuple(h for h in HOLDS if h in m.get("holds", HOLDS)),
+            roles=roles_of(m.get("holds", HOLDS)),
         )
         for m in raw["memory"]
     )

@@ -329,8 +329,12 @@ def _pool(kind: str):
         if kind == "maxpool2d":
             st = _statement(out, out_loops, _acc(x.name, "n", "c", hi, wi, pad=-math.inf), "max", red)
         else:  # count_include_pad, as PyTorch's default
-            st = _statement(out, out_loops, BinOp("*", _acc(x.name, "n", "c", hi, wi), Const(1.0 / kernel ** 2)),
-                            "+", red)
+            # Sum, then divide: the average is one exact division of an exact sum, so an integer
+            # pool rounds the same whatever order the sum is reassociated in.
+            total = f"{out}_sum"
+            s0 = _statement(total, out_loops, _acc(x.name, "n", "c", hi, wi), "+", red)
+            s1 = _statement(out, out_loops, BinOp("/", _acc(total, "n", "c", "h", "w"), Const(float(kernel ** 2))))
+            return Lowered("reduction", (n, c, ho, wo), (s0, s1), ((total, (n, c, ho, wo)),))
         return Lowered("reduction", (n, c, ho, wo), (st,))
     return lower
 
@@ -339,9 +343,10 @@ def lower_global_avgpool(out, xs, attrs):
     (x,) = xs
     _rank(x, 4, 0, "global_avgpool input")
     n, c, h, w = x.shape
-    st = _statement(out, [("n", n), ("c", c)], BinOp("*", _acc(x.name, "n", "c", "h", "w"), Const(1.0 / (h * w))),
-                    "+", [("h", h), ("w", w)])
-    return Lowered("reduction", (n, c), (st,))
+    total = f"{out}_sum"   # sum, then one exact division (as avgpool2d)
+    s0 = _statement(total, [("n", n), ("c", c)], _acc(x.name, "n", "c", "h", "w"), "+", [("h", h), ("w", w)])
+    s1 = _statement(out, [("n", n), ("c", c)], BinOp("/", _acc(total, "n", "c"), Const(float(h * w))))
+    return Lowered("reduction", (n, c), (s0, s1), ((total, (n, c)),))
 
 
 def lower_transpose(out, xs, attrs):

@@ -25,6 +25,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..accel.cost import kernel_model, library_schedule
+from ..ir.loopnest import whole_loops
 from ..ir.program import Access, Op, Program, Statement, substitute
 from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
@@ -65,7 +66,17 @@ def _inherited_schedule(program: Program, kernel: Kernel, ctx: PassContext, plan
         if len(kernel.ops) == 1 or alone.loop_names != kernel.loop_names:
             return library_schedule(kernel, ctx.target)
         own = library_schedule(alone, ctx.target)
-    return Schedule(kernel, tiles=own.tiles, order=own.order, annotations=own.annotations, levels=own.levels)
+    # A loop the anchor ran in parallel may be a reduction of a fused statement (a softmax's
+    # row): such a loop is never parallel.
+    reduced = {a for i, st in enumerate(kernel.statements) for own, a in kernel.loop_map(i).items()
+               if own in {l.name for l in st.reduction_loops}}
+    annotations = dict(own.annotations)
+    if "parallel" in annotations:
+        annotations["parallel"] = tuple(l for l in annotations["parallel"] if l not in reduced)
+    # ... and such a row stays whole (untiled), as the tiling pass would keep it.
+    whole = whole_loops(kernel)
+    tiles = {loop: sizes for loop, sizes in own.tiles.items() if loop not in whole}
+    return Schedule(kernel, tiles=tiles, order=own.order, annotations=annotations, levels=own.levels)
 
 
 def _kernel_name(ops) -> str:

@@ -19,7 +19,7 @@ import math
 
 from .fmt import BAD, GOOD, MUTED, badge, esc, note, ratio, seconds, table
 from .glossary import th
-from .roofline import roofline_svg
+from .roofline import kernel_point, roofline_svg
 
 
 # --------------------------------------------------------------------------- specs
@@ -138,8 +138,11 @@ def versions_html(specs: list[dict]) -> str:
 # --------------------------------------------------------------------------- A/B
 
 
-def kernel_metrics(result, kernel: str, spec: dict) -> dict:
-    """Cost-model metrics and legality of one kernel of a version, via `evaluate_variant`."""
+def kernel_metrics(result, kernel: str, spec: dict, entry: dict | None = None) -> dict:
+    """Cost-model metrics and legality of one kernel of a version, via `evaluate_variant`;
+    `entry` (the report's kernel) answers for a spec equal to the optimised plan's."""
+    if entry is not None and spec == _kernel_spec(entry):
+        return {"metrics": entry.get("metrics") or {}, "legal": True}
     evaluate = getattr(result, "evaluate_variant", None)
     if not callable(evaluate):
         k = next((k for k in result.report.get("kernels", []) if k["name"] == kernel), {})
@@ -204,10 +207,19 @@ def ab_html(result, a: dict, b: dict) -> str:
     out = [f'<p class="autocomp-ab-verdict"><b>{esc(faster_verdict(a, b))}</b></p>']
     monitor = _monitor(result.report)
     roof = result.report.get("roofline") or {}
-    for kernel in (result.report.get("kernels") or []):
+    kernels = result.report.get("kernels") or []
+    # Only kernels the two versions schedule differently are compared (a network's versions
+    # differ in a few of its kernels); a kernel scheduled as in the optimised plan reads the
+    # report's metrics instead of being re-scored.
+    differ = [k for k in kernels if (a.get("kernels") or {}).get(k["name"], {}) != (b.get("kernels") or {}).get(k["name"], {})]
+    same = len(kernels) - len(differ)
+    if same:
+        out.append(note(f"{same} of {len(kernels)} kernel{'s' if len(kernels) != 1 else ''} scheduled the same "
+                        "in both versions" + (": not repeated below." if differ else ".")))
+    for kernel in differ:
         name = kernel["name"]
         sa, sb = (a.get("kernels") or {}).get(name, {}), (b.get("kernels") or {}).get(name, {})
-        ea, eb = kernel_metrics(result, name, sa), kernel_metrics(result, name, sb)
+        ea, eb = (kernel_metrics(result, name, s, kernel) for s in (sa, sb))
         rows = [[esc(v["name"]), kernel_detail_html(s, sa if v is b else None)]
                 + metric_cells(e.get("metrics") or {}, monitor)
                 for v, s, e in ((a, sa, ea), (b, sb, eb))]
@@ -229,11 +241,3 @@ def ab_html(result, a: dict, b: dict) -> str:
     out.append("<h4>pseudo-kernel diff</h4>")
     out.append(code_diff_html(result, a, b))
     return '<div class="autocomp-ab">' + "".join(out) + "</div>"
-
-
-def kernel_point(label: str, metrics: dict) -> dict | None:
-    """A kernel's roofline point: (flop per DRAM byte, flop/s) from its metrics."""
-    flops, t, ai = metrics.get("flops"), metrics.get("time_s"), metrics.get("arithmetic_intensity")
-    if not (flops and t and ai and math.isfinite(ai)):
-        return None
-    return {"label": label, "ai": ai, "flops_per_s": flops / t}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 
-from ..result import Plan
+from ..ir.plan import Plan
 
 CLASS_COLOURS = {
     "elementwise": "#e3f2fd", "broadcast": "#e8f5e9", "injective": "#fff8e1",
@@ -38,8 +38,10 @@ def fusion_rules_by_kernel(plan: Plan, report: dict | None) -> dict[str, list[st
     return out
 
 
-def plan_dot(plan: Plan, report: dict | None = None, title: str = "") -> str:
-    """DOT source of `plan`'s graph with fused kernels boxed as clusters."""
+def plan_dot(plan: Plan, report: dict | None = None, title: str = "", params: bool = True) -> str:
+    """DOT source of `plan`'s graph with fused kernels boxed as clusters; without
+    `params`, weights are left out (each op's label counts them): a network's graph then
+    shows its activations only."""
     program = plan.program
     rules = fusion_rules_by_kernel(plan, report)
     lines = ["digraph autocomp {", "  rankdir=TB;",
@@ -47,7 +49,16 @@ def plan_dot(plan: Plan, report: dict | None = None, title: str = "") -> str:
              '  node [fontname="Helvetica", fontsize=11];', '  edge [fontname="Helvetica", fontsize=11];']
     if title:
         lines.append(f"  label={_q(title)}; labelloc=t;")
-    for t in program.inputs:
+    # A plan may hold part of the program (one block of a network): tensors coming from
+    # outside it are drawn like inputs, tensors read outside it like outputs.
+    in_plan = {op for k in plan.kernels for op in k.ops}
+    ops_in_plan = [op for op in program.ops if op.name in in_plan]
+    read = dict.fromkeys(name for op in ops_in_plan for name in op.inputs)
+    external = [name for name in read if program.producer(name) is None or program.producer(name).name not in in_plan]
+    hidden = set() if params else {name for name in external if program.tensor(name).role == "param"}
+    external = [name for name in external if name not in hidden]
+    for name in external:
+        t = program.tensor(name)
         shape = "x".join(map(str, t.shape))
         label = t.name + "\\n" + f"{t.dtype}[{shape}]"
         lines.append(f"  {_q('t:' + t.name)} [label={_q(label)}, shape=ellipse, "
@@ -56,7 +67,8 @@ def plan_dot(plan: Plan, report: dict | None = None, title: str = "") -> str:
     def op_node(op, indent: str) -> str:
         t = program.tensor(op.output)
         shape = "x".join(map(str, t.shape))
-        label = f"{op.output} = {op.kind}\\n{t.dtype}[{shape}]"
+        n_params = sum(1 for name in dict.fromkeys(op.inputs) if name in hidden)
+        label = f"{op.output} = {op.kind}\\n{t.dtype}[{shape}]" + (f" + {n_params} param{'s' if n_params > 1 else ''}" if n_params else "")
         colour = CLASS_COLOURS.get(op.op_class, "#ffffff")
         return (f"{indent}{_q('op:' + op.name)} [label={_q(label)}, shape=box, style=\"rounded,filled\", "
                 f"fillcolor={_q(colour)}, tooltip={_q(op.op_class)}];")
@@ -74,17 +86,20 @@ def plan_dot(plan: Plan, report: dict | None = None, title: str = "") -> str:
             internal.update(kernel.internals)
         else:
             lines.extend(op_node(op, "  ") for op in ops)
-    for op in program.ops:
+    external_set = set(external)
+    for op in ops_in_plan:
         for name in dict.fromkeys(op.inputs):
-            producer = program.producer(name)
-            src = "op:" + producer.name if producer else "t:" + name
+            if name in hidden:
+                continue
+            src = "t:" + name if name in external_set else "op:" + program.producer(name).name
             style = ', style=dashed, color="#5c6bc0"' if name in internal else ""
-            label = f"{name} (on chip)" if name in internal else ("" if producer is None else name)
+            label = f"{name} (on chip)" if name in internal else ("" if name in external_set else name)
             lines.append(f"  {_q(src)} -> {_q('op:' + op.name)} [label={_q(label)}{style}];")
-    for name in program.outputs:
+    read_outside = {name for op in program.ops if op.name not in in_plan for name in op.inputs}
+    outputs = [op.output for op in ops_in_plan if op.output in program.outputs or op.output in read_outside]
+    for name in dict.fromkeys(outputs):
         lines.append(f"  {_q('out:' + name)} [label={_q(name)}, shape=plaintext];")
-        if program.producer(name):
-            lines.append(f"  {_q('op:' + name)} -> {_q('out:' + name)};")
+        lines.append(f"  {_q('op:' + program.producer(name).name)} -> {_q('out:' + name)};")
     lines.append("}")
     return "\n".join(lines)
 
@@ -102,8 +117,33 @@ def dot_to_svg(dot: str) -> str | None:
         svg = graphviz.Source(dot).pipe(format="svg", encoding="utf-8")
     except Exception:  # a broken graphviz install must not hide the rest of the result
         return None
+    return _inline(svg)
+
+
+def _inline(svg: str) -> str:
+    """An SVG document as an inline element: no XML prologue, no graphviz comments."""
     svg = re.sub(r"^.*?(?=<svg)", "", svg, flags=re.S)
+    svg = re.sub(r"<!--.*?-->\s*", "", svg, flags=re.S)
     return svg.replace("<svg ", '<svg class="autocomp-graph" ', 1)
+
+
+def dots_to_svgs(dots: list[str]) -> list[str]:
+    """Many graphs drawn by one `dot` run (one process, not one per graph): inline SVG for
+    each, or its DOT source in a <pre> without graphviz."""
+    import html
+    import subprocess
+
+    fallback = [('<pre class="autocomp-dot">' + html.escape(d) + "</pre>") for d in dots]
+    if not dots or not have_dot():
+        return fallback
+    try:
+        done = subprocess.run(["dot", "-Tsvg"], input="\n".join(dots), capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):  # a broken graphviz must not hide the rest of the result
+        return fallback
+    docs = [d for d in re.split(r"(?=<\?xml )", done.stdout) if "<svg" in d]
+    if done.returncode != 0 or len(docs) != len(dots):
+        return [dot_to_svg(d) or f for d, f in zip(dots, fallback)]
+    return [_inline(d) for d in docs]
 
 
 def plan_svg_html(plan: Plan, report: dict | None = None, title: str = "") -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .fmt import STYLE, esc, note
 from .graph import plan_svg_html
+from .network import LARGE_PLAN_OPS, kernel_roofline_points, network_graph_html
 from .roofline import roofline_data, roofline_svg
 from .compare import ab_html, version_specs, versions_html
 from .tables import code_html, profile_html, rules_html, schedule_html, summary_html, tiles_html
@@ -16,7 +17,11 @@ TABS = ("Graph", "Tiles", "Schedule", "Profile", "Rules", "Tune", "Code")
 
 
 def graph_html(result) -> str:
-    """Before | after graphs side by side."""
+    """Before | after graphs side by side; for a network (more than LARGE_PLAN_OPS ops),
+    a searchable list of blocks, each folded with its before | after graphs inside."""
+    if len(result.before.program.ops) > LARGE_PLAN_OPS:
+        return network_graph_html(result)[0]
+
     def kernels(plan) -> str:
         n = len(plan.kernels)
         return f"{n} kernel" + ("" if n == 1 else "s")
@@ -31,7 +36,7 @@ def graph_html(result) -> str:
 
 def profile_tab_html(result) -> str:
     try:
-        svg = roofline_svg(roofline_data(result))
+        svg = roofline_svg(roofline_data(result), kernel_roofline_points(result))
     except Exception as err:  # a report without roofline data still shows its tables
         svg = note(f"no roofline: {err}")
     return profile_html(result, svg)
@@ -54,10 +59,10 @@ def tune_static_html(result) -> str:
     return "".join(out)
 
 
-def tab_contents(result, code: str = "pseudo") -> dict[str, str]:
-    """{tab title: HTML} in tab order."""
+def tab_contents(result, code: str = "pseudo", graph: str | None = None) -> dict[str, str]:
+    """{tab title: HTML} in tab order; `graph` reuses a Graph tab already rendered."""
     return {
-        "Graph": graph_html(result),
+        "Graph": graph if graph is not None else graph_html(result),
         "Tiles": tiles_html(result),
         "Schedule": schedule_html(result),
         "Profile": profile_tab_html(result),

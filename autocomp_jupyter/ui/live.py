@@ -29,6 +29,7 @@ from .compare import ab_html, distinct_seconds, kernel_point, schedule_spec, ver
 from .fmt import BAD, GOOD, STYLE, badge, esc, note, ratio, table
 from .glossary import legend, th
 from .html import TABS, static_html, tab_contents
+from .network import LARGE_PLAN_OPS, layers_html, network_graph_html
 from .roofline import roofline_data, roofline_svg
 from .tables import METRIC_HEADER, _monitor, code_html, metric_cells
 
@@ -332,6 +333,25 @@ class TunePanel:
         return self.ab.value
 
 
+class LayerSearch:
+    """The Graph tab of a network: its blocks, folded, and a search box that keeps the
+    blocks holding a matching op, kernel or op kind (and opens them)."""
+
+    def __init__(self, result):
+        self.result = result
+        self.static, self.blocks, self.svgs = network_graph_html(result)
+        self.search = W.Text(placeholder="find a layer: op, kernel or kind (conv2d, add, ...)",
+                             continuous_update=True, layout=W.Layout(width="360px"))
+        self.list = W.HTML(layers_html(result, self.blocks, self.svgs, search_box=False))
+        self.search.observe(lambda ch: self.find(ch["new"]), names="value")
+        head = self.static.split('<div class="autocomp-layers"', 1)[0]
+        self.box = W.VBox([W.HTML(head), self.search, self.list])
+
+    def find(self, query: str) -> str:
+        self.list.value = layers_html(self.result, self.blocks, self.svgs, query, search_box=False)
+        return self.list.value
+
+
 class CodePanel:
     def __init__(self, result, lang: str = "pseudo"):
         self.result = result
@@ -349,7 +369,8 @@ class ResultView:
 
         self.result = result
         self.code_lang = code
-        self.contents = tab_contents(result, code)
+        self.layers = LayerSearch(result) if len(result.before.program.ops) > LARGE_PLAN_OPS else None
+        self.contents = tab_contents(result, code, graph=self.layers.static if self.layers else None)
         self.tune = TunePanel(result)
         self.code = CodePanel(result, code)
         children = []
@@ -358,6 +379,8 @@ class ResultView:
                 children.append(self.tune.box)
             elif title == "Code":
                 children.append(self.code.box)
+            elif title == "Graph" and self.layers is not None:
+                children.append(self.layers.box)
             else:
                 children.append(W.HTML(self.contents[title]))
         self.tabs = W.Tab(children=children, titles=list(TABS))

@@ -3,7 +3,9 @@
 Attainable performance is min(peak, AI × DRAM bandwidth): a slope up to the ridge point,
 then the flat compute roof. A dashed vertical line marks the compulsory intensity (each
 input and output moved once), the bound `roofline_fraction` is measured against. Points are (arithmetic intensity, achieved flop/s), one per
-plan (naive, textbook, library, optimised) and, in the Tune tab, one for the variant being tried.
+plan (naive, textbook, library, optimised), one small dot per kernel of the optimised plan
+(points with `kind: "kernel"`; only those marked `labelled` are named) and, in the Tune tab,
+one for the variant being tried.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from .fmt import esc, si
 
 POINT_COLOURS = {"naive": "#9e9e9e", "textbook": "#bcaaa4", "library": "#f57c00", "optimized": "#1b7f3b",
                  "variant": "#1565c0"}
+KERNEL_COLOUR = "#7b1fa2"
 
 
 def roofline_data(result) -> dict:
@@ -36,6 +39,14 @@ def roofline_data(result) -> dict:
             points.append({"label": label, "ai": flops / dram[0], "flops_per_s": flops / time_s})
     dtype = result.program.tensors[0].dtype if result.program.tensors else "f32"
     return {"peak_flops": target.peak_flops(dtype), "dram_bw": target.dram_bandwidth, "points": points}
+
+
+def kernel_point(label: str, metrics: dict) -> dict | None:
+    """A kernel's roofline point: (flop per DRAM byte, flop/s) from its metrics."""
+    flops, t, ai = metrics.get("flops"), metrics.get("time_s"), metrics.get("arithmetic_intensity")
+    if not (flops and t and ai and math.isfinite(ai)):
+        return None
+    return {"label": label, "ai": ai, "flops_per_s": flops / t}
 
 
 def _decades(lo: float, hi: float) -> tuple[int, int]:
@@ -138,16 +149,25 @@ def roofline_svg(data: dict, extra_points: list[dict] = (), width: int = 460, he
         reserved.append(_text_box(x - 3, top + ph - 4, "compulsory AI", "end"))
     if title:
         out.append(f'<text x="{left + 6}" y="{top + FONT_PX + 3}" font-weight="bold">{esc(title)}</text>')
-    spots = _place_labels([(X(p["ai"]), Y(p["flops_per_s"]), p["label"]) for p in points],
-                          (left, top + (FONT_PX + 6 if title else 0), left + pw, top + ph), reserved)
-    for p, (lx, ly, anchor) in zip(points, spots):
-        colour = POINT_COLOURS.get(p["label"], "#6a1b9a")
+    # Plan points first, kernel points (kind "kernel": small, named only when `labelled`) after.
+    named = [p for p in points if p.get("kind") != "kernel" or p.get("labelled")]
+    spots = dict(zip(map(id, named), _place_labels([(X(p["ai"]), Y(p["flops_per_s"]), p["label"]) for p in named],
+                                                   (left, top + (FONT_PX + 6 if title else 0), left + pw, top + ph),
+                                                   reserved)))
+    for p in points:
+        kernel = p.get("kind") == "kernel"
+        colour = KERNEL_COLOUR if kernel else POINT_COLOURS.get(p["label"], "#6a1b9a")
         x, y = X(p["ai"]), Y(p["flops_per_s"])
         fraction = p["flops_per_s"] / min(peak, p["ai"] * bw)
-        tip = f'{p["label"]}: AI {p["ai"]:.3g} flop/B, {si(p["flops_per_s"], "flop/s")} ({fraction:.0%} of roof)'
-        out.append(f'<g class="autocomp-point" data-label="{esc(p["label"])}"><title>{esc(tip)}</title>'
-                   f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5" fill="{colour}" stroke="#000" stroke-width="0.5"/>'
-                   f'<text x="{lx:.1f}" y="{ly:.1f}" text-anchor="{anchor}" fill="{colour}">'
-                   f'{esc(p["label"])}</text></g>')
+        tip = (f'{"kernel " if kernel else ""}{p["label"]}: AI {p["ai"]:.3g} flop/B, '
+               f'{si(p["flops_per_s"], "flop/s")} ({fraction:.0%} of roof)')
+        text, opacity = "", ' fill-opacity="0.7"' if kernel else ""
+        if id(p) in spots:
+            lx, ly, anchor = spots[id(p)]
+            text = f'<text x="{lx:.1f}" y="{ly:.1f}" text-anchor="{anchor}" fill="{colour}">{esc(p["label"])}</text>'
+        out.append(f'<g class="autocomp-point{" autocomp-kernel-point" if kernel else ""}" '
+                   f'data-label="{esc(p["label"])}"><title>{esc(tip)}</title>'
+                   f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{3 if kernel else 5}" fill="{colour}" stroke="#000" '
+                   f'stroke-width="0.5"{opacity}/>{text}</g>')
     out.append("</svg>")
     return "".join(out)

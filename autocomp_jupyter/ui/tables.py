@@ -12,6 +12,7 @@ import re
 from .fmt import (BAD, GOOD, MUTED, badge, esc, flag, joules, nbytes, note, num, pct, ratio,
                   seconds, si, table)
 from .glossary import explain_why, legend, th
+from .network import profiler_html
 
 DEFAULT_MONITOR = {"bw_util": 0.7, "occupancy": 0.5}
 PLAN_LABELS = ("naive", "textbook", "library", "optimized")
@@ -46,16 +47,11 @@ def summary_html(result) -> str:
 # --------------------------------------------------------------------------- tiles
 
 
-def _footprints(result, schedule) -> tuple[list[str], list[float], list[float]] | None:
-    """(levels outer→inner, bytes the kernel's tiles take per level, level capacity)."""
-    try:
-        from ..accel.cost import kernel_model
-        model = kernel_model(schedule.kernel, result.target)
-        tiles, *_ = model.schedule_arrays(schedule)
-        fp = model.capacity_footprints(tiles)[0]
-        return list(result.target.tiling_levels), [float(x) for x in fp], [float(x) for x in model.capacity]
-    except Exception:  # footprints are an extra; the tile table stands without them
-        return None
+def _footprints(result, kernel_name: str) -> tuple[list[str], list[float], list[float]] | None:
+    """(levels outer→inner, bytes the kernel's tiles take per level, level capacity), as
+    the pipeline computed them (`result.footprints`); None for a kernel without them."""
+    fp = (getattr(result, "footprints", None) or {}).get(kernel_name)
+    return (list(fp.levels), list(fp.used), list(fp.capacity)) if fp else None
 
 
 def tiles_html(result) -> str:
@@ -78,7 +74,7 @@ def tiles_html(result) -> str:
         spill = (rk.get("metrics") or {}).get("spill_ratio")
         out.append(f"<h4>kernel {esc(kernel.name)} <small>ops {esc(', '.join(kernel.ops))}</small></h4>")
         out.append(table(header, rows, "autocomp-tiles"))
-        fp = _footprints(result, schedule)
+        fp = _footprints(result, kernel.name)
         if fp:
             lvls, used, cap = fp
             cells = []
@@ -142,26 +138,6 @@ def metric_cells(metrics: dict, monitor: dict) -> list[str]:
 METRIC_HEADER = ["time", "flops", "AI (flop/B)", "bw_util", "occupancy", "pe_util", "spill", "energy"]
 
 
-def _time_bars(kernels: list[dict], width: int = 420) -> str:
-    """Horizontal bars: each kernel's share of the optimised time."""
-    times = [(k["name"], (k.get("metrics") or {}).get("time_s") or 0.0) for k in kernels]
-    total = sum(t for _, t in times)
-    if not total:
-        return ""
-    row, label_w = 20, 130
-    h = row * len(times) + 4
-    out = [f'<svg class="autocomp-timebars" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" '
-           'font-family="sans-serif" font-size="11">']
-    for i, (name, t) in enumerate(times):
-        w = (width - label_w - 70) * t / total
-        y = 2 + i * row
-        out.append(f'<text x="0" y="{y + 12}">{esc(name[:18])}</text>'
-                   f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{row - 4}" fill="#5c6bc0"/>'
-                   f'<text x="{label_w + w + 4:.1f}" y="{y + 12}">{esc(seconds(t))} ({t / total:.0%})</text>')
-    out.append("</svg>")
-    return "".join(out)
-
-
 def profile_html(result, roofline_svg: str = "") -> str:
     """Program totals (naive, textbook, library, optimised), the gain over the library by
     step, per-kernel metrics with flags, roofline."""
@@ -191,16 +167,19 @@ def profile_html(result, roofline_svg: str = "") -> str:
     krows = [[f"<code>{esc(k['name'])}</code>", esc(", ".join(k.get("ops", [])))]
              + metric_cells(k.get("metrics") or {}, monitor) + [esc(k.get("bound", ""))]
              for k in r.get("kernels", [])]
-    out.append("<h4>kernels</h4>")
-    out.append('<div class="autocomp-scroll">'
+    out.append(profiler_html(result))
+    out.append("<h4>kernels: metrics</h4>")
+    tall = ' style="max-height:420px;overflow-y:auto"' if len(krows) > 20 else ""
+    out.append(f'<div class="autocomp-scroll"{tall}>'
                + table(["kernel", "ops"] + [th(h) for h in METRIC_HEADER] + [th("bound by")], krows,
                        "autocomp-kernels") + "</div>")
     out.append(note(f"⚠ marks bw_util below {pct(monitor['bw_util'])} or occupancy below "
                     f"{pct(monitor['occupancy'])} (the rule set's monitor thresholds)."))
     out.append(legend(METRIC_HEADER + ["bound by"]))
-    out.append(_time_bars(r.get("kernels", [])))
     if roofline_svg:
-        out.append(f"<h4>roofline (roofline fraction {pct(r.get('roofline_fraction'))})</h4>{roofline_svg}")
+        out.append(f"<h4>roofline (roofline fraction {pct(r.get('roofline_fraction'))})</h4>{roofline_svg}"
+                   + note("Large dots: the whole program under each plan; small dots: one per kernel of the "
+                          "optimised plan (the slowest named; hover for any)."))
     return "".join(out)
 
 
