@@ -30,7 +30,7 @@ def test_i8_program_is_verified_only_when_right(target):
     res = autocomp.optimize(I8_BIAS, target=target, tune=0)
     assert res.report["verified"]
     for kernel, schedule in zip(res.after.kernels, res.after.schedules):
-        assert check_tiled(schedule, res.after.program, seed=11).ok
+        assert check_tiled(schedule, res.after.program, seed=11, max_boxes=None).ok
 
 
 def test_i8_generated_c_saturates_like_the_interpreter():

@@ -584,7 +584,9 @@ def test_network_profile_lists_kernels_by_time_with_shares(resnet50):
     assert ranked == sorted(ranked, reverse=True)
     shares = [float(s) for s in re.findall(r"</span>([\d.]+)%", table)]
     assert sum(shares) == pytest.approx(100, abs=0.1 * len(shares))
-    assert re.findall(r"<td[^>]*>([\d.]+)%</td><td>[^<]*latency|bandwidth|compute", table)[-1:] in ([], ["100.0"])
+    last_row = re.findall(r"<tr>(.*?)</tr>", table, re.S)[-1]
+    cumulative = re.findall(r"<td[^>]*>(.*?)</td>", last_row, re.S)[6]
+    assert cumulative == "100.0%" or len(rows) < len(resnet50.after.kernels)   # the column runs to 100%
     assert "time by op kind" in profile and "conv2d+batchnorm" in profile
     # the roofline: one small point per kernel, the five slowest named
     kernel_points = re.findall(r'<g class="autocomp-point autocomp-kernel-point" data-label="(\w+)">(.*?)</g>',

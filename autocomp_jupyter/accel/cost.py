@@ -587,6 +587,13 @@ class KernelModel:
             dp_pieces = sum(m * np.ceil(x / unit - 1e-9) for x, m in zip(piece_len, piece_mult))
             dp_counts = np.where(st.present, dp_pieces, 1.0)  # [n, D]
             passes = np.prod(dp_counts, axis=1) * st.local_points
+            if not dp.on_array and not st.reduce and not st.mac:
+                # An elementwise statement streams its tile's elements through the lanes as
+                # one flat run (a fused epilogue over a 2-wide output tile still fills them):
+                # ceil(tile points / lanes) passes per tile, not per innermost row.
+                inner_counts = np.where(st.present, counts[:, L - 1, :], 1.0)
+                tile_points = np.prod(np.where(st.present, E / inner_counts, 1.0), axis=1)
+                passes = np.prod(inner_counts, axis=1) * np.ceil(tile_points / width - 1e-9) * st.local_points
             dp_rel = dp_counts / np.where(st.present, counts[:, L - 1, :], 1.0)
             dp_trips = np.concatenate([trips, np.take_along_axis(dp_rel, inner_order, axis=1)], axis=1)
             dp_loops = np.concatenate([seq_loops, inner_order], axis=1)
