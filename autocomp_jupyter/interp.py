@@ -401,6 +401,16 @@ def _store(st: Statement, out: np.ndarray, part: np.ndarray, ranges) -> None:
 _REFERENCE: dict = {}  # the last program's untiled run: passes check many kernels of one program
 
 
+def reference_run(program: Program, seed: int = 0) -> dict[str, np.ndarray]:
+    """`run(program)` on `random_inputs(program, seed)`, kept for the last program asked
+    (the passes check many kernels of one program against it)."""
+    key = (id(program), seed)
+    if _REFERENCE.get(key, (None,))[0] is not program:
+        _REFERENCE.clear()
+        _REFERENCE[key] = (program, run(program, random_inputs(program, seed)))
+    return _REFERENCE[key][1]
+
+
 def check_tiled(schedule, program: Program, seed: int = 0, max_boxes: int | None = 4096) -> Equivalence:
     """Does the kernel, run tile by tile under `schedule`, compute what `program` computes?
 
@@ -410,11 +420,7 @@ def check_tiled(schedule, program: Program, seed: int = 0, max_boxes: int | None
     per dtype. Raises `TooManyTiles` when the schedule has more than `max_boxes` tiles.
     """
     kernel = schedule.kernel
-    key = (id(program), seed)
-    if _REFERENCE.get(key, (None,))[0] is not program:
-        _REFERENCE.clear()
-        _REFERENCE[key] = (program, run(program, random_inputs(program, seed)))
-    reference = _REFERENCE[key][1]
+    reference = reference_run(program, seed)
     env = {name: reference[name] for name in kernel.inputs}
     got = run_kernel_tiled(schedule, env, max_boxes)
     worst, worst_name = 0.0, ""

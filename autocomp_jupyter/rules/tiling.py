@@ -33,6 +33,7 @@ Example (GEMM 1024³ + relu on tpu): the textbook 256/128 tiles become e.g.
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import time
@@ -43,7 +44,7 @@ import numpy as np
 from .. import poly
 from ..accel.cost import datapath_of, kernel_model, library_schedule
 from ..canon import LRU, canonical_kernel, evaluate, schedule_key
-from ..interp import TooManyTiles, check_tiled
+from ..interp import TooManyTiles, check_tiled, reference_run
 from ..ir.program import Program
 from ..ir.loopnest import whole_loops
 from ..ir.schedule import Kernel, Schedule
@@ -432,7 +433,10 @@ def verify_schedule(schedule: Schedule, program: Program, ctx: PassContext | Non
     otherwise) or "none" (no twin of the same structure exists: isl's verdict stands alone).
 
     A passing tiled run is remembered by the canonical form of the schedule it ran (the
-    twin's), so a network's repeated layers are run once; a failure is run every time."""
+    twin's) and a digest of the values its kernel reads, so the same run is never repeated
+    (the library, the fusion check and the final verification ask about the same kernels);
+    a failure is run every time. The values are part of the key because a verdict can
+    depend on them (integer tensors saturate)."""
     verdict = legality(schedule)
     if not verdict.ok:
         return f"illegal schedule: {verdict.reason}"
@@ -448,8 +452,11 @@ def verify_schedule(schedule: Schedule, program: Program, ctx: PassContext | Non
     if small_program is not program:
         record["twin_max_extent"] = max((d for t in small_program.tensors for d in t.shape), default=1)
     seed = ctx.seed if ctx else seed
+    reference = reference_run(small_program, seed)
+    inputs = hashlib.sha1(b"".join(np.ascontiguousarray(reference[name]).tobytes()
+                                   for name in small_schedule.kernel.inputs)).hexdigest()
     for _ in range(len(small_schedule.levels)):
-        key = (schedule_key(small_schedule), seed, MAX_CHECK_TILES)
+        key = (schedule_key(small_schedule), seed, MAX_CHECK_TILES, inputs)
         if _TILED_OK.get(key) is not None:
             return ""
         try:
@@ -469,7 +476,7 @@ def verify_schedule(schedule: Schedule, program: Program, ctx: PassContext | Non
     return ""
 
 
-# Canonical forms of (twin) schedules whose tiled run matched the untiled program.
+# Canonical forms of (twin) schedules, with their inputs' digest, whose tiled run matched the untiled program.
 _TILED_OK = LRU("tiling.check_tiled", 4096)
 _TWINS = LRU("tiling.scaled_twin", 16)
 
