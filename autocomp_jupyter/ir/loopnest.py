@@ -45,7 +45,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence, Union
+from typing import Iterator, Sequence, Union
 
 from .program import Statement
 from .schedule import Kernel, Schedule
@@ -75,9 +75,6 @@ class TileLoop:
     exact: bool
     parallel: bool
     body: tuple["Node", ...]
-
-    def trip_counts(self, enclosing_lengths: frozenset) -> frozenset:
-        return frozenset(-(-L // self.size) for L in enclosing_lengths)
 
 
 @dataclass(frozen=True)
