@@ -326,7 +326,7 @@ def run_kernel_tiled(schedule, env: Mapping[str, np.ndarray], max_boxes: int | N
                     visit(node.body, {**box, node.anchor: (first, min(first + node.size, hi))})
                 continue
             st, m = node.statement, maps[node.index]
-            if any(box[a][1] != extents[a] for a in _guarded(node, nest)):
+            if any(box[a][1] != extents[a] for a in nest.guarded(node)):
                 continue  # runs only in the last tile of the loops it does not follow
             ranges = tuple(box[m[l.name]] if l.name in m else (0, l.extent) for l in st.loops)
             if any(lo >= hi for lo, hi in ranges):
@@ -339,12 +339,6 @@ def run_kernel_tiled(schedule, env: Mapping[str, np.ndarray], max_boxes: int | N
     for name in written:
         values[name] = round_to_dtype(values[name], kernel.tensor(name).dtype)
     return values
-
-
-def _guarded(compute, nest) -> set[str]:
-    """Anchor loops whose last tile alone runs `compute`."""
-    wanted = set(compute.last_of)
-    return {t.anchor for t in nest.tile_loops() if t.var in wanted}
 
 
 class _RoundedReads(dict):

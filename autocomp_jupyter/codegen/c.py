@@ -966,7 +966,7 @@ class _KernelWriter:
                 continue
             if pk is not None and node.index in pk.epilogue:
                 continue
-            innermost = {t.anchor: t.var for t in nest.tile_loops() if t.var in node.last_of}
+            innermost = {nest.anchor_of[v]: v for v in node.last_of}   # last_of runs outer → inner
             guards = [f"{bounds[v][2]} == {self.extents[a]}" for a, v in innermost.items()]
             if guards:
                 self.emit(d, f"if ({' && '.join(dict.fromkeys(guards))}) {{")

@@ -45,6 +45,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterator, Sequence, Union
 
 from .program import Statement
@@ -157,6 +158,15 @@ class LoopNest:
         walk(self.body, ())
         return out
 
+    @cached_property
+    def anchor_of(self) -> dict[str, str]:
+        """Tile loop variable → the kernel loop it tiles (instances of one loop share a var)."""
+        return {t.var: t.anchor for t in self.tile_loops()}
+
+    def guarded(self, compute: Compute) -> set[str]:
+        """Kernel loops whose last tile alone runs `compute` (its `last_of`, as loops)."""
+        return {self.anchor_of[v] for v in compute.last_of}
+
     def executions(self) -> int:
         """How many (tile, statement) runs the nest performs, remainder tiles included."""
         total = 0
@@ -164,10 +174,10 @@ class LoopNest:
             chains: dict[str, list[int]] = {}
             for loop in path:
                 chains.setdefault(loop.anchor, []).append(loop.size)
+            guarded = self.guarded(compute)
             runs = 1
             for anchor, sizes in chains.items():
-                runs *= 1 if anchor in _anchors_of(path, compute.last_of) else tile_count(
-                    self.kernel.extents[anchor], sizes)
+                runs *= 1 if anchor in guarded else tile_count(self.kernel.extents[anchor], sizes)
             total += runs
         return total
 
@@ -184,7 +194,7 @@ class LoopNest:
                     for first in range(lo, hi, node.size):
                         yield from visit(node.body, {**box, node.anchor: (first, min(first + node.size, hi))})
                     continue
-                guarded = {t.anchor for t in self.tile_loops() if t.var in node.last_of}
+                guarded = self.guarded(node)
                 if any(box[a][1] != extents[a] for a in guarded):
                     continue
                 stmt = node.statement
@@ -262,11 +272,6 @@ def tile_count(extent: int, sizes: Sequence[int]) -> int:
         full, rest = divmod(x, t)
         return full * split(t, k + 1) + (split(rest, k + 1) if rest else 0)
     return split(extent, 0)
-
-
-def _anchors_of(path: Sequence[TileLoop], vars_: Sequence[str]) -> set[str]:
-    wanted = set(vars_)
-    return {loop.anchor for loop in path if loop.var in wanted}
 
 
 # --------------------------------------------------------------------------- lowering
