@@ -112,6 +112,41 @@ def _inline_into(stmt: Statement, producer: Statement) -> Statement:
     return Statement(stmt.target, stmt.target_indices, stmt.reduce, stmt.loops, substitute(stmt.expr, fn), stmt.span)
 
 
+def inline(program: Program, op: Op) -> Program:
+    """`program` with `op` (one elementwise statement) substituted into every reader and its
+    output tensor gone: the rewrite of step 2, unchecked (the caller checks or replays)."""
+    producer = op.statements[0]
+    readers = program.readers(op.output)
+    new_ops = []
+    for other in program.ops:
+        if other is op:
+            continue
+        if other in readers:
+            statements = tuple(_inline_into(s, producer) for s in other.statements)
+            inputs = tuple(dict.fromkeys([i for i in other.inputs if i != op.output] +
+                                         [i for i in op.inputs])) if other.kind == "comprehension" else \
+                tuple(dict.fromkeys([x for i in other.inputs for x in ([*op.inputs] if i == op.output else [i])]))
+            other = Op(other.kind, other.op_class, inputs, other.output, other.attrs, statements, other.temps,
+                       other.span)
+        new_ops.append(other)
+    return replace(program, tensors=tuple(x for x in program.tensors if x.name != op.output), ops=tuple(new_ops))
+
+
+def replay_inlines(program: Program, fused: Program) -> Program:
+    """`program` (the original, or its scaled twin) with the inlines that made `fused` from
+    it replayed: every single-statement elementwise op whose output `fused` no longer has is
+    substituted into its readers, in program order (as step 2 did). Lets a fused program's
+    kernels be rebuilt on the twin of its source."""
+    for name in [op.output for op in program.ops]:
+        op = program.producer(name)         # as rewritten by the inlines before it
+        if (not fused.has_tensor(name) and op is not None and op.op_class in ("elementwise", "broadcast")
+                and len(op.statements) == 1 and not op.statements[0].reduce
+                and all(i.single_loop is not None for i in op.statements[0].target_indices)
+                and program.readers(name)):
+            program = inline(program, op)
+    return program
+
+
 def _inline_small(program: Program, ctx: PassContext, threshold: int, log, rollbacks, keep: set[str]) -> Program:
     if threshold <= 0:
         return program
@@ -140,20 +175,7 @@ def _inline_small(program: Program, ctx: PassContext, threshold: int, log, rollb
             log.append(rule_entry("inline", PASS, [op.name] + [r.name for r in readers], False,
                                   f"'{op.output}' is read out of bounds (padding) by a reader; inlining would change it"))
             continue
-        new_ops = []
-        for other in program.ops:
-            if other is op:
-                continue
-            if other in readers:
-                statements = tuple(_inline_into(s, producer) for s in other.statements)
-                inputs = tuple(dict.fromkeys([i for i in other.inputs if i != op.output] +
-                                             [i for i in op.inputs])) if other.kind == "comprehension" else \
-                    tuple(dict.fromkeys([x for i in other.inputs for x in ([*op.inputs] if i == op.output else [i])]))
-                other = Op(other.kind, other.op_class, inputs, other.output, other.attrs, statements, other.temps,
-                           other.span)
-            new_ops.append(other)
-        candidate = replace(program, tensors=tuple(x for x in program.tensors if x.name != op.output),
-                            ops=tuple(new_ops))
+        candidate = inline(program, op)
         verdict = ctx.verify(candidate)
         ops = [op.name] + [r.name for r in readers]
         if verdict:

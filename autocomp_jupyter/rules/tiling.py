@@ -45,10 +45,11 @@ from .. import poly
 from ..accel.cost import datapath_of, kernel_model, library_schedule
 from ..canon import LRU, canonical_kernel, evaluate, schedule_key
 from ..interp import TooManyTiles, check_tiled, reference_run
-from ..ir.program import Program
+from ..ir.program import Const, Program, substitute
 from ..ir.loopnest import whole_loops
 from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
+from .fusion import replay_inlines
 from ..result import Plan
 
 PASS = "tiling"
@@ -505,13 +506,14 @@ def scaled_twin(schedule: Schedule, program: Program):
     largest = max((d for t in program.tensors for d in t.shape), default=1)
     if small is None or max((d for t in small.tensors for d in t.shape), default=1) >= largest:
         return None   # no smaller twin builds: a full-size tiled run would be too slow
+    small = replay_inlines(small, program)     # a fused program's kernels read what its inlines left
     try:
         small_kernel = Kernel.from_ops(small, kernel.ops, name=kernel.name)
     except KeyError:
         return None
     same = (small_kernel.loop_names == kernel.loop_names and len(small_kernel.statements) == len(kernel.statements)
             and small_kernel.loop_maps == kernel.loop_maps
-            and all(str(a.expr) == str(b.expr) for a, b in zip(small_kernel.statements, kernel.statements)))
+            and all(_form(a.expr) == _form(b.expr) for a, b in zip(small_kernel.statements, kernel.statements)))
     if not same:
         return None
     big, little = kernel.extents, small_kernel.extents
@@ -537,6 +539,14 @@ def scaled_twin(schedule: Schedule, program: Program):
         tiles[loop] = per
     return Schedule(small_kernel, tiles=tiles, order=schedule.order, annotations=schedule.annotations,
                     levels=schedule.levels), small
+
+
+def _form(expr) -> str:
+    """An expression with its constants blanked: a twin's kernel may differ from the
+    program's only in constants derived from shapes (an average's divisor: 49 at full size,
+    4 in the twin); the accesses, operators and loops, which decide what a tile reads and
+    writes, must be the same."""
+    return str(substitute(expr, lambda e: Const(0.0) if isinstance(e, Const) else None))
 
 
 def _coarsen(schedule: Schedule) -> Schedule:
