@@ -153,3 +153,31 @@ def test_gemm_tiles_are_a_loop_by_level_table_in_the_report():
                        or "already the best found" in logged[0]["why"])
     assert kernel["metrics"]["spill_ratio"] <= 0.05 + 1e-12
     assert report["roofline_fraction"] > 0.9
+
+
+def test_a_kernel_twin_reads_its_padding_at_the_same_edges():
+    from autocomp_jupyter.interp import random_inputs, run
+    from autocomp_jupyter.ir.twin import kernel_twin
+
+    conv = "input X: f32[1, 4, {n}, {n}]\nparam W: f32[3, 4, 3, 3]\nY = conv2d(X, W, stride=2, padding=1)\nR = relu(Y)\noutput R\n"
+    program = parse(conv.format(n=40))
+    twin = kernel_twin(program, ["Y", "R"], 8)
+    assert twin.tensor("X").shape == (1, 4, 16, 16) and twin.tensor("R").shape == (1, 3, 8, 8)
+    assert [t.name for t in twin.inputs] == ["X", "W"] and twin.outputs == ("R",)
+    # The same conv written at the twin's size: the same values from the same inputs.
+    small = parse(conv.format(n=16))
+    inputs = random_inputs(small, seed=3)
+    np.testing.assert_allclose(run(twin, inputs)["R"], run(small, inputs)["R"])
+    assert kernel_twin(parse(conv.format(n=6)), ["Y", "R"], 8) is None       # nothing to cut
+
+
+def test_a_reshape_that_pins_dimensions_still_gets_a_small_twin():
+    # An imported model's reshape names its dimensions (768 = 12 x 64): the program's twin
+    # cannot shrink them, the kernel's own twin can.
+    src = ("input x: f32[128, 768]\nparam w: f32[768, 768]\ny = matmul(x, w)\n"
+           "z = reshape(y, shape=[128, 12, 64])\nt = transpose(z, perm=[1, 0, 2])\noutput t\n")
+    res = autocomp.optimize(src, target="tpu", tune=0)
+    checks = res.report["verification"]
+    assert res.report["verified"] is True
+    assert checks["isl_only"] == [] and checks["tiled_runs"] == {"twin": len(res.report["kernels"])}
+    assert checks["twin_max_extent"] <= 64

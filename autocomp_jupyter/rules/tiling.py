@@ -48,6 +48,7 @@ from ..interp import TooManyTiles, check_tiled, reference_run
 from ..ir.program import Const, Program, substitute
 from ..ir.loopnest import whole_loops
 from ..ir.schedule import Kernel, Schedule
+from ..ir.twin import kernel_twin
 from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
 from .fusion import replay_inlines
 from ..result import Plan
@@ -483,38 +484,23 @@ _TWINS = LRU("tiling.scaled_twin", 16)
 
 
 def scaled_twin(schedule: Schedule, program: Program):
-    """(schedule, program) to run the tiled check on: the program itself when small, else
-    its scaled twin (`dsl.scaled_twin`: every dimension shrunk to about TWIN_EXTENT, grown
-    where strided shapes need it) with the kernel rebuilt from the same ops, and tile sizes
-    scaled down in proportion (a tiled loop stays tiled). None when the program has no
-    source text, no twin smaller than the program builds, or the twin's kernel differs in
-    structure (loops, statements)."""
+    """(schedule, program) to run the tiled check on: the program itself when small, else a
+    twin with every dimension cut to about TWIN_EXTENT, and tile sizes scaled down in
+    proportion (a tiled loop stays tiled). The twin is the program's own (`dsl.scaled_twin`
+    from the source text, a fused program's inlines replayed on it: the kernel reads what
+    its producers really make) when that builds small with the kernel's structure, else the
+    kernel's ops alone (`ir.twin.kernel_twin`: imported reshapes pin a model's dimensions,
+    Python rewrites have no source). None when neither has the kernel's structure (loops,
+    statements, accesses)."""
     kernel = schedule.kernel
     if max(kernel.extents.values()) <= TWIN_EXTENT and max(max(t.shape, default=1) for t in program.tensors) <= 4 * TWIN_EXTENT:
         return schedule, program
-    if not program.source:
-        return None
-    key = (program.source, program.filename)
-    if key not in _TWINS:
-        from ..dsl import scaled_twin as program_twin
-        from ..errors import UserError
-        try:
-            _TWINS.put(key, program_twin(program.source, program.filename, max_extent=TWIN_EXTENT))
-        except UserError:
-            _TWINS.put(key, None)
-    small = _TWINS.get(key)
-    largest = max((d for t in program.tensors for d in t.shape), default=1)
-    if small is None or max((d for t in small.tensors for d in t.shape), default=1) >= largest:
-        return None   # no smaller twin builds: a full-size tiled run would be too slow
-    small = replay_inlines(small, program)     # a fused program's kernels read what its inlines left
-    try:
-        small_kernel = Kernel.from_ops(small, kernel.ops, name=kernel.name)
-    except KeyError:
-        return None
-    same = (small_kernel.loop_names == kernel.loop_names and len(small_kernel.statements) == len(kernel.statements)
-            and small_kernel.loop_maps == kernel.loop_maps
-            and all(_form(a.expr) == _form(b.expr) for a, b in zip(small_kernel.statements, kernel.statements)))
-    if not same:
+    small_kernel = None
+    for small in (_program_twin(program), kernel_twin(program, kernel.ops, TWIN_EXTENT)):
+        small_kernel = _same_structure(kernel, small)
+        if small_kernel is not None:
+            break
+    if small_kernel is None:
         return None
     big, little = kernel.extents, small_kernel.extents
     sizes = schedule.tile_sizes()
@@ -539,6 +525,40 @@ def scaled_twin(schedule: Schedule, program: Program):
         tiles[loop] = per
     return Schedule(small_kernel, tiles=tiles, order=schedule.order, annotations=schedule.annotations,
                     levels=schedule.levels), small
+
+
+def _program_twin(program: Program) -> Program | None:
+    """The program's own twin (cached by source), if one builds with every dimension at
+    most 4 x TWIN_EXTENT."""
+    if not program.source:
+        return None
+    key = (program.source, program.filename)
+    if key not in _TWINS:
+        from ..dsl import scaled_twin as program_twin
+        from ..errors import UserError
+        try:
+            _TWINS.put(key, program_twin(program.source, program.filename, max_extent=TWIN_EXTENT))
+        except UserError:
+            _TWINS.put(key, None)
+    small = _TWINS.get(key)
+    if small is None or max((d for t in small.tensors for d in t.shape), default=1) > 4 * TWIN_EXTENT:
+        return None   # a dimension the source pins (a literal reshape) keeps the twin large
+    return replay_inlines(small, program)     # a fused program's kernels read what its inlines left
+
+
+def _same_structure(kernel: Kernel, small: Program | None) -> Kernel | None:
+    """The kernel rebuilt on twin `small` if it has the kernel's loops, statements and
+    accesses (constants may differ), else None."""
+    if small is None:
+        return None
+    try:
+        small_kernel = Kernel.from_ops(small, kernel.ops, name=kernel.name)
+    except KeyError:
+        return None
+    same = (small_kernel.loop_names == kernel.loop_names and len(small_kernel.statements) == len(kernel.statements)
+            and small_kernel.loop_maps == kernel.loop_maps
+            and all(_form(a.expr) == _form(b.expr) for a, b in zip(small_kernel.statements, kernel.statements)))
+    return small_kernel if same else None
 
 
 def _form(expr) -> str:

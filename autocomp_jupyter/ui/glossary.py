@@ -28,8 +28,12 @@ GLOSSARY: dict[str, str] = {
              "share of its traffic streams from the parent level instead (0% = every tile fits)",
     "energy": "modelled energy: multiply-adds plus bytes moved at each memory level, per the target's "
               "energy per MAC and per byte",
-    "bound by": "the resource that sets the kernel's time: compute, or the memory level whose "
-                "transfers take longest",
+    "bound by": "what sets the kernel's modelled time: 'compute (<unit>)' (the PE array or vector unit), "
+                "'operand streaming' (feeding operands into the datapath), 'serial transfers' (loads "
+                "that cannot overlap compute), 'cold start' (the first tiles, loaded before anything "
+                "computes), 'drain' (the last results, written back after everything computed), or "
+                "'<level> bandwidth' / '<level> latency' for the memory level whose transfers take "
+                "longest; '+ <part>' names another part above a quarter of the first",
     "tiles / order": "tile size of each loop at each memory level (outer/inner, e.g. VMEM/vregs: "
                      "a tile of 256 points in VMEM split into tiles of 64 in vregs), the loop order at "
                      "each level (outermost first) and the annotations",

@@ -1,0 +1,91 @@
+"""Kernel twins: one kernel's ops alone, every loop cut to a small extent, as a program.
+
+A tiled run (`interp.check_tiled`) proves a schedule on real values; at full size it is too
+slow, so it runs on a small twin with the same structure. The first choice is the twin of
+the whole program (`dsl.scaled_twin`, built from the source text with every dimension
+shrunk: the kernel then reads the values its producers really make). That twin does not
+always exist or stay small: an imported model's `reshape(x, shape=[1, 128, 12, 64])` pins
+its dimensions, a Python rule's rewrite has no source text. `kernel_twin` needs neither:
+it cuts every loop of the kernel's statements to at most `max_extent` and sizes each tensor
+so that its accesses overhang it as they did at full size (a padded read stays padded at
+the same edges), with the kernel's inputs as the program's inputs.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .program import Affine, Loop, Program, Statement, Tensor
+
+
+def _index_range(index: Affine, extents: dict[str, int]) -> tuple[int, int]:
+    lo = hi = index.const
+    for loop, coeff in index.terms:
+        span = coeff * (extents[loop] - 1)
+        lo, hi = lo + min(0, span), hi + max(0, span)
+    return lo, hi
+
+
+def _accesses(statement: Statement):
+    """(tensor, indices) of every write and read of `statement`."""
+    yield statement.target, statement.target_indices
+    for access in statement.reads():
+        yield access.tensor, access.indices
+
+
+def kernel_twin(program: Program, op_names, max_extent: int) -> Program | None:
+    """The ops `op_names` of `program` alone, every loop extent cut to `max_extent`: a
+    program whose inputs are what the ops read and do not write and whose outputs are what
+    they write. Each dimension keeps its overhang (the highest index an access reaches past
+    or short of the dimension's end), so padding, strides and slices read as before. None
+    when nothing would shrink."""
+    ops = [program.producer(name) for name in op_names]
+    if any(op is None for op in ops):
+        return None
+    cut = {}
+    new_ops = []
+    for op in ops:
+        statements = []
+        for s in op.statements:
+            small = replace(s, loops=tuple(Loop(l.name, min(l.extent, max_extent)) for l in s.loops))
+            cut[id(small)] = s
+            statements.append(small)
+        new_ops.append(replace(op, statements=tuple(statements)))
+    if all(cut[id(s)].loops == s.loops for op in new_ops for s in op.statements):
+        return None
+    written = {s.target for op in new_ops for s in op.statements}
+    reach: dict[str, list[tuple[int, int]]] = {}      # tensor -> per dim (full-size high, twin high)
+    for op in new_ops:
+        for small in op.statements:
+            full = cut[id(small)]
+            full_ext, small_ext = full.extents, small.extents
+            for tensor, indices in _accesses(small):
+                highs = reach.setdefault(tensor, [(-1, -1)] * len(indices))
+                reach[tensor] = [(max(h_full, _index_range(i, full_ext)[1]), max(h_small, _index_range(i, small_ext)[1]))
+                                 for (h_full, h_small), i in zip(highs, indices)]
+    tensors = []
+    for name, highs in reach.items():
+        if program.has_tensor(name):
+            original = program.tensor(name)
+        elif name in written:
+            continue    # an undeclared temp: Kernel.from_ops sizes it from its statement
+        else:
+            return None
+        shape = tuple(max(1, min(dim, h_small + 1 - (h_full + 1 - dim))) for dim, (h_full, h_small)
+                      in zip(original.shape, highs))
+        if name in written:
+            role = original.role if original.role == "temp" else "intermediate"
+        else:
+            role = original.role if original.role in ("input", "param") else "input"
+        tensors.append(Tensor(name, original.dtype, shape, role))
+    # Inputs first (declaration order), as a parsed program has them.
+    tensors.sort(key=lambda t: t.role not in ("input", "param"))
+    outputs = tuple(dict.fromkeys(s.target for op in new_ops for s in op.statements
+                                  if program.has_tensor(s.target) and program.tensor(s.target).role != "temp"
+                                  and (s.target in program.outputs
+                                       or any(r.name not in set(op_names) for r in program.readers(s.target)))))
+    if not outputs:
+        outputs = (new_ops[-1].output,)
+    return Program(tuple(tensors), tuple(new_ops), outputs, filename=f"{program.filename} (kernel twin)")
+
+
+__all__ = ["kernel_twin"]
