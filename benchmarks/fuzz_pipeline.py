@@ -107,6 +107,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tune", default="0", help="comma-separated tuning budgets, e.g. 0,50")
     ap.add_argument("--out", default="benchmarks/results/fuzz", help="directory for reproducers + failures.jsonl")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
+    ap.add_argument("--kernel-twins", action="store_true",
+                    help="run every tiled check on the kernel's own twin (ir/twin.py), never the program's")
     ap.add_argument("--shrink-seconds", type=float, default=60.0, help="shrinking time per distinct failure")
     ap.add_argument("--no-shrink", action="store_true", help="write reproducers as generated")
     args = ap.parse_args(argv)
@@ -125,6 +127,10 @@ def main(argv=None) -> int:
     (out / "failures.jsonl").write_text("")
 
     started = time.perf_counter()
+    if args.kernel_twins:
+        # Workers are forked from here, so they inherit it.
+        from autocomp_jupyter.rules import tiling
+        tiling._program_twin = lambda program: None
     jobs = [(args.seed + k, presets, tunes) for k in range(args.programs)]
     records: list[dict] = []
     if args.jobs == 1:
