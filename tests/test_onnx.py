@@ -481,3 +481,22 @@ def test_reshape_that_is_not_affine_is_an_error_with_a_hint():
     assert "common refinement" in err.value.format()
     with pytest.raises(UserError, match="cannot reshape"):
         parse("input X: f32[2, 3]\nY = reshape(X, shape=[4, 2])\n")
+
+
+def test_a_cnn_tail_as_torchs_default_exporter_writes_it_imports_and_verifies_tile_by_tile():
+    # torch.onnx.export(dynamo=True), torch's default since 2.9: opset 18, the global pool
+    # as ReduceMean with its axes as an input, the flatten as a Reshape to a literal shape
+    # (96 channels: the program's twin cannot shrink them).
+    nodes = [helper.make_node("Conv", ["X", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("ReduceMean", ["r", "axes"], ["m"], keepdims=1),
+             helper.make_node("Reshape", ["m", "shape"], ["v"]),
+             helper.make_node("Gemm", ["v", "fw", "fb"], ["Y"], transB=1)]
+    inits = [("w", rand(96, 8, 3, 3, scale=0.2)), ("b", rand(96)), ("axes", np.array([2, 3], np.int64)),
+             ("shape", np.array([1, 96], np.int64)), ("fw", rand(10, 96)), ("fb", rand(10))]
+    program = check(model_of(nodes, [("X", (1, 8, 40, 40))], [("Y", (1, 10))], inits, opset=18))
+    res = autocomp.optimize(program, target="tpu", tune=0)
+    checks = res.report["verification"]
+    assert res.report["verified"] is True
+    # Every kernel ran tile by tile on a small twin: none rests on isl's verdict alone.
+    assert checks["isl_only"] == [] and checks["twin_max_extent"] <= 64
