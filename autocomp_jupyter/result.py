@@ -67,7 +67,7 @@ class Result:
     def evaluate_variant(self, kernel: str, tiles=None, order=None, annotations=None) -> dict:
         """Re-score one kernel of the optimised plan with other tiles / order / annotations
         (the Tune tab's sliders): {"legal", "reason", "metrics", "time_s", "roofline_point",
-        "schedule", "plan"} — see variants.evaluate_variant."""
+        "schedule", "plan", "note"} — see variants.evaluate_variant."""
         from .variants import evaluate_variant
 
         return evaluate_variant(self.after, self.target, kernel, tiles, order, annotations)

@@ -65,4 +65,21 @@ def evaluate_variant(plan: Plan, target: Target, kernel_name: str, tiles=None, o
     return {"legal": verdict.ok, "reason": verdict.reason if not verdict.ok else "",
             "metrics": cost.metrics(), "time_s": total.time_s,
             "roofline_point": roofline_point(plan.program, total, "variant"), "schedule": schedule,
-            "plan": variant}
+            "plan": variant, "note": fission_note(schedule)}
+
+
+def fission_note(schedule) -> str:
+    """'' unless `schedule` tiles a loop the searches keep whole (`loopnest.whole_loops`):
+    the nest then makes one pass over that loop per statement group (fission), which the
+    cost model, scoring one pass, does not charge — say so next to the time."""
+    from .ir.loopnest import whole_loops
+
+    kernel = schedule.kernel
+    sizes = schedule.tile_sizes()
+    split = sorted(l for l in whole_loops(kernel) if any(t < kernel.extents[l] for t in sizes[l]))
+    if not split:
+        return ""
+    return (f"tiling {', '.join(split)} splits the kernel into one pass over {'them' if len(split) > 1 else 'it'} "
+            "per statement group (a later statement reads a reduction over it or across its tiles: see the loop "
+            "nest); the cost model scores a single pass, so this time is optimistic (the searches keep "
+            f"{', '.join(split)} whole)")

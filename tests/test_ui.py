@@ -614,3 +614,16 @@ def test_network_graph_search_in_the_live_widget(resnet50):
 def test_small_program_keeps_one_before_after_graph(result):
     graph = sections(ui.static_html(result))["Graph"]
     assert "autocomp-block" not in graph and "autocomp-layer-search" not in graph
+
+
+def test_tiling_a_row_a_softmax_reduces_over_says_the_time_is_optimistic():
+    import autocomp_jupyter
+
+    res = autocomp_jupyter.optimize("input x: f32[64, 256]\ny = softmax(x)\noutput y\n", target="tpu", tune=0)
+    tune = ui.widget(res).tune
+    kernel = res.after.kernels[0]
+    row = kernel.loop_names[-1]
+    assert "autocomp-fission" not in tune.status.value          # the searches keep the row whole
+    level = res.target.tiling_levels[0]
+    tune.sliders[(row, level)].value = 64
+    assert tune.last["legal"] and row in tune.last["note"] and "optimistic" in tune.status.value

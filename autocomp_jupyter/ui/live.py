@@ -262,6 +262,8 @@ class TunePanel:
         elif ev.get("legal", True):
             reason = ev.get("reason") or "every dependence stays lexicographically positive (isl)"
             self.status.value = f'<p class="autocomp-legality">{badge("legal", GOOD)} {esc(reason)}</p>'
+            if ev.get("note"):
+                self.status.value += f'<p class="autocomp-fission">{esc(ev["note"])}</p>'
         else:
             self.status.value = (f'<p class="autocomp-legality">{badge("illegal", BAD)} '
                                  f'<span style="color:{BAD}">{esc(ev.get("reason", ""))}</span></p>')
