@@ -808,19 +808,15 @@ HOST_MICRO_CALL = 20.0          # a microkernel call: zeroing, prefetching, spil
 HOST_BLOCK_SPILL = 0.25         # microkernel slow-down per cache block that outgrows L2
 
 
-def _host_packed(kernel: Kernel):
-    """(Packed, the statement's loops as anchor-loop indices, B-copy cycles per element, A-copy
-    cycles per element) when host C may run a contraction of this kernel packed; else None."""
-    try:
-        from ..codegen.c import _flat_offsets, packed_contraction
-    except ImportError:  # pragma: no cover
-        return None
-    pk = packed_contraction(kernel)
-    if pk is None:
-        return None
+def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
+    """Cycles to pack one element of the packed contraction `pk`'s A and B operands: straight
+    runs, a constant stride, or offset-table panels (NR consecutive offsets copy as runs,
+    the rest element-wise). Also what codegen/c.py weighs its thread split by."""
     ext = dict(pk.extents)
 
     def copy_cost(access, inner_group: str) -> float:
+        from ..codegen.c import _flat_offsets
+
         coeff, _ = _flat_offsets(kernel, access)
         loops = list(getattr(pk, inner_group))
         if not loops:
@@ -831,7 +827,6 @@ def _host_packed(kernel: Kernel):
         linear = all(c == step * math.prod(ext[x] for x, _ in live[i + 1:]) for i, (_, c) in enumerate(live))
         if linear:
             return HOST_COPY_RUN if step == 1 else HOST_COPY_STRIDED
-        # an offset table: panels of NR consecutive offsets copy as runs, the rest element-wise
         grids = np.meshgrid(*[np.arange(ext[l]) for l in loops], indexing="ij")
         table = sum(c * g for c, g in zip(cs, grids)).reshape(-1)
         nr = pk.micro[1]
@@ -846,6 +841,20 @@ def _host_packed(kernel: Kernel):
     # A's panels are copied MR rows at a time for each k (codegen/c.py packs r innermost):
     # the copy walks A along its m loops
     a_cost = copy_cost(pk.a, "m") if pk.m else HOST_COPY_STRIDED
+    return float(a_cost), float(b_cost)
+
+
+def _host_packed(kernel: Kernel):
+    """(Packed, the statement's loops as anchor-loop indices, B-copy cycles per element, A-copy
+    cycles per element) when host C may run a contraction of this kernel packed; else None."""
+    try:
+        from ..codegen.c import packed_contraction
+    except ImportError:  # pragma: no cover
+        return None
+    pk = packed_contraction(kernel)
+    if pk is None:
+        return None
+    a_cost, b_cost = host_copy_costs(kernel, pk)
     return pk, b_cost, a_cost
 
 

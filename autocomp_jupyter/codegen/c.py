@@ -166,6 +166,21 @@ static inline float ac_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float ac_gelu(float x) {
     return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
+/* Scratch memory kept between calls, per thread and slot (packed panels, padded copies):
+   fresh pages from malloc/free each call cost page faults in every thread (~50 a call, on
+   a 2.4 ms conv). Grown when a larger block is asked for, never freed: its size is bounded
+   by the program's largest panel block and padded tensor. */
+#define AC_SCRATCH_SLOTS 4
+static inline float* ac_scratch(int slot, size_t bytes) {
+    static _Thread_local float* block[AC_SCRATCH_SLOTS];
+    static _Thread_local size_t size[AC_SCRATCH_SLOTS];
+    if (size[slot] < bytes) {
+        free(block[slot]);
+        block[slot] = (float*)aligned_alloc(64, (bytes + 63) / 64 * 64);
+        size[slot] = block[slot] ? bytes : 0;
+    }
+    return block[slot];
+}
 static inline double ac_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -305,6 +320,103 @@ def packed_blocks(pk: Packed, block_of) -> tuple[int, int, int]:
     mc, nc, kc = sizes
     nr = pk.micro[1]
     return (min(-(-mc // mr) * mr, pk.size("m")) if mc >= mr else mc), -(-nc // nr) * nr, kc
+
+
+# Threads share a packed contraction as work units claimed one at a time (dynamic), so that
+# a thread whose core another process holds takes fewer units instead of holding the others
+# at the region's end (a static halves split of a 2.4 ms conv ran 0.9x on 2 threads whenever
+# another process woke on a core: the woken thread preempted its sibling and the halves ran
+# one after the other). The unit grid is chosen per thread count (PARTITION_THREADS entries)
+# by `packed_partition`.
+PARTITION_THREADS = 32
+# Of a unit's work, what a thread may lose to another process (a time slice): the makespan
+# penalty that favours more, smaller units (`packed_partition`).
+PARTITION_SLACK = 0.25
+# Microkernel multiply-adds per cycle assumed when weighing packing copies against compute
+# (a 6x16 f32 tile at ~70% of two 8- or 16-lane FMA pipes; the choice is insensitive to it).
+PARTITION_MACS_PER_CYCLE = 16.0
+# Cycles a unit costs beyond its share of the work (claiming it, setting up its panels and
+# cache blocks): among near-equal makespans, fewer units win.
+PARTITION_UNIT_CYCLES = 2000.0
+
+
+@dataclass(frozen=True)
+class Partition:
+    """How threads share a packed contraction: `units` work units, each one batch item x
+    (`mode` "batch": all of M and N; "n": `chunk` NR-wide column panels, all of M; "m":
+    `chunk` MR-high row panels, all of N). `extra_cycles`: the packing the split adds over
+    one thread (an "n" unit packs A again for its columns, an "m" unit packs all of B);
+    `share`: the busiest thread's part of the (work + extra) on an idle machine."""
+
+    mode: str
+    chunk: int
+    units: int
+    extra_cycles: float
+    share: float
+
+    @property
+    def code(self) -> int:
+        return {"batch": 0, "n": 1, "m": 2}[self.mode]
+
+
+def packed_partition(pk: "Packed", nc: int, threads: int, a_cost: float = 1.0, b_cost: float = 1.0,
+                     macs_per_cycle: float = PARTITION_MACS_PER_CYCLE) -> Partition:
+    """The work units `threads` threads share a packed contraction in (cache block `nc`
+    columns; `a_cost`/`b_cost`: cycles to pack one element of A/B). Candidates: the batch
+    items, or each batch item cut into g chunks of N panels or of M panels (g up to
+    4 x threads); the chosen one minimises the makespan of units claimed dynamically,
+    ceil(units / threads) units' work (+ the packing the cut adds) plus PARTITION_SLACK of
+    a unit. One thread: the batch items (the serial code). Every choice covers each
+    output exactly once (`partition_ranges`)."""
+    NB, M, N, K = (pk.size(g) for g in ("batch", "m", "n", "k"))
+    mr, nr = pk.micro
+    mpan, npan = -(-M // mr), -(-N // nr)
+    nc = max(nr, min(nc, npan * nr))
+    work = NB * mpan * mr * npan * nr * K / macs_per_cycle
+    a_pack, b_pack = M * K * a_cost, K * N * b_cost
+    serial_a = -(-N // nc)
+
+    def a_packs(chunk: int) -> int:      # A packings per batch item when N is cut in chunks
+        full, rest = divmod(npan, chunk)
+        return full * -(-(chunk * nr) // nc) + (-(-min(rest * nr, N) // nc) if rest else 0)
+
+    options = [("batch", 1, NB, 0.0)]
+    if threads > 1:
+        for g in range(2, 4 * threads + 1):
+            if g <= npan:
+                chunk = -(-npan // g)
+                options.append(("n", chunk, NB * -(-npan // chunk), NB * max(0, a_packs(chunk) - serial_a) * a_pack))
+            if g <= mpan:
+                chunk = -(-mpan // g)
+                u = -(-mpan // chunk)
+                options.append(("m", chunk, NB * u, NB * (u - 1) * b_pack))
+
+    def makespan(option) -> float:
+        _, _, units, extra = option
+        per = (work + extra) / units + PARTITION_UNIT_CYCLES
+        return -(-units // threads) * per + (PARTITION_SLACK * per if threads > 1 else 0.0)
+
+    mode, chunk, units, extra = min(options, key=makespan)
+    total = work + extra + units * PARTITION_UNIT_CYCLES
+    return Partition(mode, chunk, units, extra, makespan((mode, chunk, units, extra)) / total)
+
+
+def partition_ranges(pk: "Packed", part: Partition) -> list[tuple[int, int, int, int, int]]:
+    """[(batch item, m_lo, m_hi, n_lo, n_hi)] of each unit, in unit order: what the C's
+    unit loop computes from the unit number (for tests: the units tile the output)."""
+    NB, M, N = (pk.size(g) for g in ("batch", "m", "n"))
+    mr, nr = pk.micro
+    per = part.units // NB
+    out = []
+    for u in range(part.units):
+        bt, c = divmod(u, per)
+        if part.mode == "n":
+            out.append((bt, 0, M, c * part.chunk * nr, min(N, (c + 1) * part.chunk * nr)))
+        elif part.mode == "m":
+            out.append((bt, c * part.chunk * mr, min(M, (c + 1) * part.chunk * mr), 0, N))
+        else:
+            out.append((bt, 0, M, 0, N))
+    return out
 
 
 def _flat_offsets(kernel: Kernel, access: Access, shape=None, shift=None) -> tuple[dict[str, int], int]:
@@ -607,12 +719,12 @@ class _KernelWriter:
         e = self.emit
         anchors = self.kernel.loop_map(pk.index)
         parallel = bool(set(self.parallel) & {anchors.get(l) for l in pk.batch + pk.m + pk.n})
-        tab, nth, tid, bt, j0, k0, i0, jr, ir, p, r, c = (f(x) for x in (
-            "tab", "nth", "tid", "bt", "j0", "k0", "i0", "jr", "ir", "p", "r", "c"))
+        tab, nth, part, bt, j0, k0, i0, jr, ir, p, r, c = (f(x) for x in (
+            "tab", "nth", "part", "bt", "j0", "k0", "i0", "jr", "ir", "p", "r", "c"))
         nc, kc, mc, Ap, Bp, acc, rows, cols, v = (f(x) for x in ("nc", "kc", "mc", "Apack", "Bpack", "acc",
                                                                "rows", "cols", "v"))
-        lo = {g: f(g + "_lo") for g in ("bt", "m", "n")}
-        hi = {g: f(g + "_hi") for g in ("bt", "m", "n")}
+        lo = {g: f(g + "_lo") for g in ("m", "n")}
+        hi = {g: f(g + "_hi") for g in ("m", "n")}
         groups = {"m": pk.m, "n": pk.n, "k": pk.k}
         tables: dict[tuple, str] = {}      # (group, coefficients) -> C array name
         table_fill: list[tuple[str, tuple[str, ...], tuple[int, ...]]] = []
@@ -728,26 +840,39 @@ class _KernelWriter:
         e(1, "{")
         # offset tables first, so the names they get are known to the code below (filled below)
         body_start = len(self.out)
-        e(2, "/* one parallel region; each thread owns a static share of batch x M x N */")
+        # the work units for each thread count (see packed_partition), chosen here, read at run time
+        from ..accel.cost import host_copy_costs
+        a_cost, b_cost = host_copy_costs(self.kernel, pk)
+        parts = [packed_partition(pk, NC, t, a_cost, b_cost) for t in range(1, PARTITION_THREADS + 1)]
+        split = f"ac_units_{self.fn}"
+        self.helpers.append(f"/* {self.fn}: the packed contraction's work units for 1..{PARTITION_THREADS} threads: "
+                            f"{{mode (0 batch items, 1 N chunks, 2 M chunks), panels per chunk, units}} */\n"
+                            f"static const long {split}[{PARTITION_THREADS}][3] = {{"
+                            + ", ".join(f"{{{p.code}, {p.chunk}, {p.units}}}" for p in parts) + "};")
+        e(2, "/* one parallel region; its threads claim work units (a batch item, or a chunk of its N or M "
+             "panels) one at a time */")
         if parallel:
             e(2, "#pragma omp parallel")
         e(2, "{")
-        e(3, f"int {nth} = 1, {tid} = 0;")
+        e(3, f"int {nth} = 1;")
         e(0, "#ifdef _OPENMP")
-        e(3, f"{nth} = omp_get_num_threads(); {tid} = omp_get_thread_num();")
+        e(3, f"{nth} = omp_get_num_threads();")
         e(0, "#endif")
-        mpan, npan = -(-M // mr), -(-N // nr)
-        e(3, f"long {lo['bt']} = 0, {hi['bt']} = {NB}, {lo['m']} = 0, {hi['m']} = {M}, {lo['n']} = 0, {hi['n']} = {N};")
-        e(3, f"if ({nth} > 1 && {NB} >= {nth} && ({NB} % {nth} == 0 || {NB} >= 4 * {nth})) {{")
-        e(4, f"{lo['bt']} = {NB}L * {tid} / {nth}; {hi['bt']} = {NB}L * ({tid} + 1) / {nth};")
-        e(3, f"}} else if ({nth} > 1 && {npan} >= {mpan}) {{")
-        e(4, f"{lo['n']} = {npan}L * {tid} / {nth} * {nr}; {hi['n']} = AC_MIN({N}L, {npan}L * ({tid} + 1) / {nth} * {nr});")
-        e(3, f"}} else if ({nth} > 1) {{")
-        e(4, f"{lo['m']} = {mpan}L * {tid} / {nth} * {mr}; {hi['m']} = AC_MIN({M}L, {mpan}L * ({tid} + 1) / {nth} * {mr});")
-        e(3, "}")
-        e(3, f"float* {Bp} = (float*)aligned_alloc(64, {KC * NCP * 4}UL);")
-        e(3, f"float* {Ap} = (float*)aligned_alloc(64, {-(-MCP * KC * 4 // 64) * 64}UL);")
-        e(3, f"for (long {bt} = {lo['bt']}; {bt} < {hi['bt']}; ++{bt}) {{")
+        e(3, f"const long* {part} = {split}[({nth} < {PARTITION_THREADS} ? {nth} : {PARTITION_THREADS}) - 1];")
+        e(3, f"float* {Bp} = ac_scratch(0, {KC * NCP * 4}UL);")
+        e(3, f"float* {Ap} = ac_scratch(1, {MCP * KC * 4}UL);")
+        unit, per, chunk = f("unit"), f("per"), f("chunk")
+        e(3, f"const long {per} = {part}[2] / {NB};    /* units per batch item */")
+        if parallel:
+            e(3, "#pragma omp for schedule(dynamic, 1)")
+        e(3, f"for (long {unit} = 0; {unit} < {part}[2]; ++{unit}) {{")
+        if pk.batch:
+            e(4, f"const long {bt} = {unit} / {per};")
+        e(4, f"const long {chunk} = {unit} % {per};")
+        e(4, f"const long {lo['n']} = {part}[0] == 1 ? {chunk} * {part}[1] * {nr} : 0, "
+             f"{hi['n']} = {part}[0] == 1 ? AC_MIN({N}L, ({chunk} + 1) * {part}[1] * {nr}) : {N};")
+        e(4, f"const long {lo['m']} = {part}[0] == 2 ? {chunk} * {part}[1] * {mr} : 0, "
+             f"{hi['m']} = {part}[0] == 2 ? AC_MIN({M}L, ({chunk} + 1) * {part}[1] * {mr}) : {M};")
         inner = 1
         for l in reversed(pk.batch):
             e(4, f"const long {bvar[l]} = ({bt} / {inner}) % {ext[l]};" if inner > 1 else
@@ -857,8 +982,6 @@ class _KernelWriter:
         e(5, "}")
         e(4, "}")
         e(3, "}")
-        e(3, f"free({Ap});")
-        e(3, f"free({Bp});")
         e(2, "}")
         # the offset tables, filled once per call before the parallel region
         fill: list[str] = []
@@ -892,13 +1015,15 @@ class _KernelWriter:
             fill.append(f"    for (long {x} = 1; {x} < {nr} && {flag}[{pan}]; ++{x}) "
                         f"{flag}[{pan}] = {table}[{pan} * {nr} + {x}] == {table}[{pan} * {nr}] + {x};")
             fill.append("}")
+        copies: list[str] = []     # padded copies: scratch slots 2, 3
         for name, access, pads in padded:
             t = self.tensor(access.tensor)
             pshape = [n + lo + hi for n, (lo, hi) in zip(t.shape, pads)]
             qs = [f(f"q{d}") for d in range(len(pshape))]
             fill.append(f"/* {self.cname[access.tensor]} padded by {pads} (pad value {access.pad:g}), once per call: "
                         f"no bounds checks while packing */")
-            fill.append(f"float* {name} = (float*)malloc({math.prod(pshape)}UL * sizeof(float));")
+            fill.append(f"float* {name} = ac_scratch({2 + len(copies)}, {math.prod(pshape)}UL * sizeof(float));")
+            copies.append(name)
             for dd, q in enumerate(qs):
                 fill.append("    " * dd + f"for (long {q} = 0; {q} < {pshape[dd]}; ++{q})" + (" {" if dd == len(qs) - 1 else ""))
             inner_ = "    " * len(qs)
@@ -909,8 +1034,6 @@ class _KernelWriter:
             fill.append(f"{inner_}{name}[{dst}] = {conds} ? {self.cname[access.tensor]}[{src}] : {_float(access.pad)};")
             fill.append("    " * (len(qs) - 1) + "}")
         self.out[body_start:body_start] = ["    " * 2 + line for line in fill]
-        for name, _, _ in padded:
-            e(2, f"free({name});")
         for flag, _ in run_flags:
             e(2, f"free({flag});")
         if table_fill:
