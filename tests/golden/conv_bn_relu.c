@@ -32,6 +32,21 @@ static inline float ac_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float ac_gelu(float x) {
     return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
+/* Scratch memory kept between calls, per thread and slot (packed panels, padded copies):
+   fresh pages from malloc/free each call cost page faults in every thread (~50 a call, on
+   a 2.4 ms conv). Grown when a larger block is asked for, never freed: its size is bounded
+   by the program's largest panel block and padded tensor. */
+#define AC_SCRATCH_SLOTS 4
+static inline float* ac_scratch(int slot, size_t bytes) {
+    static _Thread_local float* block[AC_SCRATCH_SLOTS];
+    static _Thread_local size_t size[AC_SCRATCH_SLOTS];
+    if (size[slot] < bytes) {
+        free(block[slot]);
+        block[slot] = (float*)aligned_alloc(64, (bytes + 63) / 64 * 64);
+        size[slot] = block[slot] ? bytes : 0;
+    }
+    return block[slot];
+}
 static inline double ac_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -40,6 +55,9 @@ static inline double ac_now(void) {
 
 #define PROGRAM_NUM_BUFFERS 7
 #define PROGRAM_NUM_KERNELS 1
+
+/* kernel_Y_Z_R: the packed contraction's work units for 1..32 threads: {mode (0 batch items, 1 N chunks, 2 M chunks), panels per chunk, units} */
+static const long ac_units_kernel_Y_Z_R[32][3] = {{0, 1, 1}, {1, 25, 8}, {1, 17, 12}, {1, 17, 12}, {1, 10, 20}, {1, 11, 18}, {1, 14, 14}, {1, 13, 16}, {1, 11, 18}, {1, 10, 20}, {1, 9, 22}, {1, 17, 12}, {1, 8, 25}, {1, 7, 28}, {1, 7, 28}, {1, 13, 16}, {1, 6, 33}, {1, 11, 18}, {1, 11, 18}, {1, 5, 40}, {1, 5, 40}, {1, 9, 22}, {1, 9, 22}, {1, 9, 22}, {1, 8, 25}, {1, 8, 25}, {1, 8, 25}, {1, 7, 28}, {1, 7, 28}, {1, 7, 28}, {1, 7, 28}, {1, 7, 28}};
 
 /* kernel_Y_Z_R: pack b */
 static __attribute__((noinline)) void ac_pack_b_kernel_Y_Z_R(float* restrict Bpack, const float* restrict X_padded, long X_padded_base, long j0, long k0, long kc, long nc, const int* restrict k_off, const int* restrict n_off, const unsigned char* restrict n_off_run) {
@@ -92,31 +110,30 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
             for (long x_3 = 1; x_3 < 16 && n_off_run[pan]; ++x_3) n_off_run[pan] = n_off[pan * 16 + x_3] == n_off[pan * 16] + x_3;
         }
         /* X padded by [(0, 0), (0, 0), (1, 1), (1, 1)] (pad value 0), once per call: no bounds checks while packing */
-        float* X_padded = (float*)malloc(215296UL * sizeof(float));
+        float* X_padded = ac_scratch(2, 215296UL * sizeof(float));
         for (long q0 = 0; q0 < 1; ++q0)
             for (long q1 = 0; q1 < 64; ++q1)
                 for (long q2 = 0; q2 < 58; ++q2)
                     for (long q3 = 0; q3 < 58; ++q3) {
                         X_padded[215296 * q0 + 3364 * q1 + 58 * q2 + q3] = (unsigned long)(q2 - 1) < 56UL && (unsigned long)(q3 - 1) < 56UL ? X[200704 * q0 + 3136 * q1 + 56 * q2 + q3 - 57] : 0.0f;
                     }
-        /* one parallel region; each thread owns a static share of batch x M x N */
+        /* one parallel region; its threads claim work units (a batch item, or a chunk of its N or M panels) one at a time */
         #pragma omp parallel
         {
-            int nth = 1, tid = 0;
+            int nth = 1;
 #ifdef _OPENMP
-            nth = omp_get_num_threads(); tid = omp_get_thread_num();
+            nth = omp_get_num_threads();
 #endif
-            long bt_lo = 0, bt_hi = 1, m_lo = 0, m_hi = 64, n_lo = 0, n_hi = 3136;
-            if (nth > 1 && 1 >= nth && (1 % nth == 0 || 1 >= 4 * nth)) {
-                bt_lo = 1L * tid / nth; bt_hi = 1L * (tid + 1) / nth;
-            } else if (nth > 1 && 196 >= 11) {
-                n_lo = 196L * tid / nth * 16; n_hi = AC_MIN(3136L, 196L * (tid + 1) / nth * 16);
-            } else if (nth > 1) {
-                m_lo = 11L * tid / nth * 6; m_hi = AC_MIN(64L, 11L * (tid + 1) / nth * 6);
-            }
-            float* Bpack = (float*)aligned_alloc(64, 903168UL);
-            float* Apack = (float*)aligned_alloc(64, 41472UL);
-            for (long bt = bt_lo; bt < bt_hi; ++bt) {
+            const long* part = ac_units_kernel_Y_Z_R[(nth < 32 ? nth : 32) - 1];
+            float* Bpack = ac_scratch(0, 903168UL);
+            float* Apack = ac_scratch(1, 41472UL);
+            const long per = part[2] / 1;    /* units per batch item */
+            #pragma omp for schedule(dynamic, 1)
+            for (long unit = 0; unit < part[2]; ++unit) {
+                const long bt = unit / per;
+                const long chunk = unit % per;
+                const long n_lo = part[0] == 1 ? chunk * part[1] * 16 : 0, n_hi = part[0] == 1 ? AC_MIN(3136L, (chunk + 1) * part[1] * 16) : 3136;
+                const long m_lo = part[0] == 2 ? chunk * part[1] * 6 : 0, m_hi = part[0] == 2 ? AC_MIN(64L, (chunk + 1) * part[1] * 6) : 64;
                 const long n = bt % 1;
                 const long W_base = 0;
                 const long X_padded_base = 215296 * n;
@@ -244,10 +261,7 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
                     }
                 }
             }
-            free(Apack);
-            free(Bpack);
         }
-        free(X_padded);
         free(n_off_run);
         free(tab);
     }

@@ -29,6 +29,21 @@ static inline float ac_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float ac_gelu(float x) {
     return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
+/* Scratch memory kept between calls, per thread and slot (packed panels, padded copies):
+   fresh pages from malloc/free each call cost page faults in every thread (~50 a call, on
+   a 2.4 ms conv). Grown when a larger block is asked for, never freed: its size is bounded
+   by the program's largest panel block and padded tensor. */
+#define AC_SCRATCH_SLOTS 4
+static inline float* ac_scratch(int slot, size_t bytes) {
+    static _Thread_local float* block[AC_SCRATCH_SLOTS];
+    static _Thread_local size_t size[AC_SCRATCH_SLOTS];
+    if (size[slot] < bytes) {
+        free(block[slot]);
+        block[slot] = (float*)aligned_alloc(64, (bytes + 63) / 64 * 64);
+        size[slot] = block[slot] ? bytes : 0;
+    }
+    return block[slot];
+}
 static inline double ac_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -37,6 +52,9 @@ static inline double ac_now(void) {
 
 #define PROGRAM_NUM_BUFFERS 4
 #define PROGRAM_NUM_KERNELS 1
+
+/* kernel_C_D: the packed contraction's work units for 1..32 threads: {mode (0 batch items, 1 N chunks, 2 M chunks), panels per chunk, units} */
+static const long ac_units_kernel_C_D[32][3] = {{0, 1, 1}, {2, 22, 8}, {2, 15, 12}, {2, 11, 16}, {2, 12, 15}, {2, 10, 18}, {2, 13, 14}, {2, 11, 16}, {2, 10, 18}, {2, 6, 29}, {2, 8, 22}, {2, 5, 35}, {2, 7, 25}, {2, 13, 14}, {2, 6, 29}, {2, 11, 16}, {2, 11, 16}, {2, 5, 35}, {2, 3, 57}, {2, 3, 57}, {2, 3, 57}, {2, 4, 43}, {2, 4, 43}, {2, 4, 43}, {2, 7, 25}, {2, 7, 25}, {2, 7, 25}, {2, 7, 25}, {2, 6, 29}, {2, 6, 29}, {2, 6, 29}, {2, 6, 29}};
 
 /* kernel_C_D: pack b */
 static __attribute__((noinline)) void ac_pack_b_kernel_C_D(float* restrict Bpack, const float* restrict B, long B_base, long j0, long k0, long kc, long nc) {
@@ -62,24 +80,22 @@ static void kernel_C_D(const float* restrict A, const float* restrict B, float* 
     /* C[i, j] += (A[i, k] * B[k, j]) */
     /* packed GEMM: batch - (1) x M i (1024) x N j (1024) x K k (1024); blocks mc=258 nc=256 kc=256 (the schedule's outermost tiles, raised to >= 24/64/64), microkernel 6x16; applied in its store: D[i0, i1] = relu(C[i0, i1]) */
     {
-        /* one parallel region; each thread owns a static share of batch x M x N */
+        /* one parallel region; its threads claim work units (a batch item, or a chunk of its N or M panels) one at a time */
         #pragma omp parallel
         {
-            int nth = 1, tid = 0;
+            int nth = 1;
 #ifdef _OPENMP
-            nth = omp_get_num_threads(); tid = omp_get_thread_num();
+            nth = omp_get_num_threads();
 #endif
-            long bt_lo = 0, bt_hi = 1, m_lo = 0, m_hi = 1024, n_lo = 0, n_hi = 1024;
-            if (nth > 1 && 1 >= nth && (1 % nth == 0 || 1 >= 4 * nth)) {
-                bt_lo = 1L * tid / nth; bt_hi = 1L * (tid + 1) / nth;
-            } else if (nth > 1 && 64 >= 171) {
-                n_lo = 64L * tid / nth * 16; n_hi = AC_MIN(1024L, 64L * (tid + 1) / nth * 16);
-            } else if (nth > 1) {
-                m_lo = 171L * tid / nth * 6; m_hi = AC_MIN(1024L, 171L * (tid + 1) / nth * 6);
-            }
-            float* Bpack = (float*)aligned_alloc(64, 262144UL);
-            float* Apack = (float*)aligned_alloc(64, 264192UL);
-            for (long bt = bt_lo; bt < bt_hi; ++bt) {
+            const long* part = ac_units_kernel_C_D[(nth < 32 ? nth : 32) - 1];
+            float* Bpack = ac_scratch(0, 262144UL);
+            float* Apack = ac_scratch(1, 264192UL);
+            const long per = part[2] / 1;    /* units per batch item */
+            #pragma omp for schedule(dynamic, 1)
+            for (long unit = 0; unit < part[2]; ++unit) {
+                const long chunk = unit % per;
+                const long n_lo = part[0] == 1 ? chunk * part[1] * 16 : 0, n_hi = part[0] == 1 ? AC_MIN(1024L, (chunk + 1) * part[1] * 16) : 1024;
+                const long m_lo = part[0] == 2 ? chunk * part[1] * 6 : 0, m_hi = part[0] == 2 ? AC_MIN(1024L, (chunk + 1) * part[1] * 6) : 1024;
                 const long A_base = 0;
                 const long B_base = 0;
                 const long C_base = 0;
@@ -200,8 +216,6 @@ static void kernel_C_D(const float* restrict A, const float* restrict B, float* 
                     }
                 }
             }
-            free(Apack);
-            free(Bpack);
         }
     }
 }
