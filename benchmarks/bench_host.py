@@ -374,10 +374,14 @@ def main(argv) -> None:
 
 
 def _costs(plan, target, threads):
-    """The host model's per-kernel costs of `plan` (the schedules' parallel annotations; one
-    thread when `threads` is 1)."""
+    """The host model's per-kernel costs of `plan` on `threads` threads (the schedules'
+    parallel annotations, the target's cores set to `threads`; none when `threads` is 1)."""
+    import dataclasses
+
     from autocomp_jupyter.accel.cost import evaluate
 
+    if threads > 1 and target.compute.units != threads:
+        target = dataclasses.replace(target, compute=dataclasses.replace(target.compute, units=threads))
     out = []
     for schedule in plan.schedules:
         if threads == 1:
