@@ -330,8 +330,13 @@ def packed_blocks(pk: Packed, block_of) -> tuple[int, int, int]:
 # by `packed_partition`.
 PARTITION_THREADS = 32
 # Of a unit's work, what a thread may lose to another process (a time slice): the makespan
-# penalty that favours more, smaller units (`packed_partition`).
-PARTITION_SLACK = 0.25
+# penalty that favours more, smaller units (`packed_partition`). Small: on an idle machine
+# the packing more units repeat is the larger cost.
+PARTITION_SLACK = 0.1
+# Cycles per element at least, to pack an operand again for another unit: a whole operand
+# that outgrows L2 streams from L3 (measured, GEMM 1024^3: packing B took 0.6 ns an
+# element, ~2 cycles, against 0.25 for a panel copied from cache).
+PARTITION_REPACK_CYCLES = 1.6
 # Microkernel multiply-adds per cycle assumed when weighing packing copies against compute
 # (a 6x16 f32 tile at ~70% of two 8- or 16-lane FMA pipes; the choice is insensitive to it).
 PARTITION_MACS_PER_CYCLE = 16.0
@@ -373,7 +378,7 @@ def packed_partition(pk: "Packed", nc: int, threads: int, a_cost: float = 1.0, b
     mpan, npan = -(-M // mr), -(-N // nr)
     nc = max(nr, min(nc, npan * nr))
     work = NB * mpan * mr * npan * nr * K / macs_per_cycle
-    a_pack, b_pack = M * K * a_cost, K * N * b_cost
+    a_pack, b_pack = M * K * max(a_cost, PARTITION_REPACK_CYCLES), K * N * max(b_cost, PARTITION_REPACK_CYCLES)
     serial_a = -(-N // nc)
 
     def a_packs(chunk: int) -> int:      # A packings per batch item when N is cut in chunks

@@ -57,7 +57,7 @@ static inline double ac_now(void) {
 #define PROGRAM_NUM_KERNELS 1
 
 /* kernel_Y_Z_R: the packed contraction's work units for 1..32 threads: {mode (0 batch items, 1 N chunks, 2 M chunks), panels per chunk, units} */
-static const long ac_units_kernel_Y_Z_R[32][3] = {{0, 1, 1}, {1, 25, 8}, {1, 17, 12}, {1, 17, 12}, {1, 10, 20}, {1, 11, 18}, {1, 14, 14}, {1, 13, 16}, {1, 11, 18}, {1, 10, 20}, {1, 9, 22}, {1, 17, 12}, {1, 8, 25}, {1, 7, 28}, {1, 7, 28}, {1, 13, 16}, {1, 6, 33}, {1, 11, 18}, {1, 11, 18}, {1, 5, 40}, {1, 5, 40}, {1, 9, 22}, {1, 9, 22}, {1, 9, 22}, {1, 8, 25}, {1, 8, 25}, {1, 8, 25}, {1, 7, 28}, {1, 7, 28}, {1, 7, 28}, {1, 7, 28}, {1, 7, 28}};
+static const long ac_units_kernel_Y_Z_R[32][3] = {{0, 1, 1}, {1, 49, 4}, {1, 33, 6}, {1, 25, 8}, {1, 20, 10}, {1, 33, 6}, {1, 28, 7}, {1, 25, 8}, {1, 22, 9}, {1, 20, 10}, {1, 18, 11}, {1, 17, 12}, {1, 16, 13}, {1, 14, 14}, {1, 14, 14}, {1, 13, 16}, {1, 12, 17}, {1, 11, 18}, {1, 11, 18}, {1, 10, 20}, {1, 10, 20}, {1, 9, 22}, {1, 9, 22}, {1, 9, 22}, {1, 8, 25}, {1, 8, 25}, {1, 8, 25}, {1, 7, 28}, {1, 7, 28}, {1, 7, 28}, {1, 7, 28}, {1, 7, 28}};
 
 /* kernel_Y_Z_R: pack b */
 static __attribute__((noinline)) void ac_pack_b_kernel_Y_Z_R(float* restrict Bpack, const float* restrict X_padded, long X_padded_base, long j0, long k0, long kc, long nc, const int* restrict k_off, const int* restrict n_off, const unsigned char* restrict n_off_run) {

@@ -54,7 +54,7 @@ static inline double ac_now(void) {
 #define PROGRAM_NUM_KERNELS 1
 
 /* kernel_C_D: the packed contraction's work units for 1..32 threads: {mode (0 batch items, 1 N chunks, 2 M chunks), panels per chunk, units} */
-static const long ac_units_kernel_C_D[32][3] = {{0, 1, 1}, {2, 22, 8}, {2, 15, 12}, {2, 11, 16}, {2, 12, 15}, {2, 10, 18}, {2, 13, 14}, {2, 11, 16}, {2, 10, 18}, {2, 6, 29}, {2, 8, 22}, {2, 5, 35}, {2, 7, 25}, {2, 13, 14}, {2, 6, 29}, {2, 11, 16}, {2, 11, 16}, {2, 5, 35}, {2, 3, 57}, {2, 3, 57}, {2, 3, 57}, {2, 4, 43}, {2, 4, 43}, {2, 4, 43}, {2, 7, 25}, {2, 7, 25}, {2, 7, 25}, {2, 7, 25}, {2, 6, 29}, {2, 6, 29}, {2, 6, 29}, {2, 6, 29}};
+static const long ac_units_kernel_C_D[32][3] = {{0, 1, 1}, {1, 16, 4}, {1, 11, 6}, {1, 16, 4}, {1, 13, 5}, {1, 11, 6}, {1, 10, 7}, {1, 8, 8}, {2, 19, 9}, {1, 7, 10}, {1, 6, 11}, {2, 15, 12}, {1, 5, 13}, {1, 5, 13}, {2, 12, 15}, {1, 4, 16}, {1, 4, 16}, {2, 10, 18}, {2, 9, 19}, {2, 9, 19}, {2, 9, 19}, {1, 3, 22}, {1, 3, 22}, {1, 3, 22}, {2, 7, 25}, {2, 7, 25}, {2, 7, 25}, {2, 7, 25}, {2, 6, 29}, {2, 6, 29}, {2, 6, 29}, {1, 2, 32}};
 
 /* kernel_C_D: pack b */
 static __attribute__((noinline)) void ac_pack_b_kernel_C_D(float* restrict Bpack, const float* restrict B, long B_base, long j0, long k0, long kc, long nc) {
