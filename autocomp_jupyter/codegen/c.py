@@ -26,10 +26,12 @@ proves legal:
   `GEMM_MIN_BLOCK` (mc rounded up to whole micro-panels); per (nc, kc) block, B is copied
   into contiguous zero-padded 16-wide column panels, per (mc, kc) block A into 6-high row
   panels, and a 6x16 microkernel accumulates in a local array (j innermost, contiguous,
-  `omp simd`) and adds it to C (edge tiles store only their valid part). `parallel` on i or
-  j parallelises B's packing and the mc blocks (each thread packs its own A). The kernel's
-  other statements (producers, epilogues) run in program order, each over its full nest
-  (no longer fused into the GEMM's last k tile).
+  `omp simd`) and adds it to C (edge tiles store only their valid part). `parallel` on a
+  batch, i or j loop opens one parallel region whose threads claim work units one at a time
+  (`packed_partition`: batch items, or chunks of N or M micro-panels, chosen per thread count
+  from a table in the file; each thread packs its own panels into scratch kept between
+  calls). The kernel's other statements (producers, epilogues) run in program order, each
+  over its full nest (no longer fused into the GEMM's last k tile).
 
 Annotations: `parallel` → `#pragma omp parallel for` on the outermost annotated loop
 (with `collapse` over directly nested annotated loops of constant bounds); `vectorize` →
