@@ -92,7 +92,7 @@ def test_c_is_deterministic_and_follows_the_schedule():
     assert "Bpack[" in text and "Apack[" in text          # B panels and A blocks packed
     micro = text.index("float acc[6][16]")
     assert micro < text.index("ac_relu(", micro) < text.index("program_kernel_names[")   # the ReLU in the GEMM's store
-    assert "#pragma omp for schedule(dynamic, 1)" in text   # threads claim work units
+    assert "__atomic_fetch_add(&next[victim * 8]" in text   # threads claim work units
     assert "ac_relu(C[" not in text                       # not a second pass over C
     assert "void program_run(float* const* buffers)" in text
 

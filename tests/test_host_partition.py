@@ -104,7 +104,7 @@ def test_emitted_unit_table_is_the_chosen_partition(name):
     expected = [packed_partition(pk, kernel_writer_nc, t, *host_copy_costs(kernel, pk))
                 for t in range(1, PARTITION_THREADS + 1)]
     assert rows == [(p.code, p.chunk, p.units) for p in expected]
-    assert "#pragma omp for schedule(dynamic, 1)" in text and text.count("#pragma omp parallel\n") == 1
+    assert "__atomic_fetch_add(&next[victim * 8]" in text and text.count("#pragma omp parallel\n") == 1
 
 
 def test_host_model_follows_the_partition():
@@ -153,3 +153,13 @@ def test_generated_code_matches_interpreter_on_1_2_3_threads(name, threads):
     report = host.measure_plan(plan, repeats=1, threads=threads)
     assert report["matches_interpreter"], report["reason"]
     assert report["threads"] == threads
+
+
+@needs_cc
+def test_a_team_smaller_than_the_thread_count_still_runs_every_unit(monkeypatch):
+    """The units are cut for omp_get_max_threads(); a team that gets fewer threads (here
+    OMP_THREAD_LIMIT=1 under 3 requested) takes the missing threads' shares."""
+    monkeypatch.setenv("OMP_THREAD_LIMIT", "1")
+    src, tile = SMALL["conv_few_m_panels_pad_relu"]
+    report = host.measure_plan(plan_of(src, tile, threads=2), repeats=1, threads=3)
+    assert report["matches_interpreter"], report["reason"]

@@ -80,132 +80,140 @@ static void kernel_C_D(const float* restrict A, const float* restrict B, float* 
     /* C[i, j] += (A[i, k] * B[k, j]) */
     /* packed GEMM: batch - (1) x M i (1024) x N j (1024) x K k (1024); blocks mc=258 nc=256 kc=256 (the schedule's outermost tiles, raised to >= 24/64/64), microkernel 6x16; applied in its store: D[i0, i1] = relu(C[i0, i1]) */
     {
-        /* one parallel region; its threads claim work units (a batch item, or a chunk of its N or M panels) one at a time */
+        int nth = 1;
+#ifdef _OPENMP
+        nth = omp_get_max_threads();
+#endif
+        const long* part = ac_units_kernel_C_D[(nth < 32 ? nth : 32) - 1];
+        const long per = part[2] / 1;    /* units per batch item */
+        long next[nth * 8];    /* per thread: its next unit (a cache line each) */
+        for (long v_2 = 0; v_2 < nth; ++v_2) next[v_2 * 8] = part[2] * v_2 / nth;
+        /* one parallel region; its threads claim work units (a batch item, or a chunk of its N or M panels): their own share, then the others' */
         #pragma omp parallel
         {
-            int nth = 1;
+            int tid = 0;
 #ifdef _OPENMP
-            nth = omp_get_num_threads();
+            tid = omp_get_thread_num() % nth;
 #endif
-            const long* part = ac_units_kernel_C_D[(nth < 32 ? nth : 32) - 1];
             float* Bpack = ac_scratch(0, 262144UL);
             float* Apack = ac_scratch(1, 264192UL);
-            const long per = part[2] / 1;    /* units per batch item */
-            #pragma omp for schedule(dynamic, 1)
-            for (long unit = 0; unit < part[2]; ++unit) {
-                const long chunk = unit % per;
-                const long n_lo = part[0] == 1 ? chunk * part[1] * 16 : 0, n_hi = part[0] == 1 ? AC_MIN(1024L, (chunk + 1) * part[1] * 16) : 1024;
-                const long m_lo = part[0] == 2 ? chunk * part[1] * 6 : 0, m_hi = part[0] == 2 ? AC_MIN(1024L, (chunk + 1) * part[1] * 6) : 1024;
-                const long A_base = 0;
-                const long B_base = 0;
-                const long C_base = 0;
-                const long D_base = 0;
-                for (long j0 = n_lo; j0 < n_hi; j0 += 256) {
-                    const long nc = AC_MIN(256, n_hi - j0);
-                    for (long k0 = 0; k0 < 1024; k0 += 256) {
-                        const long kc = AC_MIN(256, 1024 - k0);
-                        /* pack B[k0:+kc, j0:+nc] as 16-wide column panels (zero-padded; out-of-range reads give the pad) */
-                        ac_pack_b_kernel_C_D(Bpack, B, B_base, j0, k0, kc, nc);
-                        for (long i0 = m_lo; i0 < m_hi; i0 += 258) {
-                            const long mc = AC_MIN(258, m_hi - i0);
-                            /* pack A[i0:+mc, k0:+kc] as 6-high row panels (zero-padded) */
-                            ac_pack_a_kernel_C_D(Apack, A, A_base, k0, kc, i0, mc);
-                            for (long jr = 0; jr < nc; jr += 16) {
-                                for (long ir = 0; ir < mc; ir += 6) {
-                                    const float* restrict ap = Apack + ir * kc;
-                                    const float* restrict bp = Bpack + jr * kc;
-                                    const long rows = AC_MIN(6, mc - ir), cols = AC_MIN(16, nc - jr);
-                                    for (long r = 0; r < rows; ++r) {
-                                        long c = 0;
-                                        __builtin_prefetch(&C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
-                                        c = cols - 1;
-                                        __builtin_prefetch(&C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
-                                    }
-                                    float acc[6][16] = {{0.0f}};
-                                    for (long p = 0; p < kc; ++p) {
-                                        #pragma GCC unroll 6
-                                        for (long r = 0; r < 6; ++r) {
-                                            #pragma omp simd
-                                            for (long c = 0; c < 16; ++c) acc[r][c] += ap[p * 6 + r] * bp[p * 16 + c];
+            for (long v_2 = 0; v_2 < nth; ++v_2) {
+                const long victim = (tid + v_2) % nth, end = part[2] * (victim + 1) / nth;
+                for (long unit; (unit = __atomic_fetch_add(&next[victim * 8], 1, __ATOMIC_RELAXED)) < end; ) {
+                    const long chunk = unit % per;
+                    const long n_lo = part[0] == 1 ? chunk * part[1] * 16 : 0, n_hi = part[0] == 1 ? AC_MIN(1024L, (chunk + 1) * part[1] * 16) : 1024;
+                    const long m_lo = part[0] == 2 ? chunk * part[1] * 6 : 0, m_hi = part[0] == 2 ? AC_MIN(1024L, (chunk + 1) * part[1] * 6) : 1024;
+                    const long A_base = 0;
+                    const long B_base = 0;
+                    const long C_base = 0;
+                    const long D_base = 0;
+                    for (long j0 = n_lo; j0 < n_hi; j0 += 256) {
+                        const long nc = AC_MIN(256, n_hi - j0);
+                        for (long k0 = 0; k0 < 1024; k0 += 256) {
+                            const long kc = AC_MIN(256, 1024 - k0);
+                            /* pack B[k0:+kc, j0:+nc] as 16-wide column panels (zero-padded; out-of-range reads give the pad) */
+                            ac_pack_b_kernel_C_D(Bpack, B, B_base, j0, k0, kc, nc);
+                            for (long i0 = m_lo; i0 < m_hi; i0 += 258) {
+                                const long mc = AC_MIN(258, m_hi - i0);
+                                /* pack A[i0:+mc, k0:+kc] as 6-high row panels (zero-padded) */
+                                ac_pack_a_kernel_C_D(Apack, A, A_base, k0, kc, i0, mc);
+                                for (long jr = 0; jr < nc; jr += 16) {
+                                    for (long ir = 0; ir < mc; ir += 6) {
+                                        const float* restrict ap = Apack + ir * kc;
+                                        const float* restrict bp = Bpack + jr * kc;
+                                        const long rows = AC_MIN(6, mc - ir), cols = AC_MIN(16, nc - jr);
+                                        for (long r = 0; r < rows; ++r) {
+                                            long c = 0;
+                                            __builtin_prefetch(&C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
+                                            c = cols - 1;
+                                            __builtin_prefetch(&C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
                                         }
-                                    }
-                                    if (k0 == 0 && k0 + kc >= 1024) {
-                                        if (rows == 6 && cols == 16) {    /* a full tile */
+                                        float acc[6][16] = {{0.0f}};
+                                        for (long p = 0; p < kc; ++p) {
                                             #pragma GCC unroll 6
                                             for (long r = 0; r < 6; ++r) {
                                                 #pragma omp simd
-                                                for (long c = 0; c < 16; ++c) {
-                                                    const float v = acc[r][c];
-                                                    const float D_v = ac_relu(v);
-                                                    D[D_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = D_v;
-                                                }
-                                            }
-                                        } else {
-                                            for (long r = 0; r < rows; ++r) {
-                                                #pragma omp simd
-                                                for (long c = 0; c < cols; ++c) {
-                                                    const float v = acc[r][c];
-                                                    const float D_v = ac_relu(v);
-                                                    D[D_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = D_v;
-                                                }
+                                                for (long c = 0; c < 16; ++c) acc[r][c] += ap[p * 6 + r] * bp[p * 16 + c];
                                             }
                                         }
-                                    } else if (k0 == 0 && k0 + kc < 1024) {
-                                        if (rows == 6 && cols == 16) {    /* a full tile */
-                                            #pragma GCC unroll 6
-                                            for (long r = 0; r < 6; ++r) {
-                                                #pragma omp simd
-                                                for (long c = 0; c < 16; ++c) {
-                                                    const float v = acc[r][c];
-                                                    C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = v;
+                                        if (k0 == 0 && k0 + kc >= 1024) {
+                                            if (rows == 6 && cols == 16) {    /* a full tile */
+                                                #pragma GCC unroll 6
+                                                for (long r = 0; r < 6; ++r) {
+                                                    #pragma omp simd
+                                                    for (long c = 0; c < 16; ++c) {
+                                                        const float v = acc[r][c];
+                                                        const float D_v = ac_relu(v);
+                                                        D[D_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = D_v;
+                                                    }
+                                                }
+                                            } else {
+                                                for (long r = 0; r < rows; ++r) {
+                                                    #pragma omp simd
+                                                    for (long c = 0; c < cols; ++c) {
+                                                        const float v = acc[r][c];
+                                                        const float D_v = ac_relu(v);
+                                                        D[D_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = D_v;
+                                                    }
                                                 }
                                             }
-                                        } else {
-                                            for (long r = 0; r < rows; ++r) {
-                                                #pragma omp simd
-                                                for (long c = 0; c < cols; ++c) {
-                                                    const float v = acc[r][c];
-                                                    C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = v;
+                                        } else if (k0 == 0 && k0 + kc < 1024) {
+                                            if (rows == 6 && cols == 16) {    /* a full tile */
+                                                #pragma GCC unroll 6
+                                                for (long r = 0; r < 6; ++r) {
+                                                    #pragma omp simd
+                                                    for (long c = 0; c < 16; ++c) {
+                                                        const float v = acc[r][c];
+                                                        C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = v;
+                                                    }
+                                                }
+                                            } else {
+                                                for (long r = 0; r < rows; ++r) {
+                                                    #pragma omp simd
+                                                    for (long c = 0; c < cols; ++c) {
+                                                        const float v = acc[r][c];
+                                                        C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = v;
+                                                    }
                                                 }
                                             }
-                                        }
-                                    } else if (k0 > 0 && k0 + kc >= 1024) {
-                                        if (rows == 6 && cols == 16) {    /* a full tile */
-                                            #pragma GCC unroll 6
-                                            for (long r = 0; r < 6; ++r) {
-                                                #pragma omp simd
-                                                for (long c = 0; c < 16; ++c) {
-                                                    const float v = acc[r][c] + C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)];
-                                                    const float D_v = ac_relu(v);
-                                                    D[D_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = D_v;
+                                        } else if (k0 > 0 && k0 + kc >= 1024) {
+                                            if (rows == 6 && cols == 16) {    /* a full tile */
+                                                #pragma GCC unroll 6
+                                                for (long r = 0; r < 6; ++r) {
+                                                    #pragma omp simd
+                                                    for (long c = 0; c < 16; ++c) {
+                                                        const float v = acc[r][c] + C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)];
+                                                        const float D_v = ac_relu(v);
+                                                        D[D_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = D_v;
+                                                    }
+                                                }
+                                            } else {
+                                                for (long r = 0; r < rows; ++r) {
+                                                    #pragma omp simd
+                                                    for (long c = 0; c < cols; ++c) {
+                                                        const float v = acc[r][c] + C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)];
+                                                        const float D_v = ac_relu(v);
+                                                        D[D_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = D_v;
+                                                    }
                                                 }
                                             }
-                                        } else {
-                                            for (long r = 0; r < rows; ++r) {
-                                                #pragma omp simd
-                                                for (long c = 0; c < cols; ++c) {
-                                                    const float v = acc[r][c] + C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)];
-                                                    const float D_v = ac_relu(v);
-                                                    D[D_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = D_v;
+                                        } else if (k0 > 0 && k0 + kc < 1024) {
+                                            if (rows == 6 && cols == 16) {    /* a full tile */
+                                                #pragma GCC unroll 6
+                                                for (long r = 0; r < 6; ++r) {
+                                                    #pragma omp simd
+                                                    for (long c = 0; c < 16; ++c) {
+                                                        const float v = acc[r][c] + C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)];
+                                                        C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = v;
+                                                    }
                                                 }
-                                            }
-                                        }
-                                    } else if (k0 > 0 && k0 + kc < 1024) {
-                                        if (rows == 6 && cols == 16) {    /* a full tile */
-                                            #pragma GCC unroll 6
-                                            for (long r = 0; r < 6; ++r) {
-                                                #pragma omp simd
-                                                for (long c = 0; c < 16; ++c) {
-                                                    const float v = acc[r][c] + C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)];
-                                                    C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = v;
-                                                }
-                                            }
-                                        } else {
-                                            for (long r = 0; r < rows; ++r) {
-                                                #pragma omp simd
-                                                for (long c = 0; c < cols; ++c) {
-                                                    const float v = acc[r][c] + C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)];
-                                                    C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = v;
+                                            } else {
+                                                for (long r = 0; r < rows; ++r) {
+                                                    #pragma omp simd
+                                                    for (long c = 0; c < cols; ++c) {
+                                                        const float v = acc[r][c] + C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)];
+                                                        C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)] = v;
+                                                    }
                                                 }
                                             }
                                         }
