@@ -27,10 +27,10 @@ proves legal:
   into contiguous zero-padded 16-wide column panels, per (mc, kc) block A into 6-high row
   panels, and a 6x16 microkernel accumulates in a local array (j innermost, contiguous,
   `omp simd`) and adds it to C (edge tiles store only their valid part). `parallel` on a
-  batch, i or j loop opens one parallel region whose threads claim work units one at a time
+  batch, i or j loop opens one parallel region whose threads share work units
   (`packed_partition`: batch items, or chunks of N or M micro-panels, chosen per thread count
-  from a table in the file; each thread packs its own panels into scratch kept between
-  calls). The kernel's other statements (producers, epilogues) run in program order, each
+  from a table in the file): each thread runs its own contiguous share, then takes what is
+  left of the others'; each packs its own panels into scratch kept between calls). The kernel's other statements (producers, epilogues) run in program order, each
   over its full nest (no longer fused into the GEMM's last k tile).
 
 Annotations: `parallel` → `#pragma omp parallel for` on the outermost annotated loop
@@ -324,12 +324,13 @@ def packed_blocks(pk: Packed, block_of) -> tuple[int, int, int]:
     return (min(-(-mc // mr) * mr, pk.size("m")) if mc >= mr else mc), -(-nc // nr) * nr, kc
 
 
-# Threads share a packed contraction as work units claimed one at a time (dynamic), so that
-# a thread whose core another process holds takes fewer units instead of holding the others
-# at the region's end (a static halves split of a 2.4 ms conv ran 0.9x on 2 threads whenever
-# another process woke on a core: the woken thread preempted its sibling and the halves ran
-# one after the other). The unit grid is chosen per thread count (PARTITION_THREADS entries)
-# by `packed_partition`.
+# Threads share a packed contraction as work units: each thread runs its own contiguous
+# share first, then takes what is left of the others' (codegen below), so that a thread whose
+# core another process holds ends up with fewer units instead of holding the others at the
+# region's end. (Static halves of a 2.4 ms conv ran 0.9x on 2 threads whenever another
+# process was running: the woken worker thread preempted the master on its core and the
+# halves ran one after the other.) The unit grid is chosen per thread count by
+# `packed_partition` and emitted as a table (PARTITION_THREADS entries).
 PARTITION_THREADS = 32
 # Of a unit's work, what a thread may lose to another process (a time slice): the makespan
 # penalty that favours more, smaller units (`packed_partition`). Small: on an idle machine
