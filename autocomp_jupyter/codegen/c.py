@@ -30,8 +30,9 @@ proves legal:
   batch, i or j loop opens one parallel region whose threads share work units
   (`packed_partition`: batch items, or chunks of N or M micro-panels, chosen per thread count
   from a table in the file): each thread runs its own contiguous share, then takes what is
-  left of the others', packing its own panels into scratch kept between calls. The kernel's other statements (producers, epilogues) run in program order, each
-  over its full nest (no longer fused into the GEMM's last k tile).
+  left of the others', packing its own panels into scratch kept between calls. The
+  kernel's other statements (producers, epilogues) run in program order, each over its
+  full nest (no longer fused into the GEMM's last k tile).
 
 Annotations: `parallel` → `#pragma omp parallel for` on the outermost annotated loop
 (with `collapse` over directly nested annotated loops of constant bounds); `vectorize` →
