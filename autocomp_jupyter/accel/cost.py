@@ -827,6 +827,7 @@ def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
         linear = all(c == step * math.prod(ext[x] for x, _ in live[i + 1:]) for i, (_, c) in enumerate(live))
         if linear:
             return HOST_COPY_RUN if step == 1 else HOST_COPY_STRIDED
+        # an offset table: panels of NR consecutive offsets copy as runs, the rest element-wise
         grids = np.meshgrid(*[np.arange(ext[l]) for l in loops], indexing="ij")
         table = sum(c * g for c, g in zip(cs, grids)).reshape(-1)
         nr = pk.micro[1]
@@ -896,8 +897,8 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     lanes = compute.vector_width("f32")
     mpan, npan = math.ceil(M / mr), math.ceil(N / nr)
     # threads: the work units codegen/c.py's packed path chooses for this many threads
-    # (`packed_partition`, per cache block nc), claimed dynamically: on an idle machine the
-    # busiest thread runs ceil(units / T) of them, plus its part of the packing the cut adds
+    # (`packed_partition`, per cache block nc), each thread its own share: on an idle machine
+    # the busiest thread runs ceil(units / T) of them, plus its part of the packing the cut adds
     from ..codegen.c import packed_partition
     par = parallel[:, [index[anchors[l]] for l in pk.batch + pk.m + pk.n if l in anchors]].any(axis=1)
     T = np.where(par, compute.units, 1)
