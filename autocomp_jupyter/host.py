@@ -198,6 +198,10 @@ def run_compiled(compiled: Compiled, inputs: Mapping[str, np.ndarray], repeats: 
         env = dict(os.environ)
         if threads is not None:
             env["OMP_NUM_THREADS"] = str(int(threads))
+        # The driver uses numpy for I/O only: no BLAS pool. An idle OpenBLAS pool spins for
+        # ~0.1 s after numpy loads, holding a core while the generated code is timed (measured:
+        # conv 3x3 64ch, 2 threads, 2.41 ms with the pool, 1.26 ms without; 2.40 on 1 thread).
+        env.update(OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
         # Threads that finish their static share sleep at the region's end instead of spinning:
         # on a core shared with another process a spinning thread takes the time its slower
         # sibling needs (measured: conv 3x3 64ch, 2 threads, one core busy: 10 ms spinning vs
