@@ -164,10 +164,13 @@ QUIET_POOLS = {"OMP_WAIT_POLICY": "passive", "OPENBLAS_THREAD_TIMEOUT": "4", "TV
 LIBRARIES = ("generated", "numpy", "naive", "tvm")
 
 
-def worker_env(threads: int) -> dict:
-    """The environment of a worker running `threads` threads (set before any library loads)."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
-               MKL_NUM_THREADS=str(threads), TVM_NUM_THREADS=str(threads))
+def worker_env(library: str, threads: int) -> dict:
+    """The environment of `library`'s worker running `threads` threads (set before any library
+    loads). The compiled-C workers load numpy for their arrays only: no BLAS pool there (an
+    idle OpenBLAS pool spins after numpy loads, as autocomp_jupyter.host's driver found)."""
+    blas = threads if library in ("numpy", "tvm") else 1
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(blas),
+               MKL_NUM_THREADS=str(blas), TVM_NUM_THREADS=str(threads))
     env.update(QUIET_POOLS)
     return env
 
@@ -210,7 +213,7 @@ class Worker:
         self.library = library
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", library, str(threads),
                                       job_path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=worker_env(threads))
+                                     stderr=subprocess.PIPE, text=True, env=worker_env(library, threads))
         line = self.proc.stdout.readline()
         if not line:
             err = self.proc.stderr.read().strip().splitlines()
