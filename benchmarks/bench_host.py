@@ -210,13 +210,17 @@ class Worker:
     """A running `worker` process (one library, one thread count), driven over a pipe."""
 
     def __init__(self, library: str, threads: int, job_path: str):
+        import tempfile
+
         self.library = library
+        self.stderr = tempfile.TemporaryFile("w+")     # a file, not a pipe: warnings never block the worker
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", library, str(threads),
                                       job_path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=worker_env(library, threads))
+                                     stderr=self.stderr, text=True, env=worker_env(library, threads))
         line = self.proc.stdout.readline()
         if not line:
-            err = self.proc.stderr.read().strip().splitlines()
+            self.stderr.seek(0)
+            err = self.stderr.read().strip().splitlines()
             raise RuntimeError(f"{library} worker failed: {err[-1] if err else self.proc.wait()}")
         hello = json.loads(line)
         self.kernels, self.affinity, self.error = set(hello["ready"]), hello["affinity"], hello["error"]
@@ -234,6 +238,7 @@ class Worker:
         except OSError:
             pass
         self.proc.wait(timeout=60)
+        self.stderr.close()
 
 
 def run_side_by_side(threads: int, rounds: int, job: dict, libraries=LIBRARIES) -> dict:
