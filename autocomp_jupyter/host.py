@@ -245,6 +245,25 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def predicted_time(plan, target=None, threads: int | None = None) -> float:
+    """The host model's seconds for `plan` run on `threads` threads (default
+    `default_threads()`): the target's cores set to `threads`, and no parallel loops on one
+    thread, as the generated code runs (codegen/c.py: units cut for the thread count)."""
+    import dataclasses
+
+    from .accel.cost import evaluate_program
+    from .accel.target import load_target
+
+    target = load_target("host") if target is None else target
+    threads = default_threads() if threads is None else int(threads)
+    if threads > 1 and target.compute.units != threads:
+        target = dataclasses.replace(target, compute=dataclasses.replace(target.compute, units=threads))
+    schedules = plan.schedules
+    if threads == 1:
+        schedules = tuple(dataclasses.replace(s, annotations={**s.annotations, "parallel": ()}) for s in schedules)
+    return float(evaluate_program(schedules, target).total.time_s)
+
+
 def _inputs_for(plan, seed: int):
     from .interp import random_inputs
 
@@ -257,8 +276,9 @@ def measure_plan(plan, target=None, repeats: int = 5, threads: int | None = None
 
     Returns {"measured_time_s": median seconds of program_run, "per_kernel": {kernel:
     median seconds}, "matches_interpreter": bool, "max_abs_error": float, "reason": str,
-    "repeats": int, "threads": int, "source_path": str}. `threads` (OpenMP threads of the
-    run): default `default_threads()`.
+    "repeats": int, "threads": int, "source_path": str, "predicted_time_s": the host
+    model's seconds on that many threads (`predicted_time`)}. `threads` (OpenMP threads of
+    the run): default `default_threads()`.
     """
     from .interp import compare_outputs, run
     from .limits import check_memory_budget
@@ -274,7 +294,9 @@ def measure_plan(plan, target=None, repeats: int = 5, threads: int | None = None
     outputs, timing = run_compiled(compiled, inputs, repeats=repeats, threads=threads, timeout=timeout)
     report = {"measured_time_s": timing["median_s"], "per_kernel": timing["per_kernel"],
               "matches_interpreter": None, "max_abs_error": None, "reason": "", "repeats": repeats,
-              "threads": threads, "source_path": str(compiled.source_path)}
+              "threads": threads, "source_path": str(compiled.source_path),
+              "predicted_time_s": predicted_time(plan, target if target is not None and target.name == "host" else None,
+                                                 threads)}
     if check:
         expected = run(plan.program, inputs)
         verdict = compare_outputs(plan.program, expected, outputs)

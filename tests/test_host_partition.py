@@ -125,6 +125,15 @@ def test_host_model_follows_the_partition():
     assert many < one * (ideal + 0.05) and many > one * ideal * 0.9
 
 
+def test_predicted_time_follows_the_thread_count():
+    """host.predicted_time (the `predicted_time_s` measure_plan reports beside its
+    `threads`): the model on that many threads, no parallel loops on one."""
+    src, tile = SHAPES["conv_batch1_64ch"]
+    plan = plan_of(src, tile, threads=2)
+    one, two, four = (host.predicted_time(plan, None, t) for t in (1, 2, 4))
+    assert 0.45 * one < two < 0.6 * one and 0.2 * one < four < two
+
+
 def math_ceil(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -153,6 +162,7 @@ def test_generated_code_matches_interpreter_on_1_2_3_threads(name, threads):
     report = host.measure_plan(plan, repeats=1, threads=threads)
     assert report["matches_interpreter"], report["reason"]
     assert report["threads"] == threads
+    assert report["predicted_time_s"] == pytest.approx(host.predicted_time(plan_of(src, tile, threads=2), None, threads))
 
 
 @needs_cc
