@@ -22,7 +22,8 @@ Every library runs in a process of its own per thread count (`worker`), its thre
 fixed before it loads (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS,
 TVM_NUM_THREADS; one thread, then all the cores this process may use) and its idle threads
 made to sleep rather than spin (OMP_WAIT_POLICY=passive as autocomp_jupyter.host runs the
-generated C, OPENBLAS_THREAD_TIMEOUT=4, TVM_THREAD_POOL_SPIN_COUNT=0). In one process, a
+generated C, OPENBLAS_THREAD_TIMEOUT=4, TVM_THREAD_POOL_SPIN_COUNT=0); the C's threads are
+bound one per core as autocomp_jupyter.host runs them (TVM binds its own by default). In one process, a
 library whose pool spins after its call (OpenBLAS spins ~0.1 s) holds a core while the next
 library runs: the generated C measured 1.0x with "2 threads" that way. Each worker checks
 that it may use the cores it is given (`os.sched_getaffinity`) and reports, per kernel, the
@@ -172,6 +173,8 @@ def worker_env(library: str, threads: int) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(blas),
                MKL_NUM_THREADS=str(blas), TVM_NUM_THREADS=str(threads))
     env.update(QUIET_POOLS)
+    if library in ("generated", "naive") and threads > 1:    # bound, as autocomp_jupyter.host runs the C
+        env.update(OMP_PROC_BIND="true", OMP_PLACES="cores")
     return env
 
 
