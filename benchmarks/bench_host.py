@@ -22,10 +22,11 @@ Every library runs in a process of its own per thread count (`worker`), its thre
 fixed before it loads (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS,
 TVM_NUM_THREADS; one thread, then all the cores this process may use) and its idle threads
 made to sleep rather than spin (OMP_WAIT_POLICY=passive as autocomp_jupyter.host runs the
-generated C, OPENBLAS_THREAD_TIMEOUT=4, TVM_THREAD_POOL_SPIN_COUNT=0); the C's threads are
-bound one per core as autocomp_jupyter.host runs them (TVM binds its own by default). In one process, a
-library whose pool spins after its call (OpenBLAS spins ~0.1 s) holds a core while the next
-library runs: the generated C measured 1.0x with "2 threads" that way. Each worker checks
+generated C, OPENBLAS_THREAD_TIMEOUT=4, TVM_THREAD_POOL_SPIN_COUNT=0); the C's threads
+are bound one per core as autocomp_jupyter.host runs them (TVM binds its own by default).
+In one process, a library whose pool spins after its call (OpenBLAS spins ~0.1 s) holds a
+core while the next library runs: the generated C measured 1.0x with "2 threads" that way,
+and the compiled-C workers load numpy without a BLAS pool for the same reason. Each worker checks
 that it may use the cores it is given (`os.sched_getaffinity`) and reports, per kernel, the
 process's CPU time over wall time: the cores a call actually kept busy (~1 with one thread,
 up to the thread count when it scales). The parent drives the rounds: each round calls
