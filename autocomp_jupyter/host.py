@@ -202,7 +202,7 @@ def run_compiled(compiled: Compiled, inputs: Mapping[str, np.ndarray], repeats: 
         # ~0.1 s after numpy loads, holding a core while the generated code is timed (measured:
         # conv 3x3 64ch, 2 threads, 2.41 ms with the pool, 1.26 ms without; 2.40 on 1 thread).
         env.update(OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        # Threads that finish their static share sleep at the region's end instead of spinning:
+        # Threads that finish their share sleep at the region's end instead of spinning:
         # on a core shared with another process a spinning thread takes the time its slower
         # sibling needs (measured: conv 3x3 64ch, 2 threads, one core busy: 10 ms spinning vs
         # 3.3 ms passive; 2.7 ms on one thread).
