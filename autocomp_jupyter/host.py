@@ -198,11 +198,22 @@ def run_compiled(compiled: Compiled, inputs: Mapping[str, np.ndarray], repeats: 
         env = dict(os.environ)
         if threads is not None:
             env["OMP_NUM_THREADS"] = str(int(threads))
-        # Threads that finish their static share sleep at the region's end instead of spinning:
+        # The driver uses numpy for I/O only: no BLAS pool. An idle OpenBLAS pool spins for
+        # ~0.1 s after numpy loads, holding a core while the generated code is timed (measured:
+        # conv 3x3 64ch, 2 threads, 2.41 ms with the pool, 1.26 ms without; 2.40 on 1 thread).
+        env.update(OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        # Threads that finish their share sleep at the region's end instead of spinning:
         # on a core shared with another process a spinning thread takes the time its slower
         # sibling needs (measured: conv 3x3 64ch, 2 threads, one core busy: 10 ms spinning vs
         # 3.3 ms passive; 2.7 ms on one thread).
         env.setdefault("OMP_WAIT_POLICY", "passive")
+        # Several threads: one per core, bound. A sleeping worker woken unbound while another
+        # process holds the other core is put on its waker's core, and the two run one after
+        # the other (measured: conv 3x3 64ch, 2 threads, load ~1.6: 2.42 ms unbound, 1.29
+        # bound; 2.40 on one thread). One thread stays free to move to whichever core is idle.
+        if threads is not None and int(threads) > 1:
+            env.setdefault("OMP_PROC_BIND", "true")
+            env.setdefault("OMP_PLACES", "cores")
         try:
             proc = subprocess.run([sys.executable, str(tmp / "driver.py"), str(tmp / "job.json")],
                                   capture_output=True, text=True, timeout=timeout, env=env)
@@ -241,6 +252,25 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def predicted_time(plan, target=None, threads: int | None = None) -> float:
+    """The host model's seconds for `plan` run on `threads` threads (default
+    `default_threads()`): the target's cores set to `threads`, and no parallel loops on one
+    thread, as the generated code runs (codegen/c.py: units cut for the thread count)."""
+    import dataclasses
+
+    from .accel.cost import evaluate_program
+    from .accel.target import load_target
+
+    target = load_target("host") if target is None else target
+    threads = default_threads() if threads is None else int(threads)
+    if threads > 1 and target.compute.units != threads:
+        target = dataclasses.replace(target, compute=dataclasses.replace(target.compute, units=threads))
+    schedules = plan.schedules
+    if threads == 1:
+        schedules = tuple(dataclasses.replace(s, annotations={**s.annotations, "parallel": ()}) for s in schedules)
+    return float(evaluate_program(schedules, target).total.time_s)
+
+
 def _inputs_for(plan, seed: int):
     from .interp import random_inputs
 
@@ -253,8 +283,9 @@ def measure_plan(plan, target=None, repeats: int = 5, threads: int | None = None
 
     Returns {"measured_time_s": median seconds of program_run, "per_kernel": {kernel:
     median seconds}, "matches_interpreter": bool, "max_abs_error": float, "reason": str,
-    "repeats": int, "threads": int, "source_path": str}. `threads` (OpenMP threads of the
-    run): default `default_threads()`.
+    "repeats": int, "threads": int, "source_path": str, "predicted_time_s": the host
+    model's seconds on that many threads (`predicted_time`)}. `threads` (OpenMP threads of
+    the run): default `default_threads()`.
     """
     from .interp import compare_outputs, run
     from .limits import check_memory_budget
@@ -270,7 +301,9 @@ def measure_plan(plan, target=None, repeats: int = 5, threads: int | None = None
     outputs, timing = run_compiled(compiled, inputs, repeats=repeats, threads=threads, timeout=timeout)
     report = {"measured_time_s": timing["median_s"], "per_kernel": timing["per_kernel"],
               "matches_interpreter": None, "max_abs_error": None, "reason": "", "repeats": repeats,
-              "threads": threads, "source_path": str(compiled.source_path)}
+              "threads": threads, "source_path": str(compiled.source_path),
+              "predicted_time_s": predicted_time(plan, target if target is not None and target.name == "host" else None,
+                                                 threads)}
     if check:
         expected = run(plan.program, inputs)
         verdict = compare_outputs(plan.program, expected, outputs)

@@ -1,6 +1,6 @@
 """Host benchmark (not a test): generated C against the field's libraries, one thread and all cores.
 
-    python benchmarks/bench_host.py [--quick] [--tune N] [--threads N]
+    python benchmarks/bench_host.py [--quick] [--tune N] [--threads N] [--rounds N]
 
 For each kernel — GEMM 1024^3, the tall GEMM M=4096 K=1024 N=256, conv 3x3 64->64 ch 56x56
 pad 1, a depthwise 3x3 (64 ch, 56x56, pad 1) and a BERT FFN linear layer (128 tokens,
@@ -18,14 +18,24 @@ pad 1, a depthwise 3x3 (64 ch, 56x56, pad 1) and a BERT FFN linear layer (128 to
   predicted / fastest run (on a shared machine other processes only add time, so the
   fastest of the rounds is the nearest to what the model describes: the code alone).
 
-All three libraries run side by side in one child process per thread count, their thread
-counts fixed before they load (OPENBLAS_NUM_THREADS, TVM_NUM_THREADS; OMP_NUM_THREADS for
-the C): one thread, then all the cores this process may use. Each round calls every
-library's kernel once, interleaved, so on a shared machine all of them see the same load;
-times are medians over the rounds and the ratios in the last lines come from this one
+Every library runs in a process of its own per thread count (`worker`), its thread count
+fixed before it loads (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS,
+TVM_NUM_THREADS; one thread, then all the cores this process may use) and its idle threads
+made to sleep rather than spin (OMP_WAIT_POLICY=passive as autocomp_jupyter.host runs the
+generated C, OPENBLAS_THREAD_TIMEOUT=4, TVM_THREAD_POOL_SPIN_COUNT=0); the C's threads
+are bound one per core as autocomp_jupyter.host runs them (TVM binds its own by default).
+In one process, a library whose pool spins after its call (OpenBLAS spins ~0.1 s) holds a
+core while the next library runs: the generated C measured 1.0x with "2 threads" that way,
+and the compiled-C workers load numpy without a BLAS pool for the same reason. Each worker checks
+that it may use the cores it is given (`os.sched_getaffinity`) and reports, per kernel, the
+process's CPU time over wall time: the cores a call actually kept busy (~1 with one thread,
+up to the thread count when it scales). The parent drives the rounds: each round calls
+every library's kernel once, interleaved, so on a shared machine all of them see the same
+load; times are medians over the rounds and the ratios in the last lines come from this one
 run. The load average is printed before and after each table: all-core figures are only as
 good as the cores other processes leave. The generated C is also run once through
-`autocomp_jupyter.host` to check it against the interpreter.
+`autocomp_jupyter.host.measure_plan` (the product's `--measure --threads N` path) to check it
+against the interpreter.
 """
 from __future__ import annotations
 
@@ -136,8 +146,8 @@ def _tvm_target(tvm):
         return tvm.target.Target("llvm")
 
 
-def generated_kernels(job: list) -> dict:
-    """name -> callable running the compiled generated C (ctypes, in this process)."""
+def compiled_kernels(job: list) -> dict:
+    """name -> callable running a compiled plan's `program_run` (ctypes, in this process)."""
     import ctypes
 
     out = {}
@@ -150,50 +160,147 @@ def generated_kernels(job: list) -> dict:
     return out
 
 
-def worker(threads: int, repeats: int, job_path: str) -> None:
-    """Child process: time the generated C, numpy and TVM side by side, interleaved call by
-    call (each round runs every library's kernel once, after one warm-up each), so that all
-    three see the same share of a busy machine; print {library: {name: [seconds...]}}."""
+# Idle threads sleep instead of spinning, so that no library's pool holds a core another
+# library's call is timed on (see the module docstring).
+QUIET_POOLS = {"OMP_WAIT_POLICY": "passive", "OPENBLAS_THREAD_TIMEOUT": "4", "TVM_THREAD_POOL_SPIN_COUNT": "0"}
+LIBRARIES = ("generated", "numpy", "naive", "tvm")
+
+
+def worker_env(library: str, threads: int) -> dict:
+    """The environment of `library`'s worker running `threads` threads (set before any library
+    loads). The compiled-C workers load numpy for their arrays only: no BLAS pool there (an
+    idle OpenBLAS pool spins after numpy loads, as autocomp_jupyter.host's driver found)."""
+    blas = threads if library in ("numpy", "tvm") else 1
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(blas),
+               MKL_NUM_THREADS=str(blas), TVM_NUM_THREADS=str(threads))
+    env.update(QUIET_POOLS)
+    if library in ("generated", "naive") and threads > 1:    # bound, as autocomp_jupyter.host runs the C
+        env.update(OMP_PROC_BIND="true", OMP_PLACES="cores")
+    return env
+
+
+def worker(library: str, threads: int, job_path: str) -> None:
+    """Child process for one library at one thread count: load its kernels, warm each up
+    once, print one JSON line {"ready": ..., "affinity": [...]}, then for each kernel name
+    read on stdin run it once and print {"s": wall seconds, "cpu": process CPU seconds}."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     with open(job_path) as f:
         job = json.load(f)
-    libs = {"generated": generated_kernels(job), "numpy": numpy_kernels()}
+    kernels: dict = {}
+    error = ""
     try:
-        libs["tvm"] = tvm_kernels(threads)
-    except ImportError:
-        pass
-    times = {lib: {name: [] for name in fns} for lib, fns in libs.items()}
-    for fns in libs.values():
-        for fn in fns.values():
-            fn()
-    for _ in range(repeats):
-        for name in KERNELS:
-            for lib, fns in libs.items():
-                if name in fns:
-                    t = time.perf_counter()
-                    fns[name]()
-                    times[lib][name].append(time.perf_counter() - t)
-    print(json.dumps(times))
+        if library in ("generated", "naive"):
+            kernels = compiled_kernels(job[library])
+        elif library == "numpy":
+            kernels = numpy_kernels()
+        elif library == "tvm":
+            kernels = tvm_kernels(threads)
+    except ImportError as exc:
+        error = f"{library} unavailable: {exc}"
+    for fn in kernels.values():
+        fn()
+    print(json.dumps({"ready": sorted(kernels), "affinity": cores, "error": error}), flush=True)
+    for line in sys.stdin:
+        name = line.strip()
+        if not name:
+            break
+        c, t = time.process_time(), time.perf_counter()
+        kernels[name]()
+        t, c = time.perf_counter() - t, time.process_time() - c
+        print(json.dumps({"s": t, "cpu": c}), flush=True)
 
 
-def run_worker(threads: int, repeats: int, job: list) -> dict:
-    """{library: {name: (median, fastest) seconds}} from one side-by-side child (`worker`)."""
+class Worker:
+    """A running `worker` process (one library, one thread count), driven over a pipe."""
+
+    def __init__(self, library: str, threads: int, job_path: str):
+        import tempfile
+
+        self.library = library
+        self.stderr = tempfile.TemporaryFile("w+")     # a file, not a pipe: warnings never block the worker
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", library, str(threads),
+                                      job_path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.stderr, text=True, env=worker_env(library, threads))
+        line = self.proc.stdout.readline()
+        if not line:
+            self.stderr.seek(0)
+            err = self.stderr.read().strip().splitlines()
+            raise RuntimeError(f"{library} worker failed: {err[-1] if err else self.proc.wait()}")
+        hello = json.loads(line)
+        self.kernels, self.affinity, self.error = set(hello["ready"]), hello["affinity"], hello["error"]
+
+    def run(self, name: str) -> tuple[float, float]:
+        self.proc.stdin.write(name + "\n")
+        self.proc.stdin.flush()
+        reply = json.loads(self.proc.stdout.readline())
+        return reply["s"], reply["cpu"]
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.write("\n")
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        self.proc.wait(timeout=60)
+        self.stderr.close()
+
+
+def run_side_by_side(threads: int, rounds: int, job: dict, libraries=LIBRARIES) -> dict:
+    """{library: {name: {"median", "fastest", "cores"}}}: every library's kernels, one
+    process per library (`worker`), interleaved call by call for `rounds` rounds; "cores"
+    is the process CPU time over the wall time, summed over the rounds."""
     import tempfile
 
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
-               TVM_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    env.setdefault("OMP_WAIT_POLICY", "passive")     # as autocomp_jupyter.host runs generated code
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(job, f)
+    workers = {}
     try:
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", str(threads), str(repeats),
-                               f.name], capture_output=True, text=True, env=env, timeout=3600)
+        for lib in libraries:
+            try:
+                w = Worker(lib, threads, f.name)
+            except RuntimeError as exc:
+                print(f"  ({exc})")
+                continue
+            if w.error:
+                print(f"  ({w.error})")
+            if len(w.affinity) < threads:
+                print(f"  (warning: the {lib} worker may use only cores {w.affinity}, fewer than {threads} threads)")
+            workers[lib] = w
+        raw = {lib: {name: [] for name in w.kernels} for lib, w in workers.items()}
+        for _ in range(rounds):
+            for name in KERNELS:
+                for lib, w in workers.items():
+                    if name in w.kernels:
+                        raw[lib][name].append(w.run(name))
     finally:
+        for w in workers.values():
+            w.close()
         os.unlink(f.name)
-    if proc.returncode != 0:
-        print(f"  (worker failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode})")
-        return {}
-    raw = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {lib: {name: (float(np.median(ts)), float(min(ts))) for name, ts in per.items()} for lib, per in raw.items()}
+    return {lib: {name: {"median": float(np.median([s for s, _ in runs])), "fastest": float(min(s for s, _ in runs)),
+                         "cores": sum(c for _, c in runs) / sum(s for s, _ in runs)}
+                  for name, runs in per.items() if runs}
+            for lib, per in raw.items()}
+
+
+def parse_args(argv):
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="bench_host.py", description="Generated C against numpy (OpenBLAS), naive C and TVM on this CPU, "
+        "one thread and all cores (GFLOP/s tables; a benchmark, not a test).")
+    parser.add_argument("--quick", action="store_true", help="tune 50, 5 rounds, naive C only for the small kernels")
+    parser.add_argument("--tune", type=int, default=None, metavar="N",
+                        help="configurations the tuner evaluates (default 300, 50 with --quick; 0: rules only)")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="the all-cores thread count (default: the cores this process may use)")
+    parser.add_argument("--rounds", type=int, default=None, metavar="N",
+                        help="side-by-side rounds per table (default 11, 5 with --quick)")
+    args = parser.parse_args(argv)
+    for flag in ("tune", "threads", "rounds"):
+        value = getattr(args, flag)
+        if value is not None and value < (0 if flag == "tune" else 1):
+            parser.error(f"--{flag} must be {'>= 0' if flag == 'tune' else '>= 1'}, got {value}")
+    return args
 
 
 def main(argv) -> None:
@@ -201,58 +308,68 @@ def main(argv) -> None:
     from autocomp_jupyter import host
     from autocomp_jupyter.accel.cost import naive_schedule
     from autocomp_jupyter.accel.target import load_target
+    from autocomp_jupyter.codegen.c import buffer_layout, tensor_of
     from autocomp_jupyter.dsl import parse
-    from autocomp_jupyter.result import Plan
     from autocomp_jupyter.ir.schedule import kernels_unfused
+    from autocomp_jupyter.result import Plan
 
-    quick = "--quick" in argv
-    tune = int(argv[argv.index("--tune") + 1]) if "--tune" in argv else (50 if quick else 300)
-    cores = int(argv[argv.index("--threads") + 1]) if "--threads" in argv else host.default_threads()
-    repeats = 5 if quick else 11
+    args = parse_args(argv)
+    quick = args.quick
+    tune = args.tune if args.tune is not None else (50 if quick else 300)
+    cores = args.threads or host.default_threads()
+    rounds = args.rounds or (5 if quick else 11)
     target = load_target("host")
     print(f"# bench_host  {time.strftime('%Y-%m-%dT%H:%M:%S')}  cores usable: {host.default_threads()}  "
           f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  tune={tune}")
-    plans = {}
-    for name, (src, _) in KERNELS.items():
-        res = autocomp.optimize(src, target="host", tune=tune, seed=0)
-        plans[name] = res.after
-    from autocomp_jupyter.codegen.c import buffer_layout, tensor_of
+    plans, naive_plans = {}, {}
+    for name, (src, flops) in KERNELS.items():
+        plans[name] = autocomp.optimize(src, target="host", tune=tune, seed=0).after
+        if not quick or flops < 1e9:
+            program = parse(src)
+            kernels = kernels_unfused(program)
+            naive_plans[name] = Plan(program, kernels, tuple(naive_schedule(k, target) for k in kernels))
 
-    job = []
-    for name, plan in plans.items():
-        compiled = host.compile_plan(plan, target)
-        job.append({"name": name, "library": str(compiled.library_path),
-                    "shapes": [list(tensor_of(plan, t).shape) for t, _ in buffer_layout(plan)]})
+    def entries(which: dict) -> list:
+        out = []
+        for name, plan in which.items():
+            compiled = host.compile_plan(plan, target)
+            out.append({"name": name, "library": str(compiled.library_path),
+                        "shapes": [list(tensor_of(plan, t).shape) for t, _ in buffer_layout(plan)]})
+        return out
+
+    job = {"generated": entries(plans), "naive": entries(naive_plans)}
     figures = {}
     for threads in dict.fromkeys([1, cores]):
         load_before = os.getloadavg()
-        libs = run_worker(threads, repeats, job)
-        print(f"\n## {threads} thread{'s' if threads > 1 else ''}  (GFLOP/s, medians of {repeats} side-by-side "
+        libs = run_side_by_side(threads, rounds, job)
+        print(f"\n## {threads} thread{'s' if threads > 1 else ''}  (GFLOP/s, medians of {rounds} side-by-side "
               f"rounds; load average {' '.join(f'{x:.2f}' for x in load_before)} before, "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} after)\n")
         print("| kernel | generated C | numpy (OpenBLAS) | naive C | TVM simple schedule | model predicted | "
-              "predicted / measured | predicted / fastest |")
-        print("|---|---|---|---|---|---|---|---|")
+              "predicted / measured | predicted / fastest | measure_plan |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        busy = {lib: [] for lib in libs}
         for name, (src, flops) in KERNELS.items():
             plan = plans[name]
-            report = host.measure_plan(plan, target, repeats=1, threads=threads)    # the correctness check
-            t_gen, t_fast = libs.get("generated", {}).get(name) or (report["measured_time_s"],) * 2
+            # the product's own path (`--measure --threads N`): the correctness check, and its time
+            report = host.measure_plan(plan, target, repeats=3, threads=threads)
+            gen = libs.get("generated", {}).get(name)
+            t_gen, t_fast = (gen["median"], gen["fastest"]) if gen else (report["measured_time_s"],) * 2
             predicted = sum(c.time_s for c in _costs(plan, target, threads))
-            t_naive = None
-            if not quick or flops < 1e9:
-                program = parse(src)
-                kernels = kernels_unfused(program)
-                naive = Plan(program, kernels, tuple(naive_schedule(k, target) for k in kernels))
-                t_naive = host.measured_time(naive, repeats=1, threads=threads, timeout=900)
-            numpy_s, tvm_s = (libs.get(lib, {}).get(name, (None,))[0] for lib in ("numpy", "tvm"))
-            cells = [flops / t_gen / 1e9, flops / numpy_s / 1e9 if numpy_s else None,
-                     flops / t_naive / 1e9 if t_naive else None, flops / tvm_s / 1e9 if tvm_s else None,
-                     flops / predicted / 1e9]
+            secs = {lib: libs.get(lib, {}).get(name, {}).get("median") for lib in ("numpy", "naive", "tvm")}
+            for lib, per in libs.items():
+                if name in per:
+                    busy[lib].append(f"{per[name]['cores']:.2f}")
+            cells = [flops / t_gen / 1e9] + [flops / secs[lib] / 1e9 if secs[lib] else None
+                                             for lib in ("numpy", "naive", "tvm")] + [flops / predicted / 1e9]
             text = [f"{c:.1f}" if c else "-" for c in cells]
             ok = "" if report["matches_interpreter"] else " (MISMATCH)"
             print(f"| {name} | {text[0]}{ok} | {text[1]} | {text[2]} | {text[3]} | {text[4]} | {predicted / t_gen:.2f} "
-                  f"| {predicted / t_fast:.2f} |")
-            figures[(name, threads)] = {"gen": t_gen, "numpy": numpy_s, "tvm": tvm_s, "predicted": predicted}
+                  f"| {predicted / t_fast:.2f} | {flops / report['measured_time_s'] / 1e9:.1f} |")
+            figures[(name, threads)] = {"gen": t_gen, "numpy": secs["numpy"], "tvm": secs["tvm"],
+                                        "predicted": predicted, "product": report["measured_time_s"]}
+        print("\ncores kept busy (process CPU time / wall time, per kernel in table order): "
+              + "; ".join(f"{lib} {' '.join(v)}" for lib, v in busy.items()))
     print("\n## ratios (this run)\n")
     for name in KERNELS:
         one = figures[(name, 1)]
@@ -260,15 +377,23 @@ def main(argv) -> None:
         if one["tvm"]:
             line += f", generated / TVM {one['tvm'] / one['gen']:.2f}"
         if (name, cores) in figures and cores > 1:
-            line += f"; {cores} threads / 1 thread {one['gen'] / figures[(name, cores)]['gen']:.2f}x"
+            many = figures[(name, cores)]
+            line += (f"; {cores} threads / 1 thread: generated {one['gen'] / many['gen']:.2f}x "
+                     f"(measure_plan {one['product'] / many['product']:.2f}x)")
+            if one["numpy"] and many["numpy"]:
+                line += f", numpy {one['numpy'] / many['numpy']:.2f}x"
         print(line)
 
 
 def _costs(plan, target, threads):
-    """The host model's per-kernel costs of `plan` (the schedules' parallel annotations; one
-    thread when `threads` is 1)."""
+    """The host model's per-kernel costs of `plan` on `threads` threads (the schedules'
+    parallel annotations, the target's cores set to `threads`; none when `threads` is 1)."""
+    import dataclasses
+
     from autocomp_jupyter.accel.cost import evaluate
 
+    if threads > 1 and target.compute.units != threads:
+        target = dataclasses.replace(target, compute=dataclasses.replace(target.compute, units=threads))
     out = []
     for schedule in plan.schedules:
         if threads == 1:
@@ -284,8 +409,8 @@ def _without_parallel(schedule):
 
 
 if __name__ == "__main__":
-    if "--worker" in sys.argv:
+    if "--worker" in sys.argv:      # internal: one library's process (see `worker`)
         i = sys.argv.index("--worker")
-        worker(int(sys.argv[i + 1]), int(sys.argv[i + 2]), sys.argv[i + 3])
+        worker(sys.argv[i + 1], int(sys.argv[i + 2]), sys.argv[i + 3])
     else:
         main(sys.argv[1:])

@@ -90,7 +90,9 @@ def test_c_is_deterministic_and_follows_the_schedule():
     assert text.count("#pragma omp parallel\n") == 1 and "#pragma omp simd" in text   # one parallel region
     assert "float acc[6][16]" in text                     # the packed GEMM's 6x16 microkernel
     assert "Bpack[" in text and "Apack[" in text          # B panels and A blocks packed
-    assert text.index("ac_relu(") < text.index("free(Bpack);")   # the ReLU in the GEMM's store
+    micro = text.index("float acc[6][16]")
+    assert micro < text.index("ac_relu(", micro) < text.index("program_kernel_names[")   # the ReLU in the GEMM's store
+    assert "__atomic_fetch_add(&next[victim * 8]" in text   # threads claim work units
     assert "ac_relu(C[" not in text                       # not a second pass over C
     assert "void program_run(float* const* buffers)" in text
 

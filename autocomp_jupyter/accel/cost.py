@@ -808,19 +808,15 @@ HOST_MICRO_CALL = 20.0          # a microkernel call: zeroing, prefetching, spil
 HOST_BLOCK_SPILL = 0.25         # microkernel slow-down per cache block that outgrows L2
 
 
-def _host_packed(kernel: Kernel):
-    """(Packed, the statement's loops as anchor-loop indices, B-copy cycles per element, A-copy
-    cycles per element) when host C may run a contraction of this kernel packed; else None."""
-    try:
-        from ..codegen.c import _flat_offsets, packed_contraction
-    except ImportError:  # pragma: no cover
-        return None
-    pk = packed_contraction(kernel)
-    if pk is None:
-        return None
+def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
+    """Cycles to pack one element of the packed contraction `pk`'s A and B operands: straight
+    runs, a constant stride, or offset-table panels (NR consecutive offsets copy as runs,
+    the rest element-wise). Also what codegen/c.py weighs its thread split by."""
     ext = dict(pk.extents)
 
     def copy_cost(access, inner_group: str) -> float:
+        from ..codegen.c import _flat_offsets
+
         coeff, _ = _flat_offsets(kernel, access)
         loops = list(getattr(pk, inner_group))
         if not loops:
@@ -846,6 +842,20 @@ def _host_packed(kernel: Kernel):
     # A's panels are copied MR rows at a time for each k (codegen/c.py packs r innermost):
     # the copy walks A along its m loops
     a_cost = copy_cost(pk.a, "m") if pk.m else HOST_COPY_STRIDED
+    return float(a_cost), float(b_cost)
+
+
+def _host_packed(kernel: Kernel):
+    """(Packed, the statement's loops as anchor-loop indices, B-copy cycles per element, A-copy
+    cycles per element) when host C may run a contraction of this kernel packed; else None."""
+    try:
+        from ..codegen.c import packed_contraction
+    except ImportError:  # pragma: no cover
+        return None
+    pk = packed_contraction(kernel)
+    if pk is None:
+        return None
+    a_cost, b_cost = host_copy_costs(kernel, pk)
     return pk, b_cost, a_cost
 
 
@@ -855,7 +865,8 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     vector FMAs, never faster than the FMA latency), packing copies (B once per (nc, kc)
     block and batch, A once per (mc, kc) block and nc block), the store of every micro-tile
     per kc block with the fused epilogue, the padded copies; the kernel's other statements
-    as one streaming pass each. Threads: the static batch / N / M split the C makes."""
+    as one streaming pass each. Threads: the work units the C's threads share
+    (`codegen.c.packed_partition`)."""
     pk, b_cost, a_cost = model.host_pk
     kernel, target = model.kernel, model.target
     compute = target.compute
@@ -885,14 +896,22 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     KC = np.minimum(np.maximum(group_block("k"), GEMM_MIN_BLOCK[2]), K)
     lanes = compute.vector_width("f32")
     mpan, npan = math.ceil(M / mr), math.ceil(N / nr)
-    # threads and the static split (codegen/c.py packed: batch, else N panels, else M panels)
+    # threads: the work units codegen/c.py's packed path chooses for this many threads
+    # (`packed_partition`, per cache block nc), each thread its own share: on an idle machine
+    # the busiest thread runs ceil(units / T) of them, plus its part of the packing the cut adds
+    from ..codegen.c import packed_partition
     par = parallel[:, [index[anchors[l]] for l in pk.batch + pk.m + pk.n if l in anchors]].any(axis=1)
     T = np.where(par, compute.units, 1)
-    by_batch = (NB >= T) & ((NB % T == 0) | (NB >= 4 * T))
-    share = np.where(by_batch, np.ceil(NB / T) / NB,
-                     np.where(npan >= mpan, np.ceil(npan / T) / npan, np.ceil(mpan / T) / mpan))
-    share = np.where(T > 1, share, 1.0)
-    m_split = (T > 1) & ~by_batch & (npan < mpan)
+    share, extra, m_rows = np.ones(n), np.zeros(n), np.full(n, M)
+    for t, nc_block in {(int(t), int(c)) for t, c in zip(T, NC)}:
+        if t <= 1:
+            continue
+        part = packed_partition(pk, nc_block, t, a_cost, b_cost)
+        rows = (T == t) & (NC == nc_block)
+        share[rows] = math.ceil(part.units / t) / part.units
+        extra[rows] = part.extra_cycles
+        if part.mode == "m":
+            m_rows[rows] = min(M, part.chunk * mr)
     vfma = mr * math.ceil(nr / lanes)
     step = max(vfma / compute.fma_units / HOST_MICRO_EFFICIENCY, HOST_FMA_LATENCY)
     micro = NB * mpan * npan * K * step
@@ -902,13 +921,13 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     # code sweeps this thread's M share x nc of the output: from L2 when that fits, else
     # from L3 (measured: the tall GEMM's C, 4096 x 256, costs ~1 ms per extra kc block).
     l2 = next((m.size_bytes for m in target.memory if m.name == "L2"), 1 << 20)
-    c_region = M * np.where(m_split, np.ceil(mpan / T) / mpan, 1.0) * NC * 4
+    c_region = m_rows * NC * 4
     store_vector = np.where(c_region > l2 / 2, HOST_STORE_VECTOR_FAR, HOST_STORE_VECTOR)
     store = NB * mpan * npan * kblocks * (math.ceil(nr / lanes) * mr * store_vector + HOST_MICRO_CALL) \
         + NB * M * N * epi_ops / lanes * (1.0 if pk.n_contiguous else lanes)
-    b_copies = NB * K * npan * nr * np.where(m_split, T, 1)        # each thread packs B for its M share
+    b_copies = NB * K * npan * nr
     a_copies = NB * mpan * mr * K * np.ceil(N / NC)
-    cycles = (micro + store + a_copies * a_cost) * share + b_copies * b_cost * share
+    cycles = (micro + store + a_copies * a_cost + b_copies * b_cost + extra) * share
     # Cache blocks that outgrow L2 (B's kc x nc block, reused by every mc block; A's mc x kc
     # block, reused by every NR-wide panel): the microkernel streams them from L3.
     cycles = cycles + micro * share * HOST_BLOCK_SPILL * ((KC * NC * 4 > l2 / 2) + 1.0 * (MC * KC * 4 > l2 / 2))
