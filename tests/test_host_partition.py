@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from autocomp_jupyter import host
-from autocomp_jupyter.accel.cost import evaluate, host_copy_costs
+from autocomp_jupyter.accel.cost import evaluate
 from autocomp_jupyter.accel.target import load_target
-from autocomp_jupyter.codegen.c import (PARTITION_THREADS, generate_c, packed_blocks, packed_contraction,
+from autocomp_jupyter.codegen.c import (PARTITION_THREADS, host_copy_costs, generate_c, packed_blocks, packed_contraction,
                                         packed_partition, partition_ranges)
 from autocomp_jupyter.dsl import parse
 from autocomp_jupyter.ir.schedule import Kernel, Schedule

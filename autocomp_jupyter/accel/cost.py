@@ -799,50 +799,10 @@ def _host_packed_gemm(kernel: Kernel, index: dict) -> tuple[int, int, int] | Non
 # code it emits. Calibrated constants (cycles), measured on this class of core:
 HOST_MICRO_EFFICIENCY = 0.7     # the MR x NR microkernel's share of lanes x fma_units (512-bit FMAs
                                 # issue as two 256-bit halves on AMD Zen 4: 6x16 runs at ~70%)
-HOST_COPY_RUN = 0.25            # a packed element copied in a straight run (vectorised)
-HOST_COPY_GATHER = 1.5          # a packed element read through an offset table (scalar)
-HOST_COPY_STRIDED = 1.0         # a packed element read at a constant stride
 HOST_STORE_VECTOR = 2.0         # load + add + store of one output vector in the microkernel's store
 HOST_STORE_VECTOR_FAR = 8.0     # the same when the output region swept between visits outgrows L2
 HOST_MICRO_CALL = 20.0          # a microkernel call: zeroing, prefetching, spilling the accumulators
 HOST_BLOCK_SPILL = 0.25         # microkernel slow-down per cache block that outgrows L2
-
-
-def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
-    """Cycles to pack one element of the packed contraction `pk`'s A and B operands: straight
-    runs, a constant stride, or offset-table panels (NR consecutive offsets copy as runs,
-    the rest element-wise). Also what codegen/c.py weighs its thread split by."""
-    ext = dict(pk.extents)
-
-    def copy_cost(access, inner_group: str) -> float:
-        from ..codegen.c import _flat_offsets
-
-        coeff, _ = _flat_offsets(kernel, access)
-        loops = list(getattr(pk, inner_group))
-        if not loops:
-            return HOST_COPY_STRIDED
-        cs = [coeff.get(l, 0) for l in loops]
-        live = [(l, c) for l, c in zip(loops, cs) if ext[l] > 1]
-        step = live[-1][1] if live else 0
-        linear = all(c == step * math.prod(ext[x] for x, _ in live[i + 1:]) for i, (_, c) in enumerate(live))
-        if linear:
-            return HOST_COPY_RUN if step == 1 else HOST_COPY_STRIDED
-        # an offset table: panels of NR consecutive offsets copy as runs, the rest element-wise
-        grids = np.meshgrid(*[np.arange(ext[l]) for l in loops], indexing="ij")
-        table = sum(c * g for c, g in zip(cs, grids)).reshape(-1)
-        nr = pk.micro[1]
-        full = len(table) // nr
-        if full == 0:
-            return HOST_COPY_GATHER
-        panels = table[:full * nr].reshape(full, nr)
-        runs = np.mean(np.all(np.diff(panels, axis=1) == 1, axis=1))
-        return runs * HOST_COPY_RUN + (1 - runs) * HOST_COPY_GATHER
-
-    b_cost = copy_cost(pk.b, "n")
-    # A's panels are copied MR rows at a time for each k (codegen/c.py packs r innermost):
-    # the copy walks A along its m loops
-    a_cost = copy_cost(pk.a, "m") if pk.m else HOST_COPY_STRIDED
-    return float(a_cost), float(b_cost)
 
 
 def _host_packed(kernel: Kernel):
@@ -855,6 +815,8 @@ def _host_packed(kernel: Kernel):
     pk = packed_contraction(kernel)
     if pk is None:
         return None
+    from ..codegen.c import host_copy_costs
+
     a_cost, b_cost = host_copy_costs(kernel, pk)
     return pk, b_cost, a_cost
 

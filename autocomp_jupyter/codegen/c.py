@@ -372,6 +372,51 @@ class Partition:
         return {"batch": 0, "n": 1, "m": 2}[self.mode]
 
 
+# Cycles to copy one element into a packed panel, by how the copy reads it (calibrated on this
+# class of core; the host model in accel/cost.py charges the same).
+HOST_COPY_RUN = 0.25            # in a straight run (vectorised)
+HOST_COPY_GATHER = 1.5          # through an offset table (scalar)
+HOST_COPY_STRIDED = 1.0         # at a constant stride
+
+
+def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
+    """Cycles to pack one element of the packed contraction `pk`'s A and B operands: straight
+    runs, a constant stride, or offset-table panels (NR consecutive offsets copy as runs,
+    the rest element-wise). What the thread split weighs its repacking by, and what the host
+    model (accel/cost.py) charges for packing."""
+    import numpy as np
+
+    ext = dict(pk.extents)
+
+    def copy_cost(access, inner_group: str) -> float:
+        coeff, _ = _flat_offsets(kernel, access)
+        loops = list(getattr(pk, inner_group))
+        if not loops:
+            return HOST_COPY_STRIDED
+        cs = [coeff.get(l, 0) for l in loops]
+        live = [(l, c) for l, c in zip(loops, cs) if ext[l] > 1]
+        step = live[-1][1] if live else 0
+        linear = all(c == step * math.prod(ext[x] for x, _ in live[i + 1:]) for i, (_, c) in enumerate(live))
+        if linear:
+            return HOST_COPY_RUN if step == 1 else HOST_COPY_STRIDED
+        # an offset table: panels of NR consecutive offsets copy as runs, the rest element-wise
+        grids = np.meshgrid(*[np.arange(ext[l]) for l in loops], indexing="ij")
+        table = sum(c * g for c, g in zip(cs, grids)).reshape(-1)
+        nr = pk.micro[1]
+        full = len(table) // nr
+        if full == 0:
+            return HOST_COPY_GATHER
+        panels = table[:full * nr].reshape(full, nr)
+        runs = np.mean(np.all(np.diff(panels, axis=1) == 1, axis=1))
+        return runs * HOST_COPY_RUN + (1 - runs) * HOST_COPY_GATHER
+
+    b_cost = copy_cost(pk.b, "n")
+    # A's panels are copied MR rows at a time for each k (codegen/c.py packs r innermost):
+    # the copy walks A along its m loops
+    a_cost = copy_cost(pk.a, "m") if pk.m else HOST_COPY_STRIDED
+    return float(a_cost), float(b_cost)
+
+
 def packed_partition(pk: "Packed", nc: int, threads: int, a_cost: float = 1.0, b_cost: float = 1.0,
                      macs_per_cycle: float = PARTITION_MACS_PER_CYCLE) -> Partition:
     """The work units `threads` threads share a packed contraction in (cache block `nc`
@@ -853,7 +898,6 @@ class _KernelWriter:
         # offset tables first, so the names they get are known to the code below (filled below)
         body_start = len(self.out)
         # the work units for each thread count (see packed_partition), chosen here, read at run time
-        from ..accel.cost import host_copy_costs
         a_cost, b_cost = host_copy_costs(self.kernel, pk)
         parts = [packed_partition(pk, NC, t, a_cost, b_cost) for t in range(1, PARTITION_THREADS + 1)]
         split = f"ac_units_{self.fn}"
