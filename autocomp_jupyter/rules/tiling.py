@@ -301,17 +301,42 @@ def _search(kernel: Kernel, target, current: Schedule | None, levels: dict[str, 
     # tiled, the nest would split into one tile loop per statement (ir.loopnest).
     whole = np.array([l.name in whole_loops(kernel) for l in kernel.loops])
     tiles[:, whole, :] = extents[whole, None]
-    scores = _score(model, tiles, orders, max_spill, vec)
+    scale: list = []          # the energy scale of the tie-break, fixed by the first batch
+    scores = _score(model, tiles, orders, max_spill, vec, scale)
     evaluated = len(scores)
 
-    # Local search from the best few distinct candidates.
+    # Local search from the best few distinct candidates. Pool members that stay in the
+    # pool have the same neighbours next round: each candidate is scored once (the model
+    # is deterministic), the rest are looked up.
+    known: dict[bytes, float] = {}
+    moves: dict[bytes, tuple] = {}       # a pool member's neighbours, keys
     best_idx = _top_distinct(scores, tiles, orders, KEEP)
     pool_t, pool_o, pool_s = tiles[best_idx], orders[best_idx], scores[best_idx]
     for _ in range(LOCAL_ROUNDS):
-        nt, no = _neighbours(pool_t, pool_o, values, tiled, orders_set, extents, vector_level)
-        nt[:, whole, :] = extents[whole, None]
-        ns = _score(model, nt, no, max_spill, vec)
-        evaluated += len(ns)
+        parts = []
+        for member in _candidate_keys(pool_t, pool_o):
+            if member not in moves:
+                i = len(parts)
+                mt, mo = _neighbours(pool_t[i:i + 1], pool_o[i:i + 1], values, tiled, orders_set, extents, vector_level)
+                mt[:, whole, :] = extents[whole, None]
+                moves[member] = (mt, mo, _candidate_keys(mt, mo))
+            parts.append(moves[member])
+        nt = np.concatenate([p[0] for p in parts])
+        no = np.concatenate([p[1] for p in parts])
+        keys = [k for p in parts for k in p[2]]
+        ns = np.array([known.get(k, np.nan) for k in keys], dtype=float)
+        new = np.flatnonzero(np.isnan(ns))
+        if len(new):
+            # a candidate repeated within this round is scored once too
+            first = {}
+            for i in new:
+                first.setdefault(keys[i], i)
+            fresh = np.array(sorted(first.values()), dtype=np.int64)
+            fs = _score(model, nt[fresh], no[fresh], max_spill, vec, scale)
+            for i, s in zip(fresh, fs):
+                known[keys[i]] = float(s)
+            ns = np.array([known[k] for k in keys], dtype=float)
+            evaluated += len(fresh)
         all_t = np.concatenate([pool_t, nt])
         all_o = np.concatenate([pool_o, no])
         all_s = np.concatenate([pool_s, ns])
@@ -332,13 +357,25 @@ def _monotone(tiles: np.ndarray, extents: np.ndarray) -> np.ndarray:
     return np.minimum.accumulate(tiles, axis=2)
 
 
-def _score(model, tiles, orders, max_spill: float, vectorize: int = -1) -> np.ndarray:
+def _score(model, tiles, orders, max_spill: float, vectorize: int = -1, scale: list | None = None) -> np.ndarray:
+    """Each candidate's time (inf beyond the spill limit), ties in time (common when
+    compute-bound) going to less energy: time x (1 + 1e-3 energy / scale). `scale`, a list
+    shared by the batches of one search, is set by its first batch (the largest energy),
+    so a candidate scores the same in every batch."""
     if not len(tiles):      # no move left (every loop has extent 1)
         return np.zeros(0)
     cost = model.evaluate_batch(tiles, orders, vectorize=np.full(len(tiles), vectorize))
     ok = cost.spill_ratio <= max_spill + 1e-12
-    # Ties in time (common when compute-bound) go to less energy.
-    return np.where(ok, cost.time_s * (1.0 + 1e-3 * cost.energy_j / max(float(cost.energy_j.max()), 1e-30)), np.inf)
+    scale = scale if scale is not None else []
+    if not scale:
+        scale.append(max(float(cost.energy_j.max()), 1e-30))
+    return np.where(ok, cost.time_s * (1.0 + 1e-3 * cost.energy_j / scale[0]), np.inf)
+
+
+def _candidate_keys(tiles: np.ndarray, orders: np.ndarray) -> list[bytes]:
+    n = len(tiles)
+    flat = np.concatenate([tiles.reshape(n, -1), orders.reshape(n, -1)], axis=1).astype(np.int64)
+    return [row.tobytes() for row in flat]
 
 
 def _top_distinct(scores, tiles, orders, k: int) -> np.ndarray:
