@@ -255,6 +255,10 @@ def search_tiles(kernel: Kernel, target, current: Schedule | None, levels: dict[
 
 # Search results by canonical kernel, incumbent schedule, target, rule parameters and seed.
 _SEARCHES = LRU("tiling.search_tiles", 2048)
+# A search's random draw (tiles, orders, scores, tie-break scale) by kernel structure,
+# target, rule parameters and seed; and the scores of its local moves.
+_RANDOM = LRU("tiling.random_draw", 160)
+_KNOWN = LRU("tiling.local_scores", 160)
 
 
 def _search(kernel: Kernel, target, current: Schedule | None, levels: dict[str, str], params: dict,
@@ -287,36 +291,54 @@ def _search(kernel: Kernel, target, current: Schedule | None, levels: dict[str, 
             continue
         seeds_t.append(t)
         seeds_o.append(o)
-    # Random candidates: each (loop, level) from its list; levels not tiled inherit.
-    tiles = np.empty((n_random, D, L), dtype=np.int64)
-    for h in range(L):
-        for d in range(D):
-            tiles[:, d, h] = rng.choice(values[h][d], size=n_random) if h in tiled else 0
-    tiles = _monotone(tiles, extents)
-    orders = orders_set[rng.integers(len(orders_set), size=(n_random, L))]
-    if seeds_t:
-        tiles = np.concatenate([_monotone(np.array(seeds_t), extents), tiles])
-        orders = np.concatenate([np.array(seeds_o), orders])
-    # Loops a later statement of the kernel reads whole (a softmax row) stay untiled:
-    # tiled, the nest would split into one tile loop per statement (ir.loopnest).
     whole = np.array([l.name in whole_loops(kernel) for l in kernel.loops])
-    tiles[:, whole, :] = extents[whole, None]
-    scale: list = []          # the energy scale of the tie-break, fixed by the first batch
-    scores = _score(model, tiles, orders, max_spill, vec, scale)
+    # Random candidates: each (loop, level) from its list; levels not tiled inherit. They
+    # depend on the kernel's structure, not on the schedule it has now: searches of one
+    # kernel from different schedules (the library's, the pipeline's) draw and score them once.
+    structure = (canonical_kernel(kernel), target, tuple(levels.items()), repr(sorted(params.items())), seed, n_random)
+    drawn = _RANDOM.get(structure)
+    if drawn is None:
+        tiles = np.empty((n_random, D, L), dtype=np.int64)
+        for h in range(L):
+            for d in range(D):
+                tiles[:, d, h] = rng.choice(values[h][d], size=n_random) if h in tiled else 0
+        tiles = _monotone(tiles, extents)
+        orders = orders_set[rng.integers(len(orders_set), size=(n_random, L))]
+        # Loops a later statement of the kernel reads whole (a softmax row) stay untiled:
+        # tiled, the nest would split into one tile loop per statement (ir.loopnest).
+        tiles[:, whole, :] = extents[whole, None]
+        scale: list = []      # the energy scale of the tie-break, fixed by the random draw
+        scores = _score(model, tiles, orders, max_spill, vec, scale)
+        drawn = (tiles.astype(np.int32), orders.astype(np.int8), scores, scale)
+        _RANDOM.put(structure, drawn)
+    tiles, orders, scores, scale = drawn
+    tiles, orders = tiles.astype(np.int64), orders.astype(np.int64)
     evaluated = len(scores)
+    if seeds_t:
+        seed_t = _monotone(np.array(seeds_t), extents)
+        seed_t[:, whole, :] = extents[whole, None]
+        seed_o = np.array(seeds_o)
+        tiles = np.concatenate([seed_t, tiles])
+        orders = np.concatenate([seed_o, orders])
+        scores = np.concatenate([_score(model, seed_t, seed_o, max_spill, vec, scale), scores])
+        evaluated += len(seed_t)
 
     # Local search from the best few distinct candidates. Pool members that stay in the
-    # pool have the same neighbours next round: each candidate is scored once (the model
-    # is deterministic), the rest are looked up.
-    known: dict[bytes, float] = {}
+    # pool have the same neighbours next round, and searches of one kernel from different
+    # schedules meet the same candidates: each is scored once (the model is deterministic),
+    # the rest are looked up.
+    known = _KNOWN.get((structure, vec, max_spill))
+    if known is None:
+        known = {}
+        _KNOWN.put((structure, vec, max_spill), known)
+    counted: set = set()
     moves: dict[bytes, tuple] = {}       # a pool member's neighbours, keys
     best_idx = _top_distinct(scores, tiles, orders, KEEP)
     pool_t, pool_o, pool_s = tiles[best_idx], orders[best_idx], scores[best_idx]
     for _ in range(LOCAL_ROUNDS):
         parts = []
-        for member in _candidate_keys(pool_t, pool_o):
+        for i, member in enumerate(_candidate_keys(pool_t, pool_o)):
             if member not in moves:
-                i = len(parts)
                 mt, mo = _neighbours(pool_t[i:i + 1], pool_o[i:i + 1], values, tiled, orders_set, extents, vector_level)
                 mt[:, whole, :] = extents[whole, None]
                 moves[member] = (mt, mo, _candidate_keys(mt, mo))
@@ -324,19 +346,18 @@ def _search(kernel: Kernel, target, current: Schedule | None, levels: dict[str, 
         nt = np.concatenate([p[0] for p in parts])
         no = np.concatenate([p[1] for p in parts])
         keys = [k for p in parts for k in p[2]]
-        ns = np.array([known.get(k, np.nan) for k in keys], dtype=float)
-        new = np.flatnonzero(np.isnan(ns))
-        if len(new):
-            # a candidate repeated within this round is scored once too
-            first = {}
-            for i in new:
-                first.setdefault(keys[i], i)
+        first: dict = {}
+        for i, k in enumerate(keys):
+            if k not in known:
+                first.setdefault(k, i)       # a candidate repeated within this round is scored once too
+        if first:
             fresh = np.array(sorted(first.values()), dtype=np.int64)
-            fs = _score(model, nt[fresh], no[fresh], max_spill, vec, scale)
-            for i, s in zip(fresh, fs):
-                known[keys[i]] = float(s)
-            ns = np.array([known[k] for k in keys], dtype=float)
-            evaluated += len(fresh)
+            for i, v in zip(fresh, _score(model, nt[fresh], no[fresh], max_spill, vec, scale)):
+                known[keys[i]] = float(v)
+        ns = np.array([known[k] for k in keys], dtype=float)
+        new_here = set(keys) - counted
+        evaluated += len(new_here)
+        counted |= new_here
         all_t = np.concatenate([pool_t, nt])
         all_o = np.concatenate([pool_o, no])
         all_s = np.concatenate([pool_s, ns])
@@ -373,8 +394,11 @@ def _score(model, tiles, orders, max_spill: float, vectorize: int = -1, scale: l
 
 
 def _candidate_keys(tiles: np.ndarray, orders: np.ndarray) -> list[bytes]:
+    """One compact bytes key per candidate (tiles as int32, loop indices as int8)."""
     n = len(tiles)
-    flat = np.concatenate([tiles.reshape(n, -1), orders.reshape(n, -1)], axis=1).astype(np.int64)
+    t = np.ascontiguousarray(tiles.reshape(n, -1), dtype=np.int32).view(np.uint8)
+    o = np.ascontiguousarray(orders.reshape(n, -1), dtype=np.int8).view(np.uint8)
+    flat = np.concatenate([t, o], axis=1)
     return [row.tobytes() for row in flat]
 
 
