@@ -417,48 +417,62 @@ def _top_distinct(scores, tiles, orders, k: int) -> np.ndarray:
 
 def _neighbours(pool_t, pool_o, values, tiled, orders_set, extents, vector_level=None):
     """One-step moves from each pool member: one tile size, one order, a factor of two
-    moved between two loops at one level."""
+    moved between two loops at one level (per member and level, in that order)."""
     out_t, out_o = [], []
     for t, o in zip(pool_t, pool_o):
         D, L = t.shape
+        levels = np.arange(L)
         for h in tiled:
+            # One tile size: loop d at level h set to v; outer tiles grow to hold it, inner
+            # ones shrink inside it.
+            dd, vv = [], []
             for d in range(D):
-                for v in values[h][d]:
-                    if v == t[d, h]:
-                        continue
-                    c = t.copy()
-                    c[d, h] = v
-                    c[d, :h] = np.maximum(c[d, :h], v)     # outer tiles grow to hold it
-                    c[d, h + 1:] = np.minimum(c[d, h + 1:], v)
-                    out_t.append(c)
-                    out_o.append(o)
+                vals = values[h][d]
+                vals = vals[vals != t[d, h]]
+                dd.append(np.full(len(vals), d, dtype=np.int64))
+                vv.append(vals)
+            dd, vv = np.concatenate(dd), np.concatenate(vv).astype(t.dtype)
+            c = np.repeat(t[None], len(dd), axis=0)
+            rows = np.arange(len(dd))
+            row = c[rows, dd, :]
+            v = vv[:, None]
+            c[rows, dd, :] = np.where(levels < h, np.maximum(row, v), np.where(levels == h, v, np.minimum(row, v)))
+            out_t.append(c)
+            out_o.append(np.repeat(o[None], len(dd), axis=0))
             # Trade between two loops: one grows by 1-2 candidate steps while another
             # shrinks by 1-2 (what a full level needs to move at all).
             steps = [np.searchsorted(values[h][d], t[d, h]) for d in range(D)]
+            trades = []
             for d1 in range(D):
                 up = values[h][d1][steps[d1] + 1: steps[d1] + 3]
                 for d2 in range(D):
                     if d1 == d2:
                         continue
                     down = values[h][d2][max(0, steps[d2] - 2): steps[d2]]
-                    for v1 in up:
-                        for v2 in down:
-                            c = t.copy()
-                            c[d1, h], c[d2, h] = v1, v2
-                            c[d1, :h] = np.maximum(c[d1, :h], v1)
-                            c[d2, h + 1:] = np.minimum(c[d2, h + 1:], v2)
-                            out_t.append(c)
-                            out_o.append(o)
-            for perm in orders_set:
-                if np.array_equal(perm, o[h]):
-                    continue
-                c = o.copy()
-                c[h] = perm
-                out_t.append(t)
+                    trades.extend((d1, d2, v1, v2) for v1 in up for v2 in down)
+            if trades:
+                tr = np.array(trades, dtype=np.int64)
+                c = np.repeat(t[None], len(tr), axis=0)
+                rows = np.arange(len(tr))
+                d1, d2, v1, v2 = tr[:, 0], tr[:, 1], tr[:, 2:3].astype(t.dtype), tr[:, 3:4].astype(t.dtype)
+                row = c[rows, d1, :]
+                c[rows, d1, :] = np.where(levels < h, np.maximum(row, v1), np.where(levels == h, v1, row))
+                row = c[rows, d2, :]
+                c[rows, d2, :] = np.where(levels == h, v2, np.where(levels > h, np.minimum(row, v2), row))
+                out_t.append(c)
+                out_o.append(np.repeat(o[None], len(tr), axis=0))
+            # One order: level h's order replaced by another candidate order.
+            perms = orders_set[~np.all(orders_set == o[h][None], axis=1)]
+            if len(perms):
+                c = np.repeat(o[None], len(perms), axis=0)
+                c[:, h, :] = perms
+                out_t.append(np.repeat(t[None], len(perms), axis=0))
                 out_o.append(c)
+    out_t = [a for a in out_t if len(a)]
+    out_o = [a for a in out_o if len(a)]
     if not out_t:
         return pool_t[:0], pool_o[:0]
-    return _monotone(np.array(out_t), extents), np.array(out_o)
+    return _monotone(np.concatenate(out_t), extents), np.concatenate(out_o)
 
 
 def _to_schedule(kernel: Kernel, current: Schedule | None, tiles, orders, target_levels, tiled,
