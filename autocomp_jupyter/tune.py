@@ -37,8 +37,9 @@ floor, `expected_gain` — what a small, exhausted space leaves goes to the kern
    lazily — before a candidate can become a version or the population's leader; while
    every verdict a search has obtained agrees (orders legal, one parallel set: on a
    network's kernels, always), a nest it has not asked about enters the rest of the
-   population on that predicted verdict, and a checked verdict that disagrees ends
-   prediction for the search (`_Legality`). An illegal candidate never counts as a result:
+   population on that predicted verdict; the leader is checked each generation until
+   `CONFIRMED_VERDICTS` nests agree, and a checked verdict that disagrees ends prediction
+   for the search (`_Legality`). An illegal candidate never counts as a result:
    it leaves the board and its repair (the parallel marks its orders forbid dropped, else
    the incumbent's orders and parallel set) is scored instead. Versions are checked once
    more with their exact schedule.
@@ -82,6 +83,9 @@ MAX_GENERATIONS_PER_CONFIG = 1   # a bound on generations when most children are
 # Each loop order new to a search costs a poly check (0.03-0.5 s: more for deeper nests),
 # against ~10 us to score a candidate: new orders are rationed per generation.
 NEW_ORDERS_START = 6
+# Verdicts a search confirms (the population's leader, each generation) before it trusts
+# predicted verdicts for the rest of its population (see `_Legality`).
+CONFIRMED_VERDICTS = 4
 NEW_ORDERS_PER_GENERATION = 2
 
 ScoreFn = Callable[[Kernel, Target, np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -308,7 +312,8 @@ class _Legality:
     — a nest it has not asked about is *predicted* to have that verdict: it may enter the
     population on the prediction, but it becomes a result (a version, the best time) only
     once poly has checked it (`exact`), and the population's leader is checked every
-    generation. A checked verdict that disagrees ends prediction for the search: from then
+    generation until CONFIRMED_VERDICTS nests agree. A checked verdict that disagrees (there,
+    or when results are taken) ends prediction for the search: from then
     on every nest is checked before it enters the population, as without prediction.
     Predictions and checks depend only on what this search asked (never on which verdicts
     other searches left in the shared cache), so the search is deterministic.
@@ -641,7 +646,10 @@ class _Search:
         return len(pick)
 
     def _select(self, size: int):
-        self.verified(1)    # the leader is checked by poly (a failed prediction ends prediction)
+        if len(self.legality.asked) < CONFIRMED_VERDICTS:
+            # The leader is checked by poly until the search has seen enough nests' verdicts
+            # agree (a failed prediction ends prediction); results are always checked.
+            self.verified(1)
         keep = [k for _, k in self.verified(size, exact=False)]
         if self.incumbent_key in self.seen and self.incumbent_key not in keep:
             keep = keep[:-1] if len(keep) >= size else keep
