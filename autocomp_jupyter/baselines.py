@@ -136,8 +136,9 @@ def _tune_alone(program: Program, kernel: Kernel, ctx) -> Schedule:
     from .tune import tune_plan
 
     target = ctx.target
+    ctx = replace(ctx, explain=False)             # the passes' logs are not kept here
     plan = Plan(program, (kernel,), (textbook_schedule(kernel, target),), "textbook")
-    candidates = [plan]
+    candidates = [Plan(program, (kernel,), (naive_schedule(kernel, target),), "naive"), plan]
     for run in (tiling_pass, scheduling_pass):   # each pass checks (isl, tiled execution) what it keeps
         plan = run(plan, ctx).plan
         candidates.append(plan)
