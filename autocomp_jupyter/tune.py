@@ -86,6 +86,7 @@ NEW_ORDERS_START = 6
 # Verdicts a search confirms (the population's leader, each generation) before it trusts
 # predicted verdicts for the rest of its population (see `_Legality`).
 CONFIRMED_VERDICTS = 4
+PREDICT_LEGALITY = True     # False: every nest is checked before it enters a population
 NEW_ORDERS_PER_GENERATION = 2
 
 ScoreFn = Callable[[Kernel, Target, np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -319,12 +320,12 @@ class _Legality:
     other searches left in the shared cache), so the search is deterministic.
     """
 
-    def __init__(self, space: KernelSpace, predict: bool = True):
+    def __init__(self, space: KernelSpace, predict: bool | None = None):
         self.space = space
         self.cache = _LEGALITY_CACHE
         self.asked: dict = {}      # nest key -> verdict, for the nests this search asked about
         self.seconds = 0.0
-        self.predicting = predict
+        self.predicting = PREDICT_LEGALITY if predict is None else predict
         self._agreed: tuple | None = None   # (True, may) every verdict asked so far agrees on
 
     def _key(self, tiles, orders) -> bytes:
