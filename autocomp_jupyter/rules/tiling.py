@@ -396,6 +396,8 @@ def _score(model, tiles, orders, max_spill: float, vectorize: int = -1, scale: l
 def _candidate_keys(tiles: np.ndarray, orders: np.ndarray) -> list[bytes]:
     """One compact bytes key per candidate (tiles as int32, loop indices as int8)."""
     n = len(tiles)
+    if not n:
+        return []
     t = np.ascontiguousarray(tiles.reshape(n, -1), dtype=np.int32).view(np.uint8)
     o = np.ascontiguousarray(orders.reshape(n, -1), dtype=np.int8).view(np.uint8)
     flat = np.concatenate([t, o], axis=1)
