@@ -307,26 +307,27 @@ def _search(kernel: Kernel, target, current: Schedule | None, levels: dict[str, 
         # Loops a later statement of the kernel reads whole (a softmax row) stay untiled:
         # tiled, the nest would split into one tile loop per statement (ir.loopnest).
         tiles[:, whole, :] = extents[whole, None]
-        scale: list = []      # the energy scale of the tie-break, fixed by the random draw
-        scores = _score(model, tiles, orders, max_spill, vec, scale)
-        drawn = (tiles.astype(np.int32), orders.astype(np.int8), scores, scale)
+        drawn = (tiles.astype(np.int32), orders.astype(np.int8), _measure(model, tiles, orders, max_spill, vec))
         _RANDOM.put(structure, drawn)
-    tiles, orders, scores, scale = drawn
+    tiles, orders, measured = drawn
     tiles, orders = tiles.astype(np.int64), orders.astype(np.int64)
-    evaluated = len(scores)
+    evaluated = len(tiles)
     if seeds_t:
         seed_t = _monotone(np.array(seeds_t), extents)
         seed_t[:, whole, :] = extents[whole, None]
         seed_o = np.array(seeds_o)
         tiles = np.concatenate([seed_t, tiles])
         orders = np.concatenate([seed_o, orders])
-        scores = np.concatenate([_score(model, seed_t, seed_o, max_spill, vec, scale), scores])
+        ms = _measure(model, seed_t, seed_o, max_spill, vec)
+        measured = tuple(np.concatenate([a, b]) for a, b in zip(ms, measured))
         evaluated += len(seed_t)
+    scores = _scores(*measured)
 
     # Local search from the best few distinct candidates. Pool members that stay in the
     # pool have the same neighbours next round, and searches of one kernel from different
-    # schedules meet the same candidates: each is scored once (the model is deterministic),
-    # the rest are looked up.
+    # schedules meet the same candidates: each is measured once (the model is deterministic
+    # and scores each row alone), the rest are looked up; a round's scores are made from
+    # its whole batch, as if it were all measured.
     known = _KNOWN.get((structure, vec, max_spill))
     if known is None:
         known = {}
@@ -352,9 +353,11 @@ def _search(kernel: Kernel, target, current: Schedule | None, levels: dict[str, 
                 first.setdefault(k, i)       # a candidate repeated within this round is scored once too
         if first:
             fresh = np.array(sorted(first.values()), dtype=np.int64)
-            for i, v in zip(fresh, _score(model, nt[fresh], no[fresh], max_spill, vec, scale)):
-                known[keys[i]] = float(v)
-        ns = np.array([known[k] for k in keys], dtype=float)
+            for i, t, e, ok in zip(fresh, *_measure(model, nt[fresh], no[fresh], max_spill, vec)):
+                known[keys[i]] = (float(t), float(e), bool(ok))
+        rows = [known[k] for k in keys]
+        ns = _scores(np.array([r[0] for r in rows], dtype=float), np.array([r[1] for r in rows], dtype=float),
+                     np.array([r[2] for r in rows], dtype=bool))
         new_here = set(keys) - counted
         evaluated += len(new_here)
         counted |= new_here
@@ -378,19 +381,24 @@ def _monotone(tiles: np.ndarray, extents: np.ndarray) -> np.ndarray:
     return np.minimum.accumulate(tiles, axis=2)
 
 
-def _score(model, tiles, orders, max_spill: float, vectorize: int = -1, scale: list | None = None) -> np.ndarray:
-    """Each candidate's time (inf beyond the spill limit), ties in time (common when
-    compute-bound) going to less energy: time x (1 + 1e-3 energy / scale). `scale`, a list
-    shared by the batches of one search, is set by its first batch (the largest energy),
-    so a candidate scores the same in every batch."""
+def _measure(model, tiles, orders, max_spill: float, vectorize: int = -1):
+    """(time, energy, within the spill limit) of each candidate, from the cost model."""
     if not len(tiles):      # no move left (every loop has extent 1)
-        return np.zeros(0)
+        return np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool)
     cost = model.evaluate_batch(tiles, orders, vectorize=np.full(len(tiles), vectorize))
-    ok = cost.spill_ratio <= max_spill + 1e-12
-    scale = scale if scale is not None else []
-    if not scale:
-        scale.append(max(float(cost.energy_j.max()), 1e-30))
-    return np.where(ok, cost.time_s * (1.0 + 1e-3 * cost.energy_j / scale[0]), np.inf)
+    return cost.time_s, cost.energy_j, cost.spill_ratio <= max_spill + 1e-12
+
+
+def _scores(time_s, energy_j, ok) -> np.ndarray:
+    """A batch's scores: time (inf beyond the spill limit); ties in time (common when
+    compute-bound) go to less energy, relative to the batch's largest."""
+    if not len(time_s):
+        return np.zeros(0)
+    return np.where(ok, time_s * (1.0 + 1e-3 * energy_j / max(float(energy_j.max()), 1e-30)), np.inf)
+
+
+def _score(model, tiles, orders, max_spill: float, vectorize: int = -1) -> np.ndarray:
+    return _scores(*_measure(model, tiles, orders, max_spill, vectorize))
 
 
 def _candidate_keys(tiles: np.ndarray, orders: np.ndarray) -> list[bytes]:
