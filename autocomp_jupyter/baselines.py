@@ -8,7 +8,9 @@
                scheduling pass and auto-tuner the pipeline runs, applied to that op's kernel
                alone, fusion off, with a fixed tuner budget (`LIBRARY_CONFIGS` candidates);
                a kernel whose whole schedule space is small (`EXHAUSTIVE_MAX`) is searched
-               exhaustively, so on it the library is the per-op optimum.
+               exhaustively, so on it the library is the per-op optimum. The fastest of
+               those candidates, the naive and the textbook schedules is kept, so the
+               library is never slower than either baseline, kernel by kernel.
                What `optimize()` adds over it is fusion, cross-op scheduling and
                target-specific tiles of the fused kernels.
 

@@ -25,7 +25,10 @@ per-level orders are chosen by the cost model:
 
 Searches and passing tiled runs are remembered by the kernel's canonical form
 (`canon.canonical_kernel`: tensor names by position), so a network's repeated layers are
-searched and run once.
+searched and run once. Searches of one kernel from different schedules (the library
+baseline's from textbook tiles, the pipeline's from the library's) share the random draw
+and the measured candidates: each candidate is costed once, and every search returns
+what it would alone.
 
 Example (GEMM 1024³ + relu on tpu): the textbook 256/128 tiles become e.g.
 `i: VMEM 1024 / vregs 64, j: 512 / 128, k: 1024 / 128`, logged as
