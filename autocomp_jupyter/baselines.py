@@ -8,7 +8,9 @@
                scheduling pass and auto-tuner the pipeline runs, applied to that op's kernel
                alone, fusion off, with a fixed tuner budget (`LIBRARY_CONFIGS` candidates);
                a kernel whose whole schedule space is small (`EXHAUSTIVE_MAX`) is searched
-               exhaustively, so on it the library is the per-op optimum.
+               exhaustively, so on it the library is the per-op optimum. The fastest of
+               those candidates, the naive and the textbook schedules is kept, so the
+               library is never slower than either baseline, kernel by kernel.
                What `optimize()` adds over it is fusion, cross-op scheduling and
                target-specific tiles of the fused kernels.
 
@@ -136,8 +138,9 @@ def _tune_alone(program: Program, kernel: Kernel, ctx) -> Schedule:
     from .tune import tune_plan
 
     target = ctx.target
+    ctx = replace(ctx, explain=False)             # the passes' logs are not kept here
     plan = Plan(program, (kernel,), (textbook_schedule(kernel, target),), "textbook")
-    candidates = [plan]
+    candidates = [Plan(program, (kernel,), (naive_schedule(kernel, target),), "naive"), plan]
     for run in (tiling_pass, scheduling_pass):   # each pass checks (isl, tiled execution) what it keeps
         plan = run(plan, ctx).plan
         candidates.append(plan)

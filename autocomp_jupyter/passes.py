@@ -27,6 +27,7 @@ class PassContext:
     target: Target
     rules: RuleSet
     seed: int = 0
+    explain: bool = True    # False: the log is discarded (the library baseline), refusals are not explained
     _costs: dict = field(default_factory=dict, repr=False)
     _verdicts: dict = field(default_factory=dict, repr=False)
 

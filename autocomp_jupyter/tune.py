@@ -33,11 +33,16 @@ floor, `expected_gain` — what a small, exhausted space leaves goes to the kern
    marked parallel, answers both "are these orders legal" and "which loops may be
    parallel": the cache is keyed by (kernel, levels, orders, which loops iterate where)
    and shared across calls.
-   A poly check costs 30-100 ms against ~10 us per scored candidate, so legality is asked
-   lazily — before a candidate can enter the population or become a version. An illegal
-   candidate never counts as a result: it leaves the board and its repair (the parallel
-   marks its orders forbid dropped, else the incumbent's orders and parallel set) is
-   scored instead. Versions are checked once more with their exact schedule.
+   A poly check costs 10-100 ms against ~10 us per scored candidate, so legality is asked
+   lazily — before a candidate can become a version or the population's leader; while
+   every verdict a search has obtained agrees (orders legal, one parallel set: on a
+   network's kernels, always), a nest it has not asked about enters the rest of the
+   population on that predicted verdict; the leader is checked each generation until
+   `CONFIRMED_VERDICTS` nests agree, and a checked verdict that disagrees ends prediction
+   for the search (`_Legality`). An illegal candidate never counts as a result:
+   it leaves the board and its repair (the parallel marks its orders forbid dropped, else
+   the incumbent's orders and parallel set) is scored instead. Versions are checked once
+   more with their exact schedule.
 4. Scoring is vectorised over fixed-size chunks of the generation; a chunk is a picklable
    task (score_fn, kernel, target, arrays → times), so any `concurrent.futures.Executor`
    can run it and the result is identical whatever the executor.
@@ -78,6 +83,10 @@ MAX_GENERATIONS_PER_CONFIG = 1   # a bound on generations when most children are
 # Each loop order new to a search costs a poly check (0.03-0.5 s: more for deeper nests),
 # against ~10 us to score a candidate: new orders are rationed per generation.
 NEW_ORDERS_START = 6
+# Verdicts a search confirms (the population's leader, each generation) before it trusts
+# predicted verdicts for the rest of its population (see `_Legality`).
+CONFIRMED_VERDICTS = 4
+PREDICT_LEGALITY = True     # False: every nest is checked before it enters a population
 NEW_ORDERS_PER_GENERATION = 2
 
 ScoreFn = Callable[[Kernel, Target, np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -296,25 +305,45 @@ class _Legality:
     poly checks parallel loops one by one (a loop is parallel iff it carries no
     dependence), so one check with every loop marked parallel tells both whether the
     orders are legal and which loops may run in parallel under them.
+
+    Prediction. A search asks about a new loop nest every few candidates, but the verdicts
+    of one kernel rarely differ: on a network's per-op and fused kernels every nest the
+    searches try is legal, with the same parallel loops (reductions reorderable). So, while
+    every verdict this search has obtained agrees — orders legal, one set of parallel loops
+    — a nest it has not asked about is *predicted* to have that verdict: it may enter the
+    population on the prediction, but it becomes a result (a version, the best time) only
+    once poly has checked it (`exact`), and the population's leader is checked every
+    generation until CONFIRMED_VERDICTS nests agree. A checked verdict that disagrees (there,
+    or when results are taken) ends prediction for the search: from then
+    on every nest is checked before it enters the population, as without prediction.
+    Predictions and checks depend only on what this search asked (never on which verdicts
+    other searches left in the shared cache), so the search is deterministic.
     """
 
-    def __init__(self, space: KernelSpace):
+    def __init__(self, space: KernelSpace, predict: bool | None = None):
         self.space = space
         self.cache = _LEGALITY_CACHE
-        self.asked: set = set()    # orders this search asked about (deterministic, unlike cache hits)
+        self.asked: dict = {}      # nest key -> verdict, for the nests this search asked about
         self.seconds = 0.0
+        self.predicting = PREDICT_LEGALITY if predict is None else predict
+        self._agreed: tuple | None = None   # (True, may) every verdict asked so far agrees on
 
-    def verdict(self, tiles, orders) -> tuple[bool, np.ndarray]:
-        """(orders legal, bool [D]: loops that may be parallel under them)."""
+    def _key(self, tiles, orders) -> bytes:
         # Which loops iterate at which level shapes the nest (fission, tile loops), so it is
         # part of the key; the sizes themselves do not change what depends on what.
         extents = np.array([l.extent for l in self.space.kernel.loops])
         enclosing = np.concatenate([extents[:, None], np.asarray(tiles)[:, :-1]], axis=1)
         iterates = np.asarray(tiles) < enclosing
+        return np.asarray(orders, dtype=np.int64).tobytes() + iterates.tobytes()
+
+    def verdict(self, tiles, orders) -> tuple[bool, np.ndarray]:
+        """(orders legal, bool [D]: loops that may be parallel under them), from poly."""
+        nest = self._key(tiles, orders)
+        found = self.asked.get(nest)
+        if found is not None:
+            return found
         # Keyed by the kernel's canonical form: a network's repeated layers share verdicts.
-        key = (canonical_kernel(self.space.kernel), poly._isl_names_ok(self.space.kernel), self.space.levels,
-               np.asarray(orders, dtype=np.int64).tobytes() + iterates.tobytes())
-        self.asked.add(key[3])
+        key = (canonical_kernel(self.space.kernel), poly._isl_names_ok(self.space.kernel), self.space.levels, nest)
         found = self.cache.get(key)
         if found is None:
             started = time.perf_counter()
@@ -324,16 +353,35 @@ class _Legality:
             verdict = poly.check_schedule(schedule)
             refused = {v.loop for v in verdict.violated if v.loop is not None}
             order_ok = not any(v.loop is None for v in verdict.violated)
-            nest = lower(schedule)
-            may = np.array([not (set(loop_dims(nest, name)) & refused) for name in sp.kernel.loop_names])
+            nest_loops = lower(schedule)
+            may = np.array([not (set(loop_dims(nest_loops, name)) & refused) for name in sp.kernel.loop_names])
             found = (order_ok, may)
             self.cache.put(key, found)
             self.seconds += time.perf_counter() - started
+        self.asked[nest] = found
+        if self._agreed is None:
+            self._agreed = found
+        if not found[0] or not np.array_equal(found[1], self._agreed[1]):
+            self.predicting = False          # the verdicts differ: check every nest from now on
         return found
 
-    def ok(self, tiles, orders, parallel, vectorize) -> bool:
-        order_ok, may = self.verdict(tiles, orders)
-        return order_ok and not np.any(np.asarray(parallel, dtype=bool) & ~may)
+    def judge(self, tiles, orders, exact: bool) -> tuple[tuple[bool, np.ndarray], bool]:
+        """(verdict, whether it is a prediction): poly's verdict if this search asked it (or
+        `exact`, or prediction is off), else the verdict every one asked so far agrees on."""
+        if not exact and self.predicting and self._agreed is not None:
+            nest = self._key(tiles, orders)
+            if nest not in self.asked:
+                return self._agreed, True
+        return self.verdict(tiles, orders), False
+
+    def ok(self, tiles, orders, parallel, vectorize, exact: bool = True) -> bool:
+        return self.admits(tiles, orders, parallel, exact)[0]
+
+    def admits(self, tiles, orders, parallel, exact: bool) -> tuple[bool, bool]:
+        """(legal, predicted) for a candidate: its orders' verdict, and its parallel marks
+        within the loops that verdict lets run in parallel."""
+        (order_ok, may), predicted = self.judge(tiles, orders, exact)
+        return order_ok and not np.any(np.asarray(parallel, dtype=bool) & ~may), predicted
 
 
 def legal(schedule: Schedule) -> bool:
@@ -375,6 +423,7 @@ class _Search:
     infeasible: set = field(default_factory=set)        # spill beyond the rules' limit: never scored
     orders_known: set = field(default_factory=set)      # loop orders already in the search
     unchecked: set = field(default_factory=set)         # scored, legality not yet asked
+    predicted: set = field(default_factory=set)         # admitted on a predicted verdict, not yet checked
     illegal: set = field(default_factory=set)           # scored, found illegal: never a result
     pending: list = field(default_factory=list)         # legal repairs waiting to be scored
     population: list = field(default_factory=list)       # genome keys, best first
@@ -496,44 +545,51 @@ class _Search:
 
     # ------------------------------------------------------------------ legality
 
-    def _legal_variant(self, genome) -> tuple | None:
+    def _legal_variant(self, genome, exact: bool = True) -> tuple | None:
         """The genome if legal; else repaired (parallel marks the orders forbid dropped,
         or the incumbent's orders and parallel set); None when even that is illegal."""
         tiles, orders, parallel, vectorize = genome
-        order_ok, may = self.legality.verdict(tiles, orders)
+        (order_ok, may), _ = self.legality.judge(tiles, orders, exact)
         if order_ok:
             return tiles, orders, parallel & may, vectorize
         it, io, ip, iv = self.space.incumbent_genome
-        if self.legality.ok(tiles, io, ip, vectorize):
+        if self.legality.ok(tiles, io, ip, vectorize, exact):
             return tiles, io.copy(), ip.copy(), vectorize
         return None
 
-    def iter_verified(self):
+    def iter_verified(self, exact: bool = True):
         """Legal candidates (time, key), fastest first. Candidates reached for the first
-        time are checked; an illegal one leaves `seen` and the board (it is never a
-        result) and its legal repair is queued for scoring."""
+        time are judged; an illegal one leaves `seen` and the board (it is never a
+        result) and its legal repair is queued for scoring. `exact`: every candidate
+        yielded was checked by poly; else a candidate may stand on a predicted verdict
+        (`_Legality`: the population, never a result)."""
         i = 0
         while i < len(self.board):
             t, key = self.board[i]
-            if key in self.unchecked:
+            if key in self.unchecked or (key in self.predicted and (exact or not self.legality.predicting)):
                 self.unchecked.discard(key)
                 genome = self.genomes[key]
-                if not self.legality.ok(*genome):
+                legal, predicted = self.legality.admits(genome[0], genome[1], genome[2], exact)
+                if predicted:
+                    self.predicted.add(key)
+                else:
+                    self.predicted.discard(key)
+                if not legal:
                     del self.seen[key]
                     self.board.pop(i)
                     self.illegal.add(key)
                     self.rejected += 1
-                    repaired = self._legal_variant(genome)
+                    repaired = self._legal_variant(genome, exact)
                     if repaired is not None:
                         self.pending.append(repaired)
                     continue
             yield t, key
             i += 1
 
-    def verified(self, n: int) -> list[tuple[float, bytes]]:
-        """The n fastest legal candidates, (time, key) ascending."""
+    def verified(self, n: int, exact: bool = True) -> list[tuple[float, bytes]]:
+        """The n fastest legal candidates, (time, key) ascending (see `iter_verified`)."""
         out = []
-        for item in self.iter_verified():
+        for item in self.iter_verified(exact):
             if len(out) >= n:
                 break
             out.append(item)
@@ -591,7 +647,11 @@ class _Search:
         return len(pick)
 
     def _select(self, size: int):
-        keep = [k for _, k in self.verified(size)]
+        if len(self.legality.asked) < CONFIRMED_VERDICTS:
+            # The leader is checked by poly until the search has seen enough nests' verdicts
+            # agree (a failed prediction ends prediction); results are always checked.
+            self.verified(1)
+        keep = [k for _, k in self.verified(size, exact=False)]
         if self.incumbent_key in self.seen and self.incumbent_key not in keep:
             keep = keep[:-1] if len(keep) >= size else keep
             keep.append(self.incumbent_key)   # the rules' choice never leaves the population

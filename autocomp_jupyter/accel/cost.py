@@ -448,8 +448,8 @@ class KernelModel:
                 if skip and tile_bytes is None:
                     continue  # reuses the buffer of the internal tile it reads
                 fp = np.zeros((n, L))
-                for h in a.chain:
-                    fp[:, h] = _footprint(a, T[:, :, h])
+                if a.chain:   # every holding level at once (the same arithmetic per level)
+                    fp[:, list(a.chain)] = _footprint(a, T[:, :, list(a.chain)])
                 if tile_bytes is not None:
                     tile_bytes[si, ai] = fp
                 if skip:
@@ -638,11 +638,12 @@ class KernelModel:
             for ai, a in enumerate(st.accesses):
                 # Fetches and traffic at each holding level, then the datapath.
                 fits, fetch_counts = [], []
-                for h in a.chain:
+                fps = _footprint(a, mean_tile[:, list(a.chain), :].transpose(0, 2, 1)) if a.chain else None
+                for pos, h in enumerate(a.chain):
                     S = (h + 1) * D
                     fetches = _fetches(a.index_mask[seq_loops[:, :S]], trips[:, :S])
                     distinct = np.prod(np.where(a.index_mask & st.present, counts[:, h, :], 1.0), axis=1)
-                    fp = _footprint(a, mean_tile[:, h, :])
+                    fp = fps[:, pos]
                     moved = _traffic(a.kind, fp, fetches, distinct)
                     if a.internal and (not fits or a.kind != "accumulate"):
                         # Internal tensors never cross the DRAM boundary; an epilogue reads (and
@@ -1062,7 +1063,8 @@ def _fetches(index_seq: np.ndarray, trips: np.ndarray) -> np.ndarray:
 
 
 def _footprint(a: _AccessModel, tile: np.ndarray) -> np.ndarray:
-    """Bytes of X's region an access touches over a tile ([n, D] sizes)."""
+    """Bytes of X's region an access touches over a tile ([n, D] sizes; or [n, D, H]: H
+    tiles per row, one footprint each, [n, H])."""
     # Row by row over the (few) loops each index uses: cheaper than a matmul on [n, D].
     out = None
     for r, terms in enumerate(a.terms):
@@ -1072,12 +1074,12 @@ def _footprint(a: _AccessModel, tile: np.ndarray) -> np.ndarray:
             extent = part if extent is None else extent + part
         base = a.local_add[r] + 1.0
         if extent is None:
-            extent = np.full(len(tile), min(base, a.dims[r]))
+            extent = np.full(tile.shape[:1] + tile.shape[2:], min(base, a.dims[r]))
         else:
             extent = np.minimum(extent + base, a.dims[r])
         out = extent if out is None else out * extent
     if out is None:
-        return np.full(len(tile), float(a.elem_bytes))
+        return np.full(tile.shape[:1] + tile.shape[2:], float(a.elem_bytes))
     return out * a.elem_bytes
 
 

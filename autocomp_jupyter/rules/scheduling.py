@@ -36,7 +36,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import poly
-from ..accel.cost import evaluate
+import numpy as np
+
+from ..accel.cost import evaluate, kernel_model
 from ..canon import LRU, schedule_key
 from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
@@ -112,6 +114,12 @@ def _with_order(schedule: Schedule, level: str, order: tuple[str, ...]) -> Sched
     return replace(schedule, order=orders)
 
 
+def _why_not(verdict, ctx: PassContext) -> str:
+    """isl's reason for a refusal, for the log; a context that keeps no log (the library
+    baseline tuning a kernel alone) skips finding the example pair behind it."""
+    return verdict.reason if getattr(ctx, "explain", True) else "illegal (isl)"
+
+
 def _rule(name: str, kernel: Kernel, applied: bool, why: str) -> dict:
     return rule_entry(f"{name}_{kernel.name}", PASS, kernel.ops, applied, why)
 
@@ -128,6 +136,24 @@ def _time(schedule: Schedule, ctx: PassContext) -> float:
         found = evaluate(schedule, ctx.target).time_s
         _TIMES.put(key, found)
     return found
+
+
+def _times(schedules: list[Schedule], ctx: PassContext) -> list[float]:
+    """`_time` of schedules of one kernel, the unknown ones scored in one batch (the cost
+    model scores each row alone: a batch gives each schedule its own time)."""
+    keys = [(schedule_key(s), ctx.target) for s in schedules]
+    out = [_TIMES.get(k) for k in keys]
+    missing = [i for i, t in enumerate(out) if t is None]
+    if len(missing) == 1:
+        out[missing[0]] = _time(schedules[missing[0]], ctx)
+    elif missing:
+        model = kernel_model(schedules[missing[0]].kernel, ctx.target)
+        rows = [model.normalise(*model.schedule_arrays(schedules[i])) for i in missing]
+        times = model.evaluate_batch(*(np.concatenate([r[j] for r in rows]) for j in range(4))).time_s
+        for i, t in zip(missing, times):
+            out[i] = float(t)
+            _TIMES.put(keys[i], out[i])
+    return out
 
 
 # --------------------------------------------------------------------------- transformations
@@ -147,7 +173,9 @@ def try_interchange(schedule: Schedule, ctx: PassContext, log: list) -> Schedule
                 swapped = order[:]
                 swapped[p], swapped[p + 1] = swapped[p + 1], swapped[p]
                 candidate = _with_order(schedule, level, tuple(swapped))
-                candidates.append((_time(candidate, ctx), level, order[p], order[p + 1], candidate))
+                candidates.append((level, order[p], order[p + 1], candidate))
+        times = _times([c[3] for c in candidates], ctx)
+        candidates = [(t,) + c for t, c in zip(times, candidates)]
         candidates.sort(key=lambda c: c[0])
         applied = None
         for t, level, a, b, candidate in candidates:
@@ -159,7 +187,7 @@ def try_interchange(schedule: Schedule, ctx: PassContext, log: list) -> Schedule
                 continue
             verdict = legality(candidate)
             if not verdict.ok:
-                log.append(_rule("interchange", kernel, False, f"{what}: illegal: {verdict.reason}"))
+                log.append(_rule("interchange", kernel, False, f"{what}: illegal: {_why_not(verdict, ctx)}"))
                 continue
             log.append(_rule("interchange", kernel, True,
                              f"{what}: legal (isl) and {current / t:.2f}x less time "
@@ -204,14 +232,14 @@ def annotate_parallel(schedule: Schedule, ctx: PassContext, log: list) -> Schedu
         verdict = parallel_verdict(schedule, loop)
         (legal if verdict.ok else refused).append((loop, verdict))
     for loop, verdict in refused:
-        log.append(_rule("parallel_outer", kernel, False, f"{loop}: {verdict.reason}"))
+        log.append(_rule("parallel_outer", kernel, False, f"{loop}: {_why_not(verdict, ctx)}"))
     loops = tuple(l for l, _ in legal)
     if not loops:
         return schedule
     candidate = replace(schedule, annotations={**schedule.annotations, "parallel": loops})
     joint = legality(candidate)
     if not joint.ok:
-        log.append(_rule("parallel_outer", kernel, False, f"{', '.join(loops)} together: {joint.reason}"))
+        log.append(_rule("parallel_outer", kernel, False, f"{', '.join(loops)} together: {_why_not(joint, ctx)}"))
         return schedule
     before, after = _time(schedule, ctx), _time(candidate, ctx)
     log.append(_rule("parallel_outer", kernel, True,
@@ -235,7 +263,7 @@ def annotate_vectorize(schedule: Schedule, ctx: PassContext, log: list) -> Sched
         return without
     verdict = parallel_verdict(schedule, contiguous)
     if not verdict.ok:
-        log.append(_rule("vectorize_inner", kernel, False, f"{contiguous}: {verdict.reason}"))
+        log.append(_rule("vectorize_inner", kernel, False, f"{contiguous}: {_why_not(verdict, ctx)}"))
         return without
     level = schedule.levels[-1]
     order = list(schedule.order_at(level))
@@ -258,7 +286,7 @@ def annotate_vectorize(schedule: Schedule, ctx: PassContext, log: list) -> Sched
         why = f"vectorize {contiguous} (stride-1 in {target}), moved innermost at {level}: legal (isl); {detail}"
     elif how == "in_place":
         why = (f"vectorize {contiguous} (stride-1 in {target}) where it is, not innermost ({order[-1]} is): "
-               + ("moving it innermost is illegal: " + moved_verdict.reason if not moved_verdict.ok
+               + ("moving it innermost is illegal: " + _why_not(moved_verdict, ctx) if not moved_verdict.ok
                   else "moving it innermost is slower") + f"; {detail}")
     else:
         why = f"not vectorised: innermost loop {order[-1]} is not the stride-1 loop {contiguous}; {detail}"

@@ -25,7 +25,10 @@ per-level orders are chosen by the cost model:
 
 Searches and passing tiled runs are remembered by the kernel's canonical form
 (`canon.canonical_kernel`: tensor names by position), so a network's repeated layers are
-searched and run once.
+searched and run once. Searches of one kernel from different schedules (the library
+baseline's from textbook tiles, the pipeline's from the library's) share the random draw
+and the measured candidates: each candidate is costed once, and every search returns
+what it would alone.
 
 Example (GEMM 1024³ + relu on tpu): the textbook 256/128 tiles become e.g.
 `i: VMEM 1024 / vregs 64, j: 512 / 128, k: 1024 / 128`, logged as
@@ -257,6 +260,10 @@ def search_tiles(kernel: Kernel, target, current: Schedule | None, levels: dict[
 
 # Search results by canonical kernel, incumbent schedule, target, rule parameters and seed.
 _SEARCHES = LRU("tiling.search_tiles", 2048)
+# A search's random draw (tiles, orders, scores, tie-break scale) by kernel structure,
+# target, rule parameters and seed; and the scores of its local moves.
+_RANDOM = LRU("tiling.random_draw", 160)
+_KNOWN = LRU("tiling.local_scores", 160)
 
 
 def _search(kernel: Kernel, target, current: Schedule | None, levels: dict[str, str], params: dict,
@@ -289,31 +296,76 @@ def _search(kernel: Kernel, target, current: Schedule | None, levels: dict[str, 
             continue
         seeds_t.append(t)
         seeds_o.append(o)
-    # Random candidates: each (loop, level) from its list; levels not tiled inherit.
-    tiles = np.empty((n_random, D, L), dtype=np.int64)
-    for h in range(L):
-        for d in range(D):
-            tiles[:, d, h] = rng.choice(values[h][d], size=n_random) if h in tiled else 0
-    tiles = _monotone(tiles, extents)
-    orders = orders_set[rng.integers(len(orders_set), size=(n_random, L))]
-    if seeds_t:
-        tiles = np.concatenate([_monotone(np.array(seeds_t), extents), tiles])
-        orders = np.concatenate([np.array(seeds_o), orders])
-    # Loops a later statement of the kernel reads whole (a softmax row) stay untiled:
-    # tiled, the nest would split into one tile loop per statement (ir.loopnest).
     whole = np.array([l.name in whole_loops(kernel) for l in kernel.loops])
-    tiles[:, whole, :] = extents[whole, None]
-    scores = _score(model, tiles, orders, max_spill, vec)
-    evaluated = len(scores)
+    # Random candidates: each (loop, level) from its list; levels not tiled inherit. They
+    # depend on the kernel's structure, not on the schedule it has now: searches of one
+    # kernel from different schedules (the library's, the pipeline's) draw and score them once.
+    structure = (canonical_kernel(kernel), target, tuple(levels.items()), repr(sorted(params.items())), seed, n_random)
+    drawn = _RANDOM.get(structure)
+    if drawn is None:
+        tiles = np.empty((n_random, D, L), dtype=np.int64)
+        for h in range(L):
+            for d in range(D):
+                tiles[:, d, h] = rng.choice(values[h][d], size=n_random) if h in tiled else 0
+        tiles = _monotone(tiles, extents)
+        orders = orders_set[rng.integers(len(orders_set), size=(n_random, L))]
+        # Loops a later statement of the kernel reads whole (a softmax row) stay untiled:
+        # tiled, the nest would split into one tile loop per statement (ir.loopnest).
+        tiles[:, whole, :] = extents[whole, None]
+        drawn = (tiles.astype(np.int32), orders.astype(np.int8), _measure(model, tiles, orders, max_spill, vec))
+        _RANDOM.put(structure, drawn)
+    tiles, orders, measured = drawn
+    tiles, orders = tiles.astype(np.int64), orders.astype(np.int64)
+    evaluated = len(tiles)
+    if seeds_t:
+        seed_t = _monotone(np.array(seeds_t), extents)
+        seed_t[:, whole, :] = extents[whole, None]
+        seed_o = np.array(seeds_o)
+        tiles = np.concatenate([seed_t, tiles])
+        orders = np.concatenate([seed_o, orders])
+        ms = _measure(model, seed_t, seed_o, max_spill, vec)
+        measured = tuple(np.concatenate([a, b]) for a, b in zip(ms, measured))
+        evaluated += len(seed_t)
+    scores = _scores(*measured)
 
-    # Local search from the best few distinct candidates.
+    # Local search from the best few distinct candidates. Pool members that stay in the
+    # pool have the same neighbours next round, and searches of one kernel from different
+    # schedules meet the same candidates: each is measured once (the model is deterministic
+    # and scores each row alone), the rest are looked up; a round's scores are made from
+    # its whole batch, as if it were all measured.
+    known = _KNOWN.get((structure, vec, max_spill))
+    if known is None:
+        known = {}
+        _KNOWN.put((structure, vec, max_spill), known)
+    counted: set = set()
+    moves: dict[bytes, tuple] = {}       # a pool member's neighbours, keys
     best_idx = _top_distinct(scores, tiles, orders, KEEP)
     pool_t, pool_o, pool_s = tiles[best_idx], orders[best_idx], scores[best_idx]
     for _ in range(LOCAL_ROUNDS):
-        nt, no = _neighbours(pool_t, pool_o, values, tiled, orders_set, extents, vector_level)
-        nt[:, whole, :] = extents[whole, None]
-        ns = _score(model, nt, no, max_spill, vec)
-        evaluated += len(ns)
+        parts = []
+        for i, member in enumerate(_candidate_keys(pool_t, pool_o)):
+            if member not in moves:
+                mt, mo = _neighbours(pool_t[i:i + 1], pool_o[i:i + 1], values, tiled, orders_set, extents, vector_level)
+                mt[:, whole, :] = extents[whole, None]
+                moves[member] = (mt, mo, _candidate_keys(mt, mo))
+            parts.append(moves[member])
+        nt = np.concatenate([p[0] for p in parts])
+        no = np.concatenate([p[1] for p in parts])
+        keys = [k for p in parts for k in p[2]]
+        first: dict = {}
+        for i, k in enumerate(keys):
+            if k not in known:
+                first.setdefault(k, i)       # a candidate repeated within this round is scored once too
+        if first:
+            fresh = np.array(sorted(first.values()), dtype=np.int64)
+            for i, t, e, ok in zip(fresh, *_measure(model, nt[fresh], no[fresh], max_spill, vec)):
+                known[keys[i]] = (float(t), float(e), bool(ok))
+        rows = [known[k] for k in keys]
+        ns = _scores(np.array([r[0] for r in rows], dtype=float), np.array([r[1] for r in rows], dtype=float),
+                     np.array([r[2] for r in rows], dtype=bool))
+        new_here = set(keys) - counted
+        evaluated += len(new_here)
+        counted |= new_here
         all_t = np.concatenate([pool_t, nt])
         all_o = np.concatenate([pool_o, no])
         all_s = np.concatenate([pool_s, ns])
@@ -334,13 +386,35 @@ def _monotone(tiles: np.ndarray, extents: np.ndarray) -> np.ndarray:
     return np.minimum.accumulate(tiles, axis=2)
 
 
-def _score(model, tiles, orders, max_spill: float, vectorize: int = -1) -> np.ndarray:
+def _measure(model, tiles, orders, max_spill: float, vectorize: int = -1):
+    """(time, energy, within the spill limit) of each candidate, from the cost model."""
     if not len(tiles):      # no move left (every loop has extent 1)
-        return np.zeros(0)
+        return np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool)
     cost = model.evaluate_batch(tiles, orders, vectorize=np.full(len(tiles), vectorize))
-    ok = cost.spill_ratio <= max_spill + 1e-12
-    # Ties in time (common when compute-bound) go to less energy.
-    return np.where(ok, cost.time_s * (1.0 + 1e-3 * cost.energy_j / max(float(cost.energy_j.max()), 1e-30)), np.inf)
+    return cost.time_s, cost.energy_j, cost.spill_ratio <= max_spill + 1e-12
+
+
+def _scores(time_s, energy_j, ok) -> np.ndarray:
+    """A batch's scores: time (inf beyond the spill limit); ties in time (common when
+    compute-bound) go to less energy, relative to the batch's largest."""
+    if not len(time_s):
+        return np.zeros(0)
+    return np.where(ok, time_s * (1.0 + 1e-3 * energy_j / max(float(energy_j.max()), 1e-30)), np.inf)
+
+
+def _score(model, tiles, orders, max_spill: float, vectorize: int = -1) -> np.ndarray:
+    return _scores(*_measure(model, tiles, orders, max_spill, vectorize))
+
+
+def _candidate_keys(tiles: np.ndarray, orders: np.ndarray) -> list[bytes]:
+    """One compact bytes key per candidate (tiles as int32, loop indices as int8)."""
+    n = len(tiles)
+    if not n:
+        return []
+    t = np.ascontiguousarray(tiles.reshape(n, -1), dtype=np.int32).view(np.uint8)
+    o = np.ascontiguousarray(orders.reshape(n, -1), dtype=np.int8).view(np.uint8)
+    flat = np.concatenate([t, o], axis=1)
+    return [row.tobytes() for row in flat]
 
 
 def _top_distinct(scores, tiles, orders, k: int) -> np.ndarray:
@@ -358,48 +432,62 @@ def _top_distinct(scores, tiles, orders, k: int) -> np.ndarray:
 
 def _neighbours(pool_t, pool_o, values, tiled, orders_set, extents, vector_level=None):
     """One-step moves from each pool member: one tile size, one order, a factor of two
-    moved between two loops at one level."""
+    moved between two loops at one level (per member and level, in that order)."""
     out_t, out_o = [], []
     for t, o in zip(pool_t, pool_o):
         D, L = t.shape
+        levels = np.arange(L)
         for h in tiled:
+            # One tile size: loop d at level h set to v; outer tiles grow to hold it, inner
+            # ones shrink inside it.
+            dd, vv = [], []
             for d in range(D):
-                for v in values[h][d]:
-                    if v == t[d, h]:
-                        continue
-                    c = t.copy()
-                    c[d, h] = v
-                    c[d, :h] = np.maximum(c[d, :h], v)     # outer tiles grow to hold it
-                    c[d, h + 1:] = np.minimum(c[d, h + 1:], v)
-                    out_t.append(c)
-                    out_o.append(o)
+                vals = values[h][d]
+                vals = vals[vals != t[d, h]]
+                dd.append(np.full(len(vals), d, dtype=np.int64))
+                vv.append(vals)
+            dd, vv = np.concatenate(dd), np.concatenate(vv).astype(t.dtype)
+            c = np.repeat(t[None], len(dd), axis=0)
+            rows = np.arange(len(dd))
+            row = c[rows, dd, :]
+            v = vv[:, None]
+            c[rows, dd, :] = np.where(levels < h, np.maximum(row, v), np.where(levels == h, v, np.minimum(row, v)))
+            out_t.append(c)
+            out_o.append(np.repeat(o[None], len(dd), axis=0))
             # Trade between two loops: one grows by 1-2 candidate steps while another
             # shrinks by 1-2 (what a full level needs to move at all).
             steps = [np.searchsorted(values[h][d], t[d, h]) for d in range(D)]
+            trades = []
             for d1 in range(D):
                 up = values[h][d1][steps[d1] + 1: steps[d1] + 3]
                 for d2 in range(D):
                     if d1 == d2:
                         continue
                     down = values[h][d2][max(0, steps[d2] - 2): steps[d2]]
-                    for v1 in up:
-                        for v2 in down:
-                            c = t.copy()
-                            c[d1, h], c[d2, h] = v1, v2
-                            c[d1, :h] = np.maximum(c[d1, :h], v1)
-                            c[d2, h + 1:] = np.minimum(c[d2, h + 1:], v2)
-                            out_t.append(c)
-                            out_o.append(o)
-            for perm in orders_set:
-                if np.array_equal(perm, o[h]):
-                    continue
-                c = o.copy()
-                c[h] = perm
-                out_t.append(t)
+                    trades.extend((d1, d2, v1, v2) for v1 in up for v2 in down)
+            if trades:
+                tr = np.array(trades, dtype=np.int64)
+                c = np.repeat(t[None], len(tr), axis=0)
+                rows = np.arange(len(tr))
+                d1, d2, v1, v2 = tr[:, 0], tr[:, 1], tr[:, 2:3].astype(t.dtype), tr[:, 3:4].astype(t.dtype)
+                row = c[rows, d1, :]
+                c[rows, d1, :] = np.where(levels < h, np.maximum(row, v1), np.where(levels == h, v1, row))
+                row = c[rows, d2, :]
+                c[rows, d2, :] = np.where(levels == h, v2, np.where(levels > h, np.minimum(row, v2), row))
+                out_t.append(c)
+                out_o.append(np.repeat(o[None], len(tr), axis=0))
+            # One order: level h's order replaced by another candidate order.
+            perms = orders_set[~np.all(orders_set == o[h][None], axis=1)]
+            if len(perms):
+                c = np.repeat(o[None], len(perms), axis=0)
+                c[:, h, :] = perms
+                out_t.append(np.repeat(t[None], len(perms), axis=0))
                 out_o.append(c)
+    out_t = [a for a in out_t if len(a)]
+    out_o = [a for a in out_o if len(a)]
     if not out_t:
         return pool_t[:0], pool_o[:0]
-    return _monotone(np.array(out_t), extents), np.array(out_o)
+    return _monotone(np.concatenate(out_t), extents), np.concatenate(out_o)
 
 
 def _to_schedule(kernel: Kernel, current: Schedule | None, tiles, orders, target_levels, tiled,
