@@ -155,7 +155,7 @@ def test_names_that_are_c_keywords_compile():
     check(plan)
 
 
-def test_other_dtypes_are_converted_at_the_boundary():
+def test_f16_matmul_matches_the_interpreter():
     program = parse("input A: f16[8, 8]\ninput B: f16[8, 8]\nC = matmul(A, B)\n")
     check(autocomp.optimize(program, target="host", tune=0).after)
 

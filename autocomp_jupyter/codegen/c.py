@@ -47,13 +47,15 @@ statement stores, `interp.round_to_dtype`): f32, f16 and bf16 tensors are `float
 integer (i8, i32) tensors `double` buffers — a double holds every i32 and every integer sum
 below 2^53 exactly, as the interpreter's float64 does. A statement whose target is an
 integer computes in double (double constants and functions; a kernel where such a statement
-could round an intermediate is compiled without contracting a*b+c into an FMA, `AC_EXACT`),
+adds a product that can round, x * 0.1 + y, is compiled without FMA contraction: `AC_EXACT`),
 the others in float. Every `=` store is rounded to the target's dtype (`rounded`:
 `ac_saturate` — half to even, saturated — for integers, `ac_round_f16`/`ac_round_bf16`);
 reductions accumulate unrounded (an integer sum exactly) and are rounded in place once
 complete, a later statement of the kernel reading them rounded. An integer contraction runs
-the packed path in double (panels, microkernel). DSL names are sanitised (`Namer`): C keywords, names the generated code uses,
-invalid characters and leading digits, and collisions all get distinct C identifiers.
+the packed path in double (panels, microkernel).
+
+DSL names are sanitised (`Namer`): C keywords, names the generated code uses, invalid
+characters and leading digits, and collisions all get distinct C identifiers.
 
 Buffers: `program_run(void* const* buffers)` takes one pointer per tensor, in
 `buffer_layout(plan)` order — inputs and params, then outputs, then intermediates
@@ -209,7 +211,10 @@ static inline double ac_now(void) {
 _PRELUDE_INT = r"""/* Integer tensors (i8, i32) are double: every value exact, as the interpreter's float64. An
    integer dtype's value: rounded half to even (the default rounding mode), saturated (NaN stays
    NaN, as numpy's clip). Statements with integer targets compute in double (_d functions). */
-static inline double ac_saturate(double x, double lo, double hi) { x = nearbyint(x); return x < lo ? lo : (x > hi ? hi : x); }
+static inline double ac_saturate(double x, double lo, double hi) {
+    x = nearbyint(x);
+    return x < lo ? lo : (x > hi ? hi : x);
+}
 static inline double ac_relu_d(double x) { return x < 0.0 ? 0.0 : x; }
 static inline double ac_sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 static inline double ac_gelu_d(double x) {
