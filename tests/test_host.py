@@ -240,6 +240,28 @@ def test_int8_gemm_beyond_2_pow_24_is_exact(path, threads):
     check_exact(plan, inputs, threads)
 
 
+def test_int8_gemm_up_to_2_pow_24_packs_in_float_exactly():
+    """i8 x i8 with K = 1024: every partial sum is an integer of at most 2^24, so the packed
+    path keeps float panels (twice the lanes), exact up to that bound (-128 * -128 * 1024
+    = 2^24); K = 1025 sums in double."""
+    from autocomp_jupyter.codegen.c import generate_c
+
+    for k, kind in ((1024, "float"), (1025, "double")):
+        program = parse(f"input A: i8[64, {k}]\ninput B: i8[{k}, 64]\ntensor C: i32[64, 64]\n"
+                        "C[i, j] += A[i, k] * B[k, j]\noutput C\n")
+        assert f"{kind} acc[6][16]" in generate_c(one_kernel(program))
+    program = parse("input A: i8[64, 1024]\ninput B: i8[1024, 64]\ntensor C: i32[64, 64]\n"
+                    "C[i, j] += A[i, k] * B[k, j]\noutput C\n")
+    rng = np.random.default_rng(9)
+    a = np.full((64, 1024), -128.0)
+    a[1::2, 0] = 127.0                                      # odd sums just below 2^24
+    inputs = {"A": a, "B": rng.choice([-128.0, -127.0], size=(1024, 64))}
+    inputs["B"][:, 0] = -128.0
+    expected = run(program, inputs)["C"]
+    assert expected.max() == 2 ** 24 and (expected % 2 == 1).any()
+    check_exact(one_kernel(program), inputs, 1)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_int32_chain_near_2_pow_31_saturates_like_the_interpreter(threads):
     program = parse("input A: i32[40]\ninput B: i32[40]\ntensor S: i32[40]\ntensor D: i32[40]\ntensor E: i32[40]\n"

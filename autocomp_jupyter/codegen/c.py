@@ -52,7 +52,8 @@ the others in float. Every `=` store is rounded to the target's dtype (`rounded`
 `ac_saturate` — half to even, saturated — for integers, `ac_round_f16`/`ac_round_bf16`);
 reductions accumulate unrounded (an integer sum exactly) and are rounded in place once
 complete, a later statement of the kernel reading them rounded. An integer contraction runs
-the packed path in double (panels, microkernel).
+the packed path in double (panels, microkernel), in float where every partial sum is an
+integer of at most 2^24 (i8 x i8, K <= 1024).
 
 DSL names are sanitised (`Namer`): C keywords, names the generated code uses, invalid
 characters and leading digits, and collisions all get distinct C identifiers.
@@ -853,9 +854,14 @@ class _KernelWriter:
         MCP, NCP = -(-MC // mr) * mr, -(-NC // nr) * nr      # padded to whole micro-panels
         f = self.namer.fresh    # kernel scope: later statements' names avoid these
         e = self.emit
-        # the element type of the panels and the microkernel: an integer result sums in double
-        # (exact below 2^53, as the interpreter), anything else in float
-        T = "double" if self.in_double(stmt) else "float"
+        # The element type of the panels and the microkernel: an integer result sums in double
+        # (exact below 2^53, as the interpreter), unless both operands are integers small enough
+        # that every partial sum is an integer of at most 2^24 (i8 x i8 with K <= 1024): float
+        # holds those exactly, at twice the lanes. Anything else in float.
+        def bound(access: Access) -> float:
+            rng = INT_RANGE.get(self.tensor(access.tensor).dtype)
+            return max(-rng[0], rng[1], abs(access.pad)) if rng and float(access.pad).is_integer() else math.inf
+        T = "double" if self.in_double(stmt) and K * bound(pk.a) * bound(pk.b) > 2 ** 24 else "float"
         lit = _double if T == "double" else _float
         anchors = self.kernel.loop_map(pk.index)
         parallel = bool(set(self.parallel) & {anchors.get(l) for l in pk.batch + pk.m + pk.n})
@@ -1111,7 +1117,7 @@ class _KernelWriter:
                                     f"{k0} + {kc} >= {K}" if last else f"{k0} + {kc} < {K}"])
                 e(9, ("if" if n_case == 0 else "} else if") + f" ({cond}) {{")
             d = 9 if single else 10
-            lines = [f"const {T} {v} = {acc}[{r}][{c}]" + ("" if first else f" + {out}") + ";"]
+            lines = [f"const {self.ctype(stmt.target)} {v} = {acc}[{r}][{c}]" + ("" if first else f" + {out}") + ";"]
             if not last or needed(stmt.target):
                 lines.append(f"{out} = {v};")
             if last:
