@@ -13,8 +13,9 @@ and the flags. Without a C compiler, or when compilation fails, `HostCompileErro
 compiler's message and the path of the generated file.
 
 Timing: one profiled run (per-kernel seconds, `clock_gettime` around each kernel call), one
-warm-up, then `repeats` timed calls of `program_run`; medians are reported. Buffers are f32;
-inputs of other dtypes are converted at the boundary (see codegen/c.py).
+warm-up, then `repeats` timed calls of `program_run`; medians are reported. Buffers are float32
+for f32/f16/bf16 tensors, float64 for i8/i32 (`codegen.c.buffer_ctype`: every integer
+exact); the child allocates each with its numpy dtype (`Compiled.dtypes`).
 """
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ class Compiled:
     layout: tuple[tuple[str, str], ...]      # (tensor, role) in buffers[] order
     shapes: tuple[tuple[int, ...], ...]
     kernel_names: tuple[str, ...]
+    dtypes: tuple[str, ...] = ()     # numpy dtype of each buffer ("float32", "float64"); () all float32
 
 
 def find_compiler() -> str:
@@ -105,13 +107,15 @@ def compile_source(source: str, flags: Sequence[str] = CFLAGS, name: str = "prog
 
 def compile_plan(plan, target=None) -> Compiled:
     """Generate C for `plan` and compile it with the system compiler."""
-    from .codegen.c import buffer_layout, generate_c, tensor_of
+    from .codegen.c import buffer_ctype, buffer_layout, generate_c, tensor_of
 
     source = generate_c(plan, target)
     c_path, so_path = compile_source(source)
     layout = tuple(buffer_layout(plan))
-    shapes = tuple(tensor_of(plan, name).shape for name, _ in layout)
-    return Compiled(c_path, so_path, layout, shapes, tuple(k.name for k in plan.kernels))
+    tensors = [tensor_of(plan, name) for name, _ in layout]
+    dtypes = tuple({"float": "float32", "double": "float64"}[buffer_ctype(t.dtype)] for t in tensors)
+    return Compiled(c_path, so_path, layout, tuple(t.shape for t in tensors), tuple(k.name for k in plan.kernels),
+                    dtypes)
 
 
 # --------------------------------------------------------------------------- the child process
@@ -129,12 +133,13 @@ def main(job_path):
     arrays = []
     for i, shape in enumerate(job["shapes"]):
         key = "b%d" % i
+        dtype = np.dtype(job["dtypes"][i])        # the C buffer's element type (float / double)
         if key in data.files:
-            arrays.append(np.ascontiguousarray(data[key], dtype=np.float32))
+            arrays.append(np.ascontiguousarray(data[key], dtype=dtype))
         elif job["nulls"] and i in job["nulls"]:
             arrays.append(None)
         else:
-            arrays.append(np.full(shape, np.nan, dtype=np.float32))
+            arrays.append(np.full(shape, np.nan, dtype=dtype))
     ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data if a is not None else None for a in arrays])
     nk = len(job["kernels"])
     seconds = (ctypes.c_double * max(nk, 1))()
@@ -167,12 +172,14 @@ def run_compiled(compiled: Compiled, inputs: Mapping[str, np.ndarray], repeats: 
                  null_buffers: Sequence[str] = ()) -> tuple[dict[str, np.ndarray], dict]:
     """Run a compiled plan in a child process.
 
-    inputs: {tensor: array} for every input/param (converted to f32). Returns ({output:
+    inputs: {tensor: array} for every input/param (converted to the buffer's dtype,
+    `compiled.dtypes`: float32, or float64 for integer tensors). Returns ({output:
     float64 array}, {"times": [s...], "median_s", "per_kernel": {kernel: median s}}).
     `null_buffers` passes NULL for those tensors (to test crash reporting).
     Raises HostRunError on a crash, a timeout or a driver failure.
     """
     names = [n for n, _ in compiled.layout]
+    dtypes = list(compiled.dtypes) or ["float32"] * len(names)
     with tempfile.TemporaryDirectory(prefix="autocomp_run_") as tmp:
         tmp = Path(tmp)
         arrays = {}
@@ -180,7 +187,7 @@ def run_compiled(compiled: Compiled, inputs: Mapping[str, np.ndarray], repeats: 
             if role in ("input", "param"):
                 if name not in inputs:
                     raise HostRunError(f"missing value for {role} '{name}' {list(compiled.shapes[i])}", filename="host")
-                value = np.asarray(inputs[name], dtype=np.float32)
+                value = np.asarray(inputs[name], dtype=dtypes[i])
                 if value.shape != compiled.shapes[i]:
                     raise HostRunError(f"'{name}' must have shape {list(compiled.shapes[i])}, got {list(value.shape)}",
                                        filename="host")
@@ -189,7 +196,7 @@ def run_compiled(compiled: Compiled, inputs: Mapping[str, np.ndarray], repeats: 
         np.savez(tmp / "inputs.npz", **arrays)
         outputs = [i for i, (_, role) in enumerate(compiled.layout) if role == "output"]
         job = {"inputs": str(tmp / "inputs.npz"), "library": str(compiled.library_path),
-               "shapes": [list(s) for s in compiled.shapes], "outputs": outputs,
+               "shapes": [list(s) for s in compiled.shapes], "dtypes": dtypes, "outputs": outputs,
                "nulls": [names.index(n) for n in null_buffers], "kernels": list(compiled.kernel_names),
                "repeats": int(repeats), "warmup": int(warmup),
                "outputs_path": str(tmp / "outputs.npz"), "times_path": str(tmp / "times.json")}
@@ -278,26 +285,31 @@ def _inputs_for(plan, seed: int):
 
 
 def measure_plan(plan, target=None, repeats: int = 5, threads: int | None = None, seed: int = 0,
-                 timeout: float = DEFAULT_TIMEOUT_S, check: bool = True) -> dict:
+                 timeout: float = DEFAULT_TIMEOUT_S, check: bool = True,
+                 inputs: Mapping[str, np.ndarray] | None = None) -> dict:
     """Compile, run and time `plan` on this CPU; check its outputs against the interpreter.
 
     Returns {"measured_time_s": median seconds of program_run, "per_kernel": {kernel:
     median seconds}, "matches_interpreter": bool, "max_abs_error": float, "reason": str,
     "repeats": int, "threads": int, "source_path": str, "predicted_time_s": the host
     model's seconds on that many threads (`predicted_time`)}. `threads` (OpenMP threads of
-    the run): default `default_threads()`.
+    the run): default `default_threads()`. `inputs`: {input or param: array}, default
+    `interp.random_inputs(program, seed)`.
     """
     from .interp import compare_outputs, run
     from .limits import check_memory_budget
 
     # Before compiling or allocating anything: the interpreter's float64 copies plus the child's
-    # f32 buffers (and their transfer copy) must fit the memory budget.
-    check_memory_budget(plan.program, extra_bytes_per_element=8, what="measuring this program on the host",
+    # buffers (and their transfer copy: f32, or f64 where the program has integer tensors) must
+    # fit the memory budget.
+    wide = any(t.dtype in ("i8", "i32") for t in plan.program.tensors)
+    check_memory_budget(plan.program, extra_bytes_per_element=16 if wide else 8,
+                        what="measuring this program on the host",
                         raise_hint="measure a smaller instance of the program, or raise the budget with "
                                    "AUTOCOMP_MEMORY_BUDGET=16GiB")
     threads = default_threads() if threads is None else int(threads)
     compiled = compile_plan(plan, target)
-    inputs = _inputs_for(plan, seed)
+    inputs = _inputs_for(plan, seed) if inputs is None else inputs
     outputs, timing = run_compiled(compiled, inputs, repeats=repeats, threads=threads, timeout=timeout)
     report = {"measured_time_s": timing["median_s"], "per_kernel": timing["per_kernel"],
               "matches_interpreter": None, "max_abs_error": None, "reason": "", "repeats": repeats,

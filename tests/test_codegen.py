@@ -94,7 +94,7 @@ def test_c_is_deterministic_and_follows_the_schedule():
     assert micro < text.index("ac_relu(", micro) < text.index("program_kernel_names[")   # the ReLU in the GEMM's store
     assert "__atomic_fetch_add(&next[victim * 8]" in text   # threads claim work units
     assert "ac_relu(C[" not in text                       # not a second pass over C
-    assert "void program_run(float* const* buffers)" in text
+    assert "void program_run(void* const* buffers)" in text
 
 
 def test_max_reduction_starts_at_minus_infinity_and_pads_are_checked():
@@ -148,3 +148,29 @@ def test_packed_path_only_where_it_pays_read_from_the_accesses():
     conv = generate(conv_bn_relu_plan(), load_target("host"), "c")
     assert "Bpack" in conv and "applied in its store" in conv
     assert conv.count("#pragma omp parallel\n") == 1
+
+
+def test_integer_tensors_are_double_buffers_computed_in_double():
+    """i8/i32 tensors: double buffers (exact, as the interpreter's float64), integer statements
+    in double with double constants, stores rounded and saturated; the header says so; no
+    FMA-contraction guard where every product is of integers, one where a rounding product
+    is added; f16/bf16 stores rounded; f32 programs use none of it."""
+    program = parse("input A: i8[8, 8]\ninput B: i8[8, 8]\ninput X: f32[8, 8]\ntensor C: i32[8, 8]\n"
+                    "tensor Q: i8[8, 8]\nC[i, j] += A[i, k] * B[k, j]\nQ[i, j] = C[i, j] * 0.1 + X[i, j]\n"
+                    "output Q\n")
+    per_op = Plan(program, tuple(Kernel.from_ops(program, [op.name]) for op in program.ops),
+                  tuple(Schedule(Kernel.from_ops(program, [op.name])) for op in program.ops))
+    text = generate(per_op, None, "c")
+    assert "buffers[0] A            input     double[8, 8] (i8)" in text
+    assert "buffers[2] X            input     float[8, 8]" in text
+    assert "static void kernel_C(const double* restrict A, const double* restrict B, double* restrict C)" in text
+    assert "static AC_EXACT void kernel_Q(const double* restrict C, const float* restrict X, " \
+           "double* restrict Q)" in text
+    assert "ac_saturate(((C[8 * i + j] * 0.1) + X[8 * i + j]), -128.0, 127.0)" in text
+    assert "C[n_2] = ac_saturate(C[n_2], -2147483648.0, 2147483647.0);" in text   # rounded once complete
+    assert "void program_run(void* const* buffers)" in text
+    for dtype in ("f16", "bf16"):
+        half = parse(f"input A: {dtype}[8]\nB[i] = A[i] * 0.3\noutput B\n")
+        assert f"B[i] = ac_round_{dtype}((A[i] * 0.3f));" in generate(fused_plan(half, {}), None, "c")
+    f32 = generate(gemm_relu_plan(), None, "c")
+    assert "ac_saturate" not in f32 and "double* restrict" not in f32 and "AC_EXACT" not in f32

@@ -155,7 +155,7 @@ def test_names_that_are_c_keywords_compile():
     check(plan)
 
 
-def test_other_dtypes_are_converted_at_the_boundary():
+def test_f16_matmul_matches_the_interpreter():
     program = parse("input A: f16[8, 8]\ninput B: f16[8, 8]\nC = matmul(A, B)\n")
     check(autocomp.optimize(program, target="host", tune=0).after)
 
@@ -199,3 +199,124 @@ def test_no_compiler_is_a_clear_error(monkeypatch):
 def test_measured_score_for_the_tuner():
     seconds = host.measured_scorer(repeats=2, threads=1)(small_plan())
     assert 0 < seconds < 1
+
+
+# --------------------------------------------------------------------------- integer programs, exactly
+
+def check_exact(plan, inputs, threads):
+    """measure_plan on given inputs: the C's integer outputs equal the interpreter's, bit for bit."""
+    report = host.measure_plan(plan, repeats=0, threads=threads, inputs=inputs)
+    assert report["matches_interpreter"], report["reason"]
+    assert report["max_abs_error"] == 0.0, report
+    return report
+
+
+def one_kernel(program, tiles=None, parallel=False, levels=("L2", "registers")):
+    kernel = Kernel.from_ops(program, [op.name for op in program.ops])
+    tiles = tiles if tiles is not None else {l: {"L2": max(1, e // 2)} for l, e in kernel.extents.items()}
+    annotations = {"parallel": kernel.loop_names[:1]} if parallel else {}
+    return Plan(program, (kernel,), (Schedule(kernel, tiles=tiles, annotations=annotations, levels=levels),))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("path", ["packed", "nest"])
+def test_int8_gemm_beyond_2_pow_24_is_exact(path, threads):
+    """K = 4096, values up to 127: sums of ~6.6e7 (> 2^24, odd), exact in the i32 output,
+    through the packed GEMM (64 x 64) and through the tiled nest (6 x 8: register tiles)."""
+    from autocomp_jupyter.codegen.c import generate_c
+
+    m, n = (64, 64) if path == "packed" else (6, 8)
+    program = parse(f"input A: i8[{m}, 4096]\ninput B: i8[4096, {n}]\ntensor C: i32[{m}, {n}]\n"
+                    "C[i, j] += A[i, k] * B[k, j]\noutput C\n")
+    rng = np.random.default_rng(3)
+    inputs = {"A": np.full((m, 4096), 127.0), "B": rng.choice([126.0, 127.0], size=(4096, n))}
+    inputs["A"][::7, ::5] = -128.0
+    expected = run(program, inputs)["C"]
+    assert np.abs(expected).max() > 2 ** 24 and (expected % 2 == 1).any()
+    assert (expected != expected.astype(np.float32)).any()       # f32 cannot hold them
+    tiles = None if path == "packed" else {"i": {"L2": 3}, "j": {"L2": 4}, "k": {"L2": 512}}
+    plan = one_kernel(program, tiles, parallel=threads > 1)
+    assert ("Bpack" in generate_c(plan)) == (path == "packed")
+    check_exact(plan, inputs, threads)
+
+
+def test_int8_gemm_up_to_2_pow_24_packs_in_float_exactly():
+    """i8 x i8 with K = 1024: every partial sum is an integer of at most 2^24, so the packed
+    path keeps float panels (twice the lanes), exact up to that bound (-128 * -128 * 1024
+    = 2^24); K = 1025 sums in double."""
+    from autocomp_jupyter.codegen.c import generate_c
+
+    for k, kind in ((1024, "float"), (1025, "double")):
+        program = parse(f"input A: i8[64, {k}]\ninput B: i8[{k}, 64]\ntensor C: i32[64, 64]\n"
+                        "C[i, j] += A[i, k] * B[k, j]\noutput C\n")
+        assert f"{kind} acc[6][16]" in generate_c(one_kernel(program))
+    program = parse("input A: i8[64, 1024]\ninput B: i8[1024, 64]\ntensor C: i32[64, 64]\n"
+                    "C[i, j] += A[i, k] * B[k, j]\noutput C\n")
+    rng = np.random.default_rng(9)
+    a = np.full((64, 1024), -128.0)
+    a[1::2, 0] = 127.0                                      # odd sums just below 2^24
+    inputs = {"A": a, "B": rng.choice([-128.0, -127.0], size=(1024, 64))}
+    inputs["B"][:, 0] = -128.0
+    expected = run(program, inputs)["C"]
+    assert expected.max() == 2 ** 24 and (expected % 2 == 1).any()
+    check_exact(one_kernel(program), inputs, 1)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_int32_chain_near_2_pow_31_saturates_like_the_interpreter(threads):
+    program = parse("input A: i32[40]\ninput B: i32[40]\ntensor S: i32[40]\ntensor D: i32[40]\ntensor E: i32[40]\n"
+                    "S[i] = A[i] + B[i]\nD[i] = S[i] - B[i] + 1\nE[i] = D[i] * 3 - A[i] * 2\noutput S, D, E\n")
+    rng = np.random.default_rng(5)
+    top = 2.0 ** 31
+    a = np.concatenate([top - rng.integers(1, 300, 20), -top + rng.integers(0, 300, 20)])
+    b = rng.integers(-500, 500, 40).astype(np.float64)
+    inputs = {"A": a, "B": b}
+    out = run(program, inputs)
+    assert out["S"].max() == top - 1 and out["S"].min() == -top      # both ends saturate
+    for plan in (one_kernel(program, parallel=threads > 1),
+                 Plan(program, tuple(Kernel.from_ops(program, [op.name]) for op in program.ops),
+                      tuple(Schedule(Kernel.from_ops(program, [op.name])) for op in program.ops))):
+        check_exact(plan, inputs, threads)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_int8_conv_with_padding_into_int32_is_exact(threads):
+    """A padded conv of i8 values into i32: 128 channels x 3 x 3, sums past 2^24."""
+    program = parse("input X: i8[1, 128, 10, 10]\nparam W: i8[8, 128, 3, 3]\ntensor Y: i32[1, 8, 10, 10]\n"
+                    "Y[n, f, h, w] += X[n, c, h + r - 1, w + s - 1] * W[f, c, r, s]\noutput Y\n")
+    rng = np.random.default_rng(7)
+    inputs = {"X": rng.choice([126.0, 127.0], size=(1, 128, 10, 10)), "W": rng.choice([127.0, 126.0],
+                                                                                        size=(8, 128, 3, 3))}
+    expected = run(program, inputs)["Y"]
+    assert np.abs(expected).max() > 2 ** 24 and (expected != expected.astype(np.float32)).any()
+    kernel = Kernel.from_ops(program, [op.name for op in program.ops])
+    plan = one_kernel(program, {l: {"L2": max(1, e * 2 // 3)} for l, e in kernel.extents.items()},
+                      parallel=threads > 1)
+    check_exact(plan, inputs, threads)
+
+
+def test_int32_average_pool_rounds_half_to_even():
+    """Sums near 1e9 (not f32 values), divided by 4: quarters, halves rounding to even."""
+    program = parse("input X: i32[1, 2, 6, 6]\nY = avgpool2d(X, kernel=2)\noutput Y\n")
+    rng = np.random.default_rng(11)
+    inputs = {"X": 250_000_000.0 + rng.integers(0, 1000, (1, 2, 6, 6))}
+    sums = run(program, inputs)["Y_sum"]
+    assert {0, 1, 2, 3} <= set((sums % 4).astype(int).ravel())          # every fraction, .5 included
+    check_exact(one_kernel(program), inputs, 1)
+    check_exact(autocomp.optimize(program, target="host", tune=0).after, inputs, 2)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_half_dtypes_round_like_the_interpreter(dtype):
+    """f16/bf16 results are rounded to the dtype on every store: 1 + x for small x stays on
+    the dtype's grid (f32 would keep bits the interpreter drops)."""
+    program = parse(f"input A: {dtype}[64]\ntensor B: {dtype}[64]\ntensor C: {dtype}[64]\n"
+                    "B[i] = A[i] * 0.3 + 1.0\nC[i] = B[i] * 3.0\noutput B, C\n")
+    from autocomp_jupyter.interp import round_to_dtype
+
+    inputs = {"A": round_to_dtype(np.linspace(-1, 1, 64), dtype)}
+    expected = run(program, inputs)
+    outputs, _ = host.run_compiled(host.compile_plan(one_kernel(program)), inputs)
+    for name in ("B", "C"):
+        assert np.array_equal(outputs[name], round_to_dtype(outputs[name], dtype))   # on the grid
+        assert np.abs(outputs[name] - expected[name]).max() <= np.abs(expected[name]).max() * 2.0 ** -7

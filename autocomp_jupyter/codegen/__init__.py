@@ -1,7 +1,8 @@
 """Code generation for an optimised Plan: `generate(plan, target, lang)`.
 
 - "c": a compilable C translation unit (`c.py`): one function per kernel following its
-  Schedule, and `program_run(float* const* buffers)`; what the host target compiles and runs.
+  Schedule, and `program_run(void* const* buffers)` (float or double arrays); what the host
+  target compiles and runs.
 - "pseudo": a readable accelerator kernel (`pseudo.py`): the tile loops with the memory level
   of each tile, the transfers between levels and the compute calls on the PE array.
 """

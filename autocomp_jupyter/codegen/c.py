@@ -40,15 +40,28 @@ Annotations: `parallel` → `#pragma omp parallel for` on the outermost annotate
 on the innermost point loop.
 
 Out-of-range reads give the access's pad value through a bounds check, emitted only for
-dimensions whose index can leave the tensor. All tensors are `float` (f32); programs in
-other dtypes compute in f32 and the host runner converts at the boundary (results then
-differ from the interpreter, which rounds to the dtype after each statement, by at most that
-rounding). DSL names are sanitised (`Namer`): C keywords, names the generated code uses,
-invalid characters and leading digits, and collisions all get distinct C identifiers.
+dimensions whose index can leave the tensor.
 
-Buffers: `program_run(float* const* buffers)` takes one pointer per tensor, in
+Dtypes (the interpreter's semantics: float64 values, rounded to the target's dtype when a
+statement stores, `interp.round_to_dtype`): f32, f16 and bf16 tensors are `float` buffers,
+integer (i8, i32) tensors `double` buffers — a double holds every i32 and every integer sum
+below 2^53 exactly, as the interpreter's float64 does. A statement whose target is an
+integer computes in double (double constants and functions; a kernel where such a statement
+adds a product that can round, x * 0.1 + y, is compiled without FMA contraction: `AC_EXACT`),
+the others in float. Every `=` store is rounded to the target's dtype (`rounded`:
+`ac_saturate` — half to even, saturated — for integers, `ac_round_f16`/`ac_round_bf16`);
+reductions accumulate unrounded (an integer sum exactly) and are rounded in place once
+complete, a later statement of the kernel reading them rounded. An integer contraction runs
+the packed path in double (panels, microkernel), in float where every partial sum is an
+integer of at most 2^24 (i8 x i8, K <= 1024).
+
+DSL names are sanitised (`Namer`): C keywords, names the generated code uses, invalid
+characters and leading digits, and collisions all get distinct C identifiers.
+
+Buffers: `program_run(void* const* buffers)` takes one pointer per tensor, in
 `buffer_layout(plan)` order — inputs and params, then outputs, then intermediates
-(workspace the caller allocates); the order is written in the file's header comment.
+(workspace the caller allocates), each a `float` or `double` array (`buffer_ctype`); the
+order and the types are written in the file's header comment.
 """
 from __future__ import annotations
 
@@ -61,8 +74,14 @@ from dataclasses import dataclass
 from ..ir.program import Access, Affine, BinOp, Call, Const, Expr, Statement, Tensor
 from ..ir.schedule import Kernel, Schedule
 
-# Integer dtypes: the values a tensor can hold (stored in float buffers, saturating).
+# Integer dtypes: the values a tensor can hold (stored in double buffers, saturating).
 INT_RANGE = {"i8": (-128.0, 127.0), "i32": (-2147483648.0, 2147483647.0)}
+
+
+def buffer_ctype(dtype: str) -> str:
+    """The C element type of a `dtype` tensor's buffer: double for integers (exact, as the
+    interpreter's float64), float for the floating dtypes (f16/bf16 rounded on store)."""
+    return "double" if dtype in INT_RANGE else "float"
 # Largest register tile (output elements kept in a local `acc` array).
 REGISTER_TILE_MAX = 256
 # Packed GEMM microkernel: MR x NR outputs in a local array (6 x 16 f32: 12 AVX2 registers).
@@ -161,8 +180,6 @@ _PRELUDE = r"""#define _POSIX_C_SOURCE 199309L
 #define AC_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define AC_MAX(a, b) ((a) > (b) ? (a) : (b))
 
-/* An integer dtype's value: rounded half to even (the default rounding mode), saturated. */
-static inline float ac_saturate(float x, float lo, float hi) { return fminf(fmaxf(nearbyintf(x), lo), hi); }
 static inline float ac_relu(float x) { return x > 0.0f ? x : 0.0f; }
 static inline float ac_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
@@ -174,12 +191,12 @@ static inline float ac_gelu(float x) {
    a 2.4 ms conv). Grown when a larger block is asked for, never freed: its size is bounded
    by the program's largest panel block and padded tensor. */
 #define AC_SCRATCH_SLOTS 4
-static inline float* ac_scratch(int slot, size_t bytes) {
-    static _Thread_local float* block[AC_SCRATCH_SLOTS];
+static inline void* ac_scratch(int slot, size_t bytes) {
+    static _Thread_local void* block[AC_SCRATCH_SLOTS];
     static _Thread_local size_t size[AC_SCRATCH_SLOTS];
     if (size[slot] < bytes) {
         free(block[slot]);
-        block[slot] = (float*)aligned_alloc(64, (bytes + 63) / 64 * 64);
+        block[slot] = aligned_alloc(64, (bytes + 63) / 64 * 64);
         size[slot] = block[slot] ? bytes : 0;
     }
     return block[slot];
@@ -188,6 +205,56 @@ static inline double ac_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+"""
+
+# Helpers a program needs only when it has tensors of that dtype (appended to the prelude).
+_PRELUDE_INT = r"""/* Integer tensors (i8, i32) are double: every value exact, as the interpreter's float64. An
+   integer dtype's value: rounded half to even (the default rounding mode), saturated (NaN stays
+   NaN, as numpy's clip). Statements with integer targets compute in double (_d functions). */
+static inline double ac_saturate(double x, double lo, double hi) {
+    x = nearbyint(x);
+    return x < lo ? lo : (x > hi ? hi : x);
+}
+static inline double ac_relu_d(double x) { return x < 0.0 ? 0.0 : x; }
+static inline double ac_sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
+static inline double ac_gelu_d(double x) {
+    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * pow(x, 3.0))));
+}
+/* A kernel whose integer statements could round an intermediate (x * 0.1 + y) computes them
+   without contracting a*b+c into an FMA, as numpy does (a result then rounds half to even
+   from the same value). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define AC_EXACT __attribute__((optimize("fp-contract=off")))
+#define AC_EXACT_BODY
+#elif defined(__clang__)
+#define AC_EXACT
+#define AC_EXACT_BODY _Pragma("clang fp contract(off)")
+#else
+#define AC_EXACT
+#define AC_EXACT_BODY
+#endif
+"""
+_PRELUDE_F16 = r"""/* An f16 value (round to nearest even; past 65504: infinity), from float. */
+static inline float ac_round_f16(float x) {
+#ifdef __FLT16_MAX__
+    return (float)(_Float16)x;
+#else
+    float a = fabsf(x);
+    if (!(a < INFINITY)) return x;
+    int e;
+    frexpf(a, &e);
+    const float q = ldexpf(1.0f, (e < -13 ? -13 : e) - 11);     /* the spacing of f16 values near a */
+    const float r = nearbyintf(a / q) * q;
+    return copysignf(r > 65504.0f ? INFINITY : r, x);
+#endif
+}
+"""
+_PRELUDE_BF16 = r"""/* A bf16 value: the top 16 bits of the float, rounded to nearest even (interp.round_to_dtype). */
+static inline float ac_round_bf16(float x) {
+    union { float f; unsigned int u; } v = {x};
+    v.u = (v.u + 0x7FFFu + ((v.u >> 16) & 1u)) & 0xFFFF0000u;
+    return v.f;
 }
 """
 
@@ -203,14 +270,22 @@ def generate_c(plan, target=None) -> str:
              " * Compile: cc -O3 -march=native -fno-math-errno -fopenmp -shared -fPIC program.c -o program.so",
              " * Threads: OMP_NUM_THREADS; with several, OMP_PROC_BIND=true OMP_PLACES=cores keeps one on each",
              " *   core (autocomp_jupyter.host runs it so; unbound, a woken thread can land on a busy sibling's core).",
-             " * All tensors are row-major float (f32) arrays.",
+             " * Tensors are row-major arrays: float for f32 (f16, bf16: rounded to the dtype on every store),",
+             " * double for i8 and i32 (integers, exact; rounded half to even and saturated on every store).",
              " * program_run(buffers): buffers[i] is the tensor below (workspace: caller-allocated scratch).",
              " *"]
+    dtypes = set()
     for i, (name, role) in enumerate(layout):
         t = tensor_of(plan, name)
-        dtype_note = "" if t.dtype == "f32" else f" (declared {t.dtype}: computed as f32)"
-        lines.append(f" *   buffers[{i}] {cname[name]:<12} {role:<9} float[{', '.join(map(str, t.shape))}]{dtype_note}")
-    lines += [" */", _PRELUDE, f"#define PROGRAM_NUM_BUFFERS {len(layout)}",
+        dtypes.add(t.dtype)
+        dtype_note = "" if t.dtype == "f32" else f" ({t.dtype})"
+        lines.append(f" *   buffers[{i}] {cname[name]:<12} {role:<9} {buffer_ctype(t.dtype)}"
+                     f"[{', '.join(map(str, t.shape))}]{dtype_note}")
+    for kernel in plan.kernels:
+        dtypes.update(t.dtype for t in kernel.tensors)
+    prelude = _PRELUDE + (_PRELUDE_INT if dtypes & set(INT_RANGE) else "") \
+        + (_PRELUDE_F16 if "f16" in dtypes else "") + (_PRELUDE_BF16 if "bf16" in dtypes else "")
+    lines += [" */", prelude, f"#define PROGRAM_NUM_BUFFERS {len(layout)}",
               f"#define PROGRAM_NUM_KERNELS {len(plan.kernels)}", ""]
     kernel_names = []
     kernel_namer = Namer()
@@ -227,12 +302,12 @@ def generate_c(plan, target=None) -> str:
     names = ", ".join(f'"{k.name}"' for k in plan.kernels)
     lines.append(f"const char* const program_kernel_names[PROGRAM_NUM_KERNELS] = {{{names}}};")
     lines.append("")
-    lines.append("void program_run(float* const* buffers) {")
+    lines.append("void program_run(void* const* buffers) {")
     lines += [f"    {c}" for c in calls]
     lines.append("}")
     lines.append("")
     lines.append("/* program_run, timing each kernel: seconds[i] for kernel i. */")
-    lines.append("void program_run_profiled(float* const* buffers, double* seconds) {")
+    lines.append("void program_run_profiled(void* const* buffers, double* seconds) {")
     lines.append("    double t0 = ac_now(), t1;")
     for i, c in enumerate(calls):
         lines.append(f"    {c}")
@@ -252,6 +327,12 @@ def _float(value: float) -> str:
     if "e" not in text and "." not in text:
         text += ".0"
     return text + "f"
+
+
+def _double(value: float) -> str:
+    """`value` as a C double literal (an integer statement's constant: exactly the DSL's float)."""
+    text = _float(value)
+    return text[:-1] if text.endswith("f") else text
 
 
 def _affine_c(terms: dict[str, int], const: int) -> str:
@@ -699,9 +780,10 @@ class _KernelWriter:
         self.parallel = tuple(schedule.annotations.get("parallel", ()) or ())
         self.vectorize = schedule.annotations.get("vectorize")
         self.unroll = int(schedule.annotations.get("unroll") or 0)
-        # Integer tensors this kernel accumulates: stored raw while the sum runs, read saturated.
-        self.int_accumulators = {st.target for st in kernel.statements
-                                 if st.reduce is not None and kernel.tensor(st.target).dtype in INT_RANGE}
+        # Non-f32 tensors this kernel accumulates: stored unrounded while the sum runs (an integer
+        # sum exactly, in double), read rounded to their dtype, rounded in place once complete.
+        self.rounded_accumulators = {st.target for st in kernel.statements
+                                     if st.reduce is not None and kernel.tensor(st.target).dtype != "f32"}
         self.out: list[str] = []
         self.helpers: list[str] = []    # static functions the kernel calls (written before it)
         self.fn = ""
@@ -714,17 +796,59 @@ class _KernelWriter:
     def tensor(self, name: str) -> Tensor:
         return self.kernel.tensor(name)
 
+    def ctype(self, name: str) -> str:
+        """The C element type of tensor `name`'s buffer."""
+        return buffer_ctype(self.tensor(name).dtype)
+
+    def in_double(self, stmt: Statement) -> bool:
+        """Whether `stmt` computes in double: its target is an integer tensor."""
+        return self.tensor(stmt.target).dtype in INT_RANGE
+
+    def literal(self, stmt: Statement, value: float) -> str:
+        """A constant of `stmt`'s expression, in the type it computes in."""
+        return _double(value) if self.in_double(stmt) else _float(value)
+
+    def exact_needed(self) -> bool:
+        """Whether an integer statement of this kernel adds a product that can round (a
+        non-integer constant or a floating tensor: X[i] * 0.1 + b[i], Y += X * 0.5): then
+        a*b+c must not become one FMA (`AC_EXACT`), or the sum differs from numpy's in its
+        last bit and can round half to even the other way. Products of integers are exact,
+        fused or not (the integer GEMM keeps its FMAs)."""
+        def integral(e: Expr) -> bool:
+            if isinstance(e, Const):
+                return float(e.value).is_integer()
+            if isinstance(e, Access):
+                return self.tensor(e.tensor).dtype in INT_RANGE and float(e.pad).is_integer()
+            if isinstance(e, BinOp):
+                return e.op != "/" and integral(e.lhs) and integral(e.rhs)
+            if isinstance(e, Call):
+                return e.fn in ("neg", "abs", "relu", "max", "min") and all(integral(a) for a in e.args)
+            return False
+
+        def fusable(e: Expr, added: bool) -> bool:     # a rounding product an add can absorb
+            if isinstance(e, BinOp):
+                if e.op == "*" and added and not integral(e):
+                    return True
+                return fusable(e.lhs, e.op in "+-") or fusable(e.rhs, e.op in "+-")
+            if isinstance(e, Call):
+                return any(fusable(a, added and e.fn == "neg") for a in e.args)
+            return False
+        return any(self.in_double(st) and fusable(st.expr, st.reduce == "+") for st in self.kernel.statements)
+
     def function(self, fn: str) -> str:
         k = self.kernel
         written = {s.target for s in k.statements}
         params = []
         for t in k.tensors:
             const = "" if t.name in written else "const "
-            params.append(f"{const}float* restrict {self.cname[t.name]}")
+            params.append(f"{const}{buffer_ctype(t.dtype)}* restrict {self.cname[t.name]}")
         ops = ", ".join(k.ops)
         self.fn = fn
+        exact = self.exact_needed()
         self.emit(0, f"/* kernel {k.name}: ops {ops} */")
-        self.emit(0, f"static void {fn}({', '.join(params)}) {{")
+        self.emit(0, f"static {'AC_EXACT ' if exact else ''}void {fn}({', '.join(params)}) {{")
+        if exact:
+            self.emit(1, "AC_EXACT_BODY")
         from ..ir.loopnest import lower
 
         pk = packed_contraction(self.kernel, self.schedule)
@@ -733,8 +857,9 @@ class _KernelWriter:
                 t = self.tensor(s.target)
                 var = self.namer.fresh("n")
                 self.emit(1, "#pragma omp parallel for simd" if t.size >= (1 << 16) and self.parallel else "#pragma omp simd")
-                self.emit(1, f"for (long {var} = 0; {var} < {t.size}L; ++{var}) "
-                             f"{self.cname[t.name]}[{var}] = {_float(0.0 if s.reduce == '+' else -math.inf)};")
+                init = 0.0 if s.reduce == "+" else -math.inf
+                self.emit(1, f"for (long {var} = 0; {var} < {t.size}L; ++{var}) {self.cname[t.name]}[{var}] = "
+                             f"{_double(init) if self.ctype(t.name) == 'double' else _float(init)};")
         if pk is None:
             self.emit_nest(lower(self.schedule))
         else:
@@ -742,11 +867,11 @@ class _KernelWriter:
             # untiled schedule's tree), the contraction packed with the schedule's blocks and
             # its fused epilogue in its store.
             self.emit_nest(lower(Schedule.default(self.kernel, self.schedule.levels)), pk)
-        for s in k.statements:    # integer reductions saturate once complete (see saturate)
-            if s.reduce is not None and self.tensor(s.target).dtype in INT_RANGE:
+        for s in k.statements:    # non-f32 reductions are rounded once complete (see rounded)
+            if s.target in self.rounded_accumulators:
                 t, var = self.tensor(s.target), self.namer.fresh("n")
                 self.emit(1, f"for (long {var} = 0; {var} < {t.size}L; ++{var}) "
-                             f"{self.cname[t.name]}[{var}] = {self.saturate(t.name, f'{self.cname[t.name]}[{var}]')};")
+                             f"{self.cname[t.name]}[{var}] = {self.rounded(t.name, f'{self.cname[t.name]}[{var}]')};")
         self.emit(0, "}")
         return "\n\n".join(self.helpers + ["\n".join(self.out)])
 
@@ -774,6 +899,15 @@ class _KernelWriter:
         MCP, NCP = -(-MC // mr) * mr, -(-NC // nr) * nr      # padded to whole micro-panels
         f = self.namer.fresh    # kernel scope: later statements' names avoid these
         e = self.emit
+        # The element type of the panels and the microkernel: an integer result sums in double
+        # (exact below 2^53, as the interpreter), unless both operands are integers small enough
+        # that every partial sum is an integer of at most 2^24 (i8 x i8 with K <= 1024): float
+        # holds those exactly, at twice the lanes. Anything else in float.
+        def bound(access: Access) -> float:
+            rng = INT_RANGE.get(self.tensor(access.tensor).dtype)
+            return max(-rng[0], rng[1], abs(access.pad)) if rng and float(access.pad).is_integer() else math.inf
+        T = "double" if self.in_double(stmt) and K * bound(pk.a) * bound(pk.b) > 2 ** 24 else "float"
+        lit = _double if T == "double" else _float
         anchors = self.kernel.loop_map(pk.index)
         parallel = bool(set(self.parallel) & {anchors.get(l) for l in pk.batch + pk.m + pk.n})
         tab, nth, tid, part, bt, j0, k0, i0, jr, ir, p, r, c = (f(x) for x in (
@@ -827,7 +961,7 @@ class _KernelWriter:
                     padded.append((name, access, pads))
                     shape, shift = pshape, [lo for lo, _ in pads]
             coeff, const = _flat_offsets(self.kernel, access, shape, shift)
-            sources[name] = "const float* restrict"
+            sources[name] = f"const {self.ctype(access.tensor)}* restrict"
             base = f(f"{name}_base")
             decls = [f"const long {base} = {batch_term(coeff, const)};"]
             text = f"{name}[{base}{term(rowg, coeff, row)}{term(colg, coeff, col)}]"
@@ -840,7 +974,7 @@ class _KernelWriter:
                 decls.append(f"const long {q} = {batch_term(dc, idx.const)};")
                 conds.append(f"(unsigned long)({q}{term(rowg, dc, row)}{term(colg, dc, col)}) < {shape[d]}UL")
             if conds:
-                text = f"({' && '.join(conds)} ? {text} : {_float(pad)})"
+                text = f"({' && '.join(conds)} ? {text} : {lit(pad)})"
             else:   # where the column offsets come from a table: the text for a run of NR columns
                 key = (colg, tuple(coeff.get(l, 0) for l in groups[colg]))
                 if key in tables:
@@ -874,16 +1008,16 @@ class _KernelWriter:
             return t not in self.kernel.internals or t in readers
 
         epilogue_lines: list[str] = []
-        local = {stmt.target: self.saturate(stmt.target, v) if stmt.target in self.int_accumulators else v}
+        local = {stmt.target: self.rounded(stmt.target, v) if stmt.target in self.rounded_accumulators else v}
         for s in pk.epilogue:
             st = self.kernel.statements[s]
             at = epilogue_point(self.kernel, pk.index, s)
 
             def access_at(a: Access, at=at):
                 return local.get(a.tensor) or at_point(_substitute(a, at))
-            value = self.saturate(st.target, self.expr_c(st.expr, {}, st, access=access_at))
+            value = self.rounded(st.target, self.expr_c(st.expr, {}, st, access=access_at))
             var = f(f"{self.cname[st.target]}_v")
-            epilogue_lines.append(f"const float {var} = {value};")
+            epilogue_lines.append(f"const {'double' if self.in_double(st) else 'float'} {var} = {value};")
             local[st.target] = var
             if needed(st.target):
                 epilogue_lines.append(f"{at_point(_substitute(Access(st.target, st.target_indices), at))} = {var};")
@@ -929,8 +1063,9 @@ class _KernelWriter:
         e(0, "#ifdef _OPENMP")
         e(3, f"{tid} = omp_get_thread_num() % {nth};")
         e(0, "#endif")
-        e(3, f"float* {Bp} = ac_scratch(0, {KC * NCP * 4}UL);")
-        e(3, f"float* {Ap} = ac_scratch(1, {MCP * KC * 4}UL);")
+        size = 8 if T == "double" else 4
+        e(3, f"{T}* {Bp} = ac_scratch(0, {KC * NCP * size}UL);")
+        e(3, f"{T}* {Ap} = ac_scratch(1, {MCP * KC * size}UL);")
         e(3, f"for (long {vv} = 0; {vv} < {nth}; ++{vv}) {{")
         e(4, f"const long {victim} = ({tid} + {vv}) % {nth}, {end} = {part}[2] * ({victim} + 1) / {nth};")
         e(4, f"for (long {unit}; ({unit} = __atomic_fetch_add(&{nxt}[{victim} * 8], 1, __ATOMIC_RELAXED)) < {end}; ) {{")
@@ -981,7 +1116,7 @@ class _KernelWriter:
         # B packing 2.5x slower, 0.28 vs 0.20 ms in all).
         scalars = {name: "long" for name in re.findall(r"const long (\w+) =", "\n".join(a_decls + b_decls))}
         scalars.update({x: "long" for x in (j0, k0, kc, nc, i0, mc)})
-        params = {Bp: "float* restrict", Ap: "float* restrict", **sources, **scalars,
+        params = {Bp: f"{T}* restrict", Ap: f"{T}* restrict", **sources, **scalars,
                   **{t: "const AC_OFFSET_T* restrict" for t in tables.values()},
                   **{flag: "const unsigned char* restrict" for flag, _ in run_flags}}
         self.outline(b_start, 6, "pack_b", params)
@@ -999,8 +1134,8 @@ class _KernelWriter:
         e(7, f"for (long {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{")
         e(8, f"for (long {ir} = 0; {ir} < {mc}; {ir} += {mr}) {{")
         av, bv = f("ap"), f("bp")
-        e(9, f"const float* restrict {av} = {Ap} + {ir} * {kc};")
-        e(9, f"const float* restrict {bv} = {Bp} + {jr} * {kc};")
+        e(9, f"const {T}* restrict {av} = {Ap} + {ir} * {kc};")
+        e(9, f"const {T}* restrict {bv} = {Bp} + {jr} * {kc};")
         e(9, f"const long {rows} = AC_MIN({mr}, {mc} - {ir}), {cols} = AC_MIN({nr}, {nc} - {jr});")
         # The output micro-tile is read and written once per kc block, rows far apart: fetch
         # its lines while the reduction runs, not when the store needs them.
@@ -1010,7 +1145,7 @@ class _KernelWriter:
         e(10, f"{c} = {cols} - 1;")
         e(10, f"__builtin_prefetch(&{out}, 1, 3);")
         e(9, "}")
-        e(9, f"float {acc}[{mr}][{nr}] = {{{{0.0f}}}};")
+        e(9, f"{T} {acc}[{mr}][{nr}] = {{{{0.0f}}}};")
         e(9, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
         e(10, f"#pragma GCC unroll {mr}")
         e(10, f"for (long {r} = 0; {r} < {mr}; ++{r}) {{")
@@ -1026,7 +1161,7 @@ class _KernelWriter:
                                     f"{k0} + {kc} >= {K}" if last else f"{k0} + {kc} < {K}"])
                 e(9, ("if" if n_case == 0 else "} else if") + f" ({cond}) {{")
             d = 9 if single else 10
-            lines = [f"const float {v} = {acc}[{r}][{c}]" + ("" if first else f" + {out}") + ";"]
+            lines = [f"const {self.ctype(stmt.target)} {v} = {acc}[{r}][{c}]" + ("" if first else f" + {out}") + ";"]
             if not last or needed(stmt.target):
                 lines.append(f"{out} = {v};")
             if last:
@@ -1093,7 +1228,8 @@ class _KernelWriter:
             qs = [f(f"q{d}") for d in range(len(pshape))]
             fill.append(f"/* {self.cname[access.tensor]} padded by {pads} (pad value {access.pad:g}), once per call: "
                         f"no bounds checks while packing */")
-            fill.append(f"float* {name} = ac_scratch({2 + len(copies)}, {math.prod(pshape)}UL * sizeof(float));")
+            ct = self.ctype(access.tensor)
+            fill.append(f"{ct}* {name} = ac_scratch({2 + len(copies)}, {math.prod(pshape)}UL * sizeof({ct}));")
             copies.append(name)
             for dd, q in enumerate(qs):
                 fill.append("    " * dd + f"for (long {q} = 0; {q} < {pshape[dd]}; ++{q})" + (" {" if dd == len(qs) - 1 else ""))
@@ -1102,7 +1238,8 @@ class _KernelWriter:
             src = _affine_c({q: math.prod(t.shape[dd + 1:]) for dd, q in enumerate(qs)},
                             -sum(lo * math.prod(t.shape[dd + 1:]) for dd, (lo, _) in enumerate(pads)))
             dst = _affine_c({q: math.prod(pshape[dd + 1:]) for dd, q in enumerate(qs)}, 0)
-            fill.append(f"{inner_}{name}[{dst}] = {conds} ? {self.cname[access.tensor]}[{src}] : {_float(access.pad)};")
+            pad_c = _double(access.pad) if ct == "double" else _float(access.pad)
+            fill.append(f"{inner_}{name}[{dst}] = {conds} ? {self.cname[access.tensor]}[{src}] : {pad_c};")
             fill.append("    " * (len(qs) - 1) + "}")
         self.out[body_start:body_start] = ["    " * 2 + line for line in fill]
         for flag, _ in run_flags:
@@ -1240,7 +1377,7 @@ class _KernelWriter:
         elif stmt.reduce == "max":
             self.emit(d, f"{target} = AC_MAX({target}, {expr});")
         else:
-            self.emit(d, f"{target} = {self.saturate(stmt.target, expr)};")
+            self.emit(d, f"{target} = {self.rounded(stmt.target, expr)};")
         for dd in range(d - 1, depth - 1, -1):
             self.emit(dd, "}")
 
@@ -1261,7 +1398,7 @@ class _KernelWriter:
         d = depth
         self.emit(d, "{")
         d += 1
-        self.emit(d, f"float {acc}[{size}];")
+        self.emit(d, f"{self.ctype(stmt.target)} {acc}[{size}];")
 
         def out_nest(body: str, d: int) -> None:
             for n, l in enumerate(out_loops):
@@ -1313,35 +1450,41 @@ class _KernelWriter:
         flat = _affine_c(terms, const)
         text = f"{self.cname[tensor]}[{flat}]"
         if conditions:
-            return f"({' && '.join(conditions)} ? {text} : {_float(pad)})"
+            return f"({' && '.join(conditions)} ? {text} : {self.literal(stmt, pad)})"
         return text
 
-    def saturate(self, tensor: str, value: str) -> str:
-        """`value` as stored in `tensor`: rounded half to even and saturated for integer
-        dtypes (the interpreter's `round_to_dtype`), unchanged for floats."""
+    def rounded(self, tensor: str, value: str) -> str:
+        """`value` as stored in `tensor` (the interpreter's `round_to_dtype`): rounded half to
+        even and saturated for integer dtypes, rounded to f16/bf16, unchanged for f32."""
         dtype = self.tensor(tensor).dtype
-        if dtype not in INT_RANGE:
-            return value
-        lo, hi = INT_RANGE[dtype]
-        return f"ac_saturate({value}, {_float(lo)}, {_float(hi)})"
+        if dtype in INT_RANGE:
+            lo, hi = INT_RANGE[dtype]
+            return f"ac_saturate({value}, {_double(lo)}, {_double(hi)})"
+        if dtype in ("f16", "bf16"):
+            return f"ac_round_{dtype}({value})"
+        return value
 
     def expr_c(self, e: Expr, var, stmt: Statement, access=None) -> str:
         """C text of `e`; `access(Access) -> str`, when given, writes every tensor read."""
         if isinstance(e, Const):
-            return _float(e.value)
+            return self.literal(stmt, e.value)
         if isinstance(e, Access) and access is not None:
             return access(e)
         if isinstance(e, Access):
             text = self.access_c(e.tensor, e.indices, var, stmt, check=True, pad=e.pad)
-            if e.tensor in self.int_accumulators:   # read once complete: saturated
-                return self.saturate(e.tensor, text)
+            if e.tensor in self.rounded_accumulators:   # read once complete: rounded
+                return self.rounded(e.tensor, text)
             return text
         if isinstance(e, BinOp):
             return f"({self.expr_c(e.lhs, var, stmt, access)} {e.op} {self.expr_c(e.rhs, var, stmt, access)})"
         if isinstance(e, Call):
             args = [self.expr_c(a, var, stmt, access) for a in e.args]
-            fn = {"exp": "expf", "sqrt": "sqrtf", "tanh": "tanhf", "abs": "fabsf", "relu": "ac_relu",
-                  "sigmoid": "ac_sigmoid", "gelu": "ac_gelu", "max": "AC_MAX", "min": "AC_MIN"}.get(e.fn)
+            if self.in_double(stmt):
+                fn = {"exp": "exp", "sqrt": "sqrt", "tanh": "tanh", "abs": "fabs", "relu": "ac_relu_d",
+                      "sigmoid": "ac_sigmoid_d", "gelu": "ac_gelu_d", "max": "AC_MAX", "min": "AC_MIN"}.get(e.fn)
+            else:
+                fn = {"exp": "expf", "sqrt": "sqrtf", "tanh": "tanhf", "abs": "fabsf", "relu": "ac_relu",
+                      "sigmoid": "ac_sigmoid", "gelu": "ac_gelu", "max": "AC_MAX", "min": "AC_MIN"}.get(e.fn)
             if e.fn == "neg":
                 return f"(-{args[0]})"
             if fn is None:

@@ -3,7 +3,8 @@
  * Compile: cc -O3 -march=native -fno-math-errno -fopenmp -shared -fPIC program.c -o program.so
  * Threads: OMP_NUM_THREADS; with several, OMP_PROC_BIND=true OMP_PLACES=cores keeps one on each
  *   core (autocomp_jupyter.host runs it so; unbound, a woken thread can land on a busy sibling's core).
- * All tensors are row-major float (f32) arrays.
+ * Tensors are row-major arrays: float for f32 (f16, bf16: rounded to the dtype on every store),
+ * double for i8 and i32 (integers, exact; rounded half to even and saturated on every store).
  * program_run(buffers): buffers[i] is the tensor below (workspace: caller-allocated scratch).
  *
  *   buffers[0] A            input     float[1024, 1024]
@@ -23,8 +24,6 @@
 #define AC_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define AC_MAX(a, b) ((a) > (b) ? (a) : (b))
 
-/* An integer dtype's value: rounded half to even (the default rounding mode), saturated. */
-static inline float ac_saturate(float x, float lo, float hi) { return fminf(fmaxf(nearbyintf(x), lo), hi); }
 static inline float ac_relu(float x) { return x > 0.0f ? x : 0.0f; }
 static inline float ac_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
@@ -36,12 +35,12 @@ static inline float ac_gelu(float x) {
    a 2.4 ms conv). Grown when a larger block is asked for, never freed: its size is bounded
    by the program's largest panel block and padded tensor. */
 #define AC_SCRATCH_SLOTS 4
-static inline float* ac_scratch(int slot, size_t bytes) {
-    static _Thread_local float* block[AC_SCRATCH_SLOTS];
+static inline void* ac_scratch(int slot, size_t bytes) {
+    static _Thread_local void* block[AC_SCRATCH_SLOTS];
     static _Thread_local size_t size[AC_SCRATCH_SLOTS];
     if (size[slot] < bytes) {
         free(block[slot]);
-        block[slot] = (float*)aligned_alloc(64, (bytes + 63) / 64 * 64);
+        block[slot] = aligned_alloc(64, (bytes + 63) / 64 * 64);
         size[slot] = block[slot] ? bytes : 0;
     }
     return block[slot];
@@ -232,12 +231,12 @@ static void kernel_C_D(const float* restrict A, const float* restrict B, float* 
 
 const char* const program_kernel_names[PROGRAM_NUM_KERNELS] = {"C_D"};
 
-void program_run(float* const* buffers) {
+void program_run(void* const* buffers) {
     kernel_C_D(buffers[0], buffers[1], buffers[3], buffers[2]);
 }
 
 /* program_run, timing each kernel: seconds[i] for kernel i. */
-void program_run_profiled(float* const* buffers, double* seconds) {
+void program_run_profiled(void* const* buffers, double* seconds) {
     double t0 = ac_now(), t1;
     kernel_C_D(buffers[0], buffers[1], buffers[3], buffers[2]);
     t1 = ac_now(); seconds[0] = t1 - t0; t0 = t1;
