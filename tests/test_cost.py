@@ -350,3 +350,17 @@ def test_a_tiny_layer_on_tpu_is_bound_by_dram_latency():
     assert c.bound.startswith("cold start") or c.bound == "DRAM latency"
     assert res.report["kernels"][0]["bound"] == c.bound
     assert res.report["roofline_fraction"] < 0.3
+
+
+def test_host_charges_integer_tensors_the_bytes_of_their_c_buffers():
+    # codegen/c.py holds i8/i32 tensors in doubles: on host an i8 GEMM moves 8-byte elements,
+    # on an accelerator 1-byte ones.
+    from autocomp_jupyter.accel.cost import kernel_model
+    from autocomp_jupyter.dsl import parse
+
+    program = parse("input A: i8[64, 32]\ninput B: i8[32, 48]\nC = matmul(A, B)\noutput C\n")
+    kernel = Kernel.from_ops(program, ["C"])
+    host = kernel_model(kernel, load_target("host"))
+    tpu = kernel_model(kernel, load_target("tpu"))
+    assert {a.elem_bytes for st in host.statements for a in st.accesses} == {8}
+    assert {a.elem_bytes for st in tpu.statements for a in st.accesses} == {1}

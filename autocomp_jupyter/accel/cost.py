@@ -310,11 +310,15 @@ class KernelModel:
                                           for n in self.loop_names])
         self.flops = float(kernel.flops)
         index = {n: i for i, n in enumerate(self.loop_names)}
+        host_c = target.compute.kind == "vector" and not target.compute.implicit_parallel
+        # Bytes an element of each tensor moves: its dtype's on an accelerator; on host, its C
+        # buffer's (codegen/c.py holds integer tensors in doubles, f16/bf16 in floats).
+        self.elem_bytes = _host_buffer_bytes if host_c else DTYPE_BYTES.__getitem__
         self.statements = [self._statement_model(i, s, index, D, on_chip)
                            for i, s in enumerate(kernel.statements)]
         # Host C runs a tiled GEMM-like kernel as a packed BLIS-style GEMM, not the tile nest.
         self.host_packed = self.host_pk = self.host_scalar = None
-        if target.compute.kind == "vector" and not target.compute.implicit_parallel:
+        if host_c:
             self.host_packed = _host_packed_gemm(kernel, index)
             self.host_pk = _host_packed(kernel)
             self.host_scalar = [_host_scalar_cycles(s) for s in kernel.statements]
@@ -355,7 +359,7 @@ class KernelModel:
             accesses.append(_AccessModel(
                 tensor=tensor, coeff=coeff, local_add=local_add,
                 dims=np.array(t.shape if len(t.shape) == len(indices) else [1 << 62] * len(indices), dtype=float),
-                elem_bytes=DTYPE_BYTES[t.dtype], kind=akind, index_mask=coeff.sum(axis=0) > 0,
+                elem_bytes=self.elem_bytes(t.dtype), kind=akind, index_mask=coeff.sum(axis=0) > 0,
                 chain=chain, internal=tensor in kernel.internals))
         reads = stmt.reads()
         dtype = kernel.tensor(reads[0].tensor).dtype if reads else kernel.tensor(stmt.target).dtype
@@ -806,6 +810,12 @@ HOST_MICRO_CALL = 20.0          # a microkernel call: zeroing, prefetching, spil
 HOST_BLOCK_SPILL = 0.25         # microkernel slow-down per cache block that outgrows L2
 
 
+def _host_buffer_bytes(dtype: str) -> int:
+    from ..codegen.c import buffer_ctype
+
+    return 8 if buffer_ctype(dtype) == "double" else 4
+
+
 def _host_packed(kernel: Kernel):
     """(Packed, the statement's loops as anchor-loop indices, B-copy cycles per element, A-copy
     cycles per element) when host C may run a contraction of this kernel packed; else None."""
@@ -971,7 +981,7 @@ def _host_warm_bandwidth(kernel: Kernel, target: Target, bw: np.ndarray) -> np.n
     on_chip = [m for m in target.memory if m.size_bytes != float("inf")]
     if len(on_chip) < 2 or len(on_chip) == len(target.memory):
         return bw
-    total = sum(t.size * DTYPE_BYTES[t.dtype] for t in kernel.tensors)
+    total = sum(t.size * _host_buffer_bytes(t.dtype) for t in kernel.tensors)
     if total > on_chip[-1].size_bytes / 2:
         return bw
     out = np.array(bw, copy=True)
