@@ -4,8 +4,8 @@ The models are built here with onnx.helper in the layout torch.onnx.export write
 torchvision's networks in eval mode (BatchNorm folded into each Conv's bias, Clip for
 ReLU6, GlobalAveragePool → Flatten → Gemm(transB=1), BERT's MatMul+Add projections,
 Reshape/Transpose to heads, Softmax, erf-form GELU, LayerNormalization), with random
-weights: no downloads. With `--torch` and torchvision installed, the real torchvision
-networks are exported instead (random weights too).
+weights: no downloads. The real networks, exported by torch itself, are in
+`bench_torch.py` (needs torch, torchvision and transformers).
 
 Each model is imported (`from_onnx`), checked against onnxruntime on one input, and
 optimised on each target (rules only unless `--tune N`); the output is one line per
@@ -164,23 +164,6 @@ def bert_layer(seq: int = 128, hidden: int = 768, heads: int = 12, ff: int = 307
 MODELS = {"resnet50": resnet50, "mobilenetv2": mobilenetv2, "bert": bert_layer}
 
 
-def torch_models() -> dict:
-    """The real torchvision networks, exported (random weights), where torch installs."""
-    import io
-
-    import torch
-    import torchvision
-
-    out = {}
-    for name, ctor in (("resnet18", torchvision.models.resnet18), ("resnet50", torchvision.models.resnet50),
-                       ("mobilenetv2", torchvision.models.mobilenet_v2)):
-        buf = io.BytesIO()
-        torch.onnx.export(ctor(weights=None).eval(), torch.randn(1, 3, 224, 224), buf, opset_version=17,
-                          input_names=["input"], output_names=["logits"], dynamo=False)
-        out[name] = lambda data=buf.getvalue(): onnx.load_from_string(data)
-    return out
-
-
 def check_against_onnxruntime(model, program) -> float:
     """Max |interpreter - onnxruntime| / max(1, |onnxruntime|) on one random input."""
     import onnxruntime as ort
@@ -221,15 +204,12 @@ def main(argv=None) -> int:
     ap.add_argument("--targets", default="tpu,npu")
     ap.add_argument("--tune", type=int, default=0)
     ap.add_argument("--no-check", action="store_true", help="skip the onnxruntime comparison")
-    ap.add_argument("--torch", action="store_true", help="export the real torchvision networks (needs torch)")
     ap.add_argument("--warm", action="store_true", help="keep caches between runs (default: each run starts cold)")
     ap.add_argument("--executor", default=None, help="tuning executor: 'processes[:N]' or 'tcp://host:port'")
     ap.add_argument("--profile-dump", default="", help="write the cProfile stats to this file")
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile the first optimise; print N rows")
     args = ap.parse_args(argv)
     models = dict(MODELS)
-    if args.torch:
-        models.update(torch_models())
     print(f"{'model':12} {'target':6} {'nodes':>5} {'ops':>4} {'kernels':>7} {'import_s':>8} {'optimize_s':>10} "
           f"{'1-layer_s':>9} {'ratio':>6} {'vs_naive':>8} {'vs_lib':>6} {'verified':>8} {'ort_err':>8} {'cpu_s':>6} "
           f"{'twins':>14}")
