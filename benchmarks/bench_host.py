@@ -352,7 +352,7 @@ def main(argv) -> None:
         for name, (src, flops) in KERNELS.items():
             plan = plans[name]
             # the product's own path (`--measure --threads N`): the correctness check, and its time
-            report = host.measure_plan(plan, target, repeats=3, threads=threads)
+            report = host.measure_plan(plan, target, repeats=9, threads=threads)
             gen = libs.get("generated", {}).get(name)
             t_gen, t_fast = (gen["median"], gen["fastest"]) if gen else (report["measured_time_s"],) * 2
             predicted = sum(c.time_s for c in _costs(plan, target, threads))
