@@ -68,10 +68,18 @@ def build_plans():
 
 
 def main(argv):
-    cache_path = argv[argv.index("--cache") + 1] if "--cache" in argv else os.path.join(
-        tempfile.gettempdir(), "autocomp_fidelity_cache.json")
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--remeasure", action="store_true", help="ignore the cached times")
+    ap.add_argument("--rounds", type=int, default=3, help="measuring rounds (the fastest is kept)")
+    ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "autocomp_fidelity_cache.json"),
+                    help="JSON file of measured times, keyed by the generated C")
+    ap.add_argument("-v", action="store_true", help="list the schedules by rank disagreement")
+    args = ap.parse_args(argv)
+    cache_path = args.cache
     cache = {}
-    if os.path.exists(cache_path) and "--remeasure" not in argv:
+    if os.path.exists(cache_path) and not args.remeasure:
         with open(cache_path) as f:
             cache = json.load(f)
     target = load_target("host")
@@ -81,7 +89,7 @@ def main(argv):
     plans = [(key, f"{key.split()[0]} c:{hashlib.sha1(generate_c(plan).encode()).hexdigest()[:16]}", plan)
              for key, plan in build_plans()]
     predicted, measured = [], []
-    rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 3
+    rounds = args.rounds
     missing = list({code: plan for _, code, plan in plans if code not in cache}.items())
     if missing:
         from autocomp_jupyter import host
@@ -112,7 +120,7 @@ def main(argv):
     print(line + "   (conv goal >= 0.8)")
     ratio = predicted[ok] / measured[ok]
     print(f"median predicted / measured: {np.median(ratio):.2f} (within 2x: {np.mean((ratio > 0.5) & (ratio < 2)):.0%})")
-    if "-v" in argv:
+    if args.v:
         rp = np.argsort(np.argsort(predicted))
         rm = np.argsort(np.argsort(measured))
         for i in np.argsort(-np.abs(rp - rm)):
