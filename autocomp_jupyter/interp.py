@@ -98,19 +98,31 @@ def _box_points(ranges) -> int:
 def _gather(acc: Access, st: Statement, env: Mapping[str, np.ndarray], ranges) -> tuple[np.ndarray, tuple[int, ...]]:
     """Values of `acc` over the loops it uses (axes in domain order), with pad out of range."""
     data = env[acc.tensor]
-    used = sorted({k for idx in acc.indices for k in idx.loops}, key=st.loop_names.index)
-    axes = tuple(st.loop_names.index(n) for n in used)
+    names = st.loop_names
+    used = sorted({k for idx in acc.indices for k in idx.loops}, key=names.index)
+    axes = tuple(names.index(n) for n in used)
     grids = np.ix_(*[np.arange(*ranges[a]) for a in axes]) if axes else ()
     loop_env = dict(zip(used, grids))
+    bounds = {n: ranges[a] for n, a in zip(used, axes)}
     index, valid = [], None
-    shape = tuple(ranges[a][1] - ranges[a][0] for a in axes)
     for dim, idx in enumerate(acc.indices):
-        raw = np.broadcast_to(np.asarray(idx.evaluate(loop_env)), shape) if shape else np.asarray(idx.evaluate(loop_env))
-        ok = (raw >= 0) & (raw < data.shape[dim])
+        raw = idx.evaluate(loop_env)
+        # An affine index over a box is extreme at its corners: only a dimension it can
+        # leave needs the mask and the clamp (the tiled runs gather thousands of small boxes).
+        lo = hi = idx.const
+        for loop, c in idx.terms:
+            first, end = bounds[loop]
+            lo, hi = lo + min(c * first, c * (end - 1)), hi + max(c * first, c * (end - 1))
+        size = data.shape[dim]
+        if 0 <= lo and hi < size:
+            index.append(raw)
+            continue
+        ok = (raw >= 0) & (raw < size)
         valid = ok if valid is None else valid & ok
-        index.append(np.clip(raw, 0, data.shape[dim] - 1))
+        index.append(np.minimum(np.maximum(raw, 0), size - 1))
+    # The index arrays broadcast to the box of the used loops (each used loop is in one of them).
     values = data[tuple(index)] if index else data
-    if valid is not None and not np.all(valid):
+    if valid is not None:
         values = np.where(valid, values, acc.pad)
     return np.asarray(values, dtype=np.float64), axes
 
@@ -137,9 +149,9 @@ def _evaluate_box(st: Statement, env, ranges) -> np.ndarray:
     n_out = len(st.output_loops)
     product = _product_terms(st.expr) if st.reduce == "+" else None
     if product is not None and product[0]:
-        biggest = max(math.prod(ranges[i][1] - ranges[i][0] for i in range(len(ranges))
-                                if st.loop_names[i] in {k for idx in a.indices for k in idx.loops})
-                      for a in product[0])
+        names = st.loop_names
+        biggest = max(math.prod(ranges[i][1] - ranges[i][0] for i in range(len(ranges)) if names[i] in used)
+                      for used in ({k for idx in a.indices for k in idx.loops} for a in product[0]))
         out_points = _box_points(ranges[:n_out])
         too_big = max(biggest, out_points) > MAX_BOX_POINTS
     else:

@@ -83,7 +83,7 @@ class Affine:
     def __mul__(self, factor: int) -> "Affine":
         return Affine.of({k: v * factor for k, v in self.terms}, self.const * factor)
 
-    @property
+    @cached_property
     def loops(self) -> tuple[str, ...]:
         return tuple(k for k, _ in self.terms)
 
@@ -247,7 +247,7 @@ class Statement:
     expr: Expr
     span: Span | None = field(default=None, compare=False)
 
-    @property
+    @cached_property
     def loop_names(self) -> tuple[str, ...]:
         return tuple(l.name for l in self.loops)
 
