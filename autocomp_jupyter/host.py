@@ -279,9 +279,16 @@ def predicted_time(plan, target=None, threads: int | None = None) -> float:
 
 
 def _inputs_for(plan, seed: int):
+    """Random values for the program's inputs and params, the model's own weights for params
+    it carries (an imported ONNX model): random weights through a deep network grow to 1e24,
+    where a float C and the float64 interpreter can only be compared loosely."""
     from .interp import random_inputs
 
-    return random_inputs(plan.program, seed)
+    values = random_inputs(plan.program, seed)
+    program = plan.program
+    values.update({k: np.asarray(v, dtype=np.float64) for k, v in program.param_values.items()
+                   if program.has_tensor(k)})
+    return values
 
 
 def measure_plan(plan, target=None, repeats: int = 5, threads: int | None = None, seed: int = 0,
@@ -294,7 +301,7 @@ def measure_plan(plan, target=None, repeats: int = 5, threads: int | None = None
     "repeats": int, "threads": int, "source_path": str, "predicted_time_s": the host
     model's seconds on that many threads (`predicted_time`)}. `threads` (OpenMP threads of
     the run): default `default_threads()`. `inputs`: {input or param: array}, default
-    `interp.random_inputs(program, seed)`.
+    `interp.random_inputs(program, seed)` with the params the program carries (`param_values`).
     """
     from .interp import compare_outputs, run
     from .limits import check_memory_budget

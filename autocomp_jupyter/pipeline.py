@@ -297,7 +297,8 @@ def _illegal_schedules(plan: Plan, ctx: PassContext) -> list[tuple[str, str]]:
 
 
 def _verify(plan: Plan, ctx: PassContext, notes: dict | None = None) -> tuple[bool, str]:
-    """(verified, why not): the plan's program computes the original's (interpreter), every
+    """(verified, why not): the plan's program computes the original's (interpreter), its
+    kernels run every op once, each after the kernels it reads (`Plan.order_problem`), every
     kernel's schedule is legal (isl) and, run tile by tile (on a scaled twin of a large
     program), computes what the program computes.
 
@@ -309,6 +310,9 @@ def _verify(plan: Plan, ctx: PassContext, notes: dict | None = None) -> tuple[bo
     verdict = ctx.verify(plan.program)
     if not verdict:
         return False, verdict.reason
+    problem = plan.order_problem()
+    if problem:
+        return False, problem
     runs: dict[str, int] = {}
     isl_only, extent = [], None
     for kernel, schedule in zip(plan.kernels, plan.schedules):

@@ -76,3 +76,26 @@ def test_tuner_keeps_the_rules_schedule_of_a_tiny_space_and_says_so():
     res = autocomp.optimize("input X: f32[2, 2]\nY = softmax(X, axis=0)\n", target="tpu", tune=50)
     assert res.report["verified"]
     assert "no legal candidate beat the rules' schedule" in res.report["tuning"]["kept_rules_schedule"]["Y"]
+
+
+def test_a_plan_whose_kernels_read_a_tensor_before_it_is_written_is_not_verified():
+    # Found running torch's ResNet-18 export as C: the conv fused with the residual add ran
+    # before the downsample branch it adds, so the C read an unwritten buffer (NaN), while
+    # the interpreter (program order) and the tiled runs (inputs from it) could not see it.
+    import autocomp_jupyter as ac
+    from autocomp_jupyter.pipeline import _verify
+    from autocomp_jupyter.passes import PassContext
+    from autocomp_jupyter.ir.plan import Plan
+
+    src = ("input X: f32[1, 8, 12, 12]\nparam W: f32[16, 8, 3, 3]\nparam V: f32[16, 8, 1, 1]\n"
+           "c = conv2d(X, W, stride=2, padding=1)\nd = conv2d(X, V, stride=2)\ne = add(c, d)\noutput e\n")
+    res = ac.optimize(src, target="host", tune=0)
+    plan = res.after
+    assert res.verified and [k.ops for k in plan.kernels] == [("d",), ("c", "e")]
+    assert plan.order_problem() == ""
+    from autocomp_jupyter.host import measure_plan
+    assert measure_plan(plan, res.target, repeats=1)["matches_interpreter"] is True
+    swapped = Plan(plan.program, plan.kernels[::-1], plan.schedules[::-1], "swapped")
+    assert swapped.order_problem() == "kernel c_e reads 'd' before kernel d writes it"
+    ctx = PassContext(res.program, res.target, res.rules)
+    assert _verify(swapped, ctx) == (False, "kernel c_e reads 'd' before kernel d writes it")

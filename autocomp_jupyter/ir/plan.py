@@ -34,3 +34,28 @@ class Plan:
     def group_of(self) -> dict[str, str]:
         """{op name: kernel name}."""
         return {op: k.name for k in self.kernels for op in k.ops}
+
+    def order_problem(self) -> str:
+        """'' if every op of the program runs in exactly one kernel and each kernel runs after
+        the kernels whose outputs it reads; else what is wrong. (The interpreter's check runs
+        the program's ops in program order, and a tiled run takes a kernel's inputs from it:
+        neither would see kernels run in an order that reads a tensor before it is written.)"""
+        ran: dict[str, str] = {}
+        for k in self.kernels:
+            for op in k.ops:
+                if op in ran:
+                    return f"op '{op}' runs in two kernels ({ran[op]}, {k.name})"
+                ran[op] = k.name
+        missing = [op.name for op in self.program.ops if op.name not in ran]
+        if missing:
+            return f"op(s) {', '.join(missing)} run in no kernel"
+        written: set[str] = {t.name for t in self.program.inputs}
+        producer = {t: k.name for k in self.kernels for t in k.outputs + k.internals}
+        for k in self.kernels:
+            for t in k.inputs:
+                if t not in written and t in producer and producer[t] != k.name:
+                    return f"kernel {k.name} reads '{t}' before kernel {producer[t]} writes it"
+            written.update(k.outputs)
+            written.update(k.internals)
+        return ""
+

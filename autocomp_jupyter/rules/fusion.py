@@ -46,8 +46,8 @@ def fusion_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
     program = _inline_small(program, ctx, params.get("inline_threshold", 0), log, rollbacks, taken)
     groups = _chain_groups(program, ctx, fixed_groups, log, rollbacks)
 
-    kernels = tuple(Kernel.from_ops(program, g, name=_kernel_name(g)) for g in groups)
-    if _has_cycle(program, kernels):
+    kernels = _in_dependence_order(tuple(Kernel.from_ops(program, g, name=_kernel_name(g)) for g in groups))
+    if kernels is None:
         rollbacks.append(rollback_entry(PASS, "", "the fused kernel graph has a cycle: back to the unfused baseline"))
         return PassOutcome(plan, tuple(log), tuple(rollbacks))
     schedules = tuple(_inherited_schedule(program, k, ctx, plan) for k in kernels)
@@ -403,24 +403,29 @@ def _fit(program: Program, chain: list[Op], rule: FusionRule, ctx: PassContext, 
     return [names[0]]
 
 
-def _has_cycle(program: Program, kernels: tuple[Kernel, ...]) -> bool:
-    """Is the kernel graph (an edge where one kernel reads another's output) cyclic?
+def _in_dependence_order(kernels: tuple[Kernel, ...]) -> tuple[Kernel, ...] | None:
+    """The kernels in an order where each runs after every kernel whose output it reads
+    (Kahn's algorithm, the earliest ready kernel first, so an order that already works is
+    kept), or None when the kernel graph is cyclic. A group keeps its first op's place, so
+    a conv fused with the add of a later branch (`e = add(conv(x), conv_1x1(x))`) must move
+    after that branch's kernel: run in group order, it would read the branch unwritten."""
+    import heapq
 
-    Kahn's algorithm, without recursion: a program of thousands of unfused ops is a chain
-    thousands of kernels long."""
-    owner = {t: k.name for k in kernels for t in k.outputs + k.internals}
-    edges = {k.name: {owner[t] for t in k.inputs if t in owner} - {k.name} for k in kernels}
-    indegree = {n: 0 for n in edges}
-    for sources in edges.values():
-        for m in sources:
-            indegree[m] += 1
-    ready = [n for n, d in indegree.items() if d == 0]
-    seen = 0
+    owner = {t: i for i, k in enumerate(kernels) for t in k.outputs + k.internals}
+    readers: list[set[int]] = [set() for _ in kernels]
+    indegree = [0] * len(kernels)
+    for i, k in enumerate(kernels):
+        for source in {owner[t] for t in k.inputs if t in owner} - {i}:
+            readers[source].add(i)
+            indegree[i] += 1
+    ready = [i for i, d in enumerate(indegree) if d == 0]
+    heapq.heapify(ready)
+    order = []
     while ready:
-        n = ready.pop()
-        seen += 1
-        for m in edges[n]:
-            indegree[m] -= 1
-            if indegree[m] == 0:
-                ready.append(m)
-    return seen < len(edges)
+        i = heapq.heappop(ready)
+        order.append(kernels[i])
+        for j in readers[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                heapq.heappush(ready, j)
+    return tuple(order) if len(order) == len(kernels) else None
