@@ -9,7 +9,8 @@
 text over every library op with its attributes, every comprehension form (`=`, `+=`, `max=`,
 affine, strided and padded indices, `where` bounds, declared shapes), every dtype, and odd or
 tiny shapes (1, primes, sizes no tile divides), as chains of 1-6 ops that mostly feed each
-other (fusion opportunities) and sometimes fan out (residuals, extra outputs). A rough
+other (fusion opportunities), sometimes fan out (extra outputs) and sometimes form residual
+blocks (two branches from one tensor joined by an add). A rough
 magnitude estimate keeps values finite in their dtype, so a failure is the pipeline's, not
 overflow noise. Sizes stay small enough that one pipeline run takes well under 2 s.
 
@@ -146,15 +147,13 @@ class _Generator:
             source = cur
             if self.results and self.chance(0.15):     # fan out from an earlier tensor
                 source = self.pick(self.results + [x])
-            kinds = [k for k in KINDS if self.applicable(k, source)]
-            weights = np.array([_WEIGHT.get(k, 1) for k in kinds], dtype=float)
-            for _attempt in range(6):
-                kind = kinds[int(self.rng.choice(len(kinds), p=weights / weights.sum()))]
-                made = getattr(self, "op_" + kind)(source)
+            if self.chance(0.12):
+                made = self.residual(source)
                 if made is not None:
-                    self.kinds.append(kind)
                     cur = made
-                    break
+                    continue
+            made = self.any_op(source)
+            cur = made if made is not None else cur
         outputs = ""
         r = self.rng.random()
         if r < 0.3:
@@ -164,6 +163,39 @@ class _Generator:
             outputs = f"output {extra}, {cur}\n" if extra != cur else f"output {cur}\n"
         text = "\n".join(self.decls + self.body) + "\n" + outputs
         return Generated(0, text, tuple(self.kinds), self.dtype)
+
+    def any_op(self, source: str) -> str | None:
+        """One op on `source`, its kind drawn by weight (a few tries: some refuse a shape)."""
+        kinds = [k for k in KINDS if self.applicable(k, source)]
+        weights = np.array([_WEIGHT.get(k, 1) for k in kinds], dtype=float)
+        for _attempt in range(6):
+            kind = kinds[int(self.rng.choice(len(kinds), p=weights / weights.sum()))]
+            made = getattr(self, "op_" + kind)(source)
+            if made is not None:
+                self.kinds.append(kind)
+                return made
+        return None
+
+    def residual(self, source: str) -> str | None:
+        """Two branches from `source` joined by an add, the first branch's result read by the
+        add alone (a residual block): fused with its producer, the add must run after the
+        second branch's kernel (found as C reading a branch unwritten on torch's ResNet-18)."""
+        first = self.any_op(source)
+        if first is None:
+            return None
+        for _attempt in range(4):
+            second = self.any_op(source)
+            if second is None:
+                return first
+            if self.shape[second] == self.shape[first] and self.dtypes[second] == self.dtypes[first]:
+                mag = self.mag[first] + self.mag[second]
+                if mag > self.limit(first) / 10:
+                    return second
+                out = self.name("T")
+                self.body.append(f"{out} = add({first}, {second})")
+                self.kinds.append("add")
+                return self.result(out, self.shape[first], mag, self.dtypes[first])
+        return first
 
     def applicable(self, kind: str, x: str) -> bool:
         rank = len(self.shape[x])
