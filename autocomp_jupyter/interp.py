@@ -107,12 +107,9 @@ def _gather(acc: Access, st: Statement, env: Mapping[str, np.ndarray], ranges) -
     index, valid = [], None
     for dim, idx in enumerate(acc.indices):
         raw = idx.evaluate(loop_env)
-        # An affine index over a box is extreme at its corners: only a dimension it can
-        # leave needs the mask and the clamp (the tiled runs gather thousands of small boxes).
-        lo = hi = idx.const
-        for loop, c in idx.terms:
-            first, end = bounds[loop]
-            lo, hi = lo + min(c * first, c * (end - 1)), hi + max(c * first, c * (end - 1))
+        # Only a dimension the index can leave needs the mask and the clamp (the tiled runs
+        # gather thousands of small boxes).
+        lo, hi = idx.bounds(bounds)
         size = data.shape[dim]
         if 0 <= lo and hi < size:
             index.append(raw)

@@ -104,6 +104,16 @@ class Affine:
             value = value + v * env[k]
         return value
 
+    def bounds(self, box: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
+        """(lowest, highest) value over a box {loop: (first, end)} (end exclusive, non-empty):
+        an affine index is extreme at the box's corners."""
+        lo = hi = self.const
+        for k, v in self.terms:
+            first, end = box[k]
+            a, b = v * first, v * (end - 1)
+            lo, hi = lo + min(a, b), hi + max(a, b)
+        return lo, hi
+
     def rename(self, mapping: Mapping[str, "Affine"]) -> "Affine":
         """Substitute loops by affine expressions (loops absent from `mapping` stay)."""
         out = Affine.constant(self.const)

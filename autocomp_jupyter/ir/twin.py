@@ -14,15 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .program import Affine, Loop, Program, Statement, Tensor
-
-
-def _index_range(index: Affine, extents: dict[str, int]) -> tuple[int, int]:
-    lo = hi = index.const
-    for loop, coeff in index.terms:
-        span = coeff * (extents[loop] - 1)
-        lo, hi = lo + min(0, span), hi + max(0, span)
-    return lo, hi
+from .program import Loop, Program, Statement, Tensor
 
 
 def _accesses(statement: Statement):
@@ -41,27 +33,23 @@ def kernel_twin(program: Program, op_names, max_extent: int) -> Program | None:
     ops = [program.producer(name) for name in op_names]
     if any(op is None for op in ops):
         return None
-    cut = {}
-    new_ops = []
+    new_ops, pairs = [], []            # pairs: (full-size statement, its cut copy)
     for op in ops:
-        statements = []
-        for s in op.statements:
-            small = replace(s, loops=tuple(Loop(l.name, min(l.extent, max_extent)) for l in s.loops))
-            cut[id(small)] = s
-            statements.append(small)
-        new_ops.append(replace(op, statements=tuple(statements)))
-    if all(cut[id(s)].loops == s.loops for op in new_ops for s in op.statements):
+        statements = tuple(replace(s, loops=tuple(Loop(l.name, min(l.extent, max_extent)) for l in s.loops))
+                           for s in op.statements)
+        pairs.extend(zip(op.statements, statements))
+        new_ops.append(replace(op, statements=statements))
+    if all(full.loops == small.loops for full, small in pairs):
         return None
-    written = {s.target for op in new_ops for s in op.statements}
+    written = {small.target for _, small in pairs}
     reach: dict[str, list[tuple[int, int]]] = {}      # tensor -> per dim (full-size high, twin high)
-    for op in new_ops:
-        for small in op.statements:
-            full = cut[id(small)]
-            full_ext, small_ext = full.extents, small.extents
-            for tensor, indices in _accesses(small):
-                highs = reach.setdefault(tensor, [(-1, -1)] * len(indices))
-                reach[tensor] = [(max(h_full, _index_range(i, full_ext)[1]), max(h_small, _index_range(i, small_ext)[1]))
-                                 for (h_full, h_small), i in zip(highs, indices)]
+    for full, small in pairs:
+        full_box = {l.name: (0, l.extent) for l in full.loops}
+        small_box = {l.name: (0, l.extent) for l in small.loops}
+        for tensor, indices in _accesses(small):
+            highs = reach.setdefault(tensor, [(-1, -1)] * len(indices))
+            reach[tensor] = [(max(h_full, i.bounds(full_box)[1]), max(h_small, i.bounds(small_box)[1]))
+                             for (h_full, h_small), i in zip(highs, indices)]
     tensors = []
     for name, highs in reach.items():
         if program.has_tensor(name):
@@ -79,10 +67,11 @@ def kernel_twin(program: Program, op_names, max_extent: int) -> Program | None:
         tensors.append(Tensor(name, original.dtype, shape, role))
     # Inputs first (declaration order), as a parsed program has them.
     tensors.sort(key=lambda t: t.role not in ("input", "param"))
+    mine = set(op_names)
     outputs = tuple(dict.fromkeys(s.target for op in new_ops for s in op.statements
                                   if program.has_tensor(s.target) and program.tensor(s.target).role != "temp"
                                   and (s.target in program.outputs
-                                       or any(r.name not in set(op_names) for r in program.readers(s.target)))))
+                                       or any(r.name not in mine for r in program.readers(s.target)))))
     if not outputs:
         outputs = (new_ops[-1].output,)
     return Program(tuple(tensors), tuple(new_ops), outputs, filename=f"{program.filename} (kernel twin)")

@@ -87,12 +87,8 @@ def _kernel_name(ops) -> str:
 
 
 def _in_bounds(acc: Access, extents: dict[str, int], shape: tuple[int, ...]) -> bool:
-    for idx, dim in zip(acc.indices, shape):
-        lo = idx.const + sum(min(0, c * (extents[l] - 1)) for l, c in idx.terms)
-        hi = idx.const + sum(max(0, c * (extents[l] - 1)) for l, c in idx.terms)
-        if lo < 0 or hi >= dim:
-            return False
-    return True
+    box = {l: (0, e) for l, e in extents.items()}
+    return all(0 <= lo and hi < dim for (lo, hi), dim in ((idx.bounds(box), dim) for idx, dim in zip(acc.indices, shape)))
 
 
 def _inline_into(stmt: Statement, producer: Statement) -> Statement:

@@ -406,10 +406,6 @@ def _scores(time_s, energy_j, ok) -> np.ndarray:
     return np.where(ok, time_s * (1.0 + 1e-3 * energy_j / max(float(energy_j.max()), 1e-30)), np.inf)
 
 
-def _score(model, tiles, orders, max_spill: float, vectorize: int = -1) -> np.ndarray:
-    return _scores(*_measure(model, tiles, orders, max_spill, vectorize))
-
-
 def _candidate_keys(tiles: np.ndarray, orders: np.ndarray) -> list[bytes]:
     """One compact bytes key per candidate (tiles as int32, loop indices as int8)."""
     n = len(tiles)
@@ -587,11 +583,11 @@ def scaled_twin(schedule: Schedule, program: Program):
     kernel = schedule.kernel
     if max(kernel.extents.values()) <= TWIN_EXTENT and max(max(t.shape, default=1) for t in program.tensors) <= 4 * TWIN_EXTENT:
         return schedule, program
-    small_kernel = None
-    for small in (_program_twin(program), kernel_twin(program, kernel.ops, TWIN_EXTENT)):
+    small = _program_twin(program)
+    small_kernel = _same_structure(kernel, small)
+    if small_kernel is None:      # only then build the kernel's own twin
+        small = kernel_twin(program, kernel.ops, TWIN_EXTENT)
         small_kernel = _same_structure(kernel, small)
-        if small_kernel is not None:
-            break
     if small_kernel is None:
         return None
     big, little = kernel.extents, small_kernel.extents
