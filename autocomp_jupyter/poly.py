@@ -453,7 +453,7 @@ def from_tiled_schedule(schedule) -> KernelSchedule:
                     last %= outer
                 dims.append(ScheduleDim(f"seq_{node.var}", str(last // node.size)))
             sizes.append(node.size)
-        dims += [ScheduleDim(p.anchor or p.name, p.name) for p in compute.loops]
+        dims += [ScheduleDim(p.anchor or p.name, p.time()) for p in compute.loops]
         statements[compute.index] = StatementSchedule(statement_name(compute.index), compute.statement.loop_names,
                                                       tuple(dims))
     return KernelSchedule(tuple(statements))

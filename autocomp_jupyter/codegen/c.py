@@ -179,6 +179,8 @@ _PRELUDE = r"""#define _POSIX_C_SOURCE 199309L
 
 #define AC_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define AC_MAX(a, b) ((a) > (b) ? (a) : (b))
+/* floor(a / b) for b > 0 and any a (the bounds of skewed loops) */
+#define AC_FLOORDIV(a, b) ((a) >= 0 ? (a) / (b) : -((-(a) + (b) - 1) / (b)))
 
 static inline float ac_relu(float x) { return x > 0.0f ? x : 0.0f; }
 static inline float ac_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -629,6 +631,14 @@ def _substitute(access: Access, by: dict[str, Affine]) -> Access:
     return dataclasses.replace(access, indices=tuple(indices))
 
 
+def _rename(text: str, names: dict) -> str:
+    """`text` with each whole-word name in `names` replaced (loop names → C variables)."""
+    if not names:
+        return text
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b")
+    return pattern.sub(lambda m: names[m.group(1)], text)
+
+
 def packed_contraction(kernel: Kernel, schedule: Schedule | None = None) -> Packed | None:
     """The kernel's statement the host runs as a packed GEMM, or None. Eligibility is read
     from the accesses, never from op names: a `+=` of a product of two tensor reads whose
@@ -640,6 +650,8 @@ def packed_contraction(kernel: Kernel, schedule: Schedule | None = None) -> Pack
     out-of-range reads included (padding: checked while packing, never in the microkernel).
     GEMM, batched GEMM, convolutions (stride, dilation, padding, groups, depthwise) and
     transposed operands all match."""
+    if schedule is not None and (schedule.annotations.get("skew") or schedule.annotations.get("reverse")):
+        return None                  # a user's point order: the packed microkernel has its own
     for index, stmt in enumerate(kernel.statements):
         e = stmt.expr
         if stmt.reduce != "+" or not (isinstance(e, BinOp) and e.op == "*" and isinstance(e.lhs, Access)
@@ -1335,7 +1347,9 @@ class _KernelWriter:
         # a full tile's size per output loop (remainder tiles take the plain nest)
         full = {l: bounds[l][2] or (max(tiles[l].lengths) if tiles[l] is not None else None) for l in out_loops}
         register_tile = math.prod(full[l] or REGISTER_TILE_MAX + 1 for l in out_loops) if out_loops else 1
-        if (stmt.reduce is not None and red_loops and rank_out and None not in rank_out
+        if any(p.affine for p in node.loops):      # skewed or reversed: the plain nest, affine bounds
+            self.plain(node, depth, var, bounds)
+        elif (stmt.reduce is not None and red_loops and rank_out and None not in rank_out
                 and len(set(rank_out)) == len(rank_out) and register_tile <= REGISTER_TILE_MAX
                 and _unit_stride_reads(stmt, stmt.target_indices[-1].single_loop)):
             partial = [l for l in out_loops if bounds[l][2] is None]
@@ -1357,11 +1371,33 @@ class _KernelWriter:
             end = f"{start} + {trip}"
         self.emit(depth, f"for (long {v} = {start}; {v} < {end}; ++{v}) {{")
 
+    def _affine_for(self, depth: int, affine: dict, p, var: dict) -> None:
+        """A point loop with affine bounds (`ir.loopnest.affine_point_bounds`), the loop
+        variables renamed to their C names (a skewed loop runs over `<name>_s`)."""
+        names = {n: var[n] for n in affine}
+        names.update({a.var: var[a.name] + "_s" for a in affine.values() if a.var != a.name})
+        a = affine[p.name]
+        v, lo, hi = names[a.var], _rename(a.start, names), _rename(a.stop, names)
+        if p.reverse:
+            self.emit(depth, f"for (long {v} = ({hi}) - 1; {v} >= {lo}; --{v}) {{")
+        else:
+            self.emit(depth, f"for (long {v} = {lo}; {v} < {hi}; ++{v}) {{")
+
     def plain(self, node, depth, var, bounds) -> None:
         stmt = node.statement
         target = self.access_c(stmt.target, stmt.target_indices, var, stmt, check=False)
         expr = self.expr_c(stmt.expr, var, stmt)
         d = depth
+        affine = None
+        if any(p.affine for p in node.loops):
+            from ..ir.loopnest import affine_point_bounds
+
+            spans = {p.name: (bounds[p.name][0], f"{bounds[p.name][0]} + {bounds[p.name][2]}"
+                              if bounds[p.name][2] is not None and bounds[p.name][0] != "0" else bounds[p.name][1])
+                     for p in node.loops}
+            own = {p.name: var[p.name] for p in node.loops}
+            affine = {a.name: a for a in affine_point_bounds(node, spans, floordiv="AC_FLOORDIV",
+                                                             maximum="AC_MAX", minimum="AC_MIN")}
         for p in node.loops:
             if p.parallel:
                 self.emit(d, "#pragma omp parallel for")
@@ -1369,9 +1405,15 @@ class _KernelWriter:
                 self.emit(d, "#pragma omp simd")  # (a loop takes one of simd / unroll: simd wins)
             elif p.unroll > 1:
                 self.emit(d, f"#pragma GCC unroll {p.unroll}")
-            start, end, trip = bounds[p.name]
-            self._for(d, var[p.name], start, end, trip)
+            if affine is None:
+                start, end, trip = bounds[p.name]
+                self._for(d, var[p.name], start, end, trip)
+            else:
+                self._affine_for(d, affine, p, var)
             d += 1
+            for a in (affine or {}).values():
+                if a.defined_in == p.name and a.var != a.name:
+                    self.emit(d, f"const long {var[a.name]} = {_rename(a.value, {**own, a.var: var[a.name] + '_s'})};")
         if stmt.reduce == "+":
             self.emit(d, f"{target} += {expr};")
         elif stmt.reduce == "max":

@@ -93,6 +93,20 @@ class PointLoop:
     parallel: bool = False
     vectorize: bool = False
     unroll: int = 0
+    reverse: bool = False                     # runs from its last value down to its first
+    skew: tuple[tuple[str, int], ...] = ()    # ((by, factor), ...): runs over name + factor*by
+
+    @property
+    def affine(self) -> bool:
+        """Its bounds depend on another loop or it runs backwards: C, the pseudo-kernel and
+        the TVM bridge write affine bounds for it (`affine_point_bounds`)."""
+        return self.reverse or bool(self.skew)
+
+    def time(self) -> str:
+        """The loop's time coordinate in the statement's own loop names (what isl orders):
+        `j + 1*i` for a skew of j by i, `-(k)` reversed."""
+        text = " + ".join([self.name] + [f"{f}*{by}" for by, f in self.skew])
+        return f"-({text})" if self.reverse else text
 
 
 @dataclass(frozen=True)
@@ -200,11 +214,20 @@ class LoopNest:
                 stmt = node.statement
                 ranges = [range(*box[p.anchor]) if p.tile is not None else range(p.extent) for p in node.loops]
                 position = [stmt.loop_names.index(p.name) for p in node.loops]
+                points = []
                 for values in itertools.product(*ranges):
                     point = [0] * len(values)
                     for k, v in zip(position, values):
                         point[k] = v
-                    yield node.index, tuple(point)
+                    points.append(tuple(point))
+                if any(p.affine for p in node.loops):   # skewed or reversed: ordered by time
+                    names = stmt.loop_names
+                    points.sort(key=lambda pt: tuple(
+                        (-1 if p.reverse else 1) * (pt[names.index(p.name)]
+                                                    + sum(f * pt[names.index(b)] for b, f in p.skew))
+                        for p in node.loops))
+                for point in points:
+                    yield node.index, point
 
         yield from visit(self.body, {a: (0, e) for a, e in extents.items()})
 
@@ -223,15 +246,25 @@ class LoopNest:
             if node.last_of:
                 lines.append(f"{pad}if last({', '.join(node.last_of)}):")
                 depth += 1
+            affine = {a.name: a for a in affine_point_bounds(node, {p.name: point_bounds(p, bounds) for p in node.loops})}
             for p in node.loops:
                 notes = [n for n, on in (("parallel", p.parallel), ("vectorize", p.vectorize)) if on]
                 if p.unroll > 1:
                     notes.append(f"unroll {p.unroll}")
                 note = f"    # {', '.join(notes)}" if notes else ""
-                start, stop = point_bounds(p, bounds)
-                span = stop if start == "0" else f"{start}, {stop}"
-                lines.append("    " * depth + f"for {p.name} in range({span}):{note}")
+                a = affine[p.name]
+                if p.affine:
+                    step = ", -1" if p.reverse else ""
+                    first, last = (f"{a.stop} - 1", f"{a.start} - 1") if p.reverse else (a.start, a.stop)
+                    lines.append("    " * depth + f"for {a.var} in range({first}, {last}{step}):{note}")
+                else:
+                    start, stop = a.start, a.stop
+                    span = stop if start == "0" else f"{start}, {stop}"
+                    lines.append("    " * depth + f"for {a.var} in range({span}):{note}")
                 depth += 1
+                for b in affine.values():
+                    if b.defined_in == p.name and b.var != b.name:
+                        lines.append("    " * depth + f"{b.name} = {b.value}")
             lines.append("    " * depth + str(node.statement).split("    #")[0])
         return "\n".join(lines)
 
@@ -261,6 +294,54 @@ def point_bounds(p: PointLoop, bounds, name=lambda var: var) -> tuple[str, str]:
     if p.tile is None:
         return "0", str(p.extent)
     return name(p.tile), bounds[p.tile][2]
+
+
+@dataclass(frozen=True)
+class AffineBounds:
+    """How one point loop is written with affine bounds: `var` runs over [start, stop)
+    (downwards when reversed) and the statement's loop `name` is `value` (an expression in
+    `var` and outer loop names; `name` itself when not skewed), defined once the loop
+    `defined_in` (this one, or the inner loop of a wavefront) is open."""
+
+    name: str
+    var: str
+    start: str
+    stop: str
+    value: str
+    defined_in: str
+
+
+def affine_point_bounds(compute: "Compute", spans: dict, floordiv: str = "floordiv",
+                        maximum: str = "max", minimum: str = "min") -> list[AffineBounds]:
+    """The point loops of `compute`, outer → inner, as loops with affine bounds, from each
+    loop's own [start, stop) (`spans[name]`, expressions). A loop `x` skewed by `y` with
+    factor f runs over x' = x + f*y:
+      - y outside x: x' in [sx + f*y, ex + f*y), x = x' - f*y;
+      - x' outside y (a wavefront): x' in [sx + f*sy, ex + f*(ey - 1)), and y in
+        [max(sy, floordiv(x' - ex + f, f)), min(ey, floordiv(x' - sx, f) + 1)).
+    Reversal changes only the direction. The writers pick the spelling (`floordiv`: a
+    floor division of possibly negative numbers; `maximum`, `minimum`)."""
+    loops = compute.loops
+    position = {p.name: n for n, p in enumerate(loops)}
+    start = {p.name: spans[p.name][0] for p in loops}
+    stop = {p.name: spans[p.name][1] for p in loops}
+    var = {p.name: (f"{p.name}_s" if p.skew else p.name) for p in loops}
+    value = {p.name: p.name for p in loops}
+    defined_in = {p.name: p.name for p in loops}
+    for p in loops:
+        for by, f in p.skew:
+            x, y = p.name, by
+            if position[y] < position[x]:
+                start[x], stop[x] = f"{start[x]} + {f}*{y}", f"{stop[x]} + {f}*{y}"
+            else:
+                sx, ex, sy, ey = spans[x][0], spans[x][1], spans[y][0], spans[y][1]
+                start[x], stop[x] = f"{sx} + {f}*({sy})", f"{ex} + {f}*({ey} - 1)"
+                start[y] = f"{maximum}({sy}, {floordiv}({var[x]} - ({ex}) + {f}, {f}))"
+                stop[y] = f"{minimum}({ey}, {floordiv}({var[x]} - ({sx}), {f}) + 1)"
+            value[x] = f"{var[x]} - {f}*{y}"
+            defined_in[x] = max(x, y, key=position.get)
+    return [AffineBounds(p.name, var[p.name], start[p.name], stop[p.name], value[p.name], defined_in[p.name])
+            for p in loops]
 
 
 def tile_count(extent: int, sizes: Sequence[int]) -> int:
@@ -381,13 +462,19 @@ def lower(schedule: Schedule) -> LoopNest:
     Annotations: `parallel` marks, per annotated loop, the outermost loops over it that
     have no parallel loop around them and are not a reduction of any statement beneath
     (a reduction loop is never parallel); `vectorize` the innermost point loop when it is
-    the annotated output loop; `unroll` every statement's innermost point loop."""
+    the annotated output loop; `unroll` every statement's innermost point loop; `reverse`
+    (loops) runs their point loops backwards; `skew` ((loop, by, factor), ...) runs the point
+    loop of `loop` over loop + factor*by in every statement that has both (bounds from
+    `affine_point_bounds`). Both change only the order inside a tile: the tiles, and so
+    every footprint, stay as they are."""
     kernel = schedule.kernel
     steps = tile_steps(schedule)
     places = placement(kernel, steps)
     parallel = frozenset(schedule.annotations.get("parallel", ()) or ())
     vectorize = schedule.annotations.get("vectorize")
     unroll = int(schedule.annotations.get("unroll") or 0)
+    reverse = frozenset(schedule.annotations.get("reverse", ()) or ())
+    skews = tuple(schedule.annotations.get("skew", ()) or ())
     inner_order = schedule.order_at(schedule.levels[-1]) if schedule.levels else kernel.loop_names
     extents = kernel.extents
 
@@ -419,9 +506,10 @@ def lower(schedule: Schedule) -> LoopNest:
             innermost = n == len(order) - 1
             is_parallel = (anchor in parallel and not parallel_above and not reduction and not innermost)
             parallel_above = parallel_above or is_parallel
+            skew = tuple((own_of[by], int(f)) for loop, by, f in skews if loop == anchor and by in own_of)
             loops.append(PointLoop(own, anchor, tile, ext[own], lengths, reduction, is_parallel,
                                    vectorize=innermost and anchor is not None and anchor == vectorize and not reduction,
-                                   unroll=unroll if innermost else 0))
+                                   unroll=unroll if innermost else 0, reverse=anchor in reverse, skew=skew))
         last_of = tuple(shapes[p][0] for p in range(depth) if steps[p].anchor not in own_of)
         return Compute(s, stmt, tuple(loops), last_of)
 
