@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--budget", type=positive_seconds, default=None, metavar="SECONDS", help="tuning time limit")
     opt.add_argument("--executor", default=None, metavar="SPEC",
                      help="where the tuner scores: 'processes[:N]' or a Dask scheduler 'tcp://host:8786'")
+    opt.add_argument("--schedule", metavar="REPORT.json",
+                     help="replay the kernels' schedules (their `trace`) from a report instead of searching")
     opt.add_argument("--json", action="store_true", help="print the JSON report (DESIGN §8)")
     opt.add_argument("--vis-graph", metavar="FILE.dot", help="write the graph, fused groups boxed, as DOT")
     opt.add_argument("--emit-c", metavar="FILE.c", help="write the generated C")
@@ -83,7 +85,8 @@ def cmd_optimize(args) -> int:
     source = args.file if args.file.endswith(".onnx") else Path(args.file)
     result = optimize(source, target=args.target, rules=args.rules, tune=args.tune, top=args.top,
                       seed=args.seed, budget=args.budget, passes=args.passes, progress=progress,
-                      executor=args.executor, measure=args.measure, threads=args.threads)
+                      executor=args.executor, measure=args.measure, threads=args.threads,
+                      schedule=args.schedule)
     if args.vis_graph:
         from .ui.graph import plan_dot
 

@@ -197,6 +197,7 @@ class AutocompMagics(Magics):
     @argument("--out", type=_identifier, metavar="VAR", help="store the Result in this variable")
     @argument("--static", action="store_true", help="static HTML only (no live widgets)")
     @argument("--code", type=_code_lang, metavar="c|pseudo", help="open the Code tab in this language")
+    @argument("--schedule", metavar="REPORT.json", help="replay the kernels' traces from a report instead of searching")
     @cell_magic
     def autocomp(self, line: str, cell: str):
         """Optimise the tensor program in the cell for a simulated accelerator (DESIGN §2)."""
@@ -213,7 +214,8 @@ class AutocompMagics(Magics):
         try:
             program = _cell_program(cell)
             result = _optimize()(program, target=args.target, rules=args.rules, tune=args.tune, top=args.top,
-                                 seed=args.seed, budget=args.budget, passes=args.passes, progress=progress)
+                                 seed=args.seed, budget=args.budget, passes=args.passes, progress=progress,
+                                 **({"schedule": args.schedule} if args.schedule else {}))
         except errors as err:
             user_error = as_user_error(err)
             show_error(_value_error_on_line(user_error, line, args) or user_error, progress.show)

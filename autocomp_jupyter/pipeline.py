@@ -83,7 +83,7 @@ def baseline_plan(program: Program, target: Target, schedule_for: Callable, labe
 def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = None, tune: int | None = None,
              top: int | None = None, seed: int | None = None, budget: float | None = None,
              passes: str | Sequence | None = None, progress: Callable | None = None,
-             executor=None, measure: bool = False, threads: int | None = None) -> Result:
+             executor=None, measure: bool = False, threads: int | None = None, schedule=None) -> Result:
     """Run the ADRS pipeline on `src` (DSL text, a .acir path or a Program) for `target`.
 
     rules: extra rule files / registered @adrs_rule names (after default.yaml and the
@@ -94,7 +94,11 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     Executor (or 'processes[:N]', 'tcp://host:port') for tuning, one kernel per task, and
     for the library baseline's per-op tuning (the results are the serial ones); measure: compile and time
     the generated C on this CPU (target 'host'), with `threads` OpenMP threads (default: the
-    cores this process may use). Bad input raises `UserError`.
+    cores this process may use); schedule: kernels' schedules to replay instead of searching
+    for them — a report (dict, or a JSON file's path) whose kernels carry `trace`, or
+    {kernel name: trace | ScheduleBuilder} (trace.py); each is replayed step by step,
+    checked, then verified like any plan. Bad input raises `UserError` (a refused step: a
+    `trace.ScheduleError` naming the step, its loop and the dependence).
     """
     started = time.perf_counter()
     program = _as_program(src)                                   # parse and shape-check
@@ -103,6 +107,7 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     tune_cfg = ruleset.tune
     seed = tune_cfg.get("seed", 0) if seed is None else seed
     _check_flags(tune, top, seed, budget)
+    traces = _load_traces(schedule)                              # --schedule: checked before any work
     ctx = PassContext(program, target, ruleset, seed)
 
     naive = baseline_plan(program, target, naive_schedule, "naive")          # per-op, untiled
@@ -122,8 +127,16 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
                                         f"({ctx.cost(plan).total.time_s * 1e6:.1f} us vs "
                                         f"{ctx.cost(library).total.time_s * 1e6:.1f} us): keeping the baseline"))
         plan = library
+    replayed: set[str] = set()
+    if traces is not None:                                       # the user's traces replace the search
+        plan, replayed = _replay(traces, (plan, library, naive), target, schedule, log)
     configs = tune_cfg.get("configs", 0) if tune is None else tune   # what the rules leave open
+    if replayed and replayed >= {k.name for k in plan.kernels}:
+        configs = 0                                              # every kernel's schedule was given
+    given = {k.name: s for k, s in zip(plan.kernels, plan.schedules) if k.name in replayed}
     plan, versions, tuning = _tune(plan, ctx, configs, top or tune_cfg.get("top", 3), budget, progress, executor)
+    if given:                                                    # the tuner never overrides a given schedule
+        plan, versions = _keep_replayed(plan, given, versions)
 
     versions = {name: v for name, v in versions.items() if _verify(v, ctx)[0]}   # only verified versions
     checks: dict = {}                                            # how the tiled runs were done
@@ -192,6 +205,40 @@ def _tune(plan: Plan, ctx: PassContext, configs: int, top: int, budget, progress
     from .tune import tune_plan
 
     return tune_plan(plan, ctx, configs=configs, top=top, budget=budget, progress=progress, executor=executor)
+
+
+def _load_traces(schedule):
+    if schedule is None:
+        return None
+    from .trace import load_traces
+
+    return load_traces(schedule)
+
+
+def _replay(traces: dict, plans: Sequence[Plan], target: Target, source, log: list) -> tuple[Plan, set[str]]:
+    """The first of `plans` (the passes', the library's, the naive one) naming every kernel
+    in `traces`, with those kernels' schedules replayed from their traces."""
+    from .passes import rule_entry
+    from .trace import replay_plan
+
+    where = str(source) if isinstance(source, (str, Path)) else "--schedule"
+    plan, replayed = replay_plan(plans, traces, target.tiling_levels, filename=where)
+    ops = [op for k in plan.kernels if k.name in replayed for op in k.ops]
+    log.append(rule_entry("replay", "schedule", ops, True,
+                          f"{len(replayed)} kernel schedule{'s' if len(replayed) != 1 else ''} replayed from "
+                          f"{where if where != '--schedule' else 'the given traces'}, each step checked"))
+    return plan, replayed
+
+
+def _keep_replayed(plan: Plan, given: dict, versions: dict) -> tuple[Plan, dict]:
+    kept = {}
+    for name, version in versions.items():
+        for kernel_name, s in given.items():
+            version = version.with_schedule(kernel_name, s)
+        kept[name] = version
+    for kernel_name, s in given.items():
+        plan = plan.with_schedule(kernel_name, s)
+    return plan, kept
 
 
 def _measure(plan: Plan, target: Target, threads: int | None = None) -> dict:

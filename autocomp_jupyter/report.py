@@ -90,9 +90,12 @@ class KernelReport:
     metrics: Mapping[str, float]                     # the cost model's METRIC_NAMES
     bound: str                                       # which term of the time formula binds
     limits_s: Mapping[str, float]                    # every term `bound` compares
+    trace: tuple[Mapping[str, Any], ...] = ()        # the primitives that build the schedule (trace.py)
 
     @classmethod
     def of(cls, kernel, schedule, cost: KernelCost) -> "KernelReport":
+        from .trace import trace_of
+
         levels = schedule.levels
         return cls(
             name=kernel.name, ops=tuple(kernel.ops), loops=tuple(kernel.loop_names), extents=dict(kernel.extents),
@@ -100,7 +103,8 @@ class KernelReport:
             order_by_level={lv: tuple(schedule.order_at(lv, levels)) for lv in levels},
             annotations=dict(schedule.annotations),
             tiles={loop: dict(zip(levels, sizes)) for loop, sizes in schedule.tile_sizes(levels).items()},
-            metrics=cost.metrics(), bound=cost.bound, limits_s=dict(cost.limits))
+            metrics=cost.metrics(), bound=cost.bound, limits_s=dict(cost.limits),
+            trace=tuple(trace_of(schedule)))
 
     @property
     def time_s(self) -> float:
@@ -111,7 +115,8 @@ class KernelReport:
                 "order": list(self.order), "order_by_level": {lv: list(o) for lv, o in self.order_by_level.items()},
                 "annotations": {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.annotations.items()},
                 "tiles": {loop: dict(per) for loop, per in self.tiles.items()},
-                "metrics": dict(self.metrics), "bound": self.bound, "limits_s": dict(self.limits_s)}
+                "metrics": dict(self.metrics), "bound": self.bound, "limits_s": dict(self.limits_s),
+                "trace": [dict(step) for step in self.trace]}
 
     @classmethod
     def from_json(cls, d: Mapping) -> "KernelReport":
@@ -120,7 +125,8 @@ class KernelReport:
                    dict(d.get("extents") or {}), tuple(d.get("order") or ()), order_by_level,
                    {k: (tuple(v) if isinstance(v, list) else v) for k, v in (d.get("annotations") or {}).items()},
                    {loop: dict(per) for loop, per in (d.get("tiles") or {}).items()},
-                   dict(d.get("metrics") or {}), d.get("bound", ""), dict(d.get("limits_s") or {}))
+                   dict(d.get("metrics") or {}), d.get("bound", ""), dict(d.get("limits_s") or {}),
+                   tuple(dict(step) for step in d.get("trace") or ()))
 
 
 @dataclass(frozen=True)

@@ -370,7 +370,7 @@ class ScheduleBuilder:
         return list(super().__dir__()) + list(PRIMITIVES)
 
     def __repr__(self) -> str:
-        return python_of(self.kernel.name, self.trace, "result")
+        return python_of(self.kernel.name, self.trace)
 
 
 # --------------------------------------------------------------------------- schedule files

@@ -101,17 +101,33 @@ def _nest(schedule) -> str:
     ann = schedule.annotations
     head = f"# kernel {schedule.kernel.name}: ops {', '.join(schedule.kernel.ops)}"
     if ann:
-        head += "\n# " + ", ".join(f"{k}={v if not isinstance(v, tuple) else ','.join(v)}" for k, v in ann.items())
+        head += "\n# " + ", ".join(f"{k}={_annotation(v)}" for k, v in ann.items())
     return head + "\n" + text
 
 
+def _annotation(value) -> str:
+    if isinstance(value, (tuple, list)):
+        return ",".join(_annotation(v) if isinstance(v, (tuple, list)) else str(v) for v in value) \
+            if not any(isinstance(v, (tuple, list)) for v in value) else " ".join(
+                "(" + ",".join(map(str, v)) + ")" for v in value)
+    return str(value)
+
+
 def schedule_html(result) -> str:
-    """Loop nests before (one naive nest per op) and after (fused, tiled), side by side."""
+    """Loop nests before (one naive nest per op) and after (fused, tiled), side by side, and
+    the optimised kernels' traces as Python calls that rebuild them (`res.code("schedule")`)."""
     before = "\n\n".join(_nest(s) for s in result.before.schedules)
     after = "\n\n".join(_nest(s) for s in result.after.schedules)
+    try:
+        trace = result.code("schedule")
+    except Exception as err:  # a hand-built Result without a target: the nests still show
+        trace = f"(no trace: {err})"
     return ('<div class="autocomp-pair">'
             f'<div><h4>before</h4><pre class="autocomp-nest-before">{html.escape(before)}</pre></div>'
-            f'<div><h4>after</h4><pre class="autocomp-nest-after">{html.escape(after)}</pre></div></div>')
+            f'<div><h4>after</h4><pre class="autocomp-nest-after">{html.escape(after)}</pre></div></div>'
+            '<h4>trace (paste into a cell to rebuild a kernel\'s schedule; '
+            'replay with optimize(..., schedule={kernel: s}))</h4>'
+            f'<pre class="autocomp-trace">{html.escape(trace)}</pre>')
 
 
 # --------------------------------------------------------------------------- profile
