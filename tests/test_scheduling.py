@@ -36,12 +36,17 @@ def wavefront_schedule():
     return Schedule(Kernel.from_ops(program, ["T"]), levels=("L2",))
 
 
-def test_skew_and_reverse_are_reported_not_applicable_once_not_tried():
+def test_skew_and_reverse_are_tried_per_kernel_and_kept_only_with_a_modelled_gain():
     res = autocomp.optimize("examples/gemm_relu.acir", target="gpu", tune=0)
-    entries = [r for r in res.report["rules"] if r["rule"] in ("skew", "reverse")]
-    assert [r["rule"] for r in entries] == ["skew", "reverse"]
-    assert all(not r["applied"] and r["why"].startswith("not applicable, not tried:") for r in entries)
-    assert "reassociated" in entries[0]["why"] and "direction" in entries[1]["why"]
+    entries = [r for r in res.report["rules"] if r["rule"].startswith(("skew_", "reverse_"))]
+    kernels = [k["name"] for k in res.report["kernels"]]
+    assert sorted(r["rule"] for r in entries) == sorted([f"skew_{k}" for k in kernels] + [f"reverse_{k}" for k in kernels])
+    skew = next(r for r in entries if r["rule"].startswith("skew_"))
+    # gemm_relu's kernel has loops i, j, k: 6 ordered pairs skewed, 3 loops reversed
+    assert not skew["applied"] and skew["why"].startswith("6 candidates (skew i by j") and "no gain" in skew["why"]
+    reverse = next(r for r in entries if r["rule"].startswith("reverse_"))
+    assert not reverse["applied"] and reverse["why"].startswith("3 candidates (reverse i")
+    assert all(not k["annotations"].get("skew") and not k["annotations"].get("reverse") for k in res.report["kernels"])
 
 
 def test_a_reduction_loop_is_never_parallel_an_output_loop_is():

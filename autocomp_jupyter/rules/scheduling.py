@@ -7,14 +7,13 @@ When it applies: to every kernel of the plan, after tiling. Steps, each logged:
    - interchange: every swap of two adjacent loops in each level's order
      (`Schedule.order`), scored by the cost model; the best legal one is applied, repeatedly,
      while it gains. Refusals name the broken dependence; the others say how much slower.
-   - skew and reverse are accepted in the priority list and reported as not applicable,
-     once per pass, with the reason (they are not tried): in this DSL's single-assignment
-     programs a kernel's only loop-carried dependences are reductions, which may be
-     reassociated, so every output loop is already parallel and a wavefront (skew) exposes
-     no parallelism; a consumer that reads across tiles (a stencil) gets its own tile loop
-     in the loop nest (`ir.loopnest`), where skewed tiles would be needed to keep it in the
-     producer's; and traffic and compute do not depend on a loop's direction (reverse).
-     `poly.KernelSchedule.skew/.reverse` still answer legality questions (tutorial 04).
+   - skew (every ordered pair of loops, factor 1) and reverse (every loop), built with the
+     `trace` primitives and scored in one batch: the fastest candidate that gains is
+     applied where isl says legal. The model prices a tile's traffic and compute, which a
+     point loop's direction or skew inside the tile does not change, so today they log "no
+     gain" unless a user's rule file or trace asks for them (`--schedule`); in this DSL's
+     single-assignment programs the only loop-carried dependences are reductions, so a
+     wavefront exposes no parallelism the output loops do not already have.
    Legality: every candidate is checked with `poly.check_schedule`, the one policy.
 2. `parallel_outer`: the loops that carry no dependence (isl, always strict: a reduction
    loop is never parallel) are marked `parallel`; refused loops are logged with the
@@ -56,9 +55,6 @@ def scheduling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
     rollbacks: list[dict] = []
     schedules = []
     priority = params.get("priority", ["skew", "interchange", "reverse"])
-    for name in priority:
-        if name in NOT_APPLICABLE:
-            not_applicable(name, [op.name for op in plan.program.ops], log)
     for kernel, tiled in zip(plan.kernels, plan.schedules):
         schedule = tiled
         for transform in priority:
@@ -201,20 +197,66 @@ def try_interchange(schedule: Schedule, ctx: PassContext, log: list) -> Schedule
     return schedule
 
 
-NOT_APPLICABLE = {
-    "skew": ("a kernel's only loop-carried dependences are reductions (single assignment), which may be "
-             "reassociated: every output loop is already parallel, so a wavefront exposes nothing; a consumer "
-             "reading across tiles gets its own tile loop instead of skewed tiles"),
-    "reverse": "traffic and compute do not depend on a loop's direction, so running a loop backwards cannot gain",
-}
+def try_skew(schedule: Schedule, ctx: PassContext, log: list) -> Schedule:
+    """Skew (factor 1) every ordered pair of the kernel's loops, through the `skew`
+    primitive; the fastest candidate the model prices below the current time is applied if
+    isl says it is legal."""
+    loops = [l for l in schedule.kernel.loop_names if schedule.kernel.extents[l] > 1]
+    steps = [{"primitive": "skew", "loop": a, "by": b, "factor": 1} for a in loops for b in loops if a != b]
+    return _try_steps("skew", schedule, steps, ctx, log)
 
 
-def not_applicable(name: str, plan_ops, log: list) -> None:
-    """Log, once per pass, why a transformation of the priority list is not tried."""
-    log.append(rule_entry(name, PASS, plan_ops, False, f"not applicable, not tried: {NOT_APPLICABLE[name]}"))
+def try_reverse(schedule: Schedule, ctx: PassContext, log: list) -> Schedule:
+    """Reverse each of the kernel's loops, through the `reverse` primitive, as `try_skew`."""
+    steps = [{"primitive": "reverse", "loop": l} for l in schedule.kernel.loop_names if schedule.kernel.extents[l] > 1]
+    return _try_steps("reverse", schedule, steps, ctx, log)
 
 
-TRANSFORMS = {"interchange": try_interchange}
+def _try_steps(name: str, schedule: Schedule, steps: list[dict], ctx: PassContext, log: list) -> Schedule:
+    """Score the schedules the candidate `steps` build (one batch), then apply the fastest
+    that gains MIN_GAIN and is legal (isl); log one line either way."""
+    from ..trace import ScheduleError, apply_step
+
+    kernel = schedule.kernel
+    candidates = []
+    for step in steps:
+        try:
+            candidates.append((step, apply_step(schedule, step)))
+        except ScheduleError:          # e.g. a loop already skewed by the user's rules
+            continue
+    if not candidates:
+        return schedule
+    current = _time(schedule, ctx)
+    times = _times([c for _, c in candidates], ctx)
+    ranked = sorted(zip(times, range(len(candidates))))
+    for t, i in ranked:
+        if t > current * (1 - MIN_GAIN):
+            break
+        step, candidate = candidates[i]
+        what = _describe(step)
+        verdict = legality(candidate)
+        if not verdict.ok:
+            log.append(_rule(name, kernel, False, f"{what}: illegal: {_why_not(verdict, ctx)}"))
+            continue
+        log.append(_rule(name, kernel, True, f"{what}: legal (isl) and {current / t:.2f}x less time "
+                                             f"({current * 1e6:.1f} -> {t * 1e6:.1f} us)"))
+        return candidate
+    best = ranked[0][0]
+    log.append(_rule(name, kernel, False,
+                     f"{len(candidates)} candidates ({', '.join(_describe(c[0]) for c in candidates[:3])}"
+                     f"{', ...' if len(candidates) > 3 else ''}): no gain, best {100 * (best / current - 1):+.1f}% "
+                     "time (the model prices a tile's traffic and compute, which a loop's direction or skew "
+                     "inside the tile does not change)"))
+    return schedule
+
+
+def _describe(step: dict) -> str:
+    if step["primitive"] == "skew":
+        return f"skew {step['loop']} by {step['by']}"
+    return f"reverse {step['loop']}"
+
+
+TRANSFORMS = {"interchange": try_interchange, "skew": try_skew, "reverse": try_reverse}
 
 
 # --------------------------------------------------------------------------- annotations
