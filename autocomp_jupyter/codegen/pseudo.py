@@ -212,6 +212,16 @@ class _KernelPseudo:
         reduction = [l.name for l in stmt.reduction_loops]
         note = f"on the {unit}" + (f"; reduces over {', '.join(reduction)}" if reduction else "")
         self.emit(depth, f"{call}({lhs} {op} {rhs})    # {note}")
+        if any(p.affine for p in node.loops):        # the user's point order inside the tile
+            from ..ir.loopnest import affine_point_bounds
+
+            bounds = affine_point_bounds(node, {p.name: (f"lo_{p.name}", f"hi_{p.name}") for p in node.loops})
+            order = []
+            for p, b in zip(node.loops, bounds):
+                down = " downwards" if p.reverse else ""
+                order.append(f"{b.var} in [{b.start}, {b.stop}){down}" + (f" with {p.name} = {b.value}" if p.skew else ""))
+            self.emit(depth, f"#   points, outer → inner: {'; '.join(order)}"
+                               "  (lo_x, hi_x: the tile's bounds on x)")
 
     def _expr(self, e: Expr, si: int, state) -> str:
         if isinstance(e, Access):
