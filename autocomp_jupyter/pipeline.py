@@ -352,7 +352,7 @@ def _verify(plan: Plan, ctx: PassContext, notes: dict | None = None) -> tuple[bo
     `notes`, when given, receives how the tiled runs were done (report["verification"]):
     {"tiled_runs": {"program"|"twin"|"coarsened"|"none": kernels}, "twin_max_extent",
     "isl_only": kernels with no twin of the same structure (isl's verdict stands alone)}."""
-    from .rules.tiling import verify_schedule
+    from .verify import verify_schedule
 
     verdict = ctx.verify(plan.program)
     if not verdict:

@@ -129,8 +129,8 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     if args.kernel_twins:
         # Workers are forked from here, so they inherit it.
-        from autocomp_jupyter.rules import tiling
-        tiling._program_twin = lambda program: None
+        from autocomp_jupyter import verify
+        verify._program_twin = lambda program: None
     jobs = [(args.seed + k, presets, tunes) for k in range(args.programs)]
     records: list[dict] = []
     if args.jobs == 1:

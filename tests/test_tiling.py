@@ -14,7 +14,8 @@ from autocomp_jupyter.dsl import parse
 from autocomp_jupyter.interp import TooManyTiles, check_tiled, run_kernel_tiled
 from autocomp_jupyter.ir.loopnest import lower
 from autocomp_jupyter.ir.schedule import Kernel, Schedule
-from autocomp_jupyter.rules.tiling import level_mapping, scaled_twin, search_tiles, verify_schedule
+from autocomp_jupyter.rules.tiling import level_mapping, search_tiles
+from autocomp_jupyter.verify import scaled_twin, verify_schedule
 
 GEMM = """
 input A: f32[13, 11]

@@ -42,7 +42,8 @@ from ..canon import LRU, schedule_key
 from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
 from ..result import Plan
-from .tiling import contiguous_loop, verify_schedule
+from ..verify import verify_schedule
+from .tiling import contiguous_loop
 
 PASS = "scheduling"
 MIN_GAIN = 1e-3          # a transformation must save at least this fraction of the time

@@ -19,7 +19,7 @@ per-level orders are chosen by the cost model:
    candidates whose `spill_ratio` exceeds `max_spill_ratio` are rejected; then rounds of
    local moves (one tile size, one order, a factor of 2 moved between two loops) from the
    best few until nothing improves.
-4. Checks: isl legality of the chosen schedule (`poly.check_legal`), then the tiled
+4. Checks (`verify.verify_schedule`): isl legality of the chosen schedule, then the tiled
    execution check (`interp.check_tiled`, on a scaled-down twin of a large program); a
    kernel whose schedule fails is rolled back to its previous schedule and logged.
 
@@ -47,25 +47,16 @@ import numpy as np
 from .. import poly
 from ..accel.cost import datapath_of, kernel_model, library_schedule
 from ..canon import LRU, canonical_kernel, evaluate, schedule_key
-from ..interp import TooManyTiles, check_tiled, reference_run
-from ..ir.program import Const, Program, substitute
 from ..ir.loopnest import whole_loops
 from ..ir.schedule import Kernel, Schedule
-from ..ir.twin import kernel_twin
 from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
-from .fusion import replay_inlines
+from ..verify import verify_schedule
 from ..result import Plan
 
 PASS = "tiling"
 RANDOM_CANDIDATES = 3000
 LOCAL_ROUNDS = 8
 KEEP = 4                      # candidates refined by local search
-TWIN_EXTENT = 16              # scaled-down twin for the tiled execution check
-# (tile, statement) pieces a tiled run may execute before the inner levels are merged
-# (`_coarsen`). 2048 (about 0.2 s of interpreter): on host (4 levels) every kernel of ResNet-50
-# is checked at every level (52 of 57 of torch's export), for ~2-3 s more over the network;
-# 160 left 27 of 56 (40 of 57) with their inner levels unchecked.
-MAX_CHECK_TILES = 2048
 
 
 def tiling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
@@ -501,169 +492,3 @@ def _to_schedule(kernel: Kernel, current: Schedule | None, tiles, orders, target
     if vec >= 0:
         annotations["vectorize"] = names[vec]   # what the tiles were scored with
     return Schedule(kernel, tiles=tile_map, order=order, annotations=annotations, levels=tuple(target_levels))
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def legality(schedule: Schedule):
-    """isl's verdict on a tiled, ordered, annotated schedule (reductions reorderable)."""
-    return poly.check_schedule(schedule)
-
-
-def verify_schedule(schedule: Schedule, program: Program, ctx: PassContext | None = None, seed: int = 0,
-                    execute: bool = True, record: dict | None = None) -> str:
-    """'' if `schedule` is legal (isl) and computes what the untiled kernel computes when run
-    tile by tile (on a scaled-down twin when the program is large); else the reason.
-    `execute=False` skips the tiled run (annotations alone do not change what runs when).
-
-    `record`, when given, is filled with how the tiled run was done: `tiled_run` is
-    "program" (the program itself, small enough), "twin" (its scaled twin, dimensions at
-    most `twin_max_extent`), "coarsened" (the twin with inner levels merged, too many tiles
-    otherwise) or "none" (no twin of the same structure exists: isl's verdict stands alone).
-
-    A passing tiled run is remembered by the canonical form of the schedule it ran (the
-    twin's) and a digest of the values its kernel reads, so the same run is never repeated
-    (the library, the fusion check and the final verification ask about the same kernels);
-    a failure is run every time. The values are part of the key because a verdict can
-    depend on them (integer tensors saturate)."""
-    verdict = legality(schedule)
-    if not verdict.ok:
-        return f"illegal schedule: {verdict.reason}"
-    if not execute:
-        return ""
-    record = record if record is not None else {}
-    twin = scaled_twin(schedule, program)
-    if twin is None:
-        record["tiled_run"] = "none"
-        return ""  # structure differs at small size: isl's verdict stands alone
-    small_schedule, small_program = twin
-    record["tiled_run"] = "program" if small_program is program else "twin"
-    if small_program is not program:
-        record["twin_max_extent"] = max((d for t in small_program.tensors for d in t.shape), default=1)
-    seed = ctx.seed if ctx else seed
-    reference = reference_run(small_program, seed)
-    inputs = hashlib.sha1(b"".join(np.ascontiguousarray(reference[name]).tobytes()
-                                   for name in small_schedule.kernel.inputs)).hexdigest()
-    for _ in range(len(small_schedule.levels)):
-        key = (schedule_key(small_schedule), seed, MAX_CHECK_TILES, inputs)
-        if _TILED_OK.get(key) is not None:
-            return ""
-        try:
-            eq = check_tiled(small_schedule, small_program, seed=seed, max_boxes=MAX_CHECK_TILES)
-            break
-        except TooManyTiles:
-            # Too many tiles to run: merge the innermost levels into their enclosing ones
-            # until few enough remain (the outer tile loops and their order are still checked).
-            small_schedule = _coarsen(small_schedule)
-            record["tiled_run"] = "coarsened"
-    else:
-        record["tiled_run"] = "none"
-        return ""
-    if not eq.ok:
-        return f"tiled execution differs from the untiled kernel: {eq.reason}"
-    _TILED_OK.put(key, True)
-    return ""
-
-
-# Canonical forms of (twin) schedules, with their inputs' digest, whose tiled run matched the untiled program.
-_TILED_OK = LRU("tiling.check_tiled", 4096)
-_TWINS = LRU("tiling.scaled_twin", 16)
-
-
-def scaled_twin(schedule: Schedule, program: Program):
-    """(schedule, program) to run the tiled check on: the program itself when small, else a
-    twin with every dimension cut to about TWIN_EXTENT, and tile sizes scaled down in
-    proportion (a tiled loop stays tiled). The twin is the program's own (`dsl.scaled_twin`
-    from the source text, a fused program's inlines replayed on it: the kernel reads what
-    its producers really make) when that builds small with the kernel's structure, else the
-    kernel's ops alone (`ir.twin.kernel_twin`: imported reshapes pin a model's dimensions,
-    Python rewrites have no source). None when neither has the kernel's structure (loops,
-    statements, accesses)."""
-    kernel = schedule.kernel
-    if max(kernel.extents.values()) <= TWIN_EXTENT and max(max(t.shape, default=1) for t in program.tensors) <= 4 * TWIN_EXTENT:
-        return schedule, program
-    small = _program_twin(program)
-    small_kernel = _same_structure(kernel, small)
-    if small_kernel is None:      # only then build the kernel's own twin
-        small = kernel_twin(program, kernel.ops, TWIN_EXTENT)
-        small_kernel = _same_structure(kernel, small)
-    if small_kernel is None:
-        return None
-    big, little = kernel.extents, small_kernel.extents
-    sizes = schedule.tile_sizes()
-    tiles = {}
-    for loop in kernel.loop_names:
-        per = {}
-        enclosing_big, enclosing = big[loop], little[loop]
-        for h, level in enumerate(schedule.levels):
-            t = sizes[loop][h]
-            if t >= enclosing_big or enclosing <= 1:
-                scaled = enclosing
-            else:
-                # In proportion, but at most 2 tiles per enclosing tile (few tiles to run),
-                # and still fewer points than the enclosing tile (a tiled loop stays tiled);
-                # a non-dividing tile stays non-dividing where the small extent allows it.
-                scaled = max(-(-t * little[loop] // big[loop]), -(-enclosing // 2))
-                scaled = min(scaled, enclosing - 1)
-                if enclosing_big % t and enclosing % scaled == 0 and scaled + 1 < enclosing:
-                    scaled += 1
-            per[level] = scaled
-            enclosing_big, enclosing = min(t, enclosing_big), scaled
-        tiles[loop] = per
-    return Schedule(small_kernel, tiles=tiles, order=schedule.order, annotations=schedule.annotations,
-                    levels=schedule.levels), small
-
-
-def _program_twin(program: Program) -> Program | None:
-    """The program's own twin (cached by source), if one builds with every dimension at
-    most 4 x TWIN_EXTENT."""
-    if not program.source:
-        return None
-    key = (program.source, program.filename)
-    if key not in _TWINS:
-        from ..dsl import scaled_twin as program_twin
-        from ..errors import UserError
-        try:
-            _TWINS.put(key, program_twin(program.source, program.filename, max_extent=TWIN_EXTENT))
-        except UserError:
-            _TWINS.put(key, None)
-    small = _TWINS.get(key)
-    if small is None or max((d for t in small.tensors for d in t.shape), default=1) > 4 * TWIN_EXTENT:
-        return None   # a dimension the source pins (a literal reshape) keeps the twin large
-    return replay_inlines(small, program)     # a fused program's kernels read what its inlines left
-
-
-def _same_structure(kernel: Kernel, small: Program | None) -> Kernel | None:
-    """The kernel rebuilt on twin `small` if it has the kernel's loops, statements and
-    accesses (constants may differ), else None."""
-    if small is None:
-        return None
-    try:
-        small_kernel = Kernel.from_ops(small, kernel.ops, name=kernel.name)
-    except KeyError:
-        return None
-    same = (small_kernel.loop_names == kernel.loop_names and len(small_kernel.statements) == len(kernel.statements)
-            and small_kernel.loop_maps == kernel.loop_maps
-            and all(_form(a.expr) == _form(b.expr) for a, b in zip(small_kernel.statements, kernel.statements)))
-    return small_kernel if same else None
-
-
-def _form(expr) -> str:
-    """An expression with its constants blanked: a twin's kernel may differ from the
-    program's only in constants derived from shapes (an average's divisor: 49 at full size,
-    4 in the twin); the accesses, operators and loops, which decide what a tile reads and
-    writes, must be the same."""
-    return str(substitute(expr, lambda e: Const(0.0) if isinstance(e, Const) else None))
-
-
-def _coarsen(schedule: Schedule) -> Schedule:
-    """Merge the innermost level that still tiles something into its enclosing level."""
-    levels = schedule.levels
-    sizes = schedule.tile_sizes()
-    for h in range(len(levels) - 1, 0, -1):
-        if any(sizes[l][h] < sizes[l][h - 1] for l in sizes):
-            break
-    tiles = {l: {lv: sizes[l][min(i, h - 1)] if i >= h else sizes[l][i] for i, lv in enumerate(levels)}
-             for l in schedule.kernel.loop_names}
-    return replace(schedule, tiles=tiles)
