@@ -42,7 +42,8 @@ from dataclasses import replace
 
 from .accel.cost import evaluate_program, naive_schedule, textbook_schedule
 from .accel.target import Target
-from .canon import LRU, canonical_kernel
+from .caches import LRU
+from .canon import canonical_kernel
 from .ir.program import Program
 from .ir.schedule import Kernel, Schedule, kernels_unfused
 from .result import Plan

@@ -9,65 +9,16 @@ position (`T0`, `T1`, ... in `Kernel.tensors` order) and the kernel and its ops 
 names; two kernels with equal canonical forms are the same computation on differently
 named data. Loop names are kept (schedules are written in them).
 
-`LRU` is the bounded, value-keyed cache the modules keep their verdicts in; `clear_all`
-empties every one (benchmarks timing a cold start, tests counting work). `evaluate` is the
-cost model's `evaluate` remembered by canonical schedule.
+The caches keyed by these forms are `caches.LRU`s (registered in `caches`, which clears them
+all at once). `evaluate` is the cost model's `evaluate` remembered by canonical schedule.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import replace
 
+from .caches import LRU
 from .ir.program import Access, Statement, substitute
 from .ir.schedule import Kernel, Schedule
-
-_REGISTRY: list["LRU"] = []
-
-
-class LRU:
-    """A bounded least-recently-used map keyed by value, with hit/miss counts."""
-
-    def __init__(self, name: str, size: int):
-        self.name, self.size = name, size
-        self.data: OrderedDict = OrderedDict()
-        self.hits = self.misses = 0
-        _REGISTRY.append(self)
-
-    def get(self, key, default=None):
-        if key in self.data:
-            self.data.move_to_end(key)
-            self.hits += 1
-            return self.data[key]
-        self.misses += 1
-        return default
-
-    def put(self, key, value) -> None:
-        self.data[key] = value
-        self.data.move_to_end(key)
-        while len(self.data) > self.size:
-            self.data.popitem(last=False)
-
-    def __contains__(self, key) -> bool:
-        return key in self.data
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def clear(self) -> None:
-        self.data.clear()
-        self.hits = self.misses = 0
-
-
-def clear_all() -> None:
-    """Empty every canonical-form cache (library schedules, isl verdicts, searches, checks)."""
-    for cache in _REGISTRY:
-        cache.clear()
-
-
-def stats() -> dict[str, dict[str, int]]:
-    """{cache name: {entries, hits, misses}}: how much work the caches saved."""
-    return {c.name: {"entries": len(c), "hits": c.hits, "misses": c.misses} for c in _REGISTRY}
-
 
 _CANON = LRU("canonical_kernel", 4096)
 

@@ -32,12 +32,13 @@ Statement `k` of a kernel is named `S{k}` in isl and in every message.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import cached_property, lru_cache, partial
+from functools import cached_property, partial
 from typing import Iterable, Mapping, Sequence, Union
 
 import islpy as isl
 
-from autocomp_jupyter.canon import LRU, schedule_key
+from autocomp_jupyter.caches import LRU, cached
+from autocomp_jupyter.canon import schedule_key
 from autocomp_jupyter.ir.program import Affine, Statement
 
 DEPENDENCE_KINDS = ("flow", "anti", "output")
@@ -138,7 +139,7 @@ def _access_map(stmt_tuple: str, bounds: str, tensor: str, indices: Sequence[Aff
     return isl.Map(f"{{ {stmt_tuple} -> {element} : {' and '.join(constraints)} }}")
 
 
-@lru_cache(maxsize=256)
+@cached("poly.polyhedra", 256)
 def _polyhedra(statements: tuple[Statement, ...],
                shapes: tuple[tuple[str, tuple[int, ...]], ...]) -> KernelPolyhedra:
     names = tuple(statement_name(k) for k in range(len(statements)))
@@ -223,7 +224,7 @@ class StatementSchedule:
         return replace(self, dims=tuple(dims))
 
 
-@lru_cache(maxsize=8192)   # the check of a schedule and its map parse the same text (isl objects are immutable)
+@cached("poly.parse_schedule", 8192)   # the check of a schedule and its map parse the same text (isl objects are immutable)
 def _parse_schedule(text: str) -> tuple[isl.Map, bool]:
     """A statement's schedule map, and whether it is known to be a total function.
 
@@ -558,7 +559,7 @@ def _schedule_map(poly: KernelPolyhedra, schedule: ScheduleLike) -> isl.UnionMap
     return out
 
 
-@lru_cache(maxsize=1024)
+@cached("poly.kernel_schedule_map", 1024)
 def _kernel_schedule_map(schedule: KernelSchedule) -> isl.UnionMap:
     return schedule.to_isl()
 
@@ -579,7 +580,7 @@ def _statement_schedule_error(statement: Statement, name: str, schedule: Stateme
     return _domain_schedule_error(statement.loops, name, schedule)
 
 
-@lru_cache(maxsize=8192)
+@cached("poly.domain_schedule_error", 8192)
 def _domain_schedule_error(loops: tuple, name: str, schedule: StatementSchedule | None) -> str | None:
     if schedule is None:
         return f"the schedule does not cover every instance of {name}"
@@ -711,7 +712,7 @@ def _split(poly: KernelPolyhedra, kind: str, tensor: str, relation: isl.UnionMap
     return out
 
 
-@lru_cache(maxsize=256)
+@cached("poly.exact_dependences", 256)
 def _exact_dependences(poly: KernelPolyhedra) -> tuple[Dependence, ...]:
     """Value-based dependences: each read's last writer, each write's previous writer, and
     the reads since the previous write for anti. Enough for legality under any schedule,
@@ -732,7 +733,7 @@ def _exact_dependences(poly: KernelPolyhedra) -> tuple[Dependence, ...]:
     return tuple(out)
 
 
-@lru_cache(maxsize=256)
+@cached("poly.memory_dependences", 256)
 def _memory_dependences(poly: KernelPolyhedra) -> tuple[Dependence, ...]:
     """Memory-based dependences: every ordered pair touching the same element.
 
@@ -909,7 +910,7 @@ def check_legal(statements: Statements, new_schedule: ScheduleLike, *,
     return _check_legal(poly, new_schedule, reduction_reorderable, tuple(parallel))
 
 
-@lru_cache(maxsize=4096)
+@cached("poly.check_legal_cached", 4096)
 def _check_legal_cached(poly: KernelPolyhedra, schedule: KernelSchedule, reduction_reorderable: bool,
                         parallel: tuple[str | int, ...]) -> Legality:
     return _check_legal(poly, schedule, reduction_reorderable, parallel)
@@ -1015,7 +1016,7 @@ def _levels_under(poly: KernelPolyhedra, schedule: ScheduleLike, validate: bool 
     return levels
 
 
-@lru_cache(maxsize=8192)
+@cached("poly.statement_map", 8192)
 def _statement_map(schedule: StatementSchedule, width: int) -> isl.Map:
     return schedule.to_isl(width)
 

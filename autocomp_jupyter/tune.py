@@ -68,7 +68,8 @@ import numpy as np
 from . import poly
 from .accel.cost import evaluate_batch, kernel_model
 from .accel.target import Target, load_target
-from .canon import LRU, canonical_kernel
+from .caches import LRU
+from .canon import canonical_kernel
 from .ir.loopnest import loop_dims, lower, whole_loops
 from .ir.schedule import Kernel, Schedule
 from .result import Plan

@@ -16,7 +16,8 @@ from dataclasses import replace
 import numpy as np
 
 from . import poly
-from .canon import LRU, schedule_key
+from .caches import LRU
+from .canon import schedule_key
 from .interp import TooManyTiles, check_tiled, reference_run
 from .ir.program import Const, Program, substitute
 from .ir.schedule import Kernel, Schedule

@@ -11,7 +11,7 @@ Each model is imported (`from_onnx`), checked against onnxruntime on one input, 
 optimised on each target (rules only unless `--tune N`); the output is one line per
 (model, target) with import/optimise seconds, the speedups, `verified` and the ratio of
 the network's optimise time to a 1-layer network's (the per-layer cost). Every run starts
-with cold caches (`canon.clear_all`; `--warm` keeps them); `cpu_s` is this process's CPU
+with cold caches (`caches.clear_all`; `--warm` keeps them); `cpu_s` is this process's CPU
 time (other users of the machine do not inflate it; with `--executor` the workers' is not
 in it), `twins` how the final check ran the kernels tile by tile: `55t/1n@16` = 55 on a
 scaled twin whose largest dimension is 16, 1 with no twin (isl's verdict alone), `p` on
@@ -181,9 +181,9 @@ def check_against_onnxruntime(model, program) -> float:
 def clear_caches() -> None:
     """Forget every per-structure cache (library schedules, isl verdicts, tiling searches,
     tiled-run verdicts, twins): the timing is then a cold start."""
-    from autocomp_jupyter import canon
+    from autocomp_jupyter import caches
 
-    canon.clear_all()
+    caches.clear_all()
 
 
 def twins(report: dict) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autocomp_jupyter import baselines, canon, optimize, poly, tune
+from autocomp_jupyter import baselines, caches, canon, optimize, poly, tune
 from autocomp_jupyter.accel.cost import evaluate, library_schedule, naive_schedule, textbook_schedule
 from autocomp_jupyter.accel.target import load_target
 from autocomp_jupyter.dsl import parse
@@ -36,9 +36,9 @@ def test_kernels_equal_up_to_names_share_one_library_result_and_both_verify():
     program = parse(TWO_CONVS, "<test>")
     target = load_target("tpu")
     ctx = PassContext(program, target, load_rules([], target.name), 0)
-    canon.clear_all()
+    caches.clear_all()
     plan = baselines.library_plan(program, ctx)
-    stats = canon.stats()["library_schedule"]
+    stats = caches.stats()["library_schedule"]
     kernels = {k.name: (k, s) for k, s in zip(plan.kernels, plan.schedules)}
     a, b = kernels["A"], kernels["B"]
     assert canon.canonical_kernel(a[0]) is canon.canonical_kernel(b[0])
@@ -142,12 +142,12 @@ def test_tiling_searches_from_different_schedules_share_draws_but_not_answers():
     first = textbook_schedule(kernel, target)
     cold = {}
     for current in (first, naive_schedule(kernel, target)):
-        canon.clear_all()
+        caches.clear_all()
         cold[id(current)] = tiling.search_tiles(kernel, target, current, levels, rules.tiling)
-    canon.clear_all()
+    caches.clear_all()
     warm = [tiling.search_tiles(kernel, target, c, levels, rules.tiling)
             for c in (first, naive_schedule(kernel, target))]
-    stats = canon.stats()["tiling.random_draw"]
+    stats = caches.stats()["tiling.random_draw"]
     assert (stats["misses"], stats["hits"]) == (1, 1)
     got = [(w[0].tiles, w[0].order, w[2]) for w in warm]
     want = [(c[0].tiles, c[0].order, c[2]) for c in cold.values()]
@@ -167,5 +167,5 @@ def test_interchange_candidates_scored_in_one_batch_get_their_own_times():
                 order = list(base.order_at(level))
                 rng.shuffle(order)
                 candidates.append(scheduling._with_order(base, level, tuple(order)))
-            canon.clear_all()
+            caches.clear_all()
             assert scheduling._times(candidates, ctx) == [evaluate(c, target).time_s for c in candidates]

@@ -1,6 +1,6 @@
 """Whole networks at scale: a network's repeated layers cost the work of its distinct ones.
 
-Counts, not timings: the per-structure caches (`canon`) make the library tuning, the
+Counts, not timings: the per-structure caches (`caches`, keyed by `canon`) make the library tuning, the
 tiling searches, the isl verdicts and the tiled runs of a 20-layer network exactly as many
 as those of a 10-layer one (the layers beyond the first few repeat), and every verdict
 reached through the cache is the one a fresh check gives (in the kernel's own names).
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import autocomp_jupyter as ac
-from autocomp_jupyter import canon, poly
+from autocomp_jupyter import caches, canon, poly
 from autocomp_jupyter.dsl import parse
 from autocomp_jupyter.ir.schedule import Kernel, Schedule
 
@@ -31,10 +31,10 @@ def network(layers: int) -> str:
 
 
 def distinct_work(layers: int) -> tuple[dict, dict]:
-    canon.clear_all()
+    caches.clear_all()
     res = ac.optimize(network(layers), target="tpu", tune=0)
     assert res.report["verified"] is True
-    stats = canon.stats()
+    stats = caches.stats()
     return {name: stats[name]["misses"] for name in WORK}, {name: stats[name]["hits"] for name in WORK}, res
 
 
@@ -87,13 +87,13 @@ def test_a_cached_verdict_is_the_fresh_verdict_in_the_kernels_own_names(loop):
     def schedule(kernel):
         return Schedule(kernel, tiles=tiles, annotations={"parallel": (loop,)}, levels=("L2", "L1"))
 
-    canon.clear_all()
+    caches.clear_all()
     fresh = poly.check_schedule(schedule(second))
     fresh_message = fresh.reason
-    canon.clear_all()
+    caches.clear_all()
     poly.check_schedule(schedule(first))                       # proved under the first kernel's names
     cached = poly.check_schedule(schedule(second))            # answered from the cache
-    assert canon.stats()["poly.check_schedule"]["hits"] == 1
+    assert caches.stats()["poly.check_schedule"]["hits"] == 1
     assert cached.ok == fresh.ok == (loop == "i")
     assert cached.reason == fresh_message
     if not cached.ok:
@@ -104,10 +104,10 @@ def test_a_cached_verdict_is_the_fresh_verdict_in_the_kernels_own_names(loop):
 def test_library_tuned_on_an_executor_is_the_serial_library():
     src = network(3).replace("input X: f32[8, 32]", "input X: f32[8, 32]\nparam V: f32[32, 48]") + \
         "Z = matmul(R3, V)\noutput Z\n"
-    canon.clear_all()
+    caches.clear_all()
     serial = ac.optimize(src, target="npu", tune=0).report
-    canon.clear_all()
+    caches.clear_all()
     pooled = ac.optimize(src, target="npu", tune=0, executor="processes:2").report
-    assert canon.stats()["library_schedule"]["entries"] >= 3        # tuned in the pool, cached here
+    assert caches.stats()["library_schedule"]["entries"] >= 3        # tuned in the pool, cached here
     for field in ("library", "optimized", "kernels", "gain_breakdown", "speedup_vs_library"):
         assert pooled[field] == serial[field]

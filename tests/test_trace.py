@@ -157,3 +157,13 @@ def test_the_printed_trace_pastes_back_as_python():
     assert again.verified
     assert again.report["optimized"]["time_s"] == res.report["optimized"]["time_s"]
     assert "s.tile(loop=" in text and "s = res.schedule('C_D')" in text
+
+
+def test_one_call_clears_every_cache_the_lru_cache_ones_too():
+    from autocomp_jupyter import caches
+
+    autocomp.optimize(GEMM, target="tpu", tune=0)
+    before = caches.stats()
+    assert before["poly.parse_schedule"]["entries"] > 0 and before["poly.check_schedule"]["entries"] > 0
+    caches.clear_all()
+    assert all(s["entries"] == 0 for s in caches.stats().values())

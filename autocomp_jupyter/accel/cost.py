@@ -35,11 +35,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ..caches import cached
 from ..ir.program import DTYPE_BYTES, Access, Program
 from ..ir.schedule import Kernel, Schedule, is_mac_statement, kernels_unfused
 from .target import Target, load_target
@@ -1192,7 +1192,7 @@ def datapath_of(compute, st: "_StatementModel") -> Datapath:
 # --------------------------------------------------------------------------- public API
 
 
-@lru_cache(maxsize=256)
+@cached("cost.kernel_model", 256)
 def kernel_model(kernel: Kernel, target: Target) -> KernelModel:
     """The compiled cost model of `kernel` on `target` (cached)."""
     return KernelModel(kernel, target)

@@ -38,7 +38,8 @@ from .. import poly
 import numpy as np
 
 from ..accel.cost import evaluate, kernel_model
-from ..canon import LRU, schedule_key
+from ..caches import LRU
+from ..canon import schedule_key
 from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
 from ..result import Plan

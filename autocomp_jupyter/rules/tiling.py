@@ -46,7 +46,8 @@ import numpy as np
 
 from .. import poly
 from ..accel.cost import datapath_of, kernel_model, library_schedule
-from ..canon import LRU, canonical_kernel, evaluate, schedule_key
+from ..caches import LRU
+from ..canon import canonical_kernel, evaluate, schedule_key
 from ..ir.loopnest import whole_loops
 from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry

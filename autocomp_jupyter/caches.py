@@ -1,0 +1,79 @@
+"""Every cache of the package, registered in one place: `clear_all()` empties them all.
+
+Two kinds: `LRU`, the bounded value-keyed map the modules keep verdicts in (isl verdicts,
+tiling searches, library schedules, tiled-run checks, costs by canonical schedule), and
+`cached(name, maxsize)`, `functools.lru_cache` for functions of hashable arguments (isl
+parses, polyhedra, cost-model instances). Benchmarks timing a cold start and tests counting
+work call `clear_all()`; `stats()` says how much work each cache saved.
+"""
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+
+_REGISTRY: list["LRU"] = []
+
+
+class LRU:
+    """A bounded least-recently-used map keyed by value, with hit/miss counts."""
+
+    def __init__(self, name: str, size: int):
+        self.name, self.size = name, size
+        self.data: OrderedDict = OrderedDict()
+        self.hits = self.misses = 0
+        _REGISTRY.append(self)
+
+    def get(self, key, default=None):
+        if key in self.data:
+            self.data.move_to_end(key)
+            self.hits += 1
+            return self.data[key]
+        self.misses += 1
+        return default
+
+    def put(self, key, value) -> None:
+        self.data[key] = value
+        self.data.move_to_end(key)
+        while len(self.data) > self.size:
+            self.data.popitem(last=False)
+
+    def __contains__(self, key) -> bool:
+        return key in self.data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def clear(self) -> None:
+        self.data.clear()
+        self.hits = self.misses = 0
+
+
+_FUNCTIONS: list[tuple[str, object]] = []   # (name, functools.lru_cache-wrapped function)
+
+
+def cached(name: str, maxsize: int):
+    """`functools.lru_cache(maxsize)`, registered here under `name` so that `clear_all`
+    empties it with the others (for functions of hashable arguments: isl texts, kernels)."""
+    def wrap(fn):
+        memo = functools.lru_cache(maxsize=maxsize)(fn)
+        _FUNCTIONS.append((name, memo))
+        return memo
+    return wrap
+
+
+def clear_all() -> None:
+    """Empty every cache of the package: the canonical-form LRUs (library schedules, isl
+    verdicts, searches, checks) and the `cached` functions (isl parses, polyhedra)."""
+    for cache in _REGISTRY:
+        cache.clear()
+    for _, memo in _FUNCTIONS:
+        memo.cache_clear()
+
+
+def stats() -> dict[str, dict[str, int]]:
+    """{cache name: {entries, hits, misses}}: how much work the caches saved."""
+    out = {c.name: {"entries": len(c), "hits": c.hits, "misses": c.misses} for c in _REGISTRY}
+    for name, memo in _FUNCTIONS:
+        info = memo.cache_info()
+        out[name] = {"entries": info.currsize, "hits": info.hits, "misses": info.misses}
+    return out
