@@ -11,6 +11,12 @@ kernel's loop nest (`ir.loopnest.lower`): `split` per tile loop on the anchor's 
 `reorder` into the nest's order, `parallel`, `vectorize` and `unroll` where the nest marks
 them. Compiled with `tvm.compile(mod, target="llvm")`.
 
+TVM's block schedule has no primitive for a skewed or reversed loop (and
+`transform_block_layout` takes neither), so a plan with one is written as plain TIR instead
+(`affine_module`): every kernel's tree as `For` loops, tile loops over their tile counts,
+point loops with the affine bounds of `ir.loopnest.affine_point_bounds`, statements as
+`BufferStore`s, intermediates as extra buffers.
+
 TVM is optional: `pip install apache-tvm` (the `tvm` extra). Without it `to_tvm` raises a
 UserError saying how to install it.
 """
@@ -137,23 +143,130 @@ def to_tvm(result_or_plan, target: str = "llvm", apply_schedule: bool = True):
     tvm, te = _require()
     plan = getattr(result_or_plan, "after", result_or_plan)
     program = plan.program
-    env = build_te(program)
-    args = [env[t.name] for t in program.inputs] + [env[o] for o in program.outputs]
-    func = te.create_prim_func(args)
-    mod = tvm.IRModule({"main": func})
-    if apply_schedule:
-        mod = schedule_module(mod, plan)
+    scratch: list = []                       # intermediates the plain-TIR form takes as buffers
+    if apply_schedule and _has_affine_loops(plan):
+        mod, scratch = affine_module(plan)
+    else:
+        env = build_te(program)
+        args = [env[t.name] for t in program.inputs] + [env[o] for o in program.outputs]
+        func = te.create_prim_func(args)
+        mod = tvm.IRModule({"main": func})
+        if apply_schedule:
+            mod = schedule_module(mod, plan)
     lib = tvm.compile(mod, target=target)
 
     def run(inputs):
         dev = tvm.cpu(0)
         arrays = [tvm.runtime.tensor(np.asarray(inputs[t.name], dtype=np.float32), dev) for t in program.inputs]
         outs = [tvm.runtime.tensor(np.zeros(program.tensor(o).shape, dtype=np.float32), dev) for o in program.outputs]
-        lib["main"](*arrays, *outs)
+        temps = [tvm.runtime.tensor(np.zeros(t.shape, dtype=np.float32), dev) for t in scratch]
+        lib["main"](*arrays, *outs, *temps)
         return {o: a.numpy().astype(np.float64) for o, a in zip(program.outputs, outs)}
 
     run.lib = lib
     return mod, run
+
+
+def _has_affine_loops(plan) -> bool:
+    from .ir.loopnest import lower
+
+    return any(p.affine for s in plan.schedules for _, c in lower(s).computes() for p in c.loops)
+
+
+def affine_module(plan):
+    """(IRModule, intermediates) for `plan` as plain TIR read from each kernel's loop nest:
+    `main(inputs..., outputs..., intermediates...)`. Tile loops run over their tile count
+    (`for t in range(ceil((stop - start) / size))`, the tile `[start + t*size, min(...))`),
+    a statement that runs only in last tiles is guarded, point loops take the affine bounds
+    of `affine_point_bounds` (a reversed one counts down), reductions start from 0 / -inf."""
+    tvm, te = _require()
+    T = tvm.tirx
+    from .ir.loopnest import TileLoop, affine_point_bounds, lower
+
+    program = plan.program
+    i64 = "int64"
+    buffers = {t.name: T.decl_buffer(tuple(t.shape), "float32", name=t.name) for t in program.tensors}
+    outputs = set(program.outputs)
+    scratch = [t for t in program.tensors if t.name not in {i.name for i in program.inputs} and t.name not in outputs]
+
+    def const(v):
+        return T.const(v, i64)
+
+    def seq(stmts):
+        stmts = [x for x in stmts if x is not None]
+        return stmts[0] if len(stmts) == 1 else T.SeqStmt(stmts)
+
+    def compute(node, tiles, extents):
+        stmt = node.statement
+        spans = {}
+        for p in node.loops:
+            spans[p.name] = (tiles[p.tile][0], tiles[p.tile][1]) if p.tile else (const(0), const(p.extent))
+        symbols = {}
+
+        def symbol(name):
+            if name not in symbols:
+                symbols[name] = T.Var(name, i64)
+            return symbols[name]
+
+        bounds = affine_point_bounds(node, spans, T.floordiv, T.max, T.min, symbol)
+        var = {b.name: b.value for b in bounds}
+        ext = stmt.extents
+        value = _expr(stmt.expr, var, buffers, ext, T, te)
+        target = buffers[stmt.target]
+        index = [_index(i, var) for i in stmt.target_indices]
+        if stmt.reduce == "+":
+            value = T.BufferLoad(target, index) + value
+        elif stmt.reduce == "max":
+            value = T.max(T.BufferLoad(target, index), value)
+        body = T.BufferStore(target, value, index)
+        for p, b in reversed(list(zip(node.loops, bounds))):
+            loop_var = symbol(b.var)
+            # Every loop runs r from 0 (a loop starting at an expression of outer loops did
+            # not run its full range once compiled); the loop's value is bound from r.
+            r = T.Var(b.var + "_r", i64)
+            at = b.stop - 1 - r if p.reverse else b.start + r          # a reversed loop counts down
+            body = T.For(r, const(0), T.max(b.stop - b.start, const(0)), T.ForKind.SERIAL,
+                         T.SeqStmt([T.Bind(loop_var, at), body]))
+        guards = [tiles[v][1] == const(extents[nest_anchor[v]]) for v in node.last_of]
+        if guards:
+            cond = guards[0]
+            for g in guards[1:]:
+                cond = T.And(cond, g)
+            body = T.IfThenElse(cond, body, None)
+        return body
+
+    def nodes(items, tiles, extents):
+        out = []
+        for node in items:
+            if isinstance(node, TileLoop):
+                start, stop = tiles[node.parent] if node.parent else (const(0), const(node.extent))
+                t = T.Var(node.var + "_t", i64)
+                first = start + t * const(node.size)
+                inner = {**tiles, node.var: (first, T.min(first + const(node.size), stop))}
+                count = T.floordiv(stop - start + const(node.size - 1), const(node.size))
+                out.append(T.For(t, const(0), count, T.ForKind.SERIAL, nodes(node.body, inner, extents)))
+            else:
+                out.append(compute(node, tiles, extents))
+        return seq(out)
+
+    body = []
+    for kernel, schedule in zip(plan.kernels, plan.schedules):
+        for s in kernel.statements:
+            if s.reduce is not None:          # every element of a reduction's target starts at its identity
+                buf = buffers[s.target]
+                init = T.const(0.0 if s.reduce == "+" else -3.4028234663852886e38, "float32")
+                idx = [T.Var(f"z{d}", i64) for d in range(len(buf.shape))]
+                loop = T.BufferStore(buf, init, idx)
+                for d in reversed(range(len(idx))):
+                    loop = T.For(idx[d], const(0), const(int(buf.shape[d])), T.ForKind.SERIAL, loop)
+                body.append(loop)
+        nest = lower(schedule)
+        nest_anchor = nest.anchor_of
+        body.append(nodes(nest.body, {}, kernel.extents))
+    params = [buffers[t.name] for t in program.inputs] + [buffers[o] for o in program.outputs] + \
+             [buffers[t.name] for t in scratch]
+    func = T.PrimFunc(params, seq(body))
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), scratch
 
 
 def schedule_module(mod, plan):

@@ -311,37 +311,90 @@ class AffineBounds:
     defined_in: str
 
 
-def affine_point_bounds(compute: "Compute", spans: dict, floordiv: str = "floordiv",
-                        maximum: str = "max", minimum: str = "min") -> list[AffineBounds]:
+def affine_point_bounds(compute: "Compute", spans: dict, floordiv="floordiv", maximum="max", minimum="min",
+                        symbol=None) -> list[AffineBounds]:
     """The point loops of `compute`, outer → inner, as loops with affine bounds, from each
-    loop's own [start, stop) (`spans[name]`, expressions). A loop `x` skewed by `y` with
-    factor f runs over x' = x + f*y:
+    loop's own [start, stop) (`spans[name]`). A loop `x` skewed by `y` with factor f runs
+    over x' = x + f*y:
       - y outside x: x' in [sx + f*y, ex + f*y), x = x' - f*y;
       - x' outside y (a wavefront): x' in [sx + f*sy, ex + f*(ey - 1)), and y in
         [max(sy, floordiv(x' - ex + f, f)), min(ey, floordiv(x' - sx, f) + 1)).
-    Reversal changes only the direction. The writers pick the spelling (`floordiv`: a
-    floor division of possibly negative numbers; `maximum`, `minimum`)."""
+    Reversal changes only the direction. Written as text (spans are expressions as
+    strings; `floordiv`, `maximum`, `minimum` name the functions: C's `AC_FLOORDIV`, ...) or
+    as the writer's own expressions (the TVM bridge's PrimExprs: spans are expressions,
+    the three are callables and `symbol(var)` gives a loop variable)."""
+    algebra = _Native(floordiv, maximum, minimum, symbol) if callable(floordiv) else _Text(floordiv, maximum, minimum)
     loops = compute.loops
     position = {p.name: n for n, p in enumerate(loops)}
     start = {p.name: spans[p.name][0] for p in loops}
     stop = {p.name: spans[p.name][1] for p in loops}
     var = {p.name: (f"{p.name}_s" if p.skew else p.name) for p in loops}
-    value = {p.name: p.name for p in loops}
+    value = {p.name: algebra.var(p.name) for p in loops}
     defined_in = {p.name: p.name for p in loops}
+    A = algebra
     for p in loops:
         for by, f in p.skew:
             x, y = p.name, by
             if position[y] < position[x]:
-                start[x], stop[x] = f"{start[x]} + {f}*{y}", f"{stop[x]} + {f}*{y}"
+                start[x], stop[x] = A.add(start[x], A.mul(f, A.var(y))), A.add(stop[x], A.mul(f, A.var(y)))
             else:
                 sx, ex, sy, ey = spans[x][0], spans[x][1], spans[y][0], spans[y][1]
-                start[x], stop[x] = f"{sx} + {f}*({sy})", f"{ex} + {f}*({ey} - 1)"
-                start[y] = f"{maximum}({sy}, {floordiv}({var[x]} - ({ex}) + {f}, {f}))"
-                stop[y] = f"{minimum}({ey}, {floordiv}({var[x]} - ({sx}), {f}) + 1)"
-            value[x] = f"{var[x]} - {f}*{y}"
+                start[x], stop[x] = A.add(sx, A.mul(f, sy)), A.add(ex, A.mul(f, A.sub(ey, 1)))
+                start[y] = A.max(sy, A.floordiv(A.add(A.sub(A.var(var[x]), ex), f), f))
+                stop[y] = A.min(ey, A.add(A.floordiv(A.sub(A.var(var[x]), sx), f), 1))
+            value[x] = A.sub(A.var(var[x]), A.mul(f, A.var(y)))
             defined_in[x] = max(x, y, key=position.get)
     return [AffineBounds(p.name, var[p.name], start[p.name], stop[p.name], value[p.name], defined_in[p.name])
             for p in loops]
+
+
+class _Text:
+    """Affine expressions as text (C, the pseudo-kernel, the Schedule tab)."""
+
+    def __init__(self, floordiv: str, maximum: str, minimum: str):
+        self.names = floordiv, maximum, minimum
+
+    @staticmethod
+    def _atom(x) -> str:
+        x = str(x)
+        return x if re.fullmatch(r"[\w.]+", x) else f"({x})"
+
+    def var(self, name):
+        return name
+
+    def add(self, a, b):
+        return f"{a} + {b}"
+
+    def sub(self, a, b):
+        return f"{a} - {self._atom(b)}"
+
+    def mul(self, k: int, a):
+        return f"{k}*{self._atom(a)}"
+
+    def floordiv(self, a, k: int):
+        return f"{self.names[0]}({a}, {k})"
+
+    def max(self, a, b):
+        return f"{self.names[1]}({a}, {b})"
+
+    def min(self, a, b):
+        return f"{self.names[2]}({a}, {b})"
+
+
+class _Native:
+    """Affine expressions in a writer's own expression type (operators + - *)."""
+
+    def __init__(self, floordiv, maximum, minimum, symbol):
+        self.floordiv, self.max, self.min, self.var = floordiv, maximum, minimum, symbol
+
+    def add(self, a, b):
+        return a + b
+
+    def sub(self, a, b):
+        return a - b
+
+    def mul(self, k: int, a):
+        return k * a
 
 
 def tile_count(extent: int, sizes: Sequence[int]) -> int:
