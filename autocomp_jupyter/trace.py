@@ -21,6 +21,7 @@ levels outer → inner):
 |---|---|---|
 | `tile` | loop, level, size | tiles `loop` at `level` (a tile loop steps through it; the last tile may be a remainder) |
 | `reorder` | level, order | the loop order at `level`, outer → inner (loops left out follow, in source order) |
+| `interchange` | level, loop, other | swaps two loops in the order at `level` (the other levels keep theirs) |
 | `parallel` | loop | runs every tile and point loop over `loop` in parallel (refused if it carries a dependence) |
 | `vectorize` | loop | the loop the vector unit runs (C: `omp simd` when it is the innermost point loop) |
 | `unroll` | loop, factor | unrolls the innermost point loop, which `loop` must be, by `factor` |
@@ -162,6 +163,21 @@ def reorder(schedule: Schedule, level: str, order: Sequence[str]) -> Schedule:
     orders = dict(schedule.order)
     orders[level] = order
     return replace(schedule, order=orders)
+
+
+@primitive
+def interchange(schedule: Schedule, level: str, loop: str, other: str) -> Schedule:
+    """Swap `loop` and `other` in the loop order at `level`; every other level keeps the
+    order it runs now (the scheduling pass's move)."""
+    check = _Refuse(schedule, "interchange")
+    level, loop, other = check.level(level), check.loop(loop), check.loop(other, "other")
+    if loop == other:
+        raise BadArgumentError(f"a loop cannot be interchanged with itself ({loop})", primitive="interchange", loop=loop)
+    orders = {lv: list(schedule.order_at(lv)) for lv in schedule.levels}   # other levels keep theirs
+    order = orders[level]
+    a, b = order.index(loop), order.index(other)
+    order[a], order[b] = order[b], order[a]
+    return replace(schedule, order={lv: tuple(o) for lv, o in orders.items()})
 
 
 @primitive

@@ -167,3 +167,16 @@ def test_one_call_clears_every_cache_the_lru_cache_ones_too():
     assert before["poly.parse_schedule"]["entries"] > 0 and before["poly.check_schedule"]["entries"] > 0
     caches.clear_all()
     assert all(s["entries"] == 0 for s in caches.stats().values())
+
+
+def test_interchange_swaps_two_loops_at_one_level_and_keeps_the_others():
+    res = autocomp.optimize(GEMM, target="npu", tune=0)
+    levels = res.target.tiling_levels
+    s = res.schedule("C_D")
+    s.reorder(level=levels[0], order=["k", "i", "j"])
+    s.interchange(level=levels[0], loop="i", other="k")
+    assert s.schedule.order_at(levels[0]) == ("i", "k", "j")
+    assert all(s.schedule.order_at(lv) == ("k", "i", "j") for lv in levels[1:])   # as before the swap
+    assert s.trace[-1] == {"primitive": "interchange", "level": levels[0], "loop": "i", "other": "k"}
+    with pytest.raises(UnknownLoopError, match="no loop 'q' \\(other\\)"):
+        s.interchange(level=levels[0], loop="i", other="q")

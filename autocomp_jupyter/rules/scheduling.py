@@ -158,7 +158,10 @@ def _times(schedules: list[Schedule], ctx: PassContext) -> list[float]:
 
 
 def try_interchange(schedule: Schedule, ctx: PassContext, log: list) -> Schedule:
-    """Apply the best legal adjacent swap at any level while it saves time."""
+    """Apply the best legal adjacent swap at any level (the `interchange` primitive) while
+    it saves time."""
+    from ..trace import apply_step
+
     kernel = schedule.kernel
     current = _time(schedule, ctx)
     for _ in range(MAX_INTERCHANGES):
@@ -168,9 +171,8 @@ def try_interchange(schedule: Schedule, ctx: PassContext, log: list) -> Schedule
             for p in range(len(order) - 1):
                 if kernel.extents[order[p]] == 1 or kernel.extents[order[p + 1]] == 1:
                     continue
-                swapped = order[:]
-                swapped[p], swapped[p + 1] = swapped[p + 1], swapped[p]
-                candidate = _with_order(schedule, level, tuple(swapped))
+                candidate = apply_step(schedule, {"primitive": "interchange", "level": level,
+                                                  "loop": order[p], "other": order[p + 1]})
                 candidates.append((level, order[p], order[p + 1], candidate))
         times = _times([c[3] for c in candidates], ctx)
         candidates = [(t,) + c for t, c in zip(times, candidates)]
