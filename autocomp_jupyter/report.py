@@ -94,17 +94,14 @@ class KernelReport:
 
     @classmethod
     def of(cls, kernel, schedule, cost: KernelCost) -> "KernelReport":
-        from .trace import trace_of
+        from .trace import schedule_json
 
-        levels = schedule.levels
+        spec = schedule_json(schedule)
         return cls(
             name=kernel.name, ops=tuple(kernel.ops), loops=tuple(kernel.loop_names), extents=dict(kernel.extents),
-            order=tuple(schedule.order_at(levels[0], levels)) if levels else tuple(kernel.loop_names),
-            order_by_level={lv: tuple(schedule.order_at(lv, levels)) for lv in levels},
-            annotations=dict(schedule.annotations),
-            tiles={loop: dict(zip(levels, sizes)) for loop, sizes in schedule.tile_sizes(levels).items()},
-            metrics=cost.metrics(), bound=cost.bound, limits_s=dict(cost.limits),
-            trace=tuple(trace_of(schedule)))
+            order=tuple(spec["order"]), order_by_level={lv: tuple(o) for lv, o in spec["order_by_level"].items()},
+            annotations=dict(schedule.annotations), tiles=spec["tiles"],
+            metrics=cost.metrics(), bound=cost.bound, limits_s=dict(cost.limits), trace=tuple(spec["trace"]))
 
     @property
     def time_s(self) -> float:

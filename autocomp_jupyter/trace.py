@@ -4,6 +4,8 @@ This module owns the schedule primitives and the encodings of a schedule as a tr
 
     trace (JSON: [{"primitive": NAME, ...named args}])  ──replay──▶  Schedule  ──lower──▶  loop-nest tree
     Schedule ──trace_of──▶ trace ──python_of──▶ Python calls a user can paste back
+    Schedule ──schedule_json──▶ the report's / the tuner's per-kernel JSON (tiles, orders, annotations, trace)
+    (the cache key of a schedule is `canon.schedule_key`; the tuner's genome is its arrays, `cost.schedule_arrays`)
 
 Each primitive is, in this order (the pattern of Exo's `Do*` rewrites with their `Check_*`
 and TVM's numbered schedule-primitive checks):
@@ -338,6 +340,24 @@ def trace_of(schedule: Schedule) -> list[Step]:
     if int(ann.get("unroll") or 0) > 1:
         steps.append({"primitive": "unroll", "loop": innermost_loop(schedule), "factor": int(ann["unroll"])})
     return steps
+
+
+def schedule_json(schedule: Schedule) -> dict:
+    """The schedule as the report and the tuner's versions write it: effective `tiles`
+    {loop: {level: size}}, `order` (outermost level), `order_by_level`, `annotations`
+    (tuples as lists) and its `trace`."""
+    levels = schedule.levels
+    return {
+        "tiles": {loop: dict(zip(levels, sizes)) for loop, sizes in schedule.tile_sizes(levels).items()},
+        "order": list(schedule.order_at(levels[0], levels)) if levels else list(schedule.kernel.loop_names),
+        "order_by_level": {lv: list(schedule.order_at(lv, levels)) for lv in levels},
+        "annotations": {k: _json_value(v) for k, v in schedule.annotations.items()},
+        "trace": trace_of(schedule),
+    }
+
+
+def _json_value(value):
+    return [_json_value(v) for v in value] if isinstance(value, (tuple, list)) else value
 
 
 def python_of(kernel_name: str, trace: Sequence[Mapping[str, Any]], result_var: str = "res") -> str:

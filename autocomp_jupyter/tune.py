@@ -736,14 +736,9 @@ def _top_combinations(per_kernel: list[list[tuple[float, bytes]]], k: int) -> li
 
 
 def _kernel_entry(schedule: Schedule) -> dict:
-    levels = schedule.levels
-    return {
-        "tiles": {loop: {lv: size for lv, size in zip(levels, sizes)}
-                  for loop, sizes in schedule.tile_sizes(levels).items()},
-        "order": list(schedule.order_at(levels[0], levels)) if levels else list(schedule.kernel.loop_names),
-        "order_by_level": {lv: list(schedule.order_at(lv, levels)) for lv in levels},
-        "annotations": {k: (list(v) if isinstance(v, tuple) else v) for k, v in schedule.annotations.items()},
-    }
+    from .trace import schedule_json
+
+    return schedule_json(schedule)
 
 
 # --------------------------------------------------------------------------- public API
