@@ -466,57 +466,27 @@ class _Search:
         return tiles, orders, np.repeat(ip[None], n, axis=0), np.full(n, iv, dtype=np.int64)
 
     def _mutate(self, batch: Batch, strength: float = 1.0) -> Batch:
-        """1 + Poisson(strength) moves per genome: a tile a step or two along its sizes (or
-        anywhere, 1 in 5), two loops of one level's order swapped (half the time that order
-        copied to every level), a parallel mark toggled, or the vectorised loop moved."""
+        """1 + Poisson(strength) moves per genome, each by one of the `MUTATORS` (drawn by
+        their shares of the moves): a tile a step or two along its sizes, two loops of one
+        level's order swapped, a parallel mark toggled or the vectorised loop moved."""
         sp, rng = self.space, self.rng
-        T, O, P, V = (x.copy() for x in batch)
-        n, D, L = T.shape
+        genome = [x.copy() for x in batch]
+        n = genome[0].shape[0]
         moves = 1 + rng.poisson(strength, size=n)
-        levels = np.arange(L)
-        p_tile = 0.65 if (sp.tune_orders and D > 1) or sp.tune_annotations else 1.0
-        p_order = 0.85 if sp.tune_orders and D > 1 else p_tile
+        shares = [m.share(sp) for m in MUTATORS]
+        bounds = list(np.cumsum(shares))
+        if shares[-1] > 0:
+            bounds[-1] = math.inf                  # rounding never leaves a draw without a move
         for r in range(int(moves.max(initial=0))):
             act = np.flatnonzero(moves > r)
             u = rng.random(len(act))
-            rows = act[u < p_tile]
-            if len(rows):
-                d = rng.integers(D, size=len(rows))
-                h = rng.integers(L, size=len(rows))
-                cur = T[rows, d, h]
-                idx = np.empty(len(rows), dtype=np.int64)
-                for dd in range(D):
-                    sel = d == dd
-                    idx[sel] = np.searchsorted(self.space.choices[dd], cur[sel])
-                step = rng.choice(np.array([-2, -1, 1, 2]), size=len(rows))
-                jump = rng.random(len(rows)) >= 0.8
-                anywhere = (rng.random(len(rows)) * self._lengths[d]).astype(np.int64)
-                idx = np.clip(np.where(jump, anywhere, idx + step), 0, self._lengths[d] - 1)
-                value = self._padded[d, idx][:, None]
-                sub = T[rows, d, :]
-                # keep the nest: inner tiles may not exceed it, outer ones not undercut it
-                sub = np.where(levels[None] > h[:, None], np.minimum(sub, value),
-                               np.where(levels[None] < h[:, None], np.maximum(sub, value), value))
-                T[rows, d, :] = sub
-            rows = act[(u >= p_tile) & (u < p_order)]
-            if len(rows):
-                h = rng.integers(L, size=len(rows))
-                a = rng.integers(D, size=len(rows))
-                b = (a + 1 + rng.integers(D - 1, size=len(rows))) % D
-                va, vb = O[rows, h, a].copy(), O[rows, h, b].copy()
-                O[rows, h, a], O[rows, h, b] = vb, va
-                # levels often want the same order, and each new order costs a legality check
-                same = rng.random(len(rows)) < 0.5
-                O[rows[same]] = O[rows[same], h[same]][:, None, :]
-            rows = act[u >= p_order] if sp.tune_annotations else act[:0]
-            if len(rows):
-                toggle = rng.random(len(rows)) < 0.6
-                tr = rows[toggle]
-                d = rng.integers(D, size=len(tr))
-                P[tr, d] = ~P[tr, d]
-                vr = rows[~toggle]
-                V[vr] = rng.integers(-1, D, size=len(vr))
-        return T, O, P, V
+            low = 0.0
+            for mutator, high in zip(MUTATORS, bounds):
+                rows = act[(u >= low) & (u < high)] if low > 0 else act[u < high]
+                low = high
+                if len(rows):
+                    mutator.apply(self, rows, *genome)
+        return tuple(genome)
 
     def _breed(self, n: int) -> Batch:
         """n children of the population: tournament parents, uniform crossover (per loop
@@ -733,6 +703,90 @@ def _top_combinations(per_kernel: list[list[tuple[float, bytes]]], k: int) -> li
                     seen.add(nxt)
                     heapq.heappush(heap, (total(nxt), nxt))
     return out
+
+
+# --------------------------------------------------------------------------- mutators
+
+
+@dataclass(frozen=True)
+class Mutator:
+    """One kind of move of the tuner, over the genome (tiles T[n, D, L], orders O[n, L, D],
+    parallel marks P[n, D], vectorised loop V[n]) — the arrays a trace's steps of one
+    primitive set. `share(space)` is its part of all moves (the shares sum to 1);
+    `apply(search, rows, T, O, P, V)` changes the genomes `rows` in place. A new kind of
+    move is one more entry in `MUTATORS`."""
+
+    name: str
+    step: str                                  # the trace primitive it varies
+    share: Callable[["KernelSpace"], float]
+    apply: Callable[..., None]
+
+
+def _tile_share(sp: "KernelSpace") -> float:
+    return 0.65 if (sp.tune_orders and sp.D > 1) or sp.tune_annotations else 1.0
+
+
+def _order_share(sp: "KernelSpace") -> float:
+    return (0.85 if sp.tune_orders and sp.D > 1 else _tile_share(sp)) - _tile_share(sp)
+
+
+def _annotation_share(sp: "KernelSpace") -> float:
+    return (1.0 - _tile_share(sp) - _order_share(sp)) if sp.tune_annotations else 0.0
+
+
+def _tile_step(search, rows, T, O, P, V) -> None:
+    """A tile a step or two along its loop's sizes (anywhere, 1 in 5); the tiles of the other
+    levels move with it so that inner tiles never exceed outer ones."""
+    rng, D, L = search.rng, search.space.D, search.space.L
+    levels = np.arange(L)
+    d = rng.integers(D, size=len(rows))
+    h = rng.integers(L, size=len(rows))
+    cur = T[rows, d, h]
+    idx = np.empty(len(rows), dtype=np.int64)
+    for dd in range(D):
+        sel = d == dd
+        idx[sel] = np.searchsorted(search.space.choices[dd], cur[sel])
+    step = rng.choice(np.array([-2, -1, 1, 2]), size=len(rows))
+    jump = rng.random(len(rows)) >= 0.8
+    anywhere = (rng.random(len(rows)) * search._lengths[d]).astype(np.int64)
+    idx = np.clip(np.where(jump, anywhere, idx + step), 0, search._lengths[d] - 1)
+    value = search._padded[d, idx][:, None]
+    sub = T[rows, d, :]
+    # keep the nest: inner tiles may not exceed it, outer ones not undercut it
+    sub = np.where(levels[None] > h[:, None], np.minimum(sub, value),
+                   np.where(levels[None] < h[:, None], np.maximum(sub, value), value))
+    T[rows, d, :] = sub
+
+
+def _order_swap(search, rows, T, O, P, V) -> None:
+    """Two loops of one level's order swapped; half the time that order copied to every
+    level (levels often want the same order, and each new order costs a legality check)."""
+    rng, D, L = search.rng, search.space.D, search.space.L
+    h = rng.integers(L, size=len(rows))
+    a = rng.integers(D, size=len(rows))
+    b = (a + 1 + rng.integers(D - 1, size=len(rows))) % D
+    va, vb = O[rows, h, a].copy(), O[rows, h, b].copy()
+    O[rows, h, a], O[rows, h, b] = vb, va
+    same = rng.random(len(rows)) < 0.5
+    O[rows[same]] = O[rows[same], h[same]][:, None, :]
+
+
+def _annotation_flip(search, rows, T, O, P, V) -> None:
+    """A parallel mark toggled (3 in 5) or the vectorised loop moved (or dropped)."""
+    rng, D = search.rng, search.space.D
+    toggle = rng.random(len(rows)) < 0.6
+    tr = rows[toggle]
+    d = rng.integers(D, size=len(tr))
+    P[tr, d] = ~P[tr, d]
+    vr = rows[~toggle]
+    V[vr] = rng.integers(-1, D, size=len(vr))
+
+
+MUTATORS: tuple[Mutator, ...] = (
+    Mutator("tile step", "tile", _tile_share, _tile_step),
+    Mutator("order swap", "interchange", _order_share, _order_swap),
+    Mutator("parallel toggle / vectorise move", "parallel, vectorize", _annotation_share, _annotation_flip),
+)
 
 
 def _kernel_entry(schedule: Schedule) -> dict:
