@@ -20,7 +20,9 @@ but a `UserError`; a `UserError` is recorded as `refused`), `not_verified`, `fel
 rollback by the `verify` or `pipeline` stage), `wrong` (verified, yet the optimised plan or a
 kept version disagrees with the reference on fresh inputs: program-level equivalence plus
 every kernel run tile by tile in the interpreter), and on host `host_c_1t` / `host_c_2t`
-(the generated C, run with 1 or 2 OpenMP threads, disagrees with the interpreter).
+(the generated C, run with 1 or 2 OpenMP threads, disagrees with the interpreter); with
+`replay=True`, `replay` (the report's kernel traces, replayed, are refused, do not verify
+or cost another time).
 
 `shrink` owns minimisation: it drops statements (with what depends on them), cuts a chain
 by turning an intermediate into an input, lowers dimensions and dtypes, keeping each step
@@ -51,7 +53,7 @@ PRESETS = ("tpu", "gpu", "npu", "gemmini", "host")
 # Contractions carry the fusion and tiling decisions: drawn more often than the rest.
 _WEIGHT = {"matmul": 4, "batch_matmul": 3, "linear": 3, "linear_bias": 3, "conv2d": 4, "depthwise_conv2d": 3,
            "comp_contract": 3, "maxpool2d": 2, "avgpool2d": 2, "global_avgpool": 2}
-CLASSES = ("crash", "refused", "not_verified", "fell_back", "wrong", "host_c_1t", "host_c_2t")
+CLASSES = ("crash", "refused", "not_verified", "fell_back", "wrong", "host_c_1t", "host_c_2t", "replay")
 
 # Dimension pool: tiny, primes, and sizes no power-of-two tile divides.
 _DIMS = (1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 16, 17, 19, 23, 24, 29, 31, 32)
@@ -735,8 +737,11 @@ def _plans(res) -> list:
 
 def check_program(src: str, preset: str, tune: int = 0, seed: int = 0, fresh_seed: int | None = None,
                   deep: bool = True, host_threads=(1, 2), max_boxes: int = 20_000,
-                  timeout: float = 120.0) -> Outcome:
+                  timeout: float = 120.0, replay: bool = False) -> Outcome:
     """Run `src` through `optimize` on `preset` and classify the outcome (see module doc).
+
+    replay: also replay the report's kernel traces (`optimize(schedule=report)`): a replay
+    that is refused, does not verify or costs another time is class "replay".
 
     deep: also run the plans tile by tile and (on host) as C on fresh inputs (seed
     `fresh_seed`, by default one the pipeline does not use); timeout: seconds before the
@@ -785,6 +790,8 @@ def check_program(src: str, preset: str, tune: int = 0, seed: int = 0, fresh_see
                 res.code(lang)
             except Exception as err:  # noqa: BLE001
                 outcome.add("crash", f"res.code({lang!r}): {_describe(err)}", _where(err))
+        if replay and outcome.verified:
+            _check_replay(outcome, src, preset, seed, report)
         if not deep:
             return outcome
         inputs = interp.random_inputs(program, fresh_seed)
@@ -800,6 +807,22 @@ def check_program(src: str, preset: str, tune: int = 0, seed: int = 0, fresh_see
             signal.signal(signal.SIGALRM, previous)
         outcome.seconds = time.perf_counter() - started
     return outcome
+
+
+def _check_replay(outcome: Outcome, src: str, preset: str, seed: int, report: dict) -> None:
+    from . import optimize
+    from .errors import UserError
+
+    try:
+        again = optimize(src, target=preset, seed=seed, schedule=report)
+    except UserError as err:
+        outcome.add("replay", f"refused: {_describe(err)}", _where(err))
+        return
+    if not again.verified:
+        outcome.add("replay", "the replayed plan did not verify")
+    elif again.report["optimized"]["time_s"] != report["optimized"]["time_s"]:
+        outcome.add("replay", f"replayed time {again.report['optimized']['time_s']:.6g} s vs "
+                              f"{report['optimized']['time_s']:.6g} s")
 
 
 def _check_plan(outcome: Outcome, label: str, plan, program, inputs, expected, fresh_seed: int,

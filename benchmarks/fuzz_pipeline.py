@@ -31,17 +31,17 @@ from autocomp_jupyter import fuzz  # noqa: E402
 
 COLUMNS = (("programs", None), ("crash", "crash"), ("refused", "refused"), ("not verified", "not_verified"),
            ("verified-but-wrong", "wrong"), ("fell back", "fell_back"), ("host C 1t", "host_c_1t"),
-           ("host C 2t", "host_c_2t"))
+           ("host C 2t", "host_c_2t"), ("replay", "replay"))
 
 
 def run_one(job: tuple[int, tuple[str, ...], tuple[int, ...]]) -> list[dict]:
     """Program `seed` on every preset x tune: one record per run (its classes and messages)."""
-    seed, presets, tunes = job
+    seed, presets, tunes, replay = job
     gen = fuzz.generate(seed)
     records = []
     for tune in tunes:
         for preset in presets:
-            outcome = fuzz.check_program(gen.text, preset, tune=tune, seed=seed % 1000)
+            outcome = fuzz.check_program(gen.text, preset, tune=tune, seed=seed % 1000, replay=replay)
             records.append({"seed": seed, "preset": preset, "tune": tune, "dtype": gen.dtype,
                             "kinds": list(gen.kinds), "seconds": round(outcome.seconds, 3),
                             "verified": outcome.verified, "text": gen.text,
@@ -111,6 +111,8 @@ def main(argv=None) -> int:
                     help="run every tiled check on the kernel's own twin (ir/twin.py), never the program's")
     ap.add_argument("--shrink-seconds", type=float, default=60.0, help="shrinking time per distinct failure")
     ap.add_argument("--no-shrink", action="store_true", help="write reproducers as generated")
+    ap.add_argument("--replay", action="store_true",
+                    help="also replay each report's traces: refused, unverified or a different time is class 'replay'")
     args = ap.parse_args(argv)
     presets = tuple(p.strip() for p in args.presets.split(",") if p.strip())
     unknown = [p for p in presets if p not in fuzz.PRESETS]
@@ -131,7 +133,7 @@ def main(argv=None) -> int:
         # Workers are forked from here, so they inherit it.
         from autocomp_jupyter import verify
         verify._program_twin = lambda program: None
-    jobs = [(args.seed + k, presets, tunes) for k in range(args.programs)]
+    jobs = [(args.seed + k, presets, tunes, args.replay) for k in range(args.programs)]
     records: list[dict] = []
     if args.jobs == 1:
         for k, job in enumerate(jobs):
@@ -202,7 +204,7 @@ def main(argv=None) -> int:
                                  for _, cls in COLUMNS} for t in tunes for p in presets},
         "distinct": {sig: {"count": len(runs), "repro": repro_of[sig]} for sig, runs in kinds.items()}},
         indent=1))
-    bad = sum(("crash" in r["problems"]) or ("wrong" in r["problems"]) for r in records)
+    bad = sum(("crash" in r["problems"]) or ("wrong" in r["problems"]) or ("replay" in r["problems"]) for r in records)
     return 1 if bad else 0
 
 
