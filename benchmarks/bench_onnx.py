@@ -20,6 +20,7 @@ the program itself, `c` coarsened.
     python benchmarks/bench_onnx.py                          # all three, tpu and npu, rules only
     python benchmarks/bench_onnx.py --models resnet50 --targets tpu --profile 25
     python benchmarks/bench_onnx.py --models resnet50 --executor processes:2   # library tuned in parallel
+    python benchmarks/bench_onnx.py --replay                 # ... and each report's traces replayed
 """
 from __future__ import annotations
 
@@ -208,11 +209,13 @@ def main(argv=None) -> int:
     ap.add_argument("--executor", default=None, help="tuning executor: 'processes[:N]' or 'tcp://host:port'")
     ap.add_argument("--profile-dump", default="", help="write the cProfile stats to this file")
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile the first optimise; print N rows")
+    ap.add_argument("--replay", action="store_true",
+                    help="also replay each report's traces: seconds, and 'same' when verified at the same time")
     args = ap.parse_args(argv)
     models = dict(MODELS)
     print(f"{'model':12} {'target':6} {'nodes':>5} {'ops':>4} {'kernels':>7} {'import_s':>8} {'optimize_s':>10} "
           f"{'1-layer_s':>9} {'ratio':>6} {'vs_naive':>8} {'vs_lib':>6} {'verified':>8} {'ort_err':>8} {'cpu_s':>6} "
-          f"{'twins':>14}")
+          f"{'twins':>14}" + (f" {'replay_s':>8} {'replay':>6}" if args.replay else ""))
     profiled = False
     for name in args.models.split(","):
         model = models[name]()
@@ -243,10 +246,16 @@ def main(argv=None) -> int:
                 if args.profile_dump:
                     prof.dump_stats(args.profile_dump)
             r = res.report
+            replay = ""
+            if args.replay:
+                t1 = time.perf_counter()
+                again = optimize(program, target=target, schedule=r)
+                same = again.verified and again.report["optimized"]["time_s"] == r["optimized"]["time_s"]
+                replay = f" {time.perf_counter() - t1:8.2f} {'same' if same else 'DIFFERS':>6}"
             print(f"{name:12} {target:6} {len(model.graph.node):5d} {len(program.ops):4d} {len(r['kernels']):7d} "
                   f"{import_s:8.2f} {seconds:10.2f} {one_s:9.2f} {seconds / one_s:6.1f} "
                   f"{r['speedup_vs_naive']:8.2f} {r['speedup_vs_library']:6.2f} {str(r['verified']):>8} "
-                  f"{err:8.1e} {cpu:6.1f} {twins(r):>14}", flush=True)
+                  f"{err:8.1e} {cpu:6.1f} {twins(r):>14}{replay}", flush=True)
     return 0
 
 
