@@ -258,6 +258,7 @@ class Report:
     speedup_vs_textbook: float | None
     speedup_vs_library: float
     roofline_fraction: float
+    limit_fraction: float | None              # the physical limit's time / the optimised time (accel/limit.py)
     kernels: tuple[KernelReport, ...]
     rules: tuple[RuleEntry, ...]
     rollbacks: tuple[Rollback, ...]
@@ -269,6 +270,7 @@ class Report:
     fell_back: str | None = None              # None, "library" or "naive"
     measured: Mapping[str, Any] | None = None  # host.measure_plan's result, with --measure
     verification: Mapping[str, Any] | None = None  # how the final check ran kernels tile by tile (pipeline._verify)
+    limit: Mapping[str, Any] | None = None    # the physical limit: time_s, bound, dram_s, datapaths_s
 
     def kernel(self, name: str) -> KernelReport:
         for k in self.kernels:
@@ -284,7 +286,7 @@ class Report:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("measured", "verification") and value is None:
+            if f.name in ("measured", "verification", "limit", "limit_fraction") and value is None:
                 continue
             if value is None and f.name in ("textbook", "speedup_vs_textbook", "roofline", "program"):
                 continue
@@ -312,6 +314,7 @@ class Report:
             gain_breakdown=dict(d.get("gain_breakdown") or {}), gain_chain_time_s=dict(d.get("gain_chain_time_s") or {}),
             speedup_vs_naive=d.get("speedup_vs_naive"), speedup_vs_textbook=d.get("speedup_vs_textbook"),
             speedup_vs_library=d.get("speedup_vs_library"), roofline_fraction=d.get("roofline_fraction"),
+            limit_fraction=d.get("limit_fraction"),
             kernels=tuple(KernelReport.from_json(k) for k in d.get("kernels") or ()),
             rules=tuple(RuleEntry.from_json(e) for e in d.get("rules") or ()),
             rollbacks=tuple(Rollback.from_json(e) for e in d.get("rollbacks") or ()),
@@ -319,7 +322,7 @@ class Report:
             roofline=Roofline.from_json(d["roofline"]) if d.get("roofline") else None,
             program=ProgramInfo.from_json(d["program"]) if d.get("program") else None,
             seconds=d.get("seconds", 0.0), fell_back=d.get("fell_back"), measured=d.get("measured"),
-            verification=d.get("verification"))
+            verification=d.get("verification"), limit=d.get("limit"))
 
 
 def build_report(program: Program, target: Target, costs: Mapping[str, ProgramCost], optimized: Plan, *,
@@ -330,7 +333,10 @@ def build_report(program: Program, target: Target, costs: Mapping[str, ProgramCo
     library, optimized), the optimised plan (its kernels' schedules), the passes' logs and
     the tuner's summary. `gain_breakdown` is `baselines.gain_breakdown(...)` (with its
     `plans_time_s` chain)."""
+    from .accel.limit import physical_limit
+
     t = {k: c.total.time_s for k, c in costs.items()}
+    limit = physical_limit(program, target)
     breakdown = dict(gain_breakdown)
     chain = breakdown.pop("plans_time_s", {})
     return Report(
@@ -341,6 +347,7 @@ def build_report(program: Program, target: Target, costs: Mapping[str, ProgramCo
         speedup_vs_naive=t["naive"] / t["optimized"], speedup_vs_textbook=t["textbook"] / t["optimized"],
         speedup_vs_library=t["library"] / t["optimized"],
         roofline_fraction=roofline_fraction(program, target, t["optimized"]),
+        limit_fraction=limit["time_s"] / t["optimized"] if t["optimized"] > 0 else 0.0,
         kernels=tuple(KernelReport.of(k, s, c) for k, s, c in
                       zip(optimized.kernels, optimized.schedules, costs["optimized"].kernels)),
         rules=tuple(RuleEntry.from_json(e) for e in rules),
@@ -352,7 +359,9 @@ def build_report(program: Program, target: Target, costs: Mapping[str, ProgramCo
             compulsory_ai=program.flops / max(compulsory_bytes(program), 1),
             points=tuple(RooflinePoint.of(program.flops, costs[k].total, k) for k in BASELINES + ("optimized",))),
         program=ProgramInfo(program.filename, program.flops, tuple(program.outputs)),
-        seconds=seconds, fell_back=fell_back, measured=measured)
+        seconds=seconds, fell_back=fell_back, measured=measured,
+        limit={"time_s": limit["time_s"], "bound": limit["bound"], "dram_s": limit["dram_s"],
+               "datapaths_s": dict(limit["datapaths_s"])})
 
 
 # --------------------------------------------------------------------------- footprints
@@ -406,7 +415,9 @@ def summary_text(report: Mapping) -> str:
         f"library (tuned per op) {_fmt_time(r['library']['time_s'])}  optimized {_fmt_time(r['optimized']['time_s'])}",
         f"  speedup {r['speedup_vs_naive']:.2f}x vs naive, {r['speedup_vs_library']:.2f}x vs library "
         f"(fusion {g['fusion']:.2f}x, tiling {g['tiling']:.2f}x, scheduling {g['scheduling']:.2f}x); "
-        f"roofline fraction {r['roofline_fraction']:.2f}",
+        f"roofline fraction {r['roofline_fraction']:.2f}"
+        + (f", limit fraction {r['limit_fraction']:.2f} (the physical limit, {r['limit']['bound']}-bound: "
+           f"{_fmt_time(r['limit']['time_s'])})" if r.get("limit_fraction") is not None and r.get("limit") else ""),
         "kernels:",
     ]
     for k in r["kernels"]:

@@ -1,0 +1,59 @@
+"""The physical limit of a program on a target: the time no schedule can beat.
+
+    limit = max(compulsory DRAM bytes / DRAM bandwidth,
+                for each datapath: the sum of its statements' work at the best fill)
+
+The compulsory bytes are every program input, param and output moved once
+(`roofline.compulsory_bytes`). A statement's work runs on the datapath the cost model puts
+it on (`cost.datapath_of`: the PE array, the vector unit, SIMT lanes, cores), in passes of
+that datapath's width, on every compute unit at once: on the array, its two mapped loops in
+blocks of pe_rows x pe_cols (ceil(E / rows) x ceil(E / cols) blocks: the best fill those
+extents allow); on a vector datapath, its points in runs of the vector width along the loop
+that fills them best (or all its points as one flat run for an elementwise statement, as
+the model streams them). Datapaths run concurrently, so the limit is the largest of these
+floors, not their sum. `limit_fraction` = limit / optimised time: 1.0 is the physical limit.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir.program import Program
+from ..ir.schedule import kernels_unfused
+from .cost import datapath_of, kernel_model
+from .roofline import compulsory_bytes
+from .target import load_target
+
+
+def physical_limit(program: Program, target) -> dict:
+    """{"time_s", "bound": "DRAM" or a datapath's name, "dram_s", "datapaths_s": {name: s}}."""
+    target = load_target(target)
+    compute = target.compute
+    clock = target.clock_ghz * 1e9
+    datapaths: dict[str, float] = {}
+    for kernel in kernels_unfused(program):
+        model = kernel_model(kernel, target)
+        extents = np.asarray(model.extents, dtype=float)
+        for st in model.statements:
+            dp = datapath_of(compute, st)
+            present = extents[st.present]
+            if dp.on_array:
+                rows, cols = extents[st.row_loop], extents[st.col_loop]
+                others = math.prod(e for i, e in enumerate(extents) if st.present[i] and i not in (st.row_loop, st.col_loop))
+                passes = math.ceil(rows / compute.pe_rows) * math.ceil(cols / compute.pe_cols) * others
+            else:
+                width = dp.width
+                along = min((math.ceil(e / width) * math.prod(present) / e for e in present), default=1.0)
+                flat = math.ceil(math.prod(present) / width) if not st.reduce and not st.mac else math.inf
+                passes = min(along, flat)
+            seconds = passes * st.local_points * dp.pass_cycles / compute.units / clock
+            datapaths[dp.unit] = datapaths.get(dp.unit, 0.0) + float(seconds)
+    dram_s = compulsory_bytes(program) / target.dram_bandwidth
+    bound, time_s = max([("DRAM", dram_s)] + list(datapaths.items()), key=lambda kv: kv[1])
+    return {"time_s": time_s, "bound": bound, "dram_s": dram_s, "datapaths_s": datapaths}
+
+
+def limit_fraction(program: Program, target, time_s: float) -> float:
+    """The physical limit's time over `time_s` (1.0: at the limit)."""
+    return physical_limit(program, target)["time_s"] / time_s if time_s > 0 else 0.0

@@ -1,0 +1,46 @@
+"""The physical limit (accel/limit.py) and the report's `limit_fraction`: a floor no plan the
+model costs goes below, taken at the array fill the loop extents allow."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import autocomp_jupyter as autocomp
+from autocomp_jupyter.accel.limit import physical_limit
+from autocomp_jupyter.accel.target import load_target
+from autocomp_jupyter.dsl import parse
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("target", ["tpu", "npu", "gpu", "gemmini", "host"])
+def test_no_plan_beats_the_limit_and_the_report_carries_it(target):
+    for path in sorted((ROOT / "examples").glob("*.acir"))[:3]:
+        res = autocomp.optimize(path, target=target, tune=0)
+        r = res.report
+        limit = r["limit"]["time_s"]
+        for label in ("naive", "textbook", "library", "optimized"):
+            assert limit <= r[label]["time_s"] * (1 + 1e-9), (path.name, label)
+        assert r["limit_fraction"] == pytest.approx(limit / r["optimized"]["time_s"])
+        assert 0 < r["limit_fraction"] <= 1
+        assert r["limit"]["bound"] in {"DRAM", *r["limit"]["datapaths_s"]}
+
+
+def test_an_array_half_filled_by_its_loops_doubles_the_compute_floor():
+    tpu = load_target("tpu")
+    rows, cols = tpu.compute.pe_rows, tpu.compute.pe_cols
+    full = parse(f"input A: f32[1024, {rows}]\ninput B: f32[{rows}, {cols}]\nC = matmul(A, B)\n", "<t>")
+    half = parse(f"input A: f32[1024, {rows // 2}]\ninput B: f32[{rows // 2}, {cols}]\nC = matmul(A, B)\n", "<t>")
+    a, b = physical_limit(full, tpu), physical_limit(half, tpu)
+    # half the multiply-adds, the same passes of the array: the same compute floor
+    assert a["datapaths_s"]["PE array"] == pytest.approx(b["datapaths_s"]["PE array"])
+    assert a["datapaths_s"]["PE array"] >= full.flops / tpu.peak_flops("f32") * 0.999
+
+
+def test_an_elementwise_program_is_bound_by_its_compulsory_traffic():
+    program = parse("input X: f32[1024, 1024]\nY = relu(X)\n", "<t>")
+    npu = load_target("npu")
+    limit = physical_limit(program, npu)
+    assert limit["bound"] == "DRAM"
+    assert limit["dram_s"] == pytest.approx(2 * 4 * 1024 * 1024 / npu.dram_bandwidth)
