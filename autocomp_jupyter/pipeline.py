@@ -295,16 +295,37 @@ def _check_pass(name: str, before: Plan, outcome: PassOutcome, ctx: PassContext,
                            and after.schedules == before.schedules):
         log.extend(outcome.log)
         return before  # nothing changed: nothing to check or roll back
+    entries = list(outcome.log)
+    if name == "fusion" and retile is not None:                  # each fusion group must pay on its own
+        after = _fusion_groups_that_pay(before, after, ctx, runs, retile, entries, rollbacks)
     kernel, reason = _rejection(name, before, after, ctx, runs, retile)
     if not reason:
-        log.extend(outcome.log)
+        log.extend(entries)
         return after
     rollbacks.append(rollback_entry(name, kernel, reason))
-    for entry in outcome.log:
+    for entry in entries:
         if entry["applied"]:
             entry = dict(entry, applied=False, why=f"rolled back with the {name} pass ({reason}); {entry['why']}")
         log.append(entry)
     return before
+
+
+def _fusion_groups_that_pay(before: Plan, after: Plan, ctx: PassContext, runs: _PassRuns,
+                            retile: tuple[str, Pass], entries: list, rollbacks: list) -> Plan:
+    """`after` with every fusion group slower (tiled) than its ops tiled alone split back
+    (`rules.fusion.groups_that_pay`); the rules that made those groups are marked as undone,
+    each with the two times."""
+    from .rules.fusion import groups_that_pay
+
+    plan, dropped = groups_that_pay(before, after, ctx, lambda p: runs.run(retile[0], retile[1], p, ctx).plan)
+    for kernel, fused_s, alone_s in dropped:
+        why = (f"this group alone is slower fused: {fused_s * 1e6:.1f} us tiled vs {alone_s * 1e6:.1f} us for its "
+               f"ops tiled alone: split back (the other groups stay fused)")
+        rollbacks.append(rollback_entry("fusion", kernel.name, why))
+        for i, entry in enumerate(entries):
+            if entry["applied"] and set(entry["ops"]) & set(kernel.ops):
+                entries[i] = dict(entry, applied=False, why=f"rolled back: {why}; {entry['why']}")
+    return plan
 
 
 def _rejection(name: str, before: Plan, after: Plan, ctx: PassContext, runs: _PassRuns,

@@ -54,6 +54,34 @@ def fusion_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
     return PassOutcome(Plan(program, kernels, schedules, "fused"), tuple(log), tuple(rollbacks))
 
 
+def groups_that_pay(before: Plan, after: Plan, ctx: PassContext, tiled) -> tuple[Plan, list[tuple[Kernel, float, float]]]:
+    """(plan, dropped): `after` (the fusion pass's plan) with every fusion group that, tiled,
+    is slower than its ops tiled alone split back into its ops, so that one slower group
+    never undoes the others. `tiled(plan)` is the plan the tiling pass makes of `plan`;
+    dropped: (group kernel, its tiled time, its ops' tiled time alone) for each one split."""
+    groups = [k for k in after.kernels if len(k.ops) > 1]
+    if not groups:
+        return after, []
+    program = after.program
+    alone = tuple(Kernel.from_ops(program, [op.name]) for op in program.ops)
+    unfused = Plan(program, alone, tuple(_inherited_schedule(program, k, ctx, before) for k in alone), "unfused")
+    fused_tiled, alone_tiled = tiled(after), tiled(unfused)
+    fused_s = {k.name: c.time_s for k, c in zip(fused_tiled.kernels, ctx.cost(fused_tiled).kernels)}
+    alone_s = {k.ops[0]: c.time_s for k, c in zip(alone_tiled.kernels, ctx.cost(alone_tiled).kernels)}
+    dropped = [(k, fused_s[k.name], sum(alone_s[op] for op in k.ops)) for k in groups
+               if fused_s[k.name] > sum(alone_s[op] for op in k.ops)]
+    if not dropped:
+        return after, []
+    split = {k.name for k, _, _ in dropped}
+    by_op = {k.ops[0]: (k, s) for k, s in zip(unfused.kernels, unfused.schedules)}
+    kernels, schedules = [], []
+    for k, s in zip(after.kernels, after.schedules):
+        pieces = [by_op[op] for op in k.ops] if k.name in split else [(k, s)]
+        kernels += [p[0] for p in pieces]
+        schedules += [p[1] for p in pieces]
+    return Plan(program, tuple(kernels), tuple(schedules), after.label), dropped
+
+
 def _inherited_schedule(program: Program, kernel: Kernel, ctx: PassContext, plan: Plan) -> Schedule:
     """A fused kernel keeps its anchor op's schedule in the plan being fused (the library's,
     each op tuned alone), so the fusion's gain is the DRAM traffic it removes, not a change
