@@ -127,6 +127,7 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
                                         f"({ctx.cost(plan).total.time_s * 1e6:.1f} us vs "
                                         f"{ctx.cost(library).total.time_s * 1e6:.1f} us): keeping the baseline"))
         plan = library
+    plan = _searched_as_well_as_the_library(plan, ctx, executor, log)   # fused kernels: never below the library's own search
     replayed: set[str] = set()
     if traces is not None:                                       # the user's traces replace the search
         plan, replayed = _replay(traces, (plan, library, naive), target, schedule, log)
@@ -205,6 +206,31 @@ def _tune(plan: Plan, ctx: PassContext, configs: int, top: int, budget, progress
     from .tune import tune_plan
 
     return tune_plan(plan, ctx, configs=configs, top=top, budget=budget, progress=progress, executor=executor)
+
+
+def _searched_as_well_as_the_library(plan: Plan, ctx: PassContext, executor, log: list) -> Plan:
+    """Each kernel's schedule, or the one the library's own procedure finds for that same
+    (fused) kernel where that is faster (`baselines.library_schedule`: textbook tiles, the
+    tiling and scheduling passes and a short tune on the kernel alone), so the pipeline
+    never schedules a kernel worse than the library would (the gain breakdown's F plan
+    asks for the same schedules, cached)."""
+    from .baselines import library_schedule
+    from .passes import rule_entry
+
+    prefetch(plan.program, plan.kernels, ctx, executor)
+    schedules = []
+    for kernel, schedule in zip(plan.kernels, plan.schedules):
+        own = ctx.cost(Plan(plan.program, (kernel,), (schedule,))).total.time_s
+        alone = library_schedule(plan.program, kernel, ctx)
+        theirs = ctx.cost(Plan(plan.program, (kernel,), (alone,))).total.time_s
+        if theirs < own * (1 - 1e-9):
+            log.append(rule_entry("library_search", "tiling", kernel.ops, True,
+                                  f"the library's own search of kernel {kernel.name} finds a faster schedule "
+                                  f"({own * 1e6:.1f} -> {theirs * 1e6:.1f} us): taken"))
+            schedules.append(alone)
+        else:
+            schedules.append(schedule)
+    return Plan(plan.program, plan.kernels, tuple(schedules), plan.label)
 
 
 def _load_traces(schedule):

@@ -38,3 +38,18 @@ def test_a_slower_group_is_split_back_and_the_others_stay_fused():
 def test_on_tpu_the_kept_epilogue_beats_the_library():
     r = autocomp.optimize(FFN, target="tpu", tune=0).report
     assert r["verified"] and r["speedup_vs_library"] > 1.02      # was 1.00: the whole pass rolled back
+
+
+def test_no_kernel_is_scheduled_worse_than_the_library_would_schedule_it_alone():
+    from autocomp_jupyter.baselines import library_schedule
+    from autocomp_jupyter.passes import PassContext
+    from autocomp_jupyter.rules.engine import load_rules
+
+    res = autocomp.optimize("examples/depthwise_separable.acir", target="gemmini", tune=0)
+    ctx = PassContext(res.program, res.target, load_rules([], "gemmini"), 0)
+    for kernel, schedule in zip(res.after.kernels, res.after.schedules):
+        ours = ctx.cost(type(res.after)(res.after.program, (kernel,), (schedule,))).total.time_s
+        theirs = ctx.cost(type(res.after)(res.after.program, (kernel,),
+                                          (library_schedule(res.after.program, kernel, ctx),))).total.time_s
+        assert ours <= theirs * (1 + 1e-9), kernel.name
+    assert any(r["rule"] == "library_search" and r["applied"] for r in res.report["rules"])
