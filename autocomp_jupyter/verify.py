@@ -33,11 +33,6 @@ TWIN_EXTENT = 16              # scaled-down twin for the tiled execution check
 MAX_CHECK_TILES = 2048
 
 
-def legality(schedule: Schedule):
-    """isl's verdict on a tiled, ordered, annotated schedule (reductions reorderable)."""
-    return poly.check_schedule(schedule)
-
-
 def verify_schedule(schedule: Schedule, program: Program, ctx: PassContext | None = None, seed: int = 0,
                     execute: bool = True, record: dict | None = None) -> str:
     """'' if `schedule` is legal (isl) and computes what the untiled kernel computes when run
@@ -54,7 +49,7 @@ def verify_schedule(schedule: Schedule, program: Program, ctx: PassContext | Non
     (the library, the fusion check and the final verification ask about the same kernels);
     a failure is run every time. The values are part of the key because a verdict can
     depend on them (integer tensors saturate)."""
-    verdict = legality(schedule)
+    verdict = poly.check_schedule(schedule)
     if not verdict.ok:
         return f"illegal schedule: {verdict.reason}"
     if not execute:

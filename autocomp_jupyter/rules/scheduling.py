@@ -91,19 +91,14 @@ def scheduling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
 # --------------------------------------------------------------------------- legality helpers
 
 
-def legality(schedule: Schedule):
-    """isl's verdict on `schedule` (the one policy: `poly.check_schedule`)."""
-    return poly.check_schedule(schedule)
-
-
 def interchange_verdict(schedule: Schedule, level: str, order: tuple[str, ...]):
     """Is the order `order` at `level` legal (the rest of the schedule unchanged)?"""
-    return legality(_with_order(schedule, level, order))
+    return poly.check_schedule(_with_order(schedule, level, order))
 
 
 def parallel_verdict(schedule: Schedule, loop: str):
     """Does `loop` carry no dependence in `schedule`'s nest (so it may run in parallel)?"""
-    return legality(replace(schedule, annotations={**schedule.annotations, "parallel": (loop,)}))
+    return poly.check_schedule(replace(schedule, annotations={**schedule.annotations, "parallel": (loop,)}))
 
 
 def _with_order(schedule: Schedule, level: str, order: tuple[str, ...]) -> Schedule:
@@ -185,7 +180,7 @@ def try_interchange(schedule: Schedule, ctx: PassContext, log: list) -> Schedule
                                  f"{what}: no gain: {100 * (t / current - 1):+.1f}% time "
                                  f"({current * 1e6:.1f} -> {t * 1e6:.1f} us)"))
                 continue
-            verdict = legality(candidate)
+            verdict = poly.check_schedule(candidate)
             if not verdict.ok:
                 log.append(_rule("interchange", kernel, False, f"{what}: illegal: {_why_not(verdict, ctx)}"))
                 continue
@@ -238,7 +233,7 @@ def _try_steps(name: str, schedule: Schedule, steps: list[dict], ctx: PassContex
             break
         step, candidate = candidates[i]
         what = _describe(step)
-        verdict = legality(candidate)
+        verdict = poly.check_schedule(candidate)
         if not verdict.ok:
             log.append(_rule(name, kernel, False, f"{what}: illegal: {_why_not(verdict, ctx)}"))
             continue
@@ -283,7 +278,7 @@ def annotate_parallel(schedule: Schedule, ctx: PassContext, log: list) -> Schedu
     if not loops:
         return schedule
     candidate = replace(schedule, annotations={**schedule.annotations, "parallel": loops})
-    joint = legality(candidate)
+    joint = poly.check_schedule(candidate)
     if not joint.ok:
         log.append(_rule("parallel_outer", kernel, False, f"{', '.join(loops)} together: {_why_not(joint, ctx)}"))
         return schedule
@@ -321,7 +316,7 @@ def annotate_vectorize(schedule: Schedule, ctx: PassContext, log: list) -> Sched
         return in_place
     options = [(_time(in_place, ctx), "in_place", in_place), (_time(without, ctx), "none", without)]
     moved = _with_order(in_place, level, tuple([l for l in order if l != contiguous] + [contiguous]))
-    moved_verdict = legality(moved)
+    moved_verdict = poly.check_schedule(moved)
     if moved_verdict.ok:
         options.append((_time(moved, ctx), "moved", moved))
     options.sort(key=lambda o: (o[0], o[1] != "moved"))
