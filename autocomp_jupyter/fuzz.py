@@ -523,7 +523,8 @@ class _Generator:
                 return f"({a}) * ({b})", ma * mb
             return f"{a} {op} {b}", ma + mb
         a, ma = self.expression(leaves, depth - 1, limit)
-        fn = self.pick(("exp", "sqrt", "tanh", "sigmoid", "relu", "gelu", "abs", "max", "min", "neg"))
+        fn = self.pick(("exp", "sqrt", "tanh", "sigmoid", "relu", "gelu", "abs", "max", "min", "neg",
+                        "log", "pow", "floor", "compare"))
         if fn == "exp":
             if math.exp(min(ma, 700)) > limit / 10:
                 return f"tanh({a})", 1.0
@@ -535,6 +536,18 @@ class _Generator:
             return f"{fn}({a}, {b})", max(ma, mb)
         if fn == "neg":
             return f"-({a})", ma
+        if fn == "log":     # log(1 + |a|): finite, at most log(1 + ma)
+            return f"log(1 + abs({a}))", math.log1p(ma)
+        if fn == "pow":     # |a| ^ y for y in [0, 2]: no NaN, at most max(1, ma)^2
+            if max(1.0, ma) ** 2 > limit / 10:
+                return f"tanh({a})", 1.0
+            return f"pow(abs({a}), 1 + tanh({a}))", max(1.0, ma) ** 2
+        if fn == "floor":
+            return f"floor({a})", ma + 1
+        if fn == "compare":  # select(lt|le|eq(a, b), a, b)
+            b, mb = self.expression(leaves, depth - 1, limit)
+            test = self.pick(("lt", "le", "eq"))
+            return f"select({test}({a}, {b}), {a}, {b})", max(ma, mb)
         return f"{fn}({a})", (1.0 if fn in ("tanh", "sigmoid") else ma)
 
     def op_comp_map(self, x):
