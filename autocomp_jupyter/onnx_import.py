@@ -32,6 +32,7 @@ import numpy as np
 
 from .errors import Diagnostic, UserError
 from .ir.program import Program
+from .limits import EXTENT
 
 __all__ = ["from_onnx", "run_with_values", "sanitize", "SUPPORTED_OPS"]
 
@@ -45,7 +46,14 @@ def _onnx():
     return onnx
 
 
-_DTYPES = {1: "f32", 10: "f16", 16: "bf16", 3: "i8", 6: "i32"}   # onnx.TensorProto codes
+# onnx.TensorProto codes → DSL dtypes: the 64-bit and unsigned integer types as i32 (values
+# past its range saturate), BOOL as i8 holding 0 or 1. DOUBLE graph inputs are refused: f32
+# would silently lose their range (1e200 becomes inf); float64 constants become f32 params.
+_DTYPES = {1: "f32", 10: "f16", 16: "bf16", 3: "i8", 6: "i32", 7: "i32", 2: "i32", 4: "i32",
+           5: "i32", 12: "i32", 13: "i32", 9: "i8"}
+# Folding a constant computation may build at most this many elements (a mutated
+# ConstantOfShape or Expand must not exhaust memory).
+_FOLD_ELEMENTS = 1 << 27
 _NP_DTYPE = {"f32": np.float32, "f16": np.float16, "bf16": np.float32, "i8": np.int8, "i32": np.int32}
 _RESERVED = {"input", "param", "tensor", "output", "where", "and"}
 _INDEX_NAME = re.compile(r"^(?:[ijkbu]\d*|n|c|h|w|r|s|f|g|fo|a\d+)$")  # index names the importer and library use
@@ -110,6 +118,7 @@ class _Importer:
         self.consumers: dict[str, list] = {}
         self.skip_nodes: set[int] = set()
         self.dtype_of_view: dict[str, str] = {}
+        self.versions: dict[str, int] = {}
 
     # ---------------------------------------------------------------- names
 
@@ -142,7 +151,8 @@ class _Importer:
 
     def dtype(self, name: str) -> str:
         if name in self.consts:
-            return "f32"
+            kind = self.consts[name].dtype.kind
+            return "f32" if kind == "f" else ("i8" if kind == "b" else "i32")
         v = self.values[name]
         return self.dtype_of_view.get(name, "f32") if isinstance(v, _View) else v[2]
 
@@ -154,7 +164,7 @@ class _Importer:
                 if value.ndim == 0:
                     value = value.reshape(1)
                 dsl = self.fresh(name)
-                dtype = "f32" if value.dtype.kind == "f" else "i32"
+                dtype = "f32" if value.dtype.kind == "f" else ("i8" if value.dtype.kind == "b" else "i32")
                 self.params[dsl] = value.astype(_NP_DTYPE[dtype])
                 self.decls.append(f"param  {dsl}: {dtype}{_shape_text(value.shape)}")
                 self.param_of_const[name] = dsl
@@ -168,6 +178,7 @@ class _Importer:
         return v[0]
 
     def define(self, onnx_name: str, shape, dtype: str) -> str:
+        shape = tuple(shape) or (1,)   # a rank-0 result is held as [1] (the DSL has no scalars)
         dsl = self.fresh(onnx_name)
         self.values[onnx_name] = (dsl, tuple(int(d) for d in shape), dtype)
         return dsl
@@ -273,21 +284,36 @@ class _Importer:
                 continue  # old exporters list initializers as inputs too
             tt = vi.type.tensor_type
             dtype = _DTYPES.get(tt.elem_type)
+            if not vi.type.HasField("tensor_type"):
+                self.errors.append(Diagnostic(f"graph input '{vi.name}' is not a tensor (sequences, maps and "
+                                              "optional values are not supported)"))
+                continue
             if dtype is None:
                 self.errors.append(Diagnostic(
                     f"graph input '{vi.name}' has element type {onnx.TensorProto.DataType.Name(tt.elem_type)}",
-                    hint="inputs must be float32, float16, bfloat16, int8 or int32"))
+                    hint="inputs must be float32, float16, bfloat16, an integer type or bool"
+                         + (" (the DSL's widest float is f32: export the model in float32)"
+                            if tt.elem_type == 11 else "")))
                 continue
             dims = []
             for k, d in enumerate(tt.shape.dim):
                 dims.append(d.dim_value if d.HasField("dim_value") else None)
-            if vi.name in self.input_shapes:
+            if vi.name in self.input_shapes and vi.name not in self.consts:
                 given = self.input_shapes[vi.name]
                 if len(given) != len(dims) or any(a is not None and a != b for a, b in zip(dims, given)):
                     self.errors.append(Diagnostic(f"input_shapes['{vi.name}'] = {list(given)} does not fit the "
                                                   f"model's {['?' if d is None else d for d in dims]}"))
                     continue
                 dims = list(given)
+            if not tt.HasField("shape"):
+                self.errors.append(Diagnostic(f"graph input '{vi.name}' has no shape",
+                                              hint=f"give it one: from_onnx(model, input_shapes={{'{vi.name}': [...]}})"))
+                continue
+            if any(d is not None and d > EXTENT.value() for d in dims):
+                self.errors.append(Diagnostic(f"graph input '{vi.name}' {dims}: "
+                                              + EXTENT.exceeded(max(d for d in dims if d), "a dimension"),
+                                              hint=EXTENT.hint()))
+                continue
             if any(d is None or d <= 0 for d in dims):
                 sym = [d.dim_param or "?" for d in tt.shape.dim if not d.HasField("dim_value")]
                 self.errors.append(Diagnostic(
@@ -310,11 +336,23 @@ class _Importer:
                 self.node(index, node)
             except _Skip:
                 self.poisoned.update(node.output)
+            except UserError:
+                raise
+            except Exception as err:  # a bug of this importer: name the node, never a traceback
+                label = node.name or (node.output[0] if node.output else "?")
+                self.errors.append(Diagnostic(
+                    f"ONNX node '{label}' ({node.op_type}): internal error of the importer "
+                    f"({type(err).__name__}: {err})", hint="please report it with the model"))
+                self.poisoned.update(node.output)
         outputs = []
         input_names = {v[0] for k, v in self.values.items() if k in {i.name for i in self.graph.input}
                        and not isinstance(v, _View)}
         for vi in self.graph.output:
             if vi.name in self.poisoned:
+                continue
+            if vi.name not in self.consts and vi.name not in self.values:
+                self.errors.append(Diagnostic(f"graph output '{vi.name}' is not computed by any node (a dangling "
+                                              "output)"))
                 continue
             if vi.name in self.consts:
                 self.errors.append(Diagnostic(f"graph output '{vi.name}' is a constant (the whole computation "
@@ -338,17 +376,22 @@ class _Importer:
 
         try:
             program = parse(text, self.filename + ".acir")
-        except UserError as err:  # a bug of this importer: show the generated text's errors
+        except UserError as err:  # a limit, or a bug of this importer: the first error (the rest follow from it)
+            d = err.diagnostics[0]
             raise UserError([Diagnostic(f"the program imported from '{self.filename}' does not check: "
                                         f"{d.message} (line {d.line}: "
-                                        f"{text.splitlines()[d.line - 1] if d.line else ''})")
-                             for d in err.diagnostics], filename=self.filename) from None
+                                        f"{text.splitlines()[d.line - 1] if d.line else ''})", hint=d.hint)],
+                            filename=self.filename) from None
         return replace(program, param_values=dict(self.params))
 
     def node(self, index: int, node) -> None:
         op = node.op_type
         if node.domain not in ("", "ai.onnx"):
-            self.fail(node, f"custom domain '{node.domain}' is not supported")
+            self.fail(node, f"custom domain '{node.domain}' is not supported", "only the default ONNX domain is")
+        for name in node.input:
+            if name and name not in self.consts and name not in self.values:
+                self.fail(node, f"its input '{name}' is not a graph input, an initializer or an earlier node's "
+                                "output", "the graph has a dangling input, a cycle or nodes out of order")
         if all(self.is_const(i) for i in node.input) and op not in ("Dropout",):
             return self.fold(node)
         handler = getattr(self, f"op_{op}", None)
@@ -360,22 +403,93 @@ class _Importer:
     def attrs(self, node) -> dict:
         from onnx import helper
 
-        return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        out = {}
+        for a in node.attribute:
+            value = helper.get_attribute_value(a)
+            out[a.name] = value.decode() if isinstance(value, bytes) else value
+        return out
+
+    def version(self, node) -> int:
+        """The op version `node` means: the newest version of its op at the model's opset."""
+        if node.op_type not in self.versions:
+            try:
+                self.versions[node.op_type] = self.onnx.defs.get_schema(node.op_type, self.opset, "").since_version
+            except Exception:  # an op onnx does not know: the handler (if any) decides
+                self.versions[node.op_type] = self.opset
+        return self.versions[node.op_type]
+
+    def legacy_broadcast(self, node, k: int = 1) -> str:
+        """Input k of an arithmetic node as numpy broadcasting reads it. Before opset 7, B
+        broadcasts only with broadcast=1, its dimensions aligned with A's from `axis`
+        (default: the trailing ones): B[3] on A[3, 4] with axis=0 is B as [3, 1]."""
+        name = node.input[k]
+        if self.version(node) >= 7:
+            return name
+        a = self.attrs(node)
+        sa, sb = tuple(self.shape(node.input[0])), tuple(self.shape(name))
+        if not a.get("broadcast", 0):
+            if sa != sb:
+                self.fail(node, f"opset-{self.version(node)} {node.op_type} without broadcast=1 needs equal shapes, "
+                                f"got {list(sa)} and {list(sb)}")
+            return name
+        axis = a.get("axis", len(sa) - len(sb))
+        axis = axis + len(sa) if axis < 0 else axis
+        if not 0 <= axis <= len(sa) - len(sb) or any(e not in (1, sa[axis + j]) for j, e in enumerate(sb)):
+            self.fail(node, f"B {list(sb)} does not broadcast onto A {list(sa)} from axis {axis}")
+        trailing = len(sa) - axis - len(sb)
+        if trailing == 0 or math.prod(sb) == 1:
+            return name
+        aligned = f"{name}__axis{axis}"
+        if aligned not in self.consts and aligned not in self.values:
+            self.view(node, aligned, name, sb + (1,) * trailing)
+        return aligned
 
     # ---------------------------------------------------------------- constant folding
 
     def fold(self, node) -> None:
-        from onnx.reference import ReferenceEvaluator
-
         feeds = {i: self.consts[i] for i in node.input if i}
+        self._fold_size_check(node, feeds)
         try:
-            evaluator = ReferenceEvaluator(node, opsets={"": self.opset})
-            results = evaluator.run(None, feeds)
+            results = self.evaluate(node, feeds)
         except Exception as err:  # the reference evaluator rejects what onnx does not define
             self.fail(node, f"cannot fold this constant computation: {err}")
         for name, value in zip(node.output, results):
             if name:
                 self.consts[name] = np.asarray(value)
+
+    def evaluate(self, node, feeds: dict) -> list:
+        """`node` run by onnx's reference evaluator on `feeds`, as an op of the model's opset
+        (a one-node model: the evaluator then picks the op version the model means)."""
+        from onnx import helper
+        from onnx.reference import ReferenceEvaluator
+
+        def info(name, value=None):
+            code = helper.np_dtype_to_tensor_dtype(value.dtype) if value is not None else 1
+            return helper.make_tensor_value_info(name, code, None)
+        graph = helper.make_graph([node], "fold", [info(k, v) for k, v in feeds.items()],
+                                  [info(o) for o in node.output if o])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+        return ReferenceEvaluator(model).run(None, feeds)
+
+    def _fold_size_check(self, node, feeds) -> None:
+        """Refuse constant computations that would build huge tensors (before building them)."""
+        op, vals = node.op_type, [feeds.get(i) for i in node.input]
+        try:
+            if op == "ConstantOfShape":
+                count = math.prod(int(d) for d in vals[0].reshape(-1))
+            elif op == "Expand":
+                count = math.prod(np.broadcast_shapes(vals[0].shape, tuple(int(d) for d in vals[1].reshape(-1))))
+            elif op == "Tile":
+                count = vals[0].size * math.prod(int(r) for r in vals[1].reshape(-1))
+            elif op == "Range":
+                count = abs((float(vals[1]) - float(vals[0])) / float(vals[2]))
+            else:
+                return
+        except (ValueError, TypeError, ZeroDivisionError, OverflowError, AttributeError):
+            return   # the evaluator reports the bad input
+        if count > _FOLD_ELEMENTS:
+            self.fail(node, f"this constant computation would build {count:,.0f} elements (at most "
+                            f"{_FOLD_ELEMENTS:,} are folded)")
 
     def op_Shape(self, index, node):
         a = self.attrs(node)
@@ -579,7 +693,7 @@ class _Importer:
         return self.comp(out, shape, self.dtype(src), names, "=", expr)
 
     def _binary(self, node, op_name: str, symbol: str):
-        a, b = node.input[0], node.input[1]
+        a, b = node.input[0], self.legacy_broadcast(node)
         for first, second, reverse in ((a, b, False), (b, a, True)):
             if self.is_const(second) and self.consts[second].size == 1 \
                     and self.consts[second].ndim <= len(self.shape(first)):
@@ -597,7 +711,7 @@ class _Importer:
         self._binary(node, "mul", "*")
 
     def op_Div(self, index, node):
-        a, b = node.input[0], node.input[1]
+        a, b = node.input[0], self.legacy_broadcast(node)
         if self.is_const(b) and self.consts[b].size == 1 and self.consts[b].ndim <= len(self.shape(a)):
             return self._scalar(node, node.output[0], a, "/", float(self.consts[b].reshape(())))
         self._binary(node, "div", "/")
@@ -633,14 +747,182 @@ class _Importer:
         self._unary_fn(node, "1 / X")
 
     def op_Pow(self, index, node):
-        e = self.const(node, 1, "exponent")
-        if e.size != 1:
-            self.fail(node, "only a scalar constant exponent is supported")
-        e = float(e.reshape(()))
+        b = self.legacy_broadcast(node)
         forms = {1.0: "X", 2.0: "X * X", 3.0: "X * X * X", 0.5: "sqrt(X)", -1.0: "1 / X", -0.5: "1 / sqrt(X)"}
-        if e not in forms:
-            self.fail(node, f"exponent {e:g} is not supported", "supported exponents: 1, 2, 3, 0.5, -1, -0.5")
-        self._unary_fn(node, forms[e])
+        if b in self.consts and self.consts[b].size == 1 and self.consts[b].ndim <= len(self.shape(node.input[0])) \
+                and float(self.consts[b].reshape(())) in forms:
+            return self._unary_fn(node, forms[float(self.consts[b].reshape(()))])
+        self.ew(node, node.output[0], [node.input[0], b], "pow({0}, {1})")
+
+    # ---------------------------------------------------------------- elementwise, any arity
+
+    def read(self, name: str, out_shape, names) -> str:
+        """`name` read at the point `names` of a (numpy-)broadcast result of `out_shape`:
+        a literal for a one-element constant, else an access (size-1 dimensions at 0)."""
+        if name in self.consts and self.consts[name].size == 1:
+            return _fmt_num(self.consts[name].reshape(()))
+        shape = tuple(self.shape(name))
+        off = len(out_shape) - len(shape)
+        idx = ["0" if (e == 1 and out_shape[off + d] != 1) else names[off + d] for d, e in enumerate(shape)]
+        return f"{self.operand(name)}[{', '.join(idx) or '0'}]"
+
+    def ew(self, node, out: str, inputs: list[str], template: str, dtype: str | None = None,
+           note: str = "") -> str:
+        """`out` = `template` (a format string: {0}, {1} ... are the inputs) at every point of
+        the inputs' numpy broadcast: one comprehension."""
+        try:
+            shape = tuple(np.broadcast_shapes(*[tuple(self.shape(i)) for i in inputs]))
+        except ValueError:
+            self.fail(node, "its inputs do not broadcast: " + " vs ".join(str(list(self.shape(i))) for i in inputs))
+        shape = shape or (1,)
+        names = [f"i{d}" for d in range(len(shape))]
+        reads = [self.read(i, shape, names) for i in inputs]
+        dtype = dtype or next((self.dtype(i) for i in inputs if i not in self.consts), self.dtype(inputs[0]))
+        return self.comp(out, shape, dtype, names, "=", template.format(*reads), note)
+
+    def _variadic(self, node, fold: str):
+        inputs = [i for i in node.input if i]
+        if len(inputs) == 1:
+            return self.alias(node, node.output[0], inputs[0])
+        if fold == "mean":
+            expr = "(" + " + ".join("{%d}" % k for k in range(len(inputs))) + f") / {len(inputs)}"
+        elif fold == "sum":
+            expr = " + ".join("{%d}" % k for k in range(len(inputs)))
+        else:
+            expr = "{0}"
+            for k in range(1, len(inputs)):
+                expr = f"{fold}({expr}, {{{k}}})"
+        if fold == "sum" and len(inputs) == 2 and self.version(node) >= 8:
+            return self.lib(node, node.output[0], "add", inputs)   # ResNet's residual Sum: an add
+        if self.version(node) < 8 and len({tuple(self.shape(i)) for i in inputs}) > 1:
+            self.fail(node, f"opset-{self.version(node)} {node.op_type} needs inputs of one shape, got "
+                            + ", ".join(str(list(self.shape(i))) for i in inputs))
+        self.ew(node, node.output[0], inputs, expr, note=node.op_type)
+
+    def op_Sum(self, index, node):
+        self._variadic(node, "sum")
+
+    def op_Mean(self, index, node):
+        self._variadic(node, "mean")
+
+    def op_Max(self, index, node):
+        self._variadic(node, "max")
+
+    def op_Min(self, index, node):
+        self._variadic(node, "min")
+
+    def _activation(self, node, template: str, **defaults):
+        a = self.attrs(node)
+        values = {k: _fmt_num(a.get(k, v)) for k, v in defaults.items()}
+        self.ew(node, node.output[0], [node.input[0]], template.format("{0}", **values), note=node.op_type)
+
+    def op_LeakyRelu(self, index, node):
+        self._activation(node, "max({0}, 0) + {alpha} * min({0}, 0)", alpha=0.01)
+
+    def op_Elu(self, index, node):
+        self._activation(node, "max({0}, 0) + {alpha} * (exp(min({0}, 0)) - 1)", alpha=1.0)
+
+    def op_Celu(self, index, node):
+        self._activation(node, "max({0}, 0) + min(0, {alpha} * (exp({0} / {alpha}) - 1))", alpha=1.0)
+
+    def op_Selu(self, index, node):
+        self._activation(node, "{gamma} * (max({0}, 0) + {alpha} * (exp(min({0}, 0)) - 1))",
+                         alpha=1.67326319217681884765625, gamma=1.05070102214813232421875)
+
+    def op_Softplus(self, index, node):   # log(1 + e^x), without overflow for large x
+        self._activation(node, "max({0}, 0) + log(1 + exp(-abs({0})))")
+
+    def op_Softsign(self, index, node):
+        self._activation(node, "{0} / (1 + abs({0}))")
+
+    def op_HardSigmoid(self, index, node):
+        self._activation(node, "max(0, min(1, {alpha} * {0} + {beta}))", alpha=0.2, beta=0.5)
+
+    def op_HardSwish(self, index, node):
+        self._activation(node, "{0} * max(0, min(1, {0} / 6 + 0.5))")
+
+    def op_Mish(self, index, node):
+        self._activation(node, "{0} * tanh(max({0}, 0) + log(1 + exp(-abs({0}))))")
+
+    def op_ThresholdedRelu(self, index, node):
+        self._activation(node, "select(lt({alpha}, {0}), {0}, 0)", alpha=1.0)
+
+    def op_Shrink(self, index, node):
+        self._activation(node, "select(lt({0}, -{lambd}), {0} + {bias}, select(lt({lambd}, {0}), {0} - {bias}, 0))",
+                         lambd=0.5, bias=0.0)
+
+    def op_Log(self, index, node):
+        self._unary_fn(node, "log(X)")
+
+    def op_Floor(self, index, node):
+        self._unary_fn(node, "floor(X)")
+
+    def op_Ceil(self, index, node):
+        self._unary_fn(node, "-floor(-X)")
+
+    def op_Sign(self, index, node):
+        self._unary_fn(node, "lt(0, X) - lt(X, 0)")
+
+    def op_Not(self, index, node):
+        self._unary_fn(node, "1 - X")
+
+    def op_PRelu(self, index, node):
+        slope = node.input[1]
+        x_shape = self.shape(node.input[0])
+        s_shape = tuple(self.shape(slope))
+        if self.version(node) < 7 and len(x_shape) > 2 and s_shape == (x_shape[1],):
+            # opset 6: a slope per channel (axis 1), not numpy broadcasting
+            aligned = slope + "__channel"
+            if aligned not in self.consts and aligned not in self.values:
+                self.view(node, aligned, slope, s_shape + (1,) * (len(x_shape) - 2))
+            slope = aligned
+        self.ew(node, node.output[0], [node.input[0], slope], "max({0}, 0) + {1} * min({0}, 0)", note="PRelu")
+
+    def _compare(self, node, template: str):
+        b = self.legacy_broadcast(node)
+        self.ew(node, node.output[0], [node.input[0], b], template, dtype="i8", note=node.op_type)
+
+    def op_Equal(self, index, node):
+        self._compare(node, "eq({0}, {1})")
+
+    def op_Less(self, index, node):
+        self._compare(node, "lt({0}, {1})")
+
+    def op_LessOrEqual(self, index, node):
+        self._compare(node, "le({0}, {1})")
+
+    def op_Greater(self, index, node):
+        self._compare(node, "lt({1}, {0})")
+
+    def op_GreaterOrEqual(self, index, node):
+        self._compare(node, "le({1}, {0})")
+
+    def op_And(self, index, node):
+        self._compare(node, "{0} * {1}")
+
+    def op_Or(self, index, node):
+        self._compare(node, "max({0}, {1})")
+
+    def op_Xor(self, index, node):
+        self._compare(node, "abs({0} - {1})")
+
+    def op_Where(self, index, node):
+        c, a, b = node.input[:3]
+        dtype = next((self.dtype(i) for i in (a, b) if i not in self.consts), self.dtype(a))
+        self.ew(node, node.output[0], [c, a, b], "select({0}, {1}, {2})", dtype=dtype, note="Where")
+
+    def op_Expand(self, index, node):
+        target = tuple(int(d) for d in self.const(node, 1, "shape"))
+        shape = tuple(self.shape(node.input[0]))
+        try:
+            out = tuple(np.broadcast_shapes(shape, target))
+        except ValueError:
+            self.fail(node, f"{list(shape)} does not broadcast to {list(target)}")
+        if out == shape:
+            return self.alias(node, node.output[0], node.input[0])
+        names = [f"i{d}" for d in range(len(out))]
+        self.comp(node.output[0], out, self.dtype(node.input[0]), names, "=",
+                  self.read(node.input[0], out, names), "Expand")
 
     def op_Clip(self, index, node):
         a = self.attrs(node)
