@@ -505,18 +505,6 @@ class _Importer:
     def op_Identity(self, index, node):
         self.alias(node, node.output[0], node.input[0])
 
-    def op_Dropout(self, index, node):  # inference: the identity (the mask output must be unused)
-        if len(node.output) > 1 and node.output[1] and self.consumers.get(node.output[1]):
-            self.fail(node, "its mask output is used; only inference Dropout is supported")
-        self.alias(node, node.output[0], node.input[0])
-
-    def op_Cast(self, index, node):
-        to = _DTYPES.get(self.attrs(node)["to"])
-        if to != self.dtype(node.input[0]):
-            self.fail(node, f"casts {self.dtype(node.input[0])} to {to or 'an unsupported type'}; only same-type "
-                            "casts are supported on computed tensors")
-        self.alias(node, node.output[0], node.input[0])
-
     def op_Reshape(self, index, node):
         target = [int(d) for d in self.const(node, 1, "target shape")]
         src = self.shape(node.input[0])
@@ -556,48 +544,6 @@ class _Importer:
         self.view(node, node.output[0], node.input[0], [1 if d in axes else next(out) for d in range(rank)])
 
     # ---------------------------------------------------------------- contractions
-
-    def op_Conv(self, index, node):
-        a = self.attrs(node)
-        x_shape = self.shape(node.input[0])
-        w_shape = self.shape(node.input[1])
-        if len(x_shape) != 4:
-            self.fail(node, f"only 2-D convolutions (rank-4 input) are supported, got rank {len(x_shape)}")
-        if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
-            self.fail(node, f"auto_pad={a['auto_pad']!r} is not supported", "export with explicit pads")
-        groups = a.get("group", 1)
-        strides = list(a.get("strides", [1, 1]))
-        dil = list(a.get("dilations", [1, 1]))
-        pads = list(a.get("pads", [0, 0, 0, 0]))
-        out = node.output[0]
-        has_bias = len(node.input) > 2 and node.input[2]
-        conv_out = out + "_conv" if has_bias else out
-        n, c, h, w = x_shape
-        f = w_shape[0]
-        if strides[0] == strides[1] and dil[0] == dil[1] and len(set(pads)) == 1:
-            if groups == c == f and w_shape[1] == 1 and dil[0] == 1:
-                self.lib(node, conv_out, "depthwise_conv2d", [node.input[0], node.input[1]],
-                         stride=strides[0], padding=pads[0])
-            else:
-                kw = {"stride": strides[0], "padding": pads[0]}
-                if dil[0] != 1:
-                    kw["dilation"] = dil[0]
-                if groups != 1:
-                    kw["groups"] = groups
-                self.lib(node, conv_out, "conv2d", [node.input[0], node.input[1]], **kw)
-        else:
-            if groups != 1:
-                self.fail(node, "grouped convolution with unequal strides/dilations or asymmetric pads")
-            r, s = w_shape[2], w_shape[3]
-            ho = (h + pads[0] + pads[2] - dil[0] * (r - 1) - 1) // strides[0] + 1
-            wo = (w + pads[1] + pads[3] - dil[1] * (s - 1) - 1) // strides[1] + 1
-            xn, wn = self.operand(node.input[0]), self.operand(node.input[1])
-            hi = f"{strides[0]}*h + {dil[0]}*r - {pads[0]}"
-            wi = f"{strides[1]}*w + {dil[1]}*s - {pads[1]}"
-            self.comp(conv_out, (n, f, ho, wo), self.dtype(node.input[0]), ["n", "f", "h", "w"], "+=",
-                      f"{xn}[n, c, {hi}, {wi}] * {wn}[f, c, r, s]", "Conv, asymmetric pads/strides")
-        if has_bias:
-            self.lib(node, out, "bias_add", [conv_out, node.input[2]])
 
     def op_Gemm(self, index, node):
         a = self.attrs(node)
@@ -716,11 +662,8 @@ class _Importer:
             return self._scalar(node, node.output[0], a, "/", float(self.consts[b].reshape(())))
         self._binary(node, "div", "/")
 
-    def _unary_fn(self, node, fn: str):
-        shape = self.shape(node.input[0])
-        names = [f"i{d}" for d in range(len(shape))]
-        x = f"{self.operand(node.input[0])}[{', '.join(names)}]"
-        self.comp(node.output[0], shape, self.dtype(node.input[0]), names, "=", fn.replace("X", x))
+    def _unary_fn(self, node, fn: str, dtype: str | None = None):
+        self._unary_fn_named(node, node.output[0], node.input[0], fn, dtype)
 
     def op_Relu(self, index, node):
         self.lib(node, node.output[0], "relu", [node.input[0]])
@@ -1022,144 +965,7 @@ class _Importer:
 
     # ---------------------------------------------------------------- normalisation and reductions
 
-    def op_Softmax(self, index, node):
-        shape = self.shape(node.input[0])
-        axis = self.attrs(node).get("axis", -1 if self.opset >= 13 else 1)
-        axis = axis + len(shape) if axis < 0 else axis
-        if self.opset < 13 and axis != len(shape) - 1:
-            self.fail(node, f"opset {self.opset} Softmax flattens from axis {axis}; only the last axis is supported")
-        self.lib(node, node.output[0], "softmax", [node.input[0]], axis=axis - len(shape))
-
-    def op_LayerNormalization(self, index, node):
-        a = self.attrs(node)
-        shape = self.shape(node.input[0])
-        axis = a.get("axis", -1)
-        if axis % len(shape) != len(shape) - 1:
-            self.fail(node, "only normalisation over the last axis is supported")
-        for extra in node.output[1:]:
-            if extra and self.consumers.get(extra):
-                self.fail(node, "its mean/inv-std-dev outputs are used; only the first output is supported")
-        d = shape[-1]
-        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
-        if bias is None:
-            self.consts[node.output[0] + "_beta"] = np.zeros(d, np.float32)
-            bias = node.output[0] + "_beta"
-        self.lib(node, node.output[0], "layernorm", [node.input[0], node.input[1], bias],
-                 eps=float(a.get("epsilon", 1e-5)))
-
-    def op_BatchNormalization(self, index, node):
-        a = self.attrs(node)
-        scale, bias = self.const(node, 1, "scale"), self.const(node, 2, "bias")
-        mean, var = self.const(node, 3, "mean"), self.const(node, 4, "variance")
-        if a.get("training_mode", 0):
-            self.fail(node, "training-mode BatchNormalization is not supported")
-        inv = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + float(a.get("epsilon", 1e-5)))
-        out = node.output[0]
-        self.consts[out + "_scale"] = inv.astype(np.float32)
-        self.consts[out + "_shift"] = (bias - mean * inv).astype(np.float32)
-        self.lib(node, out, "batchnorm", [node.input[0], out + "_scale", out + "_shift"])
-
-    def _reduce(self, index, node, kind: str):
-        a = self.attrs(node)
-        shape = self.shape(node.input[0])
-        rank = len(shape)
-        axes = self._axes(node, 1)
-        if axes is None or not axes:
-            if a.get("noop_with_empty_axes", 0):
-                return self.alias(node, node.output[0], node.input[0])
-            axes = list(range(rank))
-        axes = sorted({x % rank for x in axes})
-        keep = a.get("keepdims", 1)
-        names = [f"i{d}" if d not in axes else f"k{d}" for d in range(rank)]
-        lhs, out_shape, u = [], [], 0
-        for d in range(rank):
-            if d not in axes:
-                lhs.append(names[d])
-                out_shape.append(shape[d])
-            elif keep:
-                lhs.append(f"u{u}")
-                u += 1
-                out_shape.append(1)
-        x = f"{self.operand(node.input[0])}[{', '.join(names)}]"
-        count = math.prod(shape[d] for d in axes)
-        if kind == "mean":
-            self.comp(node.output[0], out_shape, self.dtype(node.input[0]), lhs, "+=",
-                      f"{x} / {count}")   # not "* (1/n)": exact, and no einsum over unread loops
-        else:
-            self.comp(node.output[0], out_shape, self.dtype(node.input[0]), lhs, "+=" if kind == "sum" else "max=", x)
-
-    def op_ReduceMean(self, index, node):
-        self._reduce(index, node, "mean")
-
-    def op_ReduceSum(self, index, node):
-        self._reduce(index, node, "sum")
-
-    def op_ReduceMax(self, index, node):
-        self._reduce(index, node, "max")
-
     # ---------------------------------------------------------------- pooling
-
-    def _pool_attrs(self, node):
-        a = self.attrs(node)
-        kernel = list(a["kernel_shape"])
-        strides = list(a.get("strides", [1] * len(kernel)))
-        pads = list(a.get("pads", [0] * 2 * len(kernel)))
-        if len(kernel) != 2:
-            self.fail(node, "only 2-D pooling is supported")
-        if any(d != 1 for d in a.get("dilations", [1, 1])):
-            self.fail(node, "dilated pooling is not supported")
-        if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
-            self.fail(node, f"auto_pad={a['auto_pad']!r} is not supported", "export with explicit pads")
-        if kernel[0] != kernel[1] or strides[0] != strides[1] or len(set(pads)) != 1:
-            self.fail(node, f"only square windows with equal strides and pads are supported (kernel {kernel}, "
-                            f"strides {strides}, pads {pads})")
-        h, w = self.shape(node.input[0])[2:]
-        k, s, p = kernel[0], strides[0], pads[0]
-        if a.get("ceil_mode", 0):
-            for size in (h, w):
-                if (size + 2 * p - k) % s:
-                    self.fail(node, "ceil_mode=1 with a window that does not tile the input exactly")
-        return k, s, p, a
-
-    def op_MaxPool(self, index, node):
-        if len(node.output) > 1 and node.output[1] and self.consumers.get(node.output[1]):
-            self.fail(node, "its Indices output is used; not supported")
-        k, s, p, _ = self._pool_attrs(node)
-        self.lib(node, node.output[0], "maxpool2d", [node.input[0]], kernel=k, stride=s, padding=p)
-
-    def op_AveragePool(self, index, node):
-        k, s, p, a = self._pool_attrs(node)
-        out = node.output[0]
-        if p == 0 or a.get("count_include_pad", 0):
-            return self.lib(node, out, "avgpool2d", [node.input[0]], kernel=k, stride=s, padding=p)
-        # ONNX's default excludes padding from the count: avgpool2d divides by k*k, so
-        # multiply each output position by k*k / (window cells inside the input).
-        pooled = self.lib(node, out + "_pool", "avgpool2d", [node.input[0]], kernel=k, stride=s, padding=p)
-        n, c, ho, wo = self.shape(out + "_pool")
-        h, w = self.shape(node.input[0])[2:]
-
-        def inside(o, size):
-            return min(o * s - p + k, size) - max(o * s - p, 0)
-        fix = np.array([[k * k / (inside(i, h) * inside(j, w)) for j in range(wo)] for i in range(ho)], np.float32)
-        self.consts[out + "_count"] = fix.reshape(1, 1, ho, wo)
-        self.lib(node, out, "mul", [out + "_pool", out + "_count"])
-
-    def op_GlobalAveragePool(self, index, node):
-        shape = self.shape(node.input[0])
-        if len(shape) != 4:
-            self.fail(node, "only rank-4 (NCHW) input is supported")
-        self.lib(node, node.output[0] + "_pool", "global_avgpool", [node.input[0]])
-        dsl, flat_shape, dtype = self.values[node.output[0] + "_pool"]
-        # [N, C] computed; the ONNX result is [N, C, 1, 1]: a view, written only if read as 4-D
-        self.base_shapes[dsl] = flat_shape
-        self.values[node.output[0]] = _View(dsl, tuple(shape[:2]) + (1, 1))
-        self.dtype_of_view[node.output[0]] = dtype
-
-    def op_GlobalMaxPool(self, index, node):
-        n, c, h, w = self.shape(node.input[0])
-        x = self.operand(node.input[0])
-        self.comp(node.output[0], (n, c, 1, 1), self.dtype(node.input[0]), ["i0", "i1", "u0", "u1"], "max=",
-                  f"{x}[i0, i1, k2, k3]")
 
     # ---------------------------------------------------------------- layout
 
@@ -1175,48 +981,1005 @@ class _Importer:
         if len(inputs) == 1:
             return self.alias(node, node.output[0], inputs[0])
         self.lib(node, node.output[0], "concat", inputs, axis=axis)
+    # ---------------------------------------------------------------- aliases and views (versioned)
+
+    def op_Dropout(self, index, node):  # inference: the identity (the mask output must be unused)
+        if len(node.output) > 1 and node.output[1] and self.consumers.get(node.output[1]):
+            self.fail(node, "its mask output is used; only inference Dropout is supported")
+        if self.version(node) >= 12 and len(node.input) > 2 and node.input[2]:
+            training = self.const(node, 2, "training_mode")
+            if bool(training.reshape(-1)[0]):
+                self.fail(node, "training-mode Dropout (random) is not supported")
+        self.alias(node, node.output[0], node.input[0])
+
+    def op_Cast(self, index, node):
+        code = self.attrs(node)["to"]
+        to = "f32" if code == 11 else _DTYPES.get(code)   # a cast to double computes in f32
+        if to is None:
+            self.fail(node, f"casts to {self.onnx.TensorProto.DataType.Name(code)}, which has no DSL type")
+        src = self.dtype(node.input[0])
+        if to == src and code != 9:
+            return self.alias(node, node.output[0], node.input[0])
+        if code == 9:                         # bool: 1 where non-zero
+            return self._unary_fn(node, "1 - eq(X, 0)", "i8")
+        if to in ("i8", "i32") and src in ("f32", "f16", "bf16"):   # ONNX truncates toward zero
+            return self._unary_fn(node, "select(lt(X, 0), -floor(-X), floor(X))", to)
+        self._unary_fn(node, "X", to)
+
+    def op_CastLike(self, index, node):
+        node = self.onnx.helper.make_node("Cast", [node.input[0]], [node.output[0]], name=node.name,
+                                          to=self.onnx.helper.np_dtype_to_tensor_dtype(
+                                              np.dtype(_NP_DTYPE[self.dtype(node.input[1])])))
+        self.op_Cast(0, node)
+
+    # ---------------------------------------------------------------- slicing, splitting, padding, tiling
+
+    def _sliced(self, node, out: str, src: str, lo, step, out_shape, note: str) -> str:
+        """`out` = `src` read at lo[d] + step[d] * i_d (a slice; negative steps read backwards)."""
+        shape = self.shape(src)
+        rank = len(shape)
+        names = [f"i{d}" for d in range(rank)]
+        idx = []
+        for d in range(rank):
+            if (step[d], lo[d]) == (1, 0):
+                idx.append(names[d])
+            elif step[d] < 0:
+                idx.append(f"{lo[d]} - {-step[d]}*{names[d]}")
+            else:
+                idx.append(f"{step[d]}*{names[d]} + {lo[d]}")
+        # a sliced axis indexed directly ranges over the slice, not the whole input axis
+        bounds = [f"{names[d]} < {out_shape[d]}" for d in range(rank) if idx[d] == names[d] and out_shape[d] != shape[d]]
+        where = f" where {', '.join(bounds)}" if bounds else ""
+        return self.comp(out, out_shape, self.dtype(src), names, "=",
+                         f"{self.operand(src)}[{', '.join(idx)}]{where}", note)
 
     def op_Slice(self, index, node):
         shape = self.shape(node.input[0])
         rank = len(shape)
-        starts = [int(v) for v in self.const(node, 1, "starts")]
-        ends = [int(v) for v in self.const(node, 2, "ends")]
-        axes = [int(v) for v in self.const(node, 3, "axes")] if len(node.input) > 3 and node.input[3] \
-            else list(range(len(starts)))
-        steps = [int(v) for v in self.const(node, 4, "steps")] if len(node.input) > 4 and node.input[4] \
-            else [1] * len(starts)
+        if self.version(node) < 10:   # opset 1: starts, ends, axes are attributes
+            a = self.attrs(node)
+            if "starts" not in a or "ends" not in a:
+                self.fail(node, "opset-1 Slice needs its 'starts' and 'ends' attributes")
+            starts, ends = [int(v) for v in a["starts"]], [int(v) for v in a["ends"]]
+            axes = [int(v) for v in a.get("axes", range(len(starts)))]
+            steps = [1] * len(starts)
+        else:
+            starts = [int(v) for v in self.const(node, 1, "starts").reshape(-1)]
+            ends = [int(v) for v in self.const(node, 2, "ends").reshape(-1)]
+            axes = [int(v) for v in self.const(node, 3, "axes").reshape(-1)] if len(node.input) > 3 and node.input[3] \
+                else list(range(len(starts)))
+            steps = [int(v) for v in self.const(node, 4, "steps").reshape(-1)] if len(node.input) > 4 and node.input[4] \
+                else [1] * len(starts)
+        if not len(starts) == len(ends) == len(axes) == len(steps):
+            self.fail(node, f"starts, ends, axes and steps differ in length ({len(starts)}, {len(ends)}, {len(axes)}, "
+                            f"{len(steps)})")
         lo, step, out_shape = [0] * rank, [1] * rank, list(shape)
         for st, en, ax, sp in zip(starts, ends, axes, steps):
+            if not -rank <= ax < rank:
+                self.fail(node, f"axis {ax} is out of range for rank {rank}")
             ax %= rank
-            if sp <= 0:
-                self.fail(node, "negative or zero slice steps are not supported")
+            if sp == 0:
+                self.fail(node, "a slice step of 0")
             size = shape[ax]
-            st = max(0, min(size, st + size if st < 0 else st))
-            en = max(0, min(size, en + size if en < 0 else en))
-            lo[ax], step[ax] = st, sp
-            out_shape[ax] = max(0, -(-(en - st) // sp))
-        names = [f"i{d}" for d in range(rank)]
-        idx = [f"{step[d]}*{names[d]} + {lo[d]}" if (step[d], lo[d]) != (1, 0) else names[d] for d in range(rank)]
-        if tuple(out_shape) == tuple(shape):
+            st = st + size if st < 0 else st
+            en = en + size if en < 0 else en
+            if sp > 0:
+                st, en = max(0, min(size, st)), max(0, min(size, en))
+                count = max(0, -(-(en - st) // sp))
+            else:
+                st, en = max(0, min(size - 1, st)), max(-1, min(size - 1, en))
+                count = max(0, -(-(st - en) // -sp))
+            lo[ax], step[ax], out_shape[ax] = st, sp, count
+        if 0 in out_shape:
+            self.fail(node, f"the slice is empty (result shape {out_shape})")
+        if tuple(out_shape) == tuple(shape) and all(s == 1 for s in step):
             return self.alias(node, node.output[0], node.input[0])
-        # a sliced axis indexed directly ranges over the slice, not the whole input axis
-        bounds = [f"{names[d]} < {out_shape[d]}" for d in range(rank) if idx[d] == names[d] and out_shape[d] != shape[d]]
-        where = f" where {', '.join(bounds)}" if bounds else ""
-        self.comp(node.output[0], out_shape, self.dtype(node.input[0]), names, "=",
-                  f"{self.operand(node.input[0])}[{', '.join(idx)}]{where}", "Slice")
+        self._sliced(node, node.output[0], node.input[0], lo, step, out_shape, "Slice")
+
+    def op_Split(self, index, node):
+        a = self.attrs(node)
+        shape = self.shape(node.input[0])
+        axis = a.get("axis", 0) % len(shape)
+        outs = list(node.output)
+        if self.version(node) < 13 and "split" in a:
+            sizes = [int(v) for v in a["split"]]
+        elif self.version(node) >= 13 and len(node.input) > 1 and node.input[1]:
+            sizes = [int(v) for v in self.const(node, 1, "split").reshape(-1)]
+        else:
+            parts = a.get("num_outputs", len(outs))
+            each = -(-shape[axis] // parts)
+            sizes = [min(each, shape[axis] - k * each) for k in range(parts)]
+        if sum(sizes) != shape[axis] or len(sizes) != len(outs) or min(sizes) <= 0:
+            self.fail(node, f"split sizes {sizes} do not cut axis {axis} ({shape[axis]}) into {len(outs)} parts")
+        offset = 0
+        for name, size in zip(outs, sizes):
+            if name:
+                lo = [offset if d == axis else 0 for d in range(len(shape))]
+                out_shape = [size if d == axis else e for d, e in enumerate(shape)]
+                self._sliced(node, name, node.input[0], lo, [1] * len(shape), out_shape, "Split")
+            offset += size
+
+    def op_Pad(self, index, node):
+        a = self.attrs(node)
+        x = node.input[0]
+        shape = self.shape(x)
+        rank = len(shape)
+        mode = a.get("mode", "constant")
+        if self.version(node) < 11:
+            pads = [int(v) for v in a.get("pads", a.get("paddings", []))]
+            value = float(a.get("value", 0.0))
+        else:
+            pads = [int(v) for v in self.const(node, 1, "pads").reshape(-1)]
+            value = float(self.const(node, 2, "constant value").reshape(-1)[0]) \
+                if len(node.input) > 2 and node.input[2] else 0.0
+            if len(node.input) > 3 and node.input[3]:
+                axes = [int(v) % rank for v in self.const(node, 3, "axes").reshape(-1)]
+                full = [0] * (2 * rank)
+                for k, ax in enumerate(axes):
+                    full[ax], full[ax + rank] = pads[k], pads[k + len(axes)]
+                pads = full
+        if len(pads) != 2 * rank:
+            self.fail(node, f"{len(pads)} pads for a rank-{rank} input (expected {2 * rank})")
+        begin, end = pads[:rank], pads[rank:]
+        out_shape = [e + b + f for e, b, f in zip(shape, begin, end)]
+        if min(out_shape) <= 0:
+            self.fail(node, f"the padded shape {out_shape} is empty")
+        if not any(pads):
+            return self.alias(node, node.output[0], x)
+        out = node.output[0]
+        names = [f"i{d}" for d in range(rank)]
+        if mode == "constant":
+            src = x
+            if value != 0.0:    # reads outside give 0: pad (x - v), then add v back
+                src = self._unary_fn_named(node, out + "_shifted", x, f"X - {_fmt_num(value)}")
+            idx = [f"{n} - {b}" if b > 0 else (f"{n} + {-b}" if b < 0 else n) for n, b in zip(names, begin)]
+            bounds = [f"{names[d]} < {out_shape[d]}" for d in range(rank) if begin[d] == 0 and out_shape[d] != shape[d]]
+            expr = f"{self.operand(src)}[{', '.join(idx)}]" + (f" + {_fmt_num(value)}" if value != 0.0 else "")
+            self.comp(out, out_shape, self.dtype(x), names, "=",
+                      expr + (f" where {', '.join(bounds)}" if bounds else ""), "Pad")
+            return
+        if mode not in ("reflect", "edge", "wrap"):
+            self.fail(node, f"pad mode '{mode}' is not supported", "supported: constant, reflect, edge, wrap")
+        if min(pads) < 0:
+            self.fail(node, f"negative pads with mode '{mode}'")
+        cur = x
+        for d in range(rank):
+            b, f = begin[d], end[d]
+            if not b and not f:
+                continue
+            n = self.shape(cur)[d]
+            if mode == "reflect" and max(b, f) >= n or mode == "wrap" and max(b, f) > n:
+                self.fail(node, f"{mode} padding of {max(b, f)} on an axis of {n}")
+            pieces = []
+            for side, count in (("left", b), ("right", f)):
+                if not count:
+                    pieces.append(None)
+                    continue
+                src_shape = list(self.shape(cur))
+                piece_shape = [count if k == d else e for k, e in enumerate(src_shape)]
+                if mode == "edge":
+                    at = "0" if side == "left" else str(n - 1)
+                elif mode == "reflect":
+                    at = f"{count} - {names[d]}" if side == "left" else f"{n - 2} - {names[d]}"
+                else:   # wrap
+                    at = f"{names[d]} + {n - count}" if side == "left" else names[d]
+                idx = [at if k == d else names[k] for k in range(rank)]
+                bound = f" where {names[d]} < {count}" if at == names[d] and count != n else ""
+                name = f"{out}_{side}{d}"
+                self.comp(name, piece_shape, self.dtype(x), names, "=",
+                          f"{self.operand(cur)}[{', '.join(idx)}]{bound}", f"Pad {mode}")
+                pieces.append(name)
+            parts = [p for p in (pieces[0], cur, pieces[1]) if p is not None]
+            nxt = out if all(not begin[k] and not end[k] for k in range(d + 1, rank)) else f"{out}_pad{d}"
+            self.lib(node, nxt, "concat", parts, axis=d)
+            cur = nxt
+
+    def _unary_fn_named(self, node, out: str, src: str, fn: str, dtype: str | None = None) -> str:
+        shape = self.shape(src)
+        names = [f"i{d}" for d in range(len(shape))]
+        x = f"{self.operand(src)}[{', '.join(names)}]"
+        self.comp(out, shape, dtype or self.dtype(src), names, "=", fn.replace("X", x))
+        return out
+
+    def op_Tile(self, index, node):
+        repeats = [int(r) for r in self.const(node, 1, "repeats").reshape(-1)]
+        shape = self.shape(node.input[0])
+        if len(repeats) != len(shape) or min(repeats) < 1:
+            self.fail(node, f"repeats {repeats} do not fit a rank-{len(shape)} input")
+        if all(r == 1 for r in repeats):
+            return self.alias(node, node.output[0], node.input[0])
+        # T[j0, i0, j1, i1, ...] = X[i0, i1, ...] (j_d the copy), viewed as [r0*n0, r1*n1, ...]
+        lhs, big, src = [], [], []
+        for d, (r, e) in enumerate(zip(repeats, shape)):
+            if r > 1:
+                lhs.append(f"j{d}")
+                big.append(r)
+            lhs.append(f"i{d}")
+            big.append(e)
+            src.append(f"i{d}")
+        self.comp(node.output[0] + "_tiled", big, self.dtype(node.input[0]), lhs, "=",
+                  f"{self.operand(node.input[0])}[{', '.join(src)}]", "Tile")
+        self.view(node, node.output[0], node.output[0] + "_tiled", [r * e for r, e in zip(repeats, shape)])
+
+    def op_Trilu(self, index, node):
+        shape = self.shape(node.input[0])
+        k = int(self.const(node, 1, "k").reshape(-1)[0]) if len(node.input) > 1 and node.input[1] else 0
+        upper = self.attrs(node).get("upper", 1)
+        rows, cols = shape[-2:]
+        i, j = np.arange(rows)[:, None], np.arange(cols)[None, :]
+        mask = (j - i >= k) if upper else (j - i <= k)
+        self.consts[node.output[0] + "_mask"] = mask.astype(np.float32)
+        self.ew(node, node.output[0], [node.output[0] + "_mask", node.input[0]], "select({0}, {1}, 0)",
+                dtype=self.dtype(node.input[0]), note="Trilu")
+
+    # ---------------------------------------------------------------- gathering
 
     def op_Gather(self, index, node):
-        indices = self.const(node, 1, "indices")
-        if indices.ndim != 0:
-            self.fail(node, "only a scalar constant index is supported on computed tensors",
-                      "an embedding lookup (Gather on a table by token ids) is not affine")
         shape = self.shape(node.input[0])
         axis = self.attrs(node).get("axis", 0) % len(shape)
-        at = int(indices) % shape[axis]
-        names = [f"i{d}" for d in range(len(shape)) if d != axis]
-        src = [names[d] if d < axis else (str(at) if d == axis else names[d - 1]) for d in range(len(shape))]
-        self.comp(node.output[0], [e for d, e in enumerate(shape) if d != axis], self.dtype(node.input[0]), names,
-                  "=", f"{self.operand(node.input[0])}[{', '.join(src)}]", "Gather")
+        idx_name = node.input[1]
+        size = shape[axis]
+        data = self.operand(node.input[0])
+        if idx_name in self.consts:
+            indices = self.consts[idx_name].astype(np.int64)
+            if ((indices < -size) | (indices >= size)).any():
+                self.fail(node, f"an index is out of range for axis {axis} of size {size}")
+            indices = indices % size
+            flat = indices.reshape(-1)
+            step = int(flat[1] - flat[0]) if flat.size > 1 else 1
+            if indices.ndim <= 1 and (flat.size == 1 or (step > 0 and (np.diff(flat) == step).all())):
+                # a scalar, or an arithmetic run: an affine read
+                start = int(flat[0])
+                names = [f"i{d}" for d in range(len(shape))]
+                at = str(start) if indices.ndim == 0 else (f"{step}*j0 + {start}" if (step, start) != (1, 0) else "j0")
+                src = [at if d == axis else names[d] for d in range(len(shape))]
+                lhs = [names[d] if d != axis else "j0" for d in range(len(shape)) if d != axis or indices.ndim == 1]
+                out_shape = [e if d != axis else flat.size for d, e in enumerate(shape) if d != axis or indices.ndim == 1]
+                bound = f" where j0 < {flat.size}" if at == "j0" and flat.size != size else ""
+                self.comp(node.output[0], out_shape, self.dtype(node.input[0]), lhs, "=",
+                          f"{data}[{', '.join(src)}]{bound}", "Gather")
+                return
+        # Runtime (or irregular) indices: a one-hot sum over the gathered axis,
+        # out[.., j.., ..] = sum_k (I[j..] == k) * X[.., k, ..]; negative indices count from the end.
+        ishape = tuple(self.shape(idx_name))
+        pre = [f"i{d}" for d in range(axis)]
+        post = [f"i{d}" for d in range(axis + 1, len(shape))]
+        jn = [f"j{d}" for d in range(len(ishape))]
+        ref = f"{self.operand(idx_name)}[{', '.join(jn) or '0'}]"
+        self.consts[node.output[0] + "_iota"] = np.arange(size, dtype=np.int32)
+        iota = self.operand(node.output[0] + "_iota")
+        src = pre + ["k0"] + post
+        out_shape = list(shape[:axis]) + list(ishape) + list(shape[axis + 1:])
+        self.comp(node.output[0], out_shape, self.dtype(node.input[0]), pre + jn + post, "+=",
+                  f"eq({ref} + {size} * lt({ref}, 0), {iota}[k0]) * {data}[{', '.join(src)}]",
+                  "Gather, runtime indices (one-hot)")
+
+    # ---------------------------------------------------------------- contractions (any rank)
+
+    def _conv_generic(self, node, out: str, x: str, w: str, strides, dil, begin, end, groups: int,
+                      note: str = "Conv") -> str:
+        """An N-D (grouped, dilated, strided, asymmetrically padded) convolution as one
+        comprehension: out[n, f, o..] += X[n, c, s*o + d*k - p ..] * W[f, c, k..]; groups
+        compute [N, G, F/G, o..], viewed as [N, F, o..]."""
+        xs, ws = self.shape(x), self.shape(w)
+        nd = len(xs) - 2
+        n, c = xs[:2]
+        f, cg = ws[:2]
+        ks = ws[2:]
+        if len(ws) != len(xs) or c != cg * groups or f % groups:
+            self.fail(node, f"weight {list(ws)} does not fit input {list(xs)} with group={groups}")
+        outs = [(xs[2 + d] + begin[d] + end[d] - dil[d] * (ks[d] - 1) - 1) // strides[d] + 1 for d in range(nd)]
+        if min(outs, default=1) <= 0:
+            self.fail(node, f"the output would be empty ({outs})")
+        o = [f"i{d}" for d in range(nd)]
+        k = [f"k{d}" for d in range(nd)]
+
+        def at(d):
+            terms = [f"{strides[d]}*{o[d]}" if strides[d] != 1 else o[d], f"{dil[d]}*{k[d]}" if dil[d] != 1 else k[d]]
+            p = begin[d]
+            return " + ".join(terms) + (f" - {p}" if p > 0 else (f" + {-p}" if p < 0 else ""))
+        xn, wn = self.operand(x), self.operand(w)
+        dtype = self.dtype(x)
+        if groups == 1:
+            return self.comp(out, [n, f] + outs, dtype, ["b0", "j0"] + o, "+=",
+                             f"{xn}[b0, a0, {', '.join(at(d) for d in range(nd))}] * {wn}[j0, a0, {', '.join(k)}]",
+                             note)
+        fg = f // groups
+        self.comp(out + "_groups", [n, groups, fg] + outs, dtype, ["b0", "g", "j0"] + o, "+=",
+                  f"{xn}[b0, {cg}*g + a0, {', '.join(at(d) for d in range(nd))}] * "
+                  f"{wn}[{fg}*g + j0, a0, {', '.join(k)}]", note + ", grouped")
+        self.view(node, out, out + "_groups", [n, f] + outs)
+        return out
+
+    def _conv_pads(self, node, a, xs, ks, strides, dil):
+        nd = len(xs) - 2
+        pads = list(a.get("pads", [0] * 2 * nd))
+        auto = a.get("auto_pad", "NOTSET")
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            pads = [0] * 2 * nd
+            for d in range(nd):
+                out = -(-xs[2 + d] // strides[d])
+                total = max(0, (out - 1) * strides[d] + dil[d] * (ks[d] - 1) + 1 - xs[2 + d])
+                small, big = total // 2, total - total // 2
+                pads[d], pads[d + nd] = (small, big) if auto == "SAME_UPPER" else (big, small)
+        elif auto not in ("NOTSET", "VALID"):
+            self.fail(node, f"auto_pad={auto!r} is not supported")
+        if len(pads) != 2 * nd:
+            self.fail(node, f"{len(pads)} pads for {nd} spatial dimensions")
+        return pads[:nd], pads[nd:]
+
+    def _channel_bias(self, node, out: str, y: str, b: str) -> None:
+        shape = self.shape(y)
+        if len(shape) == 4:
+            self.lib(node, out, "bias_add", [y, b])
+            return
+        aligned = b + f"__rank{len(shape)}"
+        if aligned not in self.consts and aligned not in self.values:
+            self.view(node, aligned, b, (shape[1],) + (1,) * (len(shape) - 2))
+        self.ew(node, out, [y, aligned], "{0} + {1}", note="bias")
+
+    def op_Conv(self, index, node):
+        a = self.attrs(node)
+        x_shape = self.shape(node.input[0])
+        w_shape = self.shape(node.input[1])
+        nd = len(x_shape) - 2
+        if nd < 1 or len(w_shape) != len(x_shape):
+            self.fail(node, f"input {list(x_shape)} and weight {list(w_shape)} are not an N-D convolution")
+        groups = a.get("group", 1)
+        strides = list(a.get("strides", [1] * nd))
+        dil = list(a.get("dilations", [1] * nd))
+        begin, end = self._conv_pads(node, a, x_shape, w_shape[2:], strides, dil)
+        out = node.output[0]
+        has_bias = len(node.input) > 2 and node.input[2]
+        conv_out = out + "_conv" if has_bias else out
+        c, f = x_shape[1], w_shape[0]
+        square = nd == 2 and strides[0] == strides[1] and dil[0] == dil[1] and len(set(begin + end)) == 1
+        if square and groups == c == f and w_shape[1] == 1 and dil[0] == 1:
+            self.lib(node, conv_out, "depthwise_conv2d", [node.input[0], node.input[1]],
+                     stride=strides[0], padding=begin[0])
+        elif square:
+            kw = {"stride": strides[0], "padding": begin[0]}
+            if dil[0] != 1:
+                kw["dilation"] = dil[0]
+            if groups != 1:
+                kw["groups"] = groups
+            self.lib(node, conv_out, "conv2d", [node.input[0], node.input[1]], **kw)
+        else:
+            self._conv_generic(node, conv_out, node.input[0], node.input[1], strides, dil, begin, end, groups,
+                               f"Conv {nd}-D")
+        if has_bias:
+            self._channel_bias(node, out, conv_out, node.input[2])
+
+    def op_ConvTranspose(self, index, node):
+        """The transposed convolution as a convolution: the input spread by the strides
+        (zeros between its points: T[.., i, t, ..] = X[.., i + S*t, ..], t > 0 reading outside),
+        then an ordinary convolution with the flipped, transposed kernel."""
+        a = self.attrs(node)
+        x, xs = node.input[0], self.shape(node.input[0])
+        w = self.const(node, 1, "weight")
+        nd = len(xs) - 2
+        groups = a.get("group", 1)
+        c, fg = w.shape[:2]
+        ks = list(w.shape[2:])
+        strides = list(a.get("strides", [1] * nd))
+        dil = list(a.get("dilations", [1] * nd))
+        out_pad = list(a.get("output_padding", [0] * nd))
+        if c != xs[1] or c % groups:
+            self.fail(node, f"weight {list(w.shape)} does not fit input {list(xs)} with group={groups}")
+        if "output_shape" in a:
+            want = list(a["output_shape"])[-nd:]
+            begin, end = [], []
+            for d in range(nd):
+                total = strides[d] * (xs[2 + d] - 1) + out_pad[d] + (ks[d] - 1) * dil[d] + 1 - want[d]
+                upper = a.get("auto_pad", "NOTSET") == "SAME_UPPER"
+                begin.append(total // 2 if upper else total - total // 2)
+                end.append(total - begin[-1])
+        elif a.get("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
+            begin, end = [], []
+            for d in range(nd):
+                total = strides[d] * (xs[2 + d] - 1) + out_pad[d] + (ks[d] - 1) * dil[d] + 1 - xs[2 + d] * strides[d]
+                total = max(total, 0)
+                first = total // 2 if a["auto_pad"] == "SAME_UPPER" else total - total // 2
+                begin.append(first)
+                end.append(total - first)
+        else:
+            pads = list(a.get("pads", [0] * 2 * nd))
+            begin, end = pads[:nd], pads[nd:]
+        outs = [strides[d] * (xs[2 + d] - 1) + out_pad[d] + (ks[d] - 1) * dil[d] + 1 - begin[d] - end[d]
+                for d in range(nd)]
+        if min(outs) <= 0:
+            self.fail(node, f"the output would be empty ({outs})")
+        # spread the input by the strides
+        src = x
+        if any(s > 1 for s in strides):
+            lhs, big, idx = ["b0", "a0"], list(xs[:2]), ["b0", "a0"]
+            for d in range(nd):
+                lhs.append(f"i{d}")
+                big.append(xs[2 + d])
+                if strides[d] > 1:
+                    lhs.append(f"j{d}")
+                    big.append(strides[d])
+                    idx.append(f"i{d} + {xs[2 + d]}*j{d}")
+                else:
+                    idx.append(f"i{d}")
+            self.comp(node.output[0] + "_spread", big, self.dtype(x), lhs, "=",
+                      f"{self.operand(x)}[{', '.join(idx)}]", "ConvTranspose: the input spread by the strides")
+            src = node.output[0] + "_spread"
+            self.view(node, src + "_v", src, list(xs[:2]) + [xs[2 + d] * strides[d] for d in range(nd)])
+            src = src + "_v"
+        # W[c, f/g, k..] -> V[g*fg + f, c', K-1-k..] (flipped; per group, channels swapped)
+        cg = c // groups
+        flipped = np.flip(w, axis=tuple(range(2, 2 + nd)))
+        v = np.concatenate([np.swapaxes(flipped[g * cg:(g + 1) * cg], 0, 1) for g in range(groups)], axis=0)
+        self.consts[node.output[0] + "_kernel"] = np.ascontiguousarray(v)
+        spread = [xs[2 + d] * strides[d] for d in range(nd)]
+        cbegin = [dil[d] * (ks[d] - 1) - begin[d] for d in range(nd)]
+        cend = [outs[d] - spread[d] - cbegin[d] + dil[d] * (ks[d] - 1) for d in range(nd)]
+        out = node.output[0]
+        has_bias = len(node.input) > 2 and node.input[2]
+        conv_out = out + "_conv" if has_bias else out
+        self._conv_generic(node, conv_out, src, out + "_kernel", [1] * nd, dil, cbegin, cend, groups,
+                           "ConvTranspose")
+        if has_bias:
+            self._channel_bias(node, out, conv_out, node.input[2])
+
+    def op_Einsum(self, index, node):
+        eq = self.attrs(node)["equation"].replace(" ", "")
+        if "..." in eq:
+            self.fail(node, f"einsum '{eq}' with an ellipsis is not supported")
+        lhs_text, _, rhs_text = eq.partition("->")
+        terms = lhs_text.split(",")
+        inputs = [i for i in node.input]
+        if len(terms) != len(inputs):
+            self.fail(node, f"einsum '{eq}' names {len(terms)} operands, the node has {len(inputs)}")
+        extents = {}
+        for t, name in zip(terms, inputs):
+            shape = self.shape(name)
+            if len(t) != len(shape):
+                self.fail(node, f"einsum term '{t}' does not fit '{name}' {list(shape)}")
+            for ch, e in zip(t, shape):
+                if extents.setdefault(ch, e) != e:
+                    self.fail(node, f"einsum index '{ch}' is {extents[ch]} and {e}")
+        if "->" not in eq:
+            rhs_text = "".join(sorted(ch for ch in extents if lhs_text.count(ch) == 1))
+        letters = {ch: f"a{k}" for k, ch in enumerate(extents)}
+        reads = [f"{self.operand(name)}[{', '.join(letters[ch] for ch in t)}]" for t, name in zip(terms, inputs)]
+        reduce = "+=" if set(extents) - set(rhs_text) else "="
+        self.comp(node.output[0], [extents[ch] for ch in rhs_text], self.dtype(inputs[0]),
+                  [letters[ch] for ch in rhs_text], reduce, " * ".join(reads), f"Einsum {eq}")
+
+    # ---------------------------------------------------------------- normalisation
+
+    def _softmax(self, node, log: bool):
+        x = node.input[0]
+        shape = self.shape(x)
+        rank = len(shape)
+        v = self.version(node)
+        axis = self.attrs(node).get("axis", -1 if v >= 13 else 1)
+        if not -rank <= axis < rank:
+            self.fail(node, f"axis {axis} is out of range for rank {rank}")
+        axis %= rank
+        out = node.output[0]
+        if v < 13 and math.prod(shape[axis + 1:]) != 1:
+            # before opset 13: over the input flattened to 2-D at `axis`
+            flat = (math.prod(shape[:axis]), math.prod(shape[axis:]))
+            self.view(node, x + "__2d", x, flat)
+            self._softmax_core(node, out + "_2d", x + "__2d", 1, log)
+            return self.view(node, out, out + "_2d", shape)
+        self._softmax_core(node, out, x, axis, log)
+
+    def _softmax_core(self, node, out: str, x: str, axis: int, log: bool):
+        shape = self.shape(x)
+        if not log:
+            return self.lib(node, out, "softmax", [x], axis=axis - len(shape))
+        names = [f"i{d}" for d in range(len(shape))]
+        keep = [f"u{d}" if d == axis else names[d] for d in range(len(shape))]
+        red = [f"k{d}" if d == axis else names[d] for d in range(len(shape))]
+        keep_shape = [1 if d == axis else e for d, e in enumerate(shape)]
+        xs = self.operand(x)
+        dtype = self.dtype(x)
+        m = self.comp(out + "_max", keep_shape, dtype, keep, "max=", f"{xs}[{', '.join(red)}]")
+        bcast = [("0" if d == axis else names[d]) for d in range(len(shape))]
+        s = self.comp(out + "_sum", keep_shape, dtype, keep, "+=",
+                      f"exp({xs}[{', '.join(red)}] - {m}[{', '.join(keep)}])")
+        self.comp(out, shape, dtype, names, "=",
+                  f"{xs}[{', '.join(names)}] - {m}[{', '.join(bcast)}] - log({s}[{', '.join(bcast)}])", "LogSoftmax")
+
+    def op_Softmax(self, index, node):
+        self._softmax(node, False)
+
+    def op_LogSoftmax(self, index, node):
+        self._softmax(node, True)
+
+    def op_LayerNormalization(self, index, node):
+        a = self.attrs(node)
+        x = node.input[0]
+        shape = self.shape(x)
+        axis = a.get("axis", -1) % len(shape)
+        for extra in node.output[1:]:
+            if extra and self.consumers.get(extra):
+                self.fail(node, "its mean/inv-std-dev outputs are used; only the first output is supported")
+        d = math.prod(shape[axis:])
+        gamma = node.input[1]
+        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        out = node.output[0]
+        if bias is None:
+            self.consts[out + "_beta"] = np.zeros(d, np.float32)
+            bias = out + "_beta"
+        if axis == len(shape) - 1:
+            return self.lib(node, out, "layernorm", [x, gamma, bias], eps=float(a.get("epsilon", 1e-5)))
+        # over the trailing axes from `axis`: on the input flattened there
+        flat = (math.prod(shape[:axis]), d)
+        g, b = self.const(node, 1, "scale"), self.consts[bias] if bias in self.consts else self.const(node, 2, "bias")
+        self.consts[out + "_g1"] = np.broadcast_to(g, shape[axis:]).reshape(d).astype(np.float32)
+        self.consts[out + "_b1"] = np.broadcast_to(b, shape[axis:]).reshape(d).astype(np.float32)
+        self.view(node, x + "__2d", x, flat)
+        self.lib(node, out + "_2d", "layernorm", [x + "__2d", out + "_g1", out + "_b1"],
+                 eps=float(a.get("epsilon", 1e-5)))
+        self.view(node, out, out + "_2d", shape)
+
+    def op_BatchNormalization(self, index, node):
+        a = self.attrs(node)
+        v = self.version(node)
+        scale, bias = self.const(node, 1, "scale"), self.const(node, 2, "bias")
+        mean, var = self.const(node, 3, "mean"), self.const(node, 4, "variance")
+        extra = [o for o in node.output[1:] if o]
+        if a.get("training_mode", 0) or (v < 14 and extra) or (v < 7 and a.get("is_test", 0) == 0 and extra):
+            self.fail(node, "training-mode BatchNormalization (batch statistics) is not supported",
+                      "export the model in eval mode")
+        inv = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + float(a.get("epsilon", 1e-5)))
+        shift = bias - mean * inv
+        out = node.output[0]
+        x_shape = self.shape(node.input[0])
+        if inv.shape != (x_shape[1],):
+            # spatial=0 (opset 7-8): a scale and shift per activation, [C, H, W]
+            self.consts[out + "_scale"] = inv.astype(np.float32)
+            self.consts[out + "_shift"] = shift.astype(np.float32)
+            self.lib(node, out + "_scaled", "mul", [node.input[0], out + "_scale"])
+            return self.lib(node, out, "add", [out + "_scaled", out + "_shift"])
+        self.consts[out + "_scale"] = inv.astype(np.float32)
+        self.consts[out + "_shift"] = shift.astype(np.float32)
+        self.lib(node, out, "batchnorm", [node.input[0], out + "_scale", out + "_shift"])
+
+    def _stats(self, node, out: str, xv: str, keep: int):
+        """mean and variance of `xv` over its axes after the first `keep`: two tensors of
+        its first `keep` dimensions."""
+        shape = self.shape(xv)
+        names = [f"i{d}" for d in range(len(shape))]
+        count = math.prod(shape[keep:])
+        x = f"{self.operand(xv)}[{', '.join(names)}]"
+        mean = self.comp(out + "_mean", shape[:keep], "f32", names[:keep], "+=", f"{x} / {count}")
+        m = f"{mean}[{', '.join(names[:keep])}]"
+        var = self.comp(out + "_var", shape[:keep], "f32", names[:keep], "+=", f"({x} - {m}) * ({x} - {m}) / {count}")
+        return mean, var
+
+    def op_InstanceNormalization(self, index, node):
+        x = node.input[0]
+        shape = self.shape(x)
+        eps = float(self.attrs(node).get("epsilon", 1e-5))
+        out = node.output[0]
+        mean, var = self._stats(node, out, x, 2)
+        names = [f"i{d}" for d in range(len(shape))]
+        xs = f"{self.operand(x)}[{', '.join(names)}]"
+        scale, bias = self.operand(node.input[1]), self.operand(node.input[2])
+        self.comp(out, shape, self.dtype(x), names, "=",
+                  f"({xs} - {mean}[i0, i1]) / sqrt({var}[i0, i1] + {_fmt_num(eps)}) * {scale}[i1] + {bias}[i1]",
+                  "InstanceNormalization")
+
+    def op_GroupNormalization(self, index, node):
+        a = self.attrs(node)
+        x = node.input[0]
+        shape = self.shape(x)
+        groups = int(a["num_groups"])
+        n, c = shape[:2]
+        if c % groups:
+            self.fail(node, f"num_groups={groups} does not divide {c} channels")
+        cg, rest = c // groups, math.prod(shape[2:])
+        scale, bias = self.const(node, 1, "scale"), self.const(node, 2, "bias")
+        if scale.size == groups and groups != c:   # opset 18: one scale per group
+            scale, bias = np.repeat(scale, cg), np.repeat(bias, cg)
+        if scale.size != c:
+            self.fail(node, f"scale {list(scale.shape)} is neither per channel ({c}) nor per group ({groups})")
+        out = node.output[0]
+        self.consts[out + "_g"] = scale.reshape(groups, cg).astype(np.float32)
+        self.consts[out + "_b"] = bias.reshape(groups, cg).astype(np.float32)
+        self.view(node, x + "__groups", x, (n, groups, cg, rest))
+        mean, var = self._stats(node, out, x + "__groups", 2)
+        xs = f"{self.operand(x + '__groups')}[i0, i1, i2, i3]"
+        eps = _fmt_num(float(a.get("epsilon", 1e-5)))
+        g, b = self.operand(out + "_g"), self.operand(out + "_b")
+        self.comp(out + "_4d", (n, groups, cg, rest), self.dtype(x), ["i0", "i1", "i2", "i3"], "=",
+                  f"({xs} - {mean}[i0, i1]) / sqrt({var}[i0, i1] + {eps}) * {g}[i1, i2] + {b}[i1, i2]",
+                  "GroupNormalization")
+        self.view(node, out, out + "_4d", shape)
+
+    def op_LRN(self, index, node):
+        a = self.attrs(node)
+        x = node.input[0]
+        shape = self.shape(x)
+        size = int(a["size"])
+        alpha, beta, bias = float(a.get("alpha", 1e-4)), float(a.get("beta", 0.75)), float(a.get("bias", 1.0))
+        lo = (size - 1) // 2
+        names = [f"i{d}" for d in range(len(shape))]
+        xs = self.operand(x)
+        shifted = f"{xs}[{', '.join(['i0', f'i1 + k0 - {lo}' if lo else 'i1 + k0'] + names[2:])}]"
+        out = node.output[0]
+        sq = self.comp(out + "_sq", shape, "f32", names, "+=", f"{shifted} * {shifted} where k0 < {size}")
+        own = f"{xs}[{', '.join(names)}]"
+        self.comp(out, shape, self.dtype(x), names, "=",
+                  f"{own} / pow({_fmt_num(bias)} + {_fmt_num(alpha / size)} * {sq}[{', '.join(names)}], "
+                  f"{_fmt_num(beta)})", f"LRN size {size}")
+
+    # ---------------------------------------------------------------- reductions
+
+    def _reduce(self, index, node, kind: str):
+        a = self.attrs(node)
+        x = node.input[0]
+        shape = self.shape(x)
+        rank = len(shape)
+        axes = self._axes(node, 1)
+        if axes is None or not axes:
+            if a.get("noop_with_empty_axes", 0):
+                return self.alias(node, node.output[0], x)
+            axes = list(range(rank))
+        if any(not -rank <= ax < rank for ax in axes):
+            self.fail(node, f"axes {axes} are out of range for rank {rank}")
+        axes = sorted({ax % rank for ax in axes})
+        keep = a.get("keepdims", 1)
+        names = [f"i{d}" if d not in axes else f"k{d}" for d in range(rank)]
+        lhs, out_shape, u = [], [], 0
+        for d in range(rank):
+            if d not in axes:
+                lhs.append(names[d])
+                out_shape.append(shape[d])
+            elif keep:
+                lhs.append(f"u{u}")
+                u += 1
+                out_shape.append(1)
+        xs = f"{self.operand(x)}[{', '.join(names)}]"
+        count = math.prod(shape[d] for d in axes)
+        dtype = self.dtype(x)
+        out = node.output[0]
+        on = [f"i{d}" for d in range(len(out_shape))]
+        at = f"[{', '.join(on)}]"
+        simple = {"sum": ("+=", xs), "mean": ("+=", f"{xs} / {count}"),   # not "* (1/n)": exact
+                  "max": ("max=", xs), "l1": ("+=", f"abs({xs})"), "sumsquare": ("+=", f"{xs} * {xs}")}
+        if kind in simple:
+            op, expr = simple[kind]
+            self.comp(out, out_shape, dtype, lhs, op, expr)
+        elif kind == "min":
+            t = self.comp(out + "_neg", out_shape, dtype, lhs, "max=", f"-{xs}")
+            self.comp(out, out_shape, dtype, on, "=", f"-{t}{at}", "ReduceMin")
+        elif kind in ("l2", "logsum"):
+            t = self.comp(out + "_sum", out_shape, "f32", lhs, "+=", f"{xs} * {xs}" if kind == "l2" else xs)
+            self.comp(out, out_shape, dtype, on, "=", f"{'sqrt' if kind == 'l2' else 'log'}({t}{at})", node.op_type)
+        elif kind == "logsumexp":
+            m = self.comp(out + "_max", out_shape, "f32", lhs, "max=", xs)
+            s = self.comp(out + "_sum", out_shape, "f32", lhs, "+=", f"exp({xs} - {m}[{', '.join(lhs)}])")
+            self.comp(out, out_shape, dtype, on, "=", f"log({s}{at}) + {m}{at}", "ReduceLogSumExp")
+        elif kind == "prod":
+            if count > 64:
+                self.fail(node, f"a product over {count} elements (at most 64 are written out)")
+            import itertools
+            factors = []
+            for combo in itertools.product(*[range(shape[d]) for d in axes]):
+                pick = dict(zip(axes, combo))
+                factors.append(f"{self.operand(x)}[{', '.join(str(pick[d]) if d in pick else names[d] for d in range(rank))}]")
+            self.comp(out, out_shape, dtype, lhs, "=", " * ".join(factors), "ReduceProd")
+
+    def op_ReduceMean(self, index, node):
+        self._reduce(index, node, "mean")
+
+    def op_ReduceSum(self, index, node):
+        self._reduce(index, node, "sum")
+
+    def op_ReduceMax(self, index, node):
+        self._reduce(index, node, "max")
+
+    def op_ReduceMin(self, index, node):
+        self._reduce(index, node, "min")
+
+    def op_ReduceProd(self, index, node):
+        self._reduce(index, node, "prod")
+
+    def op_ReduceL1(self, index, node):
+        self._reduce(index, node, "l1")
+
+    def op_ReduceL2(self, index, node):
+        self._reduce(index, node, "l2")
+
+    def op_ReduceSumSquare(self, index, node):
+        self._reduce(index, node, "sumsquare")
+
+    def op_ReduceLogSum(self, index, node):
+        self._reduce(index, node, "logsum")
+
+    def op_ReduceLogSumExp(self, index, node):
+        self._reduce(index, node, "logsumexp")
+
+    def _arg(self, node, sign: str):
+        a = self.attrs(node)
+        x = node.input[0]
+        shape = self.shape(x)
+        rank = len(shape)
+        axis = a.get("axis", 0) % rank
+        keep, last = a.get("keepdims", 1), a.get("select_last_index", 0)
+        names = [f"k{d}" if d == axis else f"i{d}" for d in range(rank)]
+        lhs = [("u0" if d == axis else names[d]) for d in range(rank) if d != axis or keep]
+        out_shape = [(1 if d == axis else e) for d, e in enumerate(shape) if d != axis or keep]
+        xs = f"{sign}{self.operand(x)}[{', '.join(names)}]"
+        out = node.output[0]
+        k = shape[axis]
+        m = self.comp(out + "_max", out_shape, "f32", lhs, "max=", xs)
+        # the last index of the maximum: max of k where x == max; the first: K-1 - max of K-1-k
+        self.consts[out + "_at"] = (np.arange(k) if last else k - 1 - np.arange(k)).astype(np.int32)
+        at = self.operand(out + "_at")
+        mark = f"{at}[k{axis}] * eq({xs}, {m}[{', '.join(lhs)}])"
+        if last:
+            self.comp(out, out_shape, "i32", lhs, "max=", mark, node.op_type)
+            return
+        t = self.comp(out + "_rev", out_shape, "i32", lhs, "max=", mark)
+        on = [f"i{d}" for d in range(len(out_shape))]
+        self.comp(out, out_shape, "i32", on, "=", f"{k - 1} - {t}[{', '.join(on)}]", node.op_type)
+
+    def op_ArgMax(self, index, node):
+        self._arg(node, "")
+
+    def op_ArgMin(self, index, node):
+        self._arg(node, "-")
+
+    # ---------------------------------------------------------------- pooling (any rank)
+
+    def _pool(self, node, kind: str):
+        a = self.attrs(node)
+        x = node.input[0]
+        xs = self.shape(x)
+        nd = len(xs) - 2
+        if nd < 1:
+            self.fail(node, f"pooling needs an [N, C, ...] input, got {list(xs)}")
+        kernel = list(a["kernel_shape"])
+        strides = list(a.get("strides", [1] * nd))
+        dil = list(a.get("dilations", [1] * nd))
+        if len(kernel) != nd:
+            self.fail(node, f"kernel_shape {kernel} does not fit {nd} spatial dimensions")
+        begin, end = self._conv_pads(node, a, xs, kernel, strides, dil)
+        ceil = a.get("ceil_mode", 0)
+        outs = []
+        for d in range(nd):
+            span = xs[2 + d] + begin[d] + end[d] - dil[d] * (kernel[d] - 1) - 1
+            o = (-(-span // strides[d]) if ceil else span // strides[d]) + 1
+            if ceil and (o - 1) * strides[d] >= xs[2 + d] + begin[d]:
+                o -= 1   # a window must start inside the input or its leading padding
+            outs.append(o)
+        if min(outs) <= 0:
+            self.fail(node, f"the pooled output would be empty ({outs})")
+        out = node.output[0]
+        include = a.get("count_include_pad", 0)
+        square = nd == 2 and len(set(kernel)) == 1 and len(set(strides)) == 1 and len(set(begin + end)) == 1 \
+            and set(dil) == {1} and not ceil
+        if square and (kind == "max" or not begin[0] or include):
+            op = "maxpool2d" if kind == "max" else "avgpool2d"
+            return self.lib(node, out, op, [x], kernel=kernel[0], stride=strides[0], padding=begin[0])
+        o = [f"i{d}" for d in range(nd)]
+        k = [f"k{d}" for d in range(nd)]
+        idx = []
+        for d in range(nd):
+            t = [f"{strides[d]}*{o[d]}" if strides[d] != 1 else o[d], f"{dil[d]}*{k[d]}" if dil[d] != 1 else k[d]]
+            idx.append(" + ".join(t) + (f" - {begin[d]}" if begin[d] else ""))
+        where = " where " + ", ".join(f"{k[d]} < {kernel[d]}" for d in range(nd))
+        read = f"{self.operand(x)}[b0, a0, {', '.join(idx)}]"
+        dtype = self.dtype(x)
+        reach = [(outs[d] - 1) * strides[d] + dil[d] * (kernel[d] - 1) + 1 for d in range(nd)]
+        outside = any(begin[d] > 0 or reach[d] > xs[2 + d] + begin[d] for d in range(nd))
+        if kind == "max":
+            extra = ""
+            if outside:   # a read outside the input is -inf, not 0: add a penalty per padded position
+                for d in range(nd):
+                    pen = np.zeros(reach[d], np.float32)
+                    pos = np.arange(reach[d]) - begin[d]
+                    pen[(pos < 0) | (pos >= xs[2 + d])] = -np.inf
+                    if (pen != 0).any():
+                        self.consts[f"{out}_pad{d}"] = pen
+                        t = [f"{strides[d]}*{o[d]}" if strides[d] != 1 else o[d],
+                             f"{dil[d]}*{k[d]}" if dil[d] != 1 else k[d]]
+                        extra += f" + {self.operand(f'{out}_pad{d}')}[{' + '.join(t)}]"
+            self.comp(out, list(xs[:2]) + outs, dtype, ["b0", "a0"] + o, "max=", read + extra + where,
+                      f"MaxPool {nd}-D")
+            return
+        # average: the window sum over the number of cells counted (inside the input, or
+        # inside input and padding with count_include_pad), per output position
+        counts = []
+        for d in range(nd):
+            start = np.arange(outs[d])[:, None] * strides[d] + np.arange(kernel[d])[None, :] * dil[d] - begin[d]
+            lo, hi = (-begin[d], xs[2 + d] + end[d]) if include else (0, xs[2 + d])
+            counts.append(((start >= lo) & (start < hi)).sum(axis=1))
+        total = counts[0]
+        for cnt in counts[1:]:
+            total = np.multiply.outer(total, cnt)
+        s = self.comp(out + "_sum", list(xs[:2]) + outs, "f32", ["b0", "a0"] + o, "+=", read + where)
+        if len(set(total.reshape(-1))) == 1:
+            self.comp(out, list(xs[:2]) + outs, dtype, ["b0", "a0"] + o, "=",
+                      f"{s}[b0, a0, {', '.join(o)}] / {int(total.reshape(-1)[0])}", f"AveragePool {nd}-D")
+            return
+        self.consts[out + "_count"] = total.astype(np.float32)
+        cnt = self.operand(out + "_count")
+        self.comp(out, list(xs[:2]) + outs, dtype, ["b0", "a0"] + o, "=",
+                  f"{s}[b0, a0, {', '.join(o)}] / {cnt}[{', '.join(o)}]", f"AveragePool {nd}-D")
+
+    def op_MaxPool(self, index, node):
+        if len(node.output) > 1 and node.output[1] and self.consumers.get(node.output[1]):
+            self.fail(node, "its Indices output is used; not supported")
+        self._pool(node, "max")
+
+    def op_AveragePool(self, index, node):
+        self._pool(node, "avg")
+
+    def op_GlobalAveragePool(self, index, node):
+        shape = self.shape(node.input[0])
+        if len(shape) == 4:
+            self.lib(node, node.output[0] + "_pool", "global_avgpool", [node.input[0]])
+            dsl, flat_shape, dtype = self.values[node.output[0] + "_pool"]
+            # [N, C] computed; the ONNX result is [N, C, 1, 1]: a view, written only if read as 4-D
+            self.base_shapes[dsl] = flat_shape
+            self.values[node.output[0]] = _View(dsl, tuple(shape[:2]) + (1, 1))
+            self.dtype_of_view[node.output[0]] = dtype
+            return
+        self._global(node, "mean")
+
+    def op_GlobalMaxPool(self, index, node):
+        self._global(node, "max")
+
+    def _global(self, node, kind):
+        shape = self.shape(node.input[0])
+        if len(shape) < 3:
+            self.fail(node, f"global pooling needs an [N, C, ...] input, got {list(shape)}")
+        names = ["i0", "i1"] + [f"k{d}" for d in range(2, len(shape))]
+        x = f"{self.operand(node.input[0])}[{', '.join(names)}]"
+        count = math.prod(shape[2:])
+        lhs = ["i0", "i1"] + [f"u{d}" for d in range(len(shape) - 2)]
+        self.comp(node.output[0], tuple(shape[:2]) + (1,) * (len(shape) - 2), self.dtype(node.input[0]), lhs,
+                  "max=" if kind == "max" else "+=", x if kind == "max" else f"{x} / {count}")
+
+    # ---------------------------------------------------------------- resampling
+
+    def _resample(self, node, attrs: dict, scales, sizes):
+        """Resize/Upsample as one contraction per resized axis with a constant [out, in]
+        matrix: onnx's own reference run on a basis gives each matrix (nearest: one-hot rows;
+        linear and cubic: the interpolation weights), so every mode and coordinate transform
+        means what onnx says it means."""
+        from onnx import helper
+
+        x = node.input[0]
+        shape = list(self.shape(x))
+        rank = len(shape)
+        mode = attrs.get("mode", "nearest")
+        if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
+            self.fail(node, "coordinate_transformation_mode=tf_crop_and_resize is not supported")
+        if attrs.get("keep_aspect_ratio_policy", "stretch") != "stretch":
+            self.fail(node, "keep_aspect_ratio_policy other than 'stretch' is not supported")
+        axes = [int(v) % rank for v in attrs.get("axes", range(rank))]
+        if scales is not None:
+            scales = [float(v) for v in scales]
+            if len(scales) != len(axes):
+                self.fail(node, f"{len(scales)} scales for {len(axes)} axes")
+            per = {ax: ("scale", s) for ax, s in zip(axes, scales)}
+        else:
+            sizes = [int(v) for v in sizes]
+            if len(sizes) != len(axes):
+                self.fail(node, f"{len(sizes)} sizes for {len(axes)} axes")
+            per = {ax: ("size", s) for ax, s in zip(axes, sizes)}
+        keep = {k: v for k, v in attrs.items() if k in ("mode", "coordinate_transformation_mode", "nearest_mode",
+                                                         "cubic_coeff_a", "exclude_outside", "antialias")}
+        cur = x
+        out = node.output[0]
+        moved = [ax for ax in sorted(per) if not (per[ax] == ("scale", 1.0) or per[ax] == ("size", shape[ax]))]
+        if not moved:
+            return self.alias(node, out, x)
+        for step, ax in enumerate(moved):
+            kind, value = per[ax]
+            n = shape[ax]
+            basis = np.eye(n, dtype=np.float32)
+            inputs = ["X", "", "scales"] if kind == "scale" else ["X", "", "", "sizes"]
+            feeds = {"X": basis}
+            if kind == "scale":
+                feeds["scales"] = np.array([1.0, value], np.float32)
+            else:
+                feeds["sizes"] = np.array([n, value], np.int64)
+            probe = helper.make_node("Resize", inputs, ["Y"], **keep)
+            try:
+                from onnx.reference import ReferenceEvaluator
+
+                graph = helper.make_graph([probe], "resize", [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), None) for k, v in feeds.items()],
+                                          [helper.make_tensor_value_info("Y", 1, None)])
+                model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", max(19, self.opset))])
+                matrix = np.asarray(ReferenceEvaluator(model).run(None, feeds)[0]).T   # [out, in]
+            except Exception as err:
+                self.fail(node, f"cannot resample with {keep} ({type(err).__name__}: {err})")
+            if matrix.shape[1] != n or matrix.shape[0] <= 0:
+                self.fail(node, f"resampling axis {ax} gives {matrix.shape[0]} points")
+            m_name = f"{out}_interp{ax}"
+            self.consts[m_name] = matrix.astype(np.float32)
+            names = [f"i{d}" for d in range(rank)]
+            src = [("k0" if d == ax else names[d]) for d in range(rank)]
+            new_shape = [matrix.shape[0] if d == ax else e for d, e in enumerate(shape)]
+            target = out if step == len(moved) - 1 else f"{out}_axis{ax}"
+            self.comp(target, new_shape, self.dtype(x), names, "+=",
+                      f"{self.operand(m_name)}[i{ax}, k0] * {self.operand(cur)}[{', '.join(src)}]",
+                      f"{node.op_type} {mode}, axis {ax}")
+            cur, shape = target, new_shape
+
+    def op_Resize(self, index, node):
+        a = self.attrs(node)
+        v = self.version(node)
+        if v < 11:
+            scales = self.const(node, 1, "scales").reshape(-1)
+            a.setdefault("coordinate_transformation_mode", "asymmetric")
+            a.setdefault("nearest_mode", "floor")
+            return self._resample(node, a, scales, None)
+        if len(node.input) > 1 and node.input[1] and a.get("coordinate_transformation_mode") == "tf_crop_and_resize":
+            self.fail(node, "coordinate_transformation_mode=tf_crop_and_resize is not supported")
+        scales = self.const(node, 2, "scales").reshape(-1) if len(node.input) > 2 and node.input[2] else None
+        if scales is not None and scales.size == 0:
+            scales = None
+        sizes = self.const(node, 3, "sizes").reshape(-1) if scales is None else None
+        self._resample(node, a, scales, sizes)
+
+    def op_Upsample(self, index, node):
+        a = self.attrs(node)
+        scales = a["scales"] if "scales" in a else self.const(node, 1, "scales").reshape(-1)
+        a = {"mode": a.get("mode", "nearest"), "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+        self._resample(node, a, scales, None)
+
+    # ---------------------------------------------------------------- quantisation (QDQ)
+
+    _QRANGE = {3: (-128, 127, "i8"), 2: (0, 255, "i32"), 5: (-32768, 32767, "i32"), 4: (0, 65535, "i32"),
+               6: (-2 ** 31, 2 ** 31 - 1, "i32")}
+
+    def _per_axis(self, node, name: str, k: int, x_rank: int, axis: int) -> str:
+        value = self.const(node, k, name)
+        if value.size == 1:
+            return node.input[k]
+        aligned = f"{node.input[k]}__axis{axis}"
+        self.consts[aligned] = value.reshape((-1,) + (1,) * (x_rank - axis - 1))
+        return aligned
+
+    def op_QuantizeLinear(self, index, node):
+        a = self.attrs(node)
+        x = node.input[0]
+        rank = len(self.shape(x))
+        axis = a.get("axis", 1) % max(rank, 1)
+        if a.get("block_size", 0):
+            self.fail(node, "blocked quantisation (block_size) is not supported")
+        has_zp = len(node.input) > 2 and node.input[2]
+        code = self.onnx.helper.np_dtype_to_tensor_dtype(self.consts[node.input[2]].dtype) if has_zp \
+            and node.input[2] in self.consts else a.get("output_dtype", 2) or 2
+        if code not in self._QRANGE:
+            self.fail(node, f"quantising to {self.onnx.TensorProto.DataType.Name(code)} is not supported",
+                      "supported: int8, uint8, int16, uint16, int32")
+        lo, hi, dtype = self._QRANGE[code]
+        scale = self._per_axis(node, "scale", 1, rank, axis)
+        inputs, expr = [x, scale], "{0} / {1}"
+        if has_zp:
+            inputs.append(self._per_axis(node, "zero point", 2, rank, axis))
+            expr += " + {2}"
+        if dtype != "i8":   # the i8 store saturates by itself; a wider one clamps to the type's range
+            expr = f"min(max({expr}, {lo}), {hi})"
+        # stored rounded half to even, as ONNX's QuantizeLinear
+        self.ew(node, node.output[0], inputs, expr, dtype=dtype, note="QuantizeLinear")
+
+    def op_DequantizeLinear(self, index, node):
+        a = self.attrs(node)
+        x = node.input[0]
+        rank = len(self.shape(x))
+        axis = a.get("axis", 1) % max(rank, 1)
+        if a.get("block_size", 0):
+            self.fail(node, "blocked quantisation (block_size) is not supported")
+        scale = self._per_axis(node, "scale", 1, rank, axis)
+        if len(node.input) > 2 and node.input[2]:
+            zp = self._per_axis(node, "zero point", 2, rank, axis)
+            return self.ew(node, node.output[0], [x, zp, scale], "({0} - {1}) * {2}", dtype="f32",
+                           note="DequantizeLinear")
+        self.ew(node, node.output[0], [x, scale], "{0} * {1}", dtype="f32", note="DequantizeLinear")
 
 
 SUPPORTED_OPS = sorted(name[3:] for name in dir(_Importer) if name.startswith("op_"))
