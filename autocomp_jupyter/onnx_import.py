@@ -449,6 +449,15 @@ class _Importer:
     def fold(self, node) -> None:
         feeds = {i: self.consts[i] for i in node.input if i}
         self._fold_size_check(node, feeds)
+        if node.op_type == "DequantizeLinear" and not self.attrs(node).get("block_size", 0):
+            # QDQ weights (the reference evaluator implements only recent versions of this op)
+            x, scale = (self.consts[i] for i in node.input[:2])
+            zp = self.consts[node.input[2]] if len(node.input) > 2 and node.input[2] else np.zeros((), x.dtype)
+            axis = self.attrs(node).get("axis", 1) % max(x.ndim, 1)
+            shape = [-1 if d == axis else 1 for d in range(x.ndim)] if scale.size > 1 else [1] * x.ndim
+            value = (x.astype(np.float64) - zp.astype(np.float64).reshape(shape)) * scale.astype(np.float64).reshape(shape)
+            self.consts[node.output[0]] = value.astype(np.float32)
+            return
         try:
             results = self.evaluate(node, feeds)
         except Exception as err:  # the reference evaluator rejects what onnx does not define
