@@ -544,9 +544,9 @@ class _Generator:
             return f"pow(abs({a}), 1 + tanh({a}))", max(1.0, ma) ** 2
         if fn == "floor":
             return f"floor({a})", ma + 1
-        if fn == "compare":  # select(lt|le|eq(a, b), a, b)
+        if fn == "compare":  # select(less|less_equal|equal(a, b), a, b)
             b, mb = self.expression(leaves, depth - 1, limit)
-            test = self.pick(("lt", "le", "eq"))
+            test = self.pick(("less", "less_equal", "equal"))
             return f"select({test}({a}, {b}), {a}, {b})", max(ma, mb)
         return f"{fn}({a})", (1.0 if fn in ("tanh", "sigmoid") else ma)
 

@@ -797,10 +797,10 @@ class _Importer:
         self._activation(node, "{0} * tanh(max({0}, 0) + log(1 + exp(-abs({0}))))")
 
     def op_ThresholdedRelu(self, index, node):
-        self._activation(node, "select(lt({alpha}, {0}), {0}, 0)", alpha=1.0)
+        self._activation(node, "select(less({alpha}, {0}), {0}, 0)", alpha=1.0)
 
     def op_Shrink(self, index, node):
-        self._activation(node, "select(lt({0}, -{lambd}), {0} + {bias}, select(lt({lambd}, {0}), {0} - {bias}, 0))",
+        self._activation(node, "select(less({0}, -{lambd}), {0} + {bias}, select(less({lambd}, {0}), {0} - {bias}, 0))",
                          lambd=0.5, bias=0.0)
 
     def op_Log(self, index, node):
@@ -813,7 +813,7 @@ class _Importer:
         self._unary_fn(node, "-floor(-X)")
 
     def op_Sign(self, index, node):
-        self._unary_fn(node, "lt(0, X) - lt(X, 0)")
+        self._unary_fn(node, "less(0, X) - less(X, 0)")
 
     def op_Not(self, index, node):
         self._unary_fn(node, "1 - X")
@@ -835,19 +835,19 @@ class _Importer:
         self.ew(node, node.output[0], [node.input[0], b], template, dtype="i8", note=node.op_type)
 
     def op_Equal(self, index, node):
-        self._compare(node, "eq({0}, {1})")
+        self._compare(node, "equal({0}, {1})")
 
     def op_Less(self, index, node):
-        self._compare(node, "lt({0}, {1})")
+        self._compare(node, "less({0}, {1})")
 
     def op_LessOrEqual(self, index, node):
-        self._compare(node, "le({0}, {1})")
+        self._compare(node, "less_equal({0}, {1})")
 
     def op_Greater(self, index, node):
-        self._compare(node, "lt({1}, {0})")
+        self._compare(node, "less({1}, {0})")
 
     def op_GreaterOrEqual(self, index, node):
-        self._compare(node, "le({1}, {0})")
+        self._compare(node, "less_equal({1}, {0})")
 
     def op_And(self, index, node):
         self._compare(node, "{0} * {1}")
@@ -1010,9 +1010,9 @@ class _Importer:
         if to == src and code != 9:
             return self.alias(node, node.output[0], node.input[0])
         if code == 9:                         # bool: 1 where non-zero
-            return self._unary_fn(node, "1 - eq(X, 0)", "i8")
+            return self._unary_fn(node, "1 - equal(X, 0)", "i8")
         if to in ("i8", "i32") and src in ("f32", "f16", "bf16"):   # ONNX truncates toward zero
-            return self._unary_fn(node, "select(lt(X, 0), -floor(-X), floor(X))", to)
+            return self._unary_fn(node, "select(less(X, 0), -floor(-X), floor(X))", to)
         self._unary_fn(node, "X", to)
 
     def op_CastLike(self, index, node):
@@ -1260,7 +1260,7 @@ class _Importer:
         src = pre + ["k0"] + post
         out_shape = list(shape[:axis]) + list(ishape) + list(shape[axis + 1:])
         self.comp(node.output[0], out_shape, self.dtype(node.input[0]), pre + jn + post, "+=",
-                  f"eq({ref} + {size} * lt({ref}, 0), {iota}[k0]) * {data}[{', '.join(src)}]",
+                  f"equal({ref} + {size} * less({ref}, 0), {iota}[k0]) * {data}[{', '.join(src)}]",
                   "Gather, runtime indices (one-hot)")
 
     # ---------------------------------------------------------------- contractions (any rank)
@@ -1723,7 +1723,7 @@ class _Importer:
         # the last index of the maximum: max of k where x == max; the first: K-1 - max of K-1-k
         self.consts[out + "_at"] = (np.arange(k) if last else k - 1 - np.arange(k)).astype(np.int32)
         at = self.operand(out + "_at")
-        mark = f"{at}[k{axis}] * eq({xs}, {m}[{', '.join(lhs)}])"
+        mark = f"{at}[k{axis}] * equal({xs}, {m}[{', '.join(lhs)}])"
         if last:
             self.comp(out, out_shape, "i32", lhs, "max=", mark, node.op_type)
             return

@@ -125,9 +125,9 @@ def _expr(e: Expr, var, env, ext, T, te):
             return f32(0.0) - x
         if e.fn in ("max", "min"):
             return getattr(T, e.fn)(args[0], args[1])
-        if e.fn in ("lt", "le", "eq"):
-            test = {"lt": lambda: args[0] < args[1], "le": lambda: args[0] <= args[1],
-                    "eq": lambda: args[0] == args[1]}[e.fn]()
+        if e.fn in ("less", "less_equal", "equal"):
+            test = {"less": lambda: args[0] < args[1], "less_equal": lambda: args[0] <= args[1],
+                    "equal": lambda: args[0] == args[1]}[e.fn]()
             return te.if_then_else(test, f32(1.0), f32(0.0))
         if e.fn == "select":
             return te.if_then_else(args[0] != f32(0.0), args[1], args[2])

@@ -76,8 +76,8 @@ from ..ir.schedule import Kernel, Schedule
 
 # Integer dtypes: the values a tensor can hold (stored in double buffers, saturating).
 INT_RANGE = {"i8": (-128.0, 127.0), "i32": (-2147483648.0, 2147483647.0)}
-# Comparisons and select: macros of the prelude (1 or 0; a where c != 0, else b).
-_C_COMPARE = {"lt": "AC_LT", "le": "AC_LE", "eq": "AC_EQ", "select": "AC_SELECT"}
+# Comparisons give 1 or 0 (written inline, in the statement's type).
+_C_COMPARE = {"less": "<", "less_equal": "<=", "equal": "=="}
 
 
 def buffer_ctype(dtype: str) -> str:
@@ -181,10 +181,6 @@ _PRELUDE = r"""#define _POSIX_C_SOURCE 199309L
 
 #define AC_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define AC_MAX(a, b) ((a) > (b) ? (a) : (b))
-#define AC_LT(a, b) ((a) < (b) ? 1.0f : 0.0f)
-#define AC_LE(a, b) ((a) <= (b) ? 1.0f : 0.0f)
-#define AC_EQ(a, b) ((a) == (b) ? 1.0f : 0.0f)
-#define AC_SELECT(c, a, b) ((c) != 0 ? (a) : (b))
 
 static inline float ac_relu(float x) { return x > 0.0f ? x : 0.0f; }
 static inline float ac_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -1488,13 +1484,18 @@ class _KernelWriter:
             if self.in_double(stmt):
                 fn = {"exp": "exp", "sqrt": "sqrt", "tanh": "tanh", "abs": "fabs", "relu": "ac_relu_d",
                       "sigmoid": "ac_sigmoid_d", "gelu": "ac_gelu_d", "max": "AC_MAX", "min": "AC_MIN",
-                      "log": "log", "pow": "pow", "floor": "floor", **_C_COMPARE}.get(e.fn)
+                      "log": "log", "pow": "pow", "floor": "floor"}.get(e.fn)
             else:
                 fn = {"exp": "expf", "sqrt": "sqrtf", "tanh": "tanhf", "abs": "fabsf", "relu": "ac_relu",
                       "sigmoid": "ac_sigmoid", "gelu": "ac_gelu", "max": "AC_MAX", "min": "AC_MIN",
-                      "log": "logf", "pow": "powf", "floor": "floorf", **_C_COMPARE}.get(e.fn)
+                      "log": "logf", "pow": "powf", "floor": "floorf"}.get(e.fn)
             if e.fn == "neg":
                 return f"(-{args[0]})"
+            if e.fn in _C_COMPARE:
+                one, zero = self.literal(stmt, 1.0), self.literal(stmt, 0.0)
+                return f"({args[0]} {_C_COMPARE[e.fn]} {args[1]} ? {one} : {zero})"
+            if e.fn == "select":
+                return f"({args[0]} != {self.literal(stmt, 0.0)} ? {args[1]} : {args[2]})"
             if fn is None:
                 raise ValueError(f"no C translation for function {e.fn!r}")
             return f"{fn}({', '.join(args)})"

@@ -86,9 +86,9 @@ export const FUNCTIONS: ReadonlySet<string> = new Set([
   'log',
   'pow',
   'floor',
-  'lt',
-  'le',
-  'eq',
+  'less',
+  'less_equal',
+  'equal',
   'select'
 ]);
 
