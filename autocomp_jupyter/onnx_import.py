@@ -247,6 +247,7 @@ class _Importer:
         if src in self.consts:
             self.consts[out] = self.consts[src].reshape(shape)
             return
+        shape = shape or (1,)   # a computed rank-0 tensor is held as [1]
         v = self.values[src]
         base, base_shape, dtype = (v.base, self._base_shape(v), self.dtype_of_view.get(src, "f32")) \
             if isinstance(v, _View) else (v[0], v[1], v[2])
@@ -614,8 +615,20 @@ class _Importer:
     def op_MatMul(self, index, node):
         a_name, b_name = node.input[0], node.input[1]
         sa, sb = self.shape(a_name), self.shape(b_name)
-        if len(sa) < 2 or len(sb) < 2:
-            self.fail(node, "MatMul of a vector (rank 1) is not supported", "reshape it to a matrix first")
+        if len(sa) == 1 or len(sb) == 1:
+            # numpy's vector rules: A[K] is [1, K], B[K] is [K, 1], and that axis is dropped after
+            out = node.output[0]
+            if len(sa) == 1:
+                self.view(node, a_name + "__row", a_name, (1,) + tuple(sa))
+                a_name = a_name + "__row"
+            if len(sb) == 1:
+                self.view(node, b_name + "__col", b_name, tuple(sb) + (1,))
+                b_name = b_name + "__col"
+            inner = self.onnx.helper.make_node("MatMul", [a_name, b_name], [out + "__2d"], name=node.name)
+            self.op_MatMul(index, inner)
+            full = list(self.shape(out + "__2d"))
+            drop = ([len(full) - 1] if len(sb) == 1 else []) + ([len(full) - 2] if len(sa) == 1 else [])
+            return self.view(node, out, out + "__2d", [e for d, e in enumerate(full) if d not in drop])
         if len(sa) == 2 and len(sb) == 2:
             return self.lib(node, node.output[0], "matmul", [a_name, b_name])
         if len(sa) == 3 and len(sb) == 3 and sa[0] == sb[0]:

@@ -174,6 +174,9 @@ def test_gather_with_runtime_int64_indices_is_an_embedding():
 def test_einsum_and_vector_matmul():
     check(one("Einsum", [(2, 3, 4), (2, 4, 5)], (2, 3, 5), equation="bij,bjk->bik"))
     check(one("Einsum", [(3, 4)], (4,), equation="ij->j"))
+    check(one("MatMul", [(4,), (2, 4, 3)], (2, 3)))
+    check(one("MatMul", [(2, 3, 4), (4,)], (2, 3)))
+    check(one("MatMul", [(4,), (4,)], ()))
 
 
 # --------------------------------------------------------------------------- normalisation, reductions
