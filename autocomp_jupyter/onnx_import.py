@@ -6,6 +6,14 @@ comprehensions otherwise), keeping tensor names where they are legal DSL names a
 sanitising them otherwise. Initializers become `param`s; their values travel with the
 program (`Program.param_values`) so the reference interpreter runs the real model.
 
+Each node is read by its op version (the newest version of its op at the model's opset,
+`_Importer.version`): attribute or input forms (Slice, Split, Pad, Reduce*, Squeeze ...),
+opset < 7 arithmetic's `broadcast`/`axis` (`legacy_broadcast`), Softmax's flattening before
+opset 13. Ops the library lacks are comprehensions over the DSL's scalar functions (`select`,
+`less`, `pow`, `log` ... for activations, comparisons, Where, LRN); what is not affine becomes
+a contraction with a constant matrix (Resize: onnx's own reference on a basis; Gather with
+runtime indices: a one-hot sum) or a view (Tile, the stride spreading of ConvTranspose).
+
 What is folded at import instead of emitted:
 - shape subgraphs: every node whose inputs are all constants (initializers, `Constant`,
   `Shape` of a static tensor, ...) is evaluated by onnx's reference evaluator;
@@ -15,11 +23,14 @@ What is folded at import instead of emitted:
   when an op reads the reshaped tensor (GlobalAveragePool → Flatten becomes one
   `global_avgpool`);
 - the GELU pattern x·0.5·(1 + erf(x/√2)) → `gelu(x, approximate=none)`;
-- Identity, Dropout and same-type Cast are aliases.
+- Identity, Dropout and same-type Cast are aliases;
+- DequantizeLinear of constants (QDQ weights) → f32 weights.
 
 Anything else is a `UserError` naming the node, its op type and its inputs (all such
-nodes at once). `onnx` is an optional dependency: importing this module without it raises
-a `UserError` saying how to install it.
+nodes at once; a refused node's readers are skipped, not reported again); a bug of the
+importer on one node is an "internal error" diagnostic for that node, never a traceback.
+`onnx` is an optional dependency: importing this module without it raises a `UserError`
+saying how to install it.
 """
 from __future__ import annotations
 
@@ -467,7 +478,7 @@ class _Importer:
             if name:
                 self.consts[name] = np.asarray(value)
 
-    def evaluate(self, node, feeds: dict) -> list:
+    def evaluate(self, node, feeds: dict, opset: int | None = None) -> list:
         """`node` run by onnx's reference evaluator on `feeds`, as an op of the model's opset
         (a one-node model: the evaluator then picks the op version the model means)."""
         from onnx import helper
@@ -478,7 +489,7 @@ class _Importer:
             return helper.make_tensor_value_info(name, code, None)
         graph = helper.make_graph([node], "fold", [info(k, v) for k, v in feeds.items()],
                                   [info(o) for o in node.output if o])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset or self.opset)])
         return ReferenceEvaluator(model).run(None, feeds)
 
     def _fold_size_check(self, node, feeds) -> None:
@@ -985,10 +996,6 @@ class _Importer:
         self.body = [l for l in self.body if l != f"tensor {dsl}: {dtype}{_shape_text(shape)}"
                      and not l.startswith((f"{dsl}[", f"{dsl} = "))]
 
-    # ---------------------------------------------------------------- normalisation and reductions
-
-    # ---------------------------------------------------------------- pooling
-
     # ---------------------------------------------------------------- layout
 
     def op_Transpose(self, index, node):
@@ -1003,7 +1010,8 @@ class _Importer:
         if len(inputs) == 1:
             return self.alias(node, node.output[0], inputs[0])
         self.lib(node, node.output[0], "concat", inputs, axis=axis)
-    # ---------------------------------------------------------------- aliases and views (versioned)
+
+    # ---------------------------------------------------------------- dropout and casts (versioned)
 
     def op_Dropout(self, index, node):  # inference: the identity (the mask output must be unused)
         if len(node.output) > 1 and node.output[1] and self.consumers.get(node.output[1]):
@@ -1908,13 +1916,8 @@ class _Importer:
             else:
                 feeds["sizes"] = np.array([n, value], np.int64)
             probe = helper.make_node("Resize", inputs, ["Y"], **keep)
-            try:
-                from onnx.reference import ReferenceEvaluator
-
-                graph = helper.make_graph([probe], "resize", [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), None) for k, v in feeds.items()],
-                                          [helper.make_tensor_value_info("Y", 1, None)])
-                model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", max(19, self.opset))])
-                matrix = np.asarray(ReferenceEvaluator(model).run(None, feeds)[0]).T   # [out, in]
+            try:   # Resize of opset 19 and later: every attribute the older versions have
+                matrix = np.asarray(self.evaluate(probe, feeds, opset=max(19, self.opset))[0]).T   # [out, in]
             except Exception as err:
                 self.fail(node, f"cannot resample with {keep} ({type(err).__name__}: {err})")
             if matrix.shape[1] != n or matrix.shape[0] <= 0:
@@ -1938,8 +1941,6 @@ class _Importer:
             a.setdefault("coordinate_transformation_mode", "asymmetric")
             a.setdefault("nearest_mode", "floor")
             return self._resample(node, a, scales, None)
-        if len(node.input) > 1 and node.input[1] and a.get("coordinate_transformation_mode") == "tf_crop_and_resize":
-            self.fail(node, "coordinate_transformation_mode=tf_crop_and_resize is not supported")
         scales = self.const(node, 2, "scales").reshape(-1) if len(node.input) > 2 and node.input[2] else None
         if scales is not None and scales.size == 0:
             scales = None
