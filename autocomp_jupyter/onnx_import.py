@@ -1332,7 +1332,9 @@ class _Importer:
                 total = max(0, (out - 1) * strides[d] + dil[d] * (ks[d] - 1) + 1 - xs[2 + d])
                 small, big = total // 2, total - total // 2
                 pads[d], pads[d + nd] = (small, big) if auto == "SAME_UPPER" else (big, small)
-        elif auto not in ("NOTSET", "VALID"):
+        elif auto == "VALID":
+            pads = [0] * 2 * nd
+        elif auto != "NOTSET":
             self.fail(node, f"auto_pad={auto!r} is not supported")
         if len(pads) != 2 * nd:
             self.fail(node, f"{len(pads)} pads for {nd} spatial dimensions")
