@@ -527,7 +527,10 @@ class _Importer:
         self.alias(node, node.output[0], node.input[0])
 
     def op_Reshape(self, index, node):
-        target = [int(d) for d in self.const(node, 1, "target shape")]
+        if self.version(node) < 5:   # opset 1: the shape is an attribute
+            target = [int(d) for d in self.attrs(node).get("shape", [])]
+        else:
+            target = [int(d) for d in self.const(node, 1, "target shape")]
         src = self.shape(node.input[0])
         allowzero = self.attrs(node).get("allowzero", 0)
         shape = [src[k] if d == 0 and not allowzero else d for k, d in enumerate(target)]
@@ -1005,7 +1008,7 @@ class _Importer:
         self.lib(node, node.output[0], "transpose", [node.input[0]], perm=perm)
 
     def op_Concat(self, index, node):
-        axis = self.attrs(node)["axis"]
+        axis = self.attrs(node).get("axis", 1)   # required from opset 4; 1 before
         inputs = [i for i in node.input if i and math.prod(self.shape(i)) > 0]
         if len(inputs) == 1:
             return self.alias(node, node.output[0], inputs[0])
