@@ -1553,6 +1553,23 @@ class _Importer:
                  eps=float(a.get("epsilon", 1e-5)))
         self.view(node, out, out + "_2d", shape)
 
+    def op_RMSNormalization(self, index, node):   # opset 23: x / sqrt(mean(x^2) + eps) * scale
+        a = self.attrs(node)
+        x = node.input[0]
+        shape = self.shape(x)
+        axis = a.get("axis", -1) % len(shape)
+        rows, d = math.prod(shape[:axis]), math.prod(shape[axis:])
+        out = node.output[0]
+        scale = self.const(node, 1, "scale")
+        self.consts[out + "_scale"] = np.broadcast_to(scale, shape[axis:]).reshape(d).astype(np.float32)
+        self.view(node, x + "__2d", x, (rows, d))
+        xs = self.operand(x + "__2d")
+        ms = self.comp(out + "_ms", (rows,), "f32", ["i0"], "+=", f"{xs}[i0, i1] * {xs}[i0, i1] / {d}")
+        eps = _fmt_num(float(a.get("epsilon", 1e-5)))
+        self.comp(out + "_2d", (rows, d), self.dtype(x), ["i0", "i1"], "=",
+                  f"{xs}[i0, i1] / sqrt({ms}[i0] + {eps}) * {self.operand(out + '_scale')}[i1]", "RMSNormalization")
+        self.view(node, out, out + "_2d", shape)
+
     def op_BatchNormalization(self, index, node):
         a = self.attrs(node)
         v = self.version(node)

@@ -193,6 +193,7 @@ def test_lrn_instance_group_layer_norm():
     check(one("GroupNormalization", [(2, 6, 4, 4)], (2, 6, 4, 4), [("s", rand(6)), ("b", rand(6))], opset=21,
               num_groups=3))
     check(one("LayerNormalization", [(2, 3, 4)], (2, 3, 4), [("s", rand(3, 4)), ("b", rand(3, 4))], axis=1))
+    check(one("RMSNormalization", [(2, 3, 8)], (2, 3, 8), [("s", rand(8))], opset=23, epsilon=1e-6))
 
 
 @pytest.mark.parametrize("op", ["ReduceMin", "ReduceMax", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
