@@ -210,7 +210,8 @@ _UNARY = {
 }
 _NARY = {
     "max": np.maximum, "min": np.minimum, "pow": np.power,
-    "less": lambda a, b: np.less(a, b).astype(np.float64), "less_equal": lambda a, b: np.less_equal(a, b).astype(np.float64),
+    "less": lambda a, b: np.less(a, b).astype(np.float64),
+    "less_equal": lambda a, b: np.less_equal(a, b).astype(np.float64),
     "equal": lambda a, b: np.equal(a, b).astype(np.float64),
     "select": lambda c, a, b: np.where(np.not_equal(c, 0.0), a, b),
 }
