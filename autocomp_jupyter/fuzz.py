@@ -525,7 +525,10 @@ class _Generator:
                 return f"({a}) * ({b})", ma * mb
             return f"{a} {op} {b}", ma + mb
         a, ma = self.expression(leaves, depth - 1, limit)
-        fn = self.pick(("exp", "sqrt", "tanh", "sigmoid", "relu", "gelu", "abs", "max", "min", "neg"))
+        # floor is left out: it jumps by 1 where the interpreter's float64 and C's float differ
+        # in the last bit. A comparison only picks between its own operands (continuous).
+        fn = self.pick(("exp", "sqrt", "tanh", "sigmoid", "relu", "gelu", "abs", "max", "min", "neg",
+                        "log", "pow", "compare"))
         if fn == "exp":
             if math.exp(min(ma, 700)) > limit / 10:
                 return f"tanh({a})", 1.0
@@ -537,6 +540,16 @@ class _Generator:
             return f"{fn}({a}, {b})", max(ma, mb)
         if fn == "neg":
             return f"-({a})", ma
+        if fn == "log":     # log(1 + |a|): finite, at most log(1 + ma)
+            return f"log(1 + abs({a}))", math.log1p(ma)
+        if fn == "pow":     # |a| ^ y for y in [0, 2]: no NaN, at most max(1, ma)^2
+            if max(1.0, ma) ** 2 > limit / 10:
+                return f"tanh({a})", 1.0
+            return f"pow(abs({a}), 1 + tanh({a}))", max(1.0, ma) ** 2
+        if fn == "compare":  # select(less|less_equal|equal(a, b), a, b)
+            b, mb = self.expression(leaves, depth - 1, limit)
+            test = self.pick(("less", "less_equal", "equal"))
+            return f"select({test}({a}, {b}), {a}, {b})", max(ma, mb)
         return f"{fn}({a})", (1.0 if fn in ("tanh", "sigmoid") else ma)
 
     def op_comp_map(self, x):

@@ -206,6 +206,14 @@ _UNARY = {
     "relu": lambda x: np.maximum(x, 0.0),
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "gelu": lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3))),
+    "log": np.log, "floor": np.floor,
+}
+_NARY = {
+    "max": np.maximum, "min": np.minimum, "pow": np.power,
+    "less": lambda a, b: np.less(a, b).astype(np.float64),
+    "less_equal": lambda a, b: np.less_equal(a, b).astype(np.float64),
+    "equal": lambda a, b: np.equal(a, b).astype(np.float64),
+    "select": lambda c, a, b: np.where(np.not_equal(c, 0.0), a, b),
 }
 
 
@@ -226,10 +234,8 @@ def _eval_expr(e: Expr, st: Statement, env, ranges, rank: int):
     if isinstance(e, Call):
         args = [_eval_expr(a, st, env, ranges, rank) for a in e.args]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            if e.fn == "max":
-                return np.maximum(*args)
-            if e.fn == "min":
-                return np.minimum(*args)
+            if e.fn in _NARY:
+                return _NARY[e.fn](*args)
             return _UNARY[e.fn](args[0])
     raise TypeError(f"cannot evaluate {e!r}")
 

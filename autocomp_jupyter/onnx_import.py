@@ -6,6 +6,14 @@ comprehensions otherwise), keeping tensor names where they are legal DSL names a
 sanitising them otherwise. Initializers become `param`s; their values travel with the
 program (`Program.param_values`) so the reference interpreter runs the real model.
 
+Each node is read by its op version (the newest version of its op at the model's opset,
+`_Importer.version`): attribute or input forms (Slice, Split, Pad, Reduce*, Squeeze ...),
+opset < 7 arithmetic's `broadcast`/`axis` (`legacy_broadcast`), Softmax's flattening before
+opset 13. Ops the library lacks are comprehensions over the DSL's scalar functions (`select`,
+`less`, `pow`, `log` ... for activations, comparisons, Where, LRN); what is not affine becomes
+a contraction with a constant matrix (Resize: onnx's own reference on a basis; Gather with
+runtime indices: a one-hot sum) or a view (Tile, the stride spreading of ConvTranspose).
+
 What is folded at import instead of emitted:
 - shape subgraphs: every node whose inputs are all constants (initializers, `Constant`,
   `Shape` of a static tensor, ...) is evaluated by onnx's reference evaluator;
@@ -15,11 +23,14 @@ What is folded at import instead of emitted:
   when an op reads the reshaped tensor (GlobalAveragePool → Flatten becomes one
   `global_avgpool`);
 - the GELU pattern x·0.5·(1 + erf(x/√2)) → `gelu(x, approximate=none)`;
-- Identity, Dropout and same-type Cast are aliases.
+- Identity, Dropout and same-type Cast are aliases;
+- DequantizeLinear of constants (QDQ weights) → f32 weights.
 
 Anything else is a `UserError` naming the node, its op type and its inputs (all such
-nodes at once). `onnx` is an optional dependency: importing this module without it raises
-a `UserError` saying how to install it.
+nodes at once; a refused node's readers are skipped, not reported again); a bug of the
+importer on one node is an "internal error" diagnostic for that node, never a traceback.
+`onnx` is an optional dependency: importing this module without it raises a `UserError`
+saying how to install it.
 """
 from __future__ import annotations
 
@@ -32,6 +43,7 @@ import numpy as np
 
 from .errors import Diagnostic, UserError
 from .ir.program import Program
+from .limits import EXTENT
 
 __all__ = ["from_onnx", "run_with_values", "sanitize", "SUPPORTED_OPS"]
 
@@ -45,7 +57,14 @@ def _onnx():
     return onnx
 
 
-_DTYPES = {1: "f32", 10: "f16", 16: "bf16", 3: "i8", 6: "i32"}   # onnx.TensorProto codes
+# onnx.TensorProto codes → DSL dtypes: the 64-bit and unsigned integer types as i32 (values
+# past its range saturate), BOOL as i8 holding 0 or 1. DOUBLE graph inputs are refused: f32
+# would silently lose their range (1e200 becomes inf); float64 constants become f32 params.
+_DTYPES = {1: "f32", 10: "f16", 16: "bf16", 3: "i8", 6: "i32", 7: "i32", 2: "i32", 4: "i32",
+           5: "i32", 12: "i32", 13: "i32", 9: "i8"}
+# Folding a constant computation may build at most this many elements (a mutated
+# ConstantOfShape or Expand must not exhaust memory).
+_FOLD_ELEMENTS = 1 << 27
 _NP_DTYPE = {"f32": np.float32, "f16": np.float16, "bf16": np.float32, "i8": np.int8, "i32": np.int32}
 _RESERVED = {"input", "param", "tensor", "output", "where", "and"}
 _INDEX_NAME = re.compile(r"^(?:[ijkbu]\d*|n|c|h|w|r|s|f|g|fo|a\d+)$")  # index names the importer and library use
@@ -110,6 +129,7 @@ class _Importer:
         self.consumers: dict[str, list] = {}
         self.skip_nodes: set[int] = set()
         self.dtype_of_view: dict[str, str] = {}
+        self.versions: dict[str, int] = {}
 
     # ---------------------------------------------------------------- names
 
@@ -142,7 +162,8 @@ class _Importer:
 
     def dtype(self, name: str) -> str:
         if name in self.consts:
-            return "f32"
+            kind = self.consts[name].dtype.kind
+            return "f32" if kind == "f" else ("i8" if kind == "b" else "i32")
         v = self.values[name]
         return self.dtype_of_view.get(name, "f32") if isinstance(v, _View) else v[2]
 
@@ -154,7 +175,7 @@ class _Importer:
                 if value.ndim == 0:
                     value = value.reshape(1)
                 dsl = self.fresh(name)
-                dtype = "f32" if value.dtype.kind == "f" else "i32"
+                dtype = "f32" if value.dtype.kind == "f" else ("i8" if value.dtype.kind == "b" else "i32")
                 self.params[dsl] = value.astype(_NP_DTYPE[dtype])
                 self.decls.append(f"param  {dsl}: {dtype}{_shape_text(value.shape)}")
                 self.param_of_const[name] = dsl
@@ -168,6 +189,7 @@ class _Importer:
         return v[0]
 
     def define(self, onnx_name: str, shape, dtype: str) -> str:
+        shape = tuple(shape) or (1,)   # a rank-0 result is held as [1] (the DSL has no scalars)
         dsl = self.fresh(onnx_name)
         self.values[onnx_name] = (dsl, tuple(int(d) for d in shape), dtype)
         return dsl
@@ -236,6 +258,7 @@ class _Importer:
         if src in self.consts:
             self.consts[out] = self.consts[src].reshape(shape)
             return
+        shape = shape or (1,)   # a computed rank-0 tensor is held as [1]
         v = self.values[src]
         base, base_shape, dtype = (v.base, self._base_shape(v), self.dtype_of_view.get(src, "f32")) \
             if isinstance(v, _View) else (v[0], v[1], v[2])
@@ -273,21 +296,36 @@ class _Importer:
                 continue  # old exporters list initializers as inputs too
             tt = vi.type.tensor_type
             dtype = _DTYPES.get(tt.elem_type)
+            if not vi.type.HasField("tensor_type"):
+                self.errors.append(Diagnostic(f"graph input '{vi.name}' is not a tensor (sequences, maps and "
+                                              "optional values are not supported)"))
+                continue
             if dtype is None:
                 self.errors.append(Diagnostic(
                     f"graph input '{vi.name}' has element type {onnx.TensorProto.DataType.Name(tt.elem_type)}",
-                    hint="inputs must be float32, float16, bfloat16, int8 or int32"))
+                    hint="inputs must be float32, float16, bfloat16, an integer type or bool"
+                         + (" (the DSL's widest float is f32: export the model in float32)"
+                            if tt.elem_type == 11 else "")))
                 continue
             dims = []
             for k, d in enumerate(tt.shape.dim):
                 dims.append(d.dim_value if d.HasField("dim_value") else None)
-            if vi.name in self.input_shapes:
+            if vi.name in self.input_shapes and vi.name not in self.consts:
                 given = self.input_shapes[vi.name]
                 if len(given) != len(dims) or any(a is not None and a != b for a, b in zip(dims, given)):
                     self.errors.append(Diagnostic(f"input_shapes['{vi.name}'] = {list(given)} does not fit the "
                                                   f"model's {['?' if d is None else d for d in dims]}"))
                     continue
                 dims = list(given)
+            if not tt.HasField("shape"):
+                self.errors.append(Diagnostic(f"graph input '{vi.name}' has no shape",
+                                              hint=f"give it one: from_onnx(model, input_shapes={{'{vi.name}': [...]}})"))
+                continue
+            if any(d is not None and d > EXTENT.value() for d in dims):
+                self.errors.append(Diagnostic(f"graph input '{vi.name}' {dims}: "
+                                              + EXTENT.exceeded(max(d for d in dims if d), "a dimension"),
+                                              hint=EXTENT.hint()))
+                continue
             if any(d is None or d <= 0 for d in dims):
                 sym = [d.dim_param or "?" for d in tt.shape.dim if not d.HasField("dim_value")]
                 self.errors.append(Diagnostic(
@@ -310,11 +348,23 @@ class _Importer:
                 self.node(index, node)
             except _Skip:
                 self.poisoned.update(node.output)
+            except UserError:
+                raise
+            except Exception as err:  # a bug of this importer: name the node, never a traceback
+                label = node.name or (node.output[0] if node.output else "?")
+                self.errors.append(Diagnostic(
+                    f"ONNX node '{label}' ({node.op_type}): internal error of the importer "
+                    f"({type(err).__name__}: {err})", hint="please report it with the model"))
+                self.poisoned.update(node.output)
         outputs = []
         input_names = {v[0] for k, v in self.values.items() if k in {i.name for i in self.graph.input}
                        and not isinstance(v, _View)}
         for vi in self.graph.output:
             if vi.name in self.poisoned:
+                continue
+            if vi.name not in self.consts and vi.name not in self.values:
+                self.errors.append(Diagnostic(f"graph output '{vi.name}' is not computed by any node (a dangling "
+                                              "output)"))
                 continue
             if vi.name in self.consts:
                 self.errors.append(Diagnostic(f"graph output '{vi.name}' is a constant (the whole computation "
@@ -338,17 +388,22 @@ class _Importer:
 
         try:
             program = parse(text, self.filename + ".acir")
-        except UserError as err:  # a bug of this importer: show the generated text's errors
+        except UserError as err:  # a limit, or a bug of this importer: the first error (the rest follow from it)
+            d = err.diagnostics[0]
             raise UserError([Diagnostic(f"the program imported from '{self.filename}' does not check: "
                                         f"{d.message} (line {d.line}: "
-                                        f"{text.splitlines()[d.line - 1] if d.line else ''})")
-                             for d in err.diagnostics], filename=self.filename) from None
+                                        f"{text.splitlines()[d.line - 1] if d.line else ''})", hint=d.hint)],
+                            filename=self.filename) from None
         return replace(program, param_values=dict(self.params))
 
     def node(self, index: int, node) -> None:
         op = node.op_type
         if node.domain not in ("", "ai.onnx"):
-            self.fail(node, f"custom domain '{node.domain}' is not supported")
+            self.fail(node, f"custom domain '{node.domain}' is not supported", "only the default ONNX domain is")
+        for name in node.input:
+            if name and name not in self.consts and name not in self.values:
+                self.fail(node, f"its input '{name}' is not a graph input, an initializer or an earlier node's "
+                                "output", "the graph has a dangling input, a cycle or nodes out of order")
         if all(self.is_const(i) for i in node.input) and op not in ("Dropout",):
             return self.fold(node)
         handler = getattr(self, f"op_{op}", None)
@@ -360,22 +415,102 @@ class _Importer:
     def attrs(self, node) -> dict:
         from onnx import helper
 
-        return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        out = {}
+        for a in node.attribute:
+            value = helper.get_attribute_value(a)
+            out[a.name] = value.decode() if isinstance(value, bytes) else value
+        return out
+
+    def version(self, node) -> int:
+        """The op version `node` means: the newest version of its op at the model's opset."""
+        if node.op_type not in self.versions:
+            try:
+                self.versions[node.op_type] = self.onnx.defs.get_schema(node.op_type, self.opset, "").since_version
+            except Exception:  # an op onnx does not know: the handler (if any) decides
+                self.versions[node.op_type] = self.opset
+        return self.versions[node.op_type]
+
+    def legacy_broadcast(self, node, k: int = 1) -> str:
+        """Input k of an arithmetic node as numpy broadcasting reads it. Before opset 7, B
+        broadcasts only with broadcast=1, its dimensions aligned with A's from `axis`
+        (default: the trailing ones): B[3] on A[3, 4] with axis=0 is B as [3, 1]."""
+        name = node.input[k]
+        if self.version(node) >= 7:
+            return name
+        a = self.attrs(node)
+        sa, sb = tuple(self.shape(node.input[0])), tuple(self.shape(name))
+        if not a.get("broadcast", 0):
+            if sa != sb:
+                self.fail(node, f"opset-{self.version(node)} {node.op_type} without broadcast=1 needs equal shapes, "
+                                f"got {list(sa)} and {list(sb)}")
+            return name
+        axis = a.get("axis", len(sa) - len(sb))
+        axis = axis + len(sa) if axis < 0 else axis
+        if not 0 <= axis <= len(sa) - len(sb) or any(e not in (1, sa[axis + j]) for j, e in enumerate(sb)):
+            self.fail(node, f"B {list(sb)} does not broadcast onto A {list(sa)} from axis {axis}")
+        trailing = len(sa) - axis - len(sb)
+        if trailing == 0 or math.prod(sb) == 1:
+            return name
+        aligned = f"{name}__axis{axis}"
+        if aligned not in self.consts and aligned not in self.values:
+            self.view(node, aligned, name, sb + (1,) * trailing)
+        return aligned
 
     # ---------------------------------------------------------------- constant folding
 
     def fold(self, node) -> None:
-        from onnx.reference import ReferenceEvaluator
-
         feeds = {i: self.consts[i] for i in node.input if i}
+        self._fold_size_check(node, feeds)
+        if node.op_type == "DequantizeLinear" and not self.attrs(node).get("block_size", 0):
+            # QDQ weights (the reference evaluator implements only recent versions of this op)
+            x, scale = (self.consts[i] for i in node.input[:2])
+            zp = self.consts[node.input[2]] if len(node.input) > 2 and node.input[2] else np.zeros((), x.dtype)
+            axis = self.attrs(node).get("axis", 1) % max(x.ndim, 1)
+            shape = [-1 if d == axis else 1 for d in range(x.ndim)] if scale.size > 1 else [1] * x.ndim
+            value = (x.astype(np.float64) - zp.astype(np.float64).reshape(shape)) * scale.astype(np.float64).reshape(shape)
+            self.consts[node.output[0]] = value.astype(np.float32)
+            return
         try:
-            evaluator = ReferenceEvaluator(node, opsets={"": self.opset})
-            results = evaluator.run(None, feeds)
+            results = self.evaluate(node, feeds)
         except Exception as err:  # the reference evaluator rejects what onnx does not define
             self.fail(node, f"cannot fold this constant computation: {err}")
         for name, value in zip(node.output, results):
             if name:
                 self.consts[name] = np.asarray(value)
+
+    def evaluate(self, node, feeds: dict, opset: int | None = None) -> list:
+        """`node` run by onnx's reference evaluator on `feeds`, as an op of the model's opset
+        (a one-node model: the evaluator then picks the op version the model means)."""
+        from onnx import helper
+        from onnx.reference import ReferenceEvaluator
+
+        def info(name, value=None):
+            code = helper.np_dtype_to_tensor_dtype(value.dtype) if value is not None else 1
+            return helper.make_tensor_value_info(name, code, None)
+        graph = helper.make_graph([node], "fold", [info(k, v) for k, v in feeds.items()],
+                                  [info(o) for o in node.output if o])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset or self.opset)])
+        return ReferenceEvaluator(model).run(None, feeds)
+
+    def _fold_size_check(self, node, feeds) -> None:
+        """Refuse constant computations that would build huge tensors (before building them)."""
+        op, vals = node.op_type, [feeds.get(i) for i in node.input]
+        try:
+            if op == "ConstantOfShape":
+                count = math.prod(int(d) for d in vals[0].reshape(-1))
+            elif op == "Expand":
+                count = math.prod(np.broadcast_shapes(vals[0].shape, tuple(int(d) for d in vals[1].reshape(-1))))
+            elif op == "Tile":
+                count = vals[0].size * math.prod(int(r) for r in vals[1].reshape(-1))
+            elif op == "Range":
+                count = abs((float(vals[1]) - float(vals[0])) / float(vals[2]))
+            else:
+                return
+        except (ValueError, TypeError, ZeroDivisionError, OverflowError, AttributeError):
+            return   # the evaluator reports the bad input
+        if count > _FOLD_ELEMENTS:
+            self.fail(node, f"this constant computation would build {count:,.0f} elements (at most "
+                            f"{_FOLD_ELEMENTS:,} are folded)")
 
     def op_Shape(self, index, node):
         a = self.attrs(node)
@@ -391,20 +526,11 @@ class _Importer:
     def op_Identity(self, index, node):
         self.alias(node, node.output[0], node.input[0])
 
-    def op_Dropout(self, index, node):  # inference: the identity (the mask output must be unused)
-        if len(node.output) > 1 and node.output[1] and self.consumers.get(node.output[1]):
-            self.fail(node, "its mask output is used; only inference Dropout is supported")
-        self.alias(node, node.output[0], node.input[0])
-
-    def op_Cast(self, index, node):
-        to = _DTYPES.get(self.attrs(node)["to"])
-        if to != self.dtype(node.input[0]):
-            self.fail(node, f"casts {self.dtype(node.input[0])} to {to or 'an unsupported type'}; only same-type "
-                            "casts are supported on computed tensors")
-        self.alias(node, node.output[0], node.input[0])
-
     def op_Reshape(self, index, node):
-        target = [int(d) for d in self.const(node, 1, "target shape")]
+        if self.version(node) < 5:   # opset 1: the shape is an attribute
+            target = [int(d) for d in self.attrs(node).get("shape", [])]
+        else:
+            target = [int(d) for d in self.const(node, 1, "target shape")]
         src = self.shape(node.input[0])
         allowzero = self.attrs(node).get("allowzero", 0)
         shape = [src[k] if d == 0 and not allowzero else d for k, d in enumerate(target)]
@@ -442,48 +568,6 @@ class _Importer:
         self.view(node, node.output[0], node.input[0], [1 if d in axes else next(out) for d in range(rank)])
 
     # ---------------------------------------------------------------- contractions
-
-    def op_Conv(self, index, node):
-        a = self.attrs(node)
-        x_shape = self.shape(node.input[0])
-        w_shape = self.shape(node.input[1])
-        if len(x_shape) != 4:
-            self.fail(node, f"only 2-D convolutions (rank-4 input) are supported, got rank {len(x_shape)}")
-        if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
-            self.fail(node, f"auto_pad={a['auto_pad']!r} is not supported", "export with explicit pads")
-        groups = a.get("group", 1)
-        strides = list(a.get("strides", [1, 1]))
-        dil = list(a.get("dilations", [1, 1]))
-        pads = list(a.get("pads", [0, 0, 0, 0]))
-        out = node.output[0]
-        has_bias = len(node.input) > 2 and node.input[2]
-        conv_out = out + "_conv" if has_bias else out
-        n, c, h, w = x_shape
-        f = w_shape[0]
-        if strides[0] == strides[1] and dil[0] == dil[1] and len(set(pads)) == 1:
-            if groups == c == f and w_shape[1] == 1 and dil[0] == 1:
-                self.lib(node, conv_out, "depthwise_conv2d", [node.input[0], node.input[1]],
-                         stride=strides[0], padding=pads[0])
-            else:
-                kw = {"stride": strides[0], "padding": pads[0]}
-                if dil[0] != 1:
-                    kw["dilation"] = dil[0]
-                if groups != 1:
-                    kw["groups"] = groups
-                self.lib(node, conv_out, "conv2d", [node.input[0], node.input[1]], **kw)
-        else:
-            if groups != 1:
-                self.fail(node, "grouped convolution with unequal strides/dilations or asymmetric pads")
-            r, s = w_shape[2], w_shape[3]
-            ho = (h + pads[0] + pads[2] - dil[0] * (r - 1) - 1) // strides[0] + 1
-            wo = (w + pads[1] + pads[3] - dil[1] * (s - 1) - 1) // strides[1] + 1
-            xn, wn = self.operand(node.input[0]), self.operand(node.input[1])
-            hi = f"{strides[0]}*h + {dil[0]}*r - {pads[0]}"
-            wi = f"{strides[1]}*w + {dil[1]}*s - {pads[1]}"
-            self.comp(conv_out, (n, f, ho, wo), self.dtype(node.input[0]), ["n", "f", "h", "w"], "+=",
-                      f"{xn}[n, c, {hi}, {wi}] * {wn}[f, c, r, s]", "Conv, asymmetric pads/strides")
-        if has_bias:
-            self.lib(node, out, "bias_add", [conv_out, node.input[2]])
 
     def op_Gemm(self, index, node):
         a = self.attrs(node)
@@ -545,8 +629,20 @@ class _Importer:
     def op_MatMul(self, index, node):
         a_name, b_name = node.input[0], node.input[1]
         sa, sb = self.shape(a_name), self.shape(b_name)
-        if len(sa) < 2 or len(sb) < 2:
-            self.fail(node, "MatMul of a vector (rank 1) is not supported", "reshape it to a matrix first")
+        if len(sa) == 1 or len(sb) == 1:
+            # numpy's vector rules: A[K] is [1, K], B[K] is [K, 1], and that axis is dropped after
+            out = node.output[0]
+            if len(sa) == 1:
+                self.view(node, a_name + "__row", a_name, (1,) + tuple(sa))
+                a_name = a_name + "__row"
+            if len(sb) == 1:
+                self.view(node, b_name + "__col", b_name, tuple(sb) + (1,))
+                b_name = b_name + "__col"
+            inner = self.onnx.helper.make_node("MatMul", [a_name, b_name], [out + "__2d"], name=node.name)
+            self.op_MatMul(index, inner)
+            full = list(self.shape(out + "__2d"))
+            drop = ([len(full) - 1] if len(sb) == 1 else []) + ([len(full) - 2] if len(sa) == 1 else [])
+            return self.view(node, out, out + "__2d", [e for d, e in enumerate(full) if d not in drop])
         if len(sa) == 2 and len(sb) == 2:
             return self.lib(node, node.output[0], "matmul", [a_name, b_name])
         if len(sa) == 3 and len(sb) == 3 and sa[0] == sb[0]:
@@ -579,7 +675,7 @@ class _Importer:
         return self.comp(out, shape, self.dtype(src), names, "=", expr)
 
     def _binary(self, node, op_name: str, symbol: str):
-        a, b = node.input[0], node.input[1]
+        a, b = node.input[0], self.legacy_broadcast(node)
         for first, second, reverse in ((a, b, False), (b, a, True)):
             if self.is_const(second) and self.consts[second].size == 1 \
                     and self.consts[second].ndim <= len(self.shape(first)):
@@ -597,16 +693,13 @@ class _Importer:
         self._binary(node, "mul", "*")
 
     def op_Div(self, index, node):
-        a, b = node.input[0], node.input[1]
+        a, b = node.input[0], self.legacy_broadcast(node)
         if self.is_const(b) and self.consts[b].size == 1 and self.consts[b].ndim <= len(self.shape(a)):
             return self._scalar(node, node.output[0], a, "/", float(self.consts[b].reshape(())))
         self._binary(node, "div", "/")
 
-    def _unary_fn(self, node, fn: str):
-        shape = self.shape(node.input[0])
-        names = [f"i{d}" for d in range(len(shape))]
-        x = f"{self.operand(node.input[0])}[{', '.join(names)}]"
-        self.comp(node.output[0], shape, self.dtype(node.input[0]), names, "=", fn.replace("X", x))
+    def _unary_fn(self, node, fn: str, dtype: str | None = None):
+        self._unary_fn_named(node, node.output[0], node.input[0], fn, dtype)
 
     def op_Relu(self, index, node):
         self.lib(node, node.output[0], "relu", [node.input[0]])
@@ -633,14 +726,182 @@ class _Importer:
         self._unary_fn(node, "1 / X")
 
     def op_Pow(self, index, node):
-        e = self.const(node, 1, "exponent")
-        if e.size != 1:
-            self.fail(node, "only a scalar constant exponent is supported")
-        e = float(e.reshape(()))
+        b = self.legacy_broadcast(node)
         forms = {1.0: "X", 2.0: "X * X", 3.0: "X * X * X", 0.5: "sqrt(X)", -1.0: "1 / X", -0.5: "1 / sqrt(X)"}
-        if e not in forms:
-            self.fail(node, f"exponent {e:g} is not supported", "supported exponents: 1, 2, 3, 0.5, -1, -0.5")
-        self._unary_fn(node, forms[e])
+        if b in self.consts and self.consts[b].size == 1 and self.consts[b].ndim <= len(self.shape(node.input[0])) \
+                and float(self.consts[b].reshape(())) in forms:
+            return self._unary_fn(node, forms[float(self.consts[b].reshape(()))])
+        self.ew(node, node.output[0], [node.input[0], b], "pow({0}, {1})")
+
+    # ---------------------------------------------------------------- elementwise, any arity
+
+    def read(self, name: str, out_shape, names) -> str:
+        """`name` read at the point `names` of a (numpy-)broadcast result of `out_shape`:
+        a literal for a one-element constant, else an access (size-1 dimensions at 0)."""
+        if name in self.consts and self.consts[name].size == 1:
+            return _fmt_num(self.consts[name].reshape(()))
+        shape = tuple(self.shape(name))
+        off = len(out_shape) - len(shape)
+        idx = ["0" if (e == 1 and out_shape[off + d] != 1) else names[off + d] for d, e in enumerate(shape)]
+        return f"{self.operand(name)}[{', '.join(idx) or '0'}]"
+
+    def ew(self, node, out: str, inputs: list[str], template: str, dtype: str | None = None,
+           note: str = "") -> str:
+        """`out` = `template` (a format string: {0}, {1} ... are the inputs) at every point of
+        the inputs' numpy broadcast: one comprehension."""
+        try:
+            shape = tuple(np.broadcast_shapes(*[tuple(self.shape(i)) for i in inputs]))
+        except ValueError:
+            self.fail(node, "its inputs do not broadcast: " + " vs ".join(str(list(self.shape(i))) for i in inputs))
+        shape = shape or (1,)
+        names = [f"i{d}" for d in range(len(shape))]
+        reads = [self.read(i, shape, names) for i in inputs]
+        dtype = dtype or next((self.dtype(i) for i in inputs if i not in self.consts), self.dtype(inputs[0]))
+        return self.comp(out, shape, dtype, names, "=", template.format(*reads), note)
+
+    def _variadic(self, node, fold: str):
+        inputs = [i for i in node.input if i]
+        if len(inputs) == 1:
+            return self.alias(node, node.output[0], inputs[0])
+        if fold == "mean":
+            expr = "(" + " + ".join("{%d}" % k for k in range(len(inputs))) + f") / {len(inputs)}"
+        elif fold == "sum":
+            expr = " + ".join("{%d}" % k for k in range(len(inputs)))
+        else:
+            expr = "{0}"
+            for k in range(1, len(inputs)):
+                expr = f"{fold}({expr}, {{{k}}})"
+        if fold == "sum" and len(inputs) == 2 and self.version(node) >= 8:
+            return self.lib(node, node.output[0], "add", inputs)   # ResNet's residual Sum: an add
+        if self.version(node) < 8 and len({tuple(self.shape(i)) for i in inputs}) > 1:
+            self.fail(node, f"opset-{self.version(node)} {node.op_type} needs inputs of one shape, got "
+                            + ", ".join(str(list(self.shape(i))) for i in inputs))
+        self.ew(node, node.output[0], inputs, expr, note=node.op_type)
+
+    def op_Sum(self, index, node):
+        self._variadic(node, "sum")
+
+    def op_Mean(self, index, node):
+        self._variadic(node, "mean")
+
+    def op_Max(self, index, node):
+        self._variadic(node, "max")
+
+    def op_Min(self, index, node):
+        self._variadic(node, "min")
+
+    def _activation(self, node, template: str, **defaults):
+        a = self.attrs(node)
+        values = {k: _fmt_num(a.get(k, v)) for k, v in defaults.items()}
+        self.ew(node, node.output[0], [node.input[0]], template.format("{0}", **values), note=node.op_type)
+
+    def op_LeakyRelu(self, index, node):
+        self._activation(node, "max({0}, 0) + {alpha} * min({0}, 0)", alpha=0.01)
+
+    def op_Elu(self, index, node):
+        self._activation(node, "max({0}, 0) + {alpha} * (exp(min({0}, 0)) - 1)", alpha=1.0)
+
+    def op_Celu(self, index, node):
+        self._activation(node, "max({0}, 0) + min(0, {alpha} * (exp({0} / {alpha}) - 1))", alpha=1.0)
+
+    def op_Selu(self, index, node):
+        self._activation(node, "{gamma} * (max({0}, 0) + {alpha} * (exp(min({0}, 0)) - 1))",
+                         alpha=1.67326319217681884765625, gamma=1.05070102214813232421875)
+
+    def op_Softplus(self, index, node):   # log(1 + e^x), without overflow for large x
+        self._activation(node, "max({0}, 0) + log(1 + exp(-abs({0})))")
+
+    def op_Softsign(self, index, node):
+        self._activation(node, "{0} / (1 + abs({0}))")
+
+    def op_HardSigmoid(self, index, node):
+        self._activation(node, "max(0, min(1, {alpha} * {0} + {beta}))", alpha=0.2, beta=0.5)
+
+    def op_HardSwish(self, index, node):
+        self._activation(node, "{0} * max(0, min(1, {0} / 6 + 0.5))")
+
+    def op_Mish(self, index, node):
+        self._activation(node, "{0} * tanh(max({0}, 0) + log(1 + exp(-abs({0}))))")
+
+    def op_ThresholdedRelu(self, index, node):
+        self._activation(node, "select(less({alpha}, {0}), {0}, 0)", alpha=1.0)
+
+    def op_Shrink(self, index, node):
+        self._activation(node, "select(less({0}, -{lambd}), {0} + {bias}, select(less({lambd}, {0}), {0} - {bias}, 0))",
+                         lambd=0.5, bias=0.0)
+
+    def op_Log(self, index, node):
+        self._unary_fn(node, "log(X)")
+
+    def op_Floor(self, index, node):
+        self._unary_fn(node, "floor(X)")
+
+    def op_Ceil(self, index, node):
+        self._unary_fn(node, "-floor(-X)")
+
+    def op_Sign(self, index, node):
+        self._unary_fn(node, "less(0, X) - less(X, 0)")
+
+    def op_Not(self, index, node):
+        self._unary_fn(node, "1 - X")
+
+    def op_PRelu(self, index, node):
+        slope = node.input[1]
+        x_shape = self.shape(node.input[0])
+        s_shape = tuple(self.shape(slope))
+        if self.version(node) < 7 and len(x_shape) > 2 and s_shape == (x_shape[1],):
+            # opset 6: a slope per channel (axis 1), not numpy broadcasting
+            aligned = slope + "__channel"
+            if aligned not in self.consts and aligned not in self.values:
+                self.view(node, aligned, slope, s_shape + (1,) * (len(x_shape) - 2))
+            slope = aligned
+        self.ew(node, node.output[0], [node.input[0], slope], "max({0}, 0) + {1} * min({0}, 0)", note="PRelu")
+
+    def _compare(self, node, template: str):
+        b = self.legacy_broadcast(node)
+        self.ew(node, node.output[0], [node.input[0], b], template, dtype="i8", note=node.op_type)
+
+    def op_Equal(self, index, node):
+        self._compare(node, "equal({0}, {1})")
+
+    def op_Less(self, index, node):
+        self._compare(node, "less({0}, {1})")
+
+    def op_LessOrEqual(self, index, node):
+        self._compare(node, "less_equal({0}, {1})")
+
+    def op_Greater(self, index, node):
+        self._compare(node, "less({1}, {0})")
+
+    def op_GreaterOrEqual(self, index, node):
+        self._compare(node, "less_equal({1}, {0})")
+
+    def op_And(self, index, node):
+        self._compare(node, "{0} * {1}")
+
+    def op_Or(self, index, node):
+        self._compare(node, "max({0}, {1})")
+
+    def op_Xor(self, index, node):
+        self._compare(node, "abs({0} - {1})")
+
+    def op_Where(self, index, node):
+        c, a, b = node.input[:3]
+        dtype = next((self.dtype(i) for i in (a, b) if i not in self.consts), self.dtype(a))
+        self.ew(node, node.output[0], [c, a, b], "select({0}, {1}, {2})", dtype=dtype, note="Where")
+
+    def op_Expand(self, index, node):
+        target = tuple(int(d) for d in self.const(node, 1, "shape"))
+        shape = tuple(self.shape(node.input[0]))
+        try:
+            out = tuple(np.broadcast_shapes(shape, target))
+        except ValueError:
+            self.fail(node, f"{list(shape)} does not broadcast to {list(target)}")
+        if out == shape:
+            return self.alias(node, node.output[0], node.input[0])
+        names = [f"i{d}" for d in range(len(out))]
+        self.comp(node.output[0], out, self.dtype(node.input[0]), names, "=",
+                  self.read(node.input[0], out, names), "Expand")
 
     def op_Clip(self, index, node):
         a = self.attrs(node)
@@ -738,55 +999,684 @@ class _Importer:
         self.body = [l for l in self.body if l != f"tensor {dsl}: {dtype}{_shape_text(shape)}"
                      and not l.startswith((f"{dsl}[", f"{dsl} = "))]
 
-    # ---------------------------------------------------------------- normalisation and reductions
+    # ---------------------------------------------------------------- layout
+
+    def op_Transpose(self, index, node):
+        perm = self.attrs(node).get("perm")
+        rank = len(self.shape(node.input[0]))
+        perm = list(perm) if perm is not None else list(reversed(range(rank)))
+        self.lib(node, node.output[0], "transpose", [node.input[0]], perm=perm)
+
+    def op_Concat(self, index, node):
+        axis = self.attrs(node).get("axis", 1)   # required from opset 4; 1 before
+        inputs = [i for i in node.input if i and math.prod(self.shape(i)) > 0]
+        if len(inputs) == 1:
+            return self.alias(node, node.output[0], inputs[0])
+        self.lib(node, node.output[0], "concat", inputs, axis=axis)
+
+    # ---------------------------------------------------------------- dropout and casts (versioned)
+
+    def op_Dropout(self, index, node):  # inference: the identity (the mask output must be unused)
+        if len(node.output) > 1 and node.output[1] and self.consumers.get(node.output[1]):
+            self.fail(node, "its mask output is used; only inference Dropout is supported")
+        if self.version(node) >= 12 and len(node.input) > 2 and node.input[2]:
+            training = self.const(node, 2, "training_mode")
+            if bool(training.reshape(-1)[0]):
+                self.fail(node, "training-mode Dropout (random) is not supported")
+        self.alias(node, node.output[0], node.input[0])
+
+    def op_Cast(self, index, node):
+        code = self.attrs(node)["to"]
+        to = "f32" if code == 11 else _DTYPES.get(code)   # a cast to double computes in f32
+        if to is None:
+            self.fail(node, f"casts to {self.onnx.TensorProto.DataType.Name(code)}, which has no DSL type")
+        src = self.dtype(node.input[0])
+        if to == src and code != 9:
+            return self.alias(node, node.output[0], node.input[0])
+        if code == 9:                         # bool: 1 where non-zero
+            return self._unary_fn(node, "1 - equal(X, 0)", "i8")
+        if to in ("i8", "i32") and src in ("f32", "f16", "bf16"):   # ONNX truncates toward zero
+            return self._unary_fn(node, "select(less(X, 0), -floor(-X), floor(X))", to)
+        self._unary_fn(node, "X", to)
+
+    def op_CastLike(self, index, node):
+        node = self.onnx.helper.make_node("Cast", [node.input[0]], [node.output[0]], name=node.name,
+                                          to=self.onnx.helper.np_dtype_to_tensor_dtype(
+                                              np.dtype(_NP_DTYPE[self.dtype(node.input[1])])))
+        self.op_Cast(0, node)
+
+    # ---------------------------------------------------------------- slicing, splitting, padding, tiling
+
+    def _sliced(self, node, out: str, src: str, lo, step, out_shape, note: str) -> str:
+        """`out` = `src` read at lo[d] + step[d] * i_d (a slice; negative steps read backwards)."""
+        shape = self.shape(src)
+        rank = len(shape)
+        names = [f"i{d}" for d in range(rank)]
+        idx = []
+        for d in range(rank):
+            if (step[d], lo[d]) == (1, 0):
+                idx.append(names[d])
+            elif step[d] < 0:
+                idx.append(f"{lo[d]} - {-step[d]}*{names[d]}")
+            else:
+                idx.append(f"{step[d]}*{names[d]} + {lo[d]}")
+        # a sliced axis indexed directly ranges over the slice, not the whole input axis
+        bounds = [f"{names[d]} < {out_shape[d]}" for d in range(rank) if idx[d] == names[d] and out_shape[d] != shape[d]]
+        where = f" where {', '.join(bounds)}" if bounds else ""
+        return self.comp(out, out_shape, self.dtype(src), names, "=",
+                         f"{self.operand(src)}[{', '.join(idx)}]{where}", note)
+
+    def op_Slice(self, index, node):
+        shape = self.shape(node.input[0])
+        rank = len(shape)
+        if self.version(node) < 10:   # opset 1: starts, ends, axes are attributes
+            a = self.attrs(node)
+            if "starts" not in a or "ends" not in a:
+                self.fail(node, "opset-1 Slice needs its 'starts' and 'ends' attributes")
+            starts, ends = [int(v) for v in a["starts"]], [int(v) for v in a["ends"]]
+            axes = [int(v) for v in a.get("axes", range(len(starts)))]
+            steps = [1] * len(starts)
+        else:
+            starts = [int(v) for v in self.const(node, 1, "starts").reshape(-1)]
+            ends = [int(v) for v in self.const(node, 2, "ends").reshape(-1)]
+            axes = [int(v) for v in self.const(node, 3, "axes").reshape(-1)] if len(node.input) > 3 and node.input[3] \
+                else list(range(len(starts)))
+            steps = [int(v) for v in self.const(node, 4, "steps").reshape(-1)] if len(node.input) > 4 and node.input[4] \
+                else [1] * len(starts)
+        if not len(starts) == len(ends) == len(axes) == len(steps):
+            self.fail(node, f"starts, ends, axes and steps differ in length ({len(starts)}, {len(ends)}, {len(axes)}, "
+                            f"{len(steps)})")
+        lo, step, out_shape = [0] * rank, [1] * rank, list(shape)
+        for st, en, ax, sp in zip(starts, ends, axes, steps):
+            if not -rank <= ax < rank:
+                self.fail(node, f"axis {ax} is out of range for rank {rank}")
+            ax %= rank
+            if sp == 0:
+                self.fail(node, "a slice step of 0")
+            size = shape[ax]
+            st = st + size if st < 0 else st
+            en = en + size if en < 0 else en
+            if sp > 0:
+                st, en = max(0, min(size, st)), max(0, min(size, en))
+                count = max(0, -(-(en - st) // sp))
+            else:
+                st, en = max(0, min(size - 1, st)), max(-1, min(size - 1, en))
+                count = max(0, -(-(st - en) // -sp))
+            lo[ax], step[ax], out_shape[ax] = st, sp, count
+        if 0 in out_shape:
+            self.fail(node, f"the slice is empty (result shape {out_shape})")
+        if tuple(out_shape) == tuple(shape) and all(s == 1 for s in step):
+            return self.alias(node, node.output[0], node.input[0])
+        self._sliced(node, node.output[0], node.input[0], lo, step, out_shape, "Slice")
+
+    def op_Split(self, index, node):
+        a = self.attrs(node)
+        shape = self.shape(node.input[0])
+        axis = a.get("axis", 0) % len(shape)
+        outs = list(node.output)
+        if self.version(node) < 13 and "split" in a:
+            sizes = [int(v) for v in a["split"]]
+        elif self.version(node) >= 13 and len(node.input) > 1 and node.input[1]:
+            sizes = [int(v) for v in self.const(node, 1, "split").reshape(-1)]
+        else:
+            parts = a.get("num_outputs", len(outs))
+            each = -(-shape[axis] // parts)
+            sizes = [min(each, shape[axis] - k * each) for k in range(parts)]
+        if sum(sizes) != shape[axis] or len(sizes) != len(outs) or min(sizes) <= 0:
+            self.fail(node, f"split sizes {sizes} do not cut axis {axis} ({shape[axis]}) into {len(outs)} parts")
+        offset = 0
+        for name, size in zip(outs, sizes):
+            if name:
+                lo = [offset if d == axis else 0 for d in range(len(shape))]
+                out_shape = [size if d == axis else e for d, e in enumerate(shape)]
+                self._sliced(node, name, node.input[0], lo, [1] * len(shape), out_shape, "Split")
+            offset += size
+
+    def op_Pad(self, index, node):
+        a = self.attrs(node)
+        x = node.input[0]
+        shape = self.shape(x)
+        rank = len(shape)
+        mode = a.get("mode", "constant")
+        if self.version(node) < 11:
+            pads = [int(v) for v in a.get("pads", a.get("paddings", []))]
+            value = float(a.get("value", 0.0))
+        else:
+            pads = [int(v) for v in self.const(node, 1, "pads").reshape(-1)]
+            value = float(self.const(node, 2, "constant value").reshape(-1)[0]) \
+                if len(node.input) > 2 and node.input[2] else 0.0
+            if len(node.input) > 3 and node.input[3]:
+                axes = [int(v) % rank for v in self.const(node, 3, "axes").reshape(-1)]
+                full = [0] * (2 * rank)
+                for k, ax in enumerate(axes):
+                    full[ax], full[ax + rank] = pads[k], pads[k + len(axes)]
+                pads = full
+        if len(pads) != 2 * rank:
+            self.fail(node, f"{len(pads)} pads for a rank-{rank} input (expected {2 * rank})")
+        begin, end = pads[:rank], pads[rank:]
+        out_shape = [e + b + f for e, b, f in zip(shape, begin, end)]
+        if min(out_shape) <= 0:
+            self.fail(node, f"the padded shape {out_shape} is empty")
+        if not any(pads):
+            return self.alias(node, node.output[0], x)
+        out = node.output[0]
+        names = [f"i{d}" for d in range(rank)]
+        if mode == "constant":
+            src = x
+            if value != 0.0:    # reads outside give 0: pad (x - v), then add v back
+                src = self._unary_fn_named(node, out + "_shifted", x, f"X - {_fmt_num(value)}")
+            idx = [f"{n} - {b}" if b > 0 else (f"{n} + {-b}" if b < 0 else n) for n, b in zip(names, begin)]
+            bounds = [f"{names[d]} < {out_shape[d]}" for d in range(rank) if begin[d] == 0 and out_shape[d] != shape[d]]
+            expr = f"{self.operand(src)}[{', '.join(idx)}]" + (f" + {_fmt_num(value)}" if value != 0.0 else "")
+            self.comp(out, out_shape, self.dtype(x), names, "=",
+                      expr + (f" where {', '.join(bounds)}" if bounds else ""), "Pad")
+            return
+        if mode not in ("reflect", "edge", "wrap"):
+            self.fail(node, f"pad mode '{mode}' is not supported", "supported: constant, reflect, edge, wrap")
+        if min(pads) < 0:
+            self.fail(node, f"negative pads with mode '{mode}'")
+        cur = x
+        for d in range(rank):
+            b, f = begin[d], end[d]
+            if not b and not f:
+                continue
+            n = self.shape(cur)[d]
+            if mode == "reflect" and max(b, f) >= n or mode == "wrap" and max(b, f) > n:
+                self.fail(node, f"{mode} padding of {max(b, f)} on an axis of {n}")
+            pieces = []
+            for side, count in (("left", b), ("right", f)):
+                if not count:
+                    pieces.append(None)
+                    continue
+                src_shape = list(self.shape(cur))
+                piece_shape = [count if k == d else e for k, e in enumerate(src_shape)]
+                if mode == "edge":
+                    at = "0" if side == "left" else str(n - 1)
+                elif mode == "reflect":
+                    at = f"{count} - {names[d]}" if side == "left" else f"{n - 2} - {names[d]}"
+                else:   # wrap
+                    at = f"{names[d]} + {n - count}" if side == "left" else names[d]
+                idx = [at if k == d else names[k] for k in range(rank)]
+                bound = f" where {names[d]} < {count}" if at == names[d] and count != n else ""
+                name = f"{out}_{side}{d}"
+                self.comp(name, piece_shape, self.dtype(x), names, "=",
+                          f"{self.operand(cur)}[{', '.join(idx)}]{bound}", f"Pad {mode}")
+                pieces.append(name)
+            parts = [p for p in (pieces[0], cur, pieces[1]) if p is not None]
+            nxt = out if all(not begin[k] and not end[k] for k in range(d + 1, rank)) else f"{out}_pad{d}"
+            self.lib(node, nxt, "concat", parts, axis=d)
+            cur = nxt
+
+    def _unary_fn_named(self, node, out: str, src: str, fn: str, dtype: str | None = None) -> str:
+        shape = self.shape(src)
+        names = [f"i{d}" for d in range(len(shape))]
+        x = f"{self.operand(src)}[{', '.join(names)}]"
+        self.comp(out, shape, dtype or self.dtype(src), names, "=", fn.replace("X", x))
+        return out
+
+    def op_Tile(self, index, node):
+        repeats = [int(r) for r in self.const(node, 1, "repeats").reshape(-1)]
+        shape = self.shape(node.input[0])
+        if len(repeats) != len(shape) or min(repeats) < 1:
+            self.fail(node, f"repeats {repeats} do not fit a rank-{len(shape)} input")
+        if all(r == 1 for r in repeats):
+            return self.alias(node, node.output[0], node.input[0])
+        # T[j0, i0, j1, i1, ...] = X[i0, i1, ...] (j_d the copy), viewed as [r0*n0, r1*n1, ...]
+        lhs, big, src = [], [], []
+        for d, (r, e) in enumerate(zip(repeats, shape)):
+            if r > 1:
+                lhs.append(f"j{d}")
+                big.append(r)
+            lhs.append(f"i{d}")
+            big.append(e)
+            src.append(f"i{d}")
+        self.comp(node.output[0] + "_tiled", big, self.dtype(node.input[0]), lhs, "=",
+                  f"{self.operand(node.input[0])}[{', '.join(src)}]", "Tile")
+        self.view(node, node.output[0], node.output[0] + "_tiled", [r * e for r, e in zip(repeats, shape)])
+
+    def op_Trilu(self, index, node):
+        shape = self.shape(node.input[0])
+        k = int(self.const(node, 1, "k").reshape(-1)[0]) if len(node.input) > 1 and node.input[1] else 0
+        upper = self.attrs(node).get("upper", 1)
+        rows, cols = shape[-2:]
+        i, j = np.arange(rows)[:, None], np.arange(cols)[None, :]
+        mask = (j - i >= k) if upper else (j - i <= k)
+        self.consts[node.output[0] + "_mask"] = mask.astype(np.float32)
+        self.ew(node, node.output[0], [node.output[0] + "_mask", node.input[0]], "select({0}, {1}, 0)",
+                dtype=self.dtype(node.input[0]), note="Trilu")
+
+    # ---------------------------------------------------------------- gathering
+
+    def op_Gather(self, index, node):
+        shape = self.shape(node.input[0])
+        axis = self.attrs(node).get("axis", 0) % len(shape)
+        idx_name = node.input[1]
+        size = shape[axis]
+        data = self.operand(node.input[0])
+        if idx_name in self.consts:
+            indices = self.consts[idx_name].astype(np.int64)
+            if ((indices < -size) | (indices >= size)).any():
+                self.fail(node, f"an index is out of range for axis {axis} of size {size}")
+            indices = indices % size
+            flat = indices.reshape(-1)
+            step = int(flat[1] - flat[0]) if flat.size > 1 else 1
+            if indices.ndim <= 1 and (flat.size == 1 or (step > 0 and (np.diff(flat) == step).all())):
+                # a scalar, or an arithmetic run: an affine read
+                start = int(flat[0])
+                names = [f"i{d}" for d in range(len(shape))]
+                at = str(start) if indices.ndim == 0 else (f"{step}*j0 + {start}" if (step, start) != (1, 0) else "j0")
+                src = [at if d == axis else names[d] for d in range(len(shape))]
+                lhs = [names[d] if d != axis else "j0" for d in range(len(shape)) if d != axis or indices.ndim == 1]
+                out_shape = [e if d != axis else flat.size for d, e in enumerate(shape) if d != axis or indices.ndim == 1]
+                bound = f" where j0 < {flat.size}" if at == "j0" and flat.size != size else ""
+                self.comp(node.output[0], out_shape, self.dtype(node.input[0]), lhs, "=",
+                          f"{data}[{', '.join(src)}]{bound}", "Gather")
+                return
+        # Runtime (or irregular) indices: a one-hot sum over the gathered axis,
+        # out[.., j.., ..] = sum_k (I[j..] == k) * X[.., k, ..]; negative indices count from the end.
+        ishape = tuple(self.shape(idx_name))
+        pre = [f"i{d}" for d in range(axis)]
+        post = [f"i{d}" for d in range(axis + 1, len(shape))]
+        jn = [f"j{d}" for d in range(len(ishape))]
+        ref = f"{self.operand(idx_name)}[{', '.join(jn) or '0'}]"
+        self.consts[node.output[0] + "_iota"] = np.arange(size, dtype=np.int32)
+        iota = self.operand(node.output[0] + "_iota")
+        src = pre + ["k0"] + post
+        out_shape = list(shape[:axis]) + list(ishape) + list(shape[axis + 1:])
+        self.comp(node.output[0], out_shape, self.dtype(node.input[0]), pre + jn + post, "+=",
+                  f"equal({ref} + {size} * less({ref}, 0), {iota}[k0]) * {data}[{', '.join(src)}]",
+                  "Gather, runtime indices (one-hot)")
+
+    # ---------------------------------------------------------------- contractions (any rank)
+
+    def _conv_generic(self, node, out: str, x: str, w: str, strides, dil, begin, end, groups: int,
+                      note: str = "Conv") -> str:
+        """An N-D (grouped, dilated, strided, asymmetrically padded) convolution as one
+        comprehension: out[n, f, o..] += X[n, c, s*o + d*k - p ..] * W[f, c, k..]; groups
+        compute [N, G, F/G, o..], viewed as [N, F, o..]."""
+        xs, ws = self.shape(x), self.shape(w)
+        nd = len(xs) - 2
+        n, c = xs[:2]
+        f, cg = ws[:2]
+        ks = ws[2:]
+        if len(ws) != len(xs) or c != cg * groups or f % groups:
+            self.fail(node, f"weight {list(ws)} does not fit input {list(xs)} with group={groups}")
+        outs = [(xs[2 + d] + begin[d] + end[d] - dil[d] * (ks[d] - 1) - 1) // strides[d] + 1 for d in range(nd)]
+        if min(outs, default=1) <= 0:
+            self.fail(node, f"the output would be empty ({outs})")
+        o = [f"i{d}" for d in range(nd)]
+        k = [f"k{d}" for d in range(nd)]
+
+        def at(d):
+            terms = [f"{strides[d]}*{o[d]}" if strides[d] != 1 else o[d], f"{dil[d]}*{k[d]}" if dil[d] != 1 else k[d]]
+            p = begin[d]
+            return " + ".join(terms) + (f" - {p}" if p > 0 else (f" + {-p}" if p < 0 else ""))
+        xn, wn = self.operand(x), self.operand(w)
+        dtype = self.dtype(x)
+        if groups == 1:
+            return self.comp(out, [n, f] + outs, dtype, ["b0", "j0"] + o, "+=",
+                             f"{xn}[b0, a0, {', '.join(at(d) for d in range(nd))}] * {wn}[j0, a0, {', '.join(k)}]",
+                             note)
+        fg = f // groups
+        self.comp(out + "_groups", [n, groups, fg] + outs, dtype, ["b0", "g", "j0"] + o, "+=",
+                  f"{xn}[b0, {cg}*g + a0, {', '.join(at(d) for d in range(nd))}] * "
+                  f"{wn}[{fg}*g + j0, a0, {', '.join(k)}]", note + ", grouped")
+        self.view(node, out, out + "_groups", [n, f] + outs)
+        return out
+
+    def _conv_pads(self, node, a, xs, ks, strides, dil):
+        nd = len(xs) - 2
+        pads = list(a.get("pads", [0] * 2 * nd))
+        auto = a.get("auto_pad", "NOTSET")
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            pads = [0] * 2 * nd
+            for d in range(nd):
+                out = -(-xs[2 + d] // strides[d])
+                total = max(0, (out - 1) * strides[d] + dil[d] * (ks[d] - 1) + 1 - xs[2 + d])
+                small, big = total // 2, total - total // 2
+                pads[d], pads[d + nd] = (small, big) if auto == "SAME_UPPER" else (big, small)
+        elif auto == "VALID":
+            pads = [0] * 2 * nd
+        elif auto != "NOTSET":
+            self.fail(node, f"auto_pad={auto!r} is not supported")
+        if len(pads) != 2 * nd:
+            self.fail(node, f"{len(pads)} pads for {nd} spatial dimensions")
+        return pads[:nd], pads[nd:]
+
+    def _channel_bias(self, node, out: str, y: str, b: str) -> None:
+        shape = self.shape(y)
+        if len(shape) == 4:
+            self.lib(node, out, "bias_add", [y, b])
+            return
+        aligned = b + f"__rank{len(shape)}"
+        if aligned not in self.consts and aligned not in self.values:
+            self.view(node, aligned, b, (shape[1],) + (1,) * (len(shape) - 2))
+        self.ew(node, out, [y, aligned], "{0} + {1}", note="bias")
+
+    def op_Conv(self, index, node):
+        a = self.attrs(node)
+        x_shape = self.shape(node.input[0])
+        w_shape = self.shape(node.input[1])
+        nd = len(x_shape) - 2
+        if nd < 1 or len(w_shape) != len(x_shape):
+            self.fail(node, f"input {list(x_shape)} and weight {list(w_shape)} are not an N-D convolution")
+        groups = a.get("group", 1)
+        strides = list(a.get("strides", [1] * nd))
+        dil = list(a.get("dilations", [1] * nd))
+        begin, end = self._conv_pads(node, a, x_shape, w_shape[2:], strides, dil)
+        out = node.output[0]
+        has_bias = len(node.input) > 2 and node.input[2]
+        conv_out = out + "_conv" if has_bias else out
+        c, f = x_shape[1], w_shape[0]
+        square = nd == 2 and strides[0] == strides[1] and dil[0] == dil[1] and len(set(begin + end)) == 1
+        if square and groups == c == f and w_shape[1] == 1 and dil[0] == 1:
+            self.lib(node, conv_out, "depthwise_conv2d", [node.input[0], node.input[1]],
+                     stride=strides[0], padding=begin[0])
+        elif square:
+            kw = {"stride": strides[0], "padding": begin[0]}
+            if dil[0] != 1:
+                kw["dilation"] = dil[0]
+            if groups != 1:
+                kw["groups"] = groups
+            self.lib(node, conv_out, "conv2d", [node.input[0], node.input[1]], **kw)
+        else:
+            self._conv_generic(node, conv_out, node.input[0], node.input[1], strides, dil, begin, end, groups,
+                               f"Conv {nd}-D")
+        if has_bias:
+            self._channel_bias(node, out, conv_out, node.input[2])
+
+    def op_ConvTranspose(self, index, node):
+        """The transposed convolution as a convolution: the input spread by the strides
+        (zeros between its points: T[.., i, t, ..] = X[.., i + S*t, ..], t > 0 reading outside),
+        then an ordinary convolution with the flipped, transposed kernel."""
+        a = self.attrs(node)
+        x, xs = node.input[0], self.shape(node.input[0])
+        w = self.const(node, 1, "weight")
+        nd = len(xs) - 2
+        groups = a.get("group", 1)
+        c, fg = w.shape[:2]
+        ks = list(w.shape[2:])
+        strides = list(a.get("strides", [1] * nd))
+        dil = list(a.get("dilations", [1] * nd))
+        out_pad = list(a.get("output_padding", [0] * nd))
+        if c != xs[1] or c % groups:
+            self.fail(node, f"weight {list(w.shape)} does not fit input {list(xs)} with group={groups}")
+        if "output_shape" in a:
+            want = list(a["output_shape"])[-nd:]
+            begin, end = [], []
+            for d in range(nd):
+                total = strides[d] * (xs[2 + d] - 1) + out_pad[d] + (ks[d] - 1) * dil[d] + 1 - want[d]
+                upper = a.get("auto_pad", "NOTSET") == "SAME_UPPER"
+                begin.append(total // 2 if upper else total - total // 2)
+                end.append(total - begin[-1])
+        elif a.get("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
+            begin, end = [], []
+            for d in range(nd):
+                total = strides[d] * (xs[2 + d] - 1) + out_pad[d] + (ks[d] - 1) * dil[d] + 1 - xs[2 + d] * strides[d]
+                total = max(total, 0)
+                first = total // 2 if a["auto_pad"] == "SAME_UPPER" else total - total // 2
+                begin.append(first)
+                end.append(total - first)
+        else:
+            pads = list(a.get("pads", [0] * 2 * nd))
+            begin, end = pads[:nd], pads[nd:]
+        outs = [strides[d] * (xs[2 + d] - 1) + out_pad[d] + (ks[d] - 1) * dil[d] + 1 - begin[d] - end[d]
+                for d in range(nd)]
+        if min(outs) <= 0:
+            self.fail(node, f"the output would be empty ({outs})")
+        # spread the input by the strides
+        src = x
+        if any(s > 1 for s in strides):
+            lhs, big, idx = ["b0", "a0"], list(xs[:2]), ["b0", "a0"]
+            for d in range(nd):
+                lhs.append(f"i{d}")
+                big.append(xs[2 + d])
+                if strides[d] > 1:
+                    lhs.append(f"j{d}")
+                    big.append(strides[d])
+                    idx.append(f"i{d} + {xs[2 + d]}*j{d}")
+                else:
+                    idx.append(f"i{d}")
+            self.comp(node.output[0] + "_spread", big, self.dtype(x), lhs, "=",
+                      f"{self.operand(x)}[{', '.join(idx)}]", "ConvTranspose: the input spread by the strides")
+            src = node.output[0] + "_spread"
+            self.view(node, src + "_v", src, list(xs[:2]) + [xs[2 + d] * strides[d] for d in range(nd)])
+            src = src + "_v"
+        # W[c, f/g, k..] -> V[g*fg + f, c', K-1-k..] (flipped; per group, channels swapped)
+        cg = c // groups
+        flipped = np.flip(w, axis=tuple(range(2, 2 + nd)))
+        v = np.concatenate([np.swapaxes(flipped[g * cg:(g + 1) * cg], 0, 1) for g in range(groups)], axis=0)
+        self.consts[node.output[0] + "_kernel"] = np.ascontiguousarray(v)
+        spread = [xs[2 + d] * strides[d] for d in range(nd)]
+        cbegin = [dil[d] * (ks[d] - 1) - begin[d] for d in range(nd)]
+        cend = [outs[d] - spread[d] - cbegin[d] + dil[d] * (ks[d] - 1) for d in range(nd)]
+        out = node.output[0]
+        has_bias = len(node.input) > 2 and node.input[2]
+        conv_out = out + "_conv" if has_bias else out
+        self._conv_generic(node, conv_out, src, out + "_kernel", [1] * nd, dil, cbegin, cend, groups,
+                           "ConvTranspose")
+        if has_bias:
+            self._channel_bias(node, out, conv_out, node.input[2])
+
+    def op_Einsum(self, index, node):
+        eq = self.attrs(node)["equation"].replace(" ", "")
+        if "..." in eq:
+            self.fail(node, f"einsum '{eq}' with an ellipsis is not supported")
+        lhs_text, _, rhs_text = eq.partition("->")
+        terms = lhs_text.split(",")
+        inputs = [i for i in node.input]
+        if len(terms) != len(inputs):
+            self.fail(node, f"einsum '{eq}' names {len(terms)} operands, the node has {len(inputs)}")
+        extents = {}
+        for t, name in zip(terms, inputs):
+            shape = self.shape(name)
+            if len(t) != len(shape):
+                self.fail(node, f"einsum term '{t}' does not fit '{name}' {list(shape)}")
+            for ch, e in zip(t, shape):
+                if extents.setdefault(ch, e) != e:
+                    self.fail(node, f"einsum index '{ch}' is {extents[ch]} and {e}")
+        if "->" not in eq:
+            rhs_text = "".join(sorted(ch for ch in extents if lhs_text.count(ch) == 1))
+        letters = {ch: f"a{k}" for k, ch in enumerate(extents)}
+        reads = [f"{self.operand(name)}[{', '.join(letters[ch] for ch in t)}]" for t, name in zip(terms, inputs)]
+        reduce = "+=" if set(extents) - set(rhs_text) else "="
+        self.comp(node.output[0], [extents[ch] for ch in rhs_text], self.dtype(inputs[0]),
+                  [letters[ch] for ch in rhs_text], reduce, " * ".join(reads), f"Einsum {eq}")
+
+    # ---------------------------------------------------------------- normalisation
+
+    def _softmax(self, node, log: bool):
+        x = node.input[0]
+        shape = self.shape(x)
+        rank = len(shape)
+        v = self.version(node)
+        axis = self.attrs(node).get("axis", -1 if v >= 13 else 1)
+        if not -rank <= axis < rank:
+            self.fail(node, f"axis {axis} is out of range for rank {rank}")
+        axis %= rank
+        out = node.output[0]
+        if v < 13 and math.prod(shape[axis + 1:]) != 1:
+            # before opset 13: over the input flattened to 2-D at `axis`
+            flat = (math.prod(shape[:axis]), math.prod(shape[axis:]))
+            self.view(node, x + "__2d", x, flat)
+            self._softmax_core(node, out + "_2d", x + "__2d", 1, log)
+            return self.view(node, out, out + "_2d", shape)
+        self._softmax_core(node, out, x, axis, log)
+
+    def _softmax_core(self, node, out: str, x: str, axis: int, log: bool):
+        shape = self.shape(x)
+        if not log:
+            return self.lib(node, out, "softmax", [x], axis=axis - len(shape))
+        names = [f"i{d}" for d in range(len(shape))]
+        keep = [f"u{d}" if d == axis else names[d] for d in range(len(shape))]
+        red = [f"k{d}" if d == axis else names[d] for d in range(len(shape))]
+        keep_shape = [1 if d == axis else e for d, e in enumerate(shape)]
+        xs = self.operand(x)
+        dtype = self.dtype(x)
+        m = self.comp(out + "_max", keep_shape, dtype, keep, "max=", f"{xs}[{', '.join(red)}]")
+        bcast = [("0" if d == axis else names[d]) for d in range(len(shape))]
+        s = self.comp(out + "_sum", keep_shape, dtype, keep, "+=",
+                      f"exp({xs}[{', '.join(red)}] - {m}[{', '.join(keep)}])")
+        self.comp(out, shape, dtype, names, "=",
+                  f"{xs}[{', '.join(names)}] - {m}[{', '.join(bcast)}] - log({s}[{', '.join(bcast)}])", "LogSoftmax")
 
     def op_Softmax(self, index, node):
-        shape = self.shape(node.input[0])
-        axis = self.attrs(node).get("axis", -1 if self.opset >= 13 else 1)
-        axis = axis + len(shape) if axis < 0 else axis
-        if self.opset < 13 and axis != len(shape) - 1:
-            self.fail(node, f"opset {self.opset} Softmax flattens from axis {axis}; only the last axis is supported")
-        self.lib(node, node.output[0], "softmax", [node.input[0]], axis=axis - len(shape))
+        self._softmax(node, False)
+
+    def op_LogSoftmax(self, index, node):
+        self._softmax(node, True)
 
     def op_LayerNormalization(self, index, node):
         a = self.attrs(node)
-        shape = self.shape(node.input[0])
-        axis = a.get("axis", -1)
-        if axis % len(shape) != len(shape) - 1:
-            self.fail(node, "only normalisation over the last axis is supported")
+        x = node.input[0]
+        shape = self.shape(x)
+        axis = a.get("axis", -1) % len(shape)
         for extra in node.output[1:]:
             if extra and self.consumers.get(extra):
                 self.fail(node, "its mean/inv-std-dev outputs are used; only the first output is supported")
-        d = shape[-1]
+        d = math.prod(shape[axis:])
+        gamma = node.input[1]
         bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        out = node.output[0]
         if bias is None:
-            self.consts[node.output[0] + "_beta"] = np.zeros(d, np.float32)
-            bias = node.output[0] + "_beta"
-        self.lib(node, node.output[0], "layernorm", [node.input[0], node.input[1], bias],
+            self.consts[out + "_beta"] = np.zeros(d, np.float32)
+            bias = out + "_beta"
+        if axis == len(shape) - 1:
+            return self.lib(node, out, "layernorm", [x, gamma, bias], eps=float(a.get("epsilon", 1e-5)))
+        # over the trailing axes from `axis`: on the input flattened there
+        flat = (math.prod(shape[:axis]), d)
+        g, b = self.const(node, 1, "scale"), self.consts[bias] if bias in self.consts else self.const(node, 2, "bias")
+        self.consts[out + "_g1"] = np.broadcast_to(g, shape[axis:]).reshape(d).astype(np.float32)
+        self.consts[out + "_b1"] = np.broadcast_to(b, shape[axis:]).reshape(d).astype(np.float32)
+        self.view(node, x + "__2d", x, flat)
+        self.lib(node, out + "_2d", "layernorm", [x + "__2d", out + "_g1", out + "_b1"],
                  eps=float(a.get("epsilon", 1e-5)))
+        self.view(node, out, out + "_2d", shape)
+
+    def op_RMSNormalization(self, index, node):   # opset 23: x / sqrt(mean(x^2) + eps) * scale
+        a = self.attrs(node)
+        x = node.input[0]
+        shape = self.shape(x)
+        axis = a.get("axis", -1) % len(shape)
+        rows, d = math.prod(shape[:axis]), math.prod(shape[axis:])
+        out = node.output[0]
+        scale = self.const(node, 1, "scale")
+        self.consts[out + "_scale"] = np.broadcast_to(scale, shape[axis:]).reshape(d).astype(np.float32)
+        self.view(node, x + "__2d", x, (rows, d))
+        xs = self.operand(x + "__2d")
+        ms = self.comp(out + "_ms", (rows,), "f32", ["i0"], "+=", f"{xs}[i0, i1] * {xs}[i0, i1] / {d}")
+        eps = _fmt_num(float(a.get("epsilon", 1e-5)))
+        self.comp(out + "_2d", (rows, d), self.dtype(x), ["i0", "i1"], "=",
+                  f"{xs}[i0, i1] / sqrt({ms}[i0] + {eps}) * {self.operand(out + '_scale')}[i1]", "RMSNormalization")
+        self.view(node, out, out + "_2d", shape)
 
     def op_BatchNormalization(self, index, node):
         a = self.attrs(node)
+        v = self.version(node)
         scale, bias = self.const(node, 1, "scale"), self.const(node, 2, "bias")
         mean, var = self.const(node, 3, "mean"), self.const(node, 4, "variance")
-        if a.get("training_mode", 0):
-            self.fail(node, "training-mode BatchNormalization is not supported")
+        extra = [o for o in node.output[1:] if o]
+        if a.get("training_mode", 0) or (v < 14 and extra) or (v < 7 and a.get("is_test", 0) == 0 and extra):
+            self.fail(node, "training-mode BatchNormalization (batch statistics) is not supported",
+                      "export the model in eval mode")
         inv = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + float(a.get("epsilon", 1e-5)))
+        shift = bias - mean * inv
         out = node.output[0]
+        x_shape = self.shape(node.input[0])
+        if inv.shape != (x_shape[1],):
+            # spatial=0 (opset 7-8): a scale and shift per activation, [C, H, W]
+            self.consts[out + "_scale"] = inv.astype(np.float32)
+            self.consts[out + "_shift"] = shift.astype(np.float32)
+            self.lib(node, out + "_scaled", "mul", [node.input[0], out + "_scale"])
+            return self.lib(node, out, "add", [out + "_scaled", out + "_shift"])
         self.consts[out + "_scale"] = inv.astype(np.float32)
-        self.consts[out + "_shift"] = (bias - mean * inv).astype(np.float32)
+        self.consts[out + "_shift"] = shift.astype(np.float32)
         self.lib(node, out, "batchnorm", [node.input[0], out + "_scale", out + "_shift"])
+
+    def _stats(self, node, out: str, xv: str, keep: int):
+        """mean and variance of `xv` over its axes after the first `keep`: two tensors of
+        its first `keep` dimensions."""
+        shape = self.shape(xv)
+        names = [f"i{d}" for d in range(len(shape))]
+        count = math.prod(shape[keep:])
+        x = f"{self.operand(xv)}[{', '.join(names)}]"
+        mean = self.comp(out + "_mean", shape[:keep], "f32", names[:keep], "+=", f"{x} / {count}")
+        m = f"{mean}[{', '.join(names[:keep])}]"
+        var = self.comp(out + "_var", shape[:keep], "f32", names[:keep], "+=", f"({x} - {m}) * ({x} - {m}) / {count}")
+        return mean, var
+
+    def op_InstanceNormalization(self, index, node):
+        x = node.input[0]
+        shape = self.shape(x)
+        eps = float(self.attrs(node).get("epsilon", 1e-5))
+        out = node.output[0]
+        mean, var = self._stats(node, out, x, 2)
+        names = [f"i{d}" for d in range(len(shape))]
+        xs = f"{self.operand(x)}[{', '.join(names)}]"
+        scale, bias = self.operand(node.input[1]), self.operand(node.input[2])
+        self.comp(out, shape, self.dtype(x), names, "=",
+                  f"({xs} - {mean}[i0, i1]) / sqrt({var}[i0, i1] + {_fmt_num(eps)}) * {scale}[i1] + {bias}[i1]",
+                  "InstanceNormalization")
+
+    def op_GroupNormalization(self, index, node):
+        a = self.attrs(node)
+        x = node.input[0]
+        shape = self.shape(x)
+        groups = int(a["num_groups"])
+        n, c = shape[:2]
+        if c % groups:
+            self.fail(node, f"num_groups={groups} does not divide {c} channels")
+        cg, rest = c // groups, math.prod(shape[2:])
+        scale, bias = self.const(node, 1, "scale"), self.const(node, 2, "bias")
+        if scale.size == groups and groups != c:   # opset 18: one scale per group
+            scale, bias = np.repeat(scale, cg), np.repeat(bias, cg)
+        if scale.size != c:
+            self.fail(node, f"scale {list(scale.shape)} is neither per channel ({c}) nor per group ({groups})")
+        out = node.output[0]
+        self.consts[out + "_g"] = scale.reshape(groups, cg).astype(np.float32)
+        self.consts[out + "_b"] = bias.reshape(groups, cg).astype(np.float32)
+        self.view(node, x + "__groups", x, (n, groups, cg, rest))
+        mean, var = self._stats(node, out, x + "__groups", 2)
+        xs = f"{self.operand(x + '__groups')}[i0, i1, i2, i3]"
+        eps = _fmt_num(float(a.get("epsilon", 1e-5)))
+        g, b = self.operand(out + "_g"), self.operand(out + "_b")
+        self.comp(out + "_4d", (n, groups, cg, rest), self.dtype(x), ["i0", "i1", "i2", "i3"], "=",
+                  f"({xs} - {mean}[i0, i1]) / sqrt({var}[i0, i1] + {eps}) * {g}[i1, i2] + {b}[i1, i2]",
+                  "GroupNormalization")
+        self.view(node, out, out + "_4d", shape)
+
+    def op_LRN(self, index, node):
+        a = self.attrs(node)
+        x = node.input[0]
+        shape = self.shape(x)
+        size = int(a["size"])
+        alpha, beta, bias = float(a.get("alpha", 1e-4)), float(a.get("beta", 0.75)), float(a.get("bias", 1.0))
+        lo = (size - 1) // 2
+        names = [f"i{d}" for d in range(len(shape))]
+        xs = self.operand(x)
+        shifted = f"{xs}[{', '.join(['i0', f'i1 + k0 - {lo}' if lo else 'i1 + k0'] + names[2:])}]"
+        out = node.output[0]
+        sq = self.comp(out + "_sq", shape, "f32", names, "+=", f"{shifted} * {shifted} where k0 < {size}")
+        own = f"{xs}[{', '.join(names)}]"
+        self.comp(out, shape, self.dtype(x), names, "=",
+                  f"{own} / pow({_fmt_num(bias)} + {_fmt_num(alpha / size)} * {sq}[{', '.join(names)}], "
+                  f"{_fmt_num(beta)})", f"LRN size {size}")
+
+    # ---------------------------------------------------------------- reductions
 
     def _reduce(self, index, node, kind: str):
         a = self.attrs(node)
-        shape = self.shape(node.input[0])
+        x = node.input[0]
+        shape = self.shape(x)
         rank = len(shape)
         axes = self._axes(node, 1)
         if axes is None or not axes:
             if a.get("noop_with_empty_axes", 0):
-                return self.alias(node, node.output[0], node.input[0])
+                return self.alias(node, node.output[0], x)
             axes = list(range(rank))
-        axes = sorted({x % rank for x in axes})
+        if any(not -rank <= ax < rank for ax in axes):
+            self.fail(node, f"axes {axes} are out of range for rank {rank}")
+        axes = sorted({ax % rank for ax in axes})
         keep = a.get("keepdims", 1)
         names = [f"i{d}" if d not in axes else f"k{d}" for d in range(rank)]
         lhs, out_shape, u = [], [], 0
@@ -798,13 +1688,36 @@ class _Importer:
                 lhs.append(f"u{u}")
                 u += 1
                 out_shape.append(1)
-        x = f"{self.operand(node.input[0])}[{', '.join(names)}]"
+        xs = f"{self.operand(x)}[{', '.join(names)}]"
         count = math.prod(shape[d] for d in axes)
-        if kind == "mean":
-            self.comp(node.output[0], out_shape, self.dtype(node.input[0]), lhs, "+=",
-                      f"{x} / {count}")   # not "* (1/n)": exact, and no einsum over unread loops
-        else:
-            self.comp(node.output[0], out_shape, self.dtype(node.input[0]), lhs, "+=" if kind == "sum" else "max=", x)
+        dtype = self.dtype(x)
+        out = node.output[0]
+        on = [f"i{d}" for d in range(len(out_shape))]
+        at = f"[{', '.join(on)}]"
+        simple = {"sum": ("+=", xs), "mean": ("+=", f"{xs} / {count}"),   # not "* (1/n)": exact
+                  "max": ("max=", xs), "l1": ("+=", f"abs({xs})"), "sumsquare": ("+=", f"{xs} * {xs}")}
+        if kind in simple:
+            op, expr = simple[kind]
+            self.comp(out, out_shape, dtype, lhs, op, expr)
+        elif kind == "min":
+            t = self.comp(out + "_neg", out_shape, dtype, lhs, "max=", f"-{xs}")
+            self.comp(out, out_shape, dtype, on, "=", f"-{t}{at}", "ReduceMin")
+        elif kind in ("l2", "logsum"):
+            t = self.comp(out + "_sum", out_shape, "f32", lhs, "+=", f"{xs} * {xs}" if kind == "l2" else xs)
+            self.comp(out, out_shape, dtype, on, "=", f"{'sqrt' if kind == 'l2' else 'log'}({t}{at})", node.op_type)
+        elif kind == "logsumexp":
+            m = self.comp(out + "_max", out_shape, "f32", lhs, "max=", xs)
+            s = self.comp(out + "_sum", out_shape, "f32", lhs, "+=", f"exp({xs} - {m}[{', '.join(lhs)}])")
+            self.comp(out, out_shape, dtype, on, "=", f"log({s}{at}) + {m}{at}", "ReduceLogSumExp")
+        elif kind == "prod":
+            if count > 64:
+                self.fail(node, f"a product over {count} elements (at most 64 are written out)")
+            import itertools
+            factors = []
+            for combo in itertools.product(*[range(shape[d]) for d in axes]):
+                pick = dict(zip(axes, combo))
+                factors.append(f"{self.operand(x)}[{', '.join(str(pick[d]) if d in pick else names[d] for d in range(rank))}]")
+            self.comp(out, out_shape, dtype, lhs, "=", " * ".join(factors), "ReduceProd")
 
     def op_ReduceMean(self, index, node):
         self._reduce(index, node, "mean")
@@ -815,126 +1728,303 @@ class _Importer:
     def op_ReduceMax(self, index, node):
         self._reduce(index, node, "max")
 
-    # ---------------------------------------------------------------- pooling
+    def op_ReduceMin(self, index, node):
+        self._reduce(index, node, "min")
 
-    def _pool_attrs(self, node):
+    def op_ReduceProd(self, index, node):
+        self._reduce(index, node, "prod")
+
+    def op_ReduceL1(self, index, node):
+        self._reduce(index, node, "l1")
+
+    def op_ReduceL2(self, index, node):
+        self._reduce(index, node, "l2")
+
+    def op_ReduceSumSquare(self, index, node):
+        self._reduce(index, node, "sumsquare")
+
+    def op_ReduceLogSum(self, index, node):
+        self._reduce(index, node, "logsum")
+
+    def op_ReduceLogSumExp(self, index, node):
+        self._reduce(index, node, "logsumexp")
+
+    def _arg(self, node, sign: str):
         a = self.attrs(node)
+        x = node.input[0]
+        shape = self.shape(x)
+        rank = len(shape)
+        axis = a.get("axis", 0) % rank
+        keep, last = a.get("keepdims", 1), a.get("select_last_index", 0)
+        names = [f"k{d}" if d == axis else f"i{d}" for d in range(rank)]
+        lhs = [("u0" if d == axis else names[d]) for d in range(rank) if d != axis or keep]
+        out_shape = [(1 if d == axis else e) for d, e in enumerate(shape) if d != axis or keep]
+        xs = f"{sign}{self.operand(x)}[{', '.join(names)}]"
+        out = node.output[0]
+        k = shape[axis]
+        m = self.comp(out + "_max", out_shape, "f32", lhs, "max=", xs)
+        # the last index of the maximum: max of k where x == max; the first: K-1 - max of K-1-k
+        self.consts[out + "_at"] = (np.arange(k) if last else k - 1 - np.arange(k)).astype(np.int32)
+        at = self.operand(out + "_at")
+        mark = f"{at}[k{axis}] * equal({xs}, {m}[{', '.join(lhs)}])"
+        if last:
+            self.comp(out, out_shape, "i32", lhs, "max=", mark, node.op_type)
+            return
+        t = self.comp(out + "_rev", out_shape, "i32", lhs, "max=", mark)
+        on = [f"i{d}" for d in range(len(out_shape))]
+        self.comp(out, out_shape, "i32", on, "=", f"{k - 1} - {t}[{', '.join(on)}]", node.op_type)
+
+    def op_ArgMax(self, index, node):
+        self._arg(node, "")
+
+    def op_ArgMin(self, index, node):
+        self._arg(node, "-")
+
+    # ---------------------------------------------------------------- pooling (any rank)
+
+    def _pool(self, node, kind: str):
+        a = self.attrs(node)
+        x = node.input[0]
+        xs = self.shape(x)
+        nd = len(xs) - 2
+        if nd < 1:
+            self.fail(node, f"pooling needs an [N, C, ...] input, got {list(xs)}")
         kernel = list(a["kernel_shape"])
-        strides = list(a.get("strides", [1] * len(kernel)))
-        pads = list(a.get("pads", [0] * 2 * len(kernel)))
-        if len(kernel) != 2:
-            self.fail(node, "only 2-D pooling is supported")
-        if any(d != 1 for d in a.get("dilations", [1, 1])):
-            self.fail(node, "dilated pooling is not supported")
-        if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
-            self.fail(node, f"auto_pad={a['auto_pad']!r} is not supported", "export with explicit pads")
-        if kernel[0] != kernel[1] or strides[0] != strides[1] or len(set(pads)) != 1:
-            self.fail(node, f"only square windows with equal strides and pads are supported (kernel {kernel}, "
-                            f"strides {strides}, pads {pads})")
-        h, w = self.shape(node.input[0])[2:]
-        k, s, p = kernel[0], strides[0], pads[0]
-        if a.get("ceil_mode", 0):
-            for size in (h, w):
-                if (size + 2 * p - k) % s:
-                    self.fail(node, "ceil_mode=1 with a window that does not tile the input exactly")
-        return k, s, p, a
+        strides = list(a.get("strides", [1] * nd))
+        dil = list(a.get("dilations", [1] * nd))
+        if len(kernel) != nd:
+            self.fail(node, f"kernel_shape {kernel} does not fit {nd} spatial dimensions")
+        begin, end = self._conv_pads(node, a, xs, kernel, strides, dil)
+        ceil = a.get("ceil_mode", 0)
+        outs = []
+        for d in range(nd):
+            span = xs[2 + d] + begin[d] + end[d] - dil[d] * (kernel[d] - 1) - 1
+            o = (-(-span // strides[d]) if ceil else span // strides[d]) + 1
+            if ceil and (o - 1) * strides[d] >= xs[2 + d] + begin[d]:
+                o -= 1   # a window must start inside the input or its leading padding
+            outs.append(o)
+        if min(outs) <= 0:
+            self.fail(node, f"the pooled output would be empty ({outs})")
+        out = node.output[0]
+        include = a.get("count_include_pad", 0)
+        square = nd == 2 and len(set(kernel)) == 1 and len(set(strides)) == 1 and len(set(begin + end)) == 1 \
+            and set(dil) == {1} and not ceil
+        if square and (kind == "max" or not begin[0] or include):
+            op = "maxpool2d" if kind == "max" else "avgpool2d"
+            return self.lib(node, out, op, [x], kernel=kernel[0], stride=strides[0], padding=begin[0])
+        o = [f"i{d}" for d in range(nd)]
+        k = [f"k{d}" for d in range(nd)]
+        idx = []
+        for d in range(nd):
+            t = [f"{strides[d]}*{o[d]}" if strides[d] != 1 else o[d], f"{dil[d]}*{k[d]}" if dil[d] != 1 else k[d]]
+            idx.append(" + ".join(t) + (f" - {begin[d]}" if begin[d] else ""))
+        where = " where " + ", ".join(f"{k[d]} < {kernel[d]}" for d in range(nd))
+        read = f"{self.operand(x)}[b0, a0, {', '.join(idx)}]"
+        dtype = self.dtype(x)
+        reach = [(outs[d] - 1) * strides[d] + dil[d] * (kernel[d] - 1) + 1 for d in range(nd)]
+        outside = any(begin[d] > 0 or reach[d] > xs[2 + d] + begin[d] for d in range(nd))
+        if kind == "max":
+            extra = ""
+            if outside:   # a read outside the input is -inf, not 0: add a penalty per padded position
+                for d in range(nd):
+                    pen = np.zeros(reach[d], np.float32)
+                    pos = np.arange(reach[d]) - begin[d]
+                    pen[(pos < 0) | (pos >= xs[2 + d])] = -np.inf
+                    if (pen != 0).any():
+                        self.consts[f"{out}_pad{d}"] = pen
+                        t = [f"{strides[d]}*{o[d]}" if strides[d] != 1 else o[d],
+                             f"{dil[d]}*{k[d]}" if dil[d] != 1 else k[d]]
+                        extra += f" + {self.operand(f'{out}_pad{d}')}[{' + '.join(t)}]"
+            self.comp(out, list(xs[:2]) + outs, dtype, ["b0", "a0"] + o, "max=", read + extra + where,
+                      f"MaxPool {nd}-D")
+            return
+        # average: the window sum over the number of cells counted (inside the input, or
+        # inside input and padding with count_include_pad), per output position
+        counts = []
+        for d in range(nd):
+            start = np.arange(outs[d])[:, None] * strides[d] + np.arange(kernel[d])[None, :] * dil[d] - begin[d]
+            lo, hi = (-begin[d], xs[2 + d] + end[d]) if include else (0, xs[2 + d])
+            counts.append(((start >= lo) & (start < hi)).sum(axis=1))
+        total = counts[0]
+        for cnt in counts[1:]:
+            total = np.multiply.outer(total, cnt)
+        s = self.comp(out + "_sum", list(xs[:2]) + outs, "f32", ["b0", "a0"] + o, "+=", read + where)
+        if len(set(total.reshape(-1))) == 1:
+            self.comp(out, list(xs[:2]) + outs, dtype, ["b0", "a0"] + o, "=",
+                      f"{s}[b0, a0, {', '.join(o)}] / {int(total.reshape(-1)[0])}", f"AveragePool {nd}-D")
+            return
+        self.consts[out + "_count"] = total.astype(np.float32)
+        cnt = self.operand(out + "_count")
+        self.comp(out, list(xs[:2]) + outs, dtype, ["b0", "a0"] + o, "=",
+                  f"{s}[b0, a0, {', '.join(o)}] / {cnt}[{', '.join(o)}]", f"AveragePool {nd}-D")
 
     def op_MaxPool(self, index, node):
         if len(node.output) > 1 and node.output[1] and self.consumers.get(node.output[1]):
             self.fail(node, "its Indices output is used; not supported")
-        k, s, p, _ = self._pool_attrs(node)
-        self.lib(node, node.output[0], "maxpool2d", [node.input[0]], kernel=k, stride=s, padding=p)
+        self._pool(node, "max")
 
     def op_AveragePool(self, index, node):
-        k, s, p, a = self._pool_attrs(node)
-        out = node.output[0]
-        if p == 0 or a.get("count_include_pad", 0):
-            return self.lib(node, out, "avgpool2d", [node.input[0]], kernel=k, stride=s, padding=p)
-        # ONNX's default excludes padding from the count: avgpool2d divides by k*k, so
-        # multiply each output position by k*k / (window cells inside the input).
-        pooled = self.lib(node, out + "_pool", "avgpool2d", [node.input[0]], kernel=k, stride=s, padding=p)
-        n, c, ho, wo = self.shape(out + "_pool")
-        h, w = self.shape(node.input[0])[2:]
-
-        def inside(o, size):
-            return min(o * s - p + k, size) - max(o * s - p, 0)
-        fix = np.array([[k * k / (inside(i, h) * inside(j, w)) for j in range(wo)] for i in range(ho)], np.float32)
-        self.consts[out + "_count"] = fix.reshape(1, 1, ho, wo)
-        self.lib(node, out, "mul", [out + "_pool", out + "_count"])
+        self._pool(node, "avg")
 
     def op_GlobalAveragePool(self, index, node):
         shape = self.shape(node.input[0])
-        if len(shape) != 4:
-            self.fail(node, "only rank-4 (NCHW) input is supported")
-        self.lib(node, node.output[0] + "_pool", "global_avgpool", [node.input[0]])
-        dsl, flat_shape, dtype = self.values[node.output[0] + "_pool"]
-        # [N, C] computed; the ONNX result is [N, C, 1, 1]: a view, written only if read as 4-D
-        self.base_shapes[dsl] = flat_shape
-        self.values[node.output[0]] = _View(dsl, tuple(shape[:2]) + (1, 1))
-        self.dtype_of_view[node.output[0]] = dtype
+        if len(shape) == 4:
+            self.lib(node, node.output[0] + "_pool", "global_avgpool", [node.input[0]])
+            dsl, flat_shape, dtype = self.values[node.output[0] + "_pool"]
+            # [N, C] computed; the ONNX result is [N, C, 1, 1]: a view, written only if read as 4-D
+            self.base_shapes[dsl] = flat_shape
+            self.values[node.output[0]] = _View(dsl, tuple(shape[:2]) + (1, 1))
+            self.dtype_of_view[node.output[0]] = dtype
+            return
+        self._global(node, "mean")
 
     def op_GlobalMaxPool(self, index, node):
-        n, c, h, w = self.shape(node.input[0])
-        x = self.operand(node.input[0])
-        self.comp(node.output[0], (n, c, 1, 1), self.dtype(node.input[0]), ["i0", "i1", "u0", "u1"], "max=",
-                  f"{x}[i0, i1, k2, k3]")
+        self._global(node, "max")
 
-    # ---------------------------------------------------------------- layout
-
-    def op_Transpose(self, index, node):
-        perm = self.attrs(node).get("perm")
-        rank = len(self.shape(node.input[0]))
-        perm = list(perm) if perm is not None else list(reversed(range(rank)))
-        self.lib(node, node.output[0], "transpose", [node.input[0]], perm=perm)
-
-    def op_Concat(self, index, node):
-        axis = self.attrs(node)["axis"]
-        inputs = [i for i in node.input if i and math.prod(self.shape(i)) > 0]
-        if len(inputs) == 1:
-            return self.alias(node, node.output[0], inputs[0])
-        self.lib(node, node.output[0], "concat", inputs, axis=axis)
-
-    def op_Slice(self, index, node):
+    def _global(self, node, kind):
         shape = self.shape(node.input[0])
+        if len(shape) < 3:
+            self.fail(node, f"global pooling needs an [N, C, ...] input, got {list(shape)}")
+        names = ["i0", "i1"] + [f"k{d}" for d in range(2, len(shape))]
+        x = f"{self.operand(node.input[0])}[{', '.join(names)}]"
+        count = math.prod(shape[2:])
+        lhs = ["i0", "i1"] + [f"u{d}" for d in range(len(shape) - 2)]
+        self.comp(node.output[0], tuple(shape[:2]) + (1,) * (len(shape) - 2), self.dtype(node.input[0]), lhs,
+                  "max=" if kind == "max" else "+=", x if kind == "max" else f"{x} / {count}")
+
+    # ---------------------------------------------------------------- resampling
+
+    def _resample(self, node, attrs: dict, scales, sizes):
+        """Resize/Upsample as one contraction per resized axis with a constant [out, in]
+        matrix: onnx's own reference run on a basis gives each matrix (nearest: one-hot rows;
+        linear and cubic: the interpolation weights), so every mode and coordinate transform
+        means what onnx says it means."""
+        from onnx import helper
+
+        x = node.input[0]
+        shape = list(self.shape(x))
         rank = len(shape)
-        starts = [int(v) for v in self.const(node, 1, "starts")]
-        ends = [int(v) for v in self.const(node, 2, "ends")]
-        axes = [int(v) for v in self.const(node, 3, "axes")] if len(node.input) > 3 and node.input[3] \
-            else list(range(len(starts)))
-        steps = [int(v) for v in self.const(node, 4, "steps")] if len(node.input) > 4 and node.input[4] \
-            else [1] * len(starts)
-        lo, step, out_shape = [0] * rank, [1] * rank, list(shape)
-        for st, en, ax, sp in zip(starts, ends, axes, steps):
-            ax %= rank
-            if sp <= 0:
-                self.fail(node, "negative or zero slice steps are not supported")
-            size = shape[ax]
-            st = max(0, min(size, st + size if st < 0 else st))
-            en = max(0, min(size, en + size if en < 0 else en))
-            lo[ax], step[ax] = st, sp
-            out_shape[ax] = max(0, -(-(en - st) // sp))
-        names = [f"i{d}" for d in range(rank)]
-        idx = [f"{step[d]}*{names[d]} + {lo[d]}" if (step[d], lo[d]) != (1, 0) else names[d] for d in range(rank)]
-        if tuple(out_shape) == tuple(shape):
-            return self.alias(node, node.output[0], node.input[0])
-        # a sliced axis indexed directly ranges over the slice, not the whole input axis
-        bounds = [f"{names[d]} < {out_shape[d]}" for d in range(rank) if idx[d] == names[d] and out_shape[d] != shape[d]]
-        where = f" where {', '.join(bounds)}" if bounds else ""
-        self.comp(node.output[0], out_shape, self.dtype(node.input[0]), names, "=",
-                  f"{self.operand(node.input[0])}[{', '.join(idx)}]{where}", "Slice")
+        mode = attrs.get("mode", "nearest")
+        if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
+            self.fail(node, "coordinate_transformation_mode=tf_crop_and_resize is not supported")
+        if attrs.get("keep_aspect_ratio_policy", "stretch") != "stretch":
+            self.fail(node, "keep_aspect_ratio_policy other than 'stretch' is not supported")
+        axes = [int(v) % rank for v in attrs.get("axes", range(rank))]
+        if scales is not None:
+            scales = [float(v) for v in scales]
+            if len(scales) != len(axes):
+                self.fail(node, f"{len(scales)} scales for {len(axes)} axes")
+            per = {ax: ("scale", s) for ax, s in zip(axes, scales)}
+        else:
+            sizes = [int(v) for v in sizes]
+            if len(sizes) != len(axes):
+                self.fail(node, f"{len(sizes)} sizes for {len(axes)} axes")
+            per = {ax: ("size", s) for ax, s in zip(axes, sizes)}
+        keep = {k: v for k, v in attrs.items() if k in ("mode", "coordinate_transformation_mode", "nearest_mode",
+                                                         "cubic_coeff_a", "exclude_outside", "antialias")}
+        cur = x
+        out = node.output[0]
+        moved = [ax for ax in sorted(per) if not (per[ax] == ("scale", 1.0) or per[ax] == ("size", shape[ax]))]
+        if not moved:
+            return self.alias(node, out, x)
+        for step, ax in enumerate(moved):
+            kind, value = per[ax]
+            n = shape[ax]
+            basis = np.eye(n, dtype=np.float32)
+            inputs = ["X", "", "scales"] if kind == "scale" else ["X", "", "", "sizes"]
+            feeds = {"X": basis}
+            if kind == "scale":
+                feeds["scales"] = np.array([1.0, value], np.float32)
+            else:
+                feeds["sizes"] = np.array([n, value], np.int64)
+            probe = helper.make_node("Resize", inputs, ["Y"], **keep)
+            try:   # Resize of opset 19 and later: every attribute the older versions have
+                matrix = np.asarray(self.evaluate(probe, feeds, opset=max(19, self.opset))[0]).T   # [out, in]
+            except Exception as err:
+                self.fail(node, f"cannot resample with {keep} ({type(err).__name__}: {err})")
+            if matrix.shape[1] != n or matrix.shape[0] <= 0:
+                self.fail(node, f"resampling axis {ax} gives {matrix.shape[0]} points")
+            m_name = f"{out}_interp{ax}"
+            self.consts[m_name] = matrix.astype(np.float32)
+            names = [f"i{d}" for d in range(rank)]
+            src = [("k0" if d == ax else names[d]) for d in range(rank)]
+            new_shape = [matrix.shape[0] if d == ax else e for d, e in enumerate(shape)]
+            target = out if step == len(moved) - 1 else f"{out}_axis{ax}"
+            self.comp(target, new_shape, self.dtype(x), names, "+=",
+                      f"{self.operand(m_name)}[i{ax}, k0] * {self.operand(cur)}[{', '.join(src)}]",
+                      f"{node.op_type} {mode}, axis {ax}")
+            cur, shape = target, new_shape
 
-    def op_Gather(self, index, node):
-        indices = self.const(node, 1, "indices")
-        if indices.ndim != 0:
-            self.fail(node, "only a scalar constant index is supported on computed tensors",
-                      "an embedding lookup (Gather on a table by token ids) is not affine")
-        shape = self.shape(node.input[0])
-        axis = self.attrs(node).get("axis", 0) % len(shape)
-        at = int(indices) % shape[axis]
-        names = [f"i{d}" for d in range(len(shape)) if d != axis]
-        src = [names[d] if d < axis else (str(at) if d == axis else names[d - 1]) for d in range(len(shape))]
-        self.comp(node.output[0], [e for d, e in enumerate(shape) if d != axis], self.dtype(node.input[0]), names,
-                  "=", f"{self.operand(node.input[0])}[{', '.join(src)}]", "Gather")
+    def op_Resize(self, index, node):
+        a = self.attrs(node)
+        v = self.version(node)
+        if v < 11:
+            scales = self.const(node, 1, "scales").reshape(-1)
+            a.setdefault("coordinate_transformation_mode", "asymmetric")
+            a.setdefault("nearest_mode", "floor")
+            return self._resample(node, a, scales, None)
+        scales = self.const(node, 2, "scales").reshape(-1) if len(node.input) > 2 and node.input[2] else None
+        if scales is not None and scales.size == 0:
+            scales = None
+        sizes = self.const(node, 3, "sizes").reshape(-1) if scales is None else None
+        self._resample(node, a, scales, sizes)
+
+    def op_Upsample(self, index, node):
+        a = self.attrs(node)
+        scales = a["scales"] if "scales" in a else self.const(node, 1, "scales").reshape(-1)
+        a = {"mode": a.get("mode", "nearest"), "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+        self._resample(node, a, scales, None)
+
+    # ---------------------------------------------------------------- quantisation (QDQ)
+
+    _QRANGE = {3: (-128, 127, "i8"), 2: (0, 255, "i32"), 5: (-32768, 32767, "i32"), 4: (0, 65535, "i32"),
+               6: (-2 ** 31, 2 ** 31 - 1, "i32")}
+
+    def _per_axis(self, node, name: str, k: int, x_rank: int, axis: int) -> str:
+        value = self.const(node, k, name)
+        if value.size == 1:
+            return node.input[k]
+        aligned = f"{node.input[k]}__axis{axis}"
+        self.consts[aligned] = value.reshape((-1,) + (1,) * (x_rank - axis - 1))
+        return aligned
+
+    def op_QuantizeLinear(self, index, node):
+        a = self.attrs(node)
+        x = node.input[0]
+        rank = len(self.shape(x))
+        axis = a.get("axis", 1) % max(rank, 1)
+        if a.get("block_size", 0):
+            self.fail(node, "blocked quantisation (block_size) is not supported")
+        has_zp = len(node.input) > 2 and node.input[2]
+        code = self.onnx.helper.np_dtype_to_tensor_dtype(self.consts[node.input[2]].dtype) if has_zp \
+            and node.input[2] in self.consts else a.get("output_dtype", 2) or 2
+        if code not in self._QRANGE:
+            self.fail(node, f"quantising to {self.onnx.TensorProto.DataType.Name(code)} is not supported",
+                      "supported: int8, uint8, int16, uint16, int32")
+        lo, hi, dtype = self._QRANGE[code]
+        scale = self._per_axis(node, "scale", 1, rank, axis)
+        inputs, expr = [x, scale], "{0} / {1}"
+        if has_zp:
+            inputs.append(self._per_axis(node, "zero point", 2, rank, axis))
+            expr += " + {2}"
+        if dtype != "i8":   # the i8 store saturates by itself; a wider one clamps to the type's range
+            expr = f"min(max({expr}, {lo}), {hi})"
+        # stored rounded half to even, as ONNX's QuantizeLinear
+        self.ew(node, node.output[0], inputs, expr, dtype=dtype, note="QuantizeLinear")
+
+    def op_DequantizeLinear(self, index, node):
+        a = self.attrs(node)
+        x = node.input[0]
+        rank = len(self.shape(x))
+        axis = a.get("axis", 1) % max(rank, 1)
+        if a.get("block_size", 0):
+            self.fail(node, "blocked quantisation (block_size) is not supported")
+        scale = self._per_axis(node, "scale", 1, rank, axis)
+        if len(node.input) > 2 and node.input[2]:
+            zp = self._per_axis(node, "zero point", 2, rank, axis)
+            return self.ew(node, node.output[0], [x, zp, scale], "({0} - {1}) * {2}", dtype="f32",
+                           note="DequantizeLinear")
+        self.ew(node, node.output[0], [x, scale], "{0} * {1}", dtype="f32", note="DequantizeLinear")
 
 
 SUPPORTED_OPS = sorted(name[3:] for name in dir(_Importer) if name.startswith("op_"))

@@ -131,6 +131,14 @@ def _expr(e: Expr, var, env, ext, T, te):
             return f32(0.0) - x
         if e.fn in ("max", "min"):
             return getattr(T, e.fn)(args[0], args[1])
+        if e.fn in ("less", "less_equal", "equal"):
+            test = {"less": lambda: args[0] < args[1], "less_equal": lambda: args[0] <= args[1],
+                    "equal": lambda: args[0] == args[1]}[e.fn]()
+            return te.if_then_else(test, f32(1.0), f32(0.0))
+        if e.fn == "select":
+            return te.if_then_else(args[0] != f32(0.0), args[1], args[2])
+        if e.fn == "pow":
+            return te.power(args[0], args[1])
         return getattr(te, e.fn)(x)
     raise TypeError(f"cannot translate {e!r} to TVM")
 

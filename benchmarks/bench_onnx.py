@@ -1,11 +1,14 @@
-"""Whole networks from ONNX: ResNet-50, MobileNetV2 and a BERT-base encoder layer.
+"""Whole networks from ONNX: ResNet-50, MobileNetV2, a BERT-base encoder layer, the zoo's classics.
 
 The models are built here with onnx.helper in the layout torch.onnx.export writes for
 torchvision's networks in eval mode (BatchNorm folded into each Conv's bias, Clip for
 ReLU6, GlobalAveragePool → Flatten → Gemm(transB=1), BERT's MatMul+Add projections,
 Reshape/Transpose to heads, Softmax, erf-form GELU, LayerNormalization), with random
 weights: no downloads. The real networks, exported by torch itself, are in
-`bench_torch.py` (needs torch, torchvision and transformers).
+`bench_torch.py` (needs torch, torchvision and transformers). `zoo-<name>` are the model zoo's
+classic exports shipped in the onnx package (backend/test/data/light: opset 9, IR 3; AlexNet,
+DenseNet-121, Inception v1/v2, ResNet-50, ShuffleNet, SqueezeNet, VGG-19, ZFNet-512), their
+ConstantOfShape weights replaced by random values.
 
 Each model is imported (`from_onnx`), checked against onnxruntime on one input, and
 optimised on each target (rules only unless `--tune N`); the output is one line per
@@ -21,6 +24,7 @@ the program itself, `c` coarsened.
     python benchmarks/bench_onnx.py --models resnet50 --targets tpu --profile 25
     python benchmarks/bench_onnx.py --models resnet50 --executor processes:2   # library tuned in parallel
     python benchmarks/bench_onnx.py --replay                 # ... and each report's traces replayed
+    python benchmarks/bench_onnx.py --models zoo-squeezenet,zoo-resnet50,zoo-vgg19
 """
 from __future__ import annotations
 
@@ -162,7 +166,33 @@ def bert_layer(seq: int = 128, hidden: int = 768, heads: int = 12, ff: int = 307
     return g.model("hidden", (1, seq, hidden), y, (1, seq, hidden))
 
 
-MODELS = {"resnet50": resnet50, "mobilenetv2": mobilenetv2, "bert": bert_layer}
+ZOO = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet",
+       "vgg19", "zfnet512")
+
+
+def zoo(name: str, seed: int = 0) -> onnx.ModelProto:
+    """A zoo classic from onnx's backend test data, each ConstantOfShape weight replaced by
+    random values of its shape (1-D ones, biases and BatchNorm variances, in [0.5, 1.5])."""
+    path = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{name}.onnx"
+    model = onnx.load(str(path))
+    rng = np.random.default_rng(seed)
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    keep = []
+    for node in model.graph.node:
+        if node.op_type == "ConstantOfShape" and node.input[0] in inits:
+            shape = [int(d) for d in inits[node.input[0]]]
+            value = rng.standard_normal(shape) * math.sqrt(2.0 / math.prod(shape[1:])) if len(shape) >= 2 \
+                else rng.uniform(0.5, 1.5, shape)
+            model.graph.initializer.append(numpy_helper.from_array(value.astype(np.float32), node.output[0]))
+        else:
+            keep.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(keep)
+    return model
+
+
+MODELS = {"resnet50": resnet50, "mobilenetv2": mobilenetv2, "bert": bert_layer,
+          **{f"zoo-{name}": (lambda n=name: zoo(n)) for name in ZOO}}
 
 
 def check_against_onnxruntime(model, program) -> float:
@@ -171,11 +201,15 @@ def check_against_onnxruntime(model, program) -> float:
 
     from autocomp_jupyter.onnx_import import run_with_values
 
-    vi = model.graph.input[0]
+    inits = {i.name for i in model.graph.initializer}
+    vi = next(i for i in model.graph.input if i.name not in inits)   # IR 3 lists initializers as inputs
     x = np.random.default_rng(1).standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim]).astype(np.float32)
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {vi.name: x})[0]
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    want = ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"]).run(None, {vi.name: x})[0]
     inputs = [t.name for t in program.inputs if t.role == "input"]
-    got = run_with_values(program, {inputs[0]: x})[program.outputs[0]]
+    got = run_with_values(program, {inputs[0]: x})[program.outputs[0]].reshape(want.shape)
     return float(np.abs(got - want).max() / max(1.0, np.abs(want).max()))
 
 
@@ -213,7 +247,7 @@ def main(argv=None) -> int:
                     help="also replay each report's traces: seconds, and 'same' when verified at the same time")
     args = ap.parse_args(argv)
     models = dict(MODELS)
-    print(f"{'model':12} {'target':6} {'nodes':>5} {'ops':>4} {'kernels':>7} {'import_s':>8} {'optimize_s':>10} "
+    print(f"{'model':16} {'target':6} {'nodes':>5} {'ops':>4} {'kernels':>7} {'import_s':>8} {'optimize_s':>10} "
           f"{'1-layer_s':>9} {'ratio':>6} {'vs_naive':>8} {'vs_lib':>6} {'verified':>8} {'ort_err':>8} {'cpu_s':>6} "
           f"{'twins':>14}" + (f" {'replay_s':>8} {'replay':>6}" if args.replay else ""))
     profiled = False
@@ -252,7 +286,7 @@ def main(argv=None) -> int:
                 again = optimize(program, target=target, schedule=r)
                 same = again.verified and again.report["optimized"]["time_s"] == r["optimized"]["time_s"]
                 replay = f" {time.perf_counter() - t1:8.2f} {'same' if same else 'DIFFERS':>6}"
-            print(f"{name:12} {target:6} {len(model.graph.node):5d} {len(program.ops):4d} {len(r['kernels']):7d} "
+            print(f"{name:16} {target:6} {len(model.graph.node):5d} {len(program.ops):4d} {len(r['kernels']):7d} "
                   f"{import_s:8.2f} {seconds:10.2f} {one_s:9.2f} {seconds / one_s:6.1f} "
                   f"{r['speedup_vs_naive']:8.2f} {r['speedup_vs_library']:6.2f} {str(r['verified']):>8} "
                   f"{err:8.1e} {cpu:6.1f} {twins(r):>14}{replay}", flush=True)

@@ -923,7 +923,9 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
 # instruction under -fno-math-errno) and one step of a reduction chained along its
 # innermost loop (a row max or sum read across rows, which the generator keeps out of the
 # vectorised register tile: codegen/c.py `_unit_stride_reads`).
-HOST_LIBM_CYCLES = {"exp": 6.5, "sigmoid": 6.5, "tanh": 55.0, "gelu": 58.0, "erf": 20.0}
+# log and pow are estimates (not yet measured): glibc's scalar logf, and powf ~ log + exp + work.
+HOST_LIBM_CYCLES = {"exp": 6.5, "sigmoid": 6.5, "tanh": 55.0, "gelu": 58.0, "erf": 20.0,
+                    "log": 8.0, "pow": 30.0}
 HOST_CHAINED_REDUCE = {"max": 1.4, "+": 1.9}
 
 

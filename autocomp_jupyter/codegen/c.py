@@ -76,6 +76,8 @@ from ..ir.schedule import Kernel, Schedule
 
 # Integer dtypes: the values a tensor can hold (stored in double buffers, saturating).
 INT_RANGE = {"i8": (-128.0, 127.0), "i32": (-2147483648.0, 2147483647.0)}
+# Comparisons give 1 or 0 (written inline, in the statement's type).
+_C_COMPARE = {"less": "<", "less_equal": "<=", "equal": "=="}
 
 
 def buffer_ctype(dtype: str) -> str:
@@ -1523,12 +1525,19 @@ class _KernelWriter:
             args = [self.expr_c(a, var, stmt, access) for a in e.args]
             if self.in_double(stmt):
                 fn = {"exp": "exp", "sqrt": "sqrt", "tanh": "tanh", "abs": "fabs", "relu": "ac_relu_d",
-                      "sigmoid": "ac_sigmoid_d", "gelu": "ac_gelu_d", "max": "AC_MAX", "min": "AC_MIN"}.get(e.fn)
+                      "sigmoid": "ac_sigmoid_d", "gelu": "ac_gelu_d", "max": "AC_MAX", "min": "AC_MIN",
+                      "log": "log", "pow": "pow", "floor": "floor"}.get(e.fn)
             else:
                 fn = {"exp": "expf", "sqrt": "sqrtf", "tanh": "tanhf", "abs": "fabsf", "relu": "ac_relu",
-                      "sigmoid": "ac_sigmoid", "gelu": "ac_gelu", "max": "AC_MAX", "min": "AC_MIN"}.get(e.fn)
+                      "sigmoid": "ac_sigmoid", "gelu": "ac_gelu", "max": "AC_MAX", "min": "AC_MIN",
+                      "log": "logf", "pow": "powf", "floor": "floorf"}.get(e.fn)
             if e.fn == "neg":
                 return f"(-{args[0]})"
+            if e.fn in _C_COMPARE:
+                one, zero = self.literal(stmt, 1.0), self.literal(stmt, 0.0)
+                return f"({args[0]} {_C_COMPARE[e.fn]} {args[1]} ? {one} : {zero})"
+            if e.fn == "select":
+                return f"({args[0]} != {self.literal(stmt, 0.0)} ? {args[1]} : {args[2]})"
             if fn is None:
                 raise ValueError(f"no C translation for function {e.fn!r}")
             return f"{fn}({', '.join(args)})"

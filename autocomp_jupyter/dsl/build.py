@@ -257,11 +257,13 @@ class Builder:
                            (hint + " " if hint else "") + f"(valid: {valid})")
                 bad = True
                 continue
+            # A shape is a list of dimensions: bounded as extents are (VGG's flatten is 25,088 wide).
+            limit = EXTENT if key == "shape" else ATTRIBUTE
             too_big = [v for v in (value if isinstance(value, tuple) else (value,))
-                       if isinstance(v, (int, float)) and abs(v) > ATTRIBUTE.value()]
+                       if isinstance(v, (int, float)) and abs(v) > limit.value()]
             if too_big:
-                self.error(at, f"{key}={_number(too_big[0])} is over the {ATTRIBUTE.name} limit of {ATTRIBUTE.value():,} "
-                           f"for library-op attributes", ATTRIBUTE.hint())
+                self.error(at, f"{key}={_number(too_big[0])} is over the {limit.name} limit of {limit.value():,} "
+                           f"for library-op attributes", limit.hint())
                 bad = True
                 continue
             attrs[key] = value

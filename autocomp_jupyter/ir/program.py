@@ -23,15 +23,19 @@ DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i8": 1, "i32": 4}
 # TVM FuseOps-style operator classes, from most to least fusable.
 OP_CLASSES = ("elementwise", "broadcast", "injective", "reduction", "contraction")
 
-# Scalar functions an expression may call, with their arity.
+# Scalar functions an expression may call, with their arity. The comparisons (less,
+# less_equal, equal) give 1 or 0; select(c, a, b) is a where c != 0, else b; pow(x, y) is
+# x^y (NaN for x < 0 and a fractional y).
 FUNCTIONS = {
     "exp": 1, "sqrt": 1, "tanh": 1, "sigmoid": 1, "relu": 1, "gelu": 1, "abs": 1,
     "max": 2, "min": 2, "neg": 1,
+    "log": 1, "pow": 2, "floor": 1, "less": 2, "less_equal": 2, "equal": 2, "select": 3,
 }
 # Floating-point operations one call of each function counts as (for flop totals).
 FUNCTION_FLOPS = {
     "exp": 1, "sqrt": 1, "tanh": 1, "sigmoid": 1, "relu": 1, "gelu": 1, "abs": 1,
     "max": 1, "min": 1, "neg": 1,
+    "log": 1, "pow": 1, "floor": 1, "less": 1, "less_equal": 1, "equal": 1, "select": 1,
 }
 
 

@@ -82,7 +82,14 @@ export const FUNCTIONS: ReadonlySet<string> = new Set([
   'gelu',
   'abs',
   'max',
-  'min'
+  'min',
+  'log',
+  'pow',
+  'floor',
+  'less',
+  'less_equal',
+  'equal',
+  'select'
 ]);
 
 export const DTYPES: ReadonlySet<string> = new Set([

@@ -1,0 +1,342 @@
+"""ONNX import, the wider op set: each op alone matches onnxruntime, across op versions.
+
+Single-node models built with onnx.helper (no downloads, no torch); every output is compared
+with onnxruntime on the same inputs (integer and bool inputs get small valid values).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from autocomp_jupyter.errors import UserError  # noqa: E402
+from autocomp_jupyter.onnx_import import from_onnx, run_with_values  # noqa: E402
+
+RNG = np.random.default_rng(1)
+F, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+
+def rand(*shape, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17):
+    """`inputs`/`outputs`: (name, shape) or (name, shape, elem type) tuples."""
+    def info(spec):
+        name, shape, *kind = spec
+        if shape is None:   # left to shape inference
+            return helper.make_tensor_value_info(name, kind[0] if kind else F, [])
+        return helper.make_tensor_value_info(name, kind[0] if kind else F, shape)
+    graph = helper.make_graph(nodes, "g", [info(i) for i in inputs], [info(o) for o in outputs],
+                              [numpy_helper.from_array(np.asarray(v), n) for n, v in inits])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8 if opset < 21 else 10
+    if any(o[1] is None for o in outputs):
+        del m.graph.output[:]
+        inferred = onnx.shape_inference.infer_shapes(m)
+        m.graph.output.extend(v for v in inferred.graph.value_info if v.name in {o[0] for o in outputs})
+    onnx.checker.check_model(m)
+    return m
+
+
+def feeds_for(m, positive=False):
+    out = {}
+    for i in m.graph.input:
+        shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+        kind = i.type.tensor_type.elem_type
+        if kind == I64:
+            out[i.name] = RNG.integers(-3, 4, size=shape).astype(np.int64)
+        elif kind == BOOL:
+            out[i.name] = RNG.integers(0, 2, size=shape).astype(bool)
+        else:
+            x = rand(*shape)
+            out[i.name] = np.abs(x) + 0.1 if positive else x
+    return out
+
+
+def check(m, feeds=None, tol=2e-4, positive=False):
+    """Import `m`, run it here and in onnxruntime on the same inputs, compare every output."""
+    program = from_onnx(m)
+    feeds = feeds if feeds is not None else feeds_for(m, positive)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    names = [t.name for t in program.inputs if t.role == "input"]
+    got = run_with_values(program, dict(zip(names, feeds.values())))
+    for out, expected in zip(program.outputs, want):
+        have = got[out].reshape(expected.shape) if got[out].size == expected.size else got[out]
+        assert have.shape == expected.shape, (out, have.shape, expected.shape)
+        expected = expected.astype(np.float64)
+        err = float(np.abs(have - expected).max(initial=0.0))
+        assert err <= tol * max(1.0, float(np.abs(expected).max(initial=0.0))), f"{out}: error {err:g}\n{program.source}"
+    return program
+
+
+def one(op, shapes, out_shape, inits=(), opset=17, n_out=1, **attrs):
+    ins = [(f"X{k}", s) for k, s in enumerate(shapes)]
+    outs = [("Y", out_shape)] if n_out == 1 else [(f"Y{k}", s) for k, s in enumerate(out_shape)]
+    node = helper.make_node(op, [n for n, _ in ins] + [n for n, _ in inits], [o[0] for o in outs], **attrs)
+    return model([node], ins, outs, inits, opset)
+
+
+# --------------------------------------------------------------------------- elementwise
+
+@pytest.mark.parametrize("op,attrs", [
+    ("LeakyRelu", {"alpha": 0.1}), ("Elu", {"alpha": 0.7}), ("Selu", {}), ("Celu", {"alpha": 1.3}),
+    ("Softplus", {}), ("Softsign", {}), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}), ("HardSwish", {}),
+    ("Mish", {}), ("ThresholdedRelu", {"alpha": 0.2}), ("Shrink", {"lambd": 0.3, "bias": 0.1}), ("Floor", {}),
+    ("Ceil", {}), ("Sign", {}),
+])
+def test_activations(op, attrs):
+    opset = 18 if op == "Mish" else 17
+    check(one(op, [(2, 3, 4)], (2, 3, 4), opset=opset, **attrs), tol=1e-5)
+
+
+def test_log_and_pow_with_a_tensor_exponent():
+    check(one("Log", [(3, 4)], (3, 4)), positive=True)
+    check(one("Pow", [(3, 4), (3, 4)], (3, 4)), positive=True)
+
+
+@pytest.mark.parametrize("op", ["Sum", "Max", "Min", "Mean"])
+def test_variadic_with_broadcasting(op):
+    check(one(op, [(2, 3, 4), (3, 1), (4,)], (2, 3, 4)))
+
+
+@pytest.mark.parametrize("slope", [(1,), (3, 1, 1)], ids=["shared", "per-channel"])
+def test_prelu(slope):
+    check(one("PRelu", [(2, 3, 4, 5)], (2, 3, 4, 5), [("s", rand(*slope))]))
+
+
+@pytest.mark.parametrize("op", ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"])
+def test_comparisons_feed_where(op):
+    nodes = [helper.make_node(op, ["A", "B"], ["c"]), helper.make_node("Where", ["c", "A", "B"], ["Y"]),
+             helper.make_node("Cast", ["c"], ["Z"], to=F)]
+    m = model(nodes, [("A", (3, 4)), ("B", (4,))], [("Y", (3, 4)), ("Z", (3, 4))])
+    a = np.round(rand(3, 4)).astype(np.float32)
+    check(m, {"A": a, "B": a[1].copy()})
+
+
+def test_expand_tile_trilu():
+    check(one("Expand", [(3, 1)], (2, 3, 4), [("shape", np.array([2, 3, 4], np.int64))]))
+    check(one("Tile", [(2, 3)], (4, 9), [("r", np.array([2, 3], np.int64))]))
+    for upper in (0, 1):
+        check(one("Trilu", [(2, 4, 5)], (2, 4, 5), [("k", np.array(1, np.int64))], upper=upper))
+
+
+@pytest.mark.parametrize("to", [TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL, TensorProto.FLOAT16])
+def test_cast(to):
+    x = (rand(3, 5) * 3).astype(np.float32)
+    nodes = [helper.make_node("Cast", ["X"], ["c"], to=to), helper.make_node("Cast", ["c"], ["Y"], to=F)]
+    check(model(nodes, [("X", (3, 5))], [("Y", (3, 5))]), {"X": x}, tol=1e-3)
+
+
+# --------------------------------------------------------------------------- layout
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+def test_pad_modes(mode):
+    pads = np.array([0, 1, 2, 0, 0, 2, 1, 3], np.int64)
+    inits = [("p", pads)] + ([("v", np.array(1.5, np.float32))] if mode == "constant" else [])
+    check(one("Pad", [(1, 3, 4, 5)], (1, 6, 7, 8), inits, opset=19, mode=mode))
+
+
+def test_pad_opset2_attributes():
+    check(one("Pad", [(1, 2, 3, 3)], (1, 2, 6, 5), opset=9, pads=[0, 0, 1, 2, 0, 0, 2, 0], value=0.5))
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18])
+def test_split(opset):
+    if opset == 18:
+        m = one("Split", [(2, 7)], [(2, 4), (2, 3)], opset=18, n_out=2, axis=1, num_outputs=2)
+    elif opset == 13:
+        m = one("Split", [(2, 7)], [(2, 2), (2, 5)], [("s", np.array([2, 5], np.int64))], opset=13, n_out=2, axis=1)
+    else:
+        m = one("Split", [(6, 3)], [(2, 3), (4, 3)], opset=11, n_out=2, axis=0, split=[2, 4])
+    check(m)
+
+
+def test_slice_negative_steps_and_opset1_form():
+    inits = [("st", np.array([-1, 4], np.int64)), ("en", np.array([-100, 0], np.int64)),
+             ("ax", np.array([1, 2], np.int64)), ("sp", np.array([-1, -2], np.int64))]
+    check(one("Slice", [(2, 5, 6)], (2, 5, 2), inits, opset=13))
+
+
+def test_gather_with_runtime_int64_indices_is_an_embedding():
+    table = rand(10, 6)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["Y"], axis=0)]
+    m = model(nodes, [("ids", (2, 3), I64)], [("Y", (2, 3, 6))], [("table", table)])
+    ids = np.array([[0, 9, 3], [-1, 4, 4]], np.int64)
+    check(m, {"ids": ids})
+    idx = np.array([[2, 0], [1, 1]], np.int64)           # irregular constant indices, axis 1
+    check(one("Gather", [(3, 4)], (3, 2, 2), [("i", idx)], axis=1))
+
+
+def test_einsum_and_vector_matmul():
+    check(one("Einsum", [(2, 3, 4), (2, 4, 5)], (2, 3, 5), equation="bij,bjk->bik"))
+    check(one("Einsum", [(3, 4)], (4,), equation="ij->j"))
+    check(one("MatMul", [(4,), (2, 4, 3)], (2, 3)))
+    check(one("MatMul", [(2, 3, 4), (4,)], (2, 3)))
+    check(one("MatMul", [(4,), (4,)], ()))
+
+
+# --------------------------------------------------------------------------- normalisation, reductions
+
+@pytest.mark.parametrize("opset,axis", [(11, 1), (11, 2), (13, 1), (13, -1)])
+def test_softmax_and_logsoftmax_by_version(opset, axis):
+    for op in ("Softmax", "LogSoftmax"):
+        check(one(op, [(2, 3, 4)], (2, 3, 4), opset=opset, axis=axis))
+
+
+def test_lrn_instance_group_layer_norm():
+    check(one("LRN", [(1, 6, 4, 4)], (1, 6, 4, 4), size=3, alpha=1e-2, beta=0.75, bias=2.0), positive=True)
+    check(one("InstanceNormalization", [(2, 3, 4, 5)], (2, 3, 4, 5), [("s", rand(3)), ("b", rand(3))]))
+    check(one("GroupNormalization", [(2, 6, 4, 4)], (2, 6, 4, 4), [("s", rand(6)), ("b", rand(6))], opset=21,
+              num_groups=3))
+    check(one("LayerNormalization", [(2, 3, 4)], (2, 3, 4), [("s", rand(3, 4)), ("b", rand(3, 4))], axis=1))
+    check(one("RMSNormalization", [(2, 3, 8)], (2, 3, 8), [("s", rand(8))], opset=23, epsilon=1e-6))
+
+
+@pytest.mark.parametrize("op", ["ReduceMin", "ReduceMax", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
+                                "ReduceLogSumExp", "ReduceMean", "ReduceSum"])
+@pytest.mark.parametrize("opset", [13, 18])
+def test_reductions_attribute_and_input_axes(op, opset):
+    keep = 0
+    if opset >= 18 or (op == "ReduceSum" and opset >= 13):
+        m = one(op, [(2, 3, 4)], (2, 4), [("axes", np.array([1], np.int64))], opset=opset, keepdims=keep)
+    else:
+        m = one(op, [(2, 3, 4)], (2, 4), opset=opset, axes=[1], keepdims=keep)
+    check(m)
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("last", [0, 1])
+def test_argmax_with_ties(op, last):
+    x = np.round(rand(3, 5)).astype(np.float32)
+    m = one(op, [(3, 5)], (3, 1), axis=1, keepdims=1, select_last_index=last)
+    m.graph.output[0].type.tensor_type.elem_type = I64
+    check(m, {"X0": x})
+
+
+# --------------------------------------------------------------------------- convolution, pooling, resampling
+
+@pytest.mark.parametrize("x,w,attrs", [
+    ((1, 4, 9), (6, 2, 3), {"group": 2, "pads": [1, 2], "strides": [2]}),
+    ((1, 2, 5, 6, 5), (3, 2, 2, 3, 2), {"pads": [1, 0, 1, 0, 1, 1], "dilations": [2, 1, 1]}),
+    ((1, 4, 7, 7), (6, 2, 3, 3), {"group": 2, "pads": [0, 1, 1, 0], "strides": [1, 2]}),
+    ((1, 3, 7, 7), (4, 3, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+], ids=["1d-grouped", "3d-dilated", "2d-grouped-asymmetric", "same-upper"])
+def test_conv_any_rank(x, w, attrs):
+    check(one("Conv", [x], None, [("W", rand(*w, scale=0.3)), ("B", rand(w[0]))], **attrs))
+
+
+@pytest.mark.parametrize("attrs", [
+    {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 0]},
+    {"strides": [3, 2], "group": 2, "dilations": [1, 2]},
+    {"strides": [2, 2], "output_shape": [9, 10]},
+], ids=["padded", "grouped-dilated", "output-shape"])
+def test_conv_transpose(attrs):
+    c_in = 4
+    w = rand(c_in, 3, 3, 3, scale=0.3)
+    check(one("ConvTranspose", [(1, c_in, 4, 5)], None, [("W", w), ("B", rand(3 * attrs.get("group", 1)))], **attrs))
+
+
+@pytest.mark.parametrize("op,x,attrs", [
+    ("MaxPool", (1, 2, 9), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+    ("MaxPool", (1, 2, 9, 8), {"kernel_shape": [3, 2], "dilations": [2, 1], "pads": [1, 0, 1, 1]}),
+    ("MaxPool", (1, 2, 4, 5, 6), {"kernel_shape": [2, 2, 2], "strides": [2, 2, 2], "ceil_mode": 1}),
+    ("AveragePool", (1, 2, 7, 6), {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 1, 1, 0]}),
+    ("AveragePool", (1, 2, 7, 6), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                                   "count_include_pad": 1, "ceil_mode": 1}),
+    ("AveragePool", (1, 2, 6), {"kernel_shape": [2], "strides": [2]}),
+], ids=["max-1d", "max-dilated-rect", "max-3d-ceil", "avg-rect-exclude", "avg-include-ceil", "avg-1d"])
+def test_pooling_any_rank(op, x, attrs):
+    check(one(op, [x], None, opset=19, **attrs))
+
+
+@pytest.mark.parametrize("attrs,inputs", [
+    ({"mode": "nearest"}, {"scales": [1, 1, 2, 2]}),
+    ({"mode": "linear", "coordinate_transformation_mode": "half_pixel"}, {"scales": [1, 1, 2, 1.5]}),
+    ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, {"sizes": [1, 2, 7, 3]}),
+    ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"},
+     {"scales": [1, 1, 0.5, 3]}),
+    ({"mode": "cubic"}, {"scales": [1, 1, 2, 2]}),
+], ids=["nearest2x", "linear", "align-corners-sizes", "asymmetric-down", "cubic"])
+def test_resize(attrs, inputs):
+    if "scales" in inputs:
+        inits = [("roi", np.array([], np.float32)), ("scales", np.array(inputs["scales"], np.float32))]
+        node = helper.make_node("Resize", ["X", "roi", "scales"], ["Y"], **attrs)
+    else:
+        inits = [("roi", np.array([], np.float32)), ("scales", np.array([], np.float32)),
+                 ("sizes", np.array(inputs["sizes"], np.int64))]
+        node = helper.make_node("Resize", ["X", "roi", "scales", "sizes"], ["Y"], **attrs)
+    check(model([node], [("X", (1, 2, 4, 6))], [("Y", None)], inits, opset=13))
+
+
+def test_upsample_opset9():
+    node = helper.make_node("Upsample", ["X", "s"], ["Y"], mode="nearest")
+    check(model([node], [("X", (1, 2, 3, 3))], [("Y", (1, 2, 6, 9))], [("s", np.array([1, 1, 2, 3], np.float32))], 9))
+
+
+# --------------------------------------------------------------------------- quantisation
+
+@pytest.mark.parametrize("zp_dtype", [np.int8, np.uint8])
+def test_quantize_dequantize_onto_integer_tensors(zp_dtype):
+    scale = np.array(0.05, np.float32)
+    zp = np.array(3 if zp_dtype == np.int8 else 128, zp_dtype)
+    nodes = [helper.make_node("QuantizeLinear", ["X", "s", "zp"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["Y"])]
+    m = model(nodes, [("X", (2, 50))], [("Y", (2, 50))], [("s", scale), ("zp", zp)], opset=13)
+    x = np.linspace(-9, 9, 100, dtype=np.float32).reshape(2, 50)    # saturates at both ends
+    program = check(m, {"X": x}, tol=1e-6)
+    assert program.tensor("q").dtype == ("i8" if zp_dtype == np.int8 else "i32")
+
+
+def test_per_axis_quantisation():
+    scale = np.array([0.1, 0.02, 0.5], np.float32)
+    zp = np.array([0, 5, -4], np.int8)
+    nodes = [helper.make_node("QuantizeLinear", ["X", "s", "zp"], ["q"], axis=1),
+             helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["Y"], axis=1)]
+    check(model(nodes, [("X", (2, 3, 4))], [("Y", (2, 3, 4))], [("s", scale), ("zp", zp)], opset=13), tol=1e-6)
+
+
+# --------------------------------------------------------------------------- old op versions
+
+def test_legacy_broadcast_axis_is_honoured():
+    """opset 6: Add(broadcast=1, axis=0) of A[3, 3] and B[3] adds B[i] to row i (numpy would add
+    it to column j): the old silent wrong result."""
+    a = np.arange(9, dtype=np.float32).reshape(3, 3)
+    b = np.array([100, 200, 300], np.float32)
+    for axis, want in ((0, a + b[:, None]), (1, a + b[None, :])):
+        node = helper.make_node("Add", ["A", "B"], ["Y"], broadcast=1, axis=axis)
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("A", F, (3, 3)),
+                                                helper.make_tensor_value_info("B", F, (3,))],
+                                  [helper.make_tensor_value_info("Y", F, (3, 3))])
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 6)])
+        m.ir_version = 3
+        program = from_onnx(m)
+        got = run_with_values(program, {"A": a, "B": b})[program.outputs[0]]
+        np.testing.assert_array_equal(got, want)
+    node = helper.make_node("Mul", ["A", "B"], ["Y"])            # no broadcast=1: shapes must agree
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("A", F, (3, 3)),
+                                            helper.make_tensor_value_info("B", F, (3,))],
+                              [helper.make_tensor_value_info("Y", F, (3, 3))])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 6)])
+    with pytest.raises(UserError, match="without broadcast=1 needs equal shapes"):
+        from_onnx(m)
+
+
+def test_opset9_unsqueeze_of_weights_folds_and_dropout_opset12_is_the_identity():
+    nodes = [helper.make_node("Unsqueeze", ["w"], ["w3"], axes=[1, 2]),
+             helper.make_node("Mul", ["X", "w3"], ["m"]),
+             helper.make_node("Dropout", ["m"], ["Y"])]
+    check(model(nodes, [("X", (1, 4, 2, 2))], [("Y", (1, 4, 2, 2))], [("w", rand(4))], opset=9))
+    nodes = [helper.make_node("Dropout", ["X", "r", "t"], ["Y"])]
+    check(model(nodes, [("X", (3, 4))], [("Y", (3, 4))],
+                [("r", np.array(0.5, np.float32)), ("t", np.array(False))], opset=13))
+
+
+def test_vgg_flatten_width_is_within_the_limits():
+    nodes = [helper.make_node("Reshape", ["X", "s"], ["r"]), helper.make_node("Gemm", ["r", "w"], ["Y"], transB=1)]
+    m = model(nodes, [("X", (1, 512, 7, 7))], [("Y", (1, 4))],
+              [("s", np.array([1, 25088], np.int64)), ("w", rand(4, 25088, scale=0.01))])
+    assert "shape=[1, 25088]" in check(m).source
