@@ -25,10 +25,11 @@ import itertools
 
 import ipywidgets as W
 
-from .compare import ab_html, distinct_seconds, kernel_point, schedule_spec, version_specs, versions_html
+from .compare import ab_html, default_pair, distinct_seconds, kernel_point, schedule_spec, version_specs, versions_html
 from .fmt import BAD, GOOD, STYLE, badge, esc, note, ratio, table
 from .glossary import legend, th
 from .html import TABS, static_html, tab_contents
+from .names import kernel_label, kernel_labels
 from .network import LARGE_PLAN_OPS, layers_html, network_graph_html
 from .roofline import roofline_data, roofline_svg
 from .tables import METRIC_HEADER, _monitor, code_html, metric_cells
@@ -67,6 +68,16 @@ def order_choices(current: tuple[str, ...]) -> list[tuple[str, ...]]:
     return list(dict.fromkeys(out))
 
 
+def unchanged_why(annotation: bool, ev: dict) -> str:
+    """Why a move left the program time where it was, for the move log."""
+    if annotation:
+        return ("the cost model does not price this annotation here — it changes the generated code "
+                "(see the Code tab), not the modelled time")
+    bound = (ev or {}).get("bound")
+    return (f"the kernel stays bound by {bound}, which this change does not move" if bound
+            else "no term of the cost model moves")
+
+
 def _accepts(fn, parameter: str) -> bool:
     try:
         return parameter in inspect.signature(fn).parameters
@@ -86,7 +97,11 @@ class TunePanel:
         self.order_pickers: dict[str, W.Dropdown] = {}
         self.last: dict | None = None
         names = [k.name for k in result.after.kernels]
-        self.kernel_picker = W.Dropdown(options=names, value=names[0] if names else None, description="kernel")
+        labels = kernel_labels(result)
+        # short names in the picker (an imported model's are long); the value stays the full name
+        self.kernel_picker = W.Dropdown(options=[(labels.get(n, n), n) for n in names],
+                                        value=names[0] if names else None, description="kernel",
+                                        layout=W.Layout(width="320px", max_width="100%"))
         self.controls = W.VBox()
         self.status = W.HTML()
         self.metrics = W.HTML()
@@ -136,24 +151,30 @@ class TunePanel:
         self.levels = levels
         self.sliders, self.order_pickers = {}, {}
         rows = []
+        # the level's whole name fits its label ("accumulator", not "accum…"); 7 px a character
+        label_px = max([7 * len(level) + 8 for level in levels] + [40])
         for loop in kernel.loops:
-            row = [W.Label(f"{loop.name} ({loop.extent})", layout=W.Layout(width="90px"))]
+            row = [W.Label(f"{loop.name} ({loop.extent})", tooltip=f"loop {loop.name}, extent {loop.extent}",
+                           layout=W.Layout(width="90px"))]
             for h, level in enumerate(levels):
                 options = tile_choices(loop.extent, sizes[loop.name][h])
                 slider = W.SelectionSlider(options=options, value=min(sizes[loop.name][h], loop.extent),
                                            description=level, continuous_update=False,
+                                           tooltip=f"tile size of loop {loop.name} at {level} (1 to {loop.extent})",
                                            disabled=not self.available or len(options) < 2,
-                                           layout=W.Layout(width="260px"),
-                                           style={"description_width": "60px"})
+                                           layout=W.Layout(width=f"{label_px + 200}px", max_width="100%"),
+                                           style={"description_width": f"{label_px}px"})
                 slider.observe(self._changed, names="value")
                 self.sliders[(loop.name, level)] = slider
                 row.append(slider)
-            rows.append(W.HBox(row))
+            rows.append(W.HBox(row, layout=W.Layout(flex_flow="row wrap")))
         for level in levels:
             current = schedule.order_at(level, levels)
             picker = W.Dropdown(options=[(" ".join(o), o) for o in order_choices(current)], value=current,
                                 description=f"order {level}", disabled=not self.available,
-                                style={"description_width": "90px"}, layout=W.Layout(width="360px"))
+                                tooltip=f"loop order at {level}, outermost first",
+                                style={"description_width": f"{label_px + 50}px"},
+                                layout=W.Layout(width=f"{label_px + 250}px", max_width="100%"))
             picker.observe(self._changed, names="value")
             self.order_pickers[level] = picker
             rows.append(picker)
@@ -164,7 +185,9 @@ class TunePanel:
             self.vectorize_picker = W.Dropdown(
                 options=[("(none)", "")] + [(l, l) for l in kernel.loop_names],
                 value=current if current in kernel.loop_names else "", description="vectorize",
-                disabled=not self.available, style={"description_width": "90px"}, layout=W.Layout(width="360px"))
+                tooltip="the loop the generated code vectorises (innermost at the last level)",
+                disabled=not self.available, style={"description_width": f"{label_px + 50}px"},
+                layout=W.Layout(width=f"{label_px + 250}px", max_width="100%"))
             self.vectorize_picker.observe(self._changed, names="value")
             rows.append(self.vectorize_picker)
         self.controls.children = rows
@@ -193,7 +216,8 @@ class TunePanel:
             effect = "illegal: see below"
         elif t and before:
             old, new = distinct_seconds([before, t])
-            effect = f"program {old} → {new}" + (" (unchanged)" if old == new else f" ({before / t:.3f}×)")
+            effect = f"program {old} → {new}" + (f" (unchanged: {unchanged_why(owner is self.vectorize_picker, ev)})"
+                                                if old == new else f" ({before / t:.3f}×)")
         else:
             effect = "re-evaluated"
         self.changes += 1
@@ -254,7 +278,7 @@ class TunePanel:
             except Exception:  # the nest is a convenience; the metrics stand without it
                 nest = ""
         self.metrics.value = ('<div class="autocomp-scroll">'
-                              + table(["kernel " + esc(self.kernel)] + [th(h) for h in METRIC_HEADER], rows,
+                              + table(["kernel " + esc(kernel_label(self.result, self.kernel))] + [th(h) for h in METRIC_HEADER], rows,
                                       "autocomp-tune-metrics")
                               + "</div>" + program + nest + legend(METRIC_HEADER))
         if ev is None:
@@ -276,7 +300,7 @@ class TunePanel:
             data = roofline_data(self.result)
             self.roofline.value = roofline_svg({"peak_flops": data["peak_flops"], "dram_bw": data["dram_bw"],
                                                 "points": [p for p in points if p]},
-                                               title=f"kernel {self.kernel}")
+                                               title=f"kernel {kernel_label(self.result, self.kernel)}")
         except Exception as err:  # keep the controls usable without roofline data
             self.roofline.value = note(f"no roofline: {err}")
 
@@ -313,8 +337,7 @@ class TunePanel:
         self.ab_a.options, self.ab_b.options = names, names
         self.ab_a.value = a if a in names else names[0]
         if default_b or b not in names:
-            timed = [s for s in self.specs[1:] if s.get("time_s")]
-            b = min(timed, key=lambda s: s["time_s"])["name"] if timed else names[-1]
+            b = default_pair(self.specs, self.ab_a.value)[1]
         self.ab_b.value = b
 
     def compare(self, a: str | None = None, b: str | None = None) -> str:
