@@ -627,3 +627,36 @@ def test_tiling_a_row_a_softmax_reduces_over_says_the_time_is_optimistic():
     level = res.target.tiling_levels[0]
     tune.sliders[(row, level)].value = 64
     assert tune.last["legal"] and row in tune.last["note"] and "optimistic" in tune.status.value
+
+
+def test_live_output_carries_the_standard_widget_view_type_beside_the_static_html(result, monkeypatch):
+    monkeypatch.setenv("AUTOCOMP_WIDGET_VIEW", "1")  # an interactive frontend (its requests carry a cellId)
+    view = ui.widget(result)
+    bundle = view._repr_mimebundle_()
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == view.widget.model_id
+    assert bundle["application/vnd.autocomp.view+json"]["model_id"] == view.widget.model_id
+    assert bundle["application/vnd.autocomp.view+json"]["kept"] == []
+    assert '<section class="autocomp-tab" data-tab="Tune">' in bundle["text/html"]
+
+
+def test_kept_versions_are_saved_in_the_output_and_restored_into_a_new_view(result):
+    from autocomp_jupyter.ui import live
+
+    view = ui.widget(result)
+    tune = view.tune
+    loop, level = next(iter(tune.sliders))
+    slider = tune.sliders[(loop, level)]
+    slider.value = slider.options[0]
+    name = tune.keep()
+    records = view._repr_mimebundle_()["application/vnd.autocomp.view+json"]["kept"]
+    assert [r["name"] for r in records] == [name] and records[0]["tiles"][loop][level] == slider.options[0]
+    import json
+    json.dumps(records)  # saved in the notebook: plain JSON
+    assert f"<td>{name}</td>" in view._repr_mimebundle_()["text/html"]  # the static Tune tab lists it
+    result.versions.pop(name)
+    fresh = ui.widget(result)  # the cell run again: the labextension hands the saved records back
+    assert live.restore_kept(fresh.widget.model_id, records) == [name]
+    assert name in result.versions and name in [s["name"] for s in fresh.tune.specs]
+    assert fresh.tune.kept[0]["time_s"] == records[0]["time_s"]
+    assert live.restore_kept(fresh.widget.model_id, records) == []  # restored once
+    assert live.restore_kept("no-such-model", records) == []

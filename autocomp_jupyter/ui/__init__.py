@@ -39,4 +39,7 @@ def show(result, static: bool = False, code: str = "pseudo", first_tab: str = "G
     """Display `result` in the notebook: the widget, or static HTML when `static`."""
     from IPython.display import display
 
-    display(view(result, static=static, code=code, first_tab=first_tab))
+    shown = view(result, static=static, code=code, first_tab=first_tab)
+    handle = display(shown, display_id=True)
+    if hasattr(shown, "attach_display") and handle is not None:
+        shown.attach_display(handle.display_id)  # keeping a version updates this output

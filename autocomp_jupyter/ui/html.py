@@ -42,10 +42,11 @@ def profile_tab_html(result) -> str:
     return profile_html(result, svg)
 
 
-def tune_static_html(result) -> str:
-    """Without a kernel there are no sliders: the versions, the best tuned version against
-    the optimised plan (A/B), and how to tune live."""
-    specs = version_specs(result)
+def tune_static_html(result, kept: list[dict] = ()) -> str:
+    """Without a kernel there are no sliders: the versions (with those `kept` from the Tune
+    tab), the optimised plan against the fastest version that differs (A/B), and how to
+    tune live."""
+    specs = version_specs(result, list(kept))
     out = ["<h4>versions</h4>", versions_html(specs)]
     if len(specs) > 1:
         a, b = default_pair(specs)
