@@ -18,12 +18,17 @@ MAX_NAME = 24
 
 def kernel_labels(result) -> dict[str, str]:
     """{full kernel name: display name} for the optimised plan (identity when all are short)."""
-    kernels = list(getattr(getattr(result, "after", None), "kernels", ()) or ())
+    return plan_labels(getattr(result, "after", None))
+
+
+def plan_labels(plan) -> dict[str, str]:
+    """{full kernel name: display name} for the kernels of `plan`."""
+    kernels = list(getattr(plan, "kernels", ()) or ())
     names = [k.name for k in kernels]
     if not names or max(map(len, names)) <= MAX_NAME:
         labels = {n: n for n in names}
     else:
-        program = result.after.program
+        program = plan.program
         counts: dict[str, int] = {}
         labels = {}
         for k in kernels:

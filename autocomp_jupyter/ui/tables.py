@@ -12,6 +12,7 @@ import re
 from .fmt import (BAD, GOOD, MUTED, badge, esc, flag, joules, nbytes, note, num, pct, ratio,
                   seconds, si, table)
 from .glossary import explain_why, legend, th
+from .names import kernel_labeller
 from .network import profiler_html
 
 DEFAULT_MONITOR = {"bw_util": 0.7, "occupancy": 0.5}
@@ -57,6 +58,7 @@ def _footprints(result, kernel_name: str) -> tuple[list[str], list[float], list[
 def tiles_html(result) -> str:
     """Per kernel: loop × level tile sizes, then footprint and fill per level."""
     report_kernels = {k["name"]: k for k in result.report.get("kernels", [])}
+    label = kernel_labeller(result)
     out = []
     levels_all = tuple(getattr(result.target, "tiling_levels", ()))
     for kernel, schedule in zip(result.after.kernels, result.after.schedules):
@@ -72,7 +74,7 @@ def tiles_html(result) -> str:
             rows.append(cells)
         header = ["loop", "extent"] + [esc(lv) for lv in levels]
         spill = (rk.get("metrics") or {}).get("spill_ratio")
-        out.append(f"<h4>kernel {esc(kernel.name)} <small>ops {esc(', '.join(kernel.ops))}</small></h4>")
+        out.append(f"<h4>kernel {label(kernel.name)} <small>ops {esc(', '.join(kernel.ops))}</small></h4>")
         out.append(table(header, rows, "autocomp-tiles"))
         fp = _footprints(result, kernel.name)
         if fp:
@@ -164,7 +166,8 @@ def profile_html(result, roofline_svg: str = "") -> str:
                         f"{ratio(g.get('scheduling'))} (fusion: the fused kernels tuned as the library would; "
                         "tiling: the optimised tiles and orders on them; scheduling: the optimised annotations)."))
     monitor = _monitor(r)
-    krows = [[f"<code>{esc(k['name'])}</code>", esc(", ".join(k.get("ops", [])))]
+    label = kernel_labeller(result)
+    krows = [[label(k["name"]), esc(", ".join(k.get("ops", [])))]
              + metric_cells(k.get("metrics") or {}, monitor) + [esc(k.get("bound", ""))]
              for k in r.get("kernels", [])]
     out.append(profiler_html(result))
@@ -222,7 +225,8 @@ def rules_html(result) -> str:
         out.append(f'<details class="autocomp-skipped"><summary><b>rules skipped ({len(skipped)})</b> '
                    "and why</summary>" + table(header, rule_rows(skipped, badge("skipped", MUTED)), "autocomp-rules")
                    + "</details>")
-    rb = [[esc(e.get("pass", "")), f"<code>{esc(e.get('kernel', ''))}</code>", badge("rolled back", BAD),
+    label = kernel_labeller(result)
+    rb = [[esc(e.get("pass", "")), label(e.get("kernel", "")) if e.get("kernel") else "", badge("rolled back", BAD),
            esc(e.get("reason", ""))] for e in r.get("rollbacks", [])]
     out.append("<h4>rollbacks</h4>")
     out.append(table(["pass", "kernel", "status", "reason"], rb, "autocomp-rollbacks") if rb
