@@ -171,7 +171,7 @@ def test_notebook_in_jupyterlab(lab):
             page.set_default_timeout(30_000)
             page.goto(base + "/lab/tree/demo.ipynb")
             page.wait_for_selector(".jp-Notebook .jp-Cell")
-            _accept_kernel_dialog(page)
+            _kernel_ready(page)
             try:
                 _fit_panel(page)
                 _run_all_and_check(page)
@@ -187,10 +187,12 @@ def test_notebook_in_jupyterlab(lab):
 
 def _fit_panel(page) -> None:
     """Resize the window so the notebook panel is PANEL_PX wide."""
-    page.wait_for_selector(".jp-NotebookPanel")
-    width = page.locator(".jp-NotebookPanel").first.evaluate("e => e.getBoundingClientRect().width")
-    page.set_viewport_size({"width": int(1400 + PANEL_PX - width), "height": 1000})
-    page.wait_for_function(f"() => Math.abs(document.querySelector('.jp-NotebookPanel').getBoundingClientRect().width - {PANEL_PX}) < 4")
+    panel = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+    page.wait_for_selector(panel)
+    width = page.locator(panel).first.evaluate("e => e.getBoundingClientRect().width")
+    size = page.viewport_size
+    page.set_viewport_size({"width": int(size["width"] + PANEL_PX - width), "height": size["height"]})
+    page.wait_for_function(f"() => Math.abs(document.querySelector('{panel}').getBoundingClientRect().width - {PANEL_PX}) < 4")
 
 
 # Everything in `root` whose box reaches past the right edge of `root` (or of a clipping
@@ -198,7 +200,7 @@ def _fit_panel(page) -> None:
 OVERFLOWS_JS = """(root) => {
   const bad = [];
   const edge = root.getBoundingClientRect().right + 1;
-  for (const el of root.querySelectorAll('*')) {
+  for (const el of root.querySelectorAll(':not(svg *)')) {  // an SVG is checked as a whole
     const r = el.getBoundingClientRect();
     if (!r.width || !r.height) continue;
     let clip = null, scrolls = false;
@@ -225,7 +227,7 @@ def _overflows(locator) -> list[str]:
 def _every_tab_fits_its_panel(page) -> None:
     tabs = page.locator(".jp-OutputArea .widget-tab").first
     titles = tabs.locator(".lm-TabBar-tab")
-    output = page.locator(".jp-OutputArea-output").filter(has=tabs).first
+    output = page.locator(".jp-OutputArea-output:has(.widget-tab)").first
     for title in ("Graph", "Tiles", "Schedule", "Profile", "Rules", "Tune", "Code"):
         titles.filter(has_text=title).first.click()
         page.wait_for_timeout(150)
@@ -294,7 +296,7 @@ def _save_reload_with_new_kernel(page, base: str, kept: str, root: Path | None =
         urllib.request.urlopen(request, timeout=10).read()
     page.reload()
     page.wait_for_selector(".jp-Notebook .jp-Cell")
-    _accept_kernel_dialog(page)
+    _kernel_ready(page)
     view = page.locator(".autocomp-view").first
     view.wait_for(state="attached", timeout=20_000)
     # The static view shows at once; the widget view stays hidden while the new kernel's
@@ -419,6 +421,17 @@ def _wait_kernel_idle(page, timeout: int = 30_000) -> None:
         " return s && s.getAttribute('data-status') === 'idle'; }", timeout=timeout)
 
 
+def _kernel_ready(page) -> None:
+    """Wait until the kernel is idle, taking the notebook's kernel if JupyterLab asks."""
+    page.wait_for_function(
+        "() => !!document.querySelector('.jp-Dialog .jp-mod-accept') || (document.querySelector("
+        "'.jp-Notebook-ExecutionIndicator') || {getAttribute: () => ''}).getAttribute('data-status') === 'idle'",
+        timeout=30_000)
+    if page.locator(".jp-Dialog .jp-mod-accept").count():
+        page.locator(".jp-Dialog .jp-mod-accept").first.click()
+        _wait_kernel_idle(page)
+
+
 def test_each_tutorial_coaches_a_wrong_answer(lab):
     """Open each course notebook (untouched: not marked modified once its kernel is up),
     answer its first exercise wrongly, Run All: the CHECK cell answers in one friendly
@@ -431,39 +444,45 @@ def test_each_tutorial_coaches_a_wrong_answer(lab):
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(30_000)
+            page.goto(f"{base}/lab/tree/tutorials?reset")  # the file browser in tutorials/, nothing open
+            page.wait_for_selector(".jp-DirListing-item")
             for stem, (wrong, says) in WRONG_ANSWERS.items():
-                page.goto(f"{base}/lab/tree/tutorials/{stem}.ipynb")
-                page.wait_for_selector(".jp-Notebook .jp-Cell")
-                _accept_kernel_dialog(page)
+                page.locator(".jp-DirListing-item", has_text=f"{stem}.ipynb").first.dblclick()
+                nb = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)").first
+                nb.locator(".jp-Cell").first.wait_for()
                 _fit_panel(page)
-                _wait_kernel_idle(page)
+                _kernel_ready(page)
                 page.wait_for_timeout(300)
                 assert not _dirty(page), f"{stem} is marked modified before any edit"
-                cell = page.locator(".jp-CodeCell").filter(has_text="# your answer").first
+                cell = nb.locator(".jp-CodeCell").filter(has_text="# your answer").first
                 cell.locator(".cm-content").click()
                 page.keyboard.press("Control+End")
                 page.keyboard.insert_text("\n" + wrong)
                 page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
                 page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-                check = page.locator(".jp-CodeCell").filter(has_text="# CHECK").first
+                check = nb.locator(".jp-CodeCell").filter(has_text="# CHECK").first
                 line = check.locator(".jp-OutputArea-output").first
                 playwright_api.expect(line).to_contain_text("✗ not yet: ", timeout=60_000)
-                text = line.inner_text().strip()
+                text = line.text_content().strip()  # (off-screen cells have no inner text)
                 assert says in text and "\n" not in text, (stem, text)
                 _wait_kernel_idle(page, 90_000)
-                last = page.locator(".jp-CodeCell").last.locator(".jp-InputPrompt").inner_text()
+                last = nb.locator(".jp-CodeCell").last.locator(".jp-InputPrompt").text_content()
                 assert re.search(r"\[\d+\]", last), f"{stem}: Run All stopped before the last cell ({last})"
-                notebook = page.locator(".jp-Notebook").first
-                shown = notebook.inner_text()
+                shown = nb.locator(".jp-Notebook").first.text_content()
                 assert "Traceback" not in shown and "AssertionError" not in shown, stem
-                for output in page.locator(".jp-OutputArea-output").all():
+                for output in nb.locator(".jp-OutputArea-output").all():
+                    output.scroll_into_view_if_needed()
                     bad = _overflows(output)
                     assert not bad, f"{stem}: an output is wider than the {PANEL_PX} px panel: {bad}"
                 page.screenshot(path=str(ARTIFACTS / f"tutorial-{stem}.png"))
-                # close it unsaved, kernel and all
+                # close it unsaved, and shut its kernel down
                 for session in json.loads(urllib.request.urlopen(base + "/api/sessions", timeout=5).read()):
                     request = urllib.request.Request(f"{base}/api/sessions/{session['id']}", method="DELETE")
                     urllib.request.urlopen(request, timeout=10).read()
+                page.keyboard.press("Alt+w")  # close the tab
+                discard = page.locator(".jp-Dialog button", has_text=re.compile("Discard|Don.t Save"))
+                discard.first.click()
+                nb.wait_for(state="detached")
         finally:
             browser.close()
 

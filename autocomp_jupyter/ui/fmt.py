@@ -119,12 +119,12 @@ STYLE = """<style>
 .autocomp-result .widget-html,.autocomp-result .widget-html-content,.autocomp-result .widget-box,.autocomp-result .widget-tab-contents{min-width:0;max-width:100%}
 .autocomp-result .widget-html-content{overflow-x:auto}
 .autocomp-result p,.autocomp-result .autocomp-note{white-space:normal;overflow-wrap:anywhere;max-width:100%}
-.autocomp-kernels td:nth-child(2),.autocomp-profile-table td:nth-child(3),.autocomp-tiles-ops{white-space:normal;min-width:12em;overflow-wrap:anywhere}
-.autocomp-totals td:nth-child(2),.autocomp-totals td:last-child{white-space:normal;min-width:10em}
+.autocomp-result .autocomp-table.autocomp-kernels td:nth-child(2),.autocomp-result .autocomp-table.autocomp-profile-table td:nth-child(3){white-space:normal;min-width:8em;overflow-wrap:anywhere}
+.autocomp-result .autocomp-table.autocomp-totals td:nth-child(2),.autocomp-result .autocomp-table.autocomp-totals td:last-child{white-space:normal;min-width:9em}
 .autocomp-result table.autocomp-table{border-collapse:collapse;margin:4px 0 10px 0}
 .autocomp-result .autocomp-table th,.autocomp-result .autocomp-table td{border:1px solid #ddd;padding:2px 8px;text-align:left;vertical-align:top;white-space:nowrap}
 .autocomp-result .autocomp-table td.autocomp-num{text-align:right;font-variant-numeric:tabular-nums}
-.autocomp-rules td:last-child,.autocomp-rollbacks td:last-child,.autocomp-versions td:last-child,.autocomp-ab td:nth-child(2){white-space:normal;min-width:18em}
+.autocomp-result .autocomp-table.autocomp-rules td:last-child,.autocomp-result .autocomp-table.autocomp-rollbacks td:last-child,.autocomp-result .autocomp-table.autocomp-versions td:last-child,.autocomp-result .autocomp-table.autocomp-ab td:nth-child(2){white-space:normal;min-width:14em}
 .autocomp-table th{background:#f3f3f3}
 .autocomp-scroll{max-width:100%;overflow-x:auto}
 .autocomp-pair{display:flex;gap:16px;flex-wrap:wrap;align-items:flex-start}

@@ -489,6 +489,7 @@ class ResultView:
         self.widget = W.VBox([self.summary, self.tabs], layout=W.Layout(width="100%"))
         self.widget.add_class("autocomp-result")
         self.display_id: str | None = None
+        self._widget_view: bool | None = None
         self.tune.on_kept = self._kept_changed
         _VIEWS[self.widget.model_id] = self
 
@@ -507,7 +508,9 @@ class ResultView:
         bundle = self.widget._repr_mimebundle_(**kwargs)
         data = bundle[0] if isinstance(bundle, tuple) else bundle
         view = data[WIDGET_VIEW_MIME]
-        out = {WIDGET_VIEW_MIME: view} if widget_view_wanted() else {}
+        if self._widget_view is None:  # decided at the first display (an update comes from a click, not a cell)
+            self._widget_view = widget_view_wanted()
+        out = {WIDGET_VIEW_MIME: view} if self._widget_view else {}
         out.update({
             VIEW_MIME: {**view, "kept": self.tune.kept_records()},
             "text/html": static_html(self.result, self.code_lang, self.contents),
