@@ -220,6 +220,15 @@ OVERFLOWS_JS = """(root) => {
 }"""
 
 
+# Pairs of roofline texts (axis ticks, ceilings, point labels) whose boxes overlap.
+OVERLAPS_JS = """(root) => { const out = []; for (const svg of root.querySelectorAll('svg.autocomp-roofline')) {
+  const t = [...svg.querySelectorAll('text')].map(e => [e.textContent, e.getBoundingClientRect()]);
+  for (let i = 0; i < t.length; i++) for (let j = i + 1; j < t.length; j++) { const a = t[i][1], b = t[j][1];
+    if (a.width && b.width && a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1)
+      out.push(t[i][0] + ' | ' + t[j][0]); } }
+  return out; }"""
+
+
 def _overflows(locator) -> list[str]:
     return locator.evaluate(OVERFLOWS_JS)
 
@@ -234,6 +243,8 @@ def _every_tab_fits_its_panel(page) -> None:
         assert output.evaluate("e => e.getBoundingClientRect().width") <= PANEL_PX
         bad = _overflows(output)
         assert not bad, f"{title} tab at a {PANEL_PX} px panel: {bad}"
+        if title == "Profile":
+            assert not output.evaluate(OVERLAPS_JS), "roofline labels overlap"
     graph_text = tabs.locator("svg.autocomp-graph text").first
     titles.filter(has_text="Graph").first.click()
     size = graph_text.evaluate("e => e.getBoundingClientRect().height")
