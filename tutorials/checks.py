@@ -64,9 +64,11 @@ def _number(value, what: str) -> float:
     return float(value)
 
 
-def _name(value, what: str, names) -> str:
+def _name(value, what: str, names, display=None) -> str:
+    """`value` if it is one of `names`; else a refusal listing a few (their `display` forms)."""
     names = list(names)
-    shown = ", ".join(map(repr, names[:6])) + (" ..." if len(names) > 6 else "")
+    listed = list(display or names)
+    shown = ", ".join(map(repr, listed[:5])) + (" ..." if len(listed) > 5 else "")
     assert isinstance(value, str), f"{what} is a name (a string), one of {shown}; got {value!r}"
     assert value in names, f"{value!r} is not {what}. Hint: it is one of {shown}"
     return value
@@ -399,7 +401,7 @@ def check_slowest_kernel(res, answer) -> None:
 
     full = {short: name for name, short in kernel_labels(res).items()}
     answer = full.get(answer, answer) if isinstance(answer, str) else answer  # the views' short name counts too
-    _name(answer, "a kernel name of this result", [k["name"] for k in kernels])
+    _name(answer, "a kernel name of this result", [k["name"] for k in kernels], list(full))
     fastest = min(kernels, key=lambda k: k["metrics"]["time_s"])
     assert answer != fastest["name"] or fastest is truth, "that is the fastest kernel: sort by time, largest first"
     assert answer == truth["name"], \
@@ -413,9 +415,9 @@ def check_share_of_time(res, kernel: str, answer) -> None:
     total = sum(k["metrics"]["time_s"] for k in res.report["kernels"])
     from autocomp_jupyter.ui.names import kernel_labels
 
-    kernel = {short: name for name, short in kernel_labels(res).items()}.get(kernel, kernel) \
-        if isinstance(kernel, str) else kernel  # the views' short name counts too
-    _name(kernel, "a kernel name of this result", [k["name"] for k in res.report["kernels"]])
+    full = {short: name for name, short in kernel_labels(res).items()}
+    kernel = full.get(kernel, kernel) if isinstance(kernel, str) else kernel  # the views' short name counts too
+    _name(kernel, "a kernel name of this result", [k["name"] for k in res.report["kernels"]], list(full))
     (k,) = [k for k in res.report["kernels"] if k["name"] == kernel]
     truth = k["metrics"]["time_s"] / total
     a = _number(answer, "the share")
