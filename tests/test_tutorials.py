@@ -79,6 +79,12 @@ def test_notebook_is_stored_clean_and_has_exercises_and_checks(path):
     assert sum(c.cell_type == "markdown" for c in nb.cells) >= 5
     assert any(c.source.startswith("# CHECK") for c in code), "every tutorial ends its exercises with a CHECK cell"
     assert any("# your answer" in c.source for c in code) or path.name.startswith("06"), "an exercise cell"
+    # stored as JupyterLab (the Jupyter server's nbformat) writes it, so opening and saving
+    # an untouched tutorial changes nothing, and opening it does not mark it modified
+    assert nbformat.writes(nb) + ("" if nbformat.writes(nb).endswith("\n") else "\n") == path.read_text()
+    assert nb.metadata.kernelspec == {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    assert {"codemirror_mode", "file_extension", "mimetype", "name", "nbconvert_exporter", "pygments_lexer",
+            "version"} <= set(nb.metadata.language_info)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
