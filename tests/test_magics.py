@@ -311,3 +311,11 @@ def test_a_cell_naming_an_acir_file_optimises_that_file(ip, tmp_path):
     assert ip.user_ns["from_file"].program.outputs == ("D",)
     _, outputs, _ = run(ip, "--target tpu --static", str(tmp_path / "missing.acir"))
     assert "cannot read" in text_of(outputs)
+
+
+def test_a_user_error_from_a_python_call_is_its_message_not_a_traceback(ip):
+    with capture_output() as cap:
+        ip.run_cell("import autocomp_jupyter\nautocomp_jupyter.optimize('input A: f32[4]\\nB = relux(A)\\n', target='tpu')")
+    text = text_of(saved_outputs(cap.outputs))
+    assert "unknown op 'relux'" in text and "error:" in text
+    assert "Traceback" not in cap.stdout + cap.stderr + text
