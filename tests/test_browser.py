@@ -100,8 +100,8 @@ def _env(root: Path) -> dict:
     return {**os.environ, "PYTHONPATH": path, "JUPYTER_PATH": jupyter_path}
 
 
-def _notebook() -> dict:
-    cells = ["%load_ext autocomp_jupyter", MAGIC + "\n" + SOURCE]
+def _notebook(more: list[str] = ()) -> dict:
+    cells = ["%load_ext autocomp_jupyter", MAGIC + "\n" + SOURCE, *more]
     return {"nbformat": 4, "nbformat_minor": 5,
             "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
             "cells": [{"cell_type": "code", "id": f"c{i}", "metadata": {}, "source": src, "outputs": [],
@@ -113,7 +113,7 @@ def lab(tmp_path_factory):
     """A JupyterLab server on a free port, rooted in a temp dir; its base URL."""
     root = tmp_path_factory.mktemp("lab")
     (root / "demo.ipynb").write_text(json.dumps(_notebook()))
-    (root / "nb7.ipynb").write_text(json.dumps(_notebook()))
+    (root / "nb7.ipynb").write_text(json.dumps(_notebook(["%%autocomp --target gemmini --tune 0\n" + SOURCE])))
     import shutil
     shutil.copytree(ROOT / "tutorials", root / "tutorials", ignore=shutil.ignore_patterns("*.yaml", "*.onnx", "__pycache__"))
     # No "get notified about Jupyter news?" toast over the screenshots.
@@ -207,6 +207,8 @@ OVERFLOWS_JS = """(root) => {
   for (const el of root.querySelectorAll(':not(svg *)')) {  // an SVG is checked as a whole
     const r = el.getBoundingClientRect();
     if (!r.width || !r.height) continue;
+    const folded = el.closest('details:not([open])');  // what a closed <details> holds is not shown
+    if (folded && !el.closest('summary')) continue;
     let clip = null, scrolls = false;
     for (let a = el.parentElement; a && a !== root.parentElement; a = a.parentElement) {
       const ox = getComputedStyle(a).overflowX;
@@ -539,6 +541,14 @@ def test_notebook7_shows_the_live_widget(lab):
             tabs.wait_for(state="visible", timeout=60_000)
             tabs.locator(".lm-TabBar-tab").filter(has_text="Tune").first.click()
             tabs.locator(".widget-slider").first.wait_for(state="visible", timeout=10_000)
+            # gemmini's levels have long names ("accumulator"): the Tune tab's labels are not cut
+            gemmini = page.locator(".jp-OutputArea .widget-tab").nth(1)
+            gemmini.wait_for(state="visible", timeout=60_000)
+            gemmini.locator(".lm-TabBar-tab").filter(has_text="Tune").first.click()
+            gemmini.locator(".widget-slider").first.wait_for(state="visible", timeout=10_000)
+            assert "accumulator" in gemmini.inner_text()
+            bad = _overflows(page.locator(".jp-OutputArea-output:has(.widget-tab)").nth(1))
+            assert not bad, f"gemmini's Tune tab: {bad}"
             page.screenshot(path=str(ARTIFACTS / "notebook7.png"))
         finally:
             browser.close()

@@ -138,6 +138,6 @@ STYLE = """<style>
 .autocomp-term{text-decoration:underline dotted;cursor:help}
 .autocomp-result mark.autocomp-diff{background:#fff3b0;padding:0 2px}
 .autocomp-legend dt{font-weight:bold;float:left;clear:left;width:9em}
-.autocomp-legend dd{margin-left:9.5em}
+.autocomp-legend dd{margin-left:9.5em;overflow-wrap:anywhere;min-width:0}
 .autocomp-result svg text{font-size:11px}
 </style>""".replace("MONO_FONT", MONO)
