@@ -508,6 +508,9 @@ def test_each_tutorial_coaches_a_wrong_answer(lab):
                 bad = nb.evaluate("nb => [...nb.querySelectorAll('.jp-OutputArea-output')].flatMap(o => ("
                                   + OVERFLOWS_JS + ")(o))")
                 assert not bad, f"{stem}: an output is wider than the {PANEL_PX} px panel: {bad}"
+                smallest = nb.evaluate("nb => Math.min(1e9, ...[...nb.querySelectorAll('svg.autocomp-graph text')]"
+                                       ".map(t => t.getBoundingClientRect().height).filter(h => h > 0))")
+                assert smallest >= 9, f"{stem}: graph text drawn {smallest:.1f} px high"  # readable, not shrunk
                 page.screenshot(path=str(ARTIFACTS / f"tutorial-{stem}.png"))
                 # close it unsaved, and shut its kernel down
                 for session in json.loads(urllib.request.urlopen(base + "/api/sessions", timeout=5).read()):

@@ -8,7 +8,8 @@
 
 Renderers are pure functions of the Result: graph.py (DOT/SVG), roofline.py (SVG plot),
 tables.py (each tab's HTML), html.py (the static page), live.py (live widgets and controls),
-progress.py (the tuning progress bar).
+compare.py (versions and the A/B), names.py (short kernel names for display), progress.py
+(the tuning progress bar).
 """
 from __future__ import annotations
 

@@ -6,10 +6,14 @@ the same way — `{name, time_s, legal, kernels: {kernel: {tiles, order_by_level
 annotations}}, plan}` — so the table and the comparison need no per-source formats.
 
 `versions_html(specs)` lists them with every tile, order and annotation that differs from
-the optimised plan highlighted, and times with as many digits as it takes to tell them
-apart. `ab_html(result, a, b)` compares two: program time and which is faster by how
-much, per kernel tiles / orders / annotations / metrics, both on the kernel's roofline,
-and the diff of their pseudo-kernels.
+the optimised plan highlighted, a version that is the same plan as an earlier one says so,
+and times have as many digits as it takes to tell them apart. `default_pair(specs)` is the
+A/B the Tune tab opens with: the optimised plan and the fastest version that differs.
+`ab_html(result, a, b)` compares two: program time and which is faster by how much, in
+words why (`why_faster`: the slower one's binding term, the term of it that changes most,
+the utilisation that moved — from the cost model's `limits_s`), per kernel tiles / orders /
+annotations / metrics with exactly what differs highlighted, both on the kernel's
+roofline, and the diff of their pseudo-kernels.
 """
 from __future__ import annotations
 
