@@ -56,7 +56,7 @@ lab: setup
 
 # The same tutorials in Notebook 7 (`jupyter notebook`, installed by the notebook extra).
 notebook: setup
-	$(PY) -m jupyter notebook $$([ "$$(id -u)" = 0 ] && echo --allow-root) tutorials/
+	$(PY) -m notebook $$([ "$$(id -u)" = 0 ] && echo --allow-root) tutorials/
 
 clean:
 	rm -rf .venv build dist *.egg-info .pytest_cache demo-output
