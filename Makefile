@@ -12,7 +12,7 @@ endif
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 EXAMPLES := $(wildcard examples/*.acir)
 
-.PHONY: setup system-deps python-deps demo test lab bench clean
+.PHONY: setup system-deps python-deps demo test lab notebook bench clean
 
 setup: system-deps python-deps
 
@@ -53,6 +53,10 @@ test: setup
 
 lab: setup
 	$(PY) -m jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) tutorials/
+
+# The same tutorials in Notebook 7 (`jupyter notebook`, installed by the notebook extra).
+notebook: setup
+	$(PY) -m notebook $$([ "$$(id -u)" = 0 ] && echo --allow-root) tutorials/
 
 clean:
 	rm -rf .venv build dist *.egg-info .pytest_cache demo-output

@@ -68,6 +68,86 @@ def show_error(err: UserError, out=display) -> None:
     out({"text/html": err._repr_html_(), "text/plain": err.format()}, raw=True)
 
 
+MAGIC = "%%autocomp "
+
+
+def _tokens(line: str) -> list[tuple[str, int]]:
+    """The magic line's words (shell quoting) with the column each starts at in `line`."""
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=False)
+    lexer.whitespace_split = True
+    out, at = [], 0
+    for word in lexer:
+        start = line.find(word, at)
+        if start < 0:  # a quoted word: find its first character after the previous word
+            start = at + len(line[at:]) - len(line[at:].lstrip())
+        out.append((word, start))
+        at = start + len(word)
+    return out
+
+
+def flag_errors(parser: argparse.ArgumentParser, line: str) -> UserError | None:
+    """Every problem of the magic line at once, each with a caret: unknown flags, missing
+    values, values a flag's type refuses, stray words. None when the line is fine (as far
+    as the flags' own types can tell). The table of flags is the parser's: a flag added
+    with one more @argument is checked here with no change."""
+    actions = {opt: a for a in parser._actions for opt in a.option_strings if opt.startswith("--")}
+    try:
+        tokens = _tokens(line)
+    except ValueError as err:  # an unclosed quote
+        return UserError(Diagnostic(f"cannot read the flags: {err}", 1, len(MAGIC) + 1, max(1, len(line)),
+                                    "close the quote"), source=MAGIC + line, filename=CELL_FILENAME)
+    diagnostics: list[Diagnostic] = []
+
+    def at(col: int, length: int, message: str, hint: str = "") -> None:
+        diagnostics.append(Diagnostic(message, 1, len(MAGIC) + col + 1, max(1, length), hint))
+
+    i = 0
+    while i < len(tokens):
+        word, col = tokens[i]
+        i += 1
+        if not word.startswith("--"):
+            at(col, len(word), f"unexpected value {word!r}: a value follows its flag",
+               "flags are --name value, e.g. --target tpu")
+            continue
+        flag, eq, inline = word.partition("=")
+        matches = [a for opt, a in actions.items() if opt == flag] or \
+            list({id(a): a for opt, a in actions.items() if opt.startswith(flag)}.values())
+        if len(matches) > 1:
+            at(col, len(flag), f"flag {flag!r} is ambiguous",
+               "one of " + ", ".join(sorted(a.option_strings[0] for a in matches)))
+        if len(matches) != 1:
+            if not matches:
+                at(col, len(flag), f"unknown flag {flag!r}", did_you_mean(flag, actions) or "")
+            if not eq and i < len(tokens) and not tokens[i][0].startswith("--"):
+                i += 1  # its value goes with it
+            continue
+        action = matches[0]
+        name = action.option_strings[0]
+        if action.nargs == 0:
+            if eq:
+                at(col, len(word), f"argument {name}: takes no value")
+            continue
+        if eq:
+            value, vcol = inline, col + len(flag) + 1
+        elif i < len(tokens) and not tokens[i][0].startswith("--"):
+            (value, vcol), i = tokens[i], i + 1
+        else:
+            if action.nargs != "?":
+                at(col, len(flag), f"argument {name}: expected a value ({action.metavar or 'one argument'})")
+            continue
+        if action.type is not None:
+            try:
+                action.type(value)
+            except (argparse.ArgumentTypeError, ValueError, TypeError) as err:
+                # the caret under the part of the value the message names ('tilling' of fusion,tilling)
+                named = [q for q in re.findall(r"'([^']+)'", str(err)) if q in value]
+                part = named[0] if named else value
+                at(vcol + value.find(part), len(part), f"argument {name}: {err}")
+    if not diagnostics:
+        return None
+    return UserError(diagnostics, source=MAGIC + line, filename=CELL_FILENAME)
+
+
 def _flag_error(message: str, line: str) -> UserError:
     """A UserError for a bad magic line, with a caret under the offending flag or value."""
     source = "%%autocomp " + line
@@ -83,8 +163,8 @@ def _flag_error(message: str, line: str) -> UserError:
         where = quoted[-1] if quoted else (flag.group(1) if flag else None)
     col = source.find(where, len("%%autocomp ")) + 1 if where else 0
     if col <= 0:
-        return UserError(Diagnostic(message, hint=hint), source=source, filename="%%autocomp")
-    return UserError(Diagnostic(message, 1, col, len(where), hint), source=source, filename="%%autocomp")
+        return UserError(Diagnostic(message, hint=hint), source=source, filename=CELL_FILENAME)
+    return UserError(Diagnostic(message, 1, col, len(where), hint), source=source, filename=CELL_FILENAME)
 
 
 def _value_error_on_line(err: UserError, line: str, args) -> UserError | None:
@@ -109,7 +189,7 @@ def _value_error_on_line(err: UserError, line: str, args) -> UserError | None:
     col = len("%%autocomp ") + at + 1
     diagnostics = [Diagnostic(f"{flag} {value}: {d.message}", 1, col, len(value), d.hint)
                    for d in getattr(err, "diagnostics", [])] or [Diagnostic(f"{flag} {value}: {err}", 1, col, len(value))]
-    return UserError(diagnostics, source="%%autocomp " + line, filename="%%autocomp")
+    return UserError(diagnostics, source="%%autocomp " + line, filename=CELL_FILENAME)
 
 
 FLAGS = ("--target", "--rules", "--tune", "--top", "--seed", "--budget", "--passes", "--vis-graph",
@@ -203,8 +283,8 @@ class AutocompMagics(Magics):
         """Optimise the tensor program in the cell for a simulated accelerator (DESIGN §2)."""
         try:
             args = parse_argstring(self.autocomp, line)
-        except UsageError as err:
-            show_error(_flag_error(str(err), line))
+        except UsageError as err:  # every bad flag at once, each with its caret (else argparse's one)
+            show_error(flag_errors(self.autocomp.parser, line) or _flag_error(str(err), line))
             return None
         from . import ui
 
@@ -286,5 +366,13 @@ def rule_rows() -> list[dict]:
     return []
 
 
+def _show_user_error(shell, etype, value, tb, tb_offset=None):
+    """A UserError raised by a Python call in a cell (optimize(...), from_onnx(...)): its
+    message, like the magic's errors, not a traceback."""
+    show_error(as_user_error(value))
+    return None
+
+
 def load_ipython_extension(ipython) -> None:
     ipython.register_magics(AutocompMagics)
+    ipython.set_custom_exc((UserError,), _show_user_error)

@@ -124,7 +124,12 @@ class Result:
     def summary(self, cli: bool = False) -> str:
         """A readable plain-text summary (what `autocomp optimize` prints with `cli=True`;
         without it, pointers to more detail name the Python object, not a CLI flag)."""
+        import re
+
         from .report import summary_text
 
         text = summary_text(self.report)
-        return text if cli else text.replace("(see --json)", "(why: res.report['rules'], or the Rules tab)")
+        if cli:
+            return text
+        text = re.sub(r"(\d) us\b", r"\1 µs", text)  # in a notebook: one spelling, as the views write it
+        return text.replace("(see --json)", "(why: res.report['rules'], or the Rules tab)")

@@ -11,6 +11,7 @@ never changes the plan it is given; the variant's plan is returned for keeping.
 from __future__ import annotations
 
 from dataclasses import replace
+from numbers import Integral
 from typing import Mapping
 
 from .accel.cost import evaluate, evaluate_program
@@ -40,30 +41,74 @@ def variant_schedule(current: Schedule, tiles: Mapping | None = None, order=None
     return schedule
 
 
+def variant_problems(current: Schedule, tiles: Mapping | None = None, order=None) -> list[str]:
+    """What is wrong with a variant's input, one sentence each (empty when nothing): an
+    unknown loop or level, a tile size that is not an integer from 1 to its loop's extent,
+    an order that is not a permutation of the kernel's loops. The schedule itself would clip
+    a too-large tile silently, so a typo (300 on a loop of 256) must be caught here."""
+    kernel = current.kernel
+    extents = {loop.name: loop.extent for loop in kernel.loops}
+    levels = tuple(current.levels)
+    problems = []
+    if tiles is not None and not isinstance(tiles, Mapping):
+        return [f"tiles is a dict {{loop: {{level: size}}}}, got {type(tiles).__name__}"]
+    for loop, per_level in (tiles or {}).items():
+        if loop not in extents:
+            problems.append(f"unknown loop {loop!r} in tiles (kernel {kernel.name} has loops "
+                            f"{', '.join(extents)})")
+            continue
+        if not isinstance(per_level, Mapping):
+            problems.append(f"tiles[{loop!r}] is a dict {{level: size}}, got {per_level!r}")
+            continue
+        for level, size in per_level.items():
+            if levels and level not in levels:
+                problems.append(f"unknown level {level!r} for loop {loop} (the levels are {', '.join(levels)})")
+            elif not isinstance(size, Integral) or isinstance(size, bool):
+                problems.append(f"tile {loop} = {size!r} at {level} is not an integer")
+            elif not 1 <= size <= extents[loop]:
+                problems.append(f"tile {loop} = {size} at {level} is " + (f"larger than loop {loop} (extent {extents[loop]})"
+                                if size > 0 else "below 1") + f": a tile size is from 1 to {extents[loop]}")
+    if order is not None:
+        per_level = order if isinstance(order, Mapping) else {None: order}
+        for level, loops in per_level.items():
+            where = f" at {level}" if level is not None else ""
+            if level is not None and levels and level not in levels:
+                problems.append(f"unknown level {level!r} in order (the levels are {', '.join(levels)})")
+            elif isinstance(loops, str) or sorted(map(str, loops)) != sorted(extents):
+                problems.append(f"order{where} {list(loops) if not isinstance(loops, str) else loops!r} is not "
+                                f"a permutation of the loops {', '.join(extents)}")
+    return problems
+
+
 def evaluate_variant(plan: Plan, target: Target, kernel_name: str, tiles=None, order=None,
                      annotations=None) -> dict:
     """Re-score kernel `kernel_name` of `plan` with other tiles / order / annotations.
 
-    Returns {"legal", "reason", "metrics", "time_s", "roofline_point", "schedule", "plan"}:
-    legality from isl (with the reason when illegal), the kernel's metrics from the cost
-    model, the program's total time with this variant, its point on the program's roofline,
-    the variant's Schedule and Plan. A variant the schedule refuses outright is illegal
-    with that reason (and no plan)."""
+    Returns {"legal", "reason", "metrics", "bound", "limits_s", "time_s", "roofline_point",
+    "schedule", "plan"}: legality from isl (with the reason when illegal), the kernel's
+    metrics, binding term and every term it compares (`limits_s`) from the cost model, the program's total time with this variant, its point on the program's roofline,
+    the variant's Schedule and Plan. Bad input — an unknown loop or level, a tile outside
+    1..extent, an order that is not a permutation (`variant_problems`) — or a variant the
+    schedule refuses outright is illegal with every reason, `"error": True` and no plan."""
     from . import poly
     from .report import roofline_point
 
     current = plan.schedule_of(kernel_name)
+    problems = variant_problems(current, tiles, order)
+    if problems:
+        return {"legal": False, "reason": "; ".join(problems), "metrics": {}, "time_s": float("nan"),
+                "roofline_point": None, "schedule": current, "error": True}
     try:
         schedule = variant_schedule(current, tiles, order, annotations)
         cost = evaluate(schedule, target)
     except (ValueError, TypeError, AttributeError) as err:
         return {"legal": False, "reason": str(err), "metrics": {}, "time_s": float("nan"),
-                "roofline_point": None, "schedule": current}
+                "roofline_point": None, "schedule": current, "error": True}
     verdict = poly.check_schedule(schedule)
     variant = plan.with_schedule(kernel_name, schedule)
     total = evaluate_program(variant.schedules, target).total
     return {"legal": verdict.ok, "reason": verdict.reason if not verdict.ok else "",
-            "metrics": cost.metrics(), "time_s": total.time_s,
+            "metrics": cost.metrics(), "bound": cost.bound, "limits_s": dict(cost.limits), "time_s": total.time_s,
             "roofline_point": roofline_point(plan.program, total, "variant"), "schedule": schedule,
             "plan": variant, "note": fission_note(schedule)}
 

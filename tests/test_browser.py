@@ -1,4 +1,4 @@
-"""The notebook in a real browser: JupyterLab + Chromium (Playwright), end to end.
+"""The notebook in a real browser: JupyterLab (and Notebook 7) + Chromium (Playwright), end to end.
 
 Starts `jupyter lab` on a free port in a temp dir with a notebook holding
 `%load_ext autocomp_jupyter` and a `%%autocomp --target tpu --tune 40` cell, runs all
@@ -11,6 +11,14 @@ and opens it: every tab's content is there. The server loads this checkout's lab
 build and its kernels import this checkout. Screenshots go to test-artifacts/. Uses
 Debian's Chromium; never downloads a browser. Skips only if Chromium, Playwright or the
 labextension build is missing.
+
+At a 960 px notebook panel no tab is wider than its panel and no label is cut
+(`_overflows`). Each course notebook is opened (untouched, it is not marked modified
+once its kernel is up), one exercise is answered wrongly and Run All is run: the CHECK
+cell answers in one friendly line, nothing shows a traceback, and the later cells still
+run. A kept version is in the saved notebook and comes back after the reload, under the
+snapshot banner. In Notebook 7 (`jupyter notebook`, when installed) the cell's output is
+the live widget.
 """
 from __future__ import annotations
 
@@ -30,6 +38,19 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 ROOT = Path(__file__).resolve().parents[1]
+PANEL_PX = 960  # the notebook panel's width the views must fit
+# Per tutorial: a line appended to its first exercise cell (a wrong answer) and what the
+# CHECK line below it must say.
+WRONG_ANSWERS = {
+    "01_quick_start": ('speedup = res_npu.report["speedup_vs_library"]', "library"),
+    "02_fusion_and_rules": ('groups = [["C", "D", "E", "F", "G"]]', "not the kernels"),
+    "03_tiling_and_memory": ("footprint = footprint // 4", "number of elements"),
+    "04_scheduling_and_legality": ('carrying_loop = "i"', "carries no flow dependence"),
+    "05_auto_tuning": ('fastest = "v9"', "not a version"),
+    "06_own_accelerator_and_rule": ("my_target = my_accel", "16x16"),
+    "07_host_c": ('kernel_functions = ["main"]', "not the kernel functions"),
+    "08_onnx_models": ('slowest = "nope"', "not a kernel name"),
+}
 ARTIFACTS = ROOT / "test-artifacts"
 EXTENSION_NAME = "autocomp-jupyter-labextension"
 EXTENSION_BUILD = ROOT / "autocomp_jupyter" / "labextension"
@@ -79,8 +100,8 @@ def _env(root: Path) -> dict:
     return {**os.environ, "PYTHONPATH": path, "JUPYTER_PATH": jupyter_path}
 
 
-def _notebook() -> dict:
-    cells = ["%load_ext autocomp_jupyter", MAGIC + "\n" + SOURCE]
+def _notebook(more: list[str] = ()) -> dict:
+    cells = ["%load_ext autocomp_jupyter", MAGIC + "\n" + SOURCE, *more]
     return {"nbformat": 4, "nbformat_minor": 5,
             "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
             "cells": [{"cell_type": "code", "id": f"c{i}", "metadata": {}, "source": src, "outputs": [],
@@ -92,10 +113,17 @@ def lab(tmp_path_factory):
     """A JupyterLab server on a free port, rooted in a temp dir; its base URL."""
     root = tmp_path_factory.mktemp("lab")
     (root / "demo.ipynb").write_text(json.dumps(_notebook()))
+    (root / "nb7.ipynb").write_text(json.dumps(_notebook(["%%autocomp --target gemmini --tune 0\n" + SOURCE])))
+    import shutil
+    shutil.copytree(ROOT / "tutorials", root / "tutorials", ignore=shutil.ignore_patterns("*.yaml", "*.onnx", "__pycache__"))
     # No "get notified about Jupyter news?" toast over the screenshots.
     notification = root / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     notification.parent.mkdir(parents=True)
     notification.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    # every cell laid out (no windowing): an output's width is measurable without scrolling to it
+    tracker = root / "settings" / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    tracker.parent.mkdir(parents=True)
+    tracker.write_text(json.dumps({"windowingMode": "none"}))
     port = _free_port()
     env = {**_env(root), "JUPYTER_RUNTIME_DIR": str(root / "runtime")}
     cmd = [sys.executable, "-m", "jupyter", "lab", "--allow-root", "--no-browser", "--ServerApp.token=",
@@ -147,20 +175,110 @@ def test_notebook_in_jupyterlab(lab):
             page.set_default_timeout(30_000)
             page.goto(base + "/lab/tree/demo.ipynb")
             page.wait_for_selector(".jp-Notebook .jp-Cell")
-            _accept_kernel_dialog(page)
+            _kernel_ready(page)
             try:
+                _fit_panel(page)
                 _run_all_and_check(page)
+                _every_tab_fits_its_panel(page)
                 _compare_two_versions(page)
-                _save_reload_with_new_kernel(page, base)
+                kept = _keep_a_version(page)
+                _save_reload_with_new_kernel(page, base, kept)
             finally:
                 page.screenshot(path=str(ARTIFACTS / "browser.png"), full_page=True)
         finally:
             browser.close()
 
 
+def _fit_panel(page) -> None:
+    """Resize the window so the notebook panel is PANEL_PX wide."""
+    panel = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+    page.wait_for_selector(panel)
+    width = page.locator(panel).first.evaluate("e => e.getBoundingClientRect().width")
+    size = page.viewport_size
+    page.set_viewport_size({"width": int(size["width"] + PANEL_PX - width), "height": size["height"]})
+    page.wait_for_function(f"() => Math.abs(document.querySelector('{panel}').getBoundingClientRect().width - {PANEL_PX}) < 4")
+
+
+# Everything in `root` whose box reaches past the right edge of `root` (or of a clipping
+# ancestor) without a scroll box in between, and every label whose text is cut.
+OVERFLOWS_JS = """(root) => {
+  const bad = [];
+  const edge = root.getBoundingClientRect().right + 1;
+  for (const el of root.querySelectorAll(':not(svg *)')) {  // an SVG is checked as a whole
+    const r = el.getBoundingClientRect();
+    if (!r.width || !r.height) continue;
+    const folded = el.closest('details:not([open])');  // what a closed <details> holds is not shown
+    if (folded && !el.closest('summary')) continue;
+    let clip = null, scrolls = false;
+    for (let a = el.parentElement; a && a !== root.parentElement; a = a.parentElement) {
+      const ox = getComputedStyle(a).overflowX;
+      if (ox === 'auto' || ox === 'scroll') { scrolls = true; break; }
+      if (ox === 'hidden' || ox === 'clip') { clip = a; break; }
+    }
+    const what = () => el.tagName.toLowerCase() + '.' + [...el.classList].join('.') + ' "' +
+      (el.textContent || '').trim().slice(0, 40) + '"';
+    if (!scrolls && r.right > (clip ? clip.getBoundingClientRect().right + 1 : edge)) bad.push('past the edge: ' + what());
+    if (el.matches('.widget-label, .widget-label-basic, label, .widget-readout, .autocomp-snapshot-banner')
+        && el.scrollWidth > el.clientWidth + 1) bad.push('cut: ' + what());
+    if (bad.length > 8) break;
+  }
+  return bad;
+}"""
+
+
+# Pairs of roofline texts (axis ticks, ceilings, point labels) whose boxes overlap.
+OVERLAPS_JS = """(root) => { const out = []; for (const svg of root.querySelectorAll('svg.autocomp-roofline')) {
+  const t = [...svg.querySelectorAll('text')].map(e => [e.textContent, e.getBoundingClientRect()]);
+  for (let i = 0; i < t.length; i++) for (let j = i + 1; j < t.length; j++) { const a = t[i][1], b = t[j][1];
+    if (a.width && b.width && a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1)
+      out.push(t[i][0] + ' | ' + t[j][0]); } }
+  return out; }"""
+
+
+def _overflows(locator) -> list[str]:
+    return locator.evaluate(OVERFLOWS_JS)
+
+
+def _every_tab_fits_its_panel(page) -> None:
+    tabs = page.locator(".jp-OutputArea .widget-tab").first
+    titles = tabs.locator(".lm-TabBar-tab")
+    output = page.locator(".jp-OutputArea-output:has(.widget-tab)").first
+    for title in ("Graph", "Tiles", "Schedule", "Profile", "Rules", "Tune", "Code"):
+        titles.filter(has_text=title).first.click()
+        page.wait_for_timeout(150)
+        assert output.evaluate("e => e.getBoundingClientRect().width") <= PANEL_PX
+        bad = _overflows(output)
+        assert not bad, f"{title} tab at a {PANEL_PX} px panel: {bad}"
+        if title == "Profile":
+            assert not output.evaluate(OVERLAPS_JS), "roofline labels overlap"
+    graph_text = tabs.locator("svg.autocomp-graph text").first
+    titles.filter(has_text="Graph").first.click()
+    size = graph_text.evaluate("e => e.getBoundingClientRect().height")
+    assert size >= 9, f"graph text drawn {size:.1f} px high"
+
+
+def _keep_a_version(page) -> str:
+    """Move a slider, keep the variant: the versions table and the output list it."""
+    tabs = page.locator(".jp-OutputArea .widget-tab").first
+    tabs.locator(".lm-TabBar-tab").filter(has_text="Tune").first.click()
+    handle = tabs.locator(".widget-slider .noUi-handle").first
+    handle.focus()
+    handle.press("ArrowLeft")
+    keep = tabs.locator("button", has_text="keep as version").first
+    playwright_api.expect(keep).to_be_enabled(timeout=10_000)
+    keep.click()
+    versions = tabs.locator("table.autocomp-versions").first
+    playwright_api.expect(versions).to_contain_text("manual1", timeout=10_000)
+    return "manual1"
+
+
 def _compare_two_versions(page) -> None:
     tabs = page.locator(".jp-OutputArea .widget-tab").first
     tabs.locator(".lm-TabBar-tab").filter(has_text="Tune").first.click()
+    # the default B is a version that differs from A, and the A/B says why it is faster
+    why = tabs.locator(".autocomp-ab-why-summary, .autocomp-ab-why").first
+    playwright_api.expect(why).to_contain_text("Why: ", timeout=10_000)
+    assert "same plan" not in tabs.locator(".autocomp-ab-verdict").first.inner_text()
     a, b = "optimized", "v2"
     faster, slower = (a, b) if _faster_of(a, b) == a else (b, a)
     def picker(name: str):
@@ -177,19 +295,25 @@ def _compare_two_versions(page) -> None:
     tabs.locator(".autocomp-ab-out").first.screenshot(path=str(ARTIFACTS / "tab-tune-ab.png"))
 
 
-def _save_reload_with_new_kernel(page, base: str) -> None:
-    """Save with live widgets, shut the kernel down, reload: the static view, no error."""
+def _save_reload_with_new_kernel(page, base: str, kept: str, root: Path | None = None) -> None:
+    """Save with live widgets, shut the kernel down, reload: the static view under its
+    snapshot banner, the kept version in it, no error."""
     page.locator(".jp-Notebook").first.click()
     page.keyboard.press("Control+s")
     page.wait_for_function(
         "() => !document.querySelector('.jp-mod-current .jp-mod-dirty, .lm-TabBar-tab.jp-mod-current.jp-mod-dirty')",
         timeout=10_000)
+    saved = json.loads(urllib.request.urlopen(base + "/api/contents/demo.ipynb", timeout=5).read())["content"]
+    cell = saved["cells"][1]
+    assert [k["name"] for k in cell["metadata"]["autocomp"]["kept"]] == [kept]  # saved in the notebook
+    data = cell["outputs"][0]["data"]
+    assert "application/vnd.jupyter.widget-view+json" in data and kept in data["text/html"]
     for session in json.loads(urllib.request.urlopen(base + "/api/sessions", timeout=5).read()):
         request = urllib.request.Request(f"{base}/api/sessions/{session['id']}", method="DELETE")
         urllib.request.urlopen(request, timeout=10).read()
     page.reload()
     page.wait_for_selector(".jp-Notebook .jp-Cell")
-    _accept_kernel_dialog(page)
+    _kernel_ready(page)
     view = page.locator(".autocomp-view").first
     view.wait_for(state="attached", timeout=20_000)
     # The static view shows at once; the widget view stays hidden while the new kernel's
@@ -198,6 +322,12 @@ def _save_reload_with_new_kernel(page, base: str) -> None:
     static.wait_for(state="visible", timeout=20_000)
     assert view.get_attribute("data-autocomp-view") in ("static", "static-only")
     assert view.locator(".autocomp-view-live:visible").count() == 0
+    banner = view.locator(".autocomp-snapshot-banner").first
+    playwright_api.expect(banner).to_be_visible()
+    assert "Snapshot" in banner.inner_text() and banner.evaluate("e => e.getBoundingClientRect().height") < 30
+    assert kept in view.locator("section.autocomp-tab[data-tab='Tune'] table.autocomp-versions").first.inner_text()
+    bad = _overflows(view)
+    assert not bad, f"the static view at a {PANEL_PX} px panel: {bad}"
     for title, selector in STATIC_MARKERS.items():
         section = view.locator(f"section.autocomp-tab[data-tab='{title}']")
         assert section.locator(selector).count() >= 1, title
@@ -205,6 +335,12 @@ def _save_reload_with_new_kernel(page, base: str) -> None:
     text = page.locator(".jp-Notebook").inner_text()
     assert "model not found" not in text and "Error displaying widget" not in text
     page.screenshot(path=str(ARTIFACTS / "browser-reopened.png"), full_page=False)
+    # run the cell again in the new kernel: the kept version comes back into the live view
+    _run_all(page)
+    page.wait_for_selector(".autocomp-view[data-autocomp-view='live']", timeout=40_000)
+    tabs = page.locator(".jp-OutputArea .widget-tab").first
+    tabs.locator(".lm-TabBar-tab").filter(has_text="Tune").first.click()
+    playwright_api.expect(tabs.locator("table.autocomp-versions").first).to_contain_text(kept, timeout=20_000)
 
 
 def test_nbconvert_execute_export_shows_every_tab(lab):
@@ -239,6 +375,25 @@ def test_nbconvert_execute_export_shows_every_tab(lab):
             browser.close()
 
 
+def _run_all(page) -> None:
+    """Run > Run All Cells, again if the menu did not take (the first cell's prompt
+    shows no execution within a few seconds)."""
+    prompt = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt").first
+    for attempt in range(3):
+        dialog = page.locator(".jp-Dialog .jp-mod-accept")
+        if dialog.count():  # a late "select kernel" dialog: take the notebook's kernel
+            dialog.first.click()
+        page.keyboard.press("Escape")
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+        try:
+            playwright_api.expect(prompt).to_have_text(re.compile(r"\[(\*|\d+)\]"), timeout=5_000)
+            return
+        except AssertionError:
+            if attempt == 2:
+                raise
+
+
 def _accept_kernel_dialog(page) -> None:
     """JupyterLab may ask which kernel to start; take the notebook's own (python3)."""
     accept = page.locator(".jp-Dialog .jp-mod-accept")
@@ -250,8 +405,7 @@ def _accept_kernel_dialog(page) -> None:
 
 
 def _run_all_and_check(page) -> None:
-    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    _run_all(page)
 
     tabs = page.locator(".jp-OutputArea .widget-tab").first
     tabs.wait_for(state="visible", timeout=40_000)
@@ -291,3 +445,113 @@ def _run_all_and_check(page) -> None:
     highlighted = page.locator(".jp-Cell .cm-content [class*='cm-autocomp-']")
     assert highlighted.count() > 0, "the labextension did not highlight the %%autocomp cell"
     assert page.locator(".cm-autocomp-op").filter(has_text="matmul").count() >= 1
+
+
+def _dirty(page) -> bool:
+    return page.evaluate("() => !!document.querySelector('.lm-TabBar-tab.jp-mod-current.jp-mod-dirty')")
+
+
+def _wait_kernel_idle(page, timeout: int = 30_000) -> None:
+    page.wait_for_function(
+        "() => { const s = document.querySelector('.jp-Notebook-ExecutionIndicator');"
+        " return s && s.getAttribute('data-status') === 'idle'; }", timeout=timeout)
+
+
+def _kernel_ready(page) -> None:
+    """Wait until the kernel is idle, taking the notebook's kernel if JupyterLab asks."""
+    page.wait_for_function(
+        "() => !!document.querySelector('.jp-Dialog .jp-mod-accept') || (document.querySelector("
+        "'.jp-Notebook-ExecutionIndicator') || {getAttribute: () => ''}).getAttribute('data-status') === 'idle'",
+        timeout=30_000)
+    if page.locator(".jp-Dialog .jp-mod-accept").count():
+        page.locator(".jp-Dialog .jp-mod-accept").first.click()
+        _wait_kernel_idle(page)
+
+
+def test_each_tutorial_coaches_a_wrong_answer(lab):
+    """Open each course notebook (untouched: not marked modified once its kernel is up),
+    answer its first exercise wrongly, Run All: the CHECK cell answers in one friendly
+    line, nothing shows a traceback, the later cells still run, no output is wider than
+    the 960 px panel."""
+    base, _root = lab
+    ARTIFACTS.mkdir(exist_ok=True)
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(30_000)
+            page.goto(f"{base}/lab/tree/tutorials?reset")  # the file browser in tutorials/, nothing open
+            page.wait_for_selector(".jp-DirListing-item")
+            for stem, (wrong, says) in WRONG_ANSWERS.items():
+                page.locator(".jp-DirListing-item", has_text=f"{stem}.ipynb").first.dblclick()
+                nb = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)").first
+                nb.locator(".jp-Cell").first.wait_for()
+                _fit_panel(page)
+                _kernel_ready(page)
+                page.wait_for_timeout(300)
+                assert not _dirty(page), f"{stem} is marked modified before any edit"
+                cell = nb.locator(".jp-CodeCell").filter(has_text="# your answer").first
+                cell.locator(".cm-content").click()
+                page.keyboard.press("Control+End")
+                page.keyboard.insert_text("\n" + wrong)
+                _run_all(page)
+                check = nb.locator(".jp-CodeCell").filter(has_text="# CHECK").first
+                line = check.locator(".jp-OutputArea-output").first
+                playwright_api.expect(line).to_contain_text("✗ not yet: ", timeout=60_000)
+                text = line.text_content().strip()  # (off-screen cells have no inner text)
+                assert says in text and "\n" not in text, (stem, text)
+                _wait_kernel_idle(page, 90_000)
+                last = nb.locator(".jp-CodeCell").last.locator(".jp-InputPrompt").text_content()
+                assert re.search(r"\[\d+\]", last), f"{stem}: Run All stopped before the last cell ({last})"
+                shown = nb.locator(".jp-Notebook").first.text_content()
+                assert "Traceback" not in shown and "AssertionError" not in shown, stem
+                bad = nb.evaluate("nb => [...nb.querySelectorAll('.jp-OutputArea-output')].flatMap(o => ("
+                                  + OVERFLOWS_JS + ")(o))")
+                assert not bad, f"{stem}: an output is wider than the {PANEL_PX} px panel: {bad}"
+                smallest = nb.evaluate("nb => Math.min(1e9, ...[...nb.querySelectorAll('svg.autocomp-graph text')]"
+                                       ".map(t => t.getBoundingClientRect().height).filter(h => h > 0))")
+                assert smallest >= 9, f"{stem}: graph text drawn {smallest:.1f} px high"  # readable, not shrunk
+                page.screenshot(path=str(ARTIFACTS / f"tutorial-{stem}.png"))
+                # close it unsaved, and shut its kernel down
+                for session in json.loads(urllib.request.urlopen(base + "/api/sessions", timeout=5).read()):
+                    request = urllib.request.Request(f"{base}/api/sessions/{session['id']}", method="DELETE")
+                    urllib.request.urlopen(request, timeout=10).read()
+                page.keyboard.press("Alt+w")  # close the tab
+                discard = page.locator(".jp-Dialog button", has_text=re.compile("Discard|Don.t Save"))
+                discard.first.click()
+                nb.wait_for(state="detached")
+        finally:
+            browser.close()
+
+
+def test_notebook7_shows_the_live_widget(lab):
+    """`jupyter notebook` (Notebook 7) renders the cell's output as the live widget."""
+    base, _root = lab
+    try:
+        urllib.request.urlopen(base + "/tree", timeout=5).read()
+    except OSError:
+        pytest.skip("Notebook 7 is not installed (pip install notebook): no /tree page")
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1000})
+            page.set_default_timeout(30_000)
+            page.goto(base + "/notebooks/nb7.ipynb")
+            page.wait_for_selector(".jp-Notebook .jp-Cell")
+            _accept_kernel_dialog(page)
+            _run_all(page)
+            tabs = page.locator(".jp-OutputArea .widget-tab").first
+            tabs.wait_for(state="visible", timeout=60_000)
+            tabs.locator(".lm-TabBar-tab").filter(has_text="Tune").first.click()
+            tabs.locator(".widget-slider").first.wait_for(state="visible", timeout=10_000)
+            # gemmini's levels have long names ("accumulator"): the Tune tab's labels are not cut
+            gemmini = page.locator(".jp-OutputArea .widget-tab").nth(1)
+            gemmini.wait_for(state="visible", timeout=60_000)
+            gemmini.locator(".lm-TabBar-tab").filter(has_text="Tune").first.click()
+            gemmini.locator(".widget-slider").first.wait_for(state="visible", timeout=10_000)
+            assert "accumulator" in gemmini.inner_text()
+            bad = _overflows(page.locator(".jp-OutputArea-output:has(.widget-tab)").nth(1))
+            assert not bad, f"gemmini's Tune tab: {bad}"
+            page.screenshot(path=str(ARTIFACTS / "notebook7.png"))
+        finally:
+            browser.close()

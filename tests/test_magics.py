@@ -128,7 +128,7 @@ def test_dsl_error_shows_caret_and_hint_without_traceback(ip):
 @pytest.mark.parametrize("line, message, caret", [
     ("--tune -5", "argument --tune: expected a non-negative integer, got '-5'", "^^"),
     ("--top x", "argument --top: expected a positive integer, got 'x'", "^"),
-    ("--trget tpu", "unrecognized arguments: --trget tpu", "^^^^^^^"),
+    ("--trget tpu", "unknown flag '--trget'", "^^^^^^^"),
     ("--passes fusion,tilling", "unknown pass 'tilling' (did you mean 'tiling'?)", "^^^^^^^"),
     ("--out 1x", "expected a Python variable name, got '1x'", "^^"),
     ("--code rust", "expected one of c, pseudo, got 'rust'", "^^^^"),
@@ -151,6 +151,16 @@ def test_bad_flags_are_clear_messages_with_a_caret(ip, line, message, caret):
     if "tpux" in line:  # the caret sits under the value itself
         source, carets = text.splitlines()[1:3]
         assert source[carets.index("^"):].startswith("tpux") and "did you mean 'tpu'?" in text
+
+
+def test_every_bad_flag_is_reported_at_once_with_the_cells_prefix(ip):
+    _, outputs, cap = run(ip, "--tune -5 --trget tpu --top x --code rust")
+    text = text_of(outputs)
+    assert "4 errors" in text and "Traceback" not in cap.stdout + cap.stderr + text
+    heads = [l for l in text.splitlines() if ": error: " in l]
+    assert [h.split(": error: ")[0] for h in heads] == ["cell:1:19", "cell:1:22", "cell:1:40", "cell:1:49"]
+    _, outputs, _ = run(ip, "--tune 0", "input A: f32[4]\nB = relu(A\n")
+    assert "cell:3:" in text_of(outputs)  # DSL errors: the same prefix, the %%autocomp line is line 1
 
 
 def test_bad_target_and_rules_are_user_errors(ip):
@@ -301,3 +311,11 @@ def test_a_cell_naming_an_acir_file_optimises_that_file(ip, tmp_path):
     assert ip.user_ns["from_file"].program.outputs == ("D",)
     _, outputs, _ = run(ip, "--target tpu --static", str(tmp_path / "missing.acir"))
     assert "cannot read" in text_of(outputs)
+
+
+def test_a_user_error_from_a_python_call_is_its_message_not_a_traceback(ip):
+    with capture_output() as cap:
+        ip.run_cell("import autocomp_jupyter\nautocomp_jupyter.optimize('input A: f32[4]\\nB = relux(A)\\n', target='tpu')")
+    text = text_of(saved_outputs(cap.outputs))
+    assert "unknown op 'relux'" in text and "error:" in text
+    assert "Traceback" not in cap.stdout + cap.stderr + text

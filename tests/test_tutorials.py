@@ -8,10 +8,12 @@ Python, which is fast; each refusal is tested next to its acceptance.
 from __future__ import annotations
 
 import copy
+import io
 import os
 import re
 import shutil
 import sys
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,31 @@ import autocomp_jupyter as autocomp  # noqa: E402
 from autocomp_jupyter import Fuse, Replace, adrs_rule, poly  # noqa: E402
 from autocomp_jupyter.dsl import parse  # noqa: E402
 from autocomp_jupyter.ir.program import Call, Op  # noqa: E402
+
+@contextmanager
+def refused(match: str = ""):
+    """The check inside prints one friendly line — `✗ not yet: ...` matching `match` — and
+    neither raises nor shows a traceback or source (checks.py holds the solutions)."""
+    out = io.StringIO()
+    checks.LAST = None
+    with redirect_stdout(out):
+        yield
+    text = out.getvalue()
+    assert checks.LAST is not None and not checks.LAST.ok, text
+    assert text.count("\n") == 1 and text.startswith("✗ not yet: "), repr(text)
+    assert "Traceback" not in text and "assert " not in text and "lambda" not in text, text
+    assert re.search(match, text), (match, text)
+
+
+def accepted(call, *args, **kwargs) -> str:
+    """Run a check that must accept; its one line."""
+    out = io.StringIO()
+    with redirect_stdout(out):
+        call(*args, **kwargs)
+    text = out.getvalue()
+    assert checks.LAST.ok and text.startswith("✓ correct: ") and text.count("\n") == 1, text
+    return text
+
 
 GEMM_RELU = "input A: f32[128, 128]\ninput B: f32[128, 128]\nC = matmul(A, B)\nD = relu(C)\n"
 CHAIN = ("input A: f32[64, 64]\ninput B: f32[64, 64]\ninput b: f32[64]\nC = matmul(A, B)\n"
@@ -52,11 +79,20 @@ def test_notebook_is_stored_clean_and_has_exercises_and_checks(path):
     assert sum(c.cell_type == "markdown" for c in nb.cells) >= 5
     assert any(c.source.startswith("# CHECK") for c in code), "every tutorial ends its exercises with a CHECK cell"
     assert any("# your answer" in c.source for c in code) or path.name.startswith("06"), "an exercise cell"
+    # stored as JupyterLab (the Jupyter server's nbformat) writes it, so opening and saving
+    # an untouched tutorial changes nothing, and opening it does not mark it modified
+    assert nbformat.writes(nb) + ("" if nbformat.writes(nb).endswith("\n") else "\n") == path.read_text()
+    assert nb.metadata.kernelspec == {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    assert {"codemirror_mode", "file_extension", "mimetype", "name", "nbconvert_exporter", "pygments_lexer",
+            "version"} <= set(nb.metadata.language_info)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_headless_without_errors(path, tmp_path):
+def test_notebook_runs_headless_without_errors(path, tmp_path, monkeypatch):
     import nbformat
+
+    # the kernel imports this checkout, not an installed copy
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     from nbclient import NotebookClient
 
     # run a copy in a scratch folder, so the files the notebook writes do not land in the tree
@@ -83,14 +119,14 @@ def gemm_res():
 
 def test_check_quick_start(gemm_res):
     r = gemm_res.report
-    checks.check_quick_start(gemm_res, r["speedup_vs_naive"], r["roofline_fraction"], r["verified"])
-    with pytest.raises(AssertionError, match="library"):
+    accepted(checks.check_quick_start, gemm_res, r["speedup_vs_naive"], r["roofline_fraction"], r["verified"])
+    with refused("library"):
         checks.check_quick_start(gemm_res, r["speedup_vs_library"], r["roofline_fraction"], r["verified"])
-    with pytest.raises(AssertionError, match="roofline"):
+    with refused("roofline"):
         checks.check_quick_start(gemm_res, r["speedup_vs_naive"], r["roofline_fraction"] / 2, r["verified"])
-    with pytest.raises(AssertionError):
+    with refused():
         checks.check_quick_start(gemm_res, r["speedup_vs_naive"], r["roofline_fraction"], "yes")
-    with pytest.raises(AssertionError, match="number"):
+    with refused("number"):
         checks.check_quick_start(gemm_res, None, r["roofline_fraction"], r["verified"])
 
 
@@ -99,29 +135,29 @@ def test_check_quick_start(gemm_res):
 
 def test_check_fusion_groups():
     src = "input A: f32[64, 64]\ninput B: f32[64, 64]\nC = matmul(A, B)\nD = relu(C)\nE = exp(C)\noutput D, E\n"
-    checks.check_fusion_groups(src, [["C"], ["D"], ["E"]])
-    with pytest.raises(AssertionError, match="ONLY reader"):
+    accepted(checks.check_fusion_groups, src, [["C"], ["D"], ["E"]])
+    with refused("ONLY reader"):
         checks.check_fusion_groups(src, [["C", "D"], ["E"]])
-    with pytest.raises(AssertionError, match="exactly one kernel"):
+    with refused("exactly one kernel"):
         checks.check_fusion_groups(src, [["C", "D"]])
 
 
 def test_check_disable_rule(tmp_path):
     path = str(tmp_path / "r.yaml")
     good = "fusion:\n  rules:\n    - {name: epilogue, enabled: false}\n"
-    checks.check_disable_rule(good, CHAIN, "epilogue", path=path)
-    with pytest.raises(AssertionError, match="still fired"):
+    accepted(checks.check_disable_rule, good, CHAIN, "epilogue", path=path)
+    with refused("still fired"):
         checks.check_disable_rule("fusion:\n  params: {max_fusion_depth: 6}\n", CHAIN, "epilogue", path=path)
-    with pytest.raises(AssertionError, match="does not load"):
+    with refused("does not load"):
         checks.check_disable_rule("fusion:\n  rulez: []\n", CHAIN, "epilogue", path=path)
 
 
 def test_check_max_depth(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    checks.check_max_depth(2, CHAIN, want_kernels=3)
-    with pytest.raises(AssertionError, match="not 3"):
+    accepted(checks.check_max_depth, 2, CHAIN, want_kernels=3)
+    with refused("not 3"):
         checks.check_max_depth(4, CHAIN, want_kernels=3)
-    with pytest.raises(AssertionError, match="integer"):
+    with refused("integer"):
         checks.check_max_depth("2", CHAIN, want_kernels=3)
 
 
@@ -132,10 +168,10 @@ def test_check_footprint(gemm_res):
     t = gemm_res.report["kernels"][0]["tiles"]
     i, j, k = t["i"]["SRAM"], t["j"]["SRAM"], t["k"]["SRAM"]
     right = (i * k + k * j + i * j) * 4
-    checks.check_footprint(gemm_res, "C_D", "SRAM", right)
-    with pytest.raises(AssertionError, match="elements"):
+    accepted(checks.check_footprint, gemm_res, "C_D", "SRAM", right)
+    with refused("elements"):
         checks.check_footprint(gemm_res, "C_D", "SRAM", right // 4)
-    with pytest.raises(AssertionError, match="not the footprint"):
+    with refused("not the footprint"):
         checks.check_footprint(gemm_res, "C_D", "SRAM", (i * k + k * j) * 4)
 
 
@@ -151,8 +187,8 @@ def test_check_smaller_memory(tmp_path):
     (tmp_path / "small.yaml").write_text(yaml.safe_dump(spec))
     big = autocomp.optimize(src, target="npu", tune=0)
     small = autocomp.optimize(src, target=str(tmp_path / "small.yaml"), tune=0)
-    checks.check_smaller_memory(big, small)
-    with pytest.raises(AssertionError):
+    accepted(checks.check_smaller_memory, big, small)
+    with refused():
         checks.check_smaller_memory(big, big)
 
 
@@ -165,27 +201,27 @@ def gemm():
 
 
 def test_check_carrying_loop(gemm):
-    checks.check_carrying_loop("k", gemm)
-    with pytest.raises(AssertionError, match="carries no flow"):
+    accepted(checks.check_carrying_loop, "k", gemm)
+    with refused("carries no flow"):
         checks.check_carrying_loop("i", gemm)
-    with pytest.raises(AssertionError, match="string"):
+    with refused("string"):
         checks.check_carrying_loop(2, gemm)
 
 
 def test_check_legal_schedule(gemm):
     original = poly.original_schedule(gemm)
-    checks.check_legal_schedule(original.tile({"i": 4, "j": 4, "k": 4}).interchange("j_outer", "i_outer"), gemm)
-    with pytest.raises(AssertionError, match="isl refuses"):
+    accepted(checks.check_legal_schedule, original.tile({"i": 4, "j": 4, "k": 4}).interchange("j_outer", "i_outer"), gemm)
+    with refused("isl refuses"):
         checks.check_legal_schedule(original.reverse("k"), gemm)
-    with pytest.raises(AssertionError, match="original"):
+    with refused("original"):
         checks.check_legal_schedule(original, gemm)
 
 
 def test_check_parallel_loops(gemm):
-    checks.check_parallel_loops({"i", "j"}, gemm)
-    with pytest.raises(AssertionError, match="race"):
+    accepted(checks.check_parallel_loops, {"i", "j"}, gemm)
+    with refused("race"):
         checks.check_parallel_loops({"i", "j", "k"}, gemm)
-    with pytest.raises(AssertionError, match="missed"):
+    with refused("missed"):
         checks.check_parallel_loops(["i"], gemm)
 
 
@@ -201,26 +237,82 @@ def tuned():
 def test_check_fastest_version(tuned):
     top = tuned.report["tuning"]["top"]
     best = min(top, key=lambda t: t["time_s"])["name"]
-    checks.check_fastest_version(tuned, best)
+    accepted(checks.check_fastest_version, tuned, best)
     slower = [t["name"] for t in top if t["time_s"] > min(x["time_s"] for x in top)]
     if slower:
-        with pytest.raises(AssertionError, match="not the fastest"):
+        with refused("not the fastest"):
             checks.check_fastest_version(tuned, slower[0])
-    with pytest.raises(AssertionError, match="not a version"):
+    with refused("not a version"):
         checks.check_fastest_version(tuned, "v9")
 
 
 def test_check_variant(tuned):
     tiles = copy.deepcopy(tuned.report["kernels"][0]["tiles"])
-    checks.check_variant(tuned, "C_D", tiles)
-    with pytest.raises(AssertionError):  # untiled at every level: spills or is far slower
+    accepted(checks.check_variant, tuned, "C_D", tiles)
+    with refused():  # untiled at every level: spills or is far slower
         checks.check_variant(tuned, "C_D", {"i": {"VMEM": 1, "vregs": 1}, "j": {"VMEM": 1, "vregs": 1}})
+
+
+def test_fastest_version_counts_the_optimised_plan_and_ties(tuned):
+    from autocomp_jupyter.ui.compare import version_specs
+
+    specs = [s for s in version_specs(tuned) if s.get("time_s")]
+    best = min(s["time_s"] for s in specs)
+    tied = [s["name"] for s in specs if s["time_s"] == best]
+    for name in tied:  # the Tune tab lists 'optimized' as a version: the check agrees
+        accepted(checks.check_fastest_version, tuned, name)
+    with refused("not a version of this result"):
+        checks.check_fastest_version(tuned, "optimised")
+
+
+def test_a_tile_larger_than_its_loop_is_an_error(tuned):
+    v = tuned.evaluate_variant("C_D", tiles={"i": {"VMEM": 300}})
+    assert v["legal"] is False and v["error"] is True
+    assert "larger than loop i (extent 128)" in v["reason"]
+    with refused("not valid: tile i = 300 at VMEM is larger than loop i"):
+        checks.check_variant(tuned, "C_D", {"i": {"VMEM": 300, "vregs": 32}})
+    with refused("not a kernel of this result"):
+        checks.check_variant(tuned, "CD", {"i": {"VMEM": 64}})
+
+
+def test_an_answer_of_the_wrong_shape_is_a_line_not_a_traceback(gemm_res):
+    with refused("cannot be checked|should be a number"):
+        checks.check_share_of_time(gemm_res, gemm_res.report["kernels"][0]["name"], [0.5])
+    with refused("not a kernel name"):
+        checks.check_share_of_time(gemm_res, "nope", 0.5)
+
+
+def test_an_imported_models_kernels_answer_by_full_or_short_name(tmp_path):
+    pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from autocomp_jupyter.ui.names import kernel_labels
+
+    w = numpy_helper.from_array(np.ones((8, 3, 3, 3), np.float32) * 0.1)
+    w.name = "stem.w"
+    nodes = [helper.make_node("Conv", ["image", "stem.w"], ["/stem/Conv_output_0"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["/stem/Conv_output_0"], ["/stem/Relu_output_0_long_enough_to_shorten"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("/stem/Relu_output_0_long_enough_to_shorten",
+                                                             TensorProto.FLOAT, [1, 8, 8, 8])], [w])
+    path = tmp_path / "m.onnx"
+    import onnx
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    res = autocomp.optimize(str(path), target="npu", tune=0)
+    labels = kernel_labels(res)
+    (full, short), = labels.items()
+    assert len(full) > 24 and short == "conv2d_1"
+    assert res.report["kernels"][0]["name"] == full  # the JSON keeps the full name
+    accepted(checks.check_slowest_kernel, res, full)
+    accepted(checks.check_slowest_kernel, res, short)
+    accepted(checks.check_share_of_time, res, short, 1.0)
 
 
 def test_check_determinism():
     src = "input X: f32[96, 160]\ninput W: f32[160, 64]\nY = matmul(X, W)\nZ = gelu(Y)\n"
-    checks.check_determinism(True, False, src, tune=100)
-    with pytest.raises(AssertionError, match="seed"):
+    accepted(checks.check_determinism, True, False, src, tune=100)
+    with refused("seed"):
         checks.check_determinism(False, False, src, tune=100)
 
 
@@ -240,10 +332,10 @@ memory:
 
 def test_check_target_yaml(tmp_path):
     path = str(tmp_path / "t.yaml")
-    checks.check_target_yaml(TARGET.replace("pe_rows: 16, pe_cols: 16", "pe_rows: 32, pe_cols: 32"), pe=32, path=path)
-    with pytest.raises(AssertionError, match="16x16"):
+    accepted(checks.check_target_yaml, TARGET.replace("pe_rows: 16, pe_cols: 16", "pe_rows: 32, pe_cols: 32"), pe=32, path=path)
+    with refused("16x16"):
         checks.check_target_yaml(TARGET, pe=32, path=path)
-    with pytest.raises(AssertionError, match="does not load"):
+    with refused("does not load"):
         checks.check_target_yaml(TARGET.replace("bandwidth_gbps: 16,", "bandwidth_gbps: -4,"), pe=16, path=path)
 
 
@@ -259,10 +351,10 @@ def test_check_custom_rule():
     def never(producer, consumer):
         return None
 
-    checks.check_custom_rule("tutorial_test_pool_relu", POOL, ["P", "R"])
-    with pytest.raises(AssertionError, match="did not fire"):
+    accepted(checks.check_custom_rule, "tutorial_test_pool_relu", POOL, ["P", "R"])
+    with refused("did not fire"):
         checks.check_custom_rule("tutorial_test_never", POOL, ["P", "R"])
-    with pytest.raises(AssertionError, match="registered"):
+    with refused("registered"):
         checks.check_custom_rule("tutorial_test_not_registered", POOL, ["P", "R"])
 
 
@@ -277,9 +369,9 @@ def test_check_rollback_named():
 
     src = "input A: f32[32, 32]\ninput B: f32[32, 32]\nC = matmul(A, B)\nD = relu(C)\n"
     res = autocomp.optimize(src, target="tpu", tune=0, rules=["tutorial_test_wrong_relu"])
-    checks.check_rollback_named(res, "tutorial_test_wrong_relu")
+    accepted(checks.check_rollback_named, res, "tutorial_test_wrong_relu")
     clean = autocomp.optimize(src, target="tpu", tune=0)
-    with pytest.raises(AssertionError, match="not named"):
+    with refused("not named"):
         checks.check_rollback_named(clean, "tutorial_test_wrong_relu")
 
 
@@ -304,20 +396,20 @@ def host_res():
 def test_check_kernel_functions(host_res):
     names = re.findall(r"static void (kernel_\w+)\(", host_res.code("c"))
     assert names
-    checks.check_kernel_functions(host_res, names)
-    with pytest.raises(AssertionError, match="kernel functions"):
+    accepted(checks.check_kernel_functions, host_res, names)
+    with refused("kernel functions"):
         checks.check_kernel_functions(host_res, names[:-1] + ["program_run"])
 
 
 def test_check_model_error(host_res):
     ratio = host_res.report["measured"]["measured_time_s"] / host_res.report["optimized"]["time_s"]
-    checks.check_model_error(host_res, ratio)
-    with pytest.raises(AssertionError):
+    accepted(checks.check_model_error, host_res, ratio)
+    with refused():
         checks.check_model_error(host_res, ratio * 2)
     if abs(ratio - 1) > 0.02:
-        with pytest.raises(AssertionError, match="upside down"):
+        with refused("upside down"):
             checks.check_model_error(host_res, 1 / ratio)
-    with pytest.raises(AssertionError, match="not measured"):
+    with refused("not measured"):
         checks.check_model_error(autocomp.optimize("input A: f32[8, 8]\nB = relu(A)\n", target="npu", tune=0), 1.0)
 
 
@@ -326,11 +418,11 @@ def test_check_model_error(host_res):
 
 def test_check_slowest_kernel_and_share(gemm_res):
     kernels = sorted(gemm_res.report["kernels"], key=lambda k: -k["metrics"]["time_s"])
-    checks.check_slowest_kernel(gemm_res, kernels[0]["name"])
-    with pytest.raises(AssertionError, match="kernel name"):
+    accepted(checks.check_slowest_kernel, gemm_res, kernels[0]["name"])
+    with refused("kernel name"):
         checks.check_slowest_kernel(gemm_res, 3)
     total = sum(k["metrics"]["time_s"] for k in kernels)
     share = kernels[0]["metrics"]["time_s"] / total
-    checks.check_share_of_time(gemm_res, kernels[0]["name"], share)
-    with pytest.raises(AssertionError, match="percentage"):
+    accepted(checks.check_share_of_time, gemm_res, kernels[0]["name"], share)
+    with refused("percentage"):
         checks.check_share_of_time(gemm_res, kernels[0]["name"], 100 * share)

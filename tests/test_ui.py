@@ -413,7 +413,8 @@ def test_terms_are_explained_and_no_gain_rules_are_not_fired():
     r.report["rules"].append({"rule": "parallel_outer_C_D", "pass": "scheduling", "ops": ["C", "D"],
                               "applied": True, "why": "parallel i: 0.9 -> 0.9 us"})
     rules = sections(ui.static_html(r))["Rules"]
-    assert "rules fired (1)" in rules and "applied without a modelled gain (1)" in rules
+    assert "rules fired (2)" in rules and "fired · no modelled gain" in rules  # as res.summary() counts it
+    assert "1 of them fired with no modelled gain" in rules
     profile = sections(ui.static_html(r))["Profile"]
     for term in ("bw_util", "occupancy", "pe_util", "spill"):
         assert re.search(rf'title="[^"]+">{term}</span>', profile), term
@@ -627,3 +628,107 @@ def test_tiling_a_row_a_softmax_reduces_over_says_the_time_is_optimistic():
     level = res.target.tiling_levels[0]
     tune.sliders[(row, level)].value = 64
     assert tune.last["legal"] and row in tune.last["note"] and "optimistic" in tune.status.value
+
+
+def test_live_output_carries_the_standard_widget_view_type_beside_the_static_html(result, monkeypatch):
+    monkeypatch.setenv("AUTOCOMP_WIDGET_VIEW", "1")  # an interactive frontend (its requests carry a cellId)
+    view = ui.widget(result)
+    bundle = view._repr_mimebundle_()
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == view.widget.model_id
+    assert bundle["application/vnd.autocomp.view+json"]["model_id"] == view.widget.model_id
+    assert bundle["application/vnd.autocomp.view+json"]["kept"] == []
+    assert '<section class="autocomp-tab" data-tab="Tune">' in bundle["text/html"]
+
+
+def test_kept_versions_are_saved_in_the_output_and_restored_into_a_new_view(result):
+    from autocomp_jupyter.ui import live
+
+    view = ui.widget(result)
+    tune = view.tune
+    loop, level = next(iter(tune.sliders))
+    slider = tune.sliders[(loop, level)]
+    slider.value = slider.options[0]
+    name = tune.keep()
+    records = view._repr_mimebundle_()["application/vnd.autocomp.view+json"]["kept"]
+    assert [r["name"] for r in records] == [name] and records[0]["tiles"][loop][level] == slider.options[0]
+    import json
+    json.dumps(records)  # saved in the notebook: plain JSON
+    assert f"<td>{name}</td>" in view._repr_mimebundle_()["text/html"]  # the static Tune tab lists it
+    result.versions.pop(name)
+    fresh = ui.widget(result)  # the cell run again: the labextension hands the saved records back
+    assert live.restore_kept(fresh.widget.model_id, records) == [name]
+    assert name in result.versions and name in [s["name"] for s in fresh.tune.specs]
+    assert fresh.tune.kept[0]["time_s"] == records[0]["time_s"]
+    assert live.restore_kept(fresh.widget.model_id, records) == []  # restored once
+    assert live.restore_kept("no-such-model", records) == []
+
+
+@pytest.fixture(scope="module")
+def tuned_result():
+    import autocomp_jupyter
+
+    src = "input A: f32[256, 256]\ninput B: f32[256, 256]\nC = matmul(A, B)\nD = relu(C)\n"
+    return autocomp_jupyter.optimize(src, target="tpu", tune=300, top=3, seed=0)
+
+
+def test_ab_opens_on_a_version_that_differs_and_says_why(tuned_result):
+    from autocomp_jupyter.ui.compare import ab_html, default_pair, same_plan, version_specs
+
+    specs = version_specs(tuned_result)
+    by_name = {s["name"]: s for s in specs}
+    a, b = default_pair(specs)
+    assert a == "optimized" and not same_plan(by_name[a], by_name[b])
+    twins = [s["name"] for s in specs[1:] if same_plan(s, by_name["optimized"])]
+    text = re.sub("<[^>]+>", " ", ab_html(tuned_result, by_name[a], by_name[b]))
+    assert "Why: " in text and "bound by" in text and "changes most" in text
+    if twins:  # the tuner's best is the optimised plan: said, not compared as if different
+        assert "the same plan as optimized" in ui.static_html(tuned_result)
+        same = re.sub("<[^>]+>", " ", ab_html(tuned_result, by_name["optimized"], by_name[twins[0]]))
+        assert "are the same plan" in same and "Why:" not in same
+    assert f"A/B: optimized vs {b}" in ui.static_html(tuned_result)
+    view = ui.widget(tuned_result)
+    assert (view.tune.ab_a.value, view.tune.ab_b.value) == (a, b)
+
+
+def test_ab_highlights_exactly_what_differs():
+    from autocomp_jupyter.ui.compare import kernel_detail_html
+
+    a = {"tiles": {"i": {"VMEM": 128, "vregs": 24}}, "order_by_level": {"VMEM": ["i", "j", "k"], "vregs": ["k", "i", "j"]},
+         "annotations": {"parallel": ["i", "j"], "unroll": 8, "vectorize": "j"}}
+    b = {"tiles": {"i": {"VMEM": 128, "vregs": 24}}, "order_by_level": {"VMEM": ["i", "j", "k"], "vregs": ["j", "k", "i"]},
+         "annotations": {"parallel": ("i", "j"), "unroll": 8, "vectorize": "j"}}
+    for spec, other in ((a, b), (b, a)):
+        html = kernel_detail_html(spec, other)
+        marked = re.findall(r'<mark class="autocomp-diff"[^>]*>([^<]*)</mark>', html)
+        assert marked == [" ".join(spec["order_by_level"]["vregs"])], marked  # the vregs order, nothing else
+    assert "<mark" not in kernel_detail_html(a, None)
+
+
+def test_short_kernel_names_for_long_ones_full_names_on_hover():
+    from autocomp_jupyter.ui.names import MAX_NAME, kernel_labeller, kernel_labels
+
+    r = make_result()
+    assert all(k == v for k, v in kernel_labels(r).items())  # short DSL names stay
+    long_name = "block_conv2_Conv_output_0_conv_block_conv2_Conv_block_Add_block_Relu_1"
+    from dataclasses import replace
+    first = r.after.kernels[0]
+    r.after = replace(r.after, kernels=(replace(first, name=long_name),) + tuple(r.after.kernels[1:]))
+    labels = kernel_labels(r)
+    kind = r.after.program.op(first.ops[0]).kind
+    assert labels[long_name] == f"{kind}_1" and len(labels[long_name]) <= MAX_NAME
+    assert f'title="{long_name}"' in kernel_labeller(r)(long_name)
+
+
+def test_rules_tab_says_what_a_rolled_back_tiling_kept_and_moves_explain_no_change(tuned_result):
+    rules = sections(ui.static_html(tuned_result))["Rules"]
+    tiles = sections(ui.static_html(tuned_result))["Tiles"]
+    if any(e["pass"] == "tiling" for e in tuned_result.report["rollbacks"]):
+        assert "keeps the tiles it had before this pass" in rules and "tiling pass was rolled back" in tiles
+    text = re.sub("<[^>]+>", " ", rules)
+    assert not re.search(r"\d us\b", text) and re.search(r"\d µs\b", text)  # one spelling: µs
+    tune = ui.widget(tuned_result).tune
+    if tune.vectorize_picker is not None:
+        options = [v for _, v in tune.vectorize_picker.options]
+        tune.vectorize_picker.value = next(v for v in options if v != tune.vectorize_picker.value)
+        if "(unchanged" in tune.change.value:
+            assert "does not price this annotation" in tune.change.value

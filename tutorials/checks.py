@@ -1,27 +1,77 @@
 """Answer checks for the autocomp-jupyter course notebooks (tutorials/01..08).
 
 Each `check_*` helper takes the student's answer (plus whatever it needs to recompute the
-truth) and either prints a short "correct" line or raises AssertionError with a hint that
-says what is wrong — never just "wrong". The helpers recompute the truth from the library
-itself (the report, the cost model, isl), so they stay right if the model is retuned.
+truth) and prints ONE line: `✓ correct: ...`, or `✗ not yet: <what is wrong>. Hint: ...`.
+A check never raises — a wrong answer must not stop Run All, and a traceback would show
+this file's source, which holds the solutions — so every helper is wrapped by `@check`,
+which turns a refusal (or any error the answer provokes) into that line. The verdict of
+the last check is also kept in `checks.LAST` (`.ok`, `.message`) for tests.
+
+The helpers validate their inputs (a name that is not a kernel, a tile outside its loop)
+and recompute the truth from the library itself (the report, the cost model, isl), so they
+stay right if the model is retuned.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import autocomp_jupyter as autocomp
 
 
-def _ok(message: str) -> None:
-    print("correct: " + message)
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    message: str
+
+
+LAST: Verdict | None = None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def check(fn):
+    """Run a check and print its verdict as one line; never raise (see the module doc)."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        global LAST
+        try:
+            message = fn(*args, **kwargs)
+            verdict = Verdict(True, "✓ correct: " + _one_line(message))
+        except AssertionError as err:
+            verdict = Verdict(False, "✗ not yet: " + _one_line(err))
+        except autocomp.UserError as err:
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            verdict = Verdict(False, "✗ not yet: your answer does not load: " + _one_line(first))
+        except Exception as err:  # an answer of the wrong shape: say so, without the traceback
+            verdict = Verdict(False, f"✗ not yet: this answer cannot be checked ({type(err).__name__}: "
+                                     f"{_one_line(err)}). Hint: compare its type and shape with the example above.")
+        LAST = verdict
+        print(verdict.message)
+        return None
+
+    return run
 
 
 def _number(value, what: str) -> float:
     assert isinstance(value, (int, float)) and not isinstance(value, bool), \
         f"{what} should be a number, got {type(value).__name__} {value!r}"
     return float(value)
+
+
+def _name(value, what: str, names, display=None) -> str:
+    """`value` if it is one of `names`; else a refusal listing a few (their `display` forms)."""
+    names = list(names)
+    listed = list(display or names)
+    shown = ", ".join(map(repr, listed[:5])) + (" ..." if len(listed) > 5 else "")
+    assert isinstance(value, str), f"{what} is a name (a string), one of {shown}; got {value!r}"
+    assert value in names, f"{value!r} is not {what}. Hint: it is one of {shown}"
+    return value
 
 
 def _kernel_ops(res) -> list[list[str]]:
@@ -31,6 +81,7 @@ def _kernel_ops(res) -> list[list[str]]:
 # --------------------------------------------------------------------------- 01 quick start
 
 
+@check
 def check_quick_start(res, speedup, roofline_fraction, verified) -> None:
     """Tutorial 01: read three fields of the report of `res`."""
     report = res.report
@@ -48,12 +99,13 @@ def check_quick_start(res, speedup, roofline_fraction, verified) -> None:
         f"roofline_fraction {r!r} does not match report['roofline_fraction']"
     assert isinstance(verified, bool), f"verified is True or False, got {verified!r}"
     assert verified == bool(report["verified"]), "verified does not match report['verified']"
-    _ok(f"{s:.2f}x over naive, {r:.0%} of the roofline, verified={verified}")
+    return (f"{s:.2f}x over naive, {r:.0%} of the roofline, verified={verified}")
 
 
 # --------------------------------------------------------------------------- 02 fusion
 
 
+@check
 def check_fusion_groups(src: str, groups, target: str = "tpu", rules=None) -> None:
     """Tutorial 02: predict the kernels (lists of op names) the fusion pass forms for `src`."""
     assert isinstance(groups, (list, tuple)) and all(isinstance(g, (list, tuple)) for g in groups), \
@@ -68,9 +120,10 @@ def check_fusion_groups(src: str, groups, target: str = "tpu", rules=None) -> No
         f"not the kernels the pipeline forms ({len(truth)} kernel(s), you gave {len(mine)}). Hint: a producer fuses " \
         "with its consumer only if that consumer is its ONLY reader and the producer is not a program output; " \
         "check the report's rules list for which rule fired"
-    _ok(f"kernels {truth}")
+    return (f"kernels {truth}")
 
 
+@check
 def check_disable_rule(rule_yaml: str, src: str, rule: str, target: str = "tpu", path: str = "my_rules.yaml") -> None:
     """Tutorial 02: a rule file (YAML text) that switches `rule` off, so it no longer fires."""
     assert isinstance(rule_yaml, str) and rule_yaml.strip(), "write the rule file as a YAML string"
@@ -78,15 +131,16 @@ def check_disable_rule(rule_yaml: str, src: str, rule: str, target: str = "tpu",
     try:
         res = autocomp.optimize(src, target=target, tune=0, rules=[path])
     except autocomp.UserError as err:
-        raise AssertionError(f"the rule file does not load:\n{err}") from None
+        raise AssertionError(f"the rule file does not load: {str(err).splitlines()[0]}") from None
     entries = [e for e in res.report["rules"] if e["rule"] == rule]
     assert entries, f"rule {rule!r} is not in the report at all: did you name it correctly?"
     assert not any(e["applied"] for e in entries), \
         f"rule {rule!r} still fired; set `enabled: false` on it under fusion.rules (rules merge by name)"
     assert any(e["why"] == "disabled" for e in entries), f"rule {rule!r} did not fire, but not because it is disabled"
-    _ok(f"{rule} is reported as 'disabled'; kernels now {_kernel_ops(res)}")
+    return (f"{rule} is reported as 'disabled'; kernels now {_kernel_ops(res)}")
 
 
+@check
 def check_max_depth(depth, src: str, want_kernels: int, target: str = "tpu") -> None:
     """Tutorial 02: the largest max_fusion_depth for which `src` splits into `want_kernels` kernels."""
     assert isinstance(depth, int) and not isinstance(depth, bool) and depth >= 1, \
@@ -106,7 +160,7 @@ def check_max_depth(depth, src: str, want_kernels: int, target: str = "tpu") -> 
         "a kernel holds at most max_fusion_depth ops"
     assert depth == 1 or kernels_at(depth + 1) != want_kernels, \
         f"depth {depth} works, but so does {depth + 1}: the question asks for the LARGEST depth"
-    _ok(f"max_fusion_depth {depth} gives {want_kernels} kernels")
+    return (f"max_fusion_depth {depth} gives {want_kernels} kernels")
 
 
 # --------------------------------------------------------------------------- 03 tiling
@@ -127,8 +181,11 @@ def tile_footprint(res, kernel: str, level: str) -> int:
     return int(model.capacity_footprints(tiles[None])[0][names.index(level)])
 
 
+@check
 def check_footprint(res, kernel: str, level: str, answer) -> None:
     """Tutorial 03: the footprint (bytes) of the tiles one kernel keeps at `level`."""
+    _name(kernel, "a kernel of this result", [k.name for k in res.after.kernels])
+    _name(level, "an on-chip memory level of this target", [m.name for m in res.target.on_chip])
     a = _number(answer, "the footprint")
     truth = tile_footprint(res, kernel, level)
     held = [m for m in res.target.on_chip if m.name == level][0]
@@ -137,9 +194,10 @@ def check_footprint(res, kernel: str, level: str, answer) -> None:
         f"{a:g} bytes is not the footprint at {level}. Hint: add up, for every tensor this level holds " \
         f"(holds: {held.holds or 'all'}), the product of its tile sizes at {level}, times 4 bytes; the tiles are " \
         f"in res.report['kernels'][...]['tiles']"
-    _ok(f"{truth} bytes = {truth / held.size_bytes:.0%} of {level}'s {held.size_bytes:.0f} bytes")
+    return (f"{truth} bytes = {truth / held.size_bytes:.0%} of {level}'s {held.size_bytes:.0f} bytes")
 
 
+@check
 def check_smaller_memory(res_big, res_small) -> None:
     """Tutorial 03: a target with less on-chip memory makes the optimised program slower."""
     big, small = res_big.report, res_small.report
@@ -147,15 +205,16 @@ def check_smaller_memory(res_big, res_small) -> None:
         "res_small must use your modified target, not the original one"
     assert small["verified"], "the result on the small target must still be verified"
     assert small["optimized"]["time_s"] > big["optimized"]["time_s"] * 1.05, \
-        f"the program is not slower on your target ({small['optimized']['time_s'] * 1e6:.1f} us vs " \
-        f"{big['optimized']['time_s'] * 1e6:.1f} us): make the on-chip memory small enough that the tiles must shrink"
-    _ok(f"{big['optimized']['time_s'] * 1e6:.1f} us -> {small['optimized']['time_s'] * 1e6:.1f} us, roofline "
-        f"{big['roofline_fraction']:.0%} -> {small['roofline_fraction']:.0%}")
+        f"the program is not slower on your target ({small['optimized']['time_s'] * 1e6:.1f} µs vs " \
+        f"{big['optimized']['time_s'] * 1e6:.1f} µs). Hint: make the on-chip memory small enough that the tiles must shrink"
+    return (f"{big['optimized']['time_s'] * 1e6:.1f} µs → {small['optimized']['time_s'] * 1e6:.1f} µs, roofline "
+        f"{big['roofline_fraction']:.0%} → {small['roofline_fraction']:.0%}")
 
 
 # --------------------------------------------------------------------------- 04 legality
 
 
+@check
 def check_carrying_loop(answer, statements) -> None:
     """Tutorial 04: the loop that carries GEMM's flow dependence on C."""
     from autocomp_jupyter import poly
@@ -165,9 +224,10 @@ def check_carrying_loop(answer, statements) -> None:
     assert answer in carried, \
         f"loop {answer!r} carries no flow dependence: a dependence is carried by the outermost loop along which " \
         "its distance is non-zero (look at the distance vectors printed above)"
-    _ok(f"{answer} carries the accumulation C[i, j] += ..., so it cannot be reversed strictly nor run in parallel")
+    return (f"{answer} carries the accumulation C[i, j] += ..., so it cannot be reversed strictly nor run in parallel")
 
 
+@check
 def check_legal_schedule(schedule, statements) -> None:
     """Tutorial 04: a legal schedule of the kernel that is not the original order."""
     from autocomp_jupyter import poly
@@ -178,9 +238,10 @@ def check_legal_schedule(schedule, statements) -> None:
     assert str(schedule) != str(original), "that is the original schedule; transform it (interchange, tile, ...)"
     verdict = poly.check_legal(statements, schedule)
     assert verdict.ok, f"isl refuses this schedule: {verdict.reason}"
-    _ok("isl accepts:\n" + str(schedule))
+    return ("isl accepts " + " ".join(str(schedule).split()))
 
 
+@check
 def check_parallel_loops(answer, statements) -> None:
     """Tutorial 04: the set of GEMM loops that may run in parallel."""
     from autocomp_jupyter import poly
@@ -190,37 +251,51 @@ def check_parallel_loops(answer, statements) -> None:
     mine = set(answer)
     assert not (mine - truth), f"{sorted(mine - truth)} carr(ies) a dependence: running it in parallel is a race"
     assert not (truth - mine), f"you missed {sorted(truth - mine)}: it carries no dependence"
-    _ok(f"parallel loops {sorted(truth)}")
+    return (f"parallel loops {sorted(truth)}")
 
 
 # --------------------------------------------------------------------------- 05 tuning
 
 
+@check
 def check_variant(res, kernel: str, tiles, within: float = 1.5) -> None:
     """Tutorial 05: hand-picked tiles that are legal, do not spill, and are within `within`x of the tuner's best."""
+    _name(kernel, "a kernel of this result", [k.name for k in res.after.kernels])
     assert isinstance(tiles, dict), f"tiles is a dict {{loop: {{level: size}}}}, got {tiles!r}"
     v = res.evaluate_variant(kernel, tiles=tiles)
+    assert not v.get("error"), f"these tiles are not valid: {v['reason']}"
     assert v["legal"], f"the variant is refused: {v['reason']}"
     spill = v["metrics"].get("spill_ratio", 0.0)
     assert spill <= 0.05, f"these tiles overflow the memory (spill_ratio {spill:.2f}): make them smaller"
     best = res.report["optimized"]["time_s"]
     assert v["time_s"] <= within * best, \
-        f"{v['time_s'] * 1e6:.2f} us is more than {within}x the tuned {best * 1e6:.2f} us: look at the top " \
+        f"{v['time_s'] * 1e6:.2f} µs is more than {within}x the tuned {best * 1e6:.2f} µs. Hint: look at the top " \
         "versions' tiles in res.report['tuning']['top'] for what works"
-    _ok(f"{v['time_s'] * 1e6:.2f} us (tuned best {best * 1e6:.2f} us)")
+    return (f"{v['time_s'] * 1e6:.2f} µs (tuned best {best * 1e6:.2f} µs)")
 
 
+@check
 def check_fastest_version(res, answer) -> None:
-    """Tutorial 05: the name of the fastest kept version."""
-    top = res.report["tuning"]["top"]
-    assert top, "this result kept no versions: run with --tune N (N > 0)"
-    names = [t["name"] for t in top]
-    assert answer in names, f"{answer!r} is not a version; the versions are {names}"
-    best = min(top, key=lambda t: t["time_s"])["name"]
-    assert answer == best, f"{answer} is not the fastest: compare the time_s of each entry of report['tuning']['top']"
-    _ok(f"{best} is fastest")
+    """Tutorial 05: the name of the fastest version — of those the Tune tab lists: the
+    optimised plan ('optimized') and the tuner's top-K (v1, v2, ...). Ties all count."""
+    from autocomp_jupyter.ui.compare import version_specs
+
+    specs = [s for s in version_specs(res) if s.get("time_s")]
+    assert len(specs) > 1, "this result kept no tuned versions. Hint: run with --tune N (N > 0) and --top K"
+    names = [s["name"] for s in specs]
+    _name(answer, "a version of this result", names)
+    times = {s["name"]: s["time_s"] for s in specs}
+    best = min(times.values())
+    fastest = [n for n, t in times.items() if math.isclose(t, best, rel_tol=1e-12)]
+    assert answer in fastest, \
+        f"{answer} is not the fastest. Hint: compare the time_s of every version (res.report['optimized'] and " \
+        "each entry of res.report['tuning']['top'])"
+    same = " and ".join(fastest)
+    return f"{answer} is fastest" + (f" ({same} are the same plan: the pipeline keeps the tuner's best)"
+                                     if len(fastest) > 1 else "")
 
 
+@check
 def check_determinism(same_seed_equal, other_seed_equal, src: str, target: str = "tpu", tune: int = 100) -> None:
     """Tutorial 05: does the same seed give the same versions? and another seed?"""
     assert isinstance(same_seed_equal, bool) and isinstance(other_seed_equal, bool), "answer True or False"
@@ -231,15 +306,17 @@ def check_determinism(same_seed_equal, other_seed_equal, src: str, target: str =
 
     a, b, c = tops(0), tops(0), tops(1)
     assert same_seed_equal == (a == b), \
-        "the tuner's randomness comes only from the seed: run it twice with seed 0 and compare"
+        "not for the same seed. Hint: the tuner's randomness comes only from the seed — run optimize twice " \
+        "with seed=0 and compare res.report['tuning']['top']"
     assert other_seed_equal == (a == c), \
-        "compare seed 0 with seed 1 for this program: " + ("they agree here" if a == c else "they differ here")
-    _ok(f"same seed equal: {a == b}; seed 0 vs 1 equal: {a == c}")
+        "not for another seed. Hint: run optimize with seed=0 and with seed=1 and compare res.report['tuning']['top']"
+    return (f"same seed equal: {a == b}; seed 0 vs 1 equal: {a == c}")
 
 
 # --------------------------------------------------------------------------- 06 targets and rules
 
 
+@check
 def check_target_yaml(text: str, pe: int = 32, path: str = "student_accel.yaml") -> None:
     """Tutorial 06: a valid target YAML with a `pe`x`pe` systolic array."""
     from autocomp_jupyter.accel.target import TargetError, load_target
@@ -249,13 +326,14 @@ def check_target_yaml(text: str, pe: int = 32, path: str = "student_accel.yaml")
     try:
         t = load_target(path)
     except TargetError as err:
-        raise AssertionError(f"the target does not load:\n{err}") from None
+        raise AssertionError(f"the target does not load: {' '.join(str(err).split())}") from None
     assert t.compute.kind == "systolic", f"compute.kind should be systolic, got {t.compute.kind!r}"
     assert (t.compute.pe_rows, t.compute.pe_cols) == (pe, pe), \
         f"the array is {t.compute.pe_rows}x{t.compute.pe_cols}, the exercise asks for {pe}x{pe}"
-    _ok(f"{t.name}: {t.compute.describe()}, on chip " + ", ".join(m.name for m in t.on_chip))
+    return (f"{t.name}: {t.compute.describe()}, on chip " + ", ".join(m.name for m in t.on_chip))
 
 
+@check
 def check_custom_rule(rule_name: str, src: str, ops, target: str = "npu") -> None:
     """Tutorial 06: a registered @adrs_rule that fuses the ops `ops` of `src` (and is verified)."""
     from autocomp_jupyter.rules.engine import registered_rules
@@ -271,20 +349,22 @@ def check_custom_rule(rule_name: str, src: str, ops, target: str = "npu") -> Non
     assert sorted(ops) in [sorted(k) for k in _kernel_ops(res)], \
         f"the kernels are {_kernel_ops(res)}, none is exactly {list(ops)}"
     assert res.verified, "the result is not verified"
-    _ok(f"{rule_name} fused {list(ops)}")
+    return (f"{rule_name} fused {list(ops)}")
 
 
+@check
 def check_rollback_named(res, rule_name: str) -> None:
     """Tutorial 06: the wrong rule is rolled back and named in report['rollbacks']."""
     assert any(rule_name in r["reason"] for r in res.report["rollbacks"]), \
         f"{rule_name} is not named in report['rollbacks'] (did the rule fire at all? see report['rules'])"
     assert res.verified, "after the rollback the result must still be verified"
-    _ok(f"{rule_name} was caught by the interpreter and rolled back")
+    return (f"{rule_name} was caught by the interpreter and rolled back")
 
 
 # --------------------------------------------------------------------------- 07 host C
 
 
+@check
 def check_kernel_functions(res, answer) -> None:
     """Tutorial 07: the names of the C functions that implement the kernels."""
     assert isinstance(answer, (list, tuple, set)), f"answer with a list of function names, got {answer!r}"
@@ -292,9 +372,10 @@ def check_kernel_functions(res, answer) -> None:
     assert sorted(answer) == sorted(truth), \
         f"not the kernel functions of res.code('c') (it defines {len(truth)}). Hint: look for lines " \
         "'static void kernel_...(' — one per fused kernel"
-    _ok(f"{truth}")
+    return (f"{truth}")
 
 
+@check
 def check_model_error(res, answer) -> None:
     """Tutorial 07: measured / predicted time of the host run (within 1%)."""
     measured = res.report.get("measured")
@@ -305,33 +386,42 @@ def check_model_error(res, answer) -> None:
         "upside down: the question asks for measured / predicted"
     assert math.isclose(a, truth, rel_tol=1e-2), \
         f"{a:g} is not measured / predicted: report['measured']['measured_time_s'] / report['optimized']['time_s']"
-    _ok(f"measured / predicted = {truth:.2f}")
+    return (f"measured / predicted = {truth:.2f}")
 
 
 # --------------------------------------------------------------------------- 08 ONNX models
 
 
+@check
 def check_slowest_kernel(res, answer) -> None:
     """Tutorial 08: the name of the kernel that takes the most time in the optimised plan."""
     kernels = res.report["kernels"]
     truth = max(kernels, key=lambda k: k["metrics"]["time_s"])
-    names = [k["name"] for k in kernels]
-    assert isinstance(answer, str) and answer in names, \
-        f"answer with a kernel name (a string), one of {names[:6]}{' ...' if len(names) > 6 else ''}"
+    from autocomp_jupyter.ui.names import kernel_labels
+
+    full = {short: name for name, short in kernel_labels(res).items()}
+    answer = full.get(answer, answer) if isinstance(answer, str) else answer  # the views' short name counts too
+    _name(answer, "a kernel name of this result", [k["name"] for k in kernels], list(full))
     fastest = min(kernels, key=lambda k: k["metrics"]["time_s"])
     assert answer != fastest["name"] or fastest is truth, "that is the fastest kernel: sort by time, largest first"
     assert answer == truth["name"], \
-        f"'{answer}' is not the slowest kernel. Hint: max(res.report['kernels'], key=lambda k: k['metrics']['time_s'])"
-    _ok(f"{truth['name']} takes {truth['metrics']['time_s'] * 1e6:.1f} us")
+        f"'{answer}' is not the slowest kernel. Hint: compare k['metrics']['time_s'] over res.report['kernels']"
+    return (f"{truth['name']} takes {truth['metrics']['time_s'] * 1e6:.1f} µs")
 
 
+@check
 def check_share_of_time(res, kernel: str, answer) -> None:
     """Tutorial 08: a kernel's share of the optimised plan's total time (0..1, within 1%)."""
     total = sum(k["metrics"]["time_s"] for k in res.report["kernels"])
+    from autocomp_jupyter.ui.names import kernel_labels
+
+    full = {short: name for name, short in kernel_labels(res).items()}
+    kernel = full.get(kernel, kernel) if isinstance(kernel, str) else kernel  # the views' short name counts too
+    _name(kernel, "a kernel name of this result", [k["name"] for k in res.report["kernels"]], list(full))
     (k,) = [k for k in res.report["kernels"] if k["name"] == kernel]
     truth = k["metrics"]["time_s"] / total
     a = _number(answer, "the share")
     assert not math.isclose(a, 100 * truth, rel_tol=1e-2), "a fraction between 0 and 1, not a percentage"
     assert math.isclose(a, truth, rel_tol=1e-2), \
-        f"{a:g} is not {kernel}'s time over the sum of every kernel's time"
-    _ok(f"{kernel} takes {truth:.1%} of the time")
+        f"{a:g} is not {kernel}'s share. Hint: its time over the sum of every kernel's time"
+    return (f"{kernel} takes {truth:.1%} of the time")

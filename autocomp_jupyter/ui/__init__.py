@@ -8,7 +8,8 @@
 
 Renderers are pure functions of the Result: graph.py (DOT/SVG), roofline.py (SVG plot),
 tables.py (each tab's HTML), html.py (the static page), live.py (live widgets and controls),
-progress.py (the tuning progress bar).
+compare.py (versions and the A/B), names.py (short kernel names for display), progress.py
+(the tuning progress bar).
 """
 from __future__ import annotations
 
@@ -39,4 +40,7 @@ def show(result, static: bool = False, code: str = "pseudo", first_tab: str = "G
     """Display `result` in the notebook: the widget, or static HTML when `static`."""
     from IPython.display import display
 
-    display(view(result, static=static, code=code, first_tab=first_tab))
+    shown = view(result, static=static, code=code, first_tab=first_tab)
+    handle = display(shown, display_id=True)
+    if hasattr(shown, "attach_display") and handle is not None:
+        shown.attach_display(handle.display_id)  # keeping a version updates this output

@@ -90,8 +90,9 @@ def table(header: list[str], rows: list[list[str]], cls: str = "", raw: bool = T
     cell = (lambda c: c) if raw else esc
     head = "".join(f"<th>{cell(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(_td(cell(c)) for c in r) + "</tr>" for r in rows)
-    return (f'<table class="autocomp-table {cls}"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{body}</tbody></table>")
+    # in its own scroll box: a wide table scrolls inside its tab, never widens the panel
+    return (f'<div class="autocomp-scroll"><table class="autocomp-table {cls}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table></div>")
 
 
 def badge(text: str, color: str, title: str = "") -> str:
@@ -114,21 +115,29 @@ MONO = "var(--jp-code-font-family,ui-monospace,SFMono-Regular,Menlo,Consolas,'De
 # Text columns read left-aligned; numbers (class autocomp-num: time, ratios, sizes) right-aligned.
 # Code and loop nests are monospace everywhere (nbconvert's page font is proportional).
 STYLE = """<style>
-.autocomp-result{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;max-width:100%}
+.autocomp-result{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;max-width:100%;min-width:0;box-sizing:border-box}
+.autocomp-result .widget-html,.autocomp-result .widget-html-content,.autocomp-result .widget-box,.autocomp-result .widget-tab-contents{min-width:0;max-width:100%}
+.autocomp-result .widget-html-content{overflow-x:auto}
+.autocomp-result p,.autocomp-result .autocomp-note{white-space:normal;overflow-wrap:anywhere;max-width:100%}
+.autocomp-result .autocomp-table.autocomp-kernels td:nth-child(2),.autocomp-result .autocomp-table.autocomp-profile-table td:nth-child(3){white-space:normal;min-width:8em;overflow-wrap:anywhere}
+.autocomp-result .autocomp-table.autocomp-totals td:nth-child(2),.autocomp-result .autocomp-table.autocomp-totals td:last-child{white-space:normal;min-width:9em}
 .autocomp-result table.autocomp-table{border-collapse:collapse;margin:4px 0 10px 0}
 .autocomp-result .autocomp-table th,.autocomp-result .autocomp-table td{border:1px solid #ddd;padding:2px 8px;text-align:left;vertical-align:top;white-space:nowrap}
 .autocomp-result .autocomp-table td.autocomp-num{text-align:right;font-variant-numeric:tabular-nums}
-.autocomp-rules td:last-child,.autocomp-rollbacks td:last-child,.autocomp-versions td:last-child,.autocomp-ab td:nth-child(2){white-space:normal;min-width:18em}
+.autocomp-result .autocomp-table.autocomp-rules td:last-child,.autocomp-result .autocomp-table.autocomp-rollbacks td:last-child,.autocomp-result .autocomp-table.autocomp-versions td:last-child,.autocomp-result .autocomp-table.autocomp-ab td:nth-child(2){white-space:normal;min-width:14em}
 .autocomp-table th{background:#f3f3f3}
 .autocomp-scroll{max-width:100%;overflow-x:auto}
 .autocomp-pair{display:flex;gap:16px;flex-wrap:wrap;align-items:flex-start}
-.autocomp-pair>div{flex:1 1 45%;min-width:280px;overflow:auto}
+.autocomp-pair>div{flex:1 1 45%;min-width:280px;max-width:100%;overflow:auto}
+.autocomp-graph-box{overflow:auto;max-height:720px;max-width:100%}
+.autocomp-result svg.autocomp-graph{max-width:none;height:auto}
 .autocomp-result pre,.autocomp-result code{font-family:MONO_FONT}
-.autocomp-result pre{background:#f7f7f7;padding:6px;overflow:auto;font-size:12px;text-align:left;white-space:pre}
+.autocomp-result pre{background:#f7f7f7;padding:6px;overflow:auto;font-size:12px;text-align:left;white-space:pre;max-width:100%;box-sizing:border-box}
+.autocomp-result pre.autocomp-code{white-space:pre-wrap;overflow-wrap:anywhere}
 .autocomp-result h4{margin:10px 0 4px 0}
 .autocomp-term{text-decoration:underline dotted;cursor:help}
 .autocomp-result mark.autocomp-diff{background:#fff3b0;padding:0 2px}
 .autocomp-legend dt{font-weight:bold;float:left;clear:left;width:9em}
-.autocomp-legend dd{margin-left:9.5em}
+.autocomp-legend dd{margin-left:9.5em;overflow-wrap:anywhere;min-width:0}
 .autocomp-result svg text{font-size:11px}
 </style>""".replace("MONO_FONT", MONO)

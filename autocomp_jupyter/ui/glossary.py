@@ -82,6 +82,9 @@ _LETTERS = re.compile(r"\((\w+(?:x\w+)+)\)")
 _TERMS = re.compile(r"\b(?:in_place|moved|none)(?= \d)|\b(?:spill|pe_util|bw_util|occupancy|order@\w+)\b")
 
 
+_MICRO = re.compile(r"(\d) us\b")
+
+
 def explain_why(text: str) -> str:
     """A rule's "why" text, escaped, its terms explained on hover."""
     def letters(m: re.Match) -> str:
@@ -94,6 +97,7 @@ def explain_why(text: str) -> str:
         tip = GLOSSARY.get("order@" if word.startswith("order@") else word, "")
         return f'<abbr class="autocomp-term" title="{esc(tip)}">{esc(word)}</abbr>' if tip else esc(word)
 
+    text = _MICRO.sub(r"\1 µs", text)  # one spelling of microseconds in every view
     out, pos = [], 0
     for m in _LETTERS.finditer(text):
         out.append(_TERMS.sub(term, esc(text[pos:m.start()])))

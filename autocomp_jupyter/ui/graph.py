@@ -11,6 +11,7 @@ import re
 import shutil
 
 from ..ir.plan import Plan
+from .names import plan_labels
 
 CLASS_COLOURS = {
     "elementwise": "#e3f2fd", "broadcast": "#e8f5e9", "injective": "#fff8e1",
@@ -74,13 +75,15 @@ def plan_dot(plan: Plan, report: dict | None = None, title: str = "", params: bo
                 f"fillcolor={_q(colour)}, tooltip={_q(op.op_class)}];")
 
     internal: set[str] = set()
+    short = plan_labels(plan)  # an imported model's kernel names are long: the short name, the full on hover
     for kernel in plan.kernels:
         ops = [program.op(name) for name in kernel.ops]
         if len(ops) > 1:
             fused_by = rules.get(kernel.name, [])
-            label = f"kernel {kernel.name}" + (f"\\nfused by {', '.join(fused_by)}" if fused_by else "")
+            label = f"kernel {short.get(kernel.name, kernel.name)}" + (f"\\nfused by {', '.join(fused_by)}" if fused_by else "")
             lines.append(f"  subgraph {_q('cluster_' + kernel.name)} {{")
-            lines.append(f"    label={_q(label)}; style=\"rounded,dashed\"; color=\"#5c6bc0\"; fontcolor=\"#283593\";")
+            lines.append(f"    label={_q(label)}; tooltip={_q('kernel ' + kernel.name)}; style=\"rounded,dashed\"; "
+                         'color="#5c6bc0"; fontcolor="#283593";')
             lines.extend(op_node(op, "    ") for op in ops)
             lines.append("  }")
             internal.update(kernel.internals)
@@ -152,7 +155,7 @@ def plan_svg_html(plan: Plan, report: dict | None = None, title: str = "") -> st
 
     dot = plan_dot(plan, report, title)
     svg = dot_to_svg(dot)
-    if svg is not None:
-        return svg
+    if svg is not None:  # at its natural size (readable), scrolling inside its box when larger
+        return f'<div class="autocomp-graph-box">{svg}</div>'
     return ('<p style="color:#6b6b6b">graphviz\'s <code>dot</code> is not installed '
             '(apt-get install graphviz); DOT source:</p><pre>' + html.escape(dot) + "</pre>")

@@ -10,7 +10,7 @@ from .fmt import STYLE, esc, note
 from .graph import plan_svg_html
 from .network import LARGE_PLAN_OPS, kernel_roofline_points, network_graph_html
 from .roofline import roofline_data, roofline_svg
-from .compare import ab_html, version_specs, versions_html
+from .compare import ab_html, default_pair, version_specs, versions_html
 from .tables import code_html, profile_html, rules_html, schedule_html, summary_html, tiles_html
 
 TABS = ("Graph", "Tiles", "Schedule", "Profile", "Rules", "Tune", "Code")
@@ -42,16 +42,18 @@ def profile_tab_html(result) -> str:
     return profile_html(result, svg)
 
 
-def tune_static_html(result) -> str:
-    """Without a kernel there are no sliders: the versions, the best tuned version against
-    the optimised plan (A/B), and how to tune live."""
-    specs = version_specs(result)
+def tune_static_html(result, kept: list[dict] = ()) -> str:
+    """Without a kernel there are no sliders: the versions (with those `kept` from the Tune
+    tab), the optimised plan against the fastest version that differs (A/B), and how to
+    tune live."""
+    specs = version_specs(result, list(kept))
     out = ["<h4>versions</h4>", versions_html(specs)]
     if len(specs) > 1:
-        best = min(specs[1:], key=lambda s: s.get("time_s") or float("inf"))
-        out.append(f"<h4>A/B: {esc(specs[0]['name'])} vs {esc(best['name'])}</h4>")
+        a, b = default_pair(specs)
+        by_name = {s["name"]: s for s in specs}
+        out.append(f"<h4>A/B: {esc(a)} vs {esc(b)}</h4>")
         try:
-            out.append(ab_html(result, specs[0], best))
+            out.append(ab_html(result, by_name[a], by_name[b]))
         except Exception as err:  # the comparison is an extra; the table stands without it
             out.append(note(f"no A/B comparison: {type(err).__name__}: {err}"))
     out.append(note("Run the cell in a live kernel for sliders per tile size and loop order, "

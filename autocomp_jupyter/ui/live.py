@@ -9,26 +9,34 @@ a line saying what changed and by how much, and the kernel's point on its roofli
 "keep as version" adds the variant to `result.versions` and to the versions table; the A/B
 pickers compare any two versions side by side (compare.py).
 
-Output format: the view's MIME bundle is `application/vnd.autocomp.view+json` (the widget
-view's `{model_id, version_major, version_minor}`), `text/html` (every tab's content as
-static HTML) and `text/plain`. It deliberately does not use the ipywidgets view type: that
-type wins over `text/html` everywhere it is known (JupyterLab, nbconvert once
-`--execute` stored the widget state, VS Code) and then shows "model not found" or a blank
-box as soon as the kernel is gone. The labextension (labextension/src/view.ts) renders
-the autocomp type in JupyterLab: the live widget while its model exists, the static HTML
-otherwise; everything else shows the static HTML.
+Output format: the view's MIME bundle carries the standard ipywidgets view type
+`application/vnd.jupyter.widget-view+json` (so Notebook 7, VS Code and any frontend with a
+widget manager show the live sliders), `application/vnd.autocomp.view+json` (the same
+`{model_id, version_major, version_minor}` plus `kept`: the versions kept from the Tune
+tab), `text/html` (every tab's content as static HTML, kept versions included) and
+`text/plain`. In JupyterLab the labextension (labextension/src/view.ts) renders the autocomp
+type ahead of the widget type: the live widget while its model exists, else the static
+HTML under a one-line "snapshot" banner — never "model not found" — and it saves `kept` in
+the cell's metadata and hands it back to the kernel when the cell runs again
+(`restore_kept`). The widget type is left out for a headless run (nbclient, `nbconvert
+--execute`: its execute requests carry no `cellId`), whose stored widget state would
+otherwise win over the static HTML in the export; `AUTOCOMP_WIDGET_VIEW=1|0` forces it.
+Keeping a version updates the output in place (its display id), so the saved notebook holds it.
 """
 from __future__ import annotations
 
 import inspect
 import itertools
+import os
+import weakref
 
 import ipywidgets as W
 
-from .compare import ab_html, distinct_seconds, kernel_point, schedule_spec, version_specs, versions_html
+from .compare import ab_html, default_pair, distinct_seconds, kernel_point, schedule_spec, version_specs, versions_html
 from .fmt import BAD, GOOD, STYLE, badge, esc, note, ratio, table
 from .glossary import legend, th
-from .html import TABS, static_html, tab_contents
+from .html import TABS, static_html, tab_contents, tune_static_html
+from .names import kernel_label, kernel_labels
 from .network import LARGE_PLAN_OPS, layers_html, network_graph_html
 from .roofline import roofline_data, roofline_svg
 from .tables import METRIC_HEADER, _monitor, code_html, metric_cells
@@ -67,6 +75,33 @@ def order_choices(current: tuple[str, ...]) -> list[tuple[str, ...]]:
     return list(dict.fromkeys(out))
 
 
+def widget_view_wanted() -> bool:
+    """Whether to offer the ipywidgets view type: yes for an interactive frontend (its
+    execute requests carry a `cellId`: JupyterLab, Notebook 7, VS Code), no for a headless
+    runner; AUTOCOMP_WIDGET_VIEW=1|0 decides instead."""
+    forced = os.environ.get("AUTOCOMP_WIDGET_VIEW", "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    try:
+        from IPython import get_ipython
+
+        kernel = getattr(get_ipython(), "kernel", None)
+        parent = kernel.get_parent() if kernel is not None else {}
+    except Exception:  # no kernel, or one without parent headers: no live frontend to offer it to
+        return False
+    return "cellId" in ((parent or {}).get("metadata") or {})
+
+
+def unchanged_why(annotation: bool, ev: dict) -> str:
+    """Why a move left the program time where it was, for the move log."""
+    if annotation:
+        return ("the cost model does not price this annotation here — it changes the generated code "
+                "(see the Code tab), not the modelled time")
+    bound = (ev or {}).get("bound")
+    return (f"the kernel stays bound by {bound}, which this change does not move" if bound
+            else "no term of the cost model moves")
+
+
 def _accepts(fn, parameter: str) -> bool:
     try:
         return parameter in inspect.signature(fn).parameters
@@ -80,13 +115,18 @@ class TunePanel:
     def __init__(self, result):
         self.result = result
         self.kept: list[dict] = []
+        self.on_kept = None  # called after a version is kept or restored (the view updates its output)
         self.sliders: dict[tuple[str, str], W.SelectionSlider] = {}
         self.changes = 0  # numbered "what changed" lines: feedback even when a change moves nothing
         self._previous_time = None
         self.order_pickers: dict[str, W.Dropdown] = {}
         self.last: dict | None = None
         names = [k.name for k in result.after.kernels]
-        self.kernel_picker = W.Dropdown(options=names, value=names[0] if names else None, description="kernel")
+        labels = kernel_labels(result)
+        # short names in the picker (an imported model's are long); the value stays the full name
+        self.kernel_picker = W.Dropdown(options=[(labels.get(n, n), n) for n in names],
+                                        value=names[0] if names else None, description="kernel",
+                                        layout=W.Layout(width="320px", max_width="100%"))
         self.controls = W.VBox()
         self.status = W.HTML()
         self.metrics = W.HTML()
@@ -136,24 +176,30 @@ class TunePanel:
         self.levels = levels
         self.sliders, self.order_pickers = {}, {}
         rows = []
+        # the level's whole name fits its label ("accumulator", not "accum…"); 7 px a character
+        label_px = max([7 * len(level) + 8 for level in levels] + [40])
         for loop in kernel.loops:
-            row = [W.Label(f"{loop.name} ({loop.extent})", layout=W.Layout(width="90px"))]
+            row = [W.Label(f"{loop.name} ({loop.extent})", tooltip=f"loop {loop.name}, extent {loop.extent}",
+                           layout=W.Layout(width="90px"))]
             for h, level in enumerate(levels):
                 options = tile_choices(loop.extent, sizes[loop.name][h])
                 slider = W.SelectionSlider(options=options, value=min(sizes[loop.name][h], loop.extent),
                                            description=level, continuous_update=False,
+                                           tooltip=f"tile size of loop {loop.name} at {level} (1 to {loop.extent})",
                                            disabled=not self.available or len(options) < 2,
-                                           layout=W.Layout(width="260px"),
-                                           style={"description_width": "60px"})
+                                           layout=W.Layout(width=f"{label_px + 200}px", max_width="100%"),
+                                           style={"description_width": f"{label_px}px"})
                 slider.observe(self._changed, names="value")
                 self.sliders[(loop.name, level)] = slider
                 row.append(slider)
-            rows.append(W.HBox(row))
+            rows.append(W.HBox(row, layout=W.Layout(flex_flow="row wrap")))
         for level in levels:
             current = schedule.order_at(level, levels)
             picker = W.Dropdown(options=[(" ".join(o), o) for o in order_choices(current)], value=current,
                                 description=f"order {level}", disabled=not self.available,
-                                style={"description_width": "90px"}, layout=W.Layout(width="360px"))
+                                tooltip=f"loop order at {level}, outermost first",
+                                style={"description_width": f"{label_px + 50}px"},
+                                layout=W.Layout(width=f"{label_px + 250}px", max_width="100%"))
             picker.observe(self._changed, names="value")
             self.order_pickers[level] = picker
             rows.append(picker)
@@ -164,7 +210,9 @@ class TunePanel:
             self.vectorize_picker = W.Dropdown(
                 options=[("(none)", "")] + [(l, l) for l in kernel.loop_names],
                 value=current if current in kernel.loop_names else "", description="vectorize",
-                disabled=not self.available, style={"description_width": "90px"}, layout=W.Layout(width="360px"))
+                tooltip="the loop the generated code vectorises (innermost at the last level)",
+                disabled=not self.available, style={"description_width": f"{label_px + 50}px"},
+                layout=W.Layout(width=f"{label_px + 250}px", max_width="100%"))
             self.vectorize_picker.observe(self._changed, names="value")
             rows.append(self.vectorize_picker)
         self.controls.children = rows
@@ -193,7 +241,8 @@ class TunePanel:
             effect = "illegal: see below"
         elif t and before:
             old, new = distinct_seconds([before, t])
-            effect = f"program {old} → {new}" + (" (unchanged)" if old == new else f" ({before / t:.3f}×)")
+            effect = f"program {old} → {new}" + (f" (unchanged: {unchanged_why(owner is self.vectorize_picker, ev)})"
+                                                if old == new else f" ({before / t:.3f}×)")
         else:
             effect = "re-evaluated"
         self.changes += 1
@@ -254,7 +303,7 @@ class TunePanel:
             except Exception:  # the nest is a convenience; the metrics stand without it
                 nest = ""
         self.metrics.value = ('<div class="autocomp-scroll">'
-                              + table(["kernel " + esc(self.kernel)] + [th(h) for h in METRIC_HEADER], rows,
+                              + table(["kernel " + esc(kernel_label(self.result, self.kernel))] + [th(h) for h in METRIC_HEADER], rows,
                                       "autocomp-tune-metrics")
                               + "</div>" + program + nest + legend(METRIC_HEADER))
         if ev is None:
@@ -276,7 +325,7 @@ class TunePanel:
             data = roofline_data(self.result)
             self.roofline.value = roofline_svg({"peak_flops": data["peak_flops"], "dram_bw": data["dram_bw"],
                                                 "points": [p for p in points if p]},
-                                               title=f"kernel {self.kernel}")
+                                               title=f"kernel {kernel_label(self.result, self.kernel)}")
         except Exception as err:  # keep the controls usable without roofline data
             self.roofline.value = note(f"no roofline: {err}")
 
@@ -290,20 +339,70 @@ class TunePanel:
         if not ev or not ev.get("legal", True):
             return None
         tiles, order = self.variant()
-        name = f"manual{len(self.kept) + 1}"
+        annotations = dict(self.result.after.schedule_of(self.kernel).annotations)
+        if self.vectorize_picker is not None:
+            annotations.pop("vectorize", None)
+            if self.vectorize_picker.value:
+                annotations["vectorize"] = self.vectorize_picker.value
+        return self._add_kept(self.kernel, tiles, order, annotations, ev)
+
+    def _add_kept(self, kernel: str, tiles: dict, order: dict, annotations: dict, ev: dict,
+                  name: str | None = None) -> str:
+        """Add a variant of `kernel` (already evaluated: `ev`) as a version; its name."""
+        from ..ir.schedule import Schedule
+
+        name = name or f"manual{len(self.kept) + 1}"
         plan = ev.get("plan")
         if plan is None:
-            base = self.result.after.schedule_of(self.kernel)
+            base = self.result.after.schedule_of(kernel)
             schedule = Schedule(base.kernel, tiles=tiles, order=order, annotations=base.annotations,
-                                levels=self.levels)
-            plan = self.result.after.with_schedule(self.kernel, schedule)
+                                levels=base.levels or self.levels)
+            plan = self.result.after.with_schedule(kernel, schedule)
         self.result.versions[name] = plan
         kernels = {k.name: schedule_spec(s) for k, s in zip(plan.kernels, plan.schedules)}
         self.kept.append({"name": name, "time_s": ev.get("time_s"), "legal": True, "kernels": kernels,
-                          "plan": plan, "source": "kept from the Tune tab"})
+                          "plan": plan, "source": "kept from the Tune tab",
+                          "variant": {"kernel": kernel, "tiles": tiles,
+                                      "order": {lv: list(o) for lv, o in order.items()},
+                                      "annotations": {k: (list(v) if isinstance(v, tuple) else v)
+                                                      for k, v in annotations.items()}}})
         self._refresh_versions()
         self.ab_b.value = name  # compare what was just kept
+        if self.on_kept is not None:
+            self.on_kept()
         return name
+
+    def kept_records(self) -> list[dict]:
+        """The kept versions as JSON (name, time, the variant): what the notebook saves."""
+        return [{"name": k["name"], "time_s": k.get("time_s"), **k["variant"]} for k in self.kept if "variant" in k]
+
+    def restore(self, records: list) -> list[str]:
+        """Re-evaluate versions saved with the notebook (`kept_records`) and keep those that
+        still apply to this result (same kernel and loops); the names restored."""
+        done = []
+        known = {k.name for k in self.result.after.kernels}
+        for rec in records or []:
+            if not isinstance(rec, dict) or rec.get("kernel") not in known or \
+                    rec.get("name") in {k["name"] for k in self.kept}:
+                continue
+            order = {lv: tuple(o) for lv, o in (rec.get("order") or {}).items()} or None
+            annotations = {k: (tuple(v) if isinstance(v, list) else v) for k, v in (rec.get("annotations") or {}).items()}
+            try:
+                ev = self.result.evaluate_variant(rec["kernel"], tiles=rec.get("tiles"), order=order,
+                                                  annotations=annotations)
+            except Exception:  # a saved variant this result refuses is not restored
+                continue
+            if not ev.get("legal") or ev.get("error"):
+                continue
+            on_kept, self.on_kept = self.on_kept, None  # one output update for the lot
+            try:
+                done.append(self._add_kept(rec["kernel"], rec.get("tiles") or {}, dict(order or {}),
+                                           annotations, ev, name=str(rec.get("name") or "")))
+            finally:
+                self.on_kept = on_kept
+        if done and self.on_kept is not None:
+            self.on_kept()
+        return done
 
     def _refresh_versions(self, default_b: bool = False) -> None:
         self.specs = version_specs(self.result, self.kept)
@@ -313,8 +412,7 @@ class TunePanel:
         self.ab_a.options, self.ab_b.options = names, names
         self.ab_a.value = a if a in names else names[0]
         if default_b or b not in names:
-            timed = [s for s in self.specs[1:] if s.get("time_s")]
-            b = min(timed, key=lambda s: s["time_s"])["name"] if timed else names[-1]
+            b = default_pair(self.specs, self.ab_a.value)[1]
         self.ab_b.value = b
 
     def compare(self, a: str | None = None, b: str | None = None) -> str:
@@ -390,13 +488,43 @@ class ResultView:
         self.summary = W.HTML(STYLE + summary_html(result))  # the tables' CSS, once per view
         self.widget = W.VBox([self.summary, self.tabs], layout=W.Layout(width="100%"))
         self.widget.add_class("autocomp-result")
+        self.display_id: str | None = None
+        self._widget_view: bool | None = None
+        self.tune.on_kept = self._kept_changed
+        _VIEWS[self.widget.model_id] = self
+
+    def attach_display(self, display_id: str) -> None:
+        """The display id this view was shown under: keeping a version updates that output."""
+        self.display_id = display_id
+
+    def _kept_changed(self) -> None:
+        self.contents["Tune"] = tune_static_html(self.result, self.tune.kept)
+        if self.display_id:
+            from IPython.display import update_display
+
+            update_display(self._repr_mimebundle_(), raw=True, display_id=self.display_id)
 
     def _repr_mimebundle_(self, **kwargs):
         bundle = self.widget._repr_mimebundle_(**kwargs)
         data = bundle[0] if isinstance(bundle, tuple) else bundle
-        return {
-            VIEW_MIME: data[WIDGET_VIEW_MIME],
+        view = data[WIDGET_VIEW_MIME]
+        if self._widget_view is None:  # decided at the first display (an update comes from a click, not a cell)
+            self._widget_view = widget_view_wanted()
+        out = {WIDGET_VIEW_MIME: view} if self._widget_view else {}
+        out.update({
+            VIEW_MIME: {**view, "kept": self.tune.kept_records()},
             "text/html": static_html(self.result, self.code_lang, self.contents),
             "text/plain": f"<autocomp result: {self.result.report.get('target')}, "
                           f"{self.result.report.get('speedup_vs_naive', 0):.2f}x vs naive>",
-        }
+        })
+        return out
+
+
+_VIEWS: "weakref.WeakValueDictionary[str, ResultView]" = weakref.WeakValueDictionary()
+
+
+def restore_kept(model_id: str, records: list) -> list[str]:
+    """Called by the labextension when a cell whose metadata holds kept versions shows a new
+    live view: re-evaluate them into that view (its Tune tab, `result.versions`, the output)."""
+    view = _VIEWS.get(model_id)
+    return view.tune.restore(records) if view is not None else []

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .fmt import MUTED, esc, note, pct, seconds, table
+from .names import kernel_labeller, kernel_labels
 from .glossary import th
 from .roofline import kernel_point
 
@@ -201,13 +202,14 @@ def profiler_html(result, max_rows: int = 400) -> str:
     program = result.after.program
     ranked = sorted(kernels, key=lambda k: -times[k["name"]])
     rows, running = [], 0.0
+    label = kernel_labeller(result)
     for rank, k in enumerate(ranked[:max_rows], 1):
         t = times[k["name"]]
         running += t
         share = t / total
         bar = (f'<span class="autocomp-share-bar" style="display:inline-block;height:9px;width:{share * 120:.1f}px;'
                f'background:#5c6bc0;margin-right:4px"></span>')
-        rows.append([str(rank), f"<code>{esc(k['name'])}</code>", esc(", ".join(k.get("ops", []))),
+        rows.append([str(rank), label(k["name"]), esc(", ".join(k.get("ops", []))),
                      esc(", ".join(_kinds(program, k.get("ops", [])))), seconds(t), bar + pct(share),
                      pct(running / total), esc(k.get("bound", ""))])
     by_kind: dict[str, list[float]] = {}
@@ -235,8 +237,9 @@ def kernel_roofline_points(result, labelled: int = 5) -> list[dict]:
     times = _kernel_times(result)
     top = set(sorted(times, key=lambda k: -times[k])[:labelled])
     out = []
+    short = kernel_labels(result)
     for k in result.report.get("kernels", []):
-        p = kernel_point(k["name"], k.get("metrics") or {})
+        p = kernel_point(short.get(k["name"], k["name"]), k.get("metrics") or {})
         if p:
             out.append(dict(p, kind="kernel", labelled=k["name"] in top))
     return out

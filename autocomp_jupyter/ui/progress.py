@@ -70,7 +70,9 @@ class TuningProgress:
             handle.update(obj, raw=raw)
             self._close_widgets()
         else:
-            display(obj, raw=raw)
+            handle = display(obj, raw=raw, display_id=True)
+        if hasattr(obj, "attach_display") and handle is not None:
+            obj.attach_display(handle.display_id)  # the result view updates its output (kept versions)
 
     def close(self) -> None:
         """Remove the bar: an empty output (no MIME type, so nothing renders or is saved as a view)."""

@@ -123,7 +123,7 @@ def roofline_svg(data: dict, extra_points: list[dict] = (), width: int = 460, he
     for e in range(x0, x1 + 1):
         x = X(10.0 ** e)
         out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + ph}" stroke="#eee"/>')
-        out.append(f'<text x="{x:.1f}" y="{top + ph + 13}" text-anchor="middle">1e{e}</text>')
+        out.append(f'<text x="{x:.1f}" y="{top + ph + 15}" text-anchor="middle">1e{e}</text>')  # clear of the y labels
     for e in range(y0, y1 + 1):
         y = Y(10.0 ** e)
         out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#eee"/>')
@@ -140,6 +140,7 @@ def roofline_svg(data: dict, extra_points: list[dict] = (), width: int = 460, he
     out.append(f'<text x="{left + pw - 4}" y="{Y(peak) - 4:.1f}" text-anchor="end">peak {esc(si(peak, "flop/s"))}</text>')
     mid = math.sqrt(start * min(ridge, ax1))
     out.append(f'<text x="{X(mid) + 6:.1f}" y="{Y(mid * bw) + 14:.1f}" fill="#555">DRAM {esc(si(bw, "B/s"))}</text>')
+    reserved.append(_text_box(X(mid) + 6, Y(mid * bw) + 14, f'DRAM {si(bw, "B/s")}', "start"))  # points' labels avoid it
     if compulsory and compulsory > 0:
         x = X(compulsory)
         out.append(f'<line class="autocomp-compulsory" x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + ph}" '

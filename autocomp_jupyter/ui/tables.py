@@ -12,8 +12,13 @@ import re
 from .fmt import (BAD, GOOD, MUTED, badge, esc, flag, joules, nbytes, note, num, pct, ratio,
                   seconds, si, table)
 from .glossary import explain_why, legend, th
+from .names import kernel_labeller
 from .network import profiler_html
 
+ROOFLINE_TIP = ("roofline fraction: the program's attained flop/s over what the roofline allows at its "
+                "arithmetic intensity (min of peak compute and DRAM bandwidth × intensity). Low when kernels wait on "
+                "latency, cold starts or small tiles rather than on compute or bandwidth: see the Profile tab's "
+                "'bound by' column.")
 DEFAULT_MONITOR = {"bw_util": 0.7, "occupancy": 0.5}
 PLAN_LABELS = ("naive", "textbook", "library", "optimized")
 PLAN_NOTES = {"naive": "one kernel per op, untiled", "textbook": "one kernel per op, fixed textbook tiles",
@@ -31,7 +36,7 @@ def summary_html(result) -> str:
     parts = [f"<b>target</b> {esc(r.get('target', getattr(result.target, 'name', '?')))}",
              f"<b>{ratio(r.get('speedup_vs_naive'))}</b> vs naive",
              f"<b>{ratio(r.get('speedup_vs_library'))}</b> vs library (each op tuned alone)",
-             f"roofline {pct(r.get('roofline_fraction'))}",
+             f'<span class="autocomp-term" title="{esc(ROOFLINE_TIP)}">roofline {pct(r.get("roofline_fraction"))}</span>',
              f"optimised {seconds((r.get('optimized') or {}).get('time_s'))}",
              badge("verified", GOOD) if verified else badge("NOT VERIFIED", BAD)]
     out = '<div class="autocomp-summary">' + " · ".join(parts) + "</div>"
@@ -57,6 +62,7 @@ def _footprints(result, kernel_name: str) -> tuple[list[str], list[float], list[
 def tiles_html(result) -> str:
     """Per kernel: loop × level tile sizes, then footprint and fill per level."""
     report_kernels = {k["name"]: k for k in result.report.get("kernels", [])}
+    label = kernel_labeller(result)
     out = []
     levels_all = tuple(getattr(result.target, "tiling_levels", ()))
     for kernel, schedule in zip(result.after.kernels, result.after.schedules):
@@ -72,7 +78,7 @@ def tiles_html(result) -> str:
             rows.append(cells)
         header = ["loop", "extent"] + [esc(lv) for lv in levels]
         spill = (rk.get("metrics") or {}).get("spill_ratio")
-        out.append(f"<h4>kernel {esc(kernel.name)} <small>ops {esc(', '.join(kernel.ops))}</small></h4>")
+        out.append(f"<h4>kernel {label(kernel.name)} <small>ops {esc(', '.join(kernel.ops))}</small></h4>")
         out.append(table(header, rows, "autocomp-tiles"))
         fp = _footprints(result, kernel.name)
         if fp:
@@ -87,6 +93,9 @@ def tiles_html(result) -> str:
         if spill is not None:
             s = f"spill ratio {pct(spill)}"
             out.append(f"<p>{flag(s, 'some tiles overflow their level') if spill > 0 else esc(s)}</p>")
+    if any(e.get("pass") == "tiling" for e in result.report.get("rollbacks", [])):
+        out.insert(0, note("The tiling pass was rolled back (see the Rules tab): these are the tiles the plan "
+                           "kept — from before that pass, or the tuner's when it ran."))
     return "".join(out) or note("no kernels")
 
 
@@ -180,7 +189,8 @@ def profile_html(result, roofline_svg: str = "") -> str:
                         f"{ratio(g.get('scheduling'))} (fusion: the fused kernels tuned as the library would; "
                         "tiling: the optimised tiles and orders on them; scheduling: the optimised annotations)."))
     monitor = _monitor(r)
-    krows = [[f"<code>{esc(k['name'])}</code>", esc(", ".join(k.get("ops", [])))]
+    label = kernel_labeller(result)
+    krows = [[label(k["name"]), esc(", ".join(k.get("ops", [])))]
              + metric_cells(k.get("metrics") or {}, monitor) + [esc(k.get("bound", ""))]
              for k in r.get("kernels", [])]
     out.append(profiler_html(result))
@@ -193,13 +203,34 @@ def profile_html(result, roofline_svg: str = "") -> str:
                     f"{pct(monitor['occupancy'])} (the rule set's monitor thresholds)."))
     out.append(legend(METRIC_HEADER + ["bound by"]))
     if roofline_svg:
-        out.append(f"<h4>roofline (roofline fraction {pct(r.get('roofline_fraction'))})</h4>{roofline_svg}"
+        fraction = r.get("roofline_fraction")
+        why_low = ""
+        if isinstance(fraction, (int, float)) and fraction < 0.2 and r.get("kernels"):
+            share: dict[str, float] = {}
+            for k in r["kernels"]:
+                bound = (k.get("bound") or "?").split(" + ")[0]
+                share[bound] = share.get(bound, 0.0) + float((k.get("metrics") or {}).get("time_s") or 0.0)
+            top, t = max(share.items(), key=lambda kv: kv[1])
+            total = sum(share.values()) or 1.0
+            why_low = note(f"Roofline fraction {pct(fraction)} is low: {pct(t / total)} of the time is in kernels "
+                           f"bound by {top}, a term the roofline (peak compute, DRAM bandwidth) does not draw — "
+                           "the kernels are far below both ceilings.")
+        out.append(f"<h4>roofline (roofline fraction {pct(r.get('roofline_fraction'))})</h4>{why_low}{roofline_svg}"
                    + note("Large dots: the whole program under each plan; small dots: one per kernel of the "
                           "optimised plan (the slowest named; hover for any)."))
     return "".join(out)
 
 
 # --------------------------------------------------------------------------- rules
+
+
+# What a plan keeps when a pass is rolled back (the Tiles and Schedule tabs still show a schedule).
+ROLLBACK_KEEPS = {
+    "tiling": "The plan keeps the tiles it had before this pass (each kernel's tuned library tiles, "
+              "re-tiled for fused kernels), and the tuner's when it ran: those are the tiles the Tiles tab shows.",
+    "scheduling": "The plan keeps the loop orders and annotations it had before this pass.",
+    "fusion": "The plan keeps the kernels it had before this pass (one per op, or the fusions that stayed).",
+}
 
 
 _TIMES = re.compile(r"(\d+(?:\.\d+)?) -> (\d+(?:\.\d+)?) ([µu]s|ms|ns|s)\b")
@@ -221,25 +252,32 @@ def rules_html(result) -> str:
 
     header = ["rule", "pass", "status", "ops", "why"]
     entries = r.get("rules", [])
-    fired = [e for e in entries if e.get("applied") and not gains_nothing(e)]
-    no_gain = [e for e in entries if gains_nothing(e)]
+    # Every applied rule is "fired", as res.summary() lists it; one whose own "why" shows
+    # the same time before and after says so in its status (it is in the plan and the
+    # generated code, but the cost model does not price what it changes).
+    fired = [e for e in entries if e.get("applied")]
+    no_gain = [e for e in fired if gains_nothing(e)]
     skipped = [e for e in entries if not e.get("applied")]
+    rows = []
+    for e in fired:
+        status = (badge("fired · no modelled gain", MUTED, "in the plan and the generated code; the cost model "
+                        "shows the same time before and after") if gains_nothing(e) else badge("fired", GOOD))
+        rows.extend(rule_rows([e], status))
     out = [f"<h4>rules fired ({len(fired)})</h4>",
-           table(header, rule_rows(fired, badge("fired", GOOD)), "autocomp-rules") if fired
-           else note("no rule fired")]
+           table(header, rows, "autocomp-rules") if fired else note("no rule fired")]
     if no_gain:
-        out.append(f"<h4>applied without a modelled gain ({len(no_gain)})</h4>"
-                   + note("In the plan (legal, and used by the generated code) but the cost model shows the "
-                          "same time before and after.")
-                   + table(header, rule_rows(no_gain, badge("no gain", MUTED,
-                                                            "the time before and after is the same")),
-                           "autocomp-rules"))
+        out.append(note(f"{len(no_gain)} of them fired with no modelled gain: the cost model does not price "
+                        "what they change (an annotation such as unroll, or a change off the binding term); "
+                        "they stay because they are legal and do not slow the program down."))
     if skipped:  # often many (every candidate interchange, skew, ...): folded, with reasons
         out.append(f'<details class="autocomp-skipped"><summary><b>rules skipped ({len(skipped)})</b> '
                    "and why</summary>" + table(header, rule_rows(skipped, badge("skipped", MUTED)), "autocomp-rules")
                    + "</details>")
-    rb = [[esc(e.get("pass", "")), f"<code>{esc(e.get('kernel', ''))}</code>", badge("rolled back", BAD),
-           esc(e.get("reason", ""))] for e in r.get("rollbacks", [])]
+    label = kernel_labeller(result)
+    rb = [[esc(e.get("pass", "")), label(e.get("kernel", "")) if e.get("kernel") else "", badge("rolled back", BAD),
+           explain_why(e.get("reason", "")) + (f"<br><i>{esc(ROLLBACK_KEEPS[e.get('pass')])}</i>"
+                                               if e.get("pass") in ROLLBACK_KEEPS else "")]
+          for e in r.get("rollbacks", [])]
     out.append("<h4>rollbacks</h4>")
     out.append(table(["pass", "kernel", "status", "reason"], rb, "autocomp-rollbacks") if rb
                else note("no rollbacks: every step was legal and equivalent"))

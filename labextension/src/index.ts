@@ -76,7 +76,7 @@ const viewPlugin: JupyterFrontEndPlugin<void> = {
     if (notebooks) {
       const bind = (panel: NotebookPanel) => {
         const registry = panel.content.rendermime;
-        registry.addFactory(viewRendererFactory(registry), VIEW_RANK);
+        registry.addFactory(viewRendererFactory(registry, panel), VIEW_RANK);
       };
       notebooks.forEach(bind);
       notebooks.widgetAdded.connect((_, panel) => bind(panel));

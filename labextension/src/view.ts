@@ -1,22 +1,29 @@
 /**
  * The autocomp result view: the live widget when its model exists, the static
- * HTML when it does not.
+ * HTML — under a one-line "snapshot" banner — when it does not.
  *
- * `%%autocomp` outputs carry three MIME types:
- *   - `application/vnd.autocomp.view+json`: `{model_id, version_major, version_minor}`
- *     of the ipywidgets view (the same payload as a widget view);
- *   - `text/html`: every tab's content as static HTML/SVG;
+ * `%%autocomp` outputs carry:
+ *   - `application/vnd.jupyter.widget-view+json`: the standard ipywidgets view
+ *     (Notebook 7 without this extension, VS Code, any widget frontend render it);
+ *   - `application/vnd.autocomp.view+json`: the same `{model_id, version_major,
+ *     version_minor}` plus `kept`, the versions kept from the Tune tab;
+ *   - `text/html`: every tab's content as static HTML/SVG (kept versions included);
  *   - `text/plain`: one line.
- * nbconvert, GitHub and VS Code do not know the first type and show `text/html`.
- * JupyterLab with this extension renders the first type with the renderer below:
- * it shows the static HTML at once, renders the widget view through the
- * notebook's own ipywidgets renderer (hidden), and swaps to the widget as soon
- * as the view exists. When the widget manager reports the model missing (a
- * reopened notebook, a new kernel) the static HTML simply stays: no
- * "Error displaying widget: model not found".
+ * JupyterLab with this extension renders the autocomp type (ranked ahead of the
+ * widget type) with the renderer below: it shows the static HTML at once,
+ * renders the widget view through the notebook's own ipywidgets renderer
+ * (hidden), and swaps to the widget as soon as the view exists. When the widget
+ * manager reports the model missing (a reopened notebook, a new kernel) the
+ * static HTML stays, with its banner: no "Error displaying widget: model not found".
+ *
+ * Kept versions: when the output carries `kept`, the renderer saves it in the
+ * cell's metadata (`autocomp.kept`), so it is saved with the notebook; when the
+ * cell shows a new live view without them (the cell ran again, in this kernel or
+ * a new one), it hands them back to the kernel (`restore_kept`, a silent execute).
  */
 import { IRenderMimeRegistry, MimeModel } from '@jupyterlab/rendermime';
 import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
+import type { NotebookPanel } from '@jupyterlab/notebook';
 import { Panel, Widget } from '@lumino/widgets';
 
 export const VIEW_MIME = 'application/vnd.autocomp.view+json';
@@ -28,8 +35,25 @@ export const VIEW_RANK = -20;
 /** Where the renderer stands: static HTML shown, live widget shown, or no live view possible. */
 export type ViewState = 'static' | 'live' | 'static-only';
 
+export const SNAPSHOT_BANNER =
+  'Snapshot: this output was saved with the notebook and is not live — run the cell for sliders and A/B.';
+
+/** A kept version, as the kernel writes it (autocomp_jupyter/ui/live.py: kept_records). */
+export type KeptRecord = { name?: string; kernel?: string; [key: string]: unknown };
+
+/** The Python statement that hands saved kept versions back to the live view `modelId`. */
+export function restoreCode(modelId: string, kept: KeptRecord[]): string {
+  return (
+    'import json as _autocomp_json, autocomp_jupyter.ui.live as _autocomp_live\n' +
+    `_autocomp_live.restore_kept(${JSON.stringify(modelId)}, _autocomp_json.loads(${JSON.stringify(JSON.stringify(kept))}))`
+  );
+}
+
 export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer {
-  constructor(private readonly registry: IRenderMimeRegistry) {
+  constructor(
+    private readonly registry: IRenderMimeRegistry,
+    private readonly notebook: NotebookPanel | null = null
+  ) {
     super();
     this.addClass('autocomp-view');
   }
@@ -41,8 +65,21 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
     }
     this.staticView = null;
     this.liveView = null;
+    this.banner = null;
+    const source = model.data[VIEW_MIME] as { model_id?: string; kept?: KeptRecord[] } | undefined;
+    this.modelId = source?.model_id || '';
+    this.kept = Array.isArray(source?.kept) ? source!.kept! : [];
+    this.restoreAsked = false;
+    if (this.kept.length) {
+      // after layout: the renderer is inside its cell only once attached
+      requestAnimationFrame(() => this.saveKept());
+    }
     const html = model.data[HTML_MIME];
     if (typeof html === 'string' && this.registry.getFactory(HTML_MIME)) {
+      this.banner = new Widget();
+      this.banner.addClass('autocomp-snapshot-banner');
+      this.banner.node.textContent = SNAPSHOT_BANNER;
+      this.addWidget(this.banner);
       this.staticView = this.registry.createRenderer(HTML_MIME);
       this.staticView.addClass('autocomp-view-static');
       this.addWidget(this.staticView);
@@ -50,7 +87,6 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
         new MimeModel({ data: { [HTML_MIME]: html }, trusted: model.trusted, metadata: model.metadata })
       );
     }
-    const source = model.data[VIEW_MIME] as { model_id?: string } | undefined;
     if (!source || !source.model_id || !this.registry.getFactory(WIDGET_VIEW_MIME)) {
       this.setState('static-only');
       return;
@@ -66,7 +102,7 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
     this.observer.observe(live.node, { childList: true, characterData: true, subtree: false });
     this.setState('static');
     await live.renderModel(
-      new MimeModel({ data: { [WIDGET_VIEW_MIME]: source }, trusted: model.trusted, metadata: model.metadata })
+      new MimeModel({ data: { [WIDGET_VIEW_MIME]: { model_id: source.model_id, version_major: (source as any).version_major, version_minor: (source as any).version_minor } }, trusted: model.trusted, metadata: model.metadata })
     );
     this.check();
   }
@@ -85,19 +121,59 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
     if (children && children.length > 0) {
       live.show();
       this.staticView?.hide();
+      this.banner?.hide();
       this.setState('live');
+      this.restoreKept();
     } else if ((live.node.textContent || '').startsWith('Error displaying widget')) {
       // The model is gone for good (reopened notebook, new kernel): the static view stays.
       this.disconnect();
       live.dispose();
       this.liveView = null;
       this.staticView?.show();
+      this.banner?.show();
       this.setState('static-only');
     } else {
       live.hide();
       this.staticView?.show();
+      this.banner?.show();
       this.setState('static');
     }
+  }
+
+  /** The notebook cell model this output belongs to (found by DOM containment). */
+  private cellModel(): { getMetadata(k: string): unknown; setMetadata(k: string, v: unknown): void } | null {
+    const cells = this.notebook?.content?.widgets ?? [];
+    const cell = cells.find(c => c.node.contains(this.node));
+    return cell ? (cell.model as any) : null;
+  }
+
+  private savedKept(): KeptRecord[] {
+    const meta = this.cellModel()?.getMetadata('autocomp') as { kept?: KeptRecord[] } | undefined;
+    return Array.isArray(meta?.kept) ? meta!.kept! : [];
+  }
+
+  /** Save the output's kept versions in the cell's metadata (only when they changed). */
+  private saveKept(): void {
+    const cell = this.cellModel();
+    if (!cell || JSON.stringify(this.savedKept()) === JSON.stringify(this.kept)) {
+      return;
+    }
+    const meta = (cell.getMetadata('autocomp') as Record<string, unknown>) || {};
+    cell.setMetadata('autocomp', { ...meta, kept: this.kept });
+  }
+
+  /** A new live view without kept versions in a cell that saved some: hand them back. */
+  private restoreKept(): void {
+    if (this.restoreAsked || this.kept.length || !this.modelId) {
+      return;
+    }
+    this.restoreAsked = true;
+    const saved = this.savedKept();
+    const kernel = this.notebook?.sessionContext?.session?.kernel;
+    if (!saved.length || !kernel) {
+      return;
+    }
+    kernel.requestExecute({ code: restoreCode(this.modelId, saved), silent: true, store_history: false });
   }
 
   private setState(state: ViewState): void {
@@ -110,16 +186,24 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
   }
 
   private staticView: IRenderMime.IRenderer | null = null;
+  private banner: Widget | null = null;
+  private modelId = '';
+  private kept: KeptRecord[] = [];
+  private restoreAsked = false;
   private liveView: Widget | null = null;
   private observer: MutationObserver | null = null;
 }
 
-/** A renderer factory bound to one rendermime registry (a notebook's, or the app's). */
-export function viewRendererFactory(registry: IRenderMimeRegistry): IRenderMime.IRendererFactory {
+/** A renderer factory bound to one rendermime registry (a notebook's, or the app's)
+ * and, for a notebook's, to that notebook (its cells' metadata, its kernel). */
+export function viewRendererFactory(
+  registry: IRenderMimeRegistry,
+  notebook: NotebookPanel | null = null
+): IRenderMime.IRendererFactory {
   return {
     safe: false,
     mimeTypes: [VIEW_MIME],
     defaultRank: VIEW_RANK,
-    createRenderer: () => new AutocompViewRenderer(registry)
+    createRenderer: () => new AutocompViewRenderer(registry, notebook)
   };
 }
