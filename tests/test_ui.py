@@ -394,6 +394,9 @@ def test_every_control_leaves_a_visible_change_line():
     picker = tune.order_pickers[level]
     picker.value = picker.options[1][1]
     assert f"order {level}" in tune.change.value and 'data-change="1"' in tune.change.value
+    # each move is shown as the trace primitive it is, a call a user can paste back
+    assert f"s.reorder(level={level!r}, order=" in tune.change.value.replace("&#x27;", "'")
+    assert "s.tile(loop=" in tune.metrics.value.replace("&#x27;", "'")     # the variant's whole trace
     tune.vectorize_picker.value = ""
     assert tune.vectorize_picker.label == "(none)" and 'data-change="2"' in tune.change.value
     assert "(none)" in tune.change.value

@@ -247,8 +247,25 @@ class TunePanel:
             effect = "re-evaluated"
         self.changes += 1
         what = f"{loop} {label}" if loop else label
+        step = self._step(owner, value)
+        call = f' <code class="autocomp-tune-step">{esc(step)}</code>' if step else ""
         self.change.value = (f'<p class="autocomp-tune-change" data-change="{self.changes}">'
-                             f"#{self.changes} {esc(what)} → <b>{esc(shown)}</b>: {esc(effect)}</p>")
+                             f"#{self.changes} {esc(what)} → <b>{esc(shown)}</b>{call}: {esc(effect)}</p>")
+
+    def _step(self, owner, value) -> str:
+        """The trace primitive a control's move is (`trace.py`), as the Python call that makes it."""
+        from ..trace import python_of
+
+        step = None
+        for (loop, level), slider in self.sliders.items():
+            if slider is owner:
+                step = {"primitive": "tile", "loop": loop, "level": level, "size": int(value)}
+        for level, picker in self.order_pickers.items():
+            if picker is owner:
+                step = {"primitive": "reorder", "level": level, "order": list(value)}
+        if owner is not None and owner is self.vectorize_picker and value:
+            step = {"primitive": "vectorize", "loop": value}
+        return python_of(self.kernel, [step]).splitlines()[-1] if step else ""
 
     # ------------------------------------------------------------------ evaluation
 
@@ -298,8 +315,12 @@ class TunePanel:
         schedule = (ev or {}).get("schedule")
         if schedule is not None:
             try:
-                nest = ('<details class="autocomp-variant-nest"><summary>loop nest of this variant</summary>'
-                        f"<pre>{esc(schedule.loop_nest())}</pre></details>")
+                from ..trace import python_of, trace_of
+
+                nest = ('<details class="autocomp-variant-nest"><summary>loop nest of this variant, and its trace</summary>'
+                        f"<pre>{esc(schedule.loop_nest())}</pre>"
+                        f'<pre class="autocomp-variant-trace">{esc(python_of(self.kernel, trace_of(schedule)))}</pre>'
+                        "</details>")
             except Exception:  # the nest is a convenience; the metrics stand without it
                 nest = ""
         self.metrics.value = ('<div class="autocomp-scroll">'

@@ -19,6 +19,9 @@ ROOFLINE_TIP = ("roofline fraction: the program's attained flop/s over what the 
                 "arithmetic intensity (min of peak compute and DRAM bandwidth × intensity). Low when kernels wait on "
                 "latency, cold starts or small tiles rather than on compute or bandwidth: see the Profile tab's "
                 "'bound by' column.")
+LIMIT_TIP = ("limit fraction: the physical limit's time over the optimised time (1.0: nothing left to gain). The "
+             "limit is the largest of the compulsory DRAM traffic over the DRAM bandwidth and, per datapath, its "
+             "work at the best array fill the loop extents allow.")
 DEFAULT_MONITOR = {"bw_util": 0.7, "occupancy": 0.5}
 PLAN_LABELS = ("naive", "textbook", "library", "optimized")
 PLAN_NOTES = {"naive": "one kernel per op, untiled", "textbook": "one kernel per op, fixed textbook tiles",
@@ -36,8 +39,10 @@ def summary_html(result) -> str:
     parts = [f"<b>target</b> {esc(r.get('target', getattr(result.target, 'name', '?')))}",
              f"<b>{ratio(r.get('speedup_vs_naive'))}</b> vs naive",
              f"<b>{ratio(r.get('speedup_vs_library'))}</b> vs library (each op tuned alone)",
-             f'<span class="autocomp-term" title="{esc(ROOFLINE_TIP)}">roofline {pct(r.get("roofline_fraction"))}</span>',
-             f"optimised {seconds((r.get('optimized') or {}).get('time_s'))}",
+             f'<span class="autocomp-term" title="{esc(ROOFLINE_TIP)}">roofline {pct(r.get("roofline_fraction"))}</span>']
+    if r.get("limit_fraction") is not None:
+        parts.append(f'<span class="autocomp-term" title="{esc(LIMIT_TIP)}">limit {pct(r.get("limit_fraction"))}</span>')
+    parts += [f"optimised {seconds((r.get('optimized') or {}).get('time_s'))}",
              badge("verified", GOOD) if verified else badge("NOT VERIFIED", BAD)]
     out = '<div class="autocomp-summary">' + " · ".join(parts) + "</div>"
     if not verified:
@@ -215,7 +220,11 @@ def profile_html(result, roofline_svg: str = "") -> str:
             why_low = note(f"Roofline fraction {pct(fraction)} is low: {pct(t / total)} of the time is in kernels "
                            f"bound by {top}, a term the roofline (peak compute, DRAM bandwidth) does not draw — "
                            "the kernels are far below both ceilings.")
-        out.append(f"<h4>roofline (roofline fraction {pct(r.get('roofline_fraction'))})</h4>{why_low}{roofline_svg}"
+        limit = r.get("limit") or {}
+        limit_line = note(f"Limit fraction {pct(r.get('limit_fraction'))}: the physical limit is "
+                          f"{seconds(limit.get('time_s'))}, {limit.get('bound')}-bound ({LIMIT_TIP.split(': ', 1)[1]})"
+                          ) if r.get("limit_fraction") is not None and limit else ""
+        out.append(f"<h4>roofline (roofline fraction {pct(r.get('roofline_fraction'))})</h4>{why_low}{limit_line}{roofline_svg}"
                    + note("Large dots: the whole program under each plan; small dots: one per kernel of the "
                           "optimised plan (the slowest named; hover for any)."))
     return "".join(out)
