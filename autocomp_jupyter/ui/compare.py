@@ -37,11 +37,12 @@ def _kernel_spec(entry: dict) -> dict:
 
 
 def schedule_spec(schedule) -> dict:
-    """The {tiles, order_by_level, annotations} of a Schedule, as the report writes them."""
-    levels = tuple(schedule.levels)
-    return {"tiles": {loop: dict(zip(levels, sizes)) for loop, sizes in schedule.tile_sizes(levels).items()},
-            "order_by_level": {lv: list(schedule.order_at(lv, levels)) for lv in levels},
-            "annotations": {k: (list(v) if isinstance(v, tuple) else v) for k, v in schedule.annotations.items()}}
+    """The {tiles, order_by_level, annotations} of a Schedule, as the report writes them
+    (`trace.schedule_json`, the one JSON form of a schedule)."""
+    from ..trace import schedule_json
+
+    spec = schedule_json(schedule)
+    return {key: spec[key] for key in ("tiles", "order_by_level", "annotations")}
 
 
 def version_specs(result, kept: list[dict] = ()) -> list[dict]:
