@@ -223,7 +223,7 @@ def _searched_as_well_as_the_library(plan: Plan, ctx: PassContext, executor, log
         own = ctx.cost(Plan(plan.program, (kernel,), (schedule,))).total.time_s
         alone = library_schedule(plan.program, kernel, ctx)
         theirs = ctx.cost(Plan(plan.program, (kernel,), (alone,))).total.time_s
-        if theirs < own * (1 - 1e-9):
+        if theirs < own * (1 - 1e-9) and _keeps_rows_whole(kernel, alone):
             log.append(rule_entry("library_search", "tiling", kernel.ops, True,
                                   f"the library's own search of kernel {kernel.name} finds a faster schedule "
                                   f"({own * 1e6:.1f} -> {theirs * 1e6:.1f} us): taken"))
@@ -231,6 +231,15 @@ def _searched_as_well_as_the_library(plan: Plan, ctx: PassContext, executor, log
         else:
             schedules.append(schedule)
     return Plan(plan.program, plan.kernels, tuple(schedules), plan.label)
+
+
+def _keeps_rows_whole(kernel, schedule) -> bool:
+    """The schedule leaves every loop `ir.loopnest.whole_loops` names untiled (a softmax or
+    layernorm row in one tile, as the tiling pass and the tuner keep it)."""
+    from .ir.loopnest import whole_loops
+
+    sizes = schedule.tile_sizes()
+    return all(size == kernel.extents[loop] for loop in whole_loops(kernel) for size in sizes[loop])
 
 
 def _load_traces(schedule):
