@@ -132,7 +132,7 @@ def test_packed_contractions_with_fused_epilogues_match_interpreter(name, thread
     """Every conv variant (stride, dilation, padding, groups, depthwise, remainders), batched
     and int8 GEMMs run packed, their epilogues applied in the microkernel's store (no second
     pass over the output), on 1 and 2 threads, and match the interpreter."""
-    from autocomp_jupyter.codegen.c import generate_c, packed_contraction
+    from autocomp_jupyter.codegen.c import direct_rows, generate_c, packed_contraction
 
     src, fused = PACKED_VARIANTS[name]
     program = parse(src)
@@ -144,8 +144,12 @@ def test_packed_contractions_with_fused_epilogues_match_interpreter(name, thread
     pk = packed_contraction(kernel, schedule)
     assert pk is not None and len(pk.epilogue) == fused
     text = generate_c(plan)
-    assert "Bpack" in text and ("#pragma omp parallel\n" in text) == (threads > 1)
-    assert text.count("/* packed GEMM") == 1
+    if direct_rows(kernel, pk) is not None:     # a depthwise conv: direct rows, no packing
+        assert "Bpack" not in text and text.count("/* direct rows") == 1 and name.startswith("depthwise")
+        assert ("#pragma omp parallel for\n" in text) == (threads > 1)
+    else:
+        assert "Bpack" in text and ("#pragma omp parallel\n" in text) == (threads > 1)
+        assert text.count("/* packed GEMM") == 1
     check(plan, threads=threads)
 
 

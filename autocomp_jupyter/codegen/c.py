@@ -394,6 +394,59 @@ def micro_shape(m: int) -> tuple[int, int]:
     return mr, GEMM_NR * (1 if mr == 1 else max(1, min(4, GEMM_MR // mr)))
 
 
+# A one-row contraction (M = 1: depthwise convolutions) with at most this many reduction steps
+# runs as direct rows (`direct_rows`) instead of packing: packing its 16-wide panels costs more
+# than its few multiply-adds (measured, MobileNetV2's stride-2 3x3 depthwise on 96 channels
+# 112x112: 1.78 ms packed, 3.6 GFLOP/s).
+DIRECT_K_MAX = 64
+# Largest step along the output row a direct row may read its input at (stride 2: the compiler
+# loads two vectors and permutes them).
+DIRECT_STEP_MAX = 2
+
+
+@dataclass(frozen=True)
+class DirectRows:
+    """How the host runs a one-row packed contraction directly: for each batch item and each
+    value of the outer n loops, a row of `width` outputs (the innermost n loop `w`, contiguous
+    in the output) accumulated in a local array, each reduction step adding a[k] times a row
+    of B read at `step` apart (from B's padded copy when B's reads leave it: `pads`)."""
+
+    w: str
+    width: int
+    step: int
+    pads: tuple[tuple[int, int], ...]
+
+
+def direct_rows(kernel: Kernel, pk: "Packed") -> DirectRows | None:
+    """The direct form of packed contraction `pk` (`DirectRows`), or None: M = 1, K <=
+    DIRECT_K_MAX, f32 tensors, A in range, B's reads in range or in a padded copy of at
+    most PAD_COPY_MAX times B, the innermost n loop contiguous in the output and read by B
+    at a step of at most DIRECT_STEP_MAX."""
+    if pk.size("m") != 1 or pk.size("k") > DIRECT_K_MAX or not pk.n_contiguous or not pk.n:
+        return None
+    stmt = kernel.statements[pk.index]
+    names = {stmt.target, pk.a.tensor, pk.b.tensor} | {a.tensor for s in pk.epilogue
+                                                       for a in kernel.statements[s].reads()} \
+        | {kernel.statements[s].target for s in pk.epilogue}
+    if any(kernel.tensor(t).dtype != "f32" for t in names):
+        return None
+    ext = dict(pk.extents)
+    if not all(_in_range(kernel, pk.a, ext)):
+        return None
+    t = kernel.tensor(pk.b.tensor)
+    pads = _padding(kernel, pk.b, ext)
+    pshape = tuple(n + lo + hi for n, (lo, hi) in zip(t.shape, pads))
+    if math.prod(pshape) > PAD_COPY_MAX * t.size:
+        return None
+    w = pk.n[-1]
+    coeff, _ = _flat_offsets(kernel, pk.b, pshape, [lo for lo, _ in pads])
+    o_coeff, _ = _flat_offsets(kernel, Access(stmt.target, stmt.target_indices))
+    step = coeff.get(w, 0)
+    if o_coeff.get(w, 0) != 1 or not 0 <= step <= DIRECT_STEP_MAX:
+        return None
+    return DirectRows(w, ext[w], step, tuple(pads))
+
+
 def packed_blocks(pk: Packed, block_of) -> tuple[int, int, int]:
     """Cache blocks (mc, nc, kc) of a packed GEMM: per group, the product of its loops'
     blocks (`block_of(loop)`: the schedule's outermost tile of it), raised to
@@ -1223,30 +1276,124 @@ class _KernelWriter:
             fill.append("}")
         copies: list[str] = []     # padded copies: scratch slots 2, 3
         for name, access, pads in padded:
-            t = self.tensor(access.tensor)
-            pshape = [n + lo + hi for n, (lo, hi) in zip(t.shape, pads)]
-            qs = [f(f"q{d}") for d in range(len(pshape))]
-            fill.append(f"/* {self.cname[access.tensor]} padded by {pads} (pad value {access.pad:g}), once per call: "
-                        f"no bounds checks while packing */")
-            ct = self.ctype(access.tensor)
-            fill.append(f"{ct}* {name} = ac_scratch({2 + len(copies)}, {math.prod(pshape)}UL * sizeof({ct}));")
+            fill += self.pad_copy(name, access, pads, 2 + len(copies))
             copies.append(name)
-            for dd, q in enumerate(qs):
-                fill.append("    " * dd + f"for (long {q} = 0; {q} < {pshape[dd]}; ++{q})" + (" {" if dd == len(qs) - 1 else ""))
-            inner_ = "    " * len(qs)
-            conds = " && ".join(f"(unsigned long)({q} - {lo}) < {n}UL" for q, n, (lo, _) in zip(qs, t.shape, pads) if lo or _)
-            src = _affine_c({q: math.prod(t.shape[dd + 1:]) for dd, q in enumerate(qs)},
-                            -sum(lo * math.prod(t.shape[dd + 1:]) for dd, (lo, _) in enumerate(pads)))
-            dst = _affine_c({q: math.prod(pshape[dd + 1:]) for dd, q in enumerate(qs)}, 0)
-            pad_c = _double(access.pad) if ct == "double" else _float(access.pad)
-            fill.append(f"{inner_}{name}[{dst}] = {conds} ? {self.cname[access.tensor]}[{src}] : {pad_c};")
-            fill.append("    " * (len(qs) - 1) + "}")
         self.out[body_start:body_start] = ["    " * 2 + line for line in fill]
         for flag, _ in run_flags:
             e(2, f"free({flag});")
         if table_fill:
             e(2, f"free({tab});")
         e(1, "}")
+
+    def direct(self, pk: Packed, dr: DirectRows) -> None:
+        """Statement `pk.index` as direct rows (`direct_rows`): per batch item and outer n
+        point, `dr.width` outputs accumulated in a local row (vectorised), then stored with
+        the statements `pk.epilogue` applied."""
+        k = self.kernel
+        stmt = k.statements[pk.index]
+        ext = dict(pk.extents)
+        f, e = self.namer.fresh, self.emit
+        cv = {l: f(l) for l in stmt.loop_names}
+        bt, acc, a, src, v = f("bt"), f("acc"), f("a"), f("src"), f("v")
+        w = cv[dr.w]
+
+        def flat(access: Access, shape=None, shift=None, drop=()) -> str:
+            coeff, const = _flat_offsets(k, access, shape, shift)
+            return _affine_c({cv[l]: c for l, c in coeff.items() if l not in drop}, const)
+
+        e(1, f"/* {str(stmt).split('    #')[0]} */")
+        epi = ", ".join(str(k.statements[s]).split("    #")[0] for s in pk.epilogue)
+        e(1, f"/* direct rows: batch {' '.join(pk.batch) or '-'} x N {' '.join(pk.n)} ({pk.size('n')}, rows of "
+             f"{dr.width}, B read at step {dr.step}) x K {' '.join(pk.k)} ({pk.size('k')})"
+             + (f"; applied in its store: {epi}" if epi else "") + " */")
+        e(1, "{")
+        bsrc, shape, shift = self.cname[pk.b.tensor], None, None
+        if any(lo or hi for lo, hi in dr.pads):
+            bsrc = f(f"{bsrc}_padded")
+            t = self.tensor(pk.b.tensor)
+            shape, shift = tuple(n + lo + hi for n, (lo, hi) in zip(t.shape, dr.pads)), [lo for lo, _ in dr.pads]
+            self.out += ["    " * 2 + line for line in self.pad_copy(bsrc, pk.b, list(dr.pads), 2)]
+        parallel = bool(set(self.parallel) & {k.loop_map(pk.index).get(l) for l in pk.batch + pk.n})
+        NB = pk.size("batch")
+        if parallel and NB > 1:
+            e(2, "#pragma omp parallel for")
+        e(2, f"for (long {bt} = 0; {bt} < {NB}; ++{bt}) {{")
+        inner = 1
+        for l in reversed(pk.batch):
+            e(3, f"const long {cv[l]} = ({bt} / {inner}) % {ext[l]};")
+            inner *= ext[l]
+        for l in pk.m:
+            e(3, f"const long {cv[l]} = 0;")
+        d = 3
+        for l in pk.n[:-1]:
+            e(d, f"for (long {cv[l]} = 0; {cv[l]} < {ext[l]}; ++{cv[l]}) {{")
+            d += 1
+        e(d, f"float {acc}[{dr.width}];")
+        e(d, "#pragma omp simd")
+        e(d, f"for (long {w} = 0; {w} < {dr.width}; ++{w}) {acc}[{w}] = 0.0f;")
+        dk = d
+        for l in pk.k:
+            e(dk, f"for (long {cv[l]} = 0; {cv[l]} < {ext[l]}; ++{cv[l]}) {{")
+            dk += 1
+        e(dk, f"const float {a} = {self.cname[pk.a.tensor]}[{flat(pk.a)}];")
+        e(dk, f"const float* restrict {src} = {bsrc} + {flat(pk.b, shape, shift, drop=(dr.w,))};")
+        e(dk, "#pragma omp simd")
+        e(dk, f"for (long {w} = 0; {w} < {dr.width}; ++{w}) {acc}[{w}] += {a} * {src}"
+              f"[{w if dr.step == 1 else f'{dr.step} * {w}'}];")
+        for x in range(dk - 1, d - 1, -1):
+            e(x, "}")
+        fused = set(pk.epilogue)
+        readers = {r.tensor for s, st in enumerate(k.statements) if s != pk.index and s not in fused for r in st.reads()}
+
+        def needed(t: str) -> bool:
+            return t not in k.internals or t in readers
+
+        def at_point(access: Access) -> str:
+            return f"{self.cname[access.tensor]}[{flat(access)}]"
+        e(d, "#pragma omp simd")
+        e(d, f"for (long {w} = 0; {w} < {dr.width}; ++{w}) {{")
+        e(d + 1, f"const float {v} = {acc}[{w}];")
+        if needed(stmt.target):
+            e(d + 1, f"{at_point(Access(stmt.target, stmt.target_indices))} = {v};")
+        local = {stmt.target: v}
+        for s in pk.epilogue:
+            st = k.statements[s]
+            at = epilogue_point(k, pk.index, s)
+
+            def access_at(r: Access, at=at):
+                return local.get(r.tensor) or at_point(_substitute(r, at))
+            var = f(f"{self.cname[st.target]}_v")
+            e(d + 1, f"const float {var} = {self.expr_c(st.expr, {}, st, access=access_at)};")
+            local[st.target] = var
+            if needed(st.target):
+                e(d + 1, f"{at_point(_substitute(Access(st.target, st.target_indices), at))} = {var};")
+        e(d, "}")
+        for x in range(d - 1, 1, -1):
+            e(x, "}")
+        e(1, "}")
+
+    def pad_copy(self, name: str, access: Access, pads: list[tuple[int, int]], slot: int) -> list[str]:
+        """C lines filling scratch slot `slot` as `name`: `access`'s tensor padded by `pads` (per
+        dimension, below and past the end) with the access's pad value."""
+        f = self.namer.fresh
+        t = self.tensor(access.tensor)
+        pshape = [n + lo + hi for n, (lo, hi) in zip(t.shape, pads)]
+        qs = [f(f"q{d}") for d in range(len(pshape))]
+        ct = self.ctype(access.tensor)
+        fill = [f"/* {self.cname[access.tensor]} padded by {pads} (pad value {access.pad:g}), once per call: "
+                f"no bounds checks while packing */",
+                f"{ct}* {name} = ac_scratch({slot}, {math.prod(pshape)}UL * sizeof({ct}));"]
+        for dd, q in enumerate(qs):
+            fill.append("    " * dd + f"for (long {q} = 0; {q} < {pshape[dd]}; ++{q})" + (" {" if dd == len(qs) - 1 else ""))
+        inner_ = "    " * len(qs)
+        conds = " && ".join(f"(unsigned long)({q} - {lo}) < {n}UL" for q, n, (lo, hi) in zip(qs, t.shape, pads) if lo or hi)
+        src = _affine_c({q: math.prod(t.shape[dd + 1:]) for dd, q in enumerate(qs)},
+                        -sum(lo * math.prod(t.shape[dd + 1:]) for dd, (lo, _) in enumerate(pads)))
+        dst = _affine_c({q: math.prod(pshape[dd + 1:]) for dd, q in enumerate(qs)}, 0)
+        pad_c = _double(access.pad) if ct == "double" else _float(access.pad)
+        fill.append(f"{inner_}{name}[{dst}] = {conds} ? {self.cname[access.tensor]}[{src}] : {pad_c};")
+        fill.append("    " * (len(qs) - 1) + "}")
+        return fill
 
     def outline(self, start: int, depth: int, what: str, candidates: dict[str, str]) -> None:
         """Move the lines written since `start` (at `depth`) into a static noinline function
@@ -1293,7 +1440,11 @@ class _KernelWriter:
                 closing.append(d)
                 continue
             if pk is not None and node.index == pk.index:
-                self.packed(pk)
+                dr = direct_rows(self.kernel, pk)
+                if dr is not None:
+                    self.direct(pk, dr)
+                else:
+                    self.packed(pk)
                 continue
             if pk is not None and node.index in pk.epilogue:
                 continue
