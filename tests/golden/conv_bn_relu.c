@@ -114,10 +114,18 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
         float* X_padded = ac_scratch(2, 215296UL * sizeof(float));
         for (long q0 = 0; q0 < 1; ++q0)
             for (long q1 = 0; q1 < 64; ++q1)
-                for (long q2 = 0; q2 < 58; ++q2)
-                    for (long q3 = 0; q3 < 58; ++q3) {
-                        X_padded[215296 * q0 + 3364 * q1 + 58 * q2 + q3] = (unsigned long)(q2 - 1) < 56UL && (unsigned long)(q3 - 1) < 56UL ? X[200704 * q0 + 3136 * q1 + 56 * q2 + q3 - 57] : 0.0f;
+                for (long q2 = 0; q2 < 58; ++q2) {
+                    float* restrict row = X_padded + 215296 * q0 + 3364 * q1 + 58 * q2;
+                    if (!((unsigned long)(q2 - 1) < 56UL)) {
+                        for (long q3 = 0; q3 < 58; ++q3) row[q3] = 0.0f;
+                        continue;
                     }
+                    const float* restrict srow = X + (200704 * q0 + 3136 * q1 + 56 * q2 - 56);
+                    for (long q3 = 0; q3 < 1; ++q3) row[q3] = 0.0f;
+                    #pragma omp simd
+                    for (long q3 = 0; q3 < 56; ++q3) row[q3 + 1] = srow[q3];
+                    for (long q3 = 57; q3 < 58; ++q3) row[q3] = 0.0f;
+                }
         int nth = 1;
 #ifdef _OPENMP
         nth = omp_get_max_threads();
