@@ -1669,21 +1669,43 @@ class _KernelWriter:
         self.emit(depth, f"for (long {v} = {start}; {v} < {end}; ++{v}) {{")
 
     def plain(self, node, depth, var, bounds) -> None:
+        """One statement's point nest as written, except that loops of one trip go outermost
+        (a single iteration: any place is legal) so that the vectorised loop is a real one:
+        where the schedule vectorised a loop of one trip, the innermost loop takes `omp simd`
+        instead. A reduction whose innermost loop is a reduction loop reads every other index
+        once per row: it accumulates the row in a local (`omp simd reduction`, the sum
+        reassociated as the legality check allows; a softmax's row max and sum over a chained
+        store per point measured 4.6 ns a point on 12 x 128 rows of 128)."""
         stmt = node.statement
         target = self.access_c(stmt.target, stmt.target_indices, var, stmt, check=False)
         expr = self.expr_c(stmt.expr, var, stmt)
+        loops = [p for p in node.loops if bounds[p.name][2] == 1] + [p for p in node.loops if bounds[p.name][2] != 1]
+        moved = any(p.vectorize for p in loops if bounds[p.name][2] == 1)
+        inner = loops[-1] if loops and bounds[loops[-1].name][2] != 1 else None
+        out_loops = {l for idx in stmt.target_indices for l in idx.loops}
+        row = (stmt.reduce in ("+", "max") and inner is not None and inner.name not in out_loops and not inner.parallel)
         d = depth
-        for p in node.loops:
-            if p.parallel:
-                self.emit(d, "#pragma omp parallel for")
-            if p.vectorize:
-                self.emit(d, "#pragma omp simd")  # (a loop takes one of simd / unroll: simd wins)
-            elif p.unroll > 1:
-                self.emit(d, f"#pragma GCC unroll {p.unroll}")
+        for p in loops:
+            if p is inner and row:
+                acc = self.namer.fresh("acc")
+                self.emit(d, f"{self.ctype(stmt.target)} {acc} = {target};")
+                self.emit(d, f"#pragma omp simd reduction({stmt.reduce}:{acc})")
+            else:
+                if p.parallel:
+                    self.emit(d, "#pragma omp parallel for")
+                if (p.vectorize and bounds[p.name][2] != 1) or (moved and p is inner):
+                    self.emit(d, "#pragma omp simd")  # (a loop takes one of simd / unroll: simd wins)
+                elif p.unroll > 1:
+                    self.emit(d, f"#pragma GCC unroll {p.unroll}")
             start, end, trip = bounds[p.name]
             self._for(d, var[p.name], start, end, trip)
             d += 1
-        if stmt.reduce == "+":
+        if row:
+            self.emit(d, f"{acc} += {expr};" if stmt.reduce == "+" else f"{acc} = AC_MAX({acc}, {expr});")
+            self.emit(d - 1, "}")
+            self.emit(d - 1, f"{target} = {acc};")
+            d -= 1
+        elif stmt.reduce == "+":
             self.emit(d, f"{target} += {expr};")
         elif stmt.reduce == "max":
             self.emit(d, f"{target} = AC_MAX({target}, {expr});")
