@@ -15,6 +15,7 @@ import pytest
 
 import autocomp_jupyter as autocomp
 from autocomp_jupyter import host
+from autocomp_jupyter.codegen import generate
 from autocomp_jupyter.dsl import load, parse
 from autocomp_jupyter.errors import UserError
 from autocomp_jupyter.interp import compare_outputs, random_inputs, run
@@ -350,3 +351,28 @@ def test_vectorised_exp_tanh_sigmoid_gelu_keep_their_documented_error_bounds():
         bound = 3e-7 * (np.maximum(1.0, np.abs(xd)) if name == "G" else 1.0)     # GELU: x times tanh's error
         assert np.all(np.abs(outputs[name][:-1] - want) <= bound), name
     assert all(np.isnan(outputs[k][-1]) for k in "ETSG")
+
+
+DIRECT_VARIANTS = {
+    # name: (program, the comment the path writes)
+    "gemv_transposed_bias": ("input X: f32[1, 700]\nparam W: f32[90, 700]\nparam b: f32[90]\n"
+                             "Y[i, j] += X[i, k] * W[j, k]\nZ[i, j] = Y[i, j] + b[j]\noutput Z\n", "direct dot products"),
+    "gemv_rows_relu": ("input X: f32[1, 300]\nparam W: f32[300, 170]\nparam b: f32[170]\nY = linear(X, W, b)\n"
+                       "R = relu(Y)\n", "direct rows"),
+    "maxpool_3x3_stride2_pad1": ("input X: f32[2, 8, 29, 31]\nY = maxpool2d(X, kernel=3, stride=2, padding=1)\n",
+                                 "direct rows of"),
+    "avgpool_2x2_relu": ("input X: f32[1, 16, 40, 40]\nY = avgpool2d(X, kernel=2)\nR = relu(Y)\n", "direct rows of"),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("name", sorted(DIRECT_VARIANTS))
+def test_one_row_gemms_and_pooling_run_as_direct_rows_and_match_interpreter(name, threads):
+    """A one-row GEMM runs unpacked (a dot product per output against B[n, k], rows of
+    outputs against B[k, n]) and pooling as rows over a padded copy (codegen/host_analysis.py
+    `direct_rows`, `window_rows`), on 1 and 2 threads, matching the interpreter."""
+    src, marker = DIRECT_VARIANTS[name]
+    plan = autocomp.optimize(parse(src), target="host", tune=0).after
+    text = generate(plan, None, "c")
+    assert marker in text and "Bpack" not in text
+    check(plan, threads=threads)

@@ -389,15 +389,24 @@ def _other_statements(kernel: Kernel, skip, lanes: int) -> float:
 
 
 def _direct_rows_seconds(model, pk, dr, tiles: np.ndarray, parallel: np.ndarray):
+    """Direct rows, or (`dr.dots`) one dot product per output vectorised along k: the
+    larger of the issue time and the kernel's tensors streamed once at the warm bandwidth
+    (a GEMV reads every weight once: memory-bound)."""
     kernel, target = model.kernel, model.target
     lanes = target.compute.vector_width("f32")
     NB, N, K = (float(pk.size(g)) for g in ("batch", "n", "k"))
     epi_ops = sum(max(1, kernel.statements[s].expr.flops()) for s in pk.epilogue)
-    work = _rows_cycles(kernel, NB * N / dr.width, K, dr, NB * N, epi_ops, pk.b, lanes)
+    if dr.dots:
+        work = NB * N * (2 * HOST_ROW_STEP + K / dr.width * (HOST_ROW_STEP + math.ceil(dr.width / lanes)
+                                                              * HOST_ROW_VECTOR)) + NB * N * (1.0 + epi_ops)
+    else:
+        work = _rows_cycles(kernel, NB * N / dr.width, K, dr, NB * N, epi_ops, pk.b, lanes)
     work += sum(_host_scalar_cycles(kernel.statements[s]) for s in pk.epilogue)
     threads = _threads(model, parallel, pk.index, pk.batch + pk.n)
-    cycles = work / np.minimum(threads, NB) + _other_statements(kernel, {pk.index, *pk.epilogue}, lanes)
-    return _tiled(model, tiles, pk.index), cycles / (target.clock_ghz * 1e9)
+    cycles = work / np.minimum(threads, NB * (N if dr.dots else 1)) \
+        + _other_statements(kernel, {pk.index, *pk.epilogue}, lanes)
+    stream = sum(t.size * _host_buffer_bytes(t.dtype) for t in kernel.tensors) / model.bw[-1]
+    return _tiled(model, tiles, pk.index), np.maximum(cycles / (target.clock_ghz * 1e9), stream)
 
 
 def _window_rows_seconds(model, index: int, dr, tiles: np.ndarray, parallel: np.ndarray):

@@ -865,7 +865,9 @@ class _KernelWriter:
     def direct(self, pk: Packed, dr: DirectRows) -> None:
         """Statement `pk.index` as direct rows (`direct_rows`): per batch item and outer n
         point, `dr.width` outputs accumulated in a local row (vectorised), then stored with
-        the statements `pk.epilogue` applied."""
+        the statements `pk.epilogue` applied; or, `dr.dots`, each output one dot product."""
+        if dr.dots:
+            return self.dots(pk, dr)
         k = self.kernel
         stmt = k.statements[pk.index]
         ext = dict(pk.extents)
@@ -947,6 +949,73 @@ class _KernelWriter:
         e(d, "}")
         for x in range(d - 1, 1, -1):
             e(x, "}")
+        e(1, "}")
+
+    def epilogue_store(self, pk: Packed, depth: int, v: str, at_point) -> None:
+        """Store `v` (the contraction's value at the current point) and apply the statements
+        `pk.epilogue` there (`at_point(access)`: the C text of an access at the point)."""
+        k, f, e = self.kernel, self.namer.fresh, self.emit
+        stmt = k.statements[pk.index]
+        fused = set(pk.epilogue)
+        readers = {r.tensor for s, st in enumerate(k.statements) if s != pk.index and s not in fused for r in st.reads()}
+
+        def needed(t: str) -> bool:
+            return t not in k.internals or t in readers
+        if needed(stmt.target):
+            e(depth, f"{at_point(Access(stmt.target, stmt.target_indices))} = {v};")
+        local = {stmt.target: v}
+        for s in pk.epilogue:
+            st = k.statements[s]
+            at = epilogue_point(k, pk.index, s)
+
+            def access_at(r: Access, at=at):
+                return local.get(r.tensor) or at_point(_substitute(r, at))
+            var = f(f"{self.cname[st.target]}_v")
+            e(depth, f"const float {var} = {self.expr_c(st.expr, {}, st, access=access_at)};")
+            local[st.target] = var
+            if needed(st.target):
+                e(depth, f"{at_point(_substitute(Access(st.target, st.target_indices), at))} = {var};")
+
+    def dots(self, pk: Packed, dr: DirectRows) -> None:
+        """Statement `pk.index` as one dot product per output (`direct_rows` with `dots`):
+        the outputs (batch x N) shared by the threads, each summed along the contiguous
+        innermost k loop in a local (`omp simd reduction`), then stored with its epilogue."""
+        k = self.kernel
+        stmt = k.statements[pk.index]
+        ext = dict(pk.extents)
+        f, e = self.namer.fresh, self.emit
+        cv = {l: f(l) for l in stmt.loop_names}
+        u, acc = f("u"), f("acc")
+
+        def flat(access: Access) -> str:
+            coeff, const = _flat_offsets(k, access)
+            return _affine_c({cv[l]: c for l, c in coeff.items()}, const)
+        e(1, f"/* {str(stmt).split('    #')[0]} */")
+        e(1, f"/* direct dot products: batch {' '.join(pk.batch) or '-'} x N {' '.join(pk.n)} ({pk.size('n')}) "
+             f"outputs, each over K {' '.join(pk.k)} ({pk.size('k')}), vectorised along {dr.w} */")
+        outs = list(pk.batch) + list(pk.n)
+        total = math.prod(ext[l] for l in outs)
+        parallel = bool(set(self.parallel) & {k.loop_map(pk.index).get(l) for l in outs})
+        if parallel and total > 1:
+            e(1, "#pragma omp parallel for")
+        e(1, f"for (long {u} = 0; {u} < {total}; ++{u}) {{")
+        inner = 1
+        for l in reversed(outs):
+            e(2, f"const long {cv[l]} = ({u} / {inner}) % {ext[l]};")
+            inner *= ext[l]
+        for l in pk.m:
+            e(2, f"const long {cv[l]} = 0;")
+        e(2, f"float {acc} = 0.0f;")
+        d = 2
+        for l in pk.k:
+            if l == dr.w:
+                e(d, f"#pragma omp simd reduction(+:{acc})")
+            e(d, f"for (long {cv[l]} = 0; {cv[l]} < {ext[l]}; ++{cv[l]}) {{")
+            d += 1
+        e(d, f"{acc} += {self.cname[pk.a.tensor]}[{flat(pk.a)}] * {self.cname[pk.b.tensor]}[{flat(pk.b)}];")
+        for x in range(d - 1, 1, -1):
+            e(x, "}")
+        self.epilogue_store(pk, 2, acc, lambda access: f"{self.cname[access.tensor]}[{flat(access)}]")
         e(1, "}")
 
     def window(self, index: int, dr: DirectRows) -> None:

@@ -81,6 +81,8 @@ DIRECT_MIN_POINTS = 16 * 1024
 # Largest step along the output row a direct row may read its input at (stride 2: the compiler
 # loads two vectors and permutes them).
 DIRECT_STEP_MAX = 2
+# Longest row a one-row GEMM with many reduction steps accumulates locally (16 KiB: in L1).
+DIRECT_ROW_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -94,14 +96,21 @@ class DirectRows:
     width: int
     step: int
     pads: tuple[tuple[int, int], ...]
+    dots: bool = False      # each output one dot product along the innermost k loop `w`
 
 
 def direct_rows(kernel: Kernel, pk: "Packed") -> DirectRows | None:
-    """The direct form of packed contraction `pk` (`DirectRows`), or None: M = 1, K <=
-    DIRECT_K_MAX, f32 tensors, A in range, B's reads in range or in a padded copy of at
-    most PAD_COPY_MAX times B, the innermost n loop contiguous in the output and read by B
-    at a step of at most DIRECT_STEP_MAX."""
-    if pk.size("m") != 1 or pk.size("k") > DIRECT_K_MAX or not pk.n_contiguous or not pk.n:
+    """The direct form of packed contraction `pk` (`DirectRows`), or None. M = 1 and f32
+    tensors, A in range, and either
+    - rows: K <= DIRECT_K_MAX (a depthwise conv), or B in range and read at step 1 along the
+      row with rows of at most DIRECT_ROW_MAX (a GEMV against B[k, n]); B's reads in range
+      or in a padded copy of at most PAD_COPY_MAX times B, the innermost n loop contiguous
+      in the output and read by B at a step of at most DIRECT_STEP_MAX;
+    - dots (`dots`): K > DIRECT_K_MAX, A and B in range and both contiguous along the
+      innermost k loop (a GEMV against B[n, k], a classifier's Gemm with transB): each
+      output one dot product, vectorised along k.
+    Packing a one-row GEMM reuses nothing: every B element is used once."""
+    if pk.size("m") != 1 or not pk.n:
         return None
     stmt = kernel.statements[pk.index]
     names = {stmt.target, pk.a.tensor, pk.b.tensor} | {a.tensor for s in pk.epilogue
@@ -114,14 +123,24 @@ def direct_rows(kernel: Kernel, pk: "Packed") -> DirectRows | None:
         return None
     t = kernel.tensor(pk.b.tensor)
     pads = _padding(kernel, pk.b, ext)
+    small = pk.size("k") <= DIRECT_K_MAX
+    if not small:
+        kk = pk.k[-1]
+        a_coeff, _ = _flat_offsets(kernel, pk.a)
+        b_coeff, _ = _flat_offsets(kernel, pk.b)
+        if not any(lo or hi for lo, hi in pads) and a_coeff.get(kk) == 1 and b_coeff.get(kk) == 1:
+            return DirectRows(kk, ext[kk], 1, tuple(pads), dots=True)
+    if not pk.n_contiguous:
+        return None
     pshape = tuple(n + lo + hi for n, (lo, hi) in zip(t.shape, pads))
-    if math.prod(pshape) > PAD_COPY_MAX * t.size:
+    if math.prod(pshape) > PAD_COPY_MAX * t.size or (not small and any(lo or hi for lo, hi in pads)):
         return None
     w = pk.n[-1]
     coeff, _ = _flat_offsets(kernel, pk.b, pshape, [lo for lo, _ in pads])
     o_coeff, _ = _flat_offsets(kernel, Access(stmt.target, stmt.target_indices))
     step = coeff.get(w, 0)
-    if o_coeff.get(w, 0) != 1 or not 0 <= step <= DIRECT_STEP_MAX:
+    if o_coeff.get(w, 0) != 1 or not 0 <= step <= (DIRECT_STEP_MAX if small else 1) \
+            or (not small and ext[w] > DIRECT_ROW_MAX):
         return None
     return DirectRows(w, ext[w], step, tuple(pads))
 
