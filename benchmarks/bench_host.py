@@ -32,9 +32,10 @@ pad 1, a depthwise 3x3 (64 ch, 56x56, pad 1) and a BERT FFN linear layer (128 to
 Every library runs in a process of its own per thread count (`worker`), its thread count
 fixed before it loads (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS,
 TVM_NUM_THREADS; one thread, then all the cores this process may use) and its idle threads
-made to sleep rather than spin (OMP_WAIT_POLICY=passive as autocomp_jupyter.host runs the
-generated C, OPENBLAS_THREAD_TIMEOUT=4, TVM_THREAD_POOL_SPIN_COUNT=0); the C's threads
-are bound one per core as autocomp_jupyter.host runs them (TVM binds its own by default).
+made to sleep rather than spin (OMP_WAIT_POLICY=passive, OPENBLAS_THREAD_TIMEOUT=4,
+TVM_THREAD_POOL_SPIN_COUNT=0; the generated C's spin briefly, then sleep, GOMP_SPINCOUNT as
+autocomp_jupyter.host runs them); the C's threads are bound one per core as
+autocomp_jupyter.host runs them (TVM binds its own by default).
 In one process, a library whose pool spins after its call (OpenBLAS spins ~0.1 s) holds a
 core while the next library runs: the generated C measured 1.0x with "2 threads" that way,
 and the compiled-C workers load numpy without a BLAS pool for the same reason. Each worker checks
@@ -59,6 +60,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import numpy as np  # noqa: E402
+
+from autocomp_jupyter.host import SPIN_COUNT  # noqa: E402
 
 KERNELS = {
     "GEMM 1024^3": ("input A: f32[1024, 1024]\ninput B: f32[1024, 1024]\nC = matmul(A, B)\n", 2 * 1024 ** 3),
@@ -185,6 +188,9 @@ def worker_env(library: str, threads: int) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(blas),
                MKL_NUM_THREADS=str(blas), TVM_NUM_THREADS=str(threads))
     env.update(QUIET_POOLS)
+    if library in ("generated", "naive"):   # the C's threads wait as autocomp_jupyter.host runs them
+        del env["OMP_WAIT_POLICY"]
+        env["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
     if library in ("generated", "naive") and threads > 1:    # bound, as autocomp_jupyter.host runs the C
         env.update(OMP_PROC_BIND="true", OMP_PLACES="cores")
     return env
