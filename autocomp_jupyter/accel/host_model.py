@@ -191,6 +191,8 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     micro = NB * mpan * npan * K * step
     kblocks = np.ceil(K / KC)
     epi_ops = sum(max(1, kernel.statements[s].expr.flops()) for s in pk.epilogue)
+    # The fused epilogue's arithmetic issues at the rate the same statements would in a loop
+    # nest (vector_ops_per_cycle), so fusing never looks dearer than the separate passes.
     # The output micro-tile is read and written once per kc block; between two visits the
     # code sweeps this thread's M share x nc of the output: from L2 when that fits, else
     # from L3 (measured: the tall GEMM's C, 4096 x 256, costs ~1 ms per extra kc block).
@@ -198,8 +200,7 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     c_region = m_rows * NC * 4
     store_vector = np.where(c_region > l2 / 2, HOST_STORE_VECTOR_FAR, HOST_STORE_VECTOR)
     store = NB * mpan * npan * kblocks * (math.ceil(nr / lanes) * mr * store_vector + HOST_MICRO_CALL) \
-        + NB * M * N * epi_ops / lanes * (1.0 if pk.n_contiguous else lanes)
-    store = store + sum(_host_scalar_cycles(kernel.statements[s]) for s in pk.epilogue)   # exp, GELU, ...
+        + NB * M * N * epi_ops / compute.vector_ops_per_cycle * (1.0 if pk.n_contiguous else lanes)
     b_copies = NB * K * npan * nr
     a_copies = NB * mpan * mr * K * np.ceil(N / NC)
     cycles = (micro + store + a_copies * a_cost + b_copies * b_cost + extra) * share
