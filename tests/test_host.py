@@ -359,6 +359,9 @@ DIRECT_VARIANTS = {
                              "Y[i, j] += X[i, k] * W[j, k]\nZ[i, j] = Y[i, j] + b[j]\noutput Z\n", "direct dot products"),
     "gemv_rows_relu": ("input X: f32[1, 300]\nparam W: f32[300, 170]\nparam b: f32[170]\nY = linear(X, W, b)\n"
                        "R = relu(Y)\n", "direct rows"),
+    "depthwise_14x14_as_planes_bias_relu": ("input X: f32[1, 96, 14, 14]\nparam W: f32[96, 1, 3, 3]\n"
+                                            "param b: f32[96]\nY = depthwise_conv2d(X, W, stride=1, padding=1)\n"
+                                            "Z = bias_add(Y, b)\nR = relu(Z)\n", "as planes of rows 16 apart"),
     "maxpool_3x3_stride2_pad1": ("input X: f32[2, 8, 29, 31]\nY = maxpool2d(X, kernel=3, stride=2, padding=1)\n",
                                  "direct rows of"),
     "avgpool_2x2_relu": ("input X: f32[1, 16, 40, 40]\nY = avgpool2d(X, kernel=2)\nR = relu(Y)\n", "direct rows of"),

@@ -356,8 +356,8 @@ HOST_PAD_COPY = 0.5             # one element of a padded copy (row by row, vect
 
 
 def _rows_cycles(kernel: Kernel, rows: float, steps: float, dr, epilogue_points: float, epi_ops: float,
-                 access: Access, lanes: int) -> float:
-    vectors = math.ceil(dr.width / lanes)
+                 access: Access, lanes: int, length: int | None = None) -> float:
+    vectors = math.ceil((length or dr.width) / lanes)
     cycles = rows * steps * (HOST_ROW_STEP + vectors * HOST_ROW_VECTOR * max(1, dr.step))
     if any(lo or hi for lo, hi in dr.pads):
         t = kernel.tensor(access.tensor)
@@ -400,6 +400,10 @@ def _direct_rows_seconds(model, pk, dr, tiles: np.ndarray, parallel: np.ndarray)
     if dr.dots:
         work = NB * N * (2 * HOST_ROW_STEP + K / dr.width * (HOST_ROW_STEP + math.ceil(dr.width / lanes)
                                                               * HOST_ROW_VECTOR)) + NB * N * (1.0 + epi_ops)
+    elif dr.plane:    # the two innermost n loops as one row of (H - 1) * pitch + W
+        H = dict(pk.extents)[pk.n[-2]]
+        work = _rows_cycles(kernel, NB * N / (dr.width * H), K, dr, NB * N, epi_ops, pk.b, lanes,
+                            (H - 1) * dr.plane + dr.width)
     else:
         work = _rows_cycles(kernel, NB * N / dr.width, K, dr, NB * N, epi_ops, pk.b, lanes)
     work += sum(_host_scalar_cycles(kernel.statements[s]) for s in pk.epilogue)

@@ -883,7 +883,8 @@ class _KernelWriter:
         e(1, f"/* {str(stmt).split('    #')[0]} */")
         epi = ", ".join(str(k.statements[s]).split("    #")[0] for s in pk.epilogue)
         e(1, f"/* direct rows: batch {' '.join(pk.batch) or '-'} x N {' '.join(pk.n)} ({pk.size('n')}, rows of "
-             f"{dr.width}, B read at step {dr.step}) x K {' '.join(pk.k)} ({pk.size('k')})"
+             f"{dr.width}, B read at step {dr.step}" + (f", as planes of rows {dr.plane} apart" if dr.plane else "")
+             + f") x K {' '.join(pk.k)} ({pk.size('k')})"
              + (f"; applied in its store: {epi}" if epi else "") + " */")
         e(1, "{")
         bsrc, shape, shift = self.cname[pk.b.tensor], None, None
@@ -904,49 +905,41 @@ class _KernelWriter:
         for l in pk.m:
             e(3, f"const long {cv[l]} = 0;")
         d = 3
-        for l in pk.n[:-1]:
+        # plane: the last two n loops (h, w) as one row of (H - 1) * pitch + W accumulators,
+        # h's outputs `pitch` apart as B's rows are (the columns between rows are computed
+        # and dropped): each reduction step one long vectorised pass instead of H short ones
+        rowed = pk.n[:-2] if dr.plane else pk.n[:-1]
+        for l in rowed:
             e(d, f"for (long {cv[l]} = 0; {cv[l]} < {ext[l]}; ++{cv[l]}) {{")
             d += 1
-        e(d, f"float {acc}[{dr.width}];")
+        h = pk.n[-2] if dr.plane else None
+        length = (ext[h] - 1) * dr.plane + dr.width if dr.plane else dr.width
+        j = f("j") if dr.plane else w
+        e(d, f"float {acc}[{length}];")
         e(d, "#pragma omp simd")
-        e(d, f"for (long {w} = 0; {w} < {dr.width}; ++{w}) {acc}[{w}] = 0.0f;")
+        e(d, f"for (long {j} = 0; {j} < {length}; ++{j}) {acc}[{j}] = 0.0f;")
         dk = d
         for l in pk.k:
             e(dk, f"for (long {cv[l]} = 0; {cv[l]} < {ext[l]}; ++{cv[l]}) {{")
             dk += 1
         e(dk, f"const float {a} = {self.cname[pk.a.tensor]}[{flat(pk.a)}];")
-        e(dk, f"const float* restrict {src} = {bsrc} + {flat(pk.b, shape, shift, drop=(dr.w,))};")
+        e(dk, f"const float* restrict {src} = {bsrc} + {flat(pk.b, shape, shift, drop=(dr.w, h))};")
         e(dk, "#pragma omp simd")
-        e(dk, f"for (long {w} = 0; {w} < {dr.width}; ++{w}) {acc}[{w}] += {a} * {src}"
-              f"[{w if dr.step == 1 else f'{dr.step} * {w}'}];")
+        e(dk, f"for (long {j} = 0; {j} < {length}; ++{j}) {acc}[{j}] += {a} * {src}"
+              f"[{j if dr.step == 1 else f'{dr.step} * {j}'}];")
         for x in range(dk - 1, d - 1, -1):
             e(x, "}")
-        fused = set(pk.epilogue)
-        readers = {r.tensor for s, st in enumerate(k.statements) if s != pk.index and s not in fused for r in st.reads()}
-
-        def needed(t: str) -> bool:
-            return t not in k.internals or t in readers
-
-        def at_point(access: Access) -> str:
-            return f"{self.cname[access.tensor]}[{flat(access)}]"
-        e(d, "#pragma omp simd")
-        e(d, f"for (long {w} = 0; {w} < {dr.width}; ++{w}) {{")
-        e(d + 1, f"const float {v} = {acc}[{w}];")
-        if needed(stmt.target):
-            e(d + 1, f"{at_point(Access(stmt.target, stmt.target_indices))} = {v};")
-        local = {stmt.target: v}
-        for s in pk.epilogue:
-            st = k.statements[s]
-            at = epilogue_point(k, pk.index, s)
-
-            def access_at(r: Access, at=at):
-                return local.get(r.tensor) or at_point(_substitute(r, at))
-            var = f(f"{self.cname[st.target]}_v")
-            e(d + 1, f"const float {var} = {self.expr_c(st.expr, {}, st, access=access_at)};")
-            local[st.target] = var
-            if needed(st.target):
-                e(d + 1, f"{at_point(_substitute(Access(st.target, st.target_indices), at))} = {var};")
-        e(d, "}")
+        dd = d
+        if dr.plane:
+            e(d, f"for (long {cv[h]} = 0; {cv[h]} < {ext[h]}; ++{cv[h]}) {{")
+            dd = d + 1
+        e(dd, "#pragma omp simd")
+        e(dd, f"for (long {w} = 0; {w} < {dr.width}; ++{w}) {{")
+        e(dd + 1, f"const float {v} = {acc}[{f'{cv[h]} * {dr.plane} + {w}' if dr.plane else w}];")
+        self.epilogue_store(pk, dd + 1, v, lambda access: f"{self.cname[access.tensor]}[{flat(access)}]")
+        e(dd, "}")
+        if dr.plane:
+            e(d, "}")
         for x in range(d - 1, 1, -1):
             e(x, "}")
         e(1, "}")

@@ -81,6 +81,8 @@ DIRECT_MIN_POINTS = 16 * 1024
 # Largest step along the output row a direct row may read its input at (stride 2: the compiler
 # loads two vectors and permutes them).
 DIRECT_STEP_MAX = 2
+# Rows narrower than this (read at step 1) run as planes (`DirectRows.plane`).
+DIRECT_PLANE_WIDTH = 32
 # Longest row a one-row GEMM with many reduction steps accumulates locally (16 KiB: in L1).
 DIRECT_ROW_MAX = 4096
 
@@ -97,6 +99,7 @@ class DirectRows:
     step: int
     pads: tuple[tuple[int, int], ...]
     dots: bool = False      # each output one dot product along the innermost k loop `w`
+    plane: int = 0          # > 0: the two innermost n loops as one row, output rows this far apart
 
 
 def direct_rows(kernel: Kernel, pk: "Packed") -> DirectRows | None:
@@ -142,6 +145,14 @@ def direct_rows(kernel: Kernel, pk: "Packed") -> DirectRows | None:
     if o_coeff.get(w, 0) != 1 or not 0 <= step <= (DIRECT_STEP_MAX if small else 1) \
             or (not small and ext[w] > DIRECT_ROW_MAX):
         return None
+    # Narrow rows (a 14x14 depthwise) read at step 1: the innermost two n loops as one row of
+    # the plane, B's row pitch apart (one vectorised pass of ~200 elements per reduction step
+    # instead of 14 of 14).
+    if step == 1 and len(pk.n) >= 2 and ext[w] < DIRECT_PLANE_WIDTH:
+        h = pk.n[-2]
+        pitch = coeff.get(h, 0)
+        if pitch >= ext[w] and (ext[h] - 1) * pitch + ext[w] <= DIRECT_ROW_MAX:
+            return DirectRows(w, ext[w], step, tuple(pads), plane=pitch)
     return DirectRows(w, ext[w], step, tuple(pads))
 
 
