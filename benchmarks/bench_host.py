@@ -463,6 +463,9 @@ def network_kernels(library: str, entries: list, threads: int) -> dict:
 
             opts = ort.SessionOptions()
             opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+            # its pool sleeps between calls (QUIET_POOLS): spinning after a run, it held a core
+            # while the generated C was timed (ResNet-50 on 2 threads: 90 ms against 55 alone)
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
             sess = ort.InferenceSession(entry["onnx"], opts, providers=["CPUExecutionProvider"])
             vi = sess.get_inputs()[0]
             x = {vi.name: rng.standard_normal(vi.shape).astype(np.float32)}
