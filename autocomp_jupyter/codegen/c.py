@@ -1238,6 +1238,24 @@ class _KernelWriter:
         expr = self.expr_c(stmt.expr, var, stmt)
         loops = [p for p in node.loops if bounds[p.name][2] == 1] + [p for p in node.loops if bounds[p.name][2] != 1]
         moved = any(p.vectorize for p in loops if bounds[p.name][2] == 1)
+        reordered = False
+        # A row loop (contiguous in every access that reads it) goes innermost when the
+        # innermost one walks down columns: the order of one statement's points is free (each
+        # writes its own element, or adds to a sum whose order the legality check grants) —
+        # a softmax whose tiles put its rows innermost ran 1.2 ms against 0.35.
+        accesses = [Access(stmt.target, stmt.target_indices)] + list(stmt.reads())
+        own = all(a.indices == tuple(stmt.target_indices) for a in stmt.reads() if a.tensor == stmt.target)
+        if own and loops and bounds[loops[-1].name][2] != 1 and not loops[-1].parallel:
+            def strided(l: str) -> bool:
+                return any(dict(idx.terms).get(l) for a in accesses for idx in a.indices[:-1])
+
+            def row(l: str) -> bool:
+                return not strided(l) and any(dict(a.indices[-1].terms).get(l) == 1 for a in accesses if a.indices)
+            if strided(loops[-1].name):
+                rows = [p for p in loops if bounds[p.name][2] != 1 and row(p.name) and not p.parallel]
+                if rows:
+                    loops = [p for p in loops if p is not rows[-1]] + [rows[-1]]
+                    moved = reordered = True
         inner = loops[-1] if loops and bounds[loops[-1].name][2] != 1 else None
         out_loops = {l for idx in stmt.target_indices for l in idx.loops}
         row = (stmt.reduce in ("+", "max") and inner is not None and inner.name not in out_loops and not inner.parallel)
@@ -1250,7 +1268,7 @@ class _KernelWriter:
             else:
                 if p.parallel:
                     self.emit(d, "#pragma omp parallel for")
-                if (p.vectorize and bounds[p.name][2] != 1) or (moved and p is inner):
+                if (p.vectorize and bounds[p.name][2] != 1 and not reordered) or (moved and p is inner):
                     self.emit(d, "#pragma omp simd")  # (a loop takes one of simd / unroll: simd wins)
                 elif p.unroll > 1:
                     self.emit(d, f"#pragma GCC unroll {p.unroll}")
