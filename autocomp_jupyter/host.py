@@ -37,6 +37,8 @@ from .errors import UserError
 
 CFLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-shared", "-fPIC")
 DEFAULT_TIMEOUT_S = 120.0
+# Spins an idle OpenMP thread waits for the next parallel region before it sleeps (run_compiled).
+SPIN_COUNT = 30000
 
 
 class HostError(UserError):
@@ -209,11 +211,16 @@ def run_compiled(compiled: Compiled, inputs: Mapping[str, np.ndarray], repeats: 
         # ~0.1 s after numpy loads, holding a core while the generated code is timed (measured:
         # conv 3x3 64ch, 2 threads, 2.41 ms with the pool, 1.26 ms without; 2.40 on 1 thread).
         env.update(OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        # Threads that finish their share sleep at the region's end instead of spinning:
-        # on a core shared with another process a spinning thread takes the time its slower
-        # sibling needs (measured: conv 3x3 64ch, 2 threads, one core busy: 10 ms spinning vs
-        # 3.3 ms passive; 2.7 ms on one thread).
-        env.setdefault("OMP_WAIT_POLICY", "passive")
+        # Threads that finish their share spin briefly for the next region (GOMP_SPINCOUNT
+        # 30000: some 10-30 us), then sleep. Sleeping at once (OMP_WAIT_POLICY=passive) costs
+        # a wake-up per region: a layer norm 128 x 768 whose schedule opens a region per tile
+        # (144 regions) took 10-15 ms on 2 threads passive against 0.27 ms spinning briefly
+        # (0.15 on one thread; load ~3). Spinning long (the default 300000, or active) takes
+        # the time a slower sibling on a shared core needs (measured: conv 3x3 64ch, 2
+        # threads, one core busy: 10 ms spinning vs 3.3 ms passive). A policy or spin count
+        # set in the environment wins.
+        if "OMP_WAIT_POLICY" not in env:
+            env.setdefault("GOMP_SPINCOUNT", str(SPIN_COUNT))
         # Several threads: one per core, bound. A sleeping worker woken unbound while another
         # process holds the other core is put on its waker's core, and the two run one after
         # the other (measured: conv 3x3 64ch, 2 threads, load ~1.6: 2.42 ms unbound, 1.29

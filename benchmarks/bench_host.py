@@ -1,6 +1,17 @@
 """Host benchmark (not a test): generated C against the field's libraries, one thread and all cores.
 
     python benchmarks/bench_host.py [--quick] [--tune N] [--threads N] [--rounds N]
+    python benchmarks/bench_host.py --networks [resnet50,mobilenetv2,bert] [--tune N] [--rounds N]
+
+`--networks`: whole networks from ONNX (ResNet-50, MobileNetV2, a BERT-base layer, built as
+`bench_onnx.py` builds them, random weights): the generated C (`optimize(model, target="host")`,
+rules only unless --tune) against onnxruntime (one intra-op thread, then all cores), each
+in a worker process of its own, run interleaved round by round as the kernels below; the
+C is checked against the interpreter (`measure_plan`, the `--measure` path) and its host
+model prediction printed beside the time; then, per network, the 10 slowest kernels on one
+thread against their roofline (time at min(peak, bytes / L3 bandwidth): a network's
+intermediates live in L3) with the path the C takes (packed GEMM, direct rows, window rows,
+loop nest). TVM is not run on the networks (no ONNX import here).
 
 For each kernel — GEMM 1024^3, the tall GEMM M=4096 K=1024 N=256, conv 3x3 64->64 ch 56x56
 pad 1, a depthwise 3x3 (64 ch, 56x56, pad 1) and a BERT FFN linear layer (128 tokens,
@@ -21,9 +32,10 @@ pad 1, a depthwise 3x3 (64 ch, 56x56, pad 1) and a BERT FFN linear layer (128 to
 Every library runs in a process of its own per thread count (`worker`), its thread count
 fixed before it loads (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS,
 TVM_NUM_THREADS; one thread, then all the cores this process may use) and its idle threads
-made to sleep rather than spin (OMP_WAIT_POLICY=passive as autocomp_jupyter.host runs the
-generated C, OPENBLAS_THREAD_TIMEOUT=4, TVM_THREAD_POOL_SPIN_COUNT=0); the C's threads
-are bound one per core as autocomp_jupyter.host runs them (TVM binds its own by default).
+made to sleep rather than spin (OMP_WAIT_POLICY=passive, OPENBLAS_THREAD_TIMEOUT=4,
+TVM_THREAD_POOL_SPIN_COUNT=0; the generated C's spin briefly, then sleep, GOMP_SPINCOUNT as
+autocomp_jupyter.host runs them); the C's threads are bound one per core as
+autocomp_jupyter.host runs them (TVM binds its own by default).
 In one process, a library whose pool spins after its call (OpenBLAS spins ~0.1 s) holds a
 core while the next library runs: the generated C measured 1.0x with "2 threads" that way,
 and the compiled-C workers load numpy without a BLAS pool for the same reason. Each worker checks
@@ -48,6 +60,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import numpy as np  # noqa: E402
+
+from autocomp_jupyter.host import SPIN_COUNT  # noqa: E402
 
 KERNELS = {
     "GEMM 1024^3": ("input A: f32[1024, 1024]\ninput B: f32[1024, 1024]\nC = matmul(A, B)\n", 2 * 1024 ** 3),
@@ -170,10 +184,13 @@ def worker_env(library: str, threads: int) -> dict:
     """The environment of `library`'s worker running `threads` threads (set before any library
     loads). The compiled-C workers load numpy for their arrays only: no BLAS pool there (an
     idle OpenBLAS pool spins after numpy loads, as autocomp_jupyter.host's driver found)."""
-    blas = threads if library in ("numpy", "tvm") else 1
+    blas = threads if library in ("numpy", "tvm", "onnxruntime") else 1
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(blas),
                MKL_NUM_THREADS=str(blas), TVM_NUM_THREADS=str(threads))
     env.update(QUIET_POOLS)
+    if library in ("generated", "naive"):   # the C's threads wait as autocomp_jupyter.host runs them
+        del env["OMP_WAIT_POLICY"]
+        env["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
     if library in ("generated", "naive") and threads > 1:    # bound, as autocomp_jupyter.host runs the C
         env.update(OMP_PROC_BIND="true", OMP_PLACES="cores")
     return env
@@ -189,7 +206,9 @@ def worker(library: str, threads: int, job_path: str) -> None:
     kernels: dict = {}
     error = ""
     try:
-        if library in ("generated", "naive"):
+        if "networks" in job:
+            kernels = network_kernels(library, job["networks"], threads)
+        elif library in ("generated", "naive"):
             kernels = compiled_kernels(job[library])
         elif library == "numpy":
             kernels = numpy_kernels()
@@ -245,7 +264,7 @@ class Worker:
         self.stderr.close()
 
 
-def run_side_by_side(threads: int, rounds: int, job: dict, libraries=LIBRARIES) -> dict:
+def run_side_by_side(threads: int, rounds: int, job: dict, libraries=LIBRARIES, names=None) -> dict:
     """{library: {name: {"median", "fastest", "cores"}}}: every library's kernels, one
     process per library (`worker`), interleaved call by call for `rounds` rounds; "cores"
     is the process CPU time over the wall time, summed over the rounds."""
@@ -268,7 +287,7 @@ def run_side_by_side(threads: int, rounds: int, job: dict, libraries=LIBRARIES) 
             workers[lib] = w
         raw = {lib: {name: [] for name in w.kernels} for lib, w in workers.items()}
         for _ in range(rounds):
-            for name in KERNELS:
+            for name in names or KERNELS:
                 for lib, w in workers.items():
                     if name in w.kernels:
                         raw[lib][name].append(w.run(name))
@@ -293,6 +312,8 @@ def parse_args(argv):
                         help="configurations the tuner evaluates (default 300, 50 with --quick; 0: rules only)")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
                         help="the all-cores thread count (default: the cores this process may use)")
+    parser.add_argument("--networks", nargs="?", const="resnet50,mobilenetv2,bert", default=None, metavar="NAMES",
+                        help="whole networks instead of kernels (default all three: resnet50,mobilenetv2,bert)")
     parser.add_argument("--rounds", type=int, default=None, metavar="N",
                         help="side-by-side rounds per table (default 11, 5 with --quick)")
     args = parser.parse_args(argv)
@@ -300,6 +321,10 @@ def parse_args(argv):
         value = getattr(args, flag)
         if value is not None and value < (0 if flag == "tune" else 1):
             parser.error(f"--{flag} must be {'>= 0' if flag == 'tune' else '>= 1'}, got {value}")
+    known = ("resnet50", "mobilenetv2", "bert")
+    for name in (args.networks or "").split(","):
+        if name and name not in known:
+            parser.error(f"--networks: unknown network {name!r} (expected a comma-separated list of {', '.join(known)})")
     return args
 
 
@@ -314,6 +339,8 @@ def main(argv) -> None:
     from autocomp_jupyter.result import Plan
 
     args = parse_args(argv)
+    if args.networks is not None:
+        return networks_main(args)
     quick = args.quick
     tune = args.tune if args.tune is not None else (50 if quick else 300)
     cores = args.threads or host.default_threads()
@@ -383,6 +410,150 @@ def main(argv) -> None:
             if one["numpy"] and many["numpy"]:
                 line += f", numpy {one['numpy'] / many['numpy']:.2f}x"
         print(line)
+
+
+# --------------------------------------------------------------------------- whole networks
+
+def network_plan(name: str, tune: int):
+    """(onnx model, optimised host Plan) of network `name` (bench_onnx.py's builders)."""
+    import autocomp_jupyter as autocomp
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_onnx
+
+    model = bench_onnx.MODELS[name]()
+    return model, autocomp.optimize(autocomp.from_onnx(model), target="host", tune=tune, seed=0).after
+
+
+def network_job(name: str, model, plan, directory: str) -> dict:
+    """What the workers need for network `name`: the compiled C with its buffers (the
+    model's own weights, one random input) and the ONNX file."""
+    from autocomp_jupyter import host
+    from autocomp_jupyter.codegen.c import buffer_layout, tensor_of
+
+    compiled = host.compile_plan(plan)
+    onnx_path = os.path.join(directory, f"{name}.onnx")
+    with open(onnx_path, "wb") as f:
+        f.write(model.SerializeToString())
+    values = host._inputs_for(plan, 0)
+    arrays = {f"b{i}": np.asarray(values[t], dtype=np.float32) for i, (t, role) in enumerate(buffer_layout(plan))
+              if role in ("input", "param")}
+    npz = os.path.join(directory, f"{name}.npz")
+    np.savez(npz, **arrays)
+    shapes = [list(tensor_of(plan, t).shape) for t, _ in buffer_layout(plan)]
+    return {"name": name, "library": str(compiled.library_path), "shapes": shapes, "values": npz, "onnx": onnx_path}
+
+
+def network_kernels(library: str, entries: list, threads: int) -> dict:
+    """name -> callable running a network once: the generated C's `program_run` (ctypes) or
+    an onnxruntime session with `threads` intra-op threads."""
+    out = {}
+    rng = np.random.default_rng(1)
+    for entry in entries:
+        if library == "generated":
+            import ctypes
+
+            lib = ctypes.CDLL(entry["library"])
+            data = np.load(entry["values"])
+            arrays = [np.ascontiguousarray(data[f"b{i}"]) if f"b{i}" in data.files else np.zeros(shape, np.float32)
+                      for i, shape in enumerate(entry["shapes"])]
+            ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+            out[entry["name"]] = (lambda lib=lib, ptrs=ptrs, arrays=arrays: lib.program_run(ptrs))
+        elif library == "onnxruntime":
+            import onnxruntime as ort
+
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+            # its pool sleeps between calls (QUIET_POOLS): spinning after a run, it held a core
+            # while the generated C was timed (ResNet-50 on 2 threads: 90 ms against 55 alone)
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            sess = ort.InferenceSession(entry["onnx"], opts, providers=["CPUExecutionProvider"])
+            vi = sess.get_inputs()[0]
+            x = {vi.name: rng.standard_normal(vi.shape).astype(np.float32)}
+            out[entry["name"]] = (lambda sess=sess, x=x: sess.run(None, x))
+    return out
+
+
+def roofline_rows(plan, per_kernel: dict, target, threads: int = 1, top: int = 10) -> list[dict]:
+    """The `top` slowest kernels of `plan` (measured seconds `per_kernel`) with their flops,
+    the roofline time max(flops / peak, bytes / L3 bandwidth) (bytes: the kernel's inputs and
+    outputs once; peak and bandwidth for `threads` cores), the host model's prediction and
+    the path the C takes."""
+    from autocomp_jupyter.codegen.c import direct_rows, packed_contraction, window_rows
+
+    costs = {k.name: c for k, c in zip(plan.kernels, _costs(plan, target, threads))}
+    peak = target.peak_flops("f32") / target.compute.units * threads
+    bw = target.level("L3").bandwidth_gbps * 1e9
+    rows = []
+    for kernel, schedule in zip(plan.kernels, plan.schedules):
+        t = per_kernel.get(kernel.name)
+        if t is None:
+            continue
+        flops = float(kernel.flops)
+        nbytes = sum(x.size * 4 for x in kernel.tensors if x.name not in kernel.internals)
+        pk = packed_contraction(kernel, schedule)
+        if pk is not None:
+            dims = "x".join(str(pk.size(g)) for g in ("batch", "m", "n", "k"))
+            path = (f"direct rows {dims}" if direct_rows(kernel, pk) else f"packed {dims} {pk.micro[0]}x{pk.micro[1]}")
+        else:
+            path = "window rows" if window_rows(kernel, schedule) else "loop nest"
+        roof = max(flops / peak, nbytes / bw)
+        rows.append({"kernel": kernel.name, "ops": ",".join(kernel.ops), "s": t, "flops": flops, "roofline_s": roof,
+                     "predicted_s": costs[kernel.name].time_s, "path": path})
+    rows.sort(key=lambda r: -r["s"])
+    return rows[:top]
+
+
+def networks_main(args) -> None:
+    import tempfile
+
+    from autocomp_jupyter import host
+    from autocomp_jupyter.accel.target import load_target
+
+    names = [n for n in args.networks.split(",") if n]
+    tune = args.tune or 0
+    cores = args.threads or host.default_threads()
+    rounds = args.rounds or 7
+    target = load_target("host")
+    print(f"# bench_host --networks  {time.strftime('%Y-%m-%dT%H:%M:%S')}  cores usable: {host.default_threads()}  "
+          f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  tune={tune}")
+    plans, entries = {}, []
+    with tempfile.TemporaryDirectory(prefix="bench_networks_") as tmp:
+        for name in names:
+            t0 = time.perf_counter()
+            model, plan = network_plan(name, tune)
+            plans[name] = plan
+            entries.append(network_job(name, model, plan, tmp))
+            print(f"  {name}: {len(plan.kernels)} kernels, optimised in {time.perf_counter() - t0:.1f} s", flush=True)
+        job = {"networks": entries}
+        checks = {}
+        for threads in dict.fromkeys([1, cores]):
+            load_before = os.getloadavg()
+            libs = run_side_by_side(threads, rounds, job, libraries=("generated", "onnxruntime"), names=names)
+            print(f"\n## {threads} thread{'s' if threads > 1 else ''}  (ms, medians of {rounds} side-by-side rounds; "
+                  f"load average {' '.join(f'{x:.2f}' for x in load_before)} before, "
+                  f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} after)\n")
+            print("| network | generated C | onnxruntime | onnxruntime / generated | fastest: generated, onnxruntime "
+                  "| model predicted | predicted / measured | matches interpreter |")
+            print("|---|---|---|---|---|---|---|---|")
+            for name in names:
+                report = host.measure_plan(plans[name], target, repeats=5, threads=threads)
+                checks[(name, threads)] = report
+                gen, ort = libs.get("generated", {}).get(name), libs.get("onnxruntime", {}).get(name)
+                t_gen = gen["median"] if gen else report["measured_time_s"]
+                predicted = report["predicted_time_s"]
+                ort_cell = f"{ort['median'] * 1e3:.1f}" if ort else "-"
+                ratio = f"{ort['median'] / t_gen:.2f}" if ort else "-"
+                fast = f"{gen['fastest'] * 1e3:.1f}, {ort['fastest'] * 1e3:.1f}" if gen and ort else "-"
+                print(f"| {name} | {t_gen * 1e3:.1f} | {ort_cell} | {ratio} | {fast} | {predicted * 1e3:.1f} "
+                      f"| {predicted / t_gen:.2f} | {report['matches_interpreter']} |")
+        for name in names:
+            report = checks[(name, 1)]
+            print(f"\n### {name}: the 10 slowest kernels, one thread (measure_plan's per-kernel medians)\n")
+            print("| kernel | ms | GFLOP/s | roofline ms | roofline / measured | model ms | path |")
+            print("|---|---|---|---|---|---|---|")
+            for r in roofline_rows(plans[name], report["per_kernel"], target, 1):
+                print(f"| {r['kernel']} | {r['s'] * 1e3:.3f} | {r['flops'] / r['s'] / 1e9:.1f} | {r['roofline_s'] * 1e3:.3f} "
+                      f"| {r['roofline_s'] / r['s']:.2f} | {r['predicted_s'] * 1e3:.3f} | {r['path']} |")
 
 
 def _costs(plan, target, threads):

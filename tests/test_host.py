@@ -15,6 +15,7 @@ import pytest
 
 import autocomp_jupyter as autocomp
 from autocomp_jupyter import host
+from autocomp_jupyter.codegen import generate
 from autocomp_jupyter.dsl import load, parse
 from autocomp_jupyter.errors import UserError
 from autocomp_jupyter.interp import compare_outputs, random_inputs, run
@@ -132,7 +133,7 @@ def test_packed_contractions_with_fused_epilogues_match_interpreter(name, thread
     """Every conv variant (stride, dilation, padding, groups, depthwise, remainders), batched
     and int8 GEMMs run packed, their epilogues applied in the microkernel's store (no second
     pass over the output), on 1 and 2 threads, and match the interpreter."""
-    from autocomp_jupyter.codegen.c import generate_c, packed_contraction
+    from autocomp_jupyter.codegen.c import direct_rows, generate_c, packed_contraction
 
     src, fused = PACKED_VARIANTS[name]
     program = parse(src)
@@ -144,8 +145,12 @@ def test_packed_contractions_with_fused_epilogues_match_interpreter(name, thread
     pk = packed_contraction(kernel, schedule)
     assert pk is not None and len(pk.epilogue) == fused
     text = generate_c(plan)
-    assert "Bpack" in text and ("#pragma omp parallel\n" in text) == (threads > 1)
-    assert text.count("/* packed GEMM") == 1
+    if direct_rows(kernel, pk) is not None:     # a depthwise conv: direct rows, no packing
+        assert "Bpack" not in text and text.count("/* direct rows") == 1 and name.startswith("depthwise")
+        assert ("#pragma omp parallel for" in text) == (threads > 1)
+    else:
+        assert "Bpack" in text and ("#pragma omp parallel\n" in text) == (threads > 1)
+        assert text.count("/* packed GEMM") == 1
     check(plan, threads=threads)
 
 
@@ -320,3 +325,57 @@ def test_half_dtypes_round_like_the_interpreter(dtype):
     for name in ("B", "C"):
         assert np.array_equal(outputs[name], round_to_dtype(outputs[name], dtype))   # on the grid
         assert np.abs(outputs[name] - expected[name]).max() <= np.abs(expected[name]).max() * 2.0 ** -7
+
+
+def test_vectorised_exp_tanh_sigmoid_gelu_keep_their_documented_error_bounds():
+    """The prelude's branch-free ac_expf / ac_tanhf (codegen/c.py: what lets the compiler
+    vectorise exp, tanh, sigmoid and GELU, fused epilogues included) against float64 over
+    [-100, 100]: exp within 2e-7 relative (0 below float's normal range, +inf past it),
+    tanh and sigmoid within 3e-7 absolute, GELU within 3e-7 max(1, |x|); NaN stays NaN."""
+    n = 1 << 14
+    x = np.concatenate([np.linspace(-100, 100, n // 2), np.linspace(-3, 3, n // 2), [np.nan]]).astype(np.float32)
+    src = (f"input X: f32[{n + 1}]\nE = exp(X)\nT = tanh(X)\nS = sigmoid(X)\nG = gelu(X)\n"
+           "output E\noutput T\noutput S\noutput G\n")
+    plan = autocomp.optimize(src, target="host", tune=0).after
+    outputs, _ = host.run_compiled(host.compile_plan(plan), {"X": x})
+    xd = x.astype(np.float64)[:-1]
+    with np.errstate(over="ignore"):
+        e = np.exp(xd)
+    normal = (e > 1.2e-38) & (e < 3.4e38)
+    got = outputs["E"][:-1]
+    assert np.all(np.abs(got[normal] - e[normal]) <= 2e-7 * e[normal])
+    assert np.all(got[e >= 3.4e38] == np.inf) and np.all(got[e < 1e-39] == 0.0)
+    expected = {"T": np.tanh(xd), "S": 1 / (1 + np.exp(-xd)),
+                "G": 0.5 * xd * (1 + np.tanh(np.sqrt(2 / np.pi) * (xd + 0.044715 * xd ** 3)))}
+    for name, want in expected.items():
+        bound = 3e-7 * (np.maximum(1.0, np.abs(xd)) if name == "G" else 1.0)     # GELU: x times tanh's error
+        assert np.all(np.abs(outputs[name][:-1] - want) <= bound), name
+    assert all(np.isnan(outputs[k][-1]) for k in "ETSG")
+
+
+DIRECT_VARIANTS = {
+    # name: (program, the comment the path writes)
+    "gemv_transposed_bias": ("input X: f32[1, 700]\nparam W: f32[90, 700]\nparam b: f32[90]\n"
+                             "Y[i, j] += X[i, k] * W[j, k]\nZ[i, j] = Y[i, j] + b[j]\noutput Z\n", "direct dot products"),
+    "gemv_rows_relu": ("input X: f32[1, 300]\nparam W: f32[300, 170]\nparam b: f32[170]\nY = linear(X, W, b)\n"
+                       "R = relu(Y)\n", "direct rows"),
+    "depthwise_14x14_as_planes_bias_relu": ("input X: f32[1, 96, 14, 14]\nparam W: f32[96, 1, 3, 3]\n"
+                                            "param b: f32[96]\nY = depthwise_conv2d(X, W, stride=1, padding=1)\n"
+                                            "Z = bias_add(Y, b)\nR = relu(Z)\n", "as planes of rows 16 apart"),
+    "maxpool_3x3_stride2_pad1": ("input X: f32[2, 8, 29, 31]\nY = maxpool2d(X, kernel=3, stride=2, padding=1)\n",
+                                 "direct rows of"),
+    "avgpool_2x2_relu": ("input X: f32[1, 16, 40, 40]\nY = avgpool2d(X, kernel=2)\nR = relu(Y)\n", "direct rows of"),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("name", sorted(DIRECT_VARIANTS))
+def test_one_row_gemms_and_pooling_run_as_direct_rows_and_match_interpreter(name, threads):
+    """A one-row GEMM runs unpacked (a dot product per output against B[n, k], rows of
+    outputs against B[k, n]) and pooling as rows over a padded copy (codegen/host_analysis.py
+    `direct_rows`, `window_rows`), on 1 and 2 threads, matching the interpreter."""
+    src, marker = DIRECT_VARIANTS[name]
+    plan = autocomp.optimize(parse(src), target="host", tune=0).after
+    text = generate(plan, None, "c")
+    assert marker in text and "Bpack" not in text
+    check(plan, threads=threads)

@@ -42,6 +42,8 @@ import numpy as np
 from ..caches import cached
 from ..ir.program import DTYPE_BYTES, Access, Program
 from ..ir.schedule import Kernel, Schedule, is_mac_statement, kernels_unfused
+from .host_model import (HOST_L1_WAYS, HOST_STRIDED_CONFLICT, HOST_STRIDED_POINT, _GEMM_MIN_BLOCK, _GEMM_MR,
+                         _GEMM_NR, _host_issue_cycles, compute_model)
 from .target import Target, load_target
 
 # The per-kernel metric names of the report (DESIGN §8, kernels[*].metrics).
@@ -310,20 +312,19 @@ class KernelModel:
                                           for n in self.loop_names])
         self.flops = float(kernel.flops)
         index = {n: i for i, n in enumerate(self.loop_names)}
-        host_c = target.compute.kind == "vector" and not target.compute.implicit_parallel
+        self.host = compute_model(kernel, target, index)
+        host_c = self.host is not None
         # Bytes an element of each tensor moves: its dtype's on an accelerator; on host, its C
         # buffer's (codegen/c.py holds integer tensors in doubles, f16/bf16 in floats).
-        self.elem_bytes = _host_buffer_bytes if host_c else DTYPE_BYTES.__getitem__
+        self.elem_bytes = self.host.elem_bytes if host_c else DTYPE_BYTES.__getitem__
         self.statements = [self._statement_model(i, s, index, D, on_chip)
                            for i, s in enumerate(kernel.statements)]
         # Host C runs a tiled GEMM-like kernel as a packed BLIS-style GEMM, not the tile nest.
         self.host_packed = self.host_pk = self.host_scalar = None
         if host_c:
-            self.host_packed = _host_packed_gemm(kernel, index)
-            self.host_pk = _host_packed(kernel)
-            self.host_scalar = [_host_scalar_cycles(s) for s in kernel.statements]
-            self.host_strided = [_host_strided_accesses(kernel, si, index) for si in range(len(kernel.statements))]
-            self.bw = _host_warm_bandwidth(kernel, target, self.bw)
+            self.host_packed, self.host_pk = self.host.packed_gemm, self.host.pk
+            self.host_scalar, self.host_strided = self.host.scalar, self.host.strided
+            self.bw = self.host.bandwidth(self.bw)
 
     def _statement_model(self, si, stmt, index, D, on_chip) -> _StatementModel:
         kernel, compute = self.kernel, self.target.compute
@@ -734,9 +735,8 @@ class KernelModel:
             bytes_by_level += st_bytes
             level_time += st_level_time
         time_s += np.maximum(group_busy, group_levels.max(axis=1))
-        if self.host_pk is not None:   # host C runs it packed: that code's time
-            packed, packed_s = _host_packed_seconds(self, schedule_tiles, parallel)
-            time_s = np.where(packed, packed_s, time_s)
+        if self.host is not None:   # host C: the paths that replace the nest (packed, direct rows)
+            time_s = self.host.seconds(self, schedule_tiles, parallel, time_s)
         energy = (bytes_by_level * self.energy_per_byte[None, :]).sum(axis=1) \
             + (mac_points + vector_ops) * target.energy_pj_per_mac * 1e-12
         dram = bytes_by_level[:, -1]
@@ -754,297 +754,6 @@ class KernelModel:
             drain_s=drain_total, stream_s=stream_total,
             compute_by_unit=compute_by_unit,
         )
-
-
-try:  # the host C generator's packed GEMM path (codegen/c.py): its microkernel and block floors
-    from ..codegen.c import GEMM_MIN_BLOCK as _GEMM_MIN_BLOCK, GEMM_MR as _GEMM_MR, GEMM_NR as _GEMM_NR
-    from ..codegen.c import GEMM_PACK_MIN as _GEMM_PACK_MIN
-except ImportError:  # pragma: no cover - an older generator without the packed path
-    _GEMM_MR, _GEMM_NR, _GEMM_MIN_BLOCK, _GEMM_PACK_MIN = 6, 16, (24, 64, 64), 64 ** 3
-
-
-def _host_packed_gemm(kernel: Kernel, index: dict) -> tuple[int, int, int] | None:
-    """(i, j, k) anchor-loop indices when host C runs this kernel's contraction as the packed
-    GEMM (codegen/c.py `gemm_statement`: C[i, j] += A * B over plain in-range indices, A by
-    {i, k}, B by {k, j}, >= GEMM_PACK_MIN points), for one-statement kernels; else None."""
-    if len(kernel.statements) != 1:
-        return None
-    stmt = kernel.statements[0]
-    if stmt.reduce != "+" or len(stmt.target_indices) != 2 or len(stmt.loop_names) != 3:
-        return None
-    i, j = (idx.single_loop for idx in stmt.target_indices)
-    if i is None or j is None or i == j or any(idx.const for idx in stmt.target_indices):
-        return None
-    ks = [l for l in stmt.loop_names if l not in (i, j)]
-    e = stmt.expr
-    if len(ks) != 1 or getattr(e, "op", None) != "*":
-        return None
-    k = ks[0]
-    ext = stmt.extents
-    if ext[i] * ext[j] * ext[k] < _GEMM_PACK_MIN:
-        return None
-    reads = stmt.reads()
-    if len(reads) != 2:
-        return None
-    sets = []
-    for a in reads:
-        shape = kernel.tensor(a.tensor).shape
-        loops = []
-        for d, idx in enumerate(a.indices):
-            if idx.const or len(idx.terms) != 1 or idx.terms[0][1] != 1 or ext[idx.terms[0][0]] > shape[d]:
-                return None
-            loops.append(idx.terms[0][0])
-        sets.append(sorted(loops))
-    if sorted(sets) != sorted([sorted((i, k)), sorted((k, j))]) or stmt.target in {a.tensor for a in reads}:
-        return None
-    return index[i], index[j], index[k]
-
-
-# The packed contraction host C runs (codegen/c.py `packed_contraction`): its time, from the
-# code it emits. Calibrated constants (cycles), measured on this class of core:
-HOST_MICRO_EFFICIENCY = 0.7     # the MR x NR microkernel's share of lanes x fma_units (512-bit FMAs
-                                # issue as two 256-bit halves on AMD Zen 4: 6x16 runs at ~70%)
-HOST_STORE_VECTOR = 2.0         # load + add + store of one output vector in the microkernel's store
-HOST_STORE_VECTOR_FAR = 8.0     # the same when the output region swept between visits outgrows L2
-HOST_MICRO_CALL = 20.0          # a microkernel call: zeroing, prefetching, spilling the accumulators
-HOST_BLOCK_SPILL = 0.25         # microkernel slow-down per cache block that outgrows L2
-
-
-def _host_buffer_bytes(dtype: str) -> int:
-    from ..codegen.c import buffer_ctype
-
-    return 8 if buffer_ctype(dtype) == "double" else 4
-
-
-def _host_packed(kernel: Kernel):
-    """(Packed, the statement's loops as anchor-loop indices, B-copy cycles per element, A-copy
-    cycles per element) when host C may run a contraction of this kernel packed; else None."""
-    try:
-        from ..codegen.c import packed_contraction
-    except ImportError:  # pragma: no cover
-        return None
-    pk = packed_contraction(kernel)
-    if pk is None:
-        return None
-    from ..codegen.c import host_copy_costs
-
-    a_cost, b_cost = host_copy_costs(kernel, pk)
-    return pk, b_cost, a_cost
-
-
-def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.ndarray):
-    """(packed mask [n], seconds [n]) of candidate schedules run as host C's packed GEMM:
-    per thread, the microkernel's reduction steps (MR x NR outputs, one step = MR*NR/lanes
-    vector FMAs, never faster than the FMA latency), packing copies (B once per (nc, kc)
-    block and batch, A once per (mc, kc) block and nc block), the store of every micro-tile
-    per kc block with the fused epilogue, the padded copies; the kernel's other statements
-    as one streaming pass each. Threads: the work units the C's threads share
-    (`codegen.c.packed_partition`)."""
-    pk, b_cost, a_cost = model.host_pk
-    kernel, target = model.kernel, model.target
-    compute = target.compute
-    from ..codegen.c import GEMM_MIN_BLOCK, _padding
-    index = {n: i for i, n in enumerate(model.loop_names)}
-    anchors = kernel.loop_map(pk.index)
-    ext = dict(pk.extents)
-    n = tiles.shape[0]
-    E = model.extents
-    tiled = tiles < E[None, :, None]                                   # [n, D, L]
-    first = np.argmax(tiled, axis=2)
-    block = np.where(tiled.any(axis=2), np.take_along_axis(tiles, first[:, :, None], axis=2)[:, :, 0], E[None, :])
-    loops = pk.batch + pk.m + pk.n + pk.k
-    mapped = [index[anchors[l]] for l in loops if l in anchors]
-    packed = tiled[:, mapped, :].any(axis=(1, 2))
-
-    def group_block(group):
-        out = np.ones(n)
-        for l in getattr(pk, group):
-            out *= block[:, index[anchors[l]]] if l in anchors else ext[l]
-        return out
-    mr, nr = pk.micro
-    NB, M, N, K = (float(pk.size(g)) for g in ("batch", "m", "n", "k"))
-    MC = np.minimum(np.maximum(group_block("m"), GEMM_MIN_BLOCK[0]), M)
-    MC = np.where(MC >= mr, np.minimum(np.ceil(MC / mr) * mr, M), MC)
-    NC = np.ceil(np.minimum(np.maximum(group_block("n"), GEMM_MIN_BLOCK[1]), N) / nr) * nr
-    KC = np.minimum(np.maximum(group_block("k"), GEMM_MIN_BLOCK[2]), K)
-    lanes = compute.vector_width("f32")
-    mpan, npan = math.ceil(M / mr), math.ceil(N / nr)
-    # threads: the work units codegen/c.py's packed path chooses for this many threads
-    # (`packed_partition`, per cache block nc), each thread its own share: on an idle machine
-    # the busiest thread runs ceil(units / T) of them, plus its part of the packing the cut adds
-    from ..codegen.c import packed_partition
-    par = parallel[:, [index[anchors[l]] for l in pk.batch + pk.m + pk.n if l in anchors]].any(axis=1)
-    T = np.where(par, compute.units, 1)
-    share, extra, m_rows = np.ones(n), np.zeros(n), np.full(n, M)
-    for t, nc_block in {(int(t), int(c)) for t, c in zip(T, NC)}:
-        if t <= 1:
-            continue
-        part = packed_partition(pk, nc_block, t, a_cost, b_cost)
-        rows = (T == t) & (NC == nc_block)
-        share[rows] = math.ceil(part.units / t) / part.units
-        extra[rows] = part.extra_cycles
-        if part.mode == "m":
-            m_rows[rows] = min(M, part.chunk * mr)
-    vfma = mr * math.ceil(nr / lanes)
-    step = max(vfma / compute.fma_units / HOST_MICRO_EFFICIENCY, HOST_FMA_LATENCY)
-    micro = NB * mpan * npan * K * step
-    kblocks = np.ceil(K / KC)
-    epi_ops = sum(max(1, kernel.statements[s].expr.flops()) for s in pk.epilogue)
-    # The output micro-tile is read and written once per kc block; between two visits the
-    # code sweeps this thread's M share x nc of the output: from L2 when that fits, else
-    # from L3 (measured: the tall GEMM's C, 4096 x 256, costs ~1 ms per extra kc block).
-    l2 = next((m.size_bytes for m in target.memory if m.name == "L2"), 1 << 20)
-    c_region = m_rows * NC * 4
-    store_vector = np.where(c_region > l2 / 2, HOST_STORE_VECTOR_FAR, HOST_STORE_VECTOR)
-    store = NB * mpan * npan * kblocks * (math.ceil(nr / lanes) * mr * store_vector + HOST_MICRO_CALL) \
-        + NB * M * N * epi_ops / lanes * (1.0 if pk.n_contiguous else lanes)
-    b_copies = NB * K * npan * nr
-    a_copies = NB * mpan * mr * K * np.ceil(N / NC)
-    cycles = (micro + store + a_copies * a_cost + b_copies * b_cost + extra) * share
-    # Cache blocks that outgrow L2 (B's kc x nc block, reused by every mc block; A's mc x kc
-    # block, reused by every NR-wide panel): the microkernel streams them from L3.
-    cycles = cycles + micro * share * HOST_BLOCK_SPILL * ((KC * NC * 4 > l2 / 2) + 1.0 * (MC * KC * 4 > l2 / 2))
-    serial = 0.0
-    for access in (pk.a, pk.b):
-        pads = _padding(kernel, access, ext)
-        if any(lo or hi for lo, hi in pads):
-            t = kernel.tensor(access.tensor)
-            serial += math.prod(s + lo + hi for s, (lo, hi) in zip(t.shape, pads)) * 1.0
-    other = 0.0   # statements outside the packed one and its epilogue: one streaming pass each
-    for s, st in enumerate(kernel.statements):
-        if s != pk.index and s not in pk.epilogue:
-            other += st.points * (1 + st.expr.flops()) / lanes + st.points * 3.0 / lanes
-    seconds = (cycles + serial + other) / (target.clock_ghz * 1e9)
-    return packed, seconds
-
-
-# Host C's scalar work, measured (cycles at the target's clock, per point): a libm call
-# (gcc without -ffast-math calls glibc's scalar expf / tanhf per element; sqrt is an
-# instruction under -fno-math-errno) and one step of a reduction chained along its
-# innermost loop (a row max or sum read across rows, which the generator keeps out of the
-# vectorised register tile: codegen/c.py `_unit_stride_reads`).
-# log and pow are estimates (not yet measured): glibc's scalar logf, and powf ~ log + exp + work.
-HOST_LIBM_CYCLES = {"exp": 6.5, "sigmoid": 6.5, "tanh": 55.0, "gelu": 58.0, "erf": 20.0,
-                    "log": 8.0, "pow": 30.0}
-HOST_CHAINED_REDUCE = {"max": 1.4, "+": 1.9}
-
-
-def _host_scalar_cycles(stmt) -> float:
-    """Cycles of a statement's scalar work on the host (see HOST_LIBM_CYCLES), 0 if none."""
-    from ..ir.program import Call
-
-    calls = sum(HOST_LIBM_CYCLES.get(e.fn, 0.0) for e in stmt.expr.walk() if isinstance(e, Call))
-    cycles = stmt.points * calls
-    if stmt.reduce is not None and stmt.target_indices:
-        try:
-            from ..codegen.c import _unit_stride_reads
-        except ImportError:  # pragma: no cover
-            return cycles
-        last = stmt.target_indices[-1].single_loop
-        if last is not None and not _unit_stride_reads(stmt, last):
-            cycles += stmt.points * HOST_CHAINED_REDUCE.get(stmt.reduce, HOST_FMA_LATENCY)
-    return cycles
-
-
-# A loop that walks an access down a column (its index outside the last dimension) as the
-# innermost loop: one cache line per point. Rows a power-of-two stride apart share L1 sets,
-# so once trip x such accesses exceeds the L1's ways the lines evict each other before the
-# next column reuses them (measured, bias + relu on 512 x 1024 walked by column: 4 rows per
-# tile ~0.4 cycle a point per statement, 16 or more ~1.2).
-HOST_STRIDED_POINT = 0.4
-HOST_STRIDED_CONFLICT = 1.2
-HOST_L1_WAYS = 8
-
-
-def _host_strided_accesses(kernel: Kernel, si: int, index: dict) -> np.ndarray:
-    """[D]: per anchor loop, how many of statement si's accesses (target and reads) it
-    indexes outside their last dimension, i.e. with a stride of a row or more."""
-    stmt = kernel.statements[si]
-    m = kernel.loop_map(si)
-    out = np.zeros(len(index), dtype=float)
-    seen = set()
-    for access in [Access(stmt.target, stmt.target_indices)] + list(stmt.reads()):
-        if (access.tensor, access.indices) in seen:
-            continue
-        seen.add((access.tensor, access.indices))
-        last = len(access.indices) - 1
-        for d, idx in enumerate(access.indices):
-            if d == last:
-                continue
-            for loop, c in idx.terms:
-                if c and loop in m and not any(dict(i2.terms).get(loop) for i2 in access.indices[last:]):
-                    out[index[m[loop]]] += 1
-    return out
-
-
-def _host_warm_bandwidth(kernel: Kernel, target: Target, bw: np.ndarray) -> np.ndarray:
-    """Host runs are timed warm (repeated calls on the same buffers): a kernel whose tensors
-    all fit the last cache level reads and writes them there, not in DRAM."""
-    on_chip = [m for m in target.memory if m.size_bytes != float("inf")]
-    if len(on_chip) < 2 or len(on_chip) == len(target.memory):
-        return bw
-    total = sum(t.size * _host_buffer_bytes(t.dtype) for t in kernel.tensors)
-    if total > on_chip[-1].size_bytes / 2:
-        return bw
-    out = np.array(bw, copy=True)
-    out[-1] = bw[len(on_chip) - 1]
-    return out
-
-
-# The host core issuing a generated loop nest (vector targets that run generated C).
-HOST_FMA_LATENCY = 4.0      # cycles: a chain of dependent multiply-adds (no -ffast-math reassociation)
-HOST_LOOP_OVERHEAD = 8.0    # cycles per trip of an innermost loop (entry, bounds, branch, address setup)
-HOST_REGISTER_TILE = 256    # output elements the code keeps in a local accumulator tile
-HOST_UNROLLED_TRIP = 16     # innermost work (product of trips) gcc unrolls completely (max-completely-peel-times)
-
-
-def _host_issue_cycles(st: "_StatementModel", tiles, inner_order, vec_loop, rows, width, fma_units,
-                       reduction_steps=None):
-    """Cycles a CPU core needs to issue a contraction's innermost work, from the shape of the
-    loop nest it runs (the point loops of the innermost tiles):
-
-    * a small output tile (<= HOST_REGISTER_TILE elements) is accumulated in registers with
-      the reduction loops outside: each reduction step issues one FMA per vector of the
-      contiguous output loop (a scalar op each when that loop is narrower than a vector) per
-      other output point, bounded by the FMA chain latency and the operand loads, plus
-      loading and storing the output tile once per innermost tile;
-    * otherwise the innermost loop really run (inner loops whose trips multiply to <=
-      HOST_UNROLLED_TRIP are unrolled into its body by the compiler) decides: a reduction loop chains dependent FMAs (latency per point),
-      the vectorised contiguous output loop issues half a cycle per point, anything else one;
-      every trip of that loop costs HOST_LOOP_OVERHEAD cycles.
-
-    reduction_steps (where > 0) overrides the reduction steps per register tile: the packed
-    GEMM microkernel keeps its outputs in registers over kc steps of a k tile of 1.
-    """
-    n, D = tiles.shape[0], tiles.shape[1]
-    tin = np.where(st.present, tiles[:, :, -1], 1).astype(float)            # [n, D]
-    out = st.out_mask
-    R = np.prod(np.where(out, tin, 1.0), axis=1)
-    K = np.prod(np.where(st.present & ~out, tin, 1.0), axis=1)
-    if reduction_steps is not None:
-        K = np.where(reduction_steps > 0, reduction_steps, K)
-    pts = float(st.points)
-    c = st.contig_loop
-    tc = tin[:, c] if c >= 0 else np.ones(n)
-    other = R / tc
-    vops = other * np.where(tc >= width, np.ceil(tc / width), tc)
-    per_step = np.maximum(np.maximum(vops / fma_units, HOST_FMA_LATENCY), (other + vops) / 2.0)
-    reg = pts / R * per_step + pts / (R * K) * (2.0 * vops + 10.0)
-    t_ord = np.take_along_axis(tin, inner_order, axis=1)
-    # Innermost loops whose trips multiply to <= HOST_UNROLLED_TRIP are unrolled away: the
-    # loop that takes the product past it is the innermost one really run.
-    body = np.cumprod(t_ord[:, ::-1], axis=1)[:, ::-1]
-    big = body > HOST_UNROLLED_TRIP
-    some = t_ord > 1
-    pick = np.where(big.any(axis=1), big.sum(axis=1) - 1,
-                    np.where(some.any(axis=1), D - 1 - np.argmax(some[:, ::-1], axis=1), D - 1))
-    v = inner_order[rows, pick]
-    red = st.present[v] & ~out[v]
-    per_point = np.where(red, HOST_FMA_LATENCY, np.where((v == c) & (v == vec_loop), 0.5, 1.0))
-    plain = pts * per_point + pts / tin[rows, v] * HOST_LOOP_OVERHEAD
-    if st.reduce:
-        return np.where(R <= HOST_REGISTER_TILE, reg, plain)
-    return plain
 
 
 def _fill_cycles(compute, fills, stream_cycles):

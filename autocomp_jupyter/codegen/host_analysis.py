@@ -1,0 +1,579 @@
+"""What host C runs for each kernel, read from its accesses: the one analysis codegen/c.py
+writes C from and accel/host_model.py costs (so the model times the code that runs).
+
+- `packed_contraction`: a contraction `O += A * B` run as a packed GEMM (BLIS-style: cache
+  blocks `packed_blocks`, an MR x NR microkernel `micro_shape`, fused elementwise epilogue
+  `epilogue_point`), with the work units threads share (`packed_partition`) and the cycles
+  packing an operand costs (`host_copy_costs`);
+- `direct_rows`: a one-row packed contraction (M = 1: a depthwise convolution) run instead
+  as rows of outputs accumulated in a local array, no packing;
+- `window_rows`: a window reduction (max / avg pooling) run the same way;
+- offsets and bounds of affine accesses (`flat_offsets`, `padding`, `in_range`,
+  `unit_stride_reads`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from ..ir.program import Access, Affine, BinOp, Statement
+from ..ir.schedule import Kernel, Schedule
+
+# Packed GEMM microkernel: MR x NR outputs in a local array (6 x 16 f32: 12 AVX2 registers).
+GEMM_MR, GEMM_NR = 6, 16
+# Largest padded copy of an operand (times the tensor) made to take bounds checks out of packing.
+PAD_COPY_MAX = 4
+# Smallest M*N*K a contraction needs for the packed GEMM path (packing costs O(MK + KN) copies).
+GEMM_PACK_MIN = 64 * 64 * 64
+# Smallest cache blocks (mc, nc, kc) the packed path uses: smaller schedule tiles are raised
+# to these (below them packing A again per nc block, and updating C per kc block, cost more
+# than the blocks save; kc = 8 measured ~4x slower than kc = 64 here).
+GEMM_MIN_BLOCK = (4 * GEMM_MR, 4 * GEMM_NR, 64)
+
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A contraction `O[..] += A[..] * B[..]` the host runs as a packed GEMM (see
+    `packed_contraction`). Loops are the statement's own names, each group outer → inner:
+    `batch` (run outside the GEMM, one GEMM per value), `m` (index O and A), `n` (index O
+    and B, flattened so that O's offset is `col` when `n_contiguous`), `k` (index A and B:
+    the reduction). `epilogue`: the statements fused into the microkernel's store."""
+
+    index: int
+    a: Access
+    b: Access
+    batch: tuple[str, ...]
+    m: tuple[str, ...]
+    n: tuple[str, ...]
+    k: tuple[str, ...]
+    extents: tuple[tuple[str, int], ...]
+    epilogue: tuple[int, ...]
+    n_contiguous: bool
+
+    def size(self, group: str) -> int:
+        ext = dict(self.extents)
+        return math.prod(ext[l] for l in getattr(self, group))
+
+    @property
+    def micro(self) -> tuple[int, int]:
+        return micro_shape(self.size("m"))
+
+
+def micro_shape(m: int) -> tuple[int, int]:
+    """The microkernel (MR rows x NR columns) for a GEMM with `m` rows: 6 x 16 (12 AVX2
+    registers), fewer rows and more columns when m is small; one row (a depthwise
+    convolution) keeps 16 columns: its few reduction steps make packing, not the FMA chain,
+    the cost, and 16-column panels copy as straight runs of an input row (measured 3x
+    faster than 1 x 64 on a 3x3 depthwise 56x56)."""
+    mr = max(1, min(GEMM_MR, m))
+    return mr, GEMM_NR * (1 if mr == 1 else max(1, min(4, GEMM_MR // mr)))
+
+
+# A one-row contraction (M = 1: depthwise convolutions) with at most this many reduction steps
+# runs as direct rows (`direct_rows`) instead of packing: packing its 16-wide panels costs more
+# than its few multiply-adds (measured, MobileNetV2's stride-2 3x3 depthwise on 96 channels
+# 112x112: 1.78 ms packed, 3.6 GFLOP/s).
+DIRECT_K_MAX = 64
+# Smallest contraction that runs as direct rows (smaller ones keep the plain nest).
+DIRECT_MIN_POINTS = 16 * 1024
+# Largest step along the output row a direct row may read its input at (stride 2: the compiler
+# loads two vectors and permutes them).
+DIRECT_STEP_MAX = 2
+# Rows narrower than this (read at step 1) run as planes (`DirectRows.plane`).
+DIRECT_PLANE_WIDTH = 32
+# Longest row a one-row GEMM with many reduction steps accumulates locally (16 KiB: in L1).
+DIRECT_ROW_MAX = 4096
+
+
+@dataclass(frozen=True)
+class DirectRows:
+    """How the host runs a one-row packed contraction directly: for each batch item and each
+    value of the outer n loops, a row of `width` outputs (the innermost n loop `w`, contiguous
+    in the output) accumulated in a local array, each reduction step adding a[k] times a row
+    of B read at `step` apart (from B's padded copy when B's reads leave it: `pads`)."""
+
+    w: str
+    width: int
+    step: int
+    pads: tuple[tuple[int, int], ...]
+    dots: bool = False      # each output one dot product along the innermost k loop `w`
+    plane: int = 0          # > 0: the two innermost n loops as one row, output rows this far apart
+
+
+def direct_rows(kernel: Kernel, pk: "Packed") -> DirectRows | None:
+    """The direct form of packed contraction `pk` (`DirectRows`), or None. M = 1 and f32
+    tensors, A in range, and either
+    - rows: K <= DIRECT_K_MAX (a depthwise conv), or B in range and read at step 1 along the
+      row with rows of at most DIRECT_ROW_MAX (a GEMV against B[k, n]); B's reads in range
+      or in a padded copy of at most PAD_COPY_MAX times B, the innermost n loop contiguous
+      in the output and read by B at a step of at most DIRECT_STEP_MAX;
+    - dots (`dots`): K > DIRECT_K_MAX, A and B in range and both contiguous along the
+      innermost k loop (a GEMV against B[n, k], a classifier's Gemm with transB): each
+      output one dot product, vectorised along k.
+    Packing a one-row GEMM reuses nothing: every B element is used once."""
+    if pk.size("m") != 1 or not pk.n:
+        return None
+    stmt = kernel.statements[pk.index]
+    names = {stmt.target, pk.a.tensor, pk.b.tensor} | {a.tensor for s in pk.epilogue
+                                                       for a in kernel.statements[s].reads()} \
+        | {kernel.statements[s].target for s in pk.epilogue}
+    if any(kernel.tensor(t).dtype != "f32" for t in names):
+        return None
+    ext = dict(pk.extents)
+    if not all(_in_range(kernel, pk.a, ext)):
+        return None
+    t = kernel.tensor(pk.b.tensor)
+    pads = _padding(kernel, pk.b, ext)
+    small = pk.size("k") <= DIRECT_K_MAX
+    if not small:
+        kk = pk.k[-1]
+        a_coeff, _ = _flat_offsets(kernel, pk.a)
+        b_coeff, _ = _flat_offsets(kernel, pk.b)
+        if not any(lo or hi for lo, hi in pads) and a_coeff.get(kk) == 1 and b_coeff.get(kk) == 1:
+            return DirectRows(kk, ext[kk], 1, tuple(pads), dots=True)
+    if not pk.n_contiguous:
+        return None
+    pshape = tuple(n + lo + hi for n, (lo, hi) in zip(t.shape, pads))
+    if math.prod(pshape) > PAD_COPY_MAX * t.size or (not small and any(lo or hi for lo, hi in pads)):
+        return None
+    w = pk.n[-1]
+    coeff, _ = _flat_offsets(kernel, pk.b, pshape, [lo for lo, _ in pads])
+    o_coeff, _ = _flat_offsets(kernel, Access(stmt.target, stmt.target_indices))
+    step = coeff.get(w, 0)
+    if o_coeff.get(w, 0) != 1 or not 0 <= step <= (DIRECT_STEP_MAX if small else 1) \
+            or (not small and ext[w] > DIRECT_ROW_MAX):
+        return None
+    # Narrow rows (a 14x14 depthwise) read at step 1: the innermost two n loops as one row of
+    # the plane, B's row pitch apart (one vectorised pass of ~200 elements per reduction step
+    # instead of 14 of 14).
+    if step == 1 and len(pk.n) >= 2 and ext[w] < DIRECT_PLANE_WIDTH:
+        h = pk.n[-2]
+        pitch = coeff.get(h, 0)
+        if pitch >= ext[w] and (ext[h] - 1) * pitch + ext[w] <= DIRECT_ROW_MAX:
+            return DirectRows(w, ext[w], step, tuple(pads), plane=pitch)
+    return DirectRows(w, ext[w], step, tuple(pads))
+
+
+def window_rows(kernel: Kernel, schedule: Schedule | None = None) -> tuple[int, DirectRows] | None:
+    """(statement index, its rows) of a window reduction the host runs as direct rows: a
+    pooling `Y[.., w] max= X[..]` or `+=` of one f32 read, the target indexed by its own
+    loops, at most DIRECT_K_MAX reduction points per output, at least DIRECT_MIN_POINTS
+    points, X read along the target's last loop `w` at a step of at most DIRECT_STEP_MAX
+    (out-of-range reads from a padded copy of at most PAD_COPY_MAX times X), and (given a
+    schedule) a tiled one. Each output row of `w` accumulates in a local array (vectorised:
+    a bounds-checked read per point measured 0.8 GFLOP/s on ResNet-50's 3x3 stride-2 max
+    pool). None otherwise."""
+    if (schedule is not None and not schedule.tile_sizes()) or keeps_point_order(schedule):
+        return None
+    for index, stmt in enumerate(kernel.statements):
+        e = stmt.expr
+        if stmt.reduce not in ("max", "+") or not isinstance(e, Access) or e.tensor == stmt.target:
+            continue
+        loops = [idx.single_loop for idx in stmt.target_indices]
+        if None in loops or len(set(loops)) != len(loops) or not loops:
+            continue
+        ext = stmt.extents
+        red = [l for l in stmt.loop_names if l not in loops]
+        if not red or math.prod(ext[l] for l in red) > DIRECT_K_MAX or math.prod(ext.values()) < DIRECT_MIN_POINTS:
+            continue
+        if kernel.tensor(stmt.target).dtype != "f32" or kernel.tensor(e.tensor).dtype != "f32":
+            continue
+        if any(kernel.statements[s].target == e.tensor for s in range(len(kernel.statements))):
+            continue
+        if schedule is not None:
+            sizes, anchors = schedule.tile_sizes(), kernel.loop_map(index)
+            if all(all(t >= kernel.extents[anchors[l]] for t in sizes.get(anchors.get(l), ()))
+                   for l in stmt.loop_names if l in anchors):
+                continue    # an untiled (naive) schedule: the plain nest
+        t = kernel.tensor(e.tensor)
+        pads = _padding(kernel, e, ext)
+        pshape = tuple(n + lo + hi for n, (lo, hi) in zip(t.shape, pads))
+        if math.prod(pshape) > PAD_COPY_MAX * t.size:
+            continue
+        coeff, _ = _flat_offsets(kernel, e, pshape, [lo for lo, _ in pads])
+        step = coeff.get(loops[-1], 0)
+        if 0 <= step <= DIRECT_STEP_MAX:
+            return index, DirectRows(loops[-1], ext[loops[-1]], step, tuple(pads))
+    return None
+
+
+def packed_blocks(pk: Packed, block_of) -> tuple[int, int, int]:
+    """Cache blocks (mc, nc, kc) of a packed GEMM: per group, the product of its loops'
+    blocks (`block_of(loop)`: the schedule's outermost tile of it), raised to
+    GEMM_MIN_BLOCK and capped at the group's size; mc in whole micro-panels."""
+    mr, _ = pk.micro
+    sizes = []
+    for group, floor in zip(("m", "n", "k"), GEMM_MIN_BLOCK):
+        size = pk.size(group)
+        sizes.append(min(max(math.prod(block_of(l) for l in getattr(pk, group)), floor), size))
+    mc, nc, kc = sizes
+    nr = pk.micro[1]
+    return (min(-(-mc // mr) * mr, pk.size("m")) if mc >= mr else mc), -(-nc // nr) * nr, kc
+
+
+# Threads share a packed contraction as work units: each thread runs its own contiguous
+# share first, then takes what is left of the others' (codegen below), so that a thread whose
+# core another process holds ends up with fewer units instead of holding the others at the
+# region's end. (Static halves of a 2.4 ms conv ran 0.9x on 2 threads whenever another
+# process was running: the woken worker thread preempted the master on its core and the
+# halves ran one after the other.) The unit grid is chosen per thread count by
+# `packed_partition` and emitted as a table (PARTITION_THREADS entries).
+PARTITION_THREADS = 32
+# Of a unit's work, what a thread may lose to another process (a time slice): the makespan
+# penalty that favours more, smaller units (`packed_partition`), against the packing more
+# units repeat. Measured, GEMM 1024^3 on 2 bound threads with another process on one core:
+# 2 units (N halves) 27-29 ms, 4 units 18-20 ms (one thread: 20-21 ms); on 2 idle cores
+# 10.4 against 11.0 ms.
+PARTITION_SLACK = 0.25
+# Cycles per element at least, to pack an operand again for another unit: a whole operand
+# that outgrows L2 streams from L3 (measured, GEMM 1024^3: packing B took 0.6 ns an
+# element, ~2 cycles, against 0.25 for a panel copied from cache).
+PARTITION_REPACK_CYCLES = 1.6
+# Microkernel multiply-adds per cycle assumed when weighing packing copies against compute
+# (a 6x16 f32 tile at ~70% of two 8- or 16-lane FMA pipes; the choice is insensitive to it).
+PARTITION_MACS_PER_CYCLE = 16.0
+# Cycles a unit costs beyond its share of the work (claiming it, setting up its panels and
+# cache blocks): among near-equal makespans, fewer units win.
+PARTITION_UNIT_CYCLES = 2000.0
+
+
+@dataclass(frozen=True)
+class Partition:
+    """How threads share a packed contraction: `units` work units, each one batch item x
+    (`mode` "batch": all of M and N; "n": `chunk` NR-wide column panels, all of M; "m":
+    `chunk` MR-high row panels, all of N). `extra_cycles`: the packing the split adds over
+    one thread (an "n" unit packs A again for its columns, an "m" unit packs all of B);
+    `share`: the busiest thread's part of the (work + extra) on an idle machine."""
+
+    mode: str
+    chunk: int
+    units: int
+    extra_cycles: float
+    share: float
+
+    @property
+    def code(self) -> int:
+        return {"batch": 0, "n": 1, "m": 2}[self.mode]
+
+
+# Cycles to copy one element into a packed panel, by how the copy reads it (calibrated on this
+# class of core; the host model in accel/cost.py charges the same).
+HOST_COPY_RUN = 0.25            # in a straight run (vectorised)
+HOST_COPY_GATHER = 1.5          # through an offset table (scalar)
+HOST_COPY_STRIDED = 1.0         # at a constant stride
+
+
+def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
+    """Cycles to pack one element of the packed contraction `pk`'s A and B operands: straight
+    runs, a constant stride, or offset-table panels (NR consecutive offsets copy as runs,
+    the rest element-wise). What the thread split weighs its repacking by, and what the host
+    model (accel/cost.py) charges for packing."""
+    import numpy as np
+
+    ext = dict(pk.extents)
+
+    def copy_cost(access, inner_group: str) -> float:
+        coeff, _ = _flat_offsets(kernel, access)
+        loops = list(getattr(pk, inner_group))
+        if not loops:
+            return HOST_COPY_STRIDED
+        cs = [coeff.get(l, 0) for l in loops]
+        live = [(l, c) for l, c in zip(loops, cs) if ext[l] > 1]
+        step = live[-1][1] if live else 0
+        linear = all(c == step * math.prod(ext[x] for x, _ in live[i + 1:]) for i, (_, c) in enumerate(live))
+        if linear:
+            return HOST_COPY_RUN if step == 1 else HOST_COPY_STRIDED
+        # an offset table: panels of NR consecutive offsets copy as runs, the rest element-wise
+        grids = np.meshgrid(*[np.arange(ext[l]) for l in loops], indexing="ij")
+        table = sum(c * g for c, g in zip(cs, grids)).reshape(-1)
+        nr = pk.micro[1]
+        full = len(table) // nr
+        if full == 0:
+            return HOST_COPY_GATHER
+        panels = table[:full * nr].reshape(full, nr)
+        runs = np.mean(np.all(np.diff(panels, axis=1) == 1, axis=1))
+        return runs * HOST_COPY_RUN + (1 - runs) * HOST_COPY_GATHER
+
+    b_cost = copy_cost(pk.b, "n")
+    # A's panels are copied MR rows at a time for each k (codegen/c.py packs r innermost):
+    # the copy walks A along its m loops
+    a_cost = copy_cost(pk.a, "m") if pk.m else HOST_COPY_STRIDED
+    return float(a_cost), float(b_cost)
+
+
+def packed_partition(pk: "Packed", nc: int, threads: int, a_cost: float = 1.0, b_cost: float = 1.0,
+                     macs_per_cycle: float = PARTITION_MACS_PER_CYCLE) -> Partition:
+    """The work units `threads` threads share a packed contraction in (cache block `nc`
+    columns; `a_cost`/`b_cost`: cycles to pack one element of A/B). Candidates: the batch
+    items, or each batch item cut into g chunks of N panels or of M panels (g up to
+    4 x threads); the chosen one minimises the makespan on an idle machine, ceil(units /
+    threads) units' work (+ the packing the cut adds), plus PARTITION_SLACK of a unit. One thread: the batch items (the serial code). Every choice covers each
+    output exactly once (`partition_ranges`)."""
+    NB, M, N, K = (pk.size(g) for g in ("batch", "m", "n", "k"))
+    mr, nr = pk.micro
+    mpan, npan = -(-M // mr), -(-N // nr)
+    nc = max(nr, min(nc, npan * nr))
+    work = NB * mpan * mr * npan * nr * K / macs_per_cycle
+    a_pack, b_pack = M * K * max(a_cost, PARTITION_REPACK_CYCLES), K * N * max(b_cost, PARTITION_REPACK_CYCLES)
+    serial_a = -(-N // nc)
+
+    def a_packs(chunk: int) -> int:      # A packings per batch item when N is cut in chunks
+        full, rest = divmod(npan, chunk)
+        return full * -(-(chunk * nr) // nc) + (-(-min(rest * nr, N) // nc) if rest else 0)
+
+    options = [("batch", 1, NB, 0.0)]
+    if threads > 1:
+        for g in range(2, 4 * threads + 1):
+            if g <= npan:
+                chunk = -(-npan // g)
+                options.append(("n", chunk, NB * -(-npan // chunk), NB * max(0, a_packs(chunk) - serial_a) * a_pack))
+            if g <= mpan:
+                chunk = -(-mpan // g)
+                u = -(-mpan // chunk)
+                options.append(("m", chunk, NB * u, NB * (u - 1) * b_pack))
+
+    def makespan(option) -> float:
+        _, _, units, extra = option
+        per = (work + extra) / units + PARTITION_UNIT_CYCLES
+        return -(-units // threads) * per + (PARTITION_SLACK * per if threads > 1 else 0.0)
+
+    mode, chunk, units, extra = min(options, key=makespan)
+    total = work + extra + units * PARTITION_UNIT_CYCLES
+    return Partition(mode, chunk, units, extra, makespan((mode, chunk, units, extra)) / total)
+
+
+def partition_ranges(pk: "Packed", part: Partition) -> list[tuple[int, int, int, int, int]]:
+    """[(batch item, m_lo, m_hi, n_lo, n_hi)] of each unit, in unit order: what the C's
+    unit loop computes from the unit number (for tests: the units tile the output)."""
+    NB, M, N = (pk.size(g) for g in ("batch", "m", "n"))
+    mr, nr = pk.micro
+    per = part.units // NB
+    out = []
+    for u in range(part.units):
+        bt, c = divmod(u, per)
+        if part.mode == "n":
+            out.append((bt, 0, M, c * part.chunk * nr, min(N, (c + 1) * part.chunk * nr)))
+        elif part.mode == "m":
+            out.append((bt, c * part.chunk * mr, min(M, (c + 1) * part.chunk * mr), 0, N))
+        else:
+            out.append((bt, 0, M, 0, N))
+    return out
+
+
+def _flat_offsets(kernel: Kernel, access: Access, shape=None, shift=None) -> tuple[dict[str, int], int]:
+    """The flat (row-major) element offset of `access` as {loop: coefficient}, constant (in
+    a tensor of `shape` whose indices are shifted by `shift`, per dimension: a padded copy)."""
+    shape = shape or kernel.tensor(access.tensor).shape
+    shift = shift or [0] * len(shape)
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    coeff: dict[str, int] = {}
+    const = 0
+    for d, idx in enumerate(access.indices):
+        for loop, c in idx.terms:
+            coeff[loop] = coeff.get(loop, 0) + c * strides[d]
+        const += (idx.const + shift[d]) * strides[d]
+    return coeff, const
+
+
+def _padding(kernel: Kernel, access: Access, ext: dict[str, int]) -> list[tuple[int, int]]:
+    """Per dimension, how far the index reaches below 0 and past the end (0, 0: in range)."""
+    shape = kernel.tensor(access.tensor).shape
+    out = []
+    for d, idx in enumerate(access.indices):
+        lo = idx.const + sum(min(0, c * (ext[l] - 1)) for l, c in idx.terms)
+        hi = idx.const + sum(max(0, c * (ext[l] - 1)) for l, c in idx.terms)
+        out.append((max(0, -lo), max(0, hi - shape[d] + 1)))
+    return out
+
+
+def _one_to_one(coeff: dict[str, int], loops: list[str], ext: dict[str, int]) -> bool:
+    """Whether offset sum(coeff[l] * l) is one-to-one over the box of `loops`: the positive
+    coefficients, sorted, each at least the span the smaller ones cover (a row-major box)."""
+    span = 1
+    for l in sorted((l for l in loops if ext[l] > 1), key=lambda l: coeff.get(l, 0)):
+        if coeff.get(l, 0) < span:
+            return False
+        span = coeff[l] * ext[l]
+    return True
+
+
+def _in_range(kernel: Kernel, access: Access, ext: dict[str, int]) -> list[bool]:
+    """Per dimension: whether the index stays inside the tensor over the whole nest."""
+    shape = kernel.tensor(access.tensor).shape
+    out = []
+    for d, idx in enumerate(access.indices):
+        lo = idx.const + sum(min(0, c * (ext[l] - 1)) for l, c in idx.terms)
+        hi = idx.const + sum(max(0, c * (ext[l] - 1)) for l, c in idx.terms)
+        out.append(lo >= 0 and hi < shape[d])
+    return out
+
+
+def _unit_stride_reads(stmt: Statement, loop: str) -> bool:
+    """Whether every read indexes `loop` (the register tile's vectorised output loop) only in
+    its last dimension with coefficient 1, or not at all. Otherwise the tile's vectors gather
+    from rows a stride apart (a row max M[i] max= X[i, j] tiled over i: 5x slower than the
+    plain nest, measured on 512 x 512, the rows falling into a handful of cache sets)."""
+    for access in stmt.reads():
+        for d, idx in enumerate(access.indices):
+            c = dict(idx.terms).get(loop, 0)
+            if c and (d != len(access.indices) - 1 or c != 1):
+                return False
+    return True
+
+
+def _substitute(access: Access, by: dict[str, Affine]) -> Access:
+    """`access` with each loop replaced by an affine index (over another statement's loops)."""
+    indices = []
+    for idx in access.indices:
+        out = Affine.constant(idx.const)
+        for loop, c in idx.terms:
+            out = out + by[loop] * c
+        indices.append(out)
+    return dataclasses.replace(access, indices=tuple(indices))
+
+
+def keeps_point_order(schedule: Schedule | None) -> bool:
+    """A user's trace skewed or reversed point loops: the nest must run in that order, so no
+    packed, direct-row or window path (each has its own order) may take the kernel."""
+    return schedule is not None and bool(schedule.annotations.get("skew") or schedule.annotations.get("reverse"))
+
+
+def packed_contraction(kernel: Kernel, schedule: Schedule | None = None) -> Packed | None:
+    """The kernel's statement the host runs as a packed GEMM, or None. Eligibility is read
+    from the accesses, never from op names: a `+=` of a product of two tensor reads whose
+    every loop indexes the output and both operands (batch), the output and one operand (m
+    or n), or both operands and not the output (k: the reduction), with an output offset
+    that is one-to-one over the loops (no two points write one element), at least
+    `GEMM_PACK_MIN` multiply-adds, and (given a schedule) at least one of its loops tiled:
+    an untiled (naive) schedule keeps the plain nest. Operands may be any affine access,
+    out-of-range reads included (padding: checked while packing, never in the microkernel).
+    GEMM, batched GEMM, convolutions (stride, dilation, padding, groups, depthwise) and
+    transposed operands all match."""
+    if keeps_point_order(schedule):
+        return None
+    for index, stmt in enumerate(kernel.statements):
+        e = stmt.expr
+        if stmt.reduce != "+" or not (isinstance(e, BinOp) and e.op == "*" and isinstance(e.lhs, Access)
+                                      and isinstance(e.rhs, Access)):
+            continue
+        if stmt.target in (e.lhs.tensor, e.rhs.tensor):
+            continue
+        ext = stmt.extents
+        if math.prod(ext.values()) < DIRECT_MIN_POINTS:
+            continue
+        out_loops = {l for idx in stmt.target_indices for l in idx.loops}
+        found = None
+        for a, b in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
+            in_a = {l for idx in a.indices for l in idx.loops}
+            in_b = {l for idx in b.indices for l in idx.loops}
+            groups: dict[str, list[str]] = {"batch": [], "m": [], "n": [], "k": []}
+            ok = True
+            for l in stmt.loop_names:
+                key = {(True, True, True): "batch", (True, True, False): "m", (True, False, True): "n",
+                       (False, True, True): "k"}.get((l in out_loops, l in in_a, l in in_b))
+                if key is None:
+                    ok = ext[l] == 1    # a loop of one iteration takes no part
+                    if not ok:
+                        break
+                    key = "batch"
+                groups[key].append(l)
+            if not ok or not groups["k"] or not groups["n"]:
+                continue
+            last = stmt.target_indices[-1].loops
+            score = (bool(set(last) & set(groups["n"])), math.prod(ext[l] for l in groups["n"]))
+            if found is None or score > found[0]:
+                found = (score, a, b, groups)
+        if found is None:
+            continue
+        _, a, b, groups = found
+        target = Access(stmt.target, stmt.target_indices)
+        o_coeff, _ = _flat_offsets(kernel, target)
+        if not _one_to_one(o_coeff, [l for l in stmt.loop_names if l in out_loops], ext):
+            continue
+        by_offset = lambda coeff: (lambda l: -abs(coeff.get(l, 0)))      # noqa: E731 - outer → inner
+        a_coeff, _ = _flat_offsets(kernel, a)
+        m = sorted(groups["m"], key=by_offset(o_coeff))
+        n = sorted(groups["n"], key=by_offset(o_coeff))
+        k = sorted(groups["k"], key=by_offset(a_coeff))
+        # n's inner loops whose output offset is `col` (stride 1, dense) stay in n; the outer
+        # rest run as batch loops, so the microkernel stores contiguous rows.
+        inner, stride = [], 1
+        for l in reversed(n):
+            if o_coeff.get(l, 0) != stride:
+                break
+            inner.insert(0, l)
+            stride *= ext[l]
+        contiguous = bool(inner)
+        if contiguous:
+            batch = sorted(groups["batch"] + n[:len(n) - len(inner)], key=by_offset(o_coeff))
+            n = inner
+        else:
+            batch = sorted(groups["batch"], key=by_offset(o_coeff))
+        if schedule is not None:
+            sizes = schedule.tile_sizes()
+            anchors = kernel.loop_map(index)
+            if all(all(t >= kernel.extents[anchors[l]] for t in sizes.get(anchors.get(l), ()))
+                   for l in stmt.loop_names if l in anchors):
+                continue    # an untiled (naive) schedule: the plain nest
+        epilogue = _epilogue(kernel, index, batch + m + n)
+        pk = Packed(index, a, b, tuple(batch), tuple(m), tuple(n), tuple(k),
+                    tuple(sorted(ext.items())), epilogue, contiguous)
+        if math.prod(ext.values()) < GEMM_PACK_MIN and direct_rows(kernel, pk) is None:
+            continue    # too small to pack; direct rows (no packing) pay from DIRECT_MIN_POINTS
+        return pk
+    return None
+
+
+def epilogue_point(kernel: Kernel, index: int, s: int) -> dict[str, Affine] | None:
+    """Statement `s`'s loops as indices over the contraction `index`'s loops, when `s` is an
+    elementwise statement over the contraction's output shape (no reduction, its target
+    indexed by its own loops, each once, in order: Z[n, c, h, w] = ...): its point
+    Z[x] is then computed where the contraction stores Y[x] (a grouped convolution's
+    channel c becomes fo + 10*g). None otherwise."""
+    stmt, st = kernel.statements[index], kernel.statements[s]
+    if st.reduce is not None or kernel.tensor(st.target).shape != kernel.tensor(stmt.target).shape:
+        return None
+    point: dict[str, Affine] = {}
+    for idx, at in zip(st.target_indices, stmt.target_indices):
+        loop = idx.single_loop
+        if loop is None or loop in point:
+            return None
+        point[loop] = at
+    return point if set(point) == set(st.loop_names) else None
+
+
+def _epilogue(kernel: Kernel, index: int, out_loops: list[str]) -> tuple[int, ...]:
+    """Statements right after the contraction `index` that its store can apply: elementwise
+    over its output (`epilogue_point`), where the contraction writes every element of its
+    target once, reading its result and earlier fused results only at the point being
+    stored, anything else in range."""
+    stmt = kernel.statements[index]
+    ext = stmt.extents
+    target = Access(stmt.target, stmt.target_indices)
+    if math.prod(ext[l] for l in out_loops) != kernel.tensor(stmt.target).size or not all(_in_range(kernel, target, ext)):
+        return ()
+    point = {stmt.target: tuple(stmt.target_indices)}
+    fused: list[int] = []
+    for s in range(index + 1, len(kernel.statements)):
+        st = kernel.statements[s]
+        at = epilogue_point(kernel, index, s)
+        if at is None:
+            break
+        ok = True
+        for access in st.reads():
+            moved = _substitute(access, at)
+            if access.tensor in point:
+                ok = moved.indices == point[access.tensor]
+            elif any(kernel.statements[w].target == access.tensor for w in range(index, len(kernel.statements))):
+                ok = False    # written by a statement not fused (or later): keep program order
+            else:
+                ok = all(_in_range(kernel, moved, ext))
+            if not ok:
+                break
+        if not ok or st.target in point:
+            break
+        point[st.target] = tuple(_substitute(Access(st.target, st.target_indices), at).indices)
+        fused.append(s)
+    return tuple(fused)
