@@ -437,7 +437,7 @@ def load_traces(source, filename: str = "--schedule") -> dict[str, list[Step]]:
         for n, entry in enumerate(kernels):
             if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str) or "trace" not in entry:
                 raise UserError(f"kernels[{n}] has no \"name\" and \"trace\" (a report from before traces?)",
-                                filename=filename, )
+                                filename=filename)
             out[entry["name"]] = entry["trace"]
         source = out
     if not isinstance(source, Mapping):
