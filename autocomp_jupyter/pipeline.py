@@ -117,10 +117,14 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     plan, log, rollbacks = library, [], []                       # the passes start from the library
     selected = _select_passes(passes)
     runs = _PassRuns()
+    judged: set[str] = set()                                     # passes whose gain an earlier pass was judged with
     for i, (name, run_pass) in enumerate(selected):              # fusion → tiling → scheduling
         outcome = runs.run(name, run_pass, plan, ctx)
         retile = next(((n, fn) for n, fn in selected[i + 1:] if n == "tiling"), None)
-        plan = _check_pass(name, plan, outcome, ctx, log, rollbacks, runs, retile)
+        kept = _check_pass(name, plan, outcome, ctx, log, rollbacks, runs, retile, gain_judged=name in judged)
+        if retile is not None and kept is not plan:
+            judged.add(retile[0])    # fusion was kept for its gain after tiling: tiling is part of that gain
+        plan = kept
 
     if ctx.cost(plan).total.time_s > ctx.cost(library).total.time_s:   # never worse than the baseline
         rollbacks.append(rollback_entry("pipeline", "", "the passes' plan is slower than the library baseline "
@@ -318,12 +322,17 @@ class _PassRuns:
 
 
 def _check_pass(name: str, before: Plan, outcome: PassOutcome, ctx: PassContext, log: list, rollbacks: list,
-                runs: _PassRuns, retile: tuple[str, Pass] | None = None) -> Plan:
+                runs: _PassRuns, retile: tuple[str, Pass] | None = None, gain_judged: bool = False) -> Plan:
     """Keep a pass's plan only if it verifies, stays legal and gains `min_speedup`; else
     roll it back, and mark the rules it fired as rolled back with it.
 
     A pass that runs before tiling (fusion) is judged after tiling both its input and its
-    output: fused kernels are re-tiled next, so textbook tiles would misjudge them."""
+    output: fused kernels are re-tiled next, so textbook tiles would misjudge them. The
+    tiling of a fusion kept that way is then part of the gain fusion was kept for
+    (`gain_judged`): it must still verify and be legal, but its own gain is not re-judged
+    (a fused plan keeps the library's per-op tiles until it is re-tiled, so rolling the
+    tiling back for gaining 'only' 1.15x would leave fused kernels on tiles chosen for
+    other kernels, slower than the library)."""
     rollbacks.extend(outcome.rollbacks)
     after = outcome.plan
     if after is before or (after.program == before.program and after.kernels == before.kernels
@@ -333,7 +342,7 @@ def _check_pass(name: str, before: Plan, outcome: PassOutcome, ctx: PassContext,
     entries = list(outcome.log)
     if name == "fusion" and retile is not None:                  # each fusion group must pay on its own
         after = _fusion_groups_that_pay(before, after, ctx, runs, retile, entries, rollbacks)
-    kernel, reason = _rejection(name, before, after, ctx, runs, retile)
+    kernel, reason = _rejection(name, before, after, ctx, runs, retile, gain_judged)
     if not reason:
         log.extend(entries)
         return after
@@ -364,7 +373,7 @@ def _fusion_groups_that_pay(before: Plan, after: Plan, ctx: PassContext, runs: _
 
 
 def _rejection(name: str, before: Plan, after: Plan, ctx: PassContext, runs: _PassRuns,
-               retile: tuple[str, Pass] | None) -> tuple[str, str]:
+               retile: tuple[str, Pass] | None, gain_judged: bool = False) -> tuple[str, str]:
     """(kernel, reason) why a pass's plan must be rolled back, or ("", "") to keep it."""
     verdict = ctx.verify(after.program)
     if not verdict:
@@ -372,6 +381,8 @@ def _rejection(name: str, before: Plan, after: Plan, ctx: PassContext, runs: _Pa
     illegal = _illegal_schedules(after, ctx)
     if illegal:
         return illegal[0][0], f"illegal schedule: {illegal[0][1]}"
+    if gain_judged:
+        return "", ""
     judged_before, judged_after = before, after
     if retile is not None:
         judged_before = runs.run(retile[0], retile[1], before, ctx).plan
