@@ -1279,6 +1279,11 @@ class _KernelWriter:
             for a in affine.values():
                 if a.defined_in == p.name and a.var != a.name:
                     self.emit(d, f"const long {var[a.name]} = {_rename(a.value, {**own, a.var: var[a.name] + '_s'})};")
+        self._store_and_close(stmt, target, expr, d, depth)
+
+    def _store_and_close(self, stmt, target: str, expr: str, d: int, depth: int) -> None:
+        """The statement's store at depth `d` (`+=`, `max=` or a rounded `=`), then the
+        braces of its point loops back to `depth`."""
         if stmt.reduce == "+":
             self.emit(d, f"{target} += {expr};")
         elif stmt.reduce == "max":
@@ -1342,15 +1347,10 @@ class _KernelWriter:
             self.emit(d, f"{acc} += {expr};" if stmt.reduce == "+" else f"{acc} = AC_MAX({acc}, {expr});")
             self.emit(d - 1, "}")
             self.emit(d - 1, f"{target} = {acc};")
-            d -= 1
-        elif stmt.reduce == "+":
-            self.emit(d, f"{target} += {expr};")
-        elif stmt.reduce == "max":
-            self.emit(d, f"{target} = AC_MAX({target}, {expr});")
-        else:
-            self.emit(d, f"{target} = {self.rounded(stmt.target, expr)};")
-        for dd in range(d - 1, depth - 1, -1):
-            self.emit(dd, "}")
+            for dd in range(d - 2, depth - 1, -1):
+                self.emit(dd, "}")
+            return
+        self._store_and_close(stmt, target, expr, d, depth)
 
     def register_tiled(self, stmt, depth, var, bounds, out_loops, red_loops, scope) -> None:
         """Accumulate the output tile in `acc` (registers), reduction loops outside."""
