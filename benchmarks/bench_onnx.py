@@ -171,24 +171,31 @@ ZOO = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50"
 
 
 def zoo(name: str, seed: int = 0) -> onnx.ModelProto:
-    """A zoo classic from onnx's backend test data, each ConstantOfShape weight replaced by
-    random values of its shape (1-D ones, biases and BatchNorm variances, in [0.5, 1.5])."""
-    path = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{name}.onnx"
-    model = onnx.load(str(path))
+    """A zoo classic from onnx's backend test data, its weights randomised (`randomised`)."""
+    return randomised(onnx.load(str(Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+                                    / f"light_{name}.onnx")), seed)
+
+
+def randomised(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
+    """`model` with each ConstantOfShape weight replaced by random values of its shape (the
+    light models' weights are constants: every class would score the same); 1-D ones, biases
+    and BatchNorm's (positive) variances, in [0.5, 1.5]."""
     rng = np.random.default_rng(seed)
-    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    inits = {i.name: numpy_helper.to_array(i) for i in out.graph.initializer}
     keep = []
-    for node in model.graph.node:
+    for node in out.graph.node:
         if node.op_type == "ConstantOfShape" and node.input[0] in inits:
             shape = [int(d) for d in inits[node.input[0]]]
             value = rng.standard_normal(shape) * math.sqrt(2.0 / math.prod(shape[1:])) if len(shape) >= 2 \
                 else rng.uniform(0.5, 1.5, shape)
-            model.graph.initializer.append(numpy_helper.from_array(value.astype(np.float32), node.output[0]))
+            out.graph.initializer.append(numpy_helper.from_array(value.astype(np.float32), node.output[0]))
         else:
             keep.append(node)
-    del model.graph.node[:]
-    model.graph.node.extend(keep)
-    return model
+    del out.graph.node[:]
+    out.graph.node.extend(keep)
+    return out
 
 
 MODELS = {"resnet50": resnet50, "mobilenetv2": mobilenetv2, "bert": bert_layer,

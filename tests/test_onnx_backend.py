@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import glob
-import math
 import os
 
 import numpy as np
@@ -99,29 +98,20 @@ def test_onnxruntime_passes_none_of_the_refused_cases():
 
 # --------------------------------------------------------------------------- the model zoo's classics
 
-ZOO = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet",
-       "vgg19", "zfnet512"]
+def _bench_onnx():
+    """benchmarks/bench_onnx.py, which owns the zoo list and the weight randomisation."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_onnx", os.path.join(os.path.dirname(__file__), "..", "benchmarks", "bench_onnx.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def randomised(model, seed: int = 0):
-    """`model` with each ConstantOfShape weight replaced by random values of its shape (the
-    light models' weights are constants: every class would score the same)."""
-    rng = np.random.default_rng(seed)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    inits = {i.name: numpy_helper.to_array(i) for i in out.graph.initializer}
-    keep = []
-    for node in out.graph.node:
-        if node.op_type == "ConstantOfShape" and node.input[0] in inits:
-            shape = [int(d) for d in inits[node.input[0]]]
-            value = rng.standard_normal(shape) * math.sqrt(2.0 / math.prod(shape[1:])) if len(shape) >= 2 \
-                else rng.uniform(0.5, 1.5, shape)          # 1-D: biases and BatchNorm's (positive) variances
-            out.graph.initializer.append(numpy_helper.from_array(value.astype(np.float32), node.output[0]))
-        else:
-            keep.append(node)
-    del out.graph.node[:]
-    out.graph.node.extend(keep)
-    return out
+BENCH_ONNX = _bench_onnx()
+ZOO = list(BENCH_ONNX.ZOO)
+randomised = BENCH_ONNX.randomised
 
 
 def test_the_zoo_classics_import():
