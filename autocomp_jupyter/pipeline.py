@@ -221,12 +221,14 @@ def _searched_as_well_as_the_library(plan: Plan, ctx: PassContext, executor, log
     from .baselines import library_schedule
     from .passes import rule_entry
 
+    from .canon import evaluate
+
     prefetch(plan.program, plan.kernels, ctx, executor)
     schedules = []
     for kernel, schedule in zip(plan.kernels, plan.schedules):
-        own = ctx.cost(Plan(plan.program, (kernel,), (schedule,))).total.time_s
+        own = evaluate(schedule, ctx.target).time_s               # remembered by canonical schedule
         alone = library_schedule(plan.program, kernel, ctx)
-        theirs = ctx.cost(Plan(plan.program, (kernel,), (alone,))).total.time_s
+        theirs = evaluate(alone, ctx.target).time_s
         if theirs < own * (1 - 1e-9) and _keeps_rows_whole(kernel, alone):
             log.append(rule_entry("library_search", "tiling", kernel.ops, True,
                                   f"the library's own search of kernel {kernel.name} finds a faster schedule "

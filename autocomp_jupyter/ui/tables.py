@@ -120,11 +120,12 @@ def _nest(schedule) -> str:
 
 
 def _annotation(value) -> str:
-    if isinstance(value, (tuple, list)):
-        return ",".join(_annotation(v) if isinstance(v, (tuple, list)) else str(v) for v in value) \
-            if not any(isinstance(v, (tuple, list)) for v in value) else " ".join(
-                "(" + ",".join(map(str, v)) + ")" for v in value)
-    return str(value)
+    """An annotation's value as the nest's header writes it: `i,j`, `(j,i,1)` for a skew."""
+    if not isinstance(value, (tuple, list)):
+        return str(value)
+    if any(isinstance(v, (tuple, list)) for v in value):
+        return " ".join("(" + ",".join(map(str, v)) + ")" for v in value)
+    return ",".join(map(str, value))
 
 
 def schedule_html(result) -> str:
