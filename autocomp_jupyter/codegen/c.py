@@ -914,10 +914,7 @@ class _KernelWriter:
         if parallel and NB > 1:
             e(2, f"#pragma omp parallel for schedule(dynamic, {DIRECT_CHUNK})")
         e(2, f"for (long {bt} = 0; {bt} < {NB}; ++{bt}) {{")
-        inner = 1
-        for l in reversed(pk.batch):
-            e(3, f"const long {cv[l]} = ({bt} / {inner}) % {ext[l]};")
-            inner *= ext[l]
+        self.unflatten(3, bt, pk.batch, cv, ext)
         for l in pk.m:
             e(3, f"const long {cv[l]} = 0;")
         d = 3
@@ -1008,10 +1005,7 @@ class _KernelWriter:
         if parallel and total > 1:
             e(1, f"#pragma omp parallel for schedule(dynamic, {DIRECT_CHUNK * 4})")
         e(1, f"for (long {u} = 0; {u} < {total}; ++{u}) {{")
-        inner = 1
-        for l in reversed(outs):
-            e(2, f"const long {cv[l]} = ({u} / {inner}) % {ext[l]};")
-            inner *= ext[l]
+        self.unflatten(2, u, outs, cv, ext)
         for l in pk.m:
             e(2, f"const long {cv[l]} = 0;")
         e(2, f"float {acc} = 0.0f;")
@@ -1026,6 +1020,13 @@ class _KernelWriter:
             e(x, "}")
         self.epilogue_store(pk, 2, acc, lambda access: f"{self.cname[access.tensor]}[{flat(access)}]")
         e(1, "}")
+
+    def unflatten(self, depth: int, flat: str, loops, cv: dict, ext: dict) -> None:
+        """Each of `loops` (outer → inner) as its value in the flat index `flat` over them."""
+        inner = 1
+        for l in reversed(list(loops)):
+            self.emit(depth, f"const long {cv[l]} = ({flat} / {inner}) % {ext[l]};")
+            inner *= ext[l]
 
     def window(self, index: int, dr: DirectRows) -> None:
         """Window reduction `index` (`window_rows`) as direct rows: per output row, `dr.width`
@@ -1053,10 +1054,7 @@ class _KernelWriter:
         if self.parallel and rows > 1:
             e(2, f"#pragma omp parallel for schedule(dynamic, {DIRECT_CHUNK})")
         e(2, f"for (long {row} = 0; {row} < {rows}; ++{row}) {{")
-        inner = 1
-        for l in reversed(outer):
-            e(3, f"const long {cv[l]} = ({row} / {inner}) % {ext[l]};")
-            inner *= ext[l]
+        self.unflatten(3, row, outer, cv, ext)
         init = _float(0.0 if stmt.reduce == "+" else -math.inf)
         e(3, f"float {acc}[{dr.width}];")
         e(3, "#pragma omp simd")
