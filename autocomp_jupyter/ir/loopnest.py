@@ -47,7 +47,8 @@ clipped to the tensor; their other loops run in full. A region overlapping the n
 is recomputed there (never carried). A reduction's region restarts from its initial value
 each time (`Compute.recompute`). The consumers (the anchor, or other computed-at
 statements) join the producers' tile loops. A computed-at statement reads only the kernel's
-inputs and other computed-at tensors, so every recomputation gives the same values.
+inputs, other computed-at tensors and tensors computed whole before it (it then starts a
+new instance of the tile loops, after theirs), so every recomputation gives the same values.
 
 `whole_loops(kernel)` names the anchor loops whose tiling would split a kernel this way;
 the tiling search and the tuner keep them whole (one tile), as real softmax and layernorm
@@ -591,16 +592,15 @@ def regions(kernel: Kernel) -> dict[int, dict[str, Region]]:
         if tensor not in kernel.internals:
             raise ComputeAtError(f"{where}: {tensor} is read outside the kernel (only a tensor produced "
                                  "and consumed inside it can be computed in its consumer's tiles)")
+        if kernel.tensor(tensor).dtype in ("i8", "i32"):
+            raise ComputeAtError(f"{where}: {tensor} is an integer tensor (its sums are rounded once "
+                                 "complete, which a region recomputed per tile is not)")
         writers = [i for i, st in enumerate(statements) if st.target == tensor]
         if len(writers) > 1:
             raise ComputeAtError(f"{where}: {tensor} is written by {len(writers)} statements")
         if any(idx.single_loop is None for idx in stmt.target_indices) or \
                 len({idx.single_loop for idx in stmt.target_indices}) != len(stmt.target_indices):
             raise ComputeAtError(f"{where}: {tensor} must be written with one loop per dimension")
-        for a in stmt.reads():
-            if a.tensor in {st.target for st in statements} and a.tensor not in {t for t, _, _ in kernel.compute_at}:
-                raise ComputeAtError(f"{where}: it reads {a.tensor}, which the kernel computes and does not "
-                                     f"compute at the same tiles (compute {a.tensor} at them too)")
         consumers = [c for c in range(p + 1, len(statements))
                      if any(a.tensor == tensor for a in statements[c].reads())]
         if not consumers:
@@ -666,6 +666,8 @@ def placement(kernel: Kernel, steps: Sequence[_TileStep], at_depth: dict[int, in
         joined = 0
         previous_depth = out[-1][1] if out else 0
         limit = min(previous_depth, at_depth.get(s, previous_depth))
+        if s in at_depth and any(p not in at_depth for p in producers):
+            limit = 0    # it reads a tensor computed whole: after that tensor's nest has run
         while joined < limit:
             anchor = steps[joined].anchor
             if not all((p in at_depth and joined < at_depth[p]) or may_share(kernel, p, s, anchor)
