@@ -26,6 +26,15 @@ The model (Timeloop / ZigZag style):
 * Compute. Passes of the PE array / vectors over the whole run, with edge waste of
   non-dividing tiles (ceil), divided over the compute units the parallel tile loops keep
   busy (occupancy, wave quantisation), plus systolic fill/drain per innermost tile.
+* Compute at. A statement computed at the anchor's tiles (`Kernel.compute_at`) is costed
+  as its own nest over its region: its model alone (`_ProducerModel`), with tiles of the
+  region a tile at the compute point reads (`ir.loopnest.regions`: the halo included) at
+  that level and outside it, the textbook tiling of it alone inside, clipped to the region;
+  its work, traffic and energy are then scaled by the recompute: the regions' total over
+  every tile at the compute point (halos counted in each) over the statement's own points,
+  times the tiles of loops its region does not follow (it runs again in each). Its tensor
+  is internal: no DRAM traffic, its region on chip where the consumer reads it. Producer
+  and consumer run one after the other in each tile: their times add.
 * Time. Levels whose tiles fit twice (double buffering) overlap their transfers with
   compute; others serialise with it. The first input tiles (cold start) and the last output
   tiles (drain) overlap nothing: time = max(max(compute, operand streaming) + serial
@@ -319,6 +328,9 @@ class KernelModel:
         self.elem_bytes = self.host.elem_bytes if host_c else DTYPE_BYTES.__getitem__
         self.statements = [self._statement_model(i, s, index, D, on_chip)
                            for i, s in enumerate(kernel.statements)]
+        # Statements computed at the anchor's tiles: each costed as its own nest (above).
+        self.computed = kernel.computed_at()
+        self.producers = [_ProducerModel(kernel, i, target, index) for i in sorted(self.computed)]
         # Host C runs a tiled GEMM-like kernel as a packed BLIS-style GEMM, not the tile nest.
         self.host_packed = self.host_pk = self.host_scalar = None
         if host_c:
@@ -448,6 +460,8 @@ class KernelModel:
         n, L = T.shape[0], self.n_levels
         per_tensor: dict[str, np.ndarray] = {}
         for si, st in enumerate(self.statements):
+            if si in self.computed:
+                continue      # its own nest's buffers (`_ProducerModel`)
             for ai, a in enumerate(st.accesses):
                 skip = st.in_place and (a.internal or a.kind != "read")
                 if skip and tile_bytes is None:
@@ -566,6 +580,8 @@ class KernelModel:
         stream_total = np.zeros(n)
         compute_by_unit: dict[str, np.ndarray] = {}
         for si, st in enumerate(self.statements):
+            if si in self.computed:
+                continue      # costed as its own nest below
             st_bytes = np.zeros((n, M))
             serial_bytes = np.zeros((n, M))   # traffic into levels that cannot double-buffer
             events = np.zeros((n, L))         # tile loads into each level (a latency each)
@@ -735,10 +751,20 @@ class KernelModel:
             bytes_by_level += st_bytes
             level_time += st_level_time
         time_s += np.maximum(group_busy, group_levels.max(axis=1))
+        producer_energy = np.zeros(n)
+        for producer in self.producers:      # computed at the anchor's tiles: its own nest, recomputed
+            cost, mult = producer.evaluate(tiles, orders, counts)
+            time_s += cost.time_s * mult
+            compute_s += cost.compute_s * mult
+            bytes_by_level += cost.bytes * mult[:, None]
+            level_time += cost.level_time_s * mult[:, None]
+            # its compute energy (its traffic's is in bytes_by_level's, below)
+            producer_energy += (cost.energy_j - (cost.bytes * self.energy_per_byte[None, :]).sum(axis=1)) * mult
         if self.host is not None:   # host C: the paths that replace the nest (packed, direct rows)
             time_s = self.host.seconds(self, schedule_tiles, parallel, time_s)
         energy = (bytes_by_level * self.energy_per_byte[None, :]).sum(axis=1) \
             + (mac_points + vector_ops) * target.energy_pj_per_mac * 1e-12
+        energy = energy + producer_energy
         dram = bytes_by_level[:, -1]
         flops = np.full(n, self.flops)
         return BatchCost(
@@ -754,6 +780,83 @@ class KernelModel:
             drain_s=drain_total, stream_s=stream_total,
             compute_by_unit=compute_by_unit,
         )
+
+
+class _ProducerModel:
+    """A statement computed at the anchor's tiles, costed as its own nest over its region
+    (see the module docstring, "Compute at")."""
+
+    def __init__(self, kernel: Kernel, index: int, target: Target, anchor_index: Mapping[str, int]):
+        from ..ir.loopnest import regions
+
+        stmt = kernel.statements[index]
+        self.loop, self.level = kernel.computed_at()[index]
+        self.levels = target.tiling_levels
+        self.kernel = _producer_kernel(kernel, index)
+        self.model = kernel_model(self.kernel, target)
+        self.extents = np.array([l.extent for l in stmt.loops], dtype=float)
+        self.anchor_extents = np.array([l.extent for l in kernel.loops], dtype=float)
+        self.anchor_index = dict(anchor_index)
+        # Per own loop: (primary anchor index or -1, its scale, lo, hi) — other region terms
+        # run whole (an untiled 1x1 kernel window): they widen the region by scale*extent.
+        self.spans = []
+        for l in stmt.loops:
+            r = regions(kernel)[index][l.name]
+            if not r.terms:
+                self.spans.append((-1, 0, r.lo, r.hi))
+                continue
+            primary = max(r.terms, key=lambda t: t[1] * kernel.extents[t[0]])
+            hi = r.hi + sum(k * kernel.extents[a] for a, k in r.terms if (a, k) != primary)
+            self.spans.append((anchor_index[primary[0]], primary[1], r.lo, hi))
+        self.followed = {a for a, _, _, _ in self.spans if a >= 0}
+        inner = textbook_schedule(self.kernel, target).tile_sizes(self.levels)
+        self.inner_tiles = np.array([inner[l.name] for l in stmt.loops], dtype=float)   # [D_P, L]
+
+    def evaluate(self, tiles, orders, counts) -> tuple["BatchCost", np.ndarray]:
+        """(its cost over its whole region once, the recompute factor) per candidate."""
+        n, D, L = tiles.shape
+        levels = self.levels
+        at = levels.index(self.level) if self.level in levels else L - 1
+        loop = self.anchor_index[self.loop]
+        # Each anchor loop's tile (and tile count) at the compute point: at its level when it
+        # comes at or before the compute loop in the order there, else one level out.
+        position = np.argsort(orders[:, at, :], axis=1)                       # [n, D] place in the order
+        inside = position <= position[:, [loop]]
+        outer = max(at - 1, 0)
+        T_point = np.where(inside, tiles[:, :, at], tiles[:, :, outer] if at else self.anchor_extents[None, :])
+        n_point = np.where(inside, counts[:, at, :], counts[:, outer, :] if at else 1.0)
+        sub = np.empty((n, len(self.spans), L))
+        mult = np.ones(n)
+        for d, (a, k, lo, hi) in enumerate(self.spans):
+            ext = self.extents[d]
+            if a < 0:
+                length = np.full(n, float(max(0, min(ext, hi) - max(0, lo))))
+                sub[:, d, :] = np.minimum(length[:, None], self.inner_tiles[d][None, :])
+                sub[:, d, : at + 1] = length[:, None]
+                continue
+            region = lambda t: np.clip(k * t + hi - lo, 1, ext)               # noqa: E731
+            sub[:, d, :] = np.minimum(region(tiles[:, a, :].astype(float)), self.inner_tiles[d][None, :])
+            sub[:, d, : at + 1] = region(T_point[:, a])[:, None]
+            # Rows computed over all tiles at the point: each tile's region, the borders clipped.
+            Ea = self.anchor_extents[a]
+            total = k * Ea + n_point[:, a] * (hi - lo) - max(0, -lo) - np.maximum(0.0, k * Ea + hi - ext)
+            mult *= np.clip(total, 1.0, None) / ext
+        for a in range(D):       # loops its region does not follow: it runs again in each of their tiles
+            if a not in self.followed:
+                mult *= n_point[:, a]
+        sub = np.maximum(np.minimum.accumulate(np.floor(sub), axis=2), 1).astype(np.int64)
+        return self.model.evaluate_batch(sub), mult
+
+
+def _producer_kernel(kernel: Kernel, index: int) -> Kernel:
+    """Statement `index` of `kernel` alone, its target internal (it never reaches DRAM)."""
+    stmt = kernel.statements[index]
+    reads = tuple(dict.fromkeys(a.tensor for a in stmt.reads()))
+    names = reads + ((stmt.target,) if stmt.target not in reads else ())
+    return Kernel(name=f"{kernel.name}.{stmt.target}", ops=(stmt.target,), statements=(stmt,), loops=stmt.loops,
+                  inputs=tuple(t for t in reads if t != stmt.target), outputs=(), internals=(stmt.target,),
+                  tensors=tuple(kernel.tensor(t) for t in names), anchor=0,
+                  loop_maps=(tuple((l.name, l.name) for l in stmt.loops),))
 
 
 def _fill_cycles(compute, fills, stream_cycles):
