@@ -752,14 +752,34 @@ class KernelModel:
             level_time += st_level_time
         time_s += np.maximum(group_busy, group_levels.max(axis=1))
         producer_energy = np.zeros(n)
+        if self.producers:
+            # Producer and consumer nests alternate tile by tile: where they run on different
+            # datapaths (a PE array, a vector unit) one tile's producer overlaps the previous
+            # tile's consumer, so the kernel takes its busiest datapath's work or its busiest
+            # channel's traffic, whichever is longer, plus what overlaps nothing (each part's
+            # serial transfers, cold start and drain); on one datapath the work adds up.
+            busy = {u: np.asarray(v, dtype=float) * np.ones(n) for u, v in compute_by_unit.items()}
+            channels = level_time.copy()
+            alone = time_s.copy()
+            extra = np.zeros(n)
         for producer in self.producers:      # computed at the anchor's tiles: its own nest, recomputed
             cost, mult = producer.evaluate(tiles, orders, counts)
-            time_s += cost.time_s * mult
+            alone += cost.time_s * mult
+            for u, v in (cost.compute_by_unit or {}).items():
+                busy[u] = busy.get(u, 0.0) + v * mult
+            channels += cost.level_time_s * mult[:, None]
+            extra += (cost.serial_s + cost.cold_s + cost.drain_s) * mult
             compute_s += cost.compute_s * mult
             bytes_by_level += cost.bytes * mult[:, None]
             level_time += cost.level_time_s * mult[:, None]
             # its compute energy (its traffic's is in bytes_by_level's, below)
             producer_energy += (cost.energy_j - (cost.bytes * self.energy_per_byte[None, :]).sum(axis=1)) * mult
+        if self.producers:
+            overlapped = np.maximum(np.max(np.stack(list(busy.values())), axis=0), channels.max(axis=1)) \
+                + serial_total + cold_total + drain_total + extra
+            time_s = np.minimum(alone, np.maximum(overlapped, time_s))
+            for u, v in busy.items():
+                compute_by_unit[u] = v
         if self.host is not None:   # host C: the paths that replace the nest (packed, direct rows)
             time_s = self.host.seconds(self, schedule_tiles, parallel, time_s)
         energy = (bytes_by_level * self.energy_per_byte[None, :]).sum(axis=1) \
@@ -809,8 +829,11 @@ class _ProducerModel:
             hi = r.hi + sum(k * kernel.extents[a] for a, k in r.terms if (a, k) != primary)
             self.spans.append((anchor_index[primary[0]], primary[1], r.lo, hi))
         self.followed = {a for a, _, _, _ in self.spans if a >= 0}
-        inner = textbook_schedule(self.kernel, target).tile_sizes(self.levels)
+        # Inside the region it runs as the tiling search schedules it alone (cached by structure).
+        own = _searched_alone(self.kernel, target)
+        inner = own.tile_sizes(self.levels)
         self.inner_tiles = np.array([inner[l.name] for l in stmt.loops], dtype=float)   # [D_P, L]
+        _, self.orders, self.parallel, self.vectorize = self.model.schedule_arrays(own)
 
     def evaluate(self, tiles, orders, counts) -> tuple["BatchCost", np.ndarray]:
         """(its cost over its whole region once, the recompute factor) per candidate."""
@@ -845,16 +868,30 @@ class _ProducerModel:
             if a not in self.followed:
                 mult *= n_point[:, a]
         sub = np.maximum(np.minimum.accumulate(np.floor(sub), axis=2), 1).astype(np.int64)
-        return self.model.evaluate_batch(sub), mult
+        return self.model.evaluate_batch(sub, np.broadcast_to(self.orders, (n,) + self.orders.shape[1:]),
+                                         self.parallel, np.broadcast_to(self.vectorize, (n,))), mult
+
+
+def _searched_alone(kernel: Kernel, target: Target) -> Schedule:
+    """The tiling search's schedule of a one-statement kernel (textbook tiles where it finds
+    none that fits)."""
+    from ..rules.tiling import level_mapping, search_tiles
+
+    levels = target.tiling_levels
+    found = search_tiles(kernel, target, None, level_mapping(list(levels), levels), {})
+    return found[0] if found is not None else textbook_schedule(kernel, target)
 
 
 def _producer_kernel(kernel: Kernel, index: int) -> Kernel:
-    """Statement `index` of `kernel` alone, its target internal (it never reaches DRAM)."""
+    """Statement `index` of `kernel` alone, its target and the kernel's own tensors it reads
+    internal (they never reach DRAM)."""
     stmt = kernel.statements[index]
     reads = tuple(dict.fromkeys(a.tensor for a in stmt.reads()))
     names = reads + ((stmt.target,) if stmt.target not in reads else ())
+    on_chip = set(kernel.internals)      # what it reads of the kernel's own tensors is on chip too
     return Kernel(name=f"{kernel.name}.{stmt.target}", ops=(stmt.target,), statements=(stmt,), loops=stmt.loops,
-                  inputs=tuple(t for t in reads if t != stmt.target), outputs=(), internals=(stmt.target,),
+                  inputs=tuple(t for t in reads if t != stmt.target),
+                  outputs=(), internals=(stmt.target,) + tuple(t for t in reads if t in on_chip and t != stmt.target),
                   tensors=tuple(kernel.tensor(t) for t in names), anchor=0,
                   loop_maps=(tuple((l.name, l.name) for l in stmt.loops),))
 
