@@ -14,6 +14,7 @@ each chain is decided on its own, and a longer chain only where it beats the sho
 """
 from __future__ import annotations
 
+from ..accel.host_model import runs_generated_c
 from ..canon import evaluate
 from ..ir.loopnest import ComputeAtError, regions
 from ..ir.plan import Plan
@@ -26,6 +27,7 @@ from .tiling import level_mapping, search_tiles
 PASS = "fusion"
 MAX_CHAIN = 3            # kernels in one chain (an inverted residual: expand, depthwise, project)
 MAX_POINTS = 6           # compute points searched per chain
+MIN_GAIN = 0.01          # a chain must save at least this fraction of its kernels' time
 
 
 def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[dict]]:
@@ -36,6 +38,11 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
     if not rules:
         return plan, log, rollbacks
     program = plan.program
+    if runs_generated_c(ctx.target):
+        # Host C runs a chain's tree as plain nests, its contractions off the packed paths
+        # that make them fast there: not worth it until those paths take regions.
+        log.append(rule_entry(rules[0].name, PASS, [], False, "host C: chains stay per kernel (packed paths)"))
+        return plan, log, rollbacks
     kernels, schedules = list(plan.kernels), list(plan.schedules)
     out_k: list[Kernel] = []
     out_s: list[Schedule] = []
@@ -66,7 +73,7 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
                 schedule, seconds, searched = found
                 # against the best so far: the shorter chain fused, the rest as they are
                 floor = best[3] + sum(times[best[0]:length]) if best is not None else alone
-                if seconds >= floor * (1 - 1e-9):
+                if seconds >= floor * (1 - MIN_GAIN):
                     log.append(rule_entry(rule.name, PASS, _ops(chain), False,
                                           f"no gain: {seconds * 1e6:.1f} us fused vs {floor * 1e6:.1f} us "
                                           f"({'the shorter chain' if best else 'its kernels as they are'}; "
