@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))        # this checkout's package, not whichever one is installed
 
 
 def example_files(dirs: list[str]) -> dict[str, Path]:
@@ -47,7 +48,7 @@ def record(out: str, tunes: list[int], presets: list[str], dirs: list[str]) -> i
                              "verified": bool(r["verified"]), "wall_s": round(time.perf_counter() - t0, 2)}
                 print(f"{key:45s} optimized {rows[key]['optimized_s']:.6e} s  library {rows[key]['library_s']:.6e} s"
                       f"  ({rows[key]['wall_s']} s)", flush=True)
-    meta = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    meta = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M:%S"), "package": autocomp.__file__,
             "wall_s": round(time.perf_counter() - started, 1)}
     Path(out).write_text(json.dumps({"meta": meta, "runs": rows}, indent=1, sort_keys=True))
     print(f"{len(rows)} runs -> {out} ({meta['wall_s']} s)")
