@@ -581,7 +581,10 @@ def regions(kernel: Kernel) -> dict[int, dict[str, Region]]:
                 lo, hi = lo + min(a, b), hi + max(a, b)
                 continue
             for anchor, k in r.terms:
-                terms[anchor] = terms.get(anchor, 0) + c * k
+                if kernel.extents[anchor] == 1:     # a loop of one trip: its tile is [0, 1)
+                    hi += c * k
+                else:
+                    terms[anchor] = terms.get(anchor, 0) + c * k
             lo, hi = lo + c * r.lo, hi + c * (r.hi - 1)
         return Region(tuple(sorted(terms.items())), lo, hi + 1)
 
