@@ -330,7 +330,7 @@ class KernelModel:
                            for i, s in enumerate(kernel.statements)]
         # Statements computed at the anchor's tiles: each costed as its own nest (above).
         self.computed = kernel.computed_at()
-        self.producers = [_ProducerModel(kernel, i, target, index) for i in sorted(self.computed)]
+        self.producers = [_ProducerModel(kernel, group, target, index) for group in _producer_groups(kernel)]
         # Host C runs a tiled GEMM-like kernel as a packed BLIS-style GEMM, not the tile nest.
         self.host_packed = self.host_pk = self.host_scalar = None
         if host_c:
@@ -802,17 +802,35 @@ class KernelModel:
         )
 
 
-class _ProducerModel:
-    """A statement computed at the anchor's tiles, costed as its own nest over its region
-    (see the module docstring, "Compute at")."""
+def _producer_groups(kernel: Kernel) -> list[tuple[int, ...]]:
+    """The computed-at statements as nests: each contraction (or first statement) with the
+    elementwise statements after it that read it (its epilogue: applied to its tile on chip,
+    as in any fused kernel), in program order."""
+    groups: list[list[int]] = []
+    for i in sorted(kernel.computed_at()):
+        st = kernel.statements[i]
+        previous = groups[-1] if groups else None
+        reads = {a.tensor for a in st.reads()}
+        if (previous is not None and st.reduce is None and not st.reduction_loops and previous[-1] == i - 1
+                and kernel.statements[previous[-1]].target in reads):
+            previous.append(i)
+        else:
+            groups.append([i])
+    return [tuple(g) for g in groups]
 
-    def __init__(self, kernel: Kernel, index: int, target: Target, anchor_index: Mapping[str, int]):
+
+class _ProducerModel:
+    """Statements computed at the anchor's tiles (a contraction and its epilogue), costed as
+    their own nest over their region (see the module docstring, "Compute at")."""
+
+    def __init__(self, kernel: Kernel, group: tuple[int, ...], target: Target, anchor_index: Mapping[str, int]):
         from ..ir.loopnest import regions
 
+        index = group[0]
         stmt = kernel.statements[index]
         self.loop, self.level = kernel.computed_at()[index]
         self.levels = target.tiling_levels
-        self.kernel = _producer_kernel(kernel, index)
+        self.kernel = _producer_kernel(kernel, group)
         self.model = kernel_model(self.kernel, target)
         self.extents = np.array([l.extent for l in stmt.loops], dtype=float)
         self.anchor_extents = np.array([l.extent for l in kernel.loops], dtype=float)
@@ -882,18 +900,22 @@ def _searched_alone(kernel: Kernel, target: Target) -> Schedule:
     return found[0] if found is not None else textbook_schedule(kernel, target)
 
 
-def _producer_kernel(kernel: Kernel, index: int) -> Kernel:
-    """Statement `index` of `kernel` alone, its target and the kernel's own tensors it reads
-    internal (they never reach DRAM)."""
-    stmt = kernel.statements[index]
-    reads = tuple(dict.fromkeys(a.tensor for a in stmt.reads()))
-    names = reads + ((stmt.target,) if stmt.target not in reads else ())
-    on_chip = set(kernel.internals)      # what it reads of the kernel's own tensors is on chip too
-    return Kernel(name=f"{kernel.name}.{stmt.target}", ops=(stmt.target,), statements=(stmt,), loops=stmt.loops,
-                  inputs=tuple(t for t in reads if t != stmt.target),
-                  outputs=(), internals=(stmt.target,) + tuple(t for t in reads if t in on_chip and t != stmt.target),
+def _producer_kernel(kernel: Kernel, group: tuple[int, ...]) -> Kernel:
+    """Statements `group` of `kernel` as a kernel of their own, anchored at the first; what
+    they write and the kernel's own tensors they read are internal (never in DRAM)."""
+    from ..ir.schedule import _map_loops
+
+    statements = tuple(kernel.statements[i] for i in group)
+    written = [st.target for st in statements]
+    reads = [a.tensor for st in statements for a in st.reads()]
+    names = tuple(dict.fromkeys(reads + written))
+    on_chip = set(kernel.internals) | set(written)
+    maps = _map_loops(statements, 0)
+    return Kernel(name=f"{kernel.name}.{'_'.join(written)}", ops=tuple(written), statements=statements,
+                  loops=statements[0].loops, inputs=tuple(t for t in dict.fromkeys(reads) if t not in written),
+                  outputs=(), internals=tuple(t for t in names if t in on_chip),
                   tensors=tuple(kernel.tensor(t) for t in names), anchor=0,
-                  loop_maps=(tuple((l.name, l.name) for l in stmt.loops),))
+                  loop_maps=tuple(tuple(sorted(m.items())) for m in maps))
 
 
 def _fill_cycles(compute, fills, stream_cycles):
