@@ -872,8 +872,8 @@ class _ProducerModel:
             ext = self.extents[d]
             if a < 0:
                 length = np.full(n, float(max(0, min(ext, hi) - max(0, lo))))
+                # not split by the consumer's tiles: tiled inside as it is alone
                 sub[:, d, :] = np.minimum(length[:, None], self.inner_tiles[d][None, :])
-                sub[:, d, : at + 1] = length[:, None]
                 continue
             region = lambda t: np.clip(k * t + hi - lo, 1, ext)               # noqa: E731
             sub[:, d, :] = np.minimum(region(tiles[:, a, :].astype(float)), self.inner_tiles[d][None, :])
@@ -890,14 +890,53 @@ class _ProducerModel:
                                          self.parallel, np.broadcast_to(self.vectorize, (n,))), mult
 
 
-def _searched_alone(kernel: Kernel, target: Target) -> Schedule:
-    """The tiling search's schedule of a one-statement kernel (textbook tiles where it finds
-    none that fits)."""
-    from ..rules.tiling import level_mapping, search_tiles
+# The tiling search (rules/tiling.py, a layer above) registers itself here: a producer nest
+# is scheduled inside its region as that search schedules it alone.
+_PRODUCER_SEARCH = []
 
+
+def register_producer_search(fn) -> None:
+    """`fn(kernel, target) -> Schedule | None`: how producer nests are scheduled alone."""
+    _PRODUCER_SEARCH[:] = [fn]
+
+
+@cached("cost.producer_alone", 256)
+def _searched_alone(kernel: Kernel, target: Target) -> Schedule:
+    """A good schedule of a producer nest alone: the registered search's, else from the
+    textbook tiles the best of the neighbours (one tile doubled or halved at one level)
+    round after round, scored as a batch."""
+    found = _PRODUCER_SEARCH[0](kernel, target) if _PRODUCER_SEARCH else None
+    if found is not None:
+        return found
+    start = textbook_schedule(kernel, target)
+    model = kernel_model(kernel, target)
     levels = target.tiling_levels
-    found = search_tiles(kernel, target, None, level_mapping(list(levels), levels), {})
-    return found[0] if found is not None else textbook_schedule(kernel, target)
+    tiles, orders, parallel, vectorize = model.schedule_arrays(start)
+    best = tiles[0].astype(np.int64)
+    score = model.evaluate_batch(best[None], orders, parallel, vectorize).time_s[0]
+    ext = model.extents
+    for _ in range(24):
+        moves = []
+        for d in range(best.shape[0]):
+            for h in range(best.shape[1]):
+                for size in (best[d, h] * 2, best[d, h] // 2):
+                    if 1 <= size <= ext[d] and size != best[d, h]:
+                        t = best.copy()
+                        t[d, h] = size
+                        moves.append(np.minimum.accumulate(np.maximum(t, 1), axis=1))
+        if not moves:
+            break
+        batch = np.stack(moves)
+        cost = model.evaluate_batch(batch, np.broadcast_to(orders, (len(moves),) + orders.shape[1:]), parallel,
+                                    np.broadcast_to(vectorize, (len(moves),)))
+        ok = cost.spill_ratio <= 0.05
+        times = np.where(ok, cost.time_s, np.inf)
+        pick = int(np.argmin(times))
+        if not times[pick] < score * (1 - 1e-9):
+            break
+        best, score = batch[pick], times[pick]
+    return start.with_tiles({l.name: {lv: int(best[d, h]) for h, lv in enumerate(levels)}
+                             for d, l in enumerate(kernel.loops)})
 
 
 def _producer_kernel(kernel: Kernel, group: tuple[int, ...]) -> Kernel:

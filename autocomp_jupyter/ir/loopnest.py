@@ -613,6 +613,7 @@ def regions(kernel: Kernel) -> dict[int, dict[str, Region]]:
                 raise ComputeAtError(f"{where}: {tensor} is read by {statements[c].target}, which is neither "
                                      "the kernel's anchor nor computed at its tiles")
         dims: list[Region | None] = [None] * len(stmt.target_indices)
+        extent = [stmt.extents[idx.single_loop] for idx in stmt.target_indices]
         for c in consumers:
             R = ranges(c)
             for a in statements[c].reads():
@@ -625,6 +626,8 @@ def regions(kernel: Kernel) -> dict[int, dict[str, Region]]:
                         dims[d] = r
                     elif old.terms == r.terms:
                         dims[d] = Region(r.terms, min(old.lo, r.lo), max(old.hi, r.hi))
+                    elif any(not x.terms and x.lo <= 0 and x.hi >= extent[d] for x in (old, r)):
+                        dims[d] = Region((), 0, extent[d])         # one consumer reads it all: all of it
                     else:
                         raise ComputeAtError(f"{where}: dimension {d} of {tensor} is read along different loops")
         own = {idx.single_loop: dims[d] for d, idx in enumerate(stmt.target_indices)}

@@ -25,7 +25,7 @@ from ..verify import verify_schedule
 from .tiling import level_mapping, search_tiles
 
 PASS = "fusion"
-MAX_CHAIN = 3            # kernels in one chain (an inverted residual: expand, depthwise, project)
+MAX_CHAIN = 6            # kernels in one chain (attention as comprehensions: six)
 MAX_POINTS = 6           # compute points searched per chain
 MIN_GAIN = 0.01          # a chain must save at least this fraction of its kernels' time
 
@@ -52,9 +52,10 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
         times = [evaluate(s, ctx.target).time_s for s in schedules[i:i + MAX_CHAIN]]
         tried = None
         for rule in rules:
-            n = _matched(rule, program, kernels[i:i + MAX_CHAIN])
-            if n < 2:
+            lengths = _matched(rule, program, kernels[i:i + MAX_CHAIN])
+            if not lengths:
                 continue
+            n = lengths[-1]
             if not rule.applies_to(ctx.target.name):
                 why = "disabled" if not rule.enabled else f"not for target '{ctx.target.name}' (targets: {rule.where()})"
                 log.append(rule_entry(rule.name, PASS, _ops(kernels[i:i + n]), False, why))
@@ -63,7 +64,7 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
                 log.append(rule_entry(rule.name, PASS, _ops(kernels[i:i + n]), False, f"subsumed by '{tried}'"))
                 continue
             tried = rule.name
-            for length in range(2, n + 1):
+            for length in lengths:
                 chain = kernels[i:i + length]
                 alone = sum(times[:length])
                 found = _fused(program, chain, ctx)
@@ -109,21 +110,22 @@ def _anchor_op(program: Program, kernel: Kernel):
     return next(op for op in program.ops if op.name in kernel.ops and kernel.anchor_statement in op.statements)
 
 
-def _matched(rule, program: Program, kernels: list[Kernel]) -> int:
-    """How many of `kernels` (consecutive) the rule's pattern matches by their anchor ops,
-    each feeding only the next one."""
+def _matched(rule, program: Program, kernels: list[Kernel]) -> list[int]:
+    """The chain lengths (>= 2, ascending) of `kernels` (consecutive) whose anchor ops the
+    rule's pattern matches whole, every tensor of all but the last read only inside."""
+    if rule.match is None:
+        return []
     anchors = [_anchor_op(program, k) for k in kernels]
-    n = rule.match.match_chain(anchors) if rule.match is not None else 0
-    for j in range(1, n):
-        if not _feeds_only(program, kernels[j - 1], kernels[j]):
-            return j
-    return n
+    return [n for n in range(2, len(kernels) + 1)
+            if rule.match.match_chain(anchors[:n]) == n and _closed(program, kernels[:n])]
 
 
-def _feeds_only(program: Program, first: Kernel, second: Kernel) -> bool:
-    """Every output of `first` is read by `second` alone and is not a program output."""
-    return all(t not in program.outputs and {op.name for op in program.readers(t)} <= set(second.ops)
-               for t in first.outputs)
+def _closed(program: Program, chain: list[Kernel]) -> bool:
+    """Every output of the chain's kernels but the last is read inside the chain alone and
+    is not a program output (it can stay on chip)."""
+    inside = {op for k in chain for op in k.ops}
+    return all(t not in program.outputs and {op.name for op in program.readers(t)} <= inside
+               for k in chain[:-1] for t in k.outputs)
 
 
 def chain_kernel(program: Program, chain: list[Kernel]) -> Kernel:

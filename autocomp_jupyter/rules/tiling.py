@@ -46,7 +46,7 @@ from dataclasses import replace
 import numpy as np
 
 from .. import poly
-from ..accel.cost import datapath_of, kernel_model, library_schedule
+from ..accel.cost import datapath_of, kernel_model, library_schedule, register_producer_search
 from ..caches import LRU
 from ..canon import canonical_kernel, evaluate, schedule_key
 from ..ir.loopnest import whole_loops
@@ -439,3 +439,13 @@ def _to_schedule(kernel: Kernel, current: Schedule | None, tiles, orders, target
     if vec >= 0:
         annotations["vectorize"] = names[vec]   # what the tiles were scored with
     return Schedule(kernel, tiles=tile_map, order=order, annotations=annotations, levels=tuple(target_levels))
+
+
+def _producer_schedule(kernel: Kernel, target) -> Schedule | None:
+    """The search's schedule of a producer nest alone (accel/cost.py costs a compute_at
+    producer over its region as this schedules it)."""
+    found = search_tiles(kernel, target, None, level_mapping(list(target.tiling_levels), target.tiling_levels), {})
+    return found[0] if found is not None else None
+
+
+register_producer_search(_producer_schedule)
