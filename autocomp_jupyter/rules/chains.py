@@ -15,7 +15,8 @@ each chain is decided on its own, and a longer chain only where it beats the sho
 from __future__ import annotations
 
 from ..accel.host_model import runs_generated_c
-from ..canon import evaluate
+from ..caches import LRU
+from ..canon import canonical_kernel, evaluate
 from ..ir.loopnest import ComputeAtError, regions
 from ..ir.plan import Plan
 from ..ir.program import Program
@@ -61,7 +62,6 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
                 log.append(rule_entry(rule.name, PASS, _ops(kernels[i:i + n]), False, why))
                 continue
             if tried is not None:      # the first rule that matches decides (the rules' order)
-                log.append(rule_entry(rule.name, PASS, _ops(kernels[i:i + n]), False, f"subsumed by '{tried}'"))
                 continue
             tried = rule.name
             for length in lengths:
@@ -147,13 +147,39 @@ def _name(ops) -> str:
 
 
 def _fused(program: Program, chain: list[Kernel], ctx: PassContext):
-    """(schedule, seconds, compute points searched) of the chain fused, or why it cannot be."""
-    target = ctx.target
+    """(schedule, seconds, compute points searched) of the chain fused, or why it cannot be.
+    Remembered by the fused kernel's structure: a network's repeated blocks search once."""
     try:
         kernel = chain_kernel(program, chain)
-        spans = regions(kernel)
+        regions(kernel)
     except (ComputeAtError, KeyError) as err:
         return f"cannot compute at the last kernel's tiles: {err}"
+    key = (canonical_kernel(kernel), ctx.target, repr(sorted(ctx.rules.tiling.items())),
+           repr(sorted(ctx.rules.scheduling.items())), ctx.seed)
+    hit = _SEARCHED.get(key)
+    if hit is None:
+        hit = _search_chain(program, kernel, ctx)
+        if not isinstance(hit, str):
+            schedule, seconds, searched = hit
+            hit = (schedule.kernel.compute_at, dict(schedule.tiles), dict(schedule.order),
+                   dict(schedule.annotations), schedule.levels, seconds, searched)
+        _SEARCHED.put(key, hit)
+    if isinstance(hit, str):
+        return hit
+    points, tiles, order, annotations, levels, seconds, searched = hit
+    at = kernel
+    for (tensor, _, _), (_, loop, level) in zip(kernel.compute_at, points):
+        at = at.with_compute_at(tensor, loop, level)
+    return Schedule(at, tiles=tiles, order=order, annotations=annotations, levels=levels), seconds, searched
+
+
+# Chain searches by the fused kernel's canonical form, target, rule parameters and seed.
+_SEARCHED = LRU("chains.search", 512)
+
+
+def _search_chain(program: Program, kernel: Kernel, ctx: PassContext):
+    target = ctx.target
+    spans = regions(kernel)
     followed = {a for loops in spans.values() for r in loops.values() for a, _ in r.terms}
     extents = kernel.extents
     loops = sorted((l for l in followed if extents[l] > 1), key=lambda l: -extents[l])
