@@ -29,6 +29,7 @@ levels outer → inner):
 | `unroll` | loop, factor | unrolls the innermost point loop, which `loop` must be, by `factor` |
 | `skew` | loop, by, factor | the point loop of `loop` runs over loop + factor*by (affine bounds; a wavefront when `loop` is outside `by`) |
 | `reverse` | loop | the point loop of `loop` runs from its last value down |
+| `stage` | tensor, level | holds `tensor`'s tiles at `level` (copied in before that level's loops run), even where the level's roles would let it stream past |
 | `compute_at` | tensor, loop, level | the statements writing `tensor` run inside the anchor's tile loop over `loop` at `level`, over the region that tile reads (a halo is recomputed) |
 
 A new primitive is one `@primitive` function here (its checks and its rewrite); where it
@@ -269,6 +270,25 @@ def compute_at(schedule: Schedule, tensor: str, loop: str, level: str) -> Schedu
     return replace(schedule, kernel=computed)
 
 
+@primitive
+def stage(schedule: Schedule, tensor: str, level: str) -> Schedule:
+    """Hold `tensor`'s tiles at `level`: they are copied in before the loops of that level
+    run, and reused from there, even where the level's roles (weights, activations,
+    outputs) would let the tensor stream past it (a Gemmini accumulator holding inputs, a
+    register file holding activations). The cost model charges the copies and the
+    footprint; the pseudo-kernel shows the DMA."""
+    check = _Refuse(schedule, "stage")
+    level = check.level(level)
+    names = [t.name for t in schedule.kernel.tensors]
+    if not isinstance(tensor, str) or tensor not in names:
+        raise UnknownLoopError(f"no tensor {tensor!r} in this kernel; it uses {', '.join(names)}",
+                               primitive="stage", hint=_hint(tensor, names))
+    staged = tuple(tuple(x) for x in schedule.annotations.get("stage", ()) or ())
+    if (tensor, level) in staged:
+        raise BadArgumentError(f"{tensor} is already staged at {level}", primitive="stage")
+    return _annotate(schedule, stage=staged + ((tensor, level),))
+
+
 def _annotate(schedule: Schedule, **values) -> Schedule:
     return replace(schedule, annotations={**schedule.annotations, **values})
 
@@ -365,6 +385,8 @@ def trace_of(schedule: Schedule) -> list[Step]:
     for tensor, loop, level in kernel.compute_at:
         steps.append({"primitive": "compute_at", "tensor": tensor, "loop": loop, "level": level})
     ann = schedule.annotations
+    for tensor, level in ann.get("stage", ()) or ():
+        steps.append({"primitive": "stage", "tensor": tensor, "level": level})
     for loop, by, factor in ann.get("skew", ()) or ():
         steps.append({"primitive": "skew", "loop": loop, "by": by, "factor": int(factor)})
     for loop in ann.get("reverse", ()) or ():

@@ -295,9 +295,10 @@ class _StatementModel:
 class KernelModel:
     """A kernel compiled against a target: the constant parts of the cost model."""
 
-    def __init__(self, kernel: Kernel, target: Target):
+    def __init__(self, kernel: Kernel, target: Target, staged: tuple[tuple[str, str], ...] = ()):
         self.kernel = kernel
         self.target = target
+        self.staged = frozenset(staged)    # (tensor, level): held there whatever the level's roles
         self.loop_names = kernel.loop_names
         self.extents = np.array([l.extent for l in kernel.loops], dtype=np.int64)
         D = len(self.extents)
@@ -368,7 +369,7 @@ class KernelModel:
                     else:
                         local_add[r] += abs(c) * (local[loop] - 1)
             # Levels that do not hold the access's role are bypassed (target.ROLES).
-            chain = tuple(h for h, lv in enumerate(on_chip) if role in lv.roles)
+            chain = tuple(h for h, lv in enumerate(on_chip) if role in lv.roles or (tensor, lv.name) in self.staged)
             accesses.append(_AccessModel(
                 tensor=tensor, coeff=coeff, local_add=local_add,
                 dims=np.array(t.shape if len(t.shape) == len(indices) else [1 << 62] * len(indices), dtype=float),
@@ -1105,9 +1106,10 @@ def datapath_of(compute, st: "_StatementModel") -> Datapath:
 
 
 @cached("cost.kernel_model", 256)
-def kernel_model(kernel: Kernel, target: Target) -> KernelModel:
-    """The compiled cost model of `kernel` on `target` (cached)."""
-    return KernelModel(kernel, target)
+def kernel_model(kernel: Kernel, target: Target, staged: tuple[tuple[str, str], ...] = ()) -> KernelModel:
+    """The compiled cost model of `kernel` on `target` (cached); `staged`: a schedule's
+    `stage` annotation, (tensor, level) pairs held at levels their role would bypass."""
+    return KernelModel(kernel, target, tuple(staged))
 
 
 def evaluate_batch(kernel: Kernel, target, tiles, orders=None, parallel=None, vectorize=None) -> BatchCost:
@@ -1124,7 +1126,7 @@ def evaluate_batch(kernel: Kernel, target, tiles, orders=None, parallel=None, ve
 def evaluate(schedule: Schedule, target) -> KernelCost:
     """The cost of one scheduled kernel."""
     target = load_target(target)
-    model = kernel_model(schedule.kernel, target)
+    model = kernel_model(schedule.kernel, target, tuple(schedule.annotations.get("stage", ()) or ()))
     return model.evaluate_batch(*model.schedule_arrays(schedule)).row(0, schedule.kernel.name)
 
 

@@ -59,14 +59,15 @@ def _engine(target, stmt: Statement) -> tuple[str, str]:
 class _KernelPseudo:
     def __init__(self, plan, kernel: Kernel, schedule: Schedule, target):
         self.plan, self.kernel, self.schedule, self.target = plan, kernel, schedule, target
+        self.staged = {tuple(x) for x in schedule.annotations.get("stage", ()) or ()}
         self.extents = kernel.extents
         self.lines: list[str] = []
 
     def emit(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
 
-    def holds(self, level: str, kind: str) -> bool:
-        if self.target is None:
+    def holds(self, level: str, kind: str, tensor: str = "") -> bool:
+        if self.target is None or (tensor, level) in self.staged:   # `stage`: held there by the schedule
             return True
         try:
             return kind in self.target.level(level).holds
@@ -137,7 +138,7 @@ class _KernelPseudo:
                     # computed at the tile: its inputs' regions move in at the compute point
                     where = path[-1] if path[-1] in visible else (visible[-1] if visible else None)
                     for tensor, indices, write in accesses:
-                        if write or tensor not in k.inputs or not self.holds(level, "inputs"):
+                        if write or tensor not in k.inputs or not self.holds(level, "inputs", tensor):
                             continue
                         key = (tensor, li, False, id(where), si)
                         if key in seen:
@@ -154,7 +155,7 @@ class _KernelPseudo:
                     state[t.anchor] = (t.var, t.size)
                 for tensor, indices, write in accesses:
                     kind = "outputs" if write else "inputs"
-                    if not self.holds(level, kind):
+                    if not self.holds(level, kind, tensor):
                         continue
                     if not write and tensor not in k.inputs:
                         continue      # internal reads: the producer's tile is already on chip
