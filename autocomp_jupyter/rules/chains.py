@@ -27,7 +27,8 @@ from .tiling import level_mapping, search_tiles
 
 PASS = "fusion"
 MAX_CHAIN = 6            # kernels in one chain (attention as comprehensions: six)
-MAX_POINTS = 6           # compute points searched per chain
+MAX_POINTS = 3           # compute points searched per chain (the longest loops, outer levels first)
+CHAIN_CANDIDATES = 800   # random tile candidates per compute point (then the local search)
 MIN_GAIN = 0.01          # a chain must save at least this fraction of its kernels' time
 
 
@@ -67,6 +68,14 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
             for length in lengths:
                 chain = kernels[i:i + length]
                 alone = sum(times[:length])
+                bound = _busiest_datapath(schedules[i:i + length], ctx)
+                if bound >= alone * (1 - MIN_GAIN):
+                    # fused, the kernels' work still runs on its datapaths (recomputed halos
+                    # only add): no gain is possible where one datapath already does it all
+                    log.append(rule_entry(rule.name, PASS, _ops(chain), False,
+                                          f"no gain possible: its kernels keep their busiest datapath "
+                                          f"{bound * 1e6:.1f} us of their {alone * 1e6:.1f} us busy"))
+                    continue
                 found = _fused(program, chain, ctx)
                 if isinstance(found, str):
                     log.append(rule_entry(rule.name, PASS, _ops(chain), False, found))
@@ -79,6 +88,8 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
                                           f"no gain: {seconds * 1e6:.1f} us fused vs {floor * 1e6:.1f} us "
                                           f"({'the shorter chain' if best else 'its kernels as they are'}; "
                                           f"{searched} compute points searched)"))
+                    if best is not None:
+                        break          # a longer chain is tried only while each step pays
                     continue
                 problem = verify_schedule(schedule, program, ctx)
                 if problem:
@@ -100,6 +111,17 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
         out_s.append(schedule)
         i += length
     return Plan(program, tuple(out_k), tuple(out_s), plan.label), log, rollbacks
+
+
+def _busiest_datapath(schedules, ctx: PassContext) -> float:
+    """The work of the busiest datapath over the kernels (seconds): a floor on the time of
+    the kernels fused, which moves no work off any datapath."""
+    busy: dict[str, float] = {}
+    for schedule in schedules:
+        for what, seconds in evaluate(schedule, ctx.target).limits.items():
+            if what.startswith("compute ("):
+                busy[what] = busy.get(what, 0.0) + seconds
+    return max(busy.values(), default=0.0)
 
 
 def _ops(kernels) -> list[str]:
@@ -193,7 +215,7 @@ def _search_chain(program: Program, kernel: Kernel, ctx: PassContext):
         at = kernel
         for t, _, _ in kernel.compute_at:
             at = at.with_compute_at(t, loop, level)
-        found = search_tiles(at, target, None, mapping, ctx.rules.tiling, seed=ctx.seed)
+        found = search_tiles(at, target, None, mapping, ctx.rules.tiling, seed=ctx.seed, n_random=CHAIN_CANDIDATES)
         if found is None:
             continue
         schedule, cost, _ = found
