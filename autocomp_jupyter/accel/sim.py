@@ -16,6 +16,7 @@ are capped: after `max_steps` innermost tiles the totals are scaled up by the st
 """
 from __future__ import annotations
 
+import bisect
 import itertools
 from dataclasses import dataclass
 
@@ -35,6 +36,54 @@ class SimResult:
     steps: int              # innermost tiles replayed
     total_steps: int        # innermost tiles in the whole nest
     sampled: bool
+
+
+class _Channel:
+    """One source level's channel to the levels inside it. A transfer occupies bytes / bandwidth
+    of it. Transfers are booked in the order the replay meets them, but a prefetch is issued
+    at the start of the tile it overlaps, earlier than loads already booked for that tile's
+    steps: it then takes the idle gaps after its issue time (a DMA engine interleaves its
+    queued requests in bursts) before queueing at the end. Only the last `MAX_GAPS` gaps are
+    kept (a finite request queue)."""
+
+    MAX_GAPS = 4096
+
+    def __init__(self):
+        self.free = 0.0
+        self.starts: list[float] = []   # idle gaps before `free`, sorted and disjoint
+        self.ends: list[float] = []
+
+    def book(self, issue: float, duration: float) -> float:
+        """Book `duration` seconds of transfer issued at `issue`; return when it is done."""
+        if duration <= 0.0:
+            return max(issue, 0.0)
+        starts, ends = self.starts, self.ends
+        g = bisect.bisect_right(ends, issue)
+        done = issue
+        while g < len(starts) and duration > 0.0:
+            begin = max(starts[g], issue)
+            take = min(ends[g] - begin, duration)
+            duration -= take
+            done = begin + take
+            if begin > starts[g]:           # the gap's head stays idle
+                if done < ends[g]:          # ... and so does its tail: split it
+                    starts.insert(g + 1, done)
+                    ends.insert(g + 1, ends[g])
+                ends[g] = begin
+                g += 1
+            elif done < ends[g]:
+                starts[g] = done
+            else:
+                del starts[g], ends[g]
+        if duration > 0.0:
+            begin = max(self.free, issue)
+            if begin > self.free:
+                starts.append(self.free)
+                ends.append(begin)
+                if len(starts) > self.MAX_GAPS:
+                    del starts[0], ends[0]
+            self.free = done = begin + duration
+        return done
 
 
 def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
@@ -139,10 +188,9 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
     resident: dict[tuple[int, int], tuple] = {}
     visited: dict[tuple[int, int], set] = {}
     moved = np.zeros(M)
-    channel_free = np.zeros(M)
+    channels = [_Channel() for _ in range(M)]
     prev_start = prev_end = 0.0
-    tile_start = [0.0] * L            # when the current tile of each level began
-    last_boxes = [None] * L
+    since: dict[tuple[int, int], float] = {}   # (access, level) -> when its tile came into use
     last_weight_box = None
     weights_streaming = False         # a stationary block is already in the array
     compute_total = 0.0
@@ -153,7 +201,7 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
             break
         steps += 1
         load = np.zeros(M)
-        load_into: dict[tuple[int, int], float] = {}  # (source, level) -> bytes
+        changes = []    # (level, source, slot, bytes written back, bytes fetched), this step
         for ai, a in enumerate(st.accesses):
             for pos, h in enumerate(a.chain):
                 box = boxes[h]
@@ -163,21 +211,21 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
                 if old is not None and old[0] == key:
                     continue
                 seen = visited.setdefault(slot, set())
-                amount = 0.0
+                back = fetch = 0.0
                 if a.kind == "read":
-                    amount = footprint(a, box)
+                    fetch = footprint(a, box)
                 else:
                     if old is not None:
-                        amount += footprint(a, old[1])  # write the leaving tile back
+                        back = footprint(a, old[1])    # write the leaving tile back
                     if a.kind == "accumulate" and key in seen:
-                        amount += footprint(a, box)     # read its partial sums back
+                        fetch = footprint(a, box)      # read its partial sums back
                 seen.add(key)
                 resident[slot] = (key, box)
                 if a.internal and (pos == 0 or a.kind != "accumulate"):
                     continue  # internal tensors stay on chip, where the anchor left them
                 src = source_of(a, pos)
-                load[src] += amount
-                load_into[src, h] = load_into.get((src, h), 0.0) + amount
+                load[src] += back + fetch
+                changes.append((h, src, slot, back, fetch))
         # Compute of this innermost tile, with edge waste of partial PE passes / vectors.
         inner = boxes[L - 1]
         passes = float(st.local_points)
@@ -210,28 +258,33 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
         operands = datapath_per_point * points
         moved += load + operands
         busy = max(step_compute, float(np.max(operands / bw)))
-        # Loads into a double-buffered level are prefetched while that level's previous
-        # tile is being worked on (from its first step); others wait for the previous
-        # step to end. Each source level is one channel.
+        # A double-buffered level holds each tensor's next tile beside its current one: the
+        # next tile is fetched from the moment the current one came into use, and the tile
+        # leaving is written back (after the step that last used it) while the next computes.
+        # A level that holds its tiles once waits for the write-back, then the fetch, after
+        # the previous step. Each source level is one channel.
         ready = prev_end
         arrived: dict[int, float] = {}   # tiling level -> when its new tiles of this step are in
-        for (src, h), amount in sorted(load_into.items(), key=lambda kv: kv[0][1]):
-            if amount == 0:
-                continue
-            issue = tile_start[h] if double_buffered[h] else prev_end
+        for h, src, slot, back, fetch in sorted(changes, key=lambda c: c[0]):
+            issue = since.get(slot, 0.0) if double_buffered[h] else prev_end
             # A tile copied from an on-chip level that is itself loading this step's tile
             # waits for it (the first steps of a run: the cold start).
             issue = max(issue, arrived.get(level_of_source.get(src, -1), 0.0))
-            begin = max(channel_free[src], issue)
-            # Requests are pipelined: latency delays the data, not the channel; units
-            # wait for their own loads side by side, so one stream sees latency / units.
-            channel_free[src] = begin + amount / bw[src]
-            arrived[h] = max(arrived.get(h, 0.0), channel_free[src] + latency[src] / lat_par[src])
-            ready = max(ready, arrived[h])
-        for h in range(L):
-            if boxes[h] != last_boxes[h]:
-                tile_start[h] = ready
-        last_boxes = boxes
+            wait = []
+            if back:
+                done = channels[src].book(prev_end, back / bw[src])
+                if not double_buffered[h]:
+                    wait.append(done)
+                    issue = max(issue, done)
+            if fetch:
+                wait.append(channels[src].book(issue, fetch / bw[src]))
+            if wait:
+                # Requests are pipelined: latency delays the data, not the channel; units
+                # wait for their own loads side by side, so one stream sees latency / units.
+                arrived[h] = max(arrived.get(h, 0.0), max(wait) + latency[src] / lat_par[src])
+                ready = max(ready, arrived[h])
+        for _, _, slot, _, _ in changes:
+            since[slot] = ready
         prev_start, prev_end = ready, ready + busy
         compute_total += step_compute
     # Drain: outputs still resident go back out.
@@ -244,7 +297,7 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
     moved += drain
     # An inner level's last tile reaches its parent before the parent's can leave.
     drain_s = float(np.sum(drain / bw))
-    end = prev_end + drain_s
+    end = max([prev_end] + [c.free for c in channels]) + drain_s   # after write-backs still queued
     sampled = steps < total_steps
     scale = total_steps / steps if sampled and steps else 1.0
     return {"bytes": moved * scale, "time_s": end * scale, "compute_s": compute_total * scale, "drain_s": drain_s,
