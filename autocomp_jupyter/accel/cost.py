@@ -657,7 +657,11 @@ class KernelModel:
                         # Only partial sums of an accumulation travel between on-chip levels.
                         moved, fetches = np.zeros(n), np.zeros(n)
                     fits.append(moved)
-                    fetch_counts.append(fetches)
+                    # Loads that wait a latency: into a double-buffered level only the reads
+                    # (an output's write-back is posted, and its first visit starts from zero,
+                    # so only partial sums are read back); into others, every transfer.
+                    loads = fetches if a.kind == "read" else np.where(a.kind == "accumulate", fetches - distinct, 0.0)
+                    fetch_counts.append(np.where(double_buffered[:, h], np.maximum(loads, 0.0), fetches))
                 fetches = _fetches(a.index_mask[dp_loops], dp_trips)
                 distinct = np.prod(np.where(a.index_mask & st.present, dp_counts, 1.0), axis=1)
                 datapath = _traffic(a.kind, _footprint(a, dp_mean), fetches, distinct)
