@@ -710,7 +710,13 @@ class KernelModel:
             # first tiles have nothing to overlap: a source's cold loads queue on its channel
             # (bytes / bandwidth + one latency), and an inner level waits for its parent's.
             # Likewise the last output tiles drain after the last step (inner level to outer).
-            cold = (cold_bytes / bw).sum(axis=1) + ((cold_bytes > 0) * self.latency_s[None, :]).sum(axis=1)
+            cold_by_source = cold_bytes / bw + (cold_bytes > 0) * self.latency_s[None, :]
+            cold = cold_by_source.sum(axis=1)
+            # A level's loads begin once the levels outside it delivered their first tiles:
+            # its bound waits for the cold start of every source outside it (memory order is
+            # inner first, so the sources after it).
+            outer_cold = np.cumsum(cold_by_source[:, ::-1], axis=1)[:, ::-1] - cold_by_source
+            st_level_time = st_level_time + np.where(st_level_time > 0, outer_cold, 0.0)
             drain = (drain_bytes / bw).sum(axis=1)
             # A step lasts as long as its compute or its operands' streaming into the datapath
             # (the innermost levels' channels), whichever is longer: the part of the work
