@@ -193,6 +193,7 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
     since: dict[tuple[int, int], float] = {}   # (access, level) -> when its tile came into use
     last_weight_box = None
     weights_streaming = False         # a stationary block is already in the array
+    block_stream = 0.0                # cycles the block now in the array has streamed
     compute_total = 0.0
     steps = 0
     full_box = [(0, int(E[d])) if present[d] else (0, 1) for d in range(D)]
@@ -248,11 +249,17 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
                     if fills == 1.0 and weight_box == last_weight_box:
                         fills = 0.0
                     last_weight_box = weight_box
+                stream = cycles
                 if fills and compute.double_buffered_weights and weights_streaming:
-                    # The pipeline is running: each fill hides behind the previous block's stream.
-                    cycles += fills * max(0.0, compute.fill_cycles - cycles / fills)
+                    # The pipeline is running: each fill hides behind the previous block's
+                    # stream — for this tile's first block, the stream of the block before it
+                    # over every step it stayed in the array.
+                    per_block = cycles / fills
+                    cycles += max(0.0, compute.fill_cycles - block_stream) \
+                        + (fills - 1.0) * max(0.0, compute.fill_cycles - per_block)
                 elif fills:
                     cycles += float(_fill_cycles(compute, np.float64(fills), np.float64(cycles)))
+                block_stream = stream / fills if fills else block_stream + stream
                 weights_streaming = True
         step_compute = cycles / clock / active
         operands = datapath_per_point * points
