@@ -698,10 +698,15 @@ class KernelModel:
             # Latency: one load in flight per level. Double-buffered loads hide it behind the
             # previous tile's work, so it only bounds the level's time (bytes/bw + loads x
             # latency); other loads wait in line with compute.
+            first_wait = np.zeros((n, M))
             for h, src in event_src.items():
                 par = active if self.per_unit[h] else 1.0
                 lat = events[:, h] * self.latency_s[src] / par
                 st_level_time[:, src] += np.where(double_buffered[:, h], lat, 0.0)
+                # The units' first tiles are requested together, each waiting a whole latency;
+                # only later loads overlap across units (latency / units each).
+                first_wait[:, src] = np.maximum(first_wait[:, src], np.where(
+                    double_buffered[:, h] & (events[:, h] > 0), self.latency_s[src] * (1.0 - 1.0 / par), 0.0))
                 if not st.in_place:   # an in-place epilogue's loads ride the anchor's (below)
                     level_lat_s[:, src] += np.where(double_buffered[:, h], lat, 0.0)
                 serial_time += np.where(double_buffered[:, h], 0.0, lat)
@@ -716,7 +721,7 @@ class KernelModel:
             # its bound waits for the cold start of every source outside it (memory order is
             # inner first, so the sources after it).
             outer_cold = np.cumsum(cold_by_source[:, ::-1], axis=1)[:, ::-1] - cold_by_source
-            st_level_time = st_level_time + np.where(st_level_time > 0, outer_cold, 0.0)
+            st_level_time = st_level_time + np.where(st_level_time > 0, outer_cold + first_wait, 0.0)
             drain = (drain_bytes / bw).sum(axis=1)
             # A step lasts as long as its compute or its operands' streaming into the datapath
             # (the innermost levels' channels), whichever is longer: the part of the work

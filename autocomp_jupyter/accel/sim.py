@@ -288,7 +288,9 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
             if wait:
                 # Requests are pipelined: latency delays the data, not the channel; units
                 # wait for their own loads side by side, so one stream sees latency / units.
-                arrived[h] = max(arrived.get(h, 0.0), max(wait) + latency[src] / lat_par[src])
+                # The first tiles of all units are requested together: each waits a whole latency.
+                par = lat_par[src] if slot in since else 1.0
+                arrived[h] = max(arrived.get(h, 0.0), max(wait) + latency[src] / par)
                 ready = max(ready, arrived[h])
         for _, _, slot, _, _ in changes:
             since[slot] = ready
