@@ -176,3 +176,18 @@ def test_first_tiles_wait_a_whole_latency_on_a_latency_bound_gpu_kernel(k_shared
     assert c["time_error"] < 0.05
     model = evaluate(s, t)
     assert model.time_s > model.limits["cold start"] + model.compute_s
+
+
+def test_levels_fed_by_one_source_wait_their_latencies_side_by_side():
+    # gemmini, 1x1 accumulator tiles: C's tiles into the accumulator and A/B's into the
+    # scratchpad all come from DRAM, each level with its own load in flight; the two wait
+    # their 100-cycle latencies together (the model summed them: 0.119 s vs 0.079 s).
+    t = load_target("gemmini")
+    k = kernels_unfused(gemm_program(256, 200, 128))[0]
+    s = Schedule(k, tiles={"i": {"scratchpad": 2, "accumulator": 1}, "j": {"scratchpad": 1, "accumulator": 1},
+                           "k": {"scratchpad": 8, "accumulator": 8}},
+                 order={"scratchpad": ("i", "k", "j"), "accumulator": ("i", "k", "j")}, levels=t.tiling_levels)
+    c = compare(s, t, max_steps=20_000)
+    assert c["sampled"] and c["time_error"] < 0.05
+    model = evaluate(s, t)
+    assert model.bound == "DRAM latency"

@@ -698,18 +698,22 @@ class KernelModel:
             # Latency: one load in flight per level. Double-buffered loads hide it behind the
             # previous tile's work, so it only bounds the level's time (bytes/bw + loads x
             # latency); other loads wait in line with compute.
+            # Each level keeps its own load in flight: levels fed by one source wait their
+            # latencies side by side (the largest bounds), while their bytes share its channel.
             first_wait = np.zeros((n, M))
+            src_lat = np.zeros((n, M))
             for h, src in event_src.items():
                 par = active if self.per_unit[h] else 1.0
                 lat = events[:, h] * self.latency_s[src] / par
-                st_level_time[:, src] += np.where(double_buffered[:, h], lat, 0.0)
+                src_lat[:, src] = np.maximum(src_lat[:, src], np.where(double_buffered[:, h], lat, 0.0))
                 # The units' first tiles are requested together, each waiting a whole latency;
                 # only later loads overlap across units (latency / units each).
                 first_wait[:, src] = np.maximum(first_wait[:, src], np.where(
                     double_buffered[:, h] & (events[:, h] > 0), self.latency_s[src] * (1.0 - 1.0 / par), 0.0))
-                if not st.in_place:   # an in-place epilogue's loads ride the anchor's (below)
-                    level_lat_s[:, src] += np.where(double_buffered[:, h], lat, 0.0)
                 serial_time += np.where(double_buffered[:, h], 0.0, lat)
+            st_level_time += src_lat
+            if not st.in_place:   # an in-place epilogue's loads ride the anchor's (below)
+                level_lat_s += src_lat
             serial_total += serial_time
             # Loads into double-buffered levels overlap the previous tile's compute, but the
             # first tiles have nothing to overlap: a source's cold loads queue on its channel
