@@ -614,8 +614,16 @@ class KernelModel:
                     fills = inner_tiles
                     stationary = _stationary_operand(st)
                     if stationary is not None:
-                        blocks = np.prod(np.where(stationary.index_mask & st.present, dp_rel, 1.0), axis=1)
-                        fills = np.minimum(inner_tiles * blocks, _fetches(stationary.index_mask[dp_loops], dp_trips))
+                        weight = stationary.index_mask & st.present
+                        blocks = np.prod(np.where(weight, dp_rel, 1.0), axis=1)
+                        # Only a tile holding a single block (a piece no longer than the array
+                        # along every weight loop: remainder tiles may, full ones not) can
+                        # keep it for the next tile; a tile of several refills each.
+                        one = sum(m * (x <= unit + 1e-9) for x, m in zip(piece_len, piece_mult)) \
+                            / sum(piece_mult)
+                        single = np.prod(np.where(weight, one, 1.0), axis=1)
+                        kept = np.minimum(inner_tiles, _fetches(stationary.index_mask[seq_loops], trips))
+                        fills = inner_tiles * np.maximum(blocks - single, 0.0) + kept * single
                     cycles = cycles + _fill_cycles(compute, fills, cycles)
                 mac_points += st.points
                 useful += st.points
