@@ -567,6 +567,7 @@ class KernelModel:
         compute_by_unit: dict[str, np.ndarray] = {}
         for si, st in enumerate(self.statements):
             st_bytes = np.zeros((n, M))
+            read_bytes = np.zeros((n, M))     # reads into double-buffered levels (their load chain)
             serial_bytes = np.zeros((n, M))   # traffic into levels that cannot double-buffer
             events = np.zeros((n, L))         # tile loads into each level (a latency each)
             cold_bytes = np.zeros((n, M))     # first input tiles into double-buffered levels
@@ -650,7 +651,7 @@ class KernelModel:
 
             for ai, a in enumerate(st.accesses):
                 # Fetches and traffic at each holding level, then the datapath.
-                fits, fetch_counts = [], []
+                fits, fetch_counts, read_share = [], [], []
                 fps = _footprint(a, mean_tile[:, list(a.chain), :].transpose(0, 2, 1)) if a.chain else None
                 for pos, h in enumerate(a.chain):
                     S = (h + 1) * D
@@ -670,6 +671,8 @@ class KernelModel:
                     # so only partial sums are read back); into others, every transfer.
                     loads = fetches if a.kind == "read" else np.where(a.kind == "accumulate", fetches - distinct, 0.0)
                     fetch_counts.append(np.where(double_buffered[:, h], np.maximum(loads, 0.0), fetches))
+                    read_share.append(1.0 if a.kind == "read" else np.maximum(loads, 0.0) / np.maximum(
+                        2.0 * fetches - distinct, 1e-30) if a.kind == "accumulate" else 0.0)
                 fetches = _fetches(a.index_mask[dp_loops], dp_trips)
                 distinct = np.prod(np.where(a.index_mask & st.present, dp_counts, 1.0), axis=1)
                 datapath = _traffic(a.kind, _footprint(a, dp_mean), fetches, distinct)
@@ -687,6 +690,7 @@ class KernelModel:
                     src = M - 1 if pos == 0 else self.mem_index[a.chain[pos - 1]]
                     moved = eff[pos]
                     st_bytes[:, src] += moved
+                    read_bytes[:, src] += np.where(double_buffered[:, h], moved * read_share[pos], 0.0)
                     serial_bytes[:, src] += np.where(double_buffered[:, h], 0.0, moved)
                     if a.kind == "read" and not a.internal:
                         # Cold start: the first tile of every input reaches every level
@@ -719,7 +723,9 @@ class KernelModel:
                 first_wait[:, src] = np.maximum(first_wait[:, src], np.where(
                     double_buffered[:, h] & (events[:, h] > 0), self.latency_s[src] * (1.0 - 1.0 / par), 0.0))
                 serial_time += np.where(double_buffered[:, h], 0.0, lat)
-            st_level_time += src_lat
+            # ... and a load's latency overlaps the channel's other traffic (posted write-backs,
+            # other levels' loads): a level's loads in a chain, its channel shared by all.
+            st_level_time = np.maximum(st_level_time, read_bytes / bw + src_lat)
             if not st.in_place:   # an in-place epilogue's loads ride the anchor's (below)
                 level_lat_s += src_lat
             serial_total += serial_time

@@ -12,7 +12,9 @@ after it ends; a step computes once its data are in.
 What it does not replay: operand streaming inside the PE array / vector lanes (each step
 is charged its share, by points, of the model's datapath traffic) and the split of work
 over compute units (rates are scaled by the model's occupancy, as in the model). Huge nests
-are capped: after `max_steps` innermost tiles the totals are scaled up by the steps left.
+are capped: after `max_steps` innermost tiles the totals are scaled up by the points left
+(by points, not steps: the first tiles replayed may all be full ones, and the remainder
+tiles that come later smaller).
 """
 from __future__ import annotations
 
@@ -195,6 +197,7 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
     weights_streaming = False         # a stationary block is already in the array
     block_stream = 0.0                # cycles the block now in the array has streamed
     compute_total = 0.0
+    points_done = 0.0
     steps = 0
     full_box = [(0, int(E[d])) if present[d] else (0, 1) for d in range(D)]
     for boxes in walk(0, full_box, []):
@@ -296,6 +299,7 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
             since[slot] = ready
         prev_start, prev_end = ready, ready + busy
         compute_total += step_compute
+        points_done += points
     # Drain: outputs still resident go back out.
     drain = np.zeros(M)
     for (ai, h), (key, box) in resident.items():
@@ -308,7 +312,8 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
     drain_s = float(np.sum(drain / bw))
     end = max([prev_end] + [c.free for c in channels]) + drain_s   # after write-backs still queued
     sampled = steps < total_steps
-    scale = total_steps / steps if sampled and steps else 1.0
+    all_points = float(np.prod([E[d] for d in range(D) if present[d]]))
+    scale = all_points / points_done if sampled and points_done else 1.0
     return {"bytes": moved * scale, "time_s": end * scale, "compute_s": compute_total * scale, "drain_s": drain_s,
             "steps": steps, "total_steps": total_steps, "sampled": sampled}
 
