@@ -170,15 +170,16 @@ def _exhaustive(kernel: Kernel, ctx) -> Schedule | None:
 
     from . import poly
     from .accel.cost import kernel_model
-    from .ir.loopnest import whole_loops
+    from .space import TileSpace
 
     target = ctx.target
     model = kernel_model(kernel, target)
     levels = target.tiling_levels
     D, L = len(kernel.loops), len(levels)
-    whole = whole_loops(kernel)
+    # The candidate space's `every` view: every size (a loop read whole: its extent).
     # Count first (non-increasing chains of L sizes out of E: C(E + L - 1, L)), enumerate after.
-    sizes = [[loop.extent] if loop.name in whole else range(1, loop.extent + 1) for loop in kernel.loops]
+    space = TileSpace.of(kernel, target)
+    sizes = [space.every(d) for d in range(D)]
     count = math.prod(math.comb(len(s) + L - 1, L) for s in sizes) * math.factorial(D) ** L * 2 ** D * (D + 1)
     if count > EXHAUSTIVE_MAX:
         return None

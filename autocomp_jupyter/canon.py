@@ -43,7 +43,8 @@ def canonical_kernel(kernel: Kernel) -> Kernel:
                    outputs=tuple(names[n] for n in kernel.outputs),
                    internals=tuple(names[n] for n in kernel.internals),
                    tensors=tuple(replace(t, name=names[t.name], span=None) for t in kernel.tensors),
-                   anchor=kernel.anchor, loop_maps=kernel.loop_maps)
+                   anchor=kernel.anchor, loop_maps=kernel.loop_maps,
+                   compute_at=tuple((names[t], loop, level) for t, loop, level in kernel.compute_at))
     # One object per canonical form: later equality tests are identity tests.
     shared = _CANON.get(canon)
     if shared is None:

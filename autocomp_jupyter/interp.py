@@ -314,7 +314,7 @@ def run_kernel_tiled(schedule, env: Mapping[str, np.ndarray], max_boxes: int | N
     when the nest would run more than `max_boxes` (tile, statement) pieces.
     Returns every tensor of `env` plus each tensor the kernel writes (rounded to its dtype).
     """
-    from .ir.loopnest import TileLoop, lower
+    from .ir.loopnest import TileLoop, lower, point_range
 
     kernel = schedule.kernel
     nest = lower(schedule)
@@ -343,8 +343,19 @@ def run_kernel_tiled(schedule, env: Mapping[str, np.ndarray], max_boxes: int | N
             st, m = node.statement, maps[node.index]
             if any(box[a][1] != extents[a] for a in nest.guarded(node)):
                 continue  # runs only in the last tile of the loops it does not follow
-            ranges = tuple(box[m[l.name]] if l.name in m else (0, l.extent) for l in st.loops)
+            if any(p.region is not None for p in node.loops):
+                # Computed at this tile: over the region it reads, from scratch. Everything
+                # else of its tensor is poisoned first, so a consumer reading outside the
+                # region (a halo too small) gives NaN, which the check catches.
+                where = {p.name: point_range(p, box, extents) for p in node.loops}
+                ranges = tuple(where[l.name] for l in st.loops)
+                values[st.target][...] = math.nan
+                init = -math.inf if st.reduce == "max" else 0.0
+                values[st.target][tuple(slice(*where[idx.single_loop]) for idx in st.target_indices)] = init
+            else:
+                ranges = tuple(box[m[l.name]] if l.name in m else (0, l.extent) for l in st.loops)
             if any(lo >= hi for lo, hi in ranges):
+                reads.changed(st.target)
                 continue
             part = _evaluate_box(st, reads, ranges)
             _store(st, values[st.target], part, ranges)

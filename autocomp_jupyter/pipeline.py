@@ -126,6 +126,9 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
             judged.add(retile[0])    # fusion was kept for its gain after tiling: tiling is part of that gain
         plan = kept
 
+    names = [n for n, _ in selected]
+    if "fusion" in names and "tiling" in names:                  # across layers: compute_at chains
+        plan = _chains(plan, ctx, log, rollbacks)
     if ctx.cost(plan).total.time_s > ctx.cost(library).total.time_s:   # never worse than the baseline
         rollbacks.append(rollback_entry("pipeline", "", "the passes' plan is slower than the library baseline "
                                         f"({ctx.cost(plan).total.time_s * 1e6:.1f} us vs "
@@ -210,6 +213,16 @@ def _tune(plan: Plan, ctx: PassContext, configs: int, top: int, budget, progress
     from .tune import tune_plan
 
     return tune_plan(plan, ctx, configs=configs, top=top, budget=budget, progress=progress, executor=executor)
+
+
+def _chains(plan: Plan, ctx: PassContext, log: list, rollbacks: list) -> Plan:
+    """`rules.chains.chain_fusion` on the scheduled plan, its entries in the rule log."""
+    from .rules.chains import chain_fusion
+
+    chained, entries, undone = chain_fusion(plan, ctx)
+    log.extend(entries)
+    rollbacks.extend(undone)
+    return chained
 
 
 def _searched_as_well_as_the_library(plan: Plan, ctx: PassContext, executor, log: list) -> Plan:

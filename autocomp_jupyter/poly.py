@@ -432,8 +432,11 @@ def from_tiled_schedule(schedule) -> KernelSchedule:
 
     nest = lower(schedule)
     extents = schedule.kernel.extents
+    computed = schedule.kernel.computed_at()
     statements: list[StatementSchedule] = [None] * len(schedule.kernel.statements)  # type: ignore[list-item]
     for path, compute in nest.paths():
+        if compute.index in computed:
+            continue    # recomputed per tile: `_compute_at_violations` proves it instead
         follows = schedule.kernel.loop_map(compute.index)
         own_of = {anchor: own for own, anchor in follows.items()}
         enclosing: dict[str, list[int]] = {}
@@ -457,6 +460,9 @@ def from_tiled_schedule(schedule) -> KernelSchedule:
         dims += [ScheduleDim(p.anchor or p.name, p.time()) for p in compute.loops]
         statements[compute.index] = StatementSchedule(statement_name(compute.index), compute.statement.loop_names,
                                                       tuple(dims))
+    if computed:   # the other statements, named by their place among themselves
+        kept = [st for i, st in enumerate(statements) if i not in computed]
+        statements = [replace(st, name=statement_name(k)) for k, st in enumerate(kept)]
     return KernelSchedule(tuple(statements))
 
 
@@ -491,12 +497,52 @@ def check_schedule(schedule) -> "Legality":
         verdict, names = hit
         return verdict if verdict.ok else _renamed(verdict, names, tuple(t.name for t in schedule.kernel.tensors))
     try:
-        verdict = check_legal(schedule.kernel.statements, from_tiled_schedule(schedule),
-                              parallel=parallel_dims(schedule), reduction_reorderable=True)
+        computed = schedule.kernel.computed_at()
+        violations = _compute_at_violations(schedule) if computed else ()
+        if violations:
+            verdict = Legality(False, violations)
+        else:
+            rest = tuple(st for i, st in enumerate(schedule.kernel.statements) if i not in computed)
+            verdict = check_legal(rest, from_tiled_schedule(schedule),
+                                  parallel=parallel_dims(schedule), reduction_reorderable=True)
     except ValueError as err:
         return Legality(False, (Violation("schedule", "", "", "", message=f"not a valid schedule: {err}"),))
     _VERDICTS.put(key, (Legality(True) if verdict.ok else verdict, tuple(t.name for t in schedule.kernel.tensors)))
     return verdict
+
+
+def _compute_at_violations(schedule) -> tuple["Violation", ...]:
+    """Why the kernel's `compute_at`s are illegal in `schedule` (empty: legal).
+
+    A computed-at statement reads only the kernel's inputs, other computed-at tensors and
+    tensors whose nest ran whole before its instance (`ir.loopnest.placement`), so each
+    recomputation in a tile gives the values a single run would, and its region is the interval hull of what the tile's
+    consumers read: the consumers see complete values (the interpreter's tiled check
+    poisons everything outside the region, so a region too small fails verification).
+    What is left is parallelism: parallel tiles writing overlapping regions (a halo, or a
+    region that does not follow the loop) would race on the buffer, so a parallel loop
+    may enclose a compute point only where the region follows that loop's tile exactly."""
+    from autocomp_jupyter.ir.loopnest import ComputeAtError, compute_depth, regions, tile_steps
+
+    kernel = schedule.kernel
+    try:
+        spans = regions(kernel)
+    except ComputeAtError as err:
+        return (Violation("compute_at", "", "", "", message=str(err)),)
+    steps = tile_steps(schedule)
+    parallel = set(schedule.annotations.get("parallel", ()) or ())
+    out = []
+    for index, (loop, level) in kernel.computed_at().items():
+        stmt = kernel.statements[index]
+        depth = compute_depth(schedule, steps, loop, level)
+        for a in sorted({steps[p].anchor for p in range(depth)} & parallel):
+            own = [spans[index][idx.single_loop] for idx in stmt.target_indices]
+            if not any(r.terms == ((a, 1),) and (r.lo, r.hi) == (0, 0) for r in own):
+                out.append(Violation("compute_at", statement_name(index), statement_name(index), stmt.target, loop=a,
+                                     message=f"parallel tiles over {a} would race on {stmt.target}: it is computed "
+                                             f"at each tile over a region that does not follow {a}'s tile alone "
+                                             "(a halo, or recomputed in every tile)"))
+    return tuple(out)
 
 
 def _renamed(verdict: "Legality", old: tuple[str, ...], new: tuple[str, ...]) -> "Legality":

@@ -29,6 +29,8 @@ levels outer → inner):
 | `unroll` | loop, factor | unrolls the innermost point loop, which `loop` must be, by `factor` |
 | `skew` | loop, by, factor | the point loop of `loop` runs over loop + factor*by (affine bounds; a wavefront when `loop` is outside `by`) |
 | `reverse` | loop | the point loop of `loop` runs from its last value down |
+| `stage` | tensor, level | holds `tensor`'s tiles at `level` (copied in before that level's loops run), even where the level's roles would let it stream past |
+| `compute_at` | tensor, loop, level | the statements writing `tensor` run inside the anchor's tile loop over `loop` at `level`, over the region that tile reads (a halo is recomputed) |
 
 A new primitive is one `@primitive` function here (its checks and its rewrite); where it
 changes how point loops run, `ir.loopnest.lower` marks them (README, design notes).
@@ -239,6 +241,54 @@ def reverse(schedule: Schedule, loop: str) -> Schedule:
     return _annotate(schedule, reverse=loops + (loop,))
 
 
+@primitive
+def compute_at(schedule: Schedule, tensor: str, loop: str, level: str) -> Schedule:
+    """Compute `tensor` (produced and consumed inside the kernel) in every tile of `loop` at
+    `level`, over the region of it that tile reads: a convolution's rows with their halo,
+    a contraction's hidden-dimension tile. It is then never held whole; a halo shared by
+    neighbouring tiles is recomputed in each. Compute a chain's tensors consumer first (the
+    region of each follows what the next reads)."""
+    from .ir.loopnest import ComputeAtError, regions
+
+    check = _Refuse(schedule, "compute_at")
+    loop, level = check.loop(loop), check.level(level)
+    kernel = schedule.kernel
+    names = [t for t in dict.fromkeys(st.target for st in kernel.statements)]
+    if not isinstance(tensor, str) or tensor not in names:
+        raise UnknownLoopError(f"no tensor {tensor!r} computed in this kernel; it computes {', '.join(names)}",
+                               primitive="compute_at", hint=_hint(tensor, names))
+    if tensor == kernel.anchor_statement.target:
+        raise BadArgumentError(f"{tensor} is the anchor's own tensor: compute its producers at its tiles",
+                               primitive="compute_at", loop=loop)
+    computed = kernel.with_compute_at(tensor, loop, level)
+    try:
+        regions(computed)
+    except ComputeAtError as err:
+        raise BadArgumentError(str(err), primitive="compute_at", loop=loop,
+                               hint="only a tensor the kernel's anchor (or a tensor computed at its tiles) "
+                                    "reads can be computed at the anchor's tiles") from None
+    return replace(schedule, kernel=computed)
+
+
+@primitive
+def stage(schedule: Schedule, tensor: str, level: str) -> Schedule:
+    """Hold `tensor`'s tiles at `level`: they are copied in before the loops of that level
+    run, and reused from there, even where the level's roles (weights, activations,
+    outputs) would let the tensor stream past it (a Gemmini accumulator holding inputs, a
+    register file holding activations). The cost model charges the copies and the
+    footprint; the pseudo-kernel shows the DMA."""
+    check = _Refuse(schedule, "stage")
+    level = check.level(level)
+    names = [t.name for t in schedule.kernel.tensors]
+    if not isinstance(tensor, str) or tensor not in names:
+        raise UnknownLoopError(f"no tensor {tensor!r} in this kernel; it uses {', '.join(names)}",
+                               primitive="stage", hint=_hint(tensor, names))
+    staged = tuple(tuple(x) for x in schedule.annotations.get("stage", ()) or ())
+    if (tensor, level) in staged:
+        raise BadArgumentError(f"{tensor} is already staged at {level}", primitive="stage")
+    return _annotate(schedule, stage=staged + ((tensor, level),))
+
+
 def _annotate(schedule: Schedule, **values) -> Schedule:
     return replace(schedule, annotations={**schedule.annotations, **values})
 
@@ -279,6 +329,7 @@ def replay(kernel: Kernel, trace: Iterable[Mapping[str, Any]], levels: Sequence[
     from . import poly
 
     steps = list(trace)
+    kernel = kernel.without_compute_at()     # the trace says where (compute_at steps)
     schedules = [Schedule.default(kernel, levels)]
     for index, step in enumerate(steps):
         try:
@@ -305,10 +356,13 @@ def _message(err: ScheduleError) -> str:
 
 
 def _illegal_hint(step: Mapping) -> str:
-    return {"parallel": "leave this loop sequential (a reduction loop never runs in parallel)",
+    return {"parallel": "leave this loop sequential (a reduction loop never runs in parallel, nor one whose "
+                        "tiles recompute a shared region)",
             "skew": "try the other order of the two loops, or a different factor",
             "reverse": "a loop that carries a dependence must keep its direction",
-            "reorder": "keep the loop that carries the dependence outside"}.get(step["primitive"], "")
+            "reorder": "keep the loop that carries the dependence outside",
+            "compute_at": "leave the loops around the compute point sequential, or compute it at a loop "
+                          "its region follows"}.get(step["primitive"], "")
 
 
 # --------------------------------------------------------------------------- Schedule → trace
@@ -328,7 +382,11 @@ def trace_of(schedule: Schedule) -> list[Step]:
     for level in schedule.levels:
         if level in schedule.order:
             steps.append({"primitive": "reorder", "level": level, "order": list(schedule.order[level])})
+    for tensor, loop, level in kernel.compute_at:
+        steps.append({"primitive": "compute_at", "tensor": tensor, "loop": loop, "level": level})
     ann = schedule.annotations
+    for tensor, level in ann.get("stage", ()) or ():
+        steps.append({"primitive": "stage", "tensor": tensor, "level": level})
     for loop, by, factor in ann.get("skew", ()) or ():
         steps.append({"primitive": "skew", "loop": loop, "by": by, "factor": int(factor)})
     for loop in ann.get("reverse", ()) or ():
@@ -464,7 +522,8 @@ def replay_plan(plans: Sequence, traces: Mapping[str, list[Step]], levels: Seque
         if wanted <= names:
             schedules = tuple(replay(k, traces[k.name], levels, filename) if k.name in wanted else s
                               for k, s in zip(plan.kernels, plan.schedules))
-            return replace(plan, schedules=schedules, label="replayed"), wanted
+            return replace(plan, kernels=tuple(s.kernel for s in schedules), schedules=schedules,
+                           label="replayed"), wanted
     names = [k.name for k in plans[0].kernels]
     missing = sorted(wanted - set(names))
     raise UserError([Diagnostic(f"no kernel named {m!r} in this program's plan", hint=_hint(m, names) or

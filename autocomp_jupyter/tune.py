@@ -1,7 +1,8 @@
 """The auto-tuner: an evolutionary search over what the rules leave open.
 
 tune.py owns the search of each kernel's legal schedule space — tile sizes per level
-(divisors and non-divisors, each tile inside the enclosing one), a loop order per level,
+(the candidate space's tuner view, `space.TileSpace.tuner`: divisors and non-divisors,
+each tile inside the enclosing one), a loop order per level,
 and annotations (parallel loops, the vectorised loop; `unroll` is carried from the rules,
 the cost model does not score it) — and the assembly of the best whole-program versions.
 It decides nothing about legality or cost itself: candidates are scored in batches by the
@@ -70,9 +71,10 @@ from .accel.cost import evaluate_batch, kernel_model
 from .accel.target import Target, load_target
 from .caches import LRU
 from .canon import canonical_kernel
-from .ir.loopnest import loop_dims, lower, whole_loops
+from .ir.loopnest import loop_dims, lower
 from .ir.schedule import Kernel, Schedule
 from .result import Plan
+from .space import TileSpace
 
 DEFAULT_MAX_SPILL = 0.05   # rules/default.yaml tiling.max_spill_ratio
 MEASURED_CANDIDATES = 4   # versions measured (besides the rules' plan) when tune_plan gets `measure`
@@ -178,24 +180,6 @@ def close_executor(owned: list) -> None:
 # --------------------------------------------------------------------------- the space of one kernel
 
 
-def tile_choices(extent: int, hints: Sequence[int] = (), divisors_only: bool = False) -> np.ndarray:
-    """Tile sizes tried along a loop of `extent`: its divisors, powers of two, multiples of
-    the hardware granules in `hints` (PE rows/columns, vector width) and 3·2^k (non-divisors,
-    remainder tiles), all <= extent; with `divisors_only`, divisors alone."""
-    sizes = {d for d in range(1, int(math.isqrt(extent)) + 1) if extent % d == 0}
-    sizes |= {extent // d for d in sizes}
-    if not divisors_only:
-        p = 1
-        while p <= extent:
-            sizes.update({p, 3 * p})
-            p *= 2
-        for g in hints:
-            if g > 1:
-                sizes.update(range(g, min(extent, 16 * g) + 1, g))
-        sizes.add(extent)
-    return np.array(sorted(s for s in sizes if 1 <= s <= extent), dtype=np.int64)
-
-
 @dataclass
 class KernelSpace:
     """What may vary in one kernel's schedule, and the incumbent it starts from.
@@ -230,14 +214,9 @@ class KernelSpace:
         model = kernel_model(kernel, target)
         levels = target.tiling_levels
         tiles, orders, parallel, vectorize = model.normalise(*model.schedule_arrays(schedule))
-        compute = target.compute
-        hints = [compute.pe_rows, compute.pe_cols] if compute.kind == "systolic" else [compute.lanes]
-        choices = []
-        whole = whole_loops(kernel)          # a later statement needs them whole: never tiled
-        for d, loop in enumerate(kernel.loops):
-            base = tile_choices(loop.extent, hints, divisors_only) if loop.name not in whole \
-                else np.array([loop.extent], dtype=np.int64)
-            choices.append(np.union1d(base, tiles[0, d]))   # the incumbent's sizes are always reachable
+        sizes = TileSpace.of(kernel, target)  # the candidate space's tuner view (a whole loop: its extent)
+        choices = [np.union1d(sizes.tuner(d, divisors_only), tiles[0, d])   # the incumbent's sizes stay reachable
+                   for d in range(len(kernel.loops))]
         space = KernelSpace(kernel, target, levels, choices, schedule, (), tune_orders, tune_annotations)
         space.max_spill = max(max_spill, float(space.spill(tiles)[0]))
         rt, ro = space.repair(tiles[:1], np.array(orders[:1]))

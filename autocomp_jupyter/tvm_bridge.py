@@ -178,7 +178,8 @@ def to_tvm(result_or_plan, target: str = "llvm", apply_schedule: bool = True):
 def _has_affine_loops(plan) -> bool:
     from .ir.loopnest import lower
 
-    return any(p.affine for s in plan.schedules for _, c in lower(s).computes() for p in c.loops)
+    return any(p.affine or p.region is not None for s in plan.schedules for _, c in lower(s).computes()
+               for p in c.loops)
 
 
 def affine_module(plan):
@@ -208,7 +209,15 @@ def affine_module(plan):
         stmt = node.statement
         spans = {}
         for p in node.loops:
-            spans[p.name] = (tiles[p.tile][0], tiles[p.tile][1]) if p.tile else (const(0), const(p.extent))
+            if p.region is not None:       # computed at this tile: the region it reads, clipped
+                r = p.region
+                first, end = const(r.lo), const(r.hi)
+                for (anchor, k), v in zip(r.terms, p.region_tiles):
+                    a, b = tiles[v] if v is not None else (const(0), const(extents[anchor]))
+                    first, end = first + const(k) * a, end + const(k) * b
+                spans[p.name] = (T.max(first, const(0)), T.min(end, const(p.extent)))
+            else:
+                spans[p.name] = (tiles[p.tile][0], tiles[p.tile][1]) if p.tile else (const(0), const(p.extent))
         symbols = {}
 
         def symbol(name):
@@ -235,6 +244,17 @@ def affine_module(plan):
             at = b.stop - 1 - r if p.reverse else b.start + r          # a reversed loop counts down
             body = T.For(r, const(0), T.max(b.stop - b.start, const(0)), T.ForKind.SERIAL,
                          T.SeqStmt([T.Bind(loop_var, at), body]))
+        if node.recompute:         # its region restarts from the reduction's identity
+            init = T.const(0.0 if stmt.reduce == "+" else -3.4028234663852886e38, "float32")
+            own = {b.name: b for b in bounds}
+            loops = [idx.single_loop for idx in stmt.target_indices]
+            at = {l: T.Var(l + "_z", i64) for l in loops}
+            zero = T.BufferStore(target, init, [at[l] for l in loops])
+            for l in reversed(loops):
+                r = T.Var(l + "_zr", i64)
+                zero = T.For(r, const(0), T.max(own[l].stop - own[l].start, const(0)), T.ForKind.SERIAL,
+                             T.SeqStmt([T.Bind(at[l], own[l].start + r), zero]))
+            body = T.SeqStmt([zero, body])
         guards = [tiles[v][1] == const(extents[nest_anchor[v]]) for v in node.last_of]
         if guards:
             cond = guards[0]

@@ -32,8 +32,8 @@ from autocomp_jupyter.dsl import parse  # noqa: E402
 from autocomp_jupyter.ir.schedule import kernels_unfused  # noqa: E402
 from autocomp_jupyter.passes import PassContext  # noqa: E402
 from autocomp_jupyter.report import roofline_fraction  # noqa: E402
-from autocomp_jupyter.tune import (DEFAULT_MAX_SPILL, KernelSpace, legal, search_kernel,  # noqa: E402
-                                   tile_choices, tune_plan)
+from autocomp_jupyter.space import TileSpace  # noqa: E402
+from autocomp_jupyter.tune import DEFAULT_MAX_SPILL, KernelSpace, legal, search_kernel, tune_plan  # noqa: E402
 
 
 def gemm(n: int) -> str:
@@ -88,8 +88,9 @@ def exhaustive(schedule, target, max_spill: float = DEFAULT_MAX_SPILL):
     _, _, parallel, vectorize = model.normalise(*model.schedule_arrays(schedule))
     L, D = len(target.tiling_levels), len(kernel.loops)
     per_loop = []
-    for loop in kernel.loops:
-        ch = tile_choices(loop.extent, divisors_only=True)
+    sizes = TileSpace.of(kernel, target)          # the tuner's view, divisors only
+    for d in range(D):
+        ch = sizes.tuner(d, divisors_only=True)
         per_loop.append([c for c in itertools.product(ch, repeat=L) if list(c) == sorted(c, reverse=True)])
     tilings = np.array([np.array(t) for t in itertools.product(*per_loop)])          # [T, D, L]
     perms = list(itertools.permutations(range(D)))
@@ -116,8 +117,9 @@ def random_search(schedule, target, budget: int, seed: int, max_spill: float = D
     rng = np.random.default_rng(seed)
     D, L = space.D, space.L
     tiles = np.empty((budget, D, L), dtype=np.int64)
+    sizes = TileSpace.of(kernel, target)
     for d in range(D):
-        ch = tile_choices(kernel.loops[d].extent, divisors_only=True)
+        ch = sizes.tuner(d, divisors_only=True)
         tiles[:, d, :] = ch[rng.integers(0, len(ch), size=(budget, L))]
     tiles = -np.sort(-tiles, axis=2)
     orders = np.argsort(rng.random((budget, L, D)), axis=2)

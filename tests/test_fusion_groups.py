@@ -26,7 +26,7 @@ def test_a_slower_group_is_split_back_and_the_others_stay_fused():
     r = res.report
     assert r["verified"]
     names = [k["name"] for k in r["kernels"]]
-    assert "H_A" in names                                   # the GELU epilogue stays fused
+    assert "H_A" in names or "H_A_O" in names               # the GELU epilogue stays fused (then the MLP chain)
     split = [x for x in r["rollbacks"] if x["pass"] == "fusion" and x["kernel"] == "O_R_Y"]
     assert split and "slower fused" in split[0]["reason"] and "other groups stay fused" in split[0]["reason"]
     rule = next(x for x in r["rules"] if x["rule"] == "residual_layernorm")

@@ -180,3 +180,23 @@ def test_interchange_swaps_two_loops_at_one_level_and_keeps_the_others():
     assert s.trace[-1] == {"primitive": "interchange", "level": levels[0], "loop": "i", "other": "k"}
     with pytest.raises(UnknownLoopError, match="no loop 'q' \\(other\\)"):
         s.interchange(level=levels[0], loop="i", other="q")
+
+
+def test_stage_holds_a_tensor_at_a_level_it_would_bypass():
+    from autocomp_jupyter.accel.cost import evaluate
+    from autocomp_jupyter.codegen.pseudo import generate_pseudo
+
+    res = autocomp.optimize(GEMM, target="gemmini", tune=0)
+    kernel, schedule = res.after.kernels[0], res.after.schedules[0]
+    inner = res.target.tiling_levels[-1]                     # the accumulator: outputs only
+    assert "activations" not in res.target.level(inner).roles
+    staged = replay(kernel, trace_of(schedule) + [{"primitive": "stage", "tensor": "A", "level": inner}],
+                    schedule.levels)
+    assert {"primitive": "stage", "tensor": "A", "level": inner} in trace_of(staged)
+    assert replay(kernel, trace_of(staged), schedule.levels).annotations["stage"] == (("A", inner),)
+    before, after = evaluate(schedule, res.target), evaluate(staged, res.target)
+    assert after.bytes[inner] > before.bytes[inner]          # A's tiles now move into it
+    text = generate_pseudo(Plan(res.after.program, (kernel,), (staged,)), res.target)
+    assert f"dma_load {inner} <- " in text and any(f"dma_load {inner}" in l and " A[" in l for l in text.splitlines())
+    with pytest.raises(UnknownLoopError, match="no tensor 'Z'"):
+        replay(kernel, [{"primitive": "stage", "tensor": "Z", "level": inner}], schedule.levels)

@@ -10,11 +10,11 @@ from autocomp_jupyter import poly
 from autocomp_jupyter.accel.cost import evaluate, library_schedule
 from autocomp_jupyter.accel.target import load_target
 from autocomp_jupyter.dsl import parse
-from autocomp_jupyter.ir.schedule import Kernel, Schedule
+from autocomp_jupyter.ir.schedule import Kernel, Schedule, kernels_unfused
 from autocomp_jupyter.passes import PassContext
 from autocomp_jupyter.result import Plan
 from autocomp_jupyter.rules.engine import load_rules
-from autocomp_jupyter.tune import model_score, split_configs, tile_choices, tune_plan
+from autocomp_jupyter.tune import model_score, split_configs, tune_plan
 
 SRC = """input A: f32[96, 80]
 input B: f32[80, 72]
@@ -102,10 +102,13 @@ def test_configs_split_by_kernel_time():
     assert by_kernel[slow] >= by_kernel.get(fast, 0)
 
 
-def test_tile_choices_include_non_divisors():
-    sizes = tile_choices(80, hints=[32])
-    assert {1, 5, 16, 40, 80}.issubset(sizes) and any(80 % s for s in sizes)
-    assert all(80 % s == 0 for s in tile_choices(80, divisors_only=True))
+def test_tile_choices_include_non_divisors():   # the candidate space's tuner view (space.py)
+    from autocomp_jupyter.space import TileSpace
+    kernel = kernels_unfused(parse("input A: f32[80, 80]\ninput B: f32[80, 80]\nC = matmul(A, B)\n"))[0]
+    space = TileSpace.of(kernel, load_target("gpu"))          # granule: 32 lanes
+    sizes = space.tuner(0)
+    assert {1, 5, 16, 32, 40, 64, 80}.issubset(sizes) and any(80 % s for s in sizes)
+    assert all(80 % s == 0 for s in space.tuner(0, divisors_only=True))
 
 
 def test_budget_stops_early():

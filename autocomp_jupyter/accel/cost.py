@@ -26,6 +26,15 @@ The model (Timeloop / ZigZag style):
 * Compute. Passes of the PE array / vectors over the whole run, with edge waste of
   non-dividing tiles (ceil), divided over the compute units the parallel tile loops keep
   busy (occupancy, wave quantisation), plus systolic fill/drain per innermost tile.
+* Compute at. A statement computed at the anchor's tiles (`Kernel.compute_at`) is costed
+  as its own nest over its region: its model alone (`_ProducerModel`), with tiles of the
+  region a tile at the compute point reads (`ir.loopnest.regions`: the halo included) at
+  that level and outside it, the textbook tiling of it alone inside, clipped to the region;
+  its work, traffic and energy are then scaled by the recompute: the regions' total over
+  every tile at the compute point (halos counted in each) over the statement's own points,
+  times the tiles of loops its region does not follow (it runs again in each). Its tensor
+  is internal: no DRAM traffic, its region on chip where the consumer reads it. Producer
+  and consumer run one after the other in each tile: their times add.
 * Time. Levels whose tiles fit twice (double buffering) overlap their transfers with
   compute; others serialise with it. The first input tiles (cold start) and the last output
   tiles (drain) overlap nothing: time = max(max(compute, operand streaming) + serial
@@ -286,9 +295,10 @@ class _StatementModel:
 class KernelModel:
     """A kernel compiled against a target: the constant parts of the cost model."""
 
-    def __init__(self, kernel: Kernel, target: Target):
+    def __init__(self, kernel: Kernel, target: Target, staged: tuple[tuple[str, str], ...] = ()):
         self.kernel = kernel
         self.target = target
+        self.staged = frozenset(staged)    # (tensor, level): held there whatever the level's roles
         self.loop_names = kernel.loop_names
         self.extents = np.array([l.extent for l in kernel.loops], dtype=np.int64)
         D = len(self.extents)
@@ -319,6 +329,9 @@ class KernelModel:
         self.elem_bytes = self.host.elem_bytes if host_c else DTYPE_BYTES.__getitem__
         self.statements = [self._statement_model(i, s, index, D, on_chip)
                            for i, s in enumerate(kernel.statements)]
+        # Statements computed at the anchor's tiles: each costed as its own nest (above).
+        self.computed = kernel.computed_at()
+        self.producers = [_ProducerModel(kernel, group, target, index) for group in _producer_groups(kernel)]
         # Host C runs a tiled GEMM-like kernel as a packed BLIS-style GEMM, not the tile nest.
         self.host_packed = self.host_pk = self.host_scalar = None
         if host_c:
@@ -356,7 +369,7 @@ class KernelModel:
                     else:
                         local_add[r] += abs(c) * (local[loop] - 1)
             # Levels that do not hold the access's role are bypassed (target.ROLES).
-            chain = tuple(h for h, lv in enumerate(on_chip) if role in lv.roles)
+            chain = tuple(h for h, lv in enumerate(on_chip) if role in lv.roles or (tensor, lv.name) in self.staged)
             accesses.append(_AccessModel(
                 tensor=tensor, coeff=coeff, local_add=local_add,
                 dims=np.array(t.shape if len(t.shape) == len(indices) else [1 << 62] * len(indices), dtype=float),
@@ -448,6 +461,8 @@ class KernelModel:
         n, L = T.shape[0], self.n_levels
         per_tensor: dict[str, np.ndarray] = {}
         for si, st in enumerate(self.statements):
+            if si in self.computed:
+                continue      # its own nest's buffers (`_ProducerModel`)
             for ai, a in enumerate(st.accesses):
                 skip = st.in_place and (a.internal or a.kind != "read")
                 if skip and tile_bytes is None:
@@ -566,6 +581,8 @@ class KernelModel:
         stream_total = np.zeros(n)
         compute_by_unit: dict[str, np.ndarray] = {}
         for si, st in enumerate(self.statements):
+            if si in self.computed:
+                continue      # costed as its own nest below
             st_bytes = np.zeros((n, M))
             read_bytes = np.zeros((n, M))     # reads into double-buffered levels (their load chain)
             serial_bytes = np.zeros((n, M))   # traffic into levels that cannot double-buffer
@@ -768,10 +785,40 @@ class KernelModel:
             bytes_by_level += st_bytes
             level_time += st_level_time
         time_s += np.maximum(group_busy, group_levels.max(axis=1))
+        producer_energy = np.zeros(n)
+        if self.producers:
+            # Producer and consumer nests alternate tile by tile: where they run on different
+            # datapaths (a PE array, a vector unit) one tile's producer overlaps the previous
+            # tile's consumer, so the kernel takes its busiest datapath's work or its busiest
+            # channel's traffic, whichever is longer, plus what overlaps nothing (each part's
+            # serial transfers, cold start and drain); on one datapath the work adds up.
+            busy = {u: np.asarray(v, dtype=float) * np.ones(n) for u, v in compute_by_unit.items()}
+            channels = level_time.copy()
+            alone = time_s.copy()
+            extra = np.zeros(n)
+        for producer in self.producers:      # computed at the anchor's tiles: its own nest, recomputed
+            cost, mult = producer.evaluate(tiles, orders, counts)
+            alone += cost.time_s * mult
+            for u, v in (cost.compute_by_unit or {}).items():
+                busy[u] = busy.get(u, 0.0) + v * mult
+            channels += cost.level_time_s * mult[:, None]
+            extra += (cost.serial_s + cost.cold_s + cost.drain_s) * mult
+            compute_s += cost.compute_s * mult
+            bytes_by_level += cost.bytes * mult[:, None]
+            level_time += cost.level_time_s * mult[:, None]
+            # its compute energy (its traffic's is in bytes_by_level's, below)
+            producer_energy += (cost.energy_j - (cost.bytes * self.energy_per_byte[None, :]).sum(axis=1)) * mult
+        if self.producers:
+            overlapped = np.maximum(np.max(np.stack(list(busy.values())), axis=0), channels.max(axis=1)) \
+                + serial_total + cold_total + drain_total + extra
+            time_s = np.minimum(alone, np.maximum(overlapped, time_s))
+            for u, v in busy.items():
+                compute_by_unit[u] = v
         if self.host is not None:   # host C: the paths that replace the nest (packed, direct rows)
             time_s = self.host.seconds(self, schedule_tiles, parallel, time_s)
         energy = (bytes_by_level * self.energy_per_byte[None, :]).sum(axis=1) \
             + (mac_points + vector_ops) * target.energy_pj_per_mac * 1e-12
+        energy = energy + producer_energy
         dram = bytes_by_level[:, -1]
         flops = np.full(n, self.flops)
         return BatchCost(
@@ -787,6 +834,161 @@ class KernelModel:
             drain_s=drain_total, stream_s=stream_total,
             compute_by_unit=compute_by_unit,
         )
+
+
+def _producer_groups(kernel: Kernel) -> list[tuple[int, ...]]:
+    """The computed-at statements as nests: each contraction (or first statement) with the
+    elementwise statements after it that read it (its epilogue: applied to its tile on chip,
+    as in any fused kernel), in program order."""
+    groups: list[list[int]] = []
+    for i in sorted(kernel.computed_at()):
+        st = kernel.statements[i]
+        previous = groups[-1] if groups else None
+        reads = {a.tensor for a in st.reads()}
+        if (previous is not None and st.reduce is None and not st.reduction_loops and previous[-1] == i - 1
+                and kernel.statements[previous[-1]].target in reads):
+            previous.append(i)
+        else:
+            groups.append([i])
+    return [tuple(g) for g in groups]
+
+
+class _ProducerModel:
+    """Statements computed at the anchor's tiles (a contraction and its epilogue), costed as
+    their own nest over their region (see the module docstring, "Compute at")."""
+
+    def __init__(self, kernel: Kernel, group: tuple[int, ...], target: Target, anchor_index: Mapping[str, int]):
+        from ..ir.loopnest import regions
+
+        index = group[0]
+        stmt = kernel.statements[index]
+        self.loop, self.level = kernel.computed_at()[index]
+        self.levels = target.tiling_levels
+        self.kernel = _producer_kernel(kernel, group)
+        self.model = kernel_model(self.kernel, target)
+        self.extents = np.array([l.extent for l in stmt.loops], dtype=float)
+        self.anchor_extents = np.array([l.extent for l in kernel.loops], dtype=float)
+        self.anchor_index = dict(anchor_index)
+        # Per own loop: (primary anchor index or -1, its scale, lo, hi) — other region terms
+        # run whole (an untiled 1x1 kernel window): they widen the region by scale*extent.
+        self.spans = []
+        for l in stmt.loops:
+            r = regions(kernel)[index][l.name]
+            if not r.terms:
+                self.spans.append((-1, 0, r.lo, r.hi))
+                continue
+            primary = max(r.terms, key=lambda t: t[1] * kernel.extents[t[0]])
+            hi = r.hi + sum(k * kernel.extents[a] for a, k in r.terms if (a, k) != primary)
+            self.spans.append((anchor_index[primary[0]], primary[1], r.lo, hi))
+        self.followed = {a for a, _, _, _ in self.spans if a >= 0}
+        # Inside the region it runs as the tiling search schedules it alone (cached by structure).
+        own = _searched_alone(self.kernel, target)
+        inner = own.tile_sizes(self.levels)
+        self.inner_tiles = np.array([inner[l.name] for l in stmt.loops], dtype=float)   # [D_P, L]
+        _, self.orders, self.parallel, self.vectorize = self.model.schedule_arrays(own)
+
+    def evaluate(self, tiles, orders, counts) -> tuple["BatchCost", np.ndarray]:
+        """(its cost over its whole region once, the recompute factor) per candidate."""
+        n, D, L = tiles.shape
+        levels = self.levels
+        at = levels.index(self.level) if self.level in levels else L - 1
+        loop = self.anchor_index[self.loop]
+        # Each anchor loop's tile (and tile count) at the compute point: at its level when it
+        # comes at or before the compute loop in the order there, else one level out.
+        position = np.argsort(orders[:, at, :], axis=1)                       # [n, D] place in the order
+        inside = position <= position[:, [loop]]
+        outer = max(at - 1, 0)
+        T_point = np.where(inside, tiles[:, :, at], tiles[:, :, outer] if at else self.anchor_extents[None, :])
+        n_point = np.where(inside, counts[:, at, :], counts[:, outer, :] if at else 1.0)
+        sub = np.empty((n, len(self.spans), L))
+        mult = np.ones(n)
+        for d, (a, k, lo, hi) in enumerate(self.spans):
+            ext = self.extents[d]
+            if a < 0:
+                length = np.full(n, float(max(0, min(ext, hi) - max(0, lo))))
+                # not split by the consumer's tiles: tiled inside as it is alone
+                sub[:, d, :] = np.minimum(length[:, None], self.inner_tiles[d][None, :])
+                continue
+            region = lambda t: np.clip(k * t + hi - lo, 1, ext)               # noqa: E731
+            sub[:, d, :] = np.minimum(region(tiles[:, a, :].astype(float)), self.inner_tiles[d][None, :])
+            sub[:, d, : at + 1] = region(T_point[:, a])[:, None]
+            # Rows computed over all tiles at the point: each tile's region, the borders clipped.
+            Ea = self.anchor_extents[a]
+            total = k * Ea + n_point[:, a] * (hi - lo) - max(0, -lo) - np.maximum(0.0, k * Ea + hi - ext)
+            mult *= np.clip(total, 1.0, None) / ext
+        for a in range(D):       # loops its region does not follow: it runs again in each of their tiles
+            if a not in self.followed:
+                mult *= n_point[:, a]
+        sub = np.maximum(np.minimum.accumulate(np.floor(sub), axis=2), 1).astype(np.int64)
+        return self.model.evaluate_batch(sub, np.broadcast_to(self.orders, (n,) + self.orders.shape[1:]),
+                                         self.parallel, np.broadcast_to(self.vectorize, (n,))), mult
+
+
+# The tiling search (rules/tiling.py, a layer above) registers itself here: a producer nest
+# is scheduled inside its region as that search schedules it alone.
+_PRODUCER_SEARCH = []
+
+
+def register_producer_search(fn) -> None:
+    """`fn(kernel, target) -> Schedule | None`: how producer nests are scheduled alone."""
+    _PRODUCER_SEARCH[:] = [fn]
+
+
+@cached("cost.producer_alone", 256)
+def _searched_alone(kernel: Kernel, target: Target) -> Schedule:
+    """A good schedule of a producer nest alone: the registered search's, else from the
+    textbook tiles the best of the neighbours (one tile doubled or halved at one level)
+    round after round, scored as a batch."""
+    found = _PRODUCER_SEARCH[0](kernel, target) if _PRODUCER_SEARCH else None
+    if found is not None:
+        return found
+    start = textbook_schedule(kernel, target)
+    model = kernel_model(kernel, target)
+    levels = target.tiling_levels
+    tiles, orders, parallel, vectorize = model.schedule_arrays(start)
+    best = tiles[0].astype(np.int64)
+    score = model.evaluate_batch(best[None], orders, parallel, vectorize).time_s[0]
+    ext = model.extents
+    for _ in range(24):
+        moves = []
+        for d in range(best.shape[0]):
+            for h in range(best.shape[1]):
+                for size in (best[d, h] * 2, best[d, h] // 2):
+                    if 1 <= size <= ext[d] and size != best[d, h]:
+                        t = best.copy()
+                        t[d, h] = size
+                        moves.append(np.minimum.accumulate(np.maximum(t, 1), axis=1))
+        if not moves:
+            break
+        batch = np.stack(moves)
+        cost = model.evaluate_batch(batch, np.broadcast_to(orders, (len(moves),) + orders.shape[1:]), parallel,
+                                    np.broadcast_to(vectorize, (len(moves),)))
+        ok = cost.spill_ratio <= 0.05
+        times = np.where(ok, cost.time_s, np.inf)
+        pick = int(np.argmin(times))
+        if not times[pick] < score * (1 - 1e-9):
+            break
+        best, score = batch[pick], times[pick]
+    return start.with_tiles({l.name: {lv: int(best[d, h]) for h, lv in enumerate(levels)}
+                             for d, l in enumerate(kernel.loops)})
+
+
+def _producer_kernel(kernel: Kernel, group: tuple[int, ...]) -> Kernel:
+    """Statements `group` of `kernel` as a kernel of their own, anchored at the first; what
+    they write and the kernel's own tensors they read are internal (never in DRAM)."""
+    from ..ir.schedule import _map_loops
+
+    statements = tuple(kernel.statements[i] for i in group)
+    written = [st.target for st in statements]
+    reads = [a.tensor for st in statements for a in st.reads()]
+    names = tuple(dict.fromkeys(reads + written))
+    on_chip = set(kernel.internals) | set(written)
+    maps = _map_loops(statements, 0)
+    return Kernel(name=f"{kernel.name}.{'_'.join(written)}", ops=tuple(written), statements=statements,
+                  loops=statements[0].loops, inputs=tuple(t for t in dict.fromkeys(reads) if t not in written),
+                  outputs=(), internals=tuple(t for t in names if t in on_chip),
+                  tensors=tuple(kernel.tensor(t) for t in names), anchor=0,
+                  loop_maps=tuple(tuple(sorted(m.items())) for m in maps))
 
 
 def _fill_cycles(compute, fills, stream_cycles):
@@ -937,9 +1139,10 @@ def datapath_of(compute, st: "_StatementModel") -> Datapath:
 
 
 @cached("cost.kernel_model", 256)
-def kernel_model(kernel: Kernel, target: Target) -> KernelModel:
-    """The compiled cost model of `kernel` on `target` (cached)."""
-    return KernelModel(kernel, target)
+def kernel_model(kernel: Kernel, target: Target, staged: tuple[tuple[str, str], ...] = ()) -> KernelModel:
+    """The compiled cost model of `kernel` on `target` (cached); `staged`: a schedule's
+    `stage` annotation, (tensor, level) pairs held at levels their role would bypass."""
+    return KernelModel(kernel, target, tuple(staged))
 
 
 def evaluate_batch(kernel: Kernel, target, tiles, orders=None, parallel=None, vectorize=None) -> BatchCost:
@@ -956,7 +1159,7 @@ def evaluate_batch(kernel: Kernel, target, tiles, orders=None, parallel=None, ve
 def evaluate(schedule: Schedule, target) -> KernelCost:
     """The cost of one scheduled kernel."""
     target = load_target(target)
-    model = kernel_model(schedule.kernel, target)
+    model = kernel_model(schedule.kernel, target, tuple(schedule.annotations.get("stage", ()) or ()))
     return model.evaluate_batch(*model.schedule_arrays(schedule)).row(0, schedule.kernel.name)
 
 

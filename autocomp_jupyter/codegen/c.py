@@ -493,11 +493,13 @@ class _KernelWriter:
             self.emit(1, "AC_EXACT_BODY")
         from ..ir.loopnest import lower
 
-        pk = packed_contraction(self.kernel, self.schedule)
-        win = window_rows(self.kernel, self.schedule) if pk is None else None
+        # A kernel with compute_at runs its tree: the packed and window paths run whole nests.
+        pk = packed_contraction(self.kernel, self.schedule) if not k.compute_at else None
+        win = window_rows(self.kernel, self.schedule) if pk is None and not k.compute_at else None
         own = {pk.index} if pk is not None else ({win[0]} if win is not None else set())
+        computed = {t for t, _, _ in k.compute_at}      # restarted in each tile (restart_region)
         for index, s in enumerate(k.statements):
-            if s.reduce is not None and index not in own:  # packed, direct rows: stored whole
+            if s.reduce is not None and index not in own and s.target not in computed:  # packed, direct rows: stored whole
                 t = self.tensor(s.target)
                 var = self.namer.fresh("n")
                 self.emit(1, "#pragma omp parallel for simd" if t.size >= (1 << 16) and self.parallel else "#pragma omp simd")
@@ -1141,7 +1143,7 @@ class _KernelWriter:
         point nest inside them, guarded where it runs only in the last tile; the statement
         `pk.index` (in an untiled nest) through the packed path, which also runs the
         statements `pk.epilogue` (skipped here)."""
-        from ..ir.loopnest import TileLoop
+        from ..ir.loopnest import TileLoop, point_bounds
 
         cvar: dict[str, str] = {}
 
@@ -1182,6 +1184,11 @@ class _KernelWriter:
                 d += 1
             tiles = {p.name: (_Tile(name(p.tile), bounds[p.tile][2], p.lengths) if p.tile else None)
                      for p in node.loops}
+            if any(p.region is not None for p in node.loops):    # computed at this tile: its region
+                tiles = {p.name: _Tile(*point_bounds(p, bounds, name, "AC_MAX", "AC_MIN", self.extents), p.lengths)
+                         for p in node.loops}
+                if node.recompute:
+                    self.restart_region(node, tiles, d)
             self.statement(node, tiles, d)
             if guards:
                 self.emit(d - 1, "}")
@@ -1189,6 +1196,22 @@ class _KernelWriter:
             self.emit(closing.pop(), "}")
 
     # ------------------------------------------------------------------ statements
+
+    def restart_region(self, node, tiles: dict, depth: int) -> None:
+        """A computed-at reduction's region back to its initial value before it runs again."""
+        stmt = node.statement
+        scope = self.namer.child()
+        var = {p.name: scope.fresh(p.name) for p in node.loops}
+        out = [idx.single_loop for idx in stmt.target_indices]
+        d = depth
+        for loop in out:
+            self._for(d, var[loop], tiles[loop].start, tiles[loop].end, None)
+            d += 1
+        init = 0.0 if stmt.reduce == "+" else -math.inf
+        target = self.access_c(stmt.target, stmt.target_indices, var, stmt, check=False)
+        self.emit(d, f"{target} = {self.literal(stmt, init)};")
+        for dd in range(d - 1, depth - 1, -1):
+            self.emit(dd, "}")
 
     def statement(self, node, tiles: dict, depth: int) -> None:
         """One statement's point nest (`Compute` node), under tiles {own loop: _Tile or None}."""

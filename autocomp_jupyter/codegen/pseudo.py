@@ -59,14 +59,15 @@ def _engine(target, stmt: Statement) -> tuple[str, str]:
 class _KernelPseudo:
     def __init__(self, plan, kernel: Kernel, schedule: Schedule, target):
         self.plan, self.kernel, self.schedule, self.target = plan, kernel, schedule, target
+        self.staged = {tuple(x) for x in schedule.annotations.get("stage", ()) or ()}
         self.extents = kernel.extents
         self.lines: list[str] = []
 
     def emit(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
 
-    def holds(self, level: str, kind: str) -> bool:
-        if self.target is None:
+    def holds(self, level: str, kind: str, tensor: str = "") -> bool:
+        if self.target is None or (tensor, level) in self.staged:   # `stage`: held there by the schedule
             return True
         try:
             return kind in self.target.level(level).holds
@@ -78,6 +79,8 @@ class _KernelPseudo:
 
         k, s = self.kernel, self.schedule
         nest = lower(s)
+        self.tile_bounds = {var: b for _, _, bounds in nest.walk() for var, b in bounds.items()}
+        self.regions = {c.index: c for _, c in nest.computes() if any(p.region is not None for p in c.loops)}
         self.emit(0, f"kernel {k.name}:    # ops {', '.join(k.ops)}")
         for t in k.tensors:
             where = "on chip only" if t.name in k.internals else "in DRAM"
@@ -130,12 +133,29 @@ class _KernelPseudo:
             accesses = [(stmt.target, stmt.target_indices, True)] + [(a.tensor, a.indices, False) for a in stmt.reads()]
             for li, level in enumerate(levels):
                 visible = [t for t in path if levels.index(t.level) <= li]
+                if si in self.regions and path:
+                    visible = [t for t in path if levels.index(t.level) <= li]
+                    # computed at the tile: its inputs' regions move in at the compute point
+                    where = path[-1] if path[-1] in visible else (visible[-1] if visible else None)
+                    for tensor, indices, write in accesses:
+                        if write or tensor not in k.inputs or not self.holds(level, "inputs", tensor):
+                            continue
+                        key = (tensor, li, False, id(where), si)
+                        if key in seen:
+                            continue
+                        seen.add(key)
+                        parent = parents.get((tensor, False, li - 1), "DRAM") if li else "DRAM"
+                        parents[(tensor, False, li)] = level
+                        opening.setdefault(id(where) if where is not None else None, []).append(
+                            f"dma_load {level} <- {parent}: {self.footprint(tensor, indices, si, {})}"
+                            "    # the region this tile's producer reads")
+                    continue
                 state = {}
                 for t in visible:
                     state[t.anchor] = (t.var, t.size)
                 for tensor, indices, write in accesses:
                     kind = "outputs" if write else "inputs"
-                    if not self.holds(level, kind):
+                    if not self.holds(level, kind, tensor):
                         continue
                     if not write and tensor not in k.inputs:
                         continue      # internal reads: the producer's tile is already on chip
@@ -169,7 +189,36 @@ class _KernelPseudo:
                         opening.setdefault(at, []).append(f"dma_load {level} <- {parent}: {region}")
         return opening, closing
 
+    def region_footprint(self, tensor: str, indices, si: int) -> str:
+        """A computed-at statement's access over its region (`ir.loopnest.point_bounds`)."""
+        from ..ir.loopnest import point_bounds
+
+        node = self.regions[si]
+        span = {p.name: point_bounds(p, self.tile_bounds, extents=self.extents) for p in node.loops}
+        dims = []
+        for idx in indices:
+            if idx.single_loop is not None:
+                lo, hi = span[idx.single_loop]
+                dims.append(":" if (lo, hi) == ("0", str(node.statement.extents[idx.single_loop])) else f"{lo}:{hi}")
+                continue
+            lo_num, hi_num, lo, hi = idx.const, idx.const, [], []
+            for loop, c in idx.terms:          # c*x over [a, b): c*a .. c*(b - 1)
+                a, b = span[loop]
+                if a.lstrip("-").isdigit() and b.lstrip("-").isdigit():
+                    x, y = c * int(a), c * (int(b) - 1)
+                    lo_num, hi_num = lo_num + min(x, y), hi_num + max(x, y)
+                    continue
+                lo.append(a if c == 1 else f"{c}*({a})")
+                hi.append(b if c == 1 else f"{c}*({b})")
+                hi_num -= c                     # c*(b - 1) = c*b - c
+            first = " + ".join(lo) + (f" {'+' if lo_num > 0 else '-'} {abs(lo_num)}" if lo and lo_num else "")
+            last = " + ".join(hi) + (f" {'+' if hi_num + 1 > 0 else '-'} {abs(hi_num + 1)}" if hi and hi_num + 1 else "")
+            dims.append(f"{first or lo_num}:{last or hi_num + 1}")
+        return f"{tensor}[{', '.join(dims)}]"
+
     def footprint(self, tensor: str, indices, si: int, state) -> str:
+        if si in getattr(self, "regions", {}):
+            return self.region_footprint(tensor, indices, si)
         follows = self.kernel.loop_map(si)
         ext = self.kernel.statements[si].extents
         dims = []
@@ -205,6 +254,9 @@ class _KernelPseudo:
         if node.last_of:
             self.emit(depth, f"if last({', '.join(node.last_of)}):    # after the last reduction tile")
             depth += 1
+        if si in self.regions:
+            self.emit(depth, f"# computed at this tile over the region of {stmt.target} it reads"
+                             + (", from 0 each time" if node.recompute else "") + " (a halo is recomputed)")
         call, unit = _engine(self.target, stmt)
         lhs = self.footprint(stmt.target, stmt.target_indices, si, state)
         op = {None: "=", "+": "+=", "max": "max="}[stmt.reduce]

@@ -36,6 +36,20 @@ for j: divide}). Where a statement cannot join, it opens its own tile loops for 
 loops it follows and stops at the first one it does not. poly.py still proves every tree
 legal; this rule only makes the trees it builds legal to begin with.
 
+Compute at (`Kernel.compute_at`: tensor, loop, level). The statements writing a computed-at
+tensor run inside the anchor's tile loops down to the one over `loop` at `level` (the
+compute point; where that loop is not tiled at that level, the point is where its tile loop
+would be), in every tile there, over the region of their tensor the tile reads
+(`regions`): each of their loops writing a dimension runs over the interval hull of that
+dimension's reads by its consumers in the tile — the halo of a stencil or a convolution
+(rows h-1 .. h+T of a 3x3 conv's input), the tile of a contraction's hidden dimension —
+clipped to the tensor; their other loops run in full. A region overlapping the next tile's
+is recomputed there (never carried). A reduction's region restarts from its initial value
+each time (`Compute.recompute`). The consumers (the anchor, or other computed-at
+statements) join the producers' tile loops. A computed-at statement reads only the kernel's
+inputs, other computed-at tensors and tensors computed whole before it (it then starts a
+new instance of the tile loops, after theirs), so every recomputation gives the same values.
+
 `whole_loops(kernel)` names the anchor loops whose tiling would split a kernel this way;
 the tiling search and the tuner keep them whole (one tile), as real softmax and layernorm
 kernels keep the row, and the cost model then scores the nest that runs.
@@ -46,7 +60,7 @@ import itertools
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterator, Sequence, Union
+from typing import Iterator, Mapping, Sequence, Union
 
 from .program import Statement
 from .schedule import Kernel, Schedule
@@ -79,6 +93,33 @@ class TileLoop:
 
 
 @dataclass(frozen=True)
+class Region:
+    """Where a computed-at statement's loop runs in each tile at its compute point:
+    [sum(scale*start) + lo, sum(scale*end) + hi) clipped to [0, extent), summed over
+    `terms` ((anchor loop, scale), ...), with [start, end) the current tile of each anchor
+    loop there (its whole extent when untiled above the point); no terms: [lo, hi)."""
+
+    terms: tuple[tuple[str, int], ...]
+    lo: int
+    hi: int
+
+    @property
+    def exact(self) -> bool:
+        """The region is one anchor loop's tile itself."""
+        return len(self.terms) == 1 and self.terms[0][1] == 1 and (self.lo, self.hi) == (0, 0)
+
+    def at(self, box: Mapping[str, tuple[int, int]], extent: int) -> tuple[int, int]:
+        """The range in the tile box {anchor loop: (first, end)} (numbers)."""
+        first = sum(k * box[a][0] for a, k in self.terms) + self.lo
+        end = sum(k * box[a][1] for a, k in self.terms) + self.hi
+        return max(0, first), min(extent, end)
+
+
+class ComputeAtError(ValueError):
+    """A `compute_at` the loop nest cannot express (the message says why)."""
+
+
+@dataclass(frozen=True)
 class PointLoop:
     """One loop of a statement's own nest: `name` (the statement's loop) over the current
     tile of anchor loop `anchor` (`tile` is that tile loop's var, None: the whole extent),
@@ -95,6 +136,8 @@ class PointLoop:
     unroll: int = 0
     reverse: bool = False                     # runs from its last value down to its first
     skew: tuple[tuple[str, int], ...] = ()    # ((by, factor), ...): runs over name + factor*by
+    region: Region | None = None              # computed at: the region its tile reads
+    region_tiles: tuple[str | None, ...] = ()   # per region term: the tile loop var there (None: untiled)
 
     @property
     def affine(self) -> bool:
@@ -118,6 +161,7 @@ class Compute:
     statement: Statement
     loops: tuple[PointLoop, ...]
     last_of: tuple[str, ...] = ()
+    recompute: bool = False     # computed at: its target's region restarts each time it runs
 
 
 Node = Union[TileLoop, Compute]
@@ -212,7 +256,7 @@ class LoopNest:
                 if any(box[a][1] != extents[a] for a in guarded):
                     continue
                 stmt = node.statement
-                ranges = [range(*box[p.anchor]) if p.tile is not None else range(p.extent) for p in node.loops]
+                ranges = [range(*point_range(p, box, extents)) for p in node.loops]
                 position = [stmt.loop_names.index(p.name) for p in node.loops]
                 points = []
                 for values in itertools.product(*ranges):
@@ -246,7 +290,11 @@ class LoopNest:
             if node.last_of:
                 lines.append(f"{pad}if last({', '.join(node.last_of)}):")
                 depth += 1
-            affine = {a.name: a for a in affine_point_bounds(node, {p.name: point_bounds(p, bounds) for p in node.loops})}
+            affine = {a.name: a for a in affine_point_bounds(
+                node, {p.name: point_bounds(p, bounds, extents=self.kernel.extents) for p in node.loops})}
+            if any(p.region is not None for p in node.loops):
+                lines.append(f"{pad}# computed at this tile: the region of {node.statement.target} it reads"
+                             + (" (restarts from 0)" if node.recompute else ""))
             for p in node.loops:
                 notes = [n for n, on in (("parallel", p.parallel), ("vectorize", p.vectorize)) if on]
                 if p.unroll > 1:
@@ -289,11 +337,41 @@ class LoopNest:
         yield from visit(self.body, 0, {})
 
 
-def point_bounds(p: PointLoop, bounds, name=lambda var: var) -> tuple[str, str]:
-    """(start, stop) of a point loop under tile bounds from `LoopNest.walk`."""
+def point_bounds(p: PointLoop, bounds, name=lambda var: var, maximum="max", minimum="min",
+                 extents=None) -> tuple[str, str]:
+    """(start, stop) of a point loop under tile bounds from `LoopNest.walk` (a computed-at
+    loop's region clipped with `maximum` / `minimum`; `extents` of the kernel's loops, for
+    a region term over an anchor loop untiled there)."""
+    r = p.region
+    if r is not None:
+        if r.exact and p.region_tiles[0] is not None:          # the tile itself
+            var = p.region_tiles[0]
+            return name(var), bounds[var][2]
+        starts, ends, lo, hi = [], [], r.lo, r.hi
+        for (anchor, k), var in zip(r.terms, p.region_tiles):
+            if var is None:               # the whole loop: [0, extent)
+                hi += k * extents[anchor]
+                continue
+            starts.append(name(var) if k == 1 else f"{k}*{name(var)}")
+            ends.append(bounds[var][2] if k == 1 else f"{k}*({bounds[var][2]})")
+        if not starts:
+            return str(max(0, lo)), str(min(p.extent, hi))
+        return (f"{maximum}(0, {_offset(' + '.join(starts), lo)})",
+                f"{minimum}({p.extent}, {_offset(' + '.join(ends), hi)})")
     if p.tile is None:
         return "0", str(p.extent)
     return name(p.tile), bounds[p.tile][2]
+
+
+def _offset(x: str, k: int) -> str:
+    return x if k == 0 else (f"{x} + {k}" if k > 0 else f"{x} - {-k}")
+
+
+def point_range(p: PointLoop, box: dict, extents: dict) -> tuple[int, int]:
+    """[first, end) of a point loop in the tile box {anchor loop: (first, end)} (numbers)."""
+    if p.region is not None:
+        return p.region.at(box, p.extent)
+    return box[p.anchor] if p.tile is not None else (0, p.extent)
 
 
 @dataclass(frozen=True)
@@ -397,6 +475,14 @@ class _Native:
         return k * a
 
 
+def _tile_pieces(extent: int, sizes: Sequence[int]) -> list[tuple[int, int]]:
+    """The innermost pieces [first, end) of [0, extent) split by `sizes` in turn."""
+    pieces = [(0, extent)]
+    for size in sizes:
+        pieces = [(x, min(x + size, b)) for a, b in pieces for x in range(a, b, size)]
+    return pieces
+
+
 def tile_count(extent: int, sizes: Sequence[int]) -> int:
     """Innermost pieces of [0, extent) split by `sizes` in turn (remainders included)."""
     def split(x: int, k: int) -> int:
@@ -462,14 +548,122 @@ def may_share(kernel: Kernel, producer: int, consumer: int, anchor: str) -> bool
     return True
 
 
+def regions(kernel: Kernel) -> dict[int, dict[str, Region]]:
+    """For each computed-at statement, the region each of its loops runs over per tile
+    (see the module docstring): derived from its consumers' reads, consumers first, so a
+    chain (expand → depthwise → project) composes its halos. Raises `ComputeAtError` where
+    the nest cannot express it. Remembered on the (immutable) kernel."""
+    memo = kernel.__dict__.get("_regions")
+    if memo is not None:
+        return memo
+    at = kernel.computed_at()
+    statements = kernel.statements
+    out: dict[int, dict[str, Region]] = {}
+
+    def ranges(c: int) -> dict[str, Region]:
+        if c in out:
+            return out[c]
+        m = kernel.loop_map(c)
+        return {l.name: Region(((m[l.name], 1),), 0, 0) if l.name in m else Region((), 0, l.extent)
+                for l in statements[c].loops}
+
+    def hull(index, R: dict[str, Region], where: str) -> Region:
+        # x in [sum(s*start) + lo, sum(s*end) + hi): c*x spans c*(...lo) .. c*(...hi - 1).
+        terms: dict[str, int] = {}
+        lo = hi = index.const
+        for l, c in index.terms:
+            r = R[l]
+            if r.terms and c < 0:
+                raise ComputeAtError(f"{where} is read through {c}*{l}: a region follows its loops "
+                                     "with positive coefficients")
+            if not r.terms:
+                a, b = c * r.lo, c * (r.hi - 1)
+                lo, hi = lo + min(a, b), hi + max(a, b)
+                continue
+            for anchor, k in r.terms:
+                if kernel.extents[anchor] == 1:     # a loop of one trip: its tile is [0, 1)
+                    hi += c * k
+                else:
+                    terms[anchor] = terms.get(anchor, 0) + c * k
+            lo, hi = lo + c * r.lo, hi + c * (r.hi - 1)
+        return Region(tuple(sorted(terms.items())), lo, hi + 1)
+
+    for p in sorted(at, reverse=True):
+        stmt = statements[p]
+        tensor = stmt.target
+        where = f"compute_at({tensor})"
+        if tensor not in kernel.internals:
+            raise ComputeAtError(f"{where}: {tensor} is read outside the kernel (only a tensor produced "
+                                 "and consumed inside it can be computed in its consumer's tiles)")
+        if kernel.tensor(tensor).dtype in ("i8", "i32"):
+            raise ComputeAtError(f"{where}: {tensor} is an integer tensor (its sums are rounded once "
+                                 "complete, which a region recomputed per tile is not)")
+        writers = [i for i, st in enumerate(statements) if st.target == tensor]
+        if len(writers) > 1:
+            raise ComputeAtError(f"{where}: {tensor} is written by {len(writers)} statements")
+        if any(idx.single_loop is None for idx in stmt.target_indices) or \
+                len({idx.single_loop for idx in stmt.target_indices}) != len(stmt.target_indices):
+            raise ComputeAtError(f"{where}: {tensor} must be written with one loop per dimension")
+        consumers = [c for c in range(p + 1, len(statements))
+                     if any(a.tensor == tensor for a in statements[c].reads())]
+        if not consumers:
+            raise ComputeAtError(f"{where}: nothing in the kernel reads {tensor}")
+        for c in consumers:
+            if c not in at and c != kernel.anchor:
+                raise ComputeAtError(f"{where}: {tensor} is read by {statements[c].target}, which is neither "
+                                     "the kernel's anchor nor computed at its tiles")
+        dims: list[Region | None] = [None] * len(stmt.target_indices)
+        extent = [stmt.extents[idx.single_loop] for idx in stmt.target_indices]
+        for c in consumers:
+            R = ranges(c)
+            for a in statements[c].reads():
+                if a.tensor != tensor:
+                    continue
+                for d, index in enumerate(a.indices):
+                    r = hull(index, R, f"{where}: dimension {d} of {tensor}")
+                    old = dims[d]
+                    if old is None:
+                        dims[d] = r
+                    elif old.terms == r.terms:
+                        dims[d] = Region(r.terms, min(old.lo, r.lo), max(old.hi, r.hi))
+                    elif any(not x.terms and x.lo <= 0 and x.hi >= extent[d] for x in (old, r)):
+                        dims[d] = Region((), 0, extent[d])         # one consumer reads it all: all of it
+                    else:
+                        raise ComputeAtError(f"{where}: dimension {d} of {tensor} is read along different loops")
+        own = {idx.single_loop: dims[d] for d, idx in enumerate(stmt.target_indices)}
+        out[p] = {l.name: own.get(l.name, Region((), 0, l.extent)) for l in stmt.loops}
+    object.__setattr__(kernel, "_regions", out)
+    return out
+
+
+def compute_depth(schedule: Schedule, steps: Sequence[_TileStep], loop: str, level: str) -> int:
+    """How many tile loops of `steps` enclose the compute point (loop, level): those of the
+    outer levels and, at `level`, those up to `loop`'s place in its order there."""
+    levels = tuple(schedule.levels)
+    if level not in levels:
+        return len(steps)
+    li = levels.index(level)
+    order = schedule.order_at(level)
+    depth = 0
+    for step in steps:
+        sl = levels.index(step.level)
+        if sl < li or (sl == li and order.index(step.anchor) <= order.index(loop)):
+            depth += 1
+    return depth
+
+
 def _producers(kernel: Kernel, consumer: int) -> list[int]:
     read = {a.tensor for a in kernel.statements[consumer].reads()}
     return [i for i in range(consumer) if kernel.statements[i].target in read]
 
 
-def placement(kernel: Kernel, steps: Sequence[_TileStep]) -> list[tuple[int, int]]:
+def placement(kernel: Kernel, steps: Sequence[_TileStep], at_depth: dict[int, int] | None = None
+              ) -> list[tuple[int, int]]:
     """For each statement, (joined, depth): how many leading tile loops it shares with the
-    previous statement's instances, and how many tile loops it runs inside."""
+    previous statement's instances, and how many tile loops it runs inside. `at_depth`:
+    the computed-at statements' depths (their compute points); a consumer shares those
+    loops with them."""
+    at_depth = at_depth or {}
     out: list[tuple[int, int]] = []
     members: list[list[int]] = []        # per position: statements in the open instance
     for s in range(len(kernel.statements)):
@@ -477,13 +671,19 @@ def placement(kernel: Kernel, steps: Sequence[_TileStep]) -> list[tuple[int, int
         producers = set(_producers(kernel, s))
         joined = 0
         previous_depth = out[-1][1] if out else 0
-        while joined < previous_depth:
+        limit = min(previous_depth, at_depth.get(s, previous_depth))
+        if s in at_depth and any(p not in at_depth for p in producers):
+            limit = 0    # it reads a tensor computed whole: after that tensor's nest has run
+        while joined < limit:
             anchor = steps[joined].anchor
-            if not all(may_share(kernel, p, s, anchor) for p in members[joined] if p in producers):
+            if not all((p in at_depth and joined < at_depth[p]) or may_share(kernel, p, s, anchor)
+                       for p in members[joined] if p in producers):
                 break
             joined += 1
         depth = joined
-        while depth < len(steps) and steps[depth].anchor in follows:
+        if s in at_depth:
+            depth = at_depth[s]
+        while s not in at_depth and depth < len(steps) and steps[depth].anchor in follows:
             depth += 1
         del members[joined:]
         for position in range(len(members)):
@@ -500,9 +700,10 @@ def whole_loops(kernel: Kernel) -> frozenset[str]:
     out = set()
     for anchor in kernel.loop_names:
         steps = [_TileStep(anchor, "", 1)]
-        places = placement(kernel, steps)
+        places = placement(kernel, steps, {c: 1 for c in kernel.computed_at()})
+        computed = kernel.computed_at()
         users = [(j, d) for (j, d), s in zip(places, range(len(places)))
-                 if anchor in kernel.loop_map(s).values()]
+                 if anchor in kernel.loop_map(s).values() or s in computed]
         instances = sum(1 for j, d in users if d > j)
         if instances > 1:
             out.add(anchor)
@@ -522,7 +723,9 @@ def lower(schedule: Schedule) -> LoopNest:
     every footprint, stay as they are."""
     kernel = schedule.kernel
     steps = tile_steps(schedule)
-    places = placement(kernel, steps)
+    at_depth = {i: compute_depth(schedule, steps, loop, level) for i, (loop, level) in kernel.computed_at().items()}
+    spans = regions(kernel) if at_depth else {}
+    places = placement(kernel, steps, at_depth)
     parallel = frozenset(schedule.annotations.get("parallel", ()) or ())
     vectorize = schedule.annotations.get("vectorize")
     unroll = int(schedule.annotations.get("unroll") or 0)
@@ -543,7 +746,31 @@ def lower(schedule: Schedule) -> LoopNest:
         shapes.append((var, parent, enclosing, new_lengths, exact))
         chain[step.anchor] = (var, step.size, new_lengths)
 
+    def computed(s: int, depth: int) -> Compute:
+        """A computed-at statement over the region its consumers read in the tile at `depth`."""
+        stmt = kernel.statements[s]
+        written = {n for idx in stmt.target_indices for n in idx.loops}
+        loops = []
+        enclosing = {}
+        for p in range(depth):
+            enclosing.setdefault(steps[p].anchor, []).append(p)
+        for l in stmt.loops:
+            r = spans[s][l.name]
+            tiles = tuple(shapes[enclosing[a][-1]][0] if a in enclosing else None for a, _ in r.terms)
+            # The lengths it can have: over every combination of its anchors' tiles there.
+            pieces = [_tile_pieces(extents[a], [steps[p].size for p in enclosing.get(a, [])]) for a, _ in r.terms]
+            lengths = set()
+            for combo in itertools.islice(itertools.product(*pieces), 4096):
+                first, end = r.at(dict(zip((a for a, _ in r.terms), combo)), l.extent)
+                if end > first:
+                    lengths.add(end - first)
+            loops.append(PointLoop(l.name, None, None, l.extent, frozenset(lengths), l.name not in written,
+                                   region=r, region_tiles=tiles))
+        return Compute(s, stmt, tuple(loops), (), recompute=stmt.reduce is not None)
+
     def compute(s: int, depth: int, parallel_above: bool) -> Compute:
+        if s in at_depth:
+            return computed(s, depth)
         stmt = kernel.statements[s]
         follows = kernel.loop_map(s)
         own_of = {a: o for o, a in follows.items()}
@@ -567,6 +794,8 @@ def lower(schedule: Schedule) -> LoopNest:
         return Compute(s, stmt, tuple(loops), last_of)
 
     def reduces(item: tuple[int, int, int], anchor: str) -> bool:
+        if item[0] in at_depth:
+            return False     # its loops are its own (a race on its region is poly's to refuse)
         stmt = kernel.statements[item[0]]
         written = {n for idx in stmt.target_indices for n in idx.loops}
         return any(a == anchor and own not in written for own, a in kernel.loop_map(item[0]).items())

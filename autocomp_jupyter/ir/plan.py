@@ -29,7 +29,10 @@ class Plan:
 
     def with_schedule(self, kernel_name: str, schedule: Schedule) -> "Plan":
         schedules = tuple(schedule if k.name == kernel_name else s for k, s in zip(self.kernels, self.schedules))
-        return Plan(self.program, self.kernels, schedules, self.label)
+        # A schedule's kernel may differ from the one it replaces in where its producers are
+        # computed (`compute_at`); the plan runs the schedule's.
+        kernels = tuple(schedule.kernel if k.name == kernel_name else k for k in self.kernels)
+        return Plan(self.program, kernels, schedules, self.label)
 
     def group_of(self) -> dict[str, str]:
         """{op name: kernel name}."""

@@ -46,12 +46,18 @@ class Kernel:
     tensors: tuple[Tensor, ...]
     anchor: int = 0
     loop_maps: tuple[tuple[tuple[str, str], ...], ...] = ()
+    # (tensor, loop, level): the statements writing `tensor` run inside the anchor's tile
+    # loop over `loop` at `level`, over the region that tile reads (`ir.loopnest.regions`).
+    compute_at: tuple[tuple[str, str, str], ...] = ()
 
     # ------------------------------------------------------------------ construction
 
     @staticmethod
-    def from_ops(program: Program, op_names: Iterable[str], name: str | None = None) -> "Kernel":
-        """The kernel running `op_names` (ops of `program`) in one nest, in program order."""
+    def from_ops(program: Program, op_names: Iterable[str], name: str | None = None,
+                 anchor: str | None = None) -> "Kernel":
+        """The kernel running `op_names` (ops of `program`) in one nest, in program order.
+        Its anchor is the statement with the most points, or, given `anchor` (an op name),
+        that op's (a chain fused with `compute_at` is anchored at its last contraction)."""
         wanted = set(op_names)
         missing = wanted - {op.name for op in program.ops}
         if missing:
@@ -73,8 +79,13 @@ class Kernel:
             else:
                 internals.append(t)
         tensors = tuple(_tensor_of(program, t, statements) for t in dict.fromkeys(inputs + written))
-        anchor = max(range(len(statements)),
-                     key=lambda i: (statements[i].points, is_mac_statement(statements[i]), -i))
+        candidates = range(len(statements))
+        if anchor is not None:
+            if anchor not in wanted:
+                raise KeyError(f"anchor {anchor} is not one of the kernel's ops")
+            first = sum(len(op.statements) for op in ops[:[op.name for op in ops].index(anchor)])
+            candidates = range(first, first + len(program.op(anchor).statements))
+        anchor = max(candidates, key=lambda i: (statements[i].points, is_mac_statement(statements[i]), -i))
         maps = _map_loops(statements, anchor)
         return Kernel(
             name=name or "_".join(op.name for op in ops), ops=tuple(op.name for op in ops),
@@ -102,6 +113,20 @@ class Kernel:
             if t.name == name:
                 return t
         raise KeyError(name)
+
+    def computed_at(self) -> dict[int, tuple[str, str]]:
+        """Statement index → (loop, level) of each statement computed at the anchor's tiles
+        (`compute_at`)."""
+        at = {t: (loop, level) for t, loop, level in self.compute_at}
+        return {i: at[s.target] for i, s in enumerate(self.statements) if s.target in at}
+
+    def with_compute_at(self, tensor: str, loop: str, level: str) -> "Kernel":
+        """This kernel with `tensor`'s statements computed at `loop`'s tiles at `level`."""
+        kept = tuple(c for c in self.compute_at if c[0] != tensor)
+        return replace(self, compute_at=kept + ((tensor, loop, level),))
+
+    def without_compute_at(self) -> "Kernel":
+        return replace(self, compute_at=()) if self.compute_at else self
 
     def loop_map(self, index: int) -> dict[str, str]:
         """Statement `index`'s loops → anchor loops (local loops absent)."""

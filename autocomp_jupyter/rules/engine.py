@@ -178,6 +178,10 @@ class FusionRule:
     doc: str
     source: str                  # the file (or 'python') that defined it
     python: Callable | None = field(default=None, compare=False)
+    # "epilogue": the chain's ops in one nest over the anchor's tiles (rules/fusion.py);
+    # "compute_at": a chain of kernels whose anchors the match names, each computed at the
+    # next one's tiles over the region it reads (rules/chains.py).
+    lower: str = "epilogue"
 
     def applies_to(self, target: str) -> bool:
         return self.enabled and (self.targets is None or target in self.targets)
@@ -238,7 +242,8 @@ SCHEMA: dict[str, Any] = {
     "monitor": {"bw_util": _FRACTION, "occupancy": _FRACTION},
     "tune": {"configs": _INT0, "top": _INT, "seed": _INT0},
 }
-RULE_KEYS = {"name", "match", "targets", "enabled", "doc"}
+RULE_KEYS = {"name", "match", "targets", "enabled", "doc", "lower"}
+LOWERINGS = ("epilogue", "compute_at")
 
 
 def _short(value: Any) -> str:
@@ -302,6 +307,9 @@ def _check_rules(value: Any, path: str, filename: str) -> None:
             raise RuleError(filename, f"{rp}.targets", f"expected a list of target names, got {_short(rule['targets'])}")
         if "enabled" in rule and not isinstance(rule["enabled"], bool):
             raise RuleError(filename, f"{rp}.enabled", f"expected true or false, got {_short(rule['enabled'])}")
+        if "lower" in rule and rule["lower"] not in LOWERINGS:
+            raise RuleError(filename, f"{rp}.lower", f"expected one of {', '.join(LOWERINGS)}, got {_short(rule['lower'])}",
+                            "compute_at: a chain of contractions, each computed at the next one's tiles")
         if "doc" in rule and not isinstance(rule["doc"], str):
             raise RuleError(filename, f"{rp}.doc", f"expected a string, got {_short(rule['doc'])}")
 
@@ -415,7 +423,7 @@ def _build(merged: dict, sources: list[str], python_rules: list[Callable]) -> Ru
         rules.append(FusionRule(name, Pattern.parse(raw["match"]) if "match" in raw else None,
                                 tuple(raw["targets"]) if raw.get("targets") is not None else None,
                                 raw.get("enabled", True), raw.get("doc", "") or (getattr(fn, "adrs_rule_doc", "") if fn else ""),
-                                raw.get("_source", "yaml"), fn))
+                                raw.get("_source", "yaml"), fn, raw.get("lower", "epilogue")))
     for fn in python_rules:
         if any(r.name == fn.adrs_rule_name for r in rules):
             rules = [r if r.name != fn.adrs_rule_name else FusionRule(r.name, None, r.targets, True, fn.adrs_rule_doc,

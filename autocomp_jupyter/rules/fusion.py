@@ -348,6 +348,8 @@ def _chain_groups(program: Program, ctx: PassContext, fixed: list[list[str]], lo
             _log_blocked(program, op, ctx, log)
         matches: list[tuple[FusionRule, int]] = []
         for rule in ctx.rules.fusion_rules:
+            if rule.lower != "epilogue":
+                continue                      # chains of kernels: rules/chains.py
             n = _rule_match(rule, chain, log)
             if n < 2:
                 continue

@@ -9,10 +9,11 @@ per-level orders are chosen by the cost model:
 1. Levels. The rule file's generic levels (`levels: [L2, L1, vector]`) map onto the target's
    on-chip levels outer → inner (`Target.tiling_levels`); a target with fewer on-chip
    levels uses the first names (tpu: L2 → VMEM, L1 → vregs).
-2. Candidates per loop: powers of two, the extent, its divisors, balanced non-divisors
+2. Candidates per loop, from the kernel's one candidate space (`space.TileSpace`: the
+   `tiling` view — powers of two, the extent, its divisors, balanced non-divisors
    ceil(E / q) (remainder tiles), multiples of the PE array / vector width on the loops the
-   datapath maps; at the generic `vector` level, register tiles of `register_tile_factor`
-   (min..max) datapath units. Orders per level: every permutation for up to 4 loops, else
+   datapath maps; at the generic `vector` level the `register` view — register tiles of
+   `register_tile_factor` (min..max) datapath units). Orders per level: every permutation for up to 4 loops, else
    the stationary orders (each tensor's non-indexing loops innermost) and the source order.
 3. Search: a few thousand random candidates (inner tiles never larger than outer ones)
    plus the current and textbook tiles, scored at once by `accel.cost.evaluate_batch`;
@@ -45,12 +46,13 @@ from dataclasses import replace
 import numpy as np
 
 from .. import poly
-from ..accel.cost import datapath_of, kernel_model, library_schedule
+from ..accel.cost import datapath_of, kernel_model, library_schedule, register_producer_search
 from ..caches import LRU
 from ..canon import canonical_kernel, evaluate, schedule_key
 from ..ir.loopnest import whole_loops
 from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
+from ..space import TileSpace, contiguous_loop
 from ..verify import verify_schedule
 from ..result import Plan
 
@@ -127,32 +129,6 @@ def _why(schedule: Schedule, cost, textbook, old, levels: dict[str, str], evalua
 # --------------------------------------------------------------------------- candidates
 
 
-def datapath_units(kernel: Kernel, target) -> np.ndarray:
-    """Per loop, the datapath's tile along it: PE rows/cols, the vector width, or 1."""
-    model = kernel_model(kernel, target)
-    compute = target.compute
-    anchor = model.statements[kernel.anchor]
-    units = np.ones(len(kernel.loops), dtype=np.int64)
-    dp = datapath_of(compute, anchor)   # the per-kind compute description (accel/cost.py)
-    if dp.on_array:
-        units[anchor.row_loop] = compute.pe_rows
-        units[anchor.col_loop] = compute.pe_cols
-    else:
-        width = dp.width
-        loop = contiguous_loop(kernel)
-        units[kernel.loop_names.index(loop) if loop else len(kernel.loops) - 1] = width
-    return units
-
-
-def contiguous_loop(kernel: Kernel) -> str | None:
-    """The anchor's output loop that indexes the last (stride-1) dimension of its output
-    alone, with coefficient 1: the loop a vector unit runs along. None if there is none."""
-    anchor = kernel.anchor_statement
-    if not anchor.target_indices:
-        return None
-    return anchor.target_indices[-1].single_loop
-
-
 def vector_loop_index(kernel: Kernel, target) -> int:
     """The loop index the tiling scores vectorised (-1: the cost model's default)."""
     model = kernel_model(kernel, target)
@@ -160,33 +136,6 @@ def vector_loop_index(kernel: Kernel, target) -> int:
         return -1
     loop = contiguous_loop(kernel)
     return kernel.loop_names.index(loop) if loop in kernel.loop_names else -1
-
-
-def tile_candidates(extent: int, unit: int) -> np.ndarray:
-    """Sizes worth trying for one loop: powers of two, the extent, divisors, balanced
-    non-divisors (ceil(E/q)), and multiples of the datapath unit."""
-    values = {extent}
-    p = 1
-    while p < extent:
-        values.add(p)
-        p *= 2
-    values.update(d for d in range(1, min(extent, 4096) + 1) if extent % d == 0 and (d <= 64 or extent // d <= 64))
-    values.update(-(-extent // q) for q in range(1, 17))
-    if unit > 1:
-        values.update(unit * m for m in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32) if unit * m <= extent)
-    return np.array(sorted(v for v in values if 1 <= v <= extent), dtype=np.int64)
-
-
-def register_candidates(extent: int, unit: int, factor: tuple[int, int]) -> np.ndarray:
-    """Register tiles within `register_tile_factor` (min, max): on a loop the datapath maps
-    (unit > 1), 1..max datapath units; on other loops min..max elements (1, 2 too when the
-    enclosing tile is that small). Clipped to the extent."""
-    lo, hi = factor
-    if unit > 1:
-        values = {min(extent, unit * f) for f in range(1, hi + 1)}
-    else:
-        values = {min(extent, f) for f in range(lo, hi + 1)} | {v for v in (1, 2) if v < lo}
-    return np.array(sorted(values), dtype=np.int64)
 
 
 def order_candidates(kernel: Kernel) -> list[tuple[int, ...]]:
@@ -273,12 +222,9 @@ def _search(kernel: Kernel, target, current: Schedule | None, levels: dict[str, 
     max_spill = float(params.get("max_spill_ratio", 0.05))
     factor = tuple(params.get("register_tile_factor", [4, 16]))
     extents = model.extents
-    units = datapath_units(kernel, target)
+    space = TileSpace.of(kernel, target)            # the sizes offered per loop and level (space.py)
     vector_level = target_levels.index(levels["vector"]) if "vector" in levels else None
-    values = [[tile_candidates(int(extents[d]), int(units[d])) for d in range(D)] for _ in range(L)]
-    if vector_level is not None:
-        for d in range(D):
-            values[vector_level][d] = register_candidates(int(extents[d]), int(units[d]), factor)
+    values = [[space.register(d, factor) if h == vector_level else space.tiling(d) for d in range(D)] for h in range(L)]
     orders_set = np.array(order_candidates(kernel), dtype=np.int64)
     rng = np.random.default_rng(seed)
     vec = vector_loop_index(kernel, target)
@@ -493,3 +439,13 @@ def _to_schedule(kernel: Kernel, current: Schedule | None, tiles, orders, target
     if vec >= 0:
         annotations["vectorize"] = names[vec]   # what the tiles were scored with
     return Schedule(kernel, tiles=tile_map, order=order, annotations=annotations, levels=tuple(target_levels))
+
+
+def _producer_schedule(kernel: Kernel, target) -> Schedule | None:
+    """The search's schedule of a producer nest alone (accel/cost.py costs a compute_at
+    producer over its region as this schedules it)."""
+    found = search_tiles(kernel, target, None, level_mapping(list(target.tiling_levels), target.tiling_levels), {})
+    return found[0] if found is not None else None
+
+
+register_producer_search(_producer_schedule)

@@ -32,6 +32,7 @@ import weakref
 
 import ipywidgets as W
 
+from ..space import TileSpace
 from .compare import ab_html, default_pair, distinct_seconds, kernel_point, schedule_spec, version_specs, versions_html
 from .fmt import BAD, GOOD, STYLE, badge, esc, note, ratio, table
 from .glossary import legend, th
@@ -44,16 +45,6 @@ from .tables import METRIC_HEADER, _monitor, code_html, metric_cells
 VIEW_MIME = "application/vnd.autocomp.view+json"
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 MAX_PERMUTED_LOOPS = 4  # all orders up to 4 loops (24); beyond, interchanges and moves only
-
-
-def tile_choices(extent: int, current: int) -> list[int]:
-    """Slider stops: powers of two below the extent, the extent, and the current size."""
-    stops = {extent, min(current, extent)}
-    p = 1
-    while p < extent:
-        stops.add(p)
-        p *= 2
-    return sorted(stops)
 
 
 def order_choices(current: tuple[str, ...]) -> list[tuple[str, ...]]:
@@ -173,6 +164,7 @@ class TunePanel:
         kernel = schedule.kernel
         levels = schedule.levels or tuple(self.result.target.tiling_levels)
         sizes = schedule.tile_sizes(levels)
+        space = TileSpace.of(kernel, self.result.target)    # the candidate space's slider view
         self.levels = levels
         self.sliders, self.order_pickers = {}, {}
         rows = []
@@ -182,7 +174,7 @@ class TunePanel:
             row = [W.Label(f"{loop.name} ({loop.extent})", tooltip=f"loop {loop.name}, extent {loop.extent}",
                            layout=W.Layout(width="90px"))]
             for h, level in enumerate(levels):
-                options = tile_choices(loop.extent, sizes[loop.name][h])
+                options = space.slider(loop.name, sizes[loop.name][h])
                 slider = W.SelectionSlider(options=options, value=min(sizes[loop.name][h], loop.extent),
                                            description=level, continuous_update=False,
                                            tooltip=f"tile size of loop {loop.name} at {level} (1 to {loop.extent})",

@@ -1,0 +1,214 @@
+"""Fusion across layers: chains of contractions in one kernel, lowered with `compute_at`.
+
+After fusion, tiling and scheduling have made one kernel per contraction and its epilogue,
+the rules with `lower: compute_at` (default.yaml: conv → conv chains, matmul → matmul
+chains) are matched against the anchors of consecutive kernels. A match K1 → K2 → ... → Kn,
+each kernel's outputs read only by the next one's anchor, becomes one kernel anchored at
+Kn's contraction, every tensor of K1 .. Kn-1 computed at Kn's tiles over the region it reads
+(`ir.loopnest.regions`: a convolution's rows with their halo, a hidden dimension's tile), so
+no intermediate goes to DRAM. Its schedule is searched like any kernel's (the tiling
+search, then the scheduling pass) at each candidate compute point — every anchor loop a
+region follows, at each level but the innermost — and the fastest is kept. A chain is kept
+only if, so tiled and verified (isl, tiled runs on twins), it beats its kernels as they are;
+each chain is decided on its own, and a longer chain only where it beats the shorter one.
+"""
+from __future__ import annotations
+
+from ..accel.host_model import runs_generated_c
+from ..caches import LRU
+from ..canon import canonical_kernel, evaluate
+from ..ir.loopnest import ComputeAtError, regions
+from ..ir.plan import Plan
+from ..ir.program import Program
+from ..ir.schedule import Kernel, Schedule
+from ..passes import PassContext, rollback_entry, rule_entry
+from ..verify import verify_schedule
+from .tiling import level_mapping, search_tiles
+
+PASS = "fusion"
+MAX_CHAIN = 6            # kernels in one chain (attention as comprehensions: six)
+MAX_POINTS = 6           # compute points searched per chain
+MIN_GAIN = 0.01          # a chain must save at least this fraction of its kernels' time
+
+
+def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[dict]]:
+    """(plan, log, rollbacks): `plan` with every chain the rules match that pays fused."""
+    rules = [r for r in ctx.rules.fusion_rules if r.lower == "compute_at"]
+    log: list[dict] = []
+    rollbacks: list[dict] = []
+    if not rules:
+        return plan, log, rollbacks
+    program = plan.program
+    if runs_generated_c(ctx.target):
+        # Host C runs a chain's tree as plain nests, its contractions off the packed paths
+        # that make them fast there: not worth it until those paths take regions.
+        log.append(rule_entry(rules[0].name, PASS, [], False, "host C: chains stay per kernel (packed paths)"))
+        return plan, log, rollbacks
+    kernels, schedules = list(plan.kernels), list(plan.schedules)
+    out_k: list[Kernel] = []
+    out_s: list[Schedule] = []
+    i = 0
+    while i < len(kernels):
+        best = None          # (length, kernel, schedule, time, rule, time unfused)
+        times = [evaluate(s, ctx.target).time_s for s in schedules[i:i + MAX_CHAIN]]
+        tried = None
+        for rule in rules:
+            lengths = _matched(rule, program, kernels[i:i + MAX_CHAIN])
+            if not lengths:
+                continue
+            n = lengths[-1]
+            if not rule.applies_to(ctx.target.name):
+                why = "disabled" if not rule.enabled else f"not for target '{ctx.target.name}' (targets: {rule.where()})"
+                log.append(rule_entry(rule.name, PASS, _ops(kernels[i:i + n]), False, why))
+                continue
+            if tried is not None:      # the first rule that matches decides (the rules' order)
+                continue
+            tried = rule.name
+            for length in lengths:
+                chain = kernels[i:i + length]
+                alone = sum(times[:length])
+                found = _fused(program, chain, ctx)
+                if isinstance(found, str):
+                    log.append(rule_entry(rule.name, PASS, _ops(chain), False, found))
+                    break
+                schedule, seconds, searched = found
+                # against the best so far: the shorter chain fused, the rest as they are
+                floor = best[3] + sum(times[best[0]:length]) if best is not None else alone
+                if seconds >= floor * (1 - MIN_GAIN):
+                    log.append(rule_entry(rule.name, PASS, _ops(chain), False,
+                                          f"no gain: {seconds * 1e6:.1f} us fused vs {floor * 1e6:.1f} us "
+                                          f"({'the shorter chain' if best else 'its kernels as they are'}; "
+                                          f"{searched} compute points searched)"))
+                    continue
+                problem = verify_schedule(schedule, program, ctx)
+                if problem:
+                    rollbacks.append(rollback_entry(PASS, schedule.kernel.name, problem))
+                    log.append(rule_entry(rule.name, PASS, _ops(chain), False, f"rolled back: {problem}"))
+                    break
+                best = (length, schedule.kernel, schedule, seconds, rule, alone)
+        if best is None:
+            out_k.append(kernels[i])
+            out_s.append(schedules[i])
+            i += 1
+            continue
+        length, kernel, schedule, seconds, rule, alone = best
+        points = ", ".join(f"{t} at {loop}@{level}" for t, loop, level in kernel.compute_at)
+        log.append(rule_entry(rule.name, PASS, list(kernel.ops), True,
+                              f"{length} kernels in one ({alone / seconds:.2f}x: {alone * 1e6:.1f} -> "
+                              f"{seconds * 1e6:.1f} us): {points}; no intermediate leaves the chip"))
+        out_k.append(kernel)
+        out_s.append(schedule)
+        i += length
+    return Plan(program, tuple(out_k), tuple(out_s), plan.label), log, rollbacks
+
+
+def _ops(kernels) -> list[str]:
+    return [op for k in kernels for op in k.ops]
+
+
+def _anchor_op(program: Program, kernel: Kernel):
+    return next(op for op in program.ops if op.name in kernel.ops and kernel.anchor_statement in op.statements)
+
+
+def _matched(rule, program: Program, kernels: list[Kernel]) -> list[int]:
+    """The chain lengths (>= 2, ascending) of `kernels` (consecutive) whose anchor ops the
+    rule's pattern matches whole, every tensor of all but the last read only inside."""
+    if rule.match is None:
+        return []
+    anchors = [_anchor_op(program, k) for k in kernels]
+    return [n for n in range(2, len(kernels) + 1)
+            if rule.match.match_chain(anchors[:n]) == n and _closed(program, kernels[:n])]
+
+
+def _closed(program: Program, chain: list[Kernel]) -> bool:
+    """Every output of the chain's kernels but the last is read inside the chain alone and
+    is not a program output (it can stay on chip)."""
+    inside = {op for k in chain for op in k.ops}
+    return all(t not in program.outputs and {op.name for op in program.readers(t)} <= inside
+               for k in chain[:-1] for t in k.outputs)
+
+
+def chain_kernel(program: Program, chain: list[Kernel]) -> Kernel:
+    """The kernels of `chain` as one, anchored at the last one's contraction, every tensor of
+    the others computed at its tiles (at a placeholder point; the search moves it)."""
+    ops = [op for k in chain for op in k.ops]
+    anchor = _anchor_op(program, chain[-1]).name
+    kernel = Kernel.from_ops(program, ops, name=_name(ops), anchor=anchor)
+    loop, level = kernel.loop_names[0], ""
+    for k in reversed(chain[:-1]):
+        for st in reversed(k.statements):
+            if not any(t == st.target for t, _, _ in kernel.compute_at):
+                kernel = kernel.with_compute_at(st.target, loop, level)
+    return kernel
+
+
+def _name(ops) -> str:
+    return "_".join(ops) if len(ops) <= 4 else f"{ops[0]}_to_{ops[-1]}"
+
+
+def _fused(program: Program, chain: list[Kernel], ctx: PassContext):
+    """(schedule, seconds, compute points searched) of the chain fused, or why it cannot be.
+    Remembered by the fused kernel's structure: a network's repeated blocks search once."""
+    try:
+        kernel = chain_kernel(program, chain)
+        regions(kernel)
+    except (ComputeAtError, KeyError) as err:
+        return f"cannot compute at the last kernel's tiles: {err}"
+    key = (canonical_kernel(kernel), ctx.target, repr(sorted(ctx.rules.tiling.items())),
+           repr(sorted(ctx.rules.scheduling.items())), ctx.seed)
+    hit = _SEARCHED.get(key)
+    if hit is None:
+        hit = _search_chain(program, kernel, ctx)
+        if not isinstance(hit, str):
+            schedule, seconds, searched = hit
+            hit = (schedule.kernel.compute_at, dict(schedule.tiles), dict(schedule.order),
+                   dict(schedule.annotations), schedule.levels, seconds, searched)
+        _SEARCHED.put(key, hit)
+    if isinstance(hit, str):
+        return hit
+    points, tiles, order, annotations, levels, seconds, searched = hit
+    at = kernel
+    for (tensor, _, _), (_, loop, level) in zip(kernel.compute_at, points):
+        at = at.with_compute_at(tensor, loop, level)
+    return Schedule(at, tiles=tiles, order=order, annotations=annotations, levels=levels), seconds, searched
+
+
+# Chain searches by the fused kernel's canonical form, target, rule parameters and seed.
+_SEARCHED = LRU("chains.search", 512)
+
+
+def _search_chain(program: Program, kernel: Kernel, ctx: PassContext):
+    target = ctx.target
+    spans = regions(kernel)
+    followed = {a for loops in spans.values() for r in loops.values() for a, _ in r.terms}
+    extents = kernel.extents
+    loops = sorted((l for l in followed if extents[l] > 1), key=lambda l: -extents[l])
+    levels = target.tiling_levels[:-1] or target.tiling_levels
+    points = [(loop, level) for level in levels for loop in loops][:MAX_POINTS]
+    if not points:
+        return "no loop of the last kernel tiles the regions it reads"
+    mapping = level_mapping(ctx.rules.tiling.get("levels", ["L2", "L1", "vector"]), target.tiling_levels)
+    best = None
+    for loop, level in points:
+        at = kernel
+        for t, _, _ in kernel.compute_at:
+            at = at.with_compute_at(t, loop, level)
+        found = search_tiles(at, target, None, mapping, ctx.rules.tiling, seed=ctx.seed)
+        if found is None:
+            continue
+        schedule, cost, _ = found
+        if best is None or cost.time_s < best[1]:
+            best = (schedule, cost.time_s)
+    if best is None:
+        return "no tiling of the fused chain fits on chip"
+    schedule = _scheduled(program, best[0], ctx)
+    return schedule, evaluate(schedule, target).time_s, len(points)
+
+
+def _scheduled(program: Program, schedule: Schedule, ctx: PassContext) -> Schedule:
+    """The scheduling pass's schedule of the fused kernel (parallel loops, vector loop), or
+    the searched one where that pass keeps nothing."""
+    from .scheduling import scheduling_pass
+
+    outcome = scheduling_pass(Plan(program, (schedule.kernel,), (schedule,), "chain"), ctx)
+    return outcome.plan.schedules[0]
