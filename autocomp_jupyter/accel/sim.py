@@ -91,7 +91,8 @@ class _Channel:
 def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
     """Replay `schedule` on `target` tile by tile (see the module docstring)."""
     target = load_target(target)
-    model = kernel_model(schedule.kernel, target)
+    # The same compiled model `cost.evaluate` uses (its level chains include `stage`d tensors).
+    model = kernel_model(schedule.kernel, target, tuple(schedule.annotations.get("stage", ()) or ()))
     tiles, orders, parallel, vectorize = model.normalise(*model.schedule_arrays(schedule))
     analytic = model.evaluate_batch(tiles, orders, parallel, vectorize)
     active = target.compute.units * float(analytic.occupancy[0])
