@@ -731,6 +731,7 @@ class KernelModel:
             # latencies side by side (the largest bounds), while their bytes share its channel.
             first_wait = np.zeros((n, M))
             src_lat = np.zeros((n, M))
+            tail = np.full((n, M), np.inf)   # compute after a source's last load: its last tile's
             for h, src in event_src.items():
                 par = active if self.per_unit[h] else 1.0
                 lat = events[:, h] * self.latency_s[src] / par
@@ -740,6 +741,9 @@ class KernelModel:
                 first_wait[:, src] = np.maximum(first_wait[:, src], np.where(
                     double_buffered[:, h] & (events[:, h] > 0), self.latency_s[src] * (1.0 - 1.0 / par), 0.0))
                 serial_time += np.where(double_buffered[:, h], 0.0, lat)
+                tiles_h = np.prod(np.where(st.present, counts[:, h, :], 1.0), axis=1)
+                tail[:, src] = np.where(double_buffered[:, h] & (events[:, h] > 0),
+                                        np.minimum(tail[:, src], st_compute / tiles_h), tail[:, src])
             # ... and a load's latency overlaps the channel's other traffic (posted write-backs,
             # other levels' loads): a level's loads in a chain, its channel shared by all.
             st_level_time = np.maximum(st_level_time, read_bytes / bw + src_lat)
@@ -756,8 +760,10 @@ class KernelModel:
             # its bound waits for the cold start of every source outside it (memory order is
             # inner first, so the sources after it).
             outer_cold = np.cumsum(cold_by_source[:, ::-1], axis=1)[:, ::-1] - cold_by_source
-            st_level_time = st_level_time + np.where(st_level_time > 0, outer_cold + first_wait, 0.0)
             drain = (drain_bytes / bw).sum(axis=1)
+            # Likewise the last tile computes after its loads are in (its drain is in the bytes).
+            tail = np.where(np.isfinite(tail), tail, 0.0)
+            st_level_time = st_level_time + np.where(st_level_time > 0, outer_cold + first_wait + tail, 0.0)
             # A step lasts as long as its compute or its operands' streaming into the datapath
             # (the innermost levels' channels), whichever is longer: the part of the work
             # the cold start and the drain cannot overlap.

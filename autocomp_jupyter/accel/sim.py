@@ -276,17 +276,19 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
         # the previous step. Each source level is one channel.
         ready = prev_end
         arrived: dict[int, float] = {}   # tiling level -> when its new tiles of this step are in
+        posted = []     # write-backs out of double-buffered levels: they gate nothing
         for h, src, slot, back, fetch in sorted(changes, key=lambda c: c[0]):
             issue = since.get(slot, 0.0) if double_buffered[h] else prev_end
             # A tile copied from an on-chip level that is itself loading this step's tile
             # waits for it (the first steps of a run: the cold start).
             issue = max(issue, arrived.get(level_of_source.get(src, -1), 0.0))
             wait = []
-            if back:
+            if back and double_buffered[h]:
+                posted.append((src, back))     # after this step's fetches, issued earlier
+            elif back:
                 done = channels[src].book(prev_end, back / bw[src])
-                if not double_buffered[h]:
-                    wait.append(done)
-                    issue = max(issue, done)
+                wait.append(done)
+                issue = max(issue, done)
             if fetch:
                 wait.append(channels[src].book(issue, fetch / bw[src]))
             if wait:
@@ -296,6 +298,8 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
                 par = lat_par[src] if slot in since else 1.0
                 arrived[h] = max(arrived.get(h, 0.0), max(wait) + latency[src] / par)
                 ready = max(ready, arrived[h])
+        for src, back in posted:
+            channels[src].book(prev_end, back / bw[src])
         for _, _, slot, _, _ in changes:
             since[slot] = ready
         prev_start, prev_end = ready, ready + busy
