@@ -239,6 +239,10 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
             if present[d]:
                 passes *= -(-inner[d][1] // int(unit[d]))
                 points *= inner[d][1]
+        if not dp.on_array and not st.reduce and not st.mac:
+            # An elementwise statement streams its tile through the lanes as one flat run
+            # (its tile is dense in the on-chip buffer), as the model.
+            passes = float(st.local_points) * -(-int(points) // int(dp.width))
         cycles = passes * dp.pass_cycles    # the statement's datapath (cost.datapath), as the model
         if st.mac:
             if dp.on_array:
