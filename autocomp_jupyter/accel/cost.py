@@ -622,6 +622,7 @@ class KernelModel:
             dp_loops = np.concatenate([seq_loops, inner_order], axis=1)
             dp_mean = E / dp_counts
             cycles = passes * dp.pass_cycles
+            fill = 0.0                        # cycles the array fills, nothing streaming
             if st.mac:
                 if dp.on_array:
                     # The array fills and drains when its stationary operand (indexed by both
@@ -642,7 +643,8 @@ class KernelModel:
                         single = np.prod(np.where(weight, one, 1.0), axis=1)
                         kept = np.minimum(inner_tiles, _fetches(stationary.index_mask[seq_loops], trips))
                         fills = inner_tiles * np.maximum(blocks - single, 0.0) + kept * single
-                    cycles = cycles + _fill_cycles(compute, fills, cycles)
+                    fill = _fill_cycles(compute, fills, cycles)
+                    cycles = cycles + fill
                 mac_points += st.points
                 useful += st.points
                 offered += passes * width
@@ -747,8 +749,6 @@ class KernelModel:
             # ... and a load's latency overlaps the channel's other traffic (posted write-backs,
             # other levels' loads): a level's loads in a chain, its channel shared by all.
             st_level_time = np.maximum(st_level_time, read_bytes / bw + src_lat)
-            if not st.in_place:   # an in-place epilogue's loads ride the anchor's (below)
-                level_lat_s += src_lat
             serial_total += serial_time
             # Loads into double-buffered levels overlap the previous tile's compute, but the
             # first tiles have nothing to overlap: a source's cold loads queue on its channel
@@ -764,10 +764,16 @@ class KernelModel:
             # Likewise the last tile computes after its loads are in (its drain is in the bytes).
             tail = np.where(np.isfinite(tail), tail, 0.0)
             st_level_time = st_level_time + np.where(st_level_time > 0, outer_cold + first_wait + tail, 0.0)
+            if not st.in_place:   # an in-place epilogue's loads ride the anchor's (below)
+                # `<level> latency`: what the level's bound adds to its bytes / bandwidth.
+                level_lat_s += st_level_time - st_bytes / bw
             # A step lasts as long as its compute or its operands' streaming into the datapath
             # (the innermost levels' channels), whichever is longer: the part of the work
             # the cold start and the drain cannot overlap.
             stream = (datapath_bytes[:, si, :] / bw).max(axis=1)
+            # While the array fills (the part no double buffering hides) nothing streams: the
+            # operands' streaming waits through the fills.
+            stream = stream + fill / active / clock
             step = np.maximum(st_compute, stream)
             if si == self.kernel.anchor:
                 group_busy += step + serial_time + cold + drain

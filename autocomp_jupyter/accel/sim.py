@@ -270,9 +270,10 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
                 block_stream = stream / fills if fills else block_stream + stream
                 weights_streaming = True
         step_compute = cycles / clock / active
+        fill_s = (cycles - passes * dp.pass_cycles) / clock / active   # the array filling
         operands = datapath_per_point * points
         moved += load + operands
-        busy = max(step_compute, float(np.max(operands / bw)))
+        busy = fill_s + max(step_compute - fill_s, float(np.max(operands / bw)))   # no stream while it fills
         # A double-buffered level holds each tensor's next tile beside its current one: the
         # next tile is fetched from the moment the current one came into use, and the tile
         # leaving is written back (after the step that last used it) while the next computes.
