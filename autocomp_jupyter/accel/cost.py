@@ -38,7 +38,12 @@ The model (Timeloop / ZigZag style):
 * Time. Levels whose tiles fit twice (double buffering) overlap their transfers with
   compute; others serialise with it. The first input tiles (cold start) and the last output
   tiles (drain) overlap nothing: time = max(max(compute, operand streaming) + serial
-  transfers + cold start + drain, traffic_L/bw_L + loads x latency for each level L).
+  transfers + cold start + drain, each level L's bound). A level's bound is
+  max(traffic_L / bw_L, its reads / bw_L + loads x latency — one load in flight per fed
+  level, the fed levels side by side, posted write-backs in the latency's shadow), after the
+  levels outside it delivered their first tiles (every unit's first load a whole latency),
+  plus the last tile's compute after its last load. Operand streaming stops while the
+  array fills.
 """
 from __future__ import annotations
 
@@ -155,7 +160,7 @@ class KernelCost:
     def bound(self) -> str:
         """What limits the time, in the model's own terms: the time is max(max(compute,
         operand streaming) + serial transfers + cold start + drain, each level's bytes /
-        bandwidth + loads x latency), so the binding term is the busy chain — named by its
+        bandwidth + its 'latency' part — what its bound adds to that, module docstring), so the binding term is the busy chain — named by its
         largest part, 'compute (<unit>)' (the PE array, the vector unit, ...), 'operand
         streaming' (operands into the datapath), 'serial transfers' (loads that cannot double-
         buffer), 'cold start' (the first input tiles, loaded before anything computes) or
