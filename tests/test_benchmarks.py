@@ -123,3 +123,36 @@ def test_fusion_share_is_fusions_part_of_the_log_gain():
     assert mod.fusion_share(1.0, 3.0) == 0.0
     assert mod.fusion_share(0.9, 2.0) < 0          # fusion alone lost time
     assert mod.fusion_share(1.5, 1.01) is None     # no gain to share
+
+
+@pytest.fixture(scope="module")
+def bench_stream():
+    spec = importlib.util.spec_from_file_location("bench_stream", BENCH / "bench_stream.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_stream_without_stream_says_how_to_add_it(bench_stream, monkeypatch, capsys):
+    if bench_stream.stream_available() is None:
+        pytest.skip("Stream loads here: the bench would run it")
+    monkeypatch.delenv("STREAM_PYTHON", raising=False)
+    assert bench_stream.main([]) == 0
+    out = capsys.readouterr().out
+    assert "Stream comparison skipped" in out and "--stream-python" in out and "zigzag-dse < 3" in out
+    assert bench_stream.main(["--stream-python", "/nonexistent/python"]) == 2
+    assert "no such interpreter" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("block", ["resnet50 bottleneck (conv2_x)", "mobilenetv2 inverted residual",
+                                   "bert-base ffn (seq 128)"])
+def test_bench_stream_blocks_are_the_same_layers(bench_stream, block):
+    # Stream's layer dictionaries and autocomp's program describe the same contractions:
+    # the same MACs per layer, in the same order.
+    from autocomp_jupyter.dsl import parse
+    from autocomp_jupyter.ir.schedule import kernels_unfused
+
+    layers, _, src = bench_stream.BLOCKS[block]
+    stream_macs = [math.prod(v for d, v in layer["loop_dim_size"].items()) for layer in layers.values()]
+    ours = [k.anchor_statement.points for k in kernels_unfused(parse(src))]
+    assert stream_macs == ours

@@ -38,7 +38,12 @@ The model (Timeloop / ZigZag style):
 * Time. Levels whose tiles fit twice (double buffering) overlap their transfers with
   compute; others serialise with it. The first input tiles (cold start) and the last output
   tiles (drain) overlap nothing: time = max(max(compute, operand streaming) + serial
-  transfers + cold start + drain, traffic_L/bw_L + loads x latency for each level L).
+  transfers + cold start + drain, each level L's bound). A level's bound is
+  max(traffic_L / bw_L, its reads / bw_L + loads x latency — one load in flight per fed
+  level, the fed levels side by side, posted write-backs in the latency's shadow), after the
+  levels outside it delivered their first tiles (every unit's first load a whole latency),
+  plus the last tile's compute after its last load. Operand streaming stops while the
+  array fills.
 """
 from __future__ import annotations
 
@@ -155,7 +160,7 @@ class KernelCost:
     def bound(self) -> str:
         """What limits the time, in the model's own terms: the time is max(max(compute,
         operand streaming) + serial transfers + cold start + drain, each level's bytes /
-        bandwidth + loads x latency), so the binding term is the busy chain — named by its
+        bandwidth + its 'latency' part — what its bound adds to that, module docstring), so the binding term is the busy chain — named by its
         largest part, 'compute (<unit>)' (the PE array, the vector unit, ...), 'operand
         streaming' (operands into the datapath), 'serial transfers' (loads that cannot double-
         buffer), 'cold start' (the first input tiles, loaded before anything computes) or
@@ -584,6 +589,7 @@ class KernelModel:
             if si in self.computed:
                 continue      # costed as its own nest below
             st_bytes = np.zeros((n, M))
+            read_bytes = np.zeros((n, M))     # reads into double-buffered levels (their load chain)
             serial_bytes = np.zeros((n, M))   # traffic into levels that cannot double-buffer
             events = np.zeros((n, L))         # tile loads into each level (a latency each)
             cold_bytes = np.zeros((n, M))     # first input tiles into double-buffered levels
@@ -621,6 +627,7 @@ class KernelModel:
             dp_loops = np.concatenate([seq_loops, inner_order], axis=1)
             dp_mean = E / dp_counts
             cycles = passes * dp.pass_cycles
+            fill = 0.0                        # cycles the array fills, nothing streaming
             if st.mac:
                 if dp.on_array:
                     # The array fills and drains when its stationary operand (indexed by both
@@ -631,9 +638,18 @@ class KernelModel:
                     fills = inner_tiles
                     stationary = _stationary_operand(st)
                     if stationary is not None:
-                        blocks = np.prod(np.where(stationary.index_mask & st.present, dp_rel, 1.0), axis=1)
-                        fills = np.minimum(inner_tiles * blocks, _fetches(stationary.index_mask[dp_loops], dp_trips))
-                    cycles = cycles + _fill_cycles(compute, fills, cycles)
+                        weight = stationary.index_mask & st.present
+                        blocks = np.prod(np.where(weight, dp_rel, 1.0), axis=1)
+                        # Only a tile holding a single block (a piece no longer than the array
+                        # along every weight loop: remainder tiles may, full ones not) can
+                        # keep it for the next tile; a tile of several refills each.
+                        one = sum(m * (x <= unit + 1e-9) for x, m in zip(piece_len, piece_mult)) \
+                            / sum(piece_mult)
+                        single = np.prod(np.where(weight, one, 1.0), axis=1)
+                        kept = np.minimum(inner_tiles, _fetches(stationary.index_mask[seq_loops], trips))
+                        fills = inner_tiles * np.maximum(blocks - single, 0.0) + kept * single
+                    fill = _fill_cycles(compute, fills, cycles)
+                    cycles = cycles + fill
                 mac_points += st.points
                 useful += st.points
                 offered += passes * width
@@ -659,7 +675,7 @@ class KernelModel:
 
             for ai, a in enumerate(st.accesses):
                 # Fetches and traffic at each holding level, then the datapath.
-                fits, fetch_counts = [], []
+                fits, fetch_counts, read_share = [], [], []
                 fps = _footprint(a, mean_tile[:, list(a.chain), :].transpose(0, 2, 1)) if a.chain else None
                 for pos, h in enumerate(a.chain):
                     S = (h + 1) * D
@@ -674,7 +690,13 @@ class KernelModel:
                         # Only partial sums of an accumulation travel between on-chip levels.
                         moved, fetches = np.zeros(n), np.zeros(n)
                     fits.append(moved)
-                    fetch_counts.append(fetches)
+                    # Loads that wait a latency: into a double-buffered level only the reads
+                    # (an output's write-back is posted, and its first visit starts from zero,
+                    # so only partial sums are read back); into others, every transfer.
+                    loads = fetches if a.kind == "read" else np.where(a.kind == "accumulate", fetches - distinct, 0.0)
+                    fetch_counts.append(np.where(double_buffered[:, h], np.maximum(loads, 0.0), fetches))
+                    read_share.append(1.0 if a.kind == "read" else np.maximum(loads, 0.0) / np.maximum(
+                        2.0 * fetches - distinct, 1e-30) if a.kind == "accumulate" else 0.0)
                 fetches = _fetches(a.index_mask[dp_loops], dp_trips)
                 distinct = np.prod(np.where(a.index_mask & st.present, dp_counts, 1.0), axis=1)
                 datapath = _traffic(a.kind, _footprint(a, dp_mean), fetches, distinct)
@@ -692,6 +714,7 @@ class KernelModel:
                     src = M - 1 if pos == 0 else self.mem_index[a.chain[pos - 1]]
                     moved = eff[pos]
                     st_bytes[:, src] += moved
+                    read_bytes[:, src] += np.where(double_buffered[:, h], moved * read_share[pos], 0.0)
                     serial_bytes[:, src] += np.where(double_buffered[:, h], 0.0, moved)
                     if a.kind == "read" and not a.internal:
                         # Cold start: the first tile of every input reaches every level
@@ -711,24 +734,51 @@ class KernelModel:
             # Latency: one load in flight per level. Double-buffered loads hide it behind the
             # previous tile's work, so it only bounds the level's time (bytes/bw + loads x
             # latency); other loads wait in line with compute.
+            # Each level keeps its own load in flight: levels fed by one source wait their
+            # latencies side by side (the largest bounds), while their bytes share its channel.
+            first_wait = np.zeros((n, M))
+            src_lat = np.zeros((n, M))
+            tail = np.full((n, M), np.inf)   # compute after a source's last load: its last tile's
             for h, src in event_src.items():
                 par = active if self.per_unit[h] else 1.0
                 lat = events[:, h] * self.latency_s[src] / par
-                st_level_time[:, src] += np.where(double_buffered[:, h], lat, 0.0)
-                if not st.in_place:   # an in-place epilogue's loads ride the anchor's (below)
-                    level_lat_s[:, src] += np.where(double_buffered[:, h], lat, 0.0)
+                src_lat[:, src] = np.maximum(src_lat[:, src], np.where(double_buffered[:, h], lat, 0.0))
+                # The units' first tiles are requested together, each waiting a whole latency;
+                # only later loads overlap across units (latency / units each).
+                first_wait[:, src] = np.maximum(first_wait[:, src], np.where(
+                    double_buffered[:, h] & (events[:, h] > 0), self.latency_s[src] * (1.0 - 1.0 / par), 0.0))
                 serial_time += np.where(double_buffered[:, h], 0.0, lat)
+                tiles_h = np.prod(np.where(st.present, counts[:, h, :], 1.0), axis=1)
+                tail[:, src] = np.where(double_buffered[:, h] & (events[:, h] > 0),
+                                        np.minimum(tail[:, src], st_compute / tiles_h), tail[:, src])
+            # ... and a load's latency overlaps the channel's other traffic (posted write-backs,
+            # other levels' loads): a level's loads in a chain, its channel shared by all.
+            st_level_time = np.maximum(st_level_time, read_bytes / bw + src_lat)
             serial_total += serial_time
             # Loads into double-buffered levels overlap the previous tile's compute, but the
             # first tiles have nothing to overlap: a source's cold loads queue on its channel
             # (bytes / bandwidth + one latency), and an inner level waits for its parent's.
             # Likewise the last output tiles drain after the last step (inner level to outer).
-            cold = (cold_bytes / bw).sum(axis=1) + ((cold_bytes > 0) * self.latency_s[None, :]).sum(axis=1)
+            cold_by_source = cold_bytes / bw + (cold_bytes > 0) * self.latency_s[None, :]
+            cold = cold_by_source.sum(axis=1)
+            # A level's loads begin once the levels outside it delivered their first tiles:
+            # its bound waits for the cold start of every source outside it (memory order is
+            # inner first, so the sources after it).
+            outer_cold = np.cumsum(cold_by_source[:, ::-1], axis=1)[:, ::-1] - cold_by_source
             drain = (drain_bytes / bw).sum(axis=1)
+            # Likewise the last tile computes after its loads are in (its drain is in the bytes).
+            tail = np.where(np.isfinite(tail), tail, 0.0)
+            st_level_time = st_level_time + np.where(st_level_time > 0, outer_cold + first_wait + tail, 0.0)
+            if not st.in_place:   # an in-place epilogue's loads ride the anchor's (below)
+                # `<level> latency`: what the level's bound adds to its bytes / bandwidth.
+                level_lat_s += st_level_time - st_bytes / bw
             # A step lasts as long as its compute or its operands' streaming into the datapath
             # (the innermost levels' channels), whichever is longer: the part of the work
             # the cold start and the drain cannot overlap.
             stream = (datapath_bytes[:, si, :] / bw).max(axis=1)
+            # While the array fills (the part no double buffering hides) nothing streams: the
+            # operands' streaming waits through the fills.
+            stream = stream + fill / active / clock
             step = np.maximum(st_compute, stream)
             if si == self.kernel.anchor:
                 group_busy += step + serial_time + cold + drain

@@ -12,10 +12,13 @@ after it ends; a step computes once its data are in.
 What it does not replay: operand streaming inside the PE array / vector lanes (each step
 is charged its share, by points, of the model's datapath traffic) and the split of work
 over compute units (rates are scaled by the model's occupancy, as in the model). Huge nests
-are capped: after `max_steps` innermost tiles the totals are scaled up by the steps left.
+are capped: after `max_steps` innermost tiles the totals are scaled up by the points left
+(by points, not steps: the first tiles replayed may all be full ones, and the remainder
+tiles that come later smaller).
 """
 from __future__ import annotations
 
+import bisect
 import itertools
 from dataclasses import dataclass
 
@@ -37,10 +40,59 @@ class SimResult:
     sampled: bool
 
 
+class _Channel:
+    """One source level's channel to the levels inside it. A transfer occupies bytes / bandwidth
+    of it. Transfers are booked in the order the replay meets them, but a prefetch is issued
+    at the start of the tile it overlaps, earlier than loads already booked for that tile's
+    steps: it then takes the idle gaps after its issue time (a DMA engine interleaves its
+    queued requests in bursts) before queueing at the end. Only the last `MAX_GAPS` gaps are
+    kept (a finite request queue)."""
+
+    MAX_GAPS = 4096
+
+    def __init__(self):
+        self.free = 0.0
+        self.starts: list[float] = []   # idle gaps before `free`, sorted and disjoint
+        self.ends: list[float] = []
+
+    def book(self, issue: float, duration: float) -> float:
+        """Book `duration` seconds of transfer issued at `issue`; return when it is done."""
+        if duration <= 0.0:
+            return max(issue, 0.0)
+        starts, ends = self.starts, self.ends
+        g = bisect.bisect_right(ends, issue)
+        done = issue
+        while g < len(starts) and duration > 0.0:
+            begin = max(starts[g], issue)
+            take = min(ends[g] - begin, duration)
+            duration -= take
+            done = begin + take
+            if begin > starts[g]:           # the gap's head stays idle
+                if done < ends[g]:          # ... and so does its tail: split it
+                    starts.insert(g + 1, done)
+                    ends.insert(g + 1, ends[g])
+                ends[g] = begin
+                g += 1
+            elif done < ends[g]:
+                starts[g] = done
+            else:
+                del starts[g], ends[g]
+        if duration > 0.0:
+            begin = max(self.free, issue)
+            if begin > self.free:
+                starts.append(self.free)
+                ends.append(begin)
+                if len(starts) > self.MAX_GAPS:
+                    del starts[0], ends[0]
+            self.free = done = begin + duration
+        return done
+
+
 def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
     """Replay `schedule` on `target` tile by tile (see the module docstring)."""
     target = load_target(target)
-    model = kernel_model(schedule.kernel, target)
+    # The same compiled model `cost.evaluate` uses (its level chains include `stage`d tensors).
+    model = kernel_model(schedule.kernel, target, tuple(schedule.annotations.get("stage", ()) or ()))
     tiles, orders, parallel, vectorize = model.normalise(*model.schedule_arrays(schedule))
     analytic = model.evaluate_batch(tiles, orders, parallel, vectorize)
     active = target.compute.units * float(analytic.occupancy[0])
@@ -139,13 +191,14 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
     resident: dict[tuple[int, int], tuple] = {}
     visited: dict[tuple[int, int], set] = {}
     moved = np.zeros(M)
-    channel_free = np.zeros(M)
+    channels = [_Channel() for _ in range(M)]
     prev_start = prev_end = 0.0
-    tile_start = [0.0] * L            # when the current tile of each level began
-    last_boxes = [None] * L
+    since: dict[tuple[int, int], float] = {}   # (access, level) -> when its tile came into use
     last_weight_box = None
     weights_streaming = False         # a stationary block is already in the array
+    block_stream = 0.0                # cycles the block now in the array has streamed
     compute_total = 0.0
+    points_done = 0.0
     steps = 0
     full_box = [(0, int(E[d])) if present[d] else (0, 1) for d in range(D)]
     for boxes in walk(0, full_box, []):
@@ -153,7 +206,7 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
             break
         steps += 1
         load = np.zeros(M)
-        load_into: dict[tuple[int, int], float] = {}  # (source, level) -> bytes
+        changes = []    # (level, source, slot, bytes written back, bytes fetched), this step
         for ai, a in enumerate(st.accesses):
             for pos, h in enumerate(a.chain):
                 box = boxes[h]
@@ -163,21 +216,21 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
                 if old is not None and old[0] == key:
                     continue
                 seen = visited.setdefault(slot, set())
-                amount = 0.0
+                back = fetch = 0.0
                 if a.kind == "read":
-                    amount = footprint(a, box)
+                    fetch = footprint(a, box)
                 else:
                     if old is not None:
-                        amount += footprint(a, old[1])  # write the leaving tile back
+                        back = footprint(a, old[1])    # write the leaving tile back
                     if a.kind == "accumulate" and key in seen:
-                        amount += footprint(a, box)     # read its partial sums back
+                        fetch = footprint(a, box)      # read its partial sums back
                 seen.add(key)
                 resident[slot] = (key, box)
                 if a.internal and (pos == 0 or a.kind != "accumulate"):
                     continue  # internal tensors stay on chip, where the anchor left them
                 src = source_of(a, pos)
-                load[src] += amount
-                load_into[src, h] = load_into.get((src, h), 0.0) + amount
+                load[src] += back + fetch
+                changes.append((h, src, slot, back, fetch))
         # Compute of this innermost tile, with edge waste of partial PE passes / vectors.
         inner = boxes[L - 1]
         passes = float(st.local_points)
@@ -186,6 +239,10 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
             if present[d]:
                 passes *= -(-inner[d][1] // int(unit[d]))
                 points *= inner[d][1]
+        if not dp.on_array and not st.reduce and not st.mac:
+            # An elementwise statement streams its tile through the lanes as one flat run
+            # (its tile is dense in the on-chip buffer), as the model.
+            passes = float(st.local_points) * -(-int(points) // int(dp.width))
         cycles = passes * dp.pass_cycles    # the statement's datapath (cost.datapath), as the model
         if st.mac:
             if dp.on_array:
@@ -200,40 +257,59 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
                     if fills == 1.0 and weight_box == last_weight_box:
                         fills = 0.0
                     last_weight_box = weight_box
+                stream = cycles
                 if fills and compute.double_buffered_weights and weights_streaming:
-                    # The pipeline is running: each fill hides behind the previous block's stream.
-                    cycles += fills * max(0.0, compute.fill_cycles - cycles / fills)
+                    # The pipeline is running: each fill hides behind the previous block's
+                    # stream — for this tile's first block, the stream of the block before it
+                    # over every step it stayed in the array.
+                    per_block = cycles / fills
+                    cycles += max(0.0, compute.fill_cycles - block_stream) \
+                        + (fills - 1.0) * max(0.0, compute.fill_cycles - per_block)
                 elif fills:
                     cycles += float(_fill_cycles(compute, np.float64(fills), np.float64(cycles)))
+                block_stream = stream / fills if fills else block_stream + stream
                 weights_streaming = True
         step_compute = cycles / clock / active
+        fill_s = (cycles - passes * dp.pass_cycles) / clock / active   # the array filling
         operands = datapath_per_point * points
         moved += load + operands
-        busy = max(step_compute, float(np.max(operands / bw)))
-        # Loads into a double-buffered level are prefetched while that level's previous
-        # tile is being worked on (from its first step); others wait for the previous
-        # step to end. Each source level is one channel.
+        busy = fill_s + max(step_compute - fill_s, float(np.max(operands / bw)))   # no stream while it fills
+        # A double-buffered level holds each tensor's next tile beside its current one: the
+        # next tile is fetched from the moment the current one came into use, and the tile
+        # leaving is written back (after the step that last used it) while the next computes.
+        # A level that holds its tiles once waits for the write-back, then the fetch, after
+        # the previous step. Each source level is one channel.
         ready = prev_end
         arrived: dict[int, float] = {}   # tiling level -> when its new tiles of this step are in
-        for (src, h), amount in sorted(load_into.items(), key=lambda kv: kv[0][1]):
-            if amount == 0:
-                continue
-            issue = tile_start[h] if double_buffered[h] else prev_end
+        posted = []     # write-backs out of double-buffered levels: they gate nothing
+        for h, src, slot, back, fetch in sorted(changes, key=lambda c: c[0]):
+            issue = since.get(slot, 0.0) if double_buffered[h] else prev_end
             # A tile copied from an on-chip level that is itself loading this step's tile
             # waits for it (the first steps of a run: the cold start).
             issue = max(issue, arrived.get(level_of_source.get(src, -1), 0.0))
-            begin = max(channel_free[src], issue)
-            # Requests are pipelined: latency delays the data, not the channel; units
-            # wait for their own loads side by side, so one stream sees latency / units.
-            channel_free[src] = begin + amount / bw[src]
-            arrived[h] = max(arrived.get(h, 0.0), channel_free[src] + latency[src] / lat_par[src])
-            ready = max(ready, arrived[h])
-        for h in range(L):
-            if boxes[h] != last_boxes[h]:
-                tile_start[h] = ready
-        last_boxes = boxes
+            wait = []
+            if back and double_buffered[h]:
+                posted.append((src, back))     # after this step's fetches, issued earlier
+            elif back:
+                done = channels[src].book(prev_end, back / bw[src])
+                wait.append(done)
+                issue = max(issue, done)
+            if fetch:
+                wait.append(channels[src].book(issue, fetch / bw[src]))
+            if wait:
+                # Requests are pipelined: latency delays the data, not the channel; units
+                # wait for their own loads side by side, so one stream sees latency / units.
+                # The first tiles of all units are requested together: each waits a whole latency.
+                par = lat_par[src] if slot in since else 1.0
+                arrived[h] = max(arrived.get(h, 0.0), max(wait) + latency[src] / par)
+                ready = max(ready, arrived[h])
+        for src, back in posted:
+            channels[src].book(prev_end, back / bw[src])
+        for _, _, slot, _, _ in changes:
+            since[slot] = ready
         prev_start, prev_end = ready, ready + busy
         compute_total += step_compute
+        points_done += points
     # Drain: outputs still resident go back out.
     drain = np.zeros(M)
     for (ai, h), (key, box) in resident.items():
@@ -244,9 +320,10 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
     moved += drain
     # An inner level's last tile reaches its parent before the parent's can leave.
     drain_s = float(np.sum(drain / bw))
-    end = prev_end + drain_s
+    end = max([prev_end] + [c.free for c in channels]) + drain_s   # after write-backs still queued
     sampled = steps < total_steps
-    scale = total_steps / steps if sampled and steps else 1.0
+    all_points = float(np.prod([E[d] for d in range(D) if present[d]]))
+    scale = all_points / points_done if sampled and points_done else 1.0
     return {"bytes": moved * scale, "time_s": end * scale, "compute_s": compute_total * scale, "drain_s": drain_s,
             "steps": steps, "total_steps": total_steps, "sampled": sampled}
 
