@@ -3,7 +3,8 @@
     python benchmarks/bench_cost_model.py [--n 100000] [--max-steps 200000]
 
 Prints schedules/s of `evaluate_batch` on a 1024^3 GEMM per preset (one core, random
-tiles and orders), then model vs simulator time on library and hand schedules.
+tiles and orders), then model vs simulator time on library and hand schedules, and on the
+fused (compute_at) kernels the pipeline makes of an inverted residual and of attention.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
+from autocomp_jupyter import optimize  # noqa: E402
 from autocomp_jupyter.accel.cost import kernel_model, library_schedule  # noqa: E402
 from autocomp_jupyter.accel.sim import compare  # noqa: E402
 from autocomp_jupyter.accel.target import load_target  # noqa: E402
@@ -59,7 +61,39 @@ def disagreement(max_steps: int) -> list[tuple]:
         schedule = library_schedule(kernel, target)
         c = compare(schedule, target, max_steps=max_steps)
         rows.append((target, kernel.name, kernel.loops, c))
+    for target, source in FUSED:          # compute_at chains, as the pipeline schedules them
+        res = optimize(source, target=target, tune=0)
+        for kernel, schedule in zip(res.after.kernels, res.after.schedules):
+            if kernel.compute_at:
+                rows.append((target, kernel.name, kernel.loops, compare(schedule, target, max_steps=max_steps)))
     return rows
+
+
+# Fused kernels (issue 22): an inverted residual and attention as comprehensions.
+INVERTED_RESIDUAL = """input  X: f32[1, 24, 56, 56]
+param  W1: f32[144, 24, 1, 1]
+param  Wd: f32[144, 1, 3, 3]
+param  W3: f32[24, 144, 1, 1]
+E  = conv2d(X, W1)
+A1 = relu6(E)
+D  = depthwise_conv2d(A1, Wd, stride=1, padding=1)
+A2 = relu6(D)
+P  = conv2d(A2, W3)
+Y  = add(P, X)
+output Y
+"""
+ATTENTION = """input Q: f32[12, 128, 64]
+input K: f32[12, 128, 64]
+input V: f32[12, 128, 64]
+S[b, i, j] += Q[b, i, d] * K[b, j, d]
+M[b, i] max= S[b, i, j]
+E[b, i, j] = exp((S[b, i, j] - M[b, i]) * 0.125)
+Z[b, i] += E[b, i, j]
+P[b, i, j] = E[b, i, j] / Z[b, i]
+O[b, i, d] += P[b, i, j] * V[b, j, d]
+output O
+"""
+FUSED = [(t, INVERTED_RESIDUAL) for t in ("npu", "gemmini", "tpu", "gpu")] + [(t, ATTENTION) for t in ("npu", "tpu")]
 
 
 def main() -> None:

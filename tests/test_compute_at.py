@@ -214,3 +214,13 @@ def test_an_inverted_residual_is_fused_into_one_kernel_and_replays(tmp_path):
     assert again.returncode == 0, again.stderr
     b = json.loads(again.stdout)
     assert b["verified"] and b["optimized"]["time_s"] == r["optimized"]["time_s"]
+
+
+@pytest.mark.parametrize("target", ["npu", "gemmini"])
+def test_the_simulator_replays_the_producer_nests_and_agrees_with_the_model(target):
+    from autocomp_jupyter.accel.sim import compare
+
+    res = autocomp.optimize(BLOCK, target=target, tune=0)
+    (schedule,) = [s for k, s in zip(res.after.kernels, res.after.schedules) if k.compute_at]
+    c = compare(schedule, target, max_steps=20000)
+    assert c["time_error"] < 0.10, c

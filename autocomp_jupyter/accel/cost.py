@@ -806,31 +806,29 @@ class KernelModel:
         if self.producers:
             # Producer and consumer nests alternate tile by tile: where they run on different
             # datapaths (a PE array, a vector unit) one tile's producer overlaps the previous
-            # tile's consumer, so the kernel takes its busiest datapath's work or its busiest
-            # channel's traffic, whichever is longer, plus what overlaps nothing (each part's
-            # serial transfers, cold start and drain); on one datapath the work adds up.
-            busy = {u: np.asarray(v, dtype=float) * np.ones(n) for u, v in compute_by_unit.items()}
+            # tile's consumer, so the kernel takes its busiest datapath's nests' times added
+            # up, or its busiest channel's traffic, whichever is longer (the simulator replays
+            # each nest and combines them the same way).
+            anchor_unit = datapath_of(compute, self.statements[self.kernel.anchor]).unit
+            busy = {anchor_unit: time_s.copy()}
             channels = level_time.copy()
-            alone = time_s.copy()
-            extra = np.zeros(n)
+            by_unit = {u: np.asarray(v, dtype=float) * np.ones(n) for u, v in compute_by_unit.items()}
         for producer in self.producers:      # computed at the anchor's tiles: its own nest, recomputed
             cost, mult = producer.evaluate(tiles, orders, counts)
-            alone += cost.time_s * mult
+            unit = datapath_of(compute, producer.model.statements[0]).unit
+            busy[unit] = busy.get(unit, 0.0) + cost.time_s * mult
             for u, v in (cost.compute_by_unit or {}).items():
-                busy[u] = busy.get(u, 0.0) + v * mult
+                by_unit[u] = by_unit.get(u, 0.0) + v * mult
             channels += cost.level_time_s * mult[:, None]
-            extra += (cost.serial_s + cost.cold_s + cost.drain_s) * mult
             compute_s += cost.compute_s * mult
             bytes_by_level += cost.bytes * mult[:, None]
             level_time += cost.level_time_s * mult[:, None]
             # its compute energy (its traffic's is in bytes_by_level's, below)
             producer_energy += (cost.energy_j - (cost.bytes * self.energy_per_byte[None, :]).sum(axis=1)) * mult
         if self.producers:
-            overlapped = np.maximum(np.max(np.stack(list(busy.values())), axis=0), channels.max(axis=1)) \
-                + serial_total + cold_total + drain_total + extra
-            time_s = np.minimum(alone, np.maximum(overlapped, time_s))
-            for u, v in busy.items():
-                compute_by_unit[u] = v
+            time_s = np.maximum(np.max(np.stack([np.broadcast_to(v, (n,)) for v in busy.values()]), axis=0),
+                                channels.max(axis=1))
+            compute_by_unit.update(by_unit)
         if self.host is not None:   # host C: the paths that replace the nest (packed, direct rows)
             time_s = self.host.seconds(self, schedule_tiles, parallel, time_s)
         energy = (bytes_by_level * self.energy_per_byte[None, :]).sum(axis=1) \
@@ -899,13 +897,27 @@ class _ProducerModel:
             self.spans.append((anchor_index[primary[0]], primary[1], r.lo, hi))
         self.followed = {a for a, _, _, _ in self.spans if a >= 0}
         # Inside the region it runs as the tiling search schedules it alone (cached by structure).
-        own = _searched_alone(self.kernel, target)
+        own = self.own = _searched_alone(self.kernel, target)
         inner = own.tile_sizes(self.levels)
         self.inner_tiles = np.array([inner[l.name] for l in stmt.loops], dtype=float)   # [D_P, L]
         _, self.orders, self.parallel, self.vectorize = self.model.schedule_arrays(own)
 
     def evaluate(self, tiles, orders, counts) -> tuple["BatchCost", np.ndarray]:
         """(its cost over its whole region once, the recompute factor) per candidate."""
+        sub, mult = self.region_tiles(tiles, orders, counts)
+        n = len(sub)
+        return self.model.evaluate_batch(sub, np.broadcast_to(self.orders, (n,) + self.orders.shape[1:]),
+                                         self.parallel, np.broadcast_to(self.vectorize, (n,))), mult
+
+    def schedule(self, sub: np.ndarray) -> Schedule:
+        """Its nest as a schedule of its own kernel, tiles `sub` [loops, levels] (what the
+        simulator replays)."""
+        return Schedule(self.kernel, tiles={l.name: {lv: int(sub[d, h]) for h, lv in enumerate(self.levels)}
+                                            for d, l in enumerate(self.kernel.loops)},
+                        order=self.own.order, annotations=self.own.annotations, levels=self.levels)
+
+    def region_tiles(self, tiles, orders, counts) -> tuple[np.ndarray, np.ndarray]:
+        """Its tiles [n, loops, levels] over the region of each candidate, and the recompute."""
         n, D, L = tiles.shape
         levels = self.levels
         at = levels.index(self.level) if self.level in levels else L - 1
@@ -937,8 +949,7 @@ class _ProducerModel:
             if a not in self.followed:
                 mult *= n_point[:, a]
         sub = np.maximum(np.minimum.accumulate(np.floor(sub), axis=2), 1).astype(np.int64)
-        return self.model.evaluate_batch(sub, np.broadcast_to(self.orders, (n,) + self.orders.shape[1:]),
-                                         self.parallel, np.broadcast_to(self.vectorize, (n,))), mult
+        return sub, mult
 
 
 # The tiling search (rules/tiling.py, a layer above) registers itself here: a producer nest

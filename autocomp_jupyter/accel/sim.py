@@ -103,6 +103,8 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
     bw = np.array([m.bandwidth_gbps * 1e9 for m in target.memory]) * np.where(model.mem_per_unit, active, 1.0)
     group_time, group_bytes = 0.0, np.zeros(len(model.level_names))
     for si in range(len(model.statements)):
+        if si in model.computed:
+            continue         # computed at the anchor's tiles: its own nest, replayed below
         r = _replay_statement(model, si, tiles[0], orders[0], int(vectorize[0]), active,
                               analytic.double_buffered[0], analytic.datapath_bytes[0, si], max_steps)
         total_bytes += r["bytes"]
@@ -120,6 +122,25 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
         total_steps += r["total_steps"]
         sampled |= r["sampled"]
     time_s += max(group_time, float(np.max(group_bytes / bw)))
+    if model.producers:
+        # Each producer nest (compute_at) replayed over its region as a kernel of its own,
+        # times its recompute; nests on different datapaths overlap tile by tile, so the
+        # kernel takes its busiest datapath's replayed time, or its busiest channel's.
+        from .cost import _tile_counts
+
+        counts = _tile_counts(model.extents[None, :], tiles)[0]
+        busy = {datapath_of(target.compute, model.statements[schedule.kernel.anchor]).unit: time_s}
+        for producer in model.producers:
+            sub, mult = producer.region_tiles(tiles, orders, counts)
+            r = simulate(producer.schedule(sub[0]), target, max_steps)
+            unit = datapath_of(target.compute, producer.model.statements[0]).unit
+            busy[unit] = busy.get(unit, 0.0) + r.time_s * float(mult[0])
+            total_bytes += np.array([r.bytes[n] for n in model.level_names]) * float(mult[0])
+            compute_s += r.compute_s * float(mult[0])
+            steps_done += r.steps
+            total_steps += r.total_steps
+            sampled |= r.sampled
+        time_s = max(max(busy.values()), float(np.max(total_bytes / bw)))
     return SimResult(time_s=time_s, cycles=time_s * target.clock_ghz * 1e9,
                      bytes={n: float(b) for n, b in zip(model.level_names, total_bytes)},
                      compute_s=compute_s, steps=steps_done, total_steps=total_steps, sampled=sampled)
