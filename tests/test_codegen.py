@@ -88,9 +88,9 @@ def test_c_is_deterministic_and_follows_the_schedule():
     text = generate(plan, None, "c")
     assert text == generate(gemm_relu_plan(), None, "c")
     assert text.count("#pragma omp parallel\n") == 1 and "#pragma omp simd" in text   # one parallel region
-    assert "float acc[6][16]" in text                     # the packed GEMM's 6x16 microkernel
+    assert "float acc[8][16]" in text                     # the packed GEMM's 8x16 microkernel
     assert "Bpack[" in text and "Apack[" in text          # B panels and A blocks packed
-    micro = text.index("float acc[6][16]")
+    micro = text.index("float acc[8][16]")
     assert micro < text.index("ac_relu(", micro) < text.index("program_kernel_names[")   # the ReLU in the GEMM's store
     assert "__atomic_fetch_add(&next[victim * 8]" in text   # threads claim work units
     assert "ac_relu(C[" not in text                       # not a second pass over C

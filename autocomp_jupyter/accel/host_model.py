@@ -17,7 +17,8 @@ import math
 import numpy as np
 
 from ..codegen.host_analysis import (GEMM_MIN_BLOCK, GEMM_MR, GEMM_NR, GEMM_PACK_MIN, _padding, _unit_stride_reads,
-                                     direct_rows, host_copy_costs, packed_contraction, packed_partition, window_rows)
+                                     direct_rows, host_copy_costs, packed_contraction, packed_partition, swapped_blocks,
+                                     window_rows)
 from ..ir.program import Access
 from ..ir.schedule import Kernel
 from .target import Target
@@ -115,6 +116,7 @@ HOST_MICRO_EFFICIENCY = 0.7     # the MR x NR microkernel's share of lanes x fma
                                 # issue as two 256-bit halves on AMD Zen 4: 6x16 runs at ~70%)
 HOST_STORE_VECTOR = 2.0         # load + add + store of one output vector in the microkernel's store
 HOST_STORE_VECTOR_FAR = 8.0     # the same when the output region swept between visits outgrows L2
+HOST_STORE_TRANSPOSED = 1.0     # per output of a transposed microkernel's last store (a column of its tile)
 HOST_MICRO_CALL = 20.0          # a microkernel call: zeroing, prefetching, spilling the accumulators
 HOST_BLOCK_SPILL = 0.25         # microkernel slow-down per cache block that outgrows L2
 
@@ -169,6 +171,8 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     MC = np.where(MC >= mr, np.minimum(np.ceil(MC / mr) * mr, M), MC)
     NC = np.ceil(np.minimum(np.maximum(group_block("n"), GEMM_MIN_BLOCK[1]), N) / nr) * nr
     KC = np.minimum(np.maximum(group_block("k"), GEMM_MIN_BLOCK[2]), K)
+    if pk.swapped:      # its blocks are the analysis's, not the schedule's (`swapped_blocks`)
+        MC, NC, KC = (np.full(n, float(b)) for b in swapped_blocks(pk))
     lanes = compute.vector_width("f32")
     mpan, npan = math.ceil(M / mr), math.ceil(N / nr)
     # threads: the work units codegen/c.py's packed path chooses for this many threads
@@ -200,7 +204,11 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     c_region = m_rows * NC * 4
     store_vector = np.where(c_region > l2 / 2, HOST_STORE_VECTOR_FAR, HOST_STORE_VECTOR)
     store = NB * mpan * npan * kblocks * (math.ceil(nr / lanes) * mr * store_vector + HOST_MICRO_CALL) \
-        + NB * M * N * epi_ops / compute.vector_ops_per_cycle * (1.0 if pk.n_contiguous else lanes)
+        + NB * M * N * epi_ops / compute.vector_ops_per_cycle * (1.0 if pk.n_contiguous or pk.swapped else lanes)
+    if pk.swapped:      # partial sums in a tile-shaped buffer (near stores); the last block's store by columns
+        store = NB * mpan * npan * (kblocks * (math.ceil(nr / lanes) * mr * HOST_STORE_VECTOR + HOST_MICRO_CALL)
+                                    + mr * nr * HOST_STORE_TRANSPOSED) \
+            + NB * M * N * epi_ops / compute.vector_ops_per_cycle
     b_copies = NB * K * npan * nr
     a_copies = NB * mpan * mr * K * np.ceil(N / NC)
     cycles = (micro + store + a_copies * a_cost + b_copies * b_cost + extra) * share

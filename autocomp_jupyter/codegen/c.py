@@ -285,7 +285,7 @@ static inline float ac_gelu(float x) {
    fresh pages from malloc/free each call cost page faults in every thread (~50 a call, on
    a 2.4 ms conv). Grown when a larger block is asked for, never freed: its size is bounded
    by the program's largest panel block and padded tensor. */
-#define AC_SCRATCH_SLOTS 4
+#define AC_SCRATCH_SLOTS 5
 static inline void* ac_scratch(int slot, size_t bytes) {
     static _Thread_local void* block[AC_SCRATCH_SLOTS];
     static _Thread_local size_t size[AC_SCRATCH_SLOTS];
@@ -611,6 +611,7 @@ class _KernelWriter:
             "tab", "nth", "tid", "part", "bt", "j0", "k0", "i0", "jr", "ir", "p", "r", "c"))
         nc, kc, mc, Ap, Bp, acc, rows, cols, v = (f(x) for x in ("nc", "kc", "mc", "Apack", "Bpack", "acc",
                                                                "rows", "cols", "v"))
+        cbuf = f("Cpart")
         lo = {g: f(g + "_lo") for g in ("m", "n")}
         hi = {g: f(g + "_hi") for g in ("m", "n")}
         groups = {"m": pk.m, "n": pk.n, "k": pk.k}
@@ -731,8 +732,10 @@ class _KernelWriter:
         e(1, f"/* {str(stmt).split('    #')[0]} */")
         epi = ", ".join(str(self.kernel.statements[s]).split("    #")[0] for s in pk.epilogue)
         e(1, f"/* packed GEMM: batch {' '.join(pk.batch) or '-'} ({NB}) x M {' '.join(pk.m) or '-'} ({M}) x "
-             f"N {' '.join(pk.n)} ({N}) x K {' '.join(pk.k)} ({K}); blocks mc={MC} nc={NC} kc={KC} (the schedule's "
-             f"outermost tiles, raised to >= {'/'.join(map(str, GEMM_MIN_BLOCK))}), microkernel {mr}x{nr}"
+             f"N {' '.join(pk.n)} ({N}) x K {' '.join(pk.k)} ({K}); blocks mc={MC} nc={NC} kc={KC} "
+             + ("(transposed: m and n exchanged, its own blocks)" if pk.swapped else
+                f"(the schedule's outermost tiles, raised to >= {'/'.join(map(str, GEMM_MIN_BLOCK))})")
+             + f", microkernel {mr}x{nr}"
              + (f"; applied in its store: {epi}" if epi else "") + " */")
         e(1, "{")
         # offset tables first, so the names they get are known to the code below (filled below)
@@ -772,6 +775,8 @@ class _KernelWriter:
         size = 8 if T == "double" else 4
         e(3, f"{T}* {Bp} = ac_scratch(0, {KC * NCP * size}UL);")
         e(3, f"{T}* {Ap} = ac_scratch(1, {MCP * KC * size}UL);")
+        if pk.swapped and K > KC:
+            e(3, f"{T}* {cbuf} = ac_scratch(4, {MCP * NCP * size}UL);    /* partial sums, as tiles */")
         e(3, f"for (long {vv} = 0; {vv} < {nth}; ++{vv}) {{")
         e(4, f"const long {victim} = ({tid} + {vv}) % {nth}, {end} = {part}[2] * ({victim} + 1) / {nth};")
         e(4, f"for (long {unit}; ({unit} = __atomic_fetch_add(&{nxt}[{victim} * 8], 1, __ATOMIC_RELAXED)) < {end}; ) {{")
@@ -849,10 +854,14 @@ class _KernelWriter:
         # touches: with one kc block an output the epilogue consumes is never read or written
         # (prefetching it for write anyway fetched a dead tensor's lines: 3.2 MB per 1x1 conv).
         single = K <= KC
-        fetch_out = [(out, True)] if not single or needed(stmt.target) else []
+        fetch_out = [(out, True)] if (not single and not pk.swapped) or needed(stmt.target) else []
         fetch_last = [(x, w) for x, w in dict.fromkeys(epilogue_fetch) if x != out]
+        if pk.swapped and not single:      # its output is written at the last kc block only
+            fetch_out, fetch_last = [], fetch_out + fetch_last
         if fetch_out or fetch_last:
-            e(9, f"for (long {r} = 0; {r} < {rows}; ++{r}) {{")
+            # a line at each end of every output row of the tile (its columns, transposed)
+            (x1, n1), (x2, n2) = ((c, cols), (r, rows)) if pk.swapped else ((r, rows), (c, cols))
+            e(9, f"for (long {x1} = 0; {x1} < {n1}; ++{x1}) {{")
             for group, cond in ((fetch_out, None), (fetch_last, None if single else f"{k0} + {kc} >= {K}")):
                 if not group:
                     continue
@@ -861,7 +870,7 @@ class _KernelWriter:
                     e(10, f"if ({cond}) {{")
                     dd = 11
                 for first_col in (True, False):
-                    e(dd, f"{{ const long {c} = {'0' if first_col else f'{cols} - 1'};")
+                    e(dd, f"{{ const long {x2} = {'0' if first_col else f'{n2} - 1'};")
                     for x, write in group:
                         e(dd + 1, f"__builtin_prefetch(&{x}, {1 if write else 0}, 3);")
                     e(dd, "}")
@@ -883,18 +892,28 @@ class _KernelWriter:
                                     f"{k0} + {kc} >= {K}" if last else f"{k0} + {kc} < {K}"])
                 e(9, ("if" if n_case == 0 else "} else if") + f" ({cond}) {{")
             d = 9 if single else 10
-            lines = [f"const {self.ctype(stmt.target)} {v} = {acc}[{r}][{c}]" + ("" if first else f" + {out}") + ";"]
-            if not last or needed(stmt.target):
+            # transposed (pk.swapped): partial sums between kc blocks stay in a buffer laid out
+            # as the tiles (vector loads and stores); only the last block writes the output,
+            # whose rows are the tile's columns
+            part_sum = f"{cbuf}[{jr} * {MCP} + {ir} * {nr} + {r} * {nr} + {c}]" if pk.swapped else out
+            lines = [f"const {self.ctype(stmt.target)} {v} = {acc}[{r}][{c}]" + ("" if first else f" + {part_sum}") + ";"]
+            if not last:
+                lines.append(f"{part_sum} = {v};")
+            elif needed(stmt.target):
                 lines.append(f"{out} = {v};")
             if last:
                 lines += epilogue_lines
             for full in (True, False):
                 e(d, f"if ({rows} == {mr} && {cols} == {nr}) {{    /* a full tile */" if full else "} else {")
+                # the output is contiguous along the rows when transposed: the store walks
+                # each column's rows
+                (x1, n1, u1), (x2, n2) = (((c, nr if full else cols, nr), (r, mr if full else rows)) if pk.swapped and last
+                                          else ((r, mr if full else rows, mr), (c, nr if full else cols)))
                 if full:
-                    e(d + 1, f"#pragma GCC unroll {mr}")
-                e(d + 1, f"for (long {r} = 0; {r} < {mr if full else rows}; ++{r}) {{")
+                    e(d + 1, f"#pragma GCC unroll {u1}")
+                e(d + 1, f"for (long {x1} = 0; {x1} < {n1}; ++{x1}) {{")
                 e(d + 2, "#pragma omp simd")
-                e(d + 2, f"for (long {c} = 0; {c} < {nr if full else cols}; ++{c}) {{")
+                e(d + 2, f"for (long {x2} = 0; {x2} < {n2}; ++{x2}) {{")
                 for line in lines:
                     e(d + 3, line)
                 e(d + 2, "}")
