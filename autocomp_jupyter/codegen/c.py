@@ -82,7 +82,7 @@ from .host_analysis import (  # noqa: F401
     GEMM_MR, GEMM_NR, PAD_COPY_MAX, GEMM_PACK_MIN, GEMM_MIN_BLOCK, DIRECT_K_MAX,
     DIRECT_MIN_POINTS, DIRECT_STEP_MAX, PARTITION_THREADS, PARTITION_SLACK, PARTITION_REPACK_CYCLES, PARTITION_MACS_PER_CYCLE,
     PARTITION_UNIT_CYCLES, HOST_COPY_RUN, HOST_COPY_GATHER, HOST_COPY_STRIDED, Packed, DirectRows,
-    Partition, micro_shape, direct_rows, window_rows, packed_blocks, host_copy_costs,
+    Partition, micro_shape, rows_outer, direct_rows, window_rows, packed_blocks, host_copy_costs,
     packed_partition, partition_ranges, _flat_offsets, _padding, _one_to_one, _in_range,
     _unit_stride_reads, _substitute, packed_contraction, epilogue_point, _epilogue)
 
@@ -853,8 +853,11 @@ class _KernelWriter:
         e(8, "}")
         e(7, "}")
         self.outline(a_start, 7, "pack_a", params)
-        e(7, f"for (long {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{")
-        e(8, f"for (long {ir} = 0; {ir} < {mc}; {ir} += {mr}) {{")
+        loops = [f"for (long {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{", f"for (long {ir} = 0; {ir} < {mc}; {ir} += {mr}) {{"]
+        if rows_outer(pk, KC, NCP):
+            loops.reverse()
+        e(7, loops[0])
+        e(8, loops[1])
         av, bv = f("ap"), f("bp")
         e(9, f"const {T}* restrict {av} = {Ap} + {ir} * {kc};")
         e(9, f"const {T}* restrict {bv} = {Bp} + {jr} * {kc};")

@@ -271,6 +271,21 @@ def packed_blocks(pk: Packed, block_of) -> tuple[int, int, int]:
     return (min(-(-mc // mr) * mr, pk.size("m")) if mc >= mr else mc), -(-nc // nr) * nr, kc
 
 
+# A packed GEMM with at most this many reduction steps whose B block fits ROWS_OUTER_B_BLOCK bytes
+# runs its micro-tiles row panel by row panel (`rows_outer`).
+ROWS_OUTER_K = 64
+ROWS_OUTER_B_BLOCK = 128 * 1024
+
+
+def rows_outer(pk: Packed, kc: int, ncp: int) -> bool:
+    """Whether the microkernel loops run A's row panels outside B's column panels. With few
+    reduction steps (a 1x1 expand conv, K = 16) the store is the cost: column panels outside
+    (the usual order, B's panel in L1) store each micro-tile into MC rows a whole output row
+    apart, ~100 lines at once in few cache sets; row panels outside store along MR rows, and
+    the small B block (kc x nc) is read again from L1/L2 for each."""
+    return pk.size("k") <= ROWS_OUTER_K and kc * ncp * 4 <= ROWS_OUTER_B_BLOCK and not pk.swapped
+
+
 # Threads share a packed contraction as work units: each thread runs its own contiguous
 # share first, then takes what is left of the others' (codegen below), so that a thread whose
 # core another process holds ends up with fewer units instead of holding the others at the
