@@ -116,13 +116,20 @@ def padded_points(m: int, n: int) -> int:
     return -(-m // mr) * mr * (-(-n // nr) * nr)
 
 
-def transposed(pk: "Packed") -> "Packed":
+def transposed(kernel: Kernel, pk: "Packed") -> "Packed":
     """`pk` with its microkernel's orientation chosen: m and n (and A and B) exchanged when
     the output is a few positions wide (N of a 7x7 map: 49, 4 panels of 16 for 49 columns,
     77% useful) and tall in whole vectors (M channels: 512), so that N pads less as rows than
-    M does as columns (`SWAP_PADDING`). One-row GEMMs (direct rows) and small M stay."""
+    M does as columns (`SWAP_PADDING`). One-row GEMMs (direct rows), small M and A's rows
+    a multiple of 4 KiB apart stay."""
     M, N = pk.size("m"), pk.size("n")
     if M < GEMM_NR or N < GEMM_MR or padded_points(N, M) > SWAP_PADDING * padded_points(M, N):
+        return pk
+    # Transposed, A's rows become B's 16 columns, gathered for each k: rows a multiple of 4 KiB
+    # apart fall into one L1 set and evict each other (1x1 convs with K = 1024 or 2048 at 7x7:
+    # 1.65 ms transposed against 1.31)
+    a_coeff, _ = _flat_offsets(kernel, pk.a)
+    if pk.m and (a_coeff.get(pk.m[-1], 0) * 4) % 4096 == 0:
         return pk
     return dataclasses.replace(pk, a=pk.b, b=pk.a, m=pk.n, n=pk.m, n_contiguous=False, swapped=True)
 
@@ -595,7 +602,7 @@ def packed_contraction(kernel: Kernel, schedule: Schedule | None = None) -> Pack
                     tuple(sorted(ext.items())), epilogue, contiguous)
         if math.prod(ext.values()) < GEMM_PACK_MIN and direct_rows(kernel, pk) is None:
             continue    # too small to pack; direct rows (no packing) pay from DIRECT_MIN_POINTS
-        return transposed(pk) if direct_rows(kernel, pk) is None else pk
+        return transposed(kernel, pk) if direct_rows(kernel, pk) is None else pk
     return None
 
 
