@@ -82,7 +82,7 @@ from .host_analysis import (  # noqa: F401
     GEMM_MR, GEMM_NR, PAD_COPY_MAX, GEMM_PACK_MIN, GEMM_MIN_BLOCK, DIRECT_K_MAX,
     DIRECT_MIN_POINTS, DIRECT_STEP_MAX, PARTITION_THREADS, PARTITION_SLACK, PARTITION_REPACK_CYCLES, PARTITION_MACS_PER_CYCLE,
     PARTITION_UNIT_CYCLES, HOST_COPY_RUN, HOST_COPY_GATHER, HOST_COPY_STRIDED, Packed, DirectRows,
-    Partition, micro_shape, rows_outer, direct_rows, window_rows, packed_blocks, host_copy_costs,
+    Partition, micro_shape, rows_outer, direct_rows, direct_slab, window_rows, packed_blocks, host_copy_costs,
     packed_partition, partition_ranges, _flat_offsets, _padding, _one_to_one, _in_range,
     _unit_stride_reads, _substitute, packed_contraction, epilogue_point, _epilogue)
 
@@ -1005,17 +1005,28 @@ class _KernelWriter:
              + (f"; applied in its store: {epi}" if epi else "") + " */")
         e(1, "{")
         bsrc, shape, shift = self.cname[pk.b.tensor], None, None
+        slab = direct_slab(k, pk, dr)      # {dimension: batch loop}: each item pads its own slab
         if any(lo or hi for lo, hi in dr.pads):
             bsrc = f(f"{bsrc}_padded")
             t = self.tensor(pk.b.tensor)
             shape, shift = tuple(n + lo + hi for n, (lo, hi) in zip(t.shape, dr.pads)), [lo for lo, _ in dr.pads]
-            self.out += ["    " * 2 + line for line in self.pad_copy(bsrc, pk.b, list(dr.pads), 2)]
+            if not slab:
+                self.out += ["    " * 2 + line for line in self.pad_copy(bsrc, pk.b, list(dr.pads), 2)]
         parallel = bool(set(self.parallel) & {k.loop_map(pk.index).get(l) for l in pk.batch + pk.n})
         NB = pk.size("batch")
         if parallel and NB > 1:
             e(2, f"#pragma omp parallel for schedule(dynamic, {DIRECT_CHUNK})")
         e(2, f"for (long {bt} = 0; {bt} < {NB}; ++{bt}) {{")
         self.unflatten(3, bt, pk.batch, cv, ext)
+        slab_drop: tuple[str, ...] = ()
+        if slab and shape is not None:
+            # the padded slab of this item (a channel's plane of a depthwise conv: in L1/L2 while
+            # its rows are computed), addressed without the slab's leading indices; padding the
+            # whole input once, serially before the parallel loop, wrote and read it all
+            # through memory (96 x 113 x 113 floats per MobileNetV2 stride-2 depthwise)
+            self.out += ["    " * 3 + line for line in self.pad_copy(bsrc, pk.b, list(dr.pads), 2,
+                                                                     fixed={d: cv[l] for d, l in slab.items()})]
+            slab_drop = tuple(slab.values())
         for l in pk.m:
             e(3, f"const long {cv[l]} = 0;")
         d = 3
@@ -1037,7 +1048,7 @@ class _KernelWriter:
             e(dk, f"for (long {cv[l]} = 0; {cv[l]} < {ext[l]}; ++{cv[l]}) {{")
             dk += 1
         e(dk, f"const float {a} = {self.cname[pk.a.tensor]}[{flat(pk.a)}];")
-        e(dk, f"const float* restrict {src} = {bsrc} + {flat(pk.b, shape, shift, drop=(dr.w, h))};")
+        e(dk, f"const float* restrict {src} = {bsrc} + {flat(pk.b, shape, shift, drop=(dr.w, h) + slab_drop)};")
         e(dk, "#pragma omp simd")
         e(dk, f"for (long {j} = 0; {j} < {length}; ++{j}) {acc}[{j}] += {a} * {src}"
               f"[{j if dr.step == 1 else f'{dr.step} * {j}'}];")
@@ -1179,27 +1190,37 @@ class _KernelWriter:
         e(2, "}")
         e(1, "}")
 
-    def pad_copy(self, name: str, access: Access, pads: list[tuple[int, int]], slot: int) -> list[str]:
+    def pad_copy(self, name: str, access: Access, pads: list[tuple[int, int]], slot: int,
+                 fixed: dict[int, str] | None = None) -> list[str]:
         """C lines filling scratch slot `slot` as `name`: `access`'s tensor padded by `pads` (per
-        dimension, below and past the end) with the access's pad value."""
+        dimension, below and past the end) with the access's pad value. `fixed` {dimension:
+        C index}: only the slab at those indices of the leading dimensions (unpadded), its
+        other dimensions laid out as in the whole padded copy."""
         f = self.namer.fresh
+        fixed = fixed or {}
         t = self.tensor(access.tensor)
         pshape = [n + lo + hi for n, (lo, hi) in zip(t.shape, pads)]
         qs = [f(f"q{d}") for d in range(len(pshape))]
         ct = self.ctype(access.tensor)
-        fill = [f"/* {self.cname[access.tensor]} padded by {pads} (pad value {access.pad:g}), once per call: "
-                f"no bounds checks while packing */",
-                f"{ct}* {name} = ac_scratch({slot}, {math.prod(pshape)}UL * sizeof({ct}));"]
+        size = math.prod(n for d, n in enumerate(pshape) if d not in fixed)
+        fill = [f"/* {self.cname[access.tensor]} padded by {pads} (pad value {access.pad:g}), "
+                + ("this batch item's slab, by the thread that reads it" if fixed else "once per call")
+                + ": no bounds checks while packing */",
+                f"{ct}* {name} = ac_scratch({slot}, {size}UL * sizeof({ct}));"]
         # row by row: a row outside the tensor is all pad, else pad, a straight copy, pad (the
         # copy vectorises; a bounds check per element measured ~10x slower on 576 x 16 x 16)
         *outer, last = qs
+        loops = [(dd, q) for dd, q in enumerate(outer) if dd not in fixed]
         for dd, q in enumerate(outer):
-            fill.append("    " * dd + f"for (long {q} = 0; {q} < {pshape[dd]}; ++{q})" + (" {" if dd == len(outer) - 1 else ""))
-        ind = "    " * len(outer)
+            if dd in fixed:
+                fill.append(f"const long {q} = {fixed[dd]};")
+        for i, (dd, q) in enumerate(loops):
+            fill.append("    " * i + f"for (long {q} = 0; {q} < {pshape[dd]}; ++{q})" + (" {" if i == len(loops) - 1 else ""))
+        ind = "    " * len(loops)
         conds = " && ".join(f"(unsigned long)({q} - {lo}) < {n}UL" for q, n, (lo, hi) in zip(outer, t.shape, pads) if lo or hi)
         src = _affine_c({q: math.prod(t.shape[dd + 1:]) for dd, q in enumerate(outer)},
                         -sum(lo * math.prod(t.shape[dd + 1:]) for dd, (lo, _) in enumerate(pads[:-1])))
-        dst = _affine_c({q: math.prod(pshape[dd + 1:]) for dd, q in enumerate(outer)}, 0)
+        dst = _affine_c({q: math.prod(pshape[dd + 1:]) for dd, q in enumerate(outer) if dd not in fixed}, 0)
         pad_c = _double(access.pad) if ct == "double" else _float(access.pad)
         (lo, hi), n = pads[-1], t.shape[-1]
         row, srow = f("row"), f("srow")
@@ -1216,8 +1237,8 @@ class _KernelWriter:
         fill.append(f"{ind}for (long {last} = 0; {last} < {n}; ++{last}) {row}[{last} + {lo}] = {srow}[{last}];")
         if hi:
             fill.append(f"{ind}for (long {last} = {lo + n}; {last} < {pshape[-1]}; ++{last}) {row}[{last}] = {pad_c};")
-        if outer:
-            fill.append("    " * (len(outer) - 1) + "}")
+        if loops:
+            fill.append("    " * (len(loops) - 1) + "}")
         return fill
 
     def outline(self, start: int, depth: int, what: str, candidates: dict[str, str]) -> None:

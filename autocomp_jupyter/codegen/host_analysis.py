@@ -219,6 +219,24 @@ def direct_rows(kernel: Kernel, pk: "Packed") -> DirectRows | None:
     return DirectRows(w, ext[w], step, tuple(pads))
 
 
+def direct_slab(kernel: Kernel, pk: "Packed", dr: DirectRows) -> dict[int, str]:
+    """{dimension: batch loop} when each batch item of direct rows `dr` reads only one slab of
+    B — B's leading dimensions indexed by batch loops alone, unpadded, its others by none
+    (a depthwise conv's X[n, c, :, :]) — so that a padded copy may be made per item, of that
+    slab only; else {}."""
+    if not any(lo or hi for lo, hi in dr.pads):
+        return {}
+    out: dict[int, str] = {}
+    batch = set(pk.batch)
+    for d, idx in enumerate(pk.b.indices):
+        loops = set(idx.loops)
+        if loops & batch:
+            if len(out) != d or idx.single_loop is None or any(dr.pads[d]):
+                return {}
+            out[d] = idx.single_loop
+    return out if out and len(out) < len(pk.b.indices) - 1 else {}
+
+
 def window_rows(kernel: Kernel, schedule: Schedule | None = None) -> tuple[int, DirectRows] | None:
     """(statement index, its rows) of a window reduction the host runs as direct rows: a
     pooling `Y[.., w] max= X[..]` or `+=` of one f32 read, the target indexed by its own
