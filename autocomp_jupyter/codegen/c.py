@@ -642,7 +642,7 @@ class _KernelWriter:
         bvar = {l: f(l) for l in pk.batch}
 
         padded: list[tuple[str, Access, list[tuple[int, int]]]] = []   # (copy, access, pads)
-        run_flags: list[tuple[str, str]] = []     # (flag array, n-group offset table)
+        run_flags: list[tuple[str, str, int]] = []     # (flag array, n-group offset table, step)
 
         def operand(access: Access, rowg: str, row: str, colg: str, col: str, pad: float) -> tuple[str, list[str]]:
             """C text reading `access` at (row of group rowg, col of group colg), and the
@@ -675,11 +675,15 @@ class _KernelWriter:
                 text = f"({' && '.join(conds)} ? {text} : {lit(pad)})"
             else:   # where the column offsets come from a table: the text for a run of NR columns
                 key = (colg, tuple(coeff.get(l, 0) for l in groups[colg]))
-                if key in tables:
-                    runs[access] = (tables[key], f"{name}[{base}{term(rowg, coeff, row)} + {tables[key]}[{j0} + {jr}] + {c}]")
+                # runs at the innermost column loop's step (1, or 2: a stride-2 conv's input)
+                step = coeff.get(groups[colg][-1], 0) if groups[colg] else 0
+                if key in tables and 1 <= step <= DIRECT_STEP_MAX:
+                    at = f"{c}" if step == 1 else f"{step} * {c}"
+                    runs[access] = (tables[key], f"{name}[{base}{term(rowg, coeff, row)} + {tables[key]}[{j0} + {jr}] + {at}]",
+                                    step)
             return text, decls
 
-        runs: dict[Access, tuple[str, str]] = {}
+        runs: dict[Access, tuple[str, str, int]] = {}
         sources: dict[str, str] = {}      # operand arrays the packing reads: name -> C parameter type
         a_text, a_decls = operand(pk.a, "m", f"({i0} + {ir} + {r})", "k", f"({k0} + {p})", pk.a.pad)
         b_text, b_decls = operand(pk.b, "k", f"({k0} + {p})", "n", f"({j0} + {jr} + {c})", pk.b.pad)
@@ -803,10 +807,10 @@ class _KernelWriter:
         b_start = len(self.out)
         e(6, f"for (long {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{")
         d = 7
-        if pk.b in runs:   # a panel whose NR columns are consecutive in B: a straight copy
-            table, run_text = runs[pk.b]
+        if pk.b in runs:   # a panel whose NR columns are evenly spaced in B (step 1 or 2): a vector copy
+            table, run_text, run_step = runs[pk.b]
             run_flag = f(f"{table}_run")
-            run_flags.append((run_flag, table))
+            run_flags.append((run_flag, table, run_step))
             e(7, f"if ({jr} + {nr} <= {nc} && {run_flag}[({j0} + {jr}) / {nr}]) {{")
             e(8, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
             e(9, "#pragma omp simd")
@@ -832,7 +836,7 @@ class _KernelWriter:
         scalars.update({x: "long" for x in (j0, k0, kc, nc, i0, mc)})
         params = {Bp: f"{T}* restrict", Ap: f"{T}* restrict", **sources, **scalars,
                   **{t: "const AC_OFFSET_T* restrict" for t in tables.values()},
-                  **{flag: "const unsigned char* restrict" for flag, _ in run_flags}}
+                  **{flag: "const unsigned char* restrict" for flag, _, _ in run_flags}}
         self.outline(b_start, 6, "pack_b", params)
         e(6, f"for (long {i0} = {lo['m']}; {i0} < {hi['m']}; {i0} += {MC}) {{")
         e(7, f"const long {mc} = AC_MIN({MC}, {hi['m']} - {i0});")
@@ -960,20 +964,21 @@ class _KernelWriter:
                 value = " + ".join(f"{cv} * {lv[l]}" for l, cv in zip(loops, cs) if cv) or "0"
                 fill.append("    " * depth + f"{name}[{x}++] = {value};")
                 fill.append("}")
-        for flag, table in run_flags:
+        for flag, table, run_step in run_flags:
             pan, x = f("pan"), f("x")
             fill.append(f"unsigned char* {flag} = (unsigned char*)malloc({-(-N // nr)}UL);")
             fill.append(f"for (long {pan} = 0; {pan} < {-(-N // nr)}; ++{pan}) {{")
             fill.append(f"    {flag}[{pan}] = {pan} * {nr} + {nr} <= {N};")
             fill.append(f"    for (long {x} = 1; {x} < {nr} && {flag}[{pan}]; ++{x}) "
-                        f"{flag}[{pan}] = {table}[{pan} * {nr} + {x}] == {table}[{pan} * {nr}] + {x};")
+                        f"{flag}[{pan}] = {table}[{pan} * {nr} + {x}] == {table}[{pan} * {nr}] + "
+                        + (f"{x};" if run_step == 1 else f"{run_step} * {x};"))
             fill.append("}")
         copies: list[str] = []     # padded copies: scratch slots 2, 3
         for name, access, pads in padded:
             fill += self.pad_copy(name, access, pads, 2 + len(copies))
             copies.append(name)
         self.out[body_start:body_start] = ["    " * 2 + line for line in fill]
-        for flag, _ in run_flags:
+        for flag, _, _ in run_flags:
             e(2, f"free({flag});")
         if table_fill:
             e(2, f"free({tab});")

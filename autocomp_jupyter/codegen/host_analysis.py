@@ -383,7 +383,7 @@ def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
         linear = all(c == step * math.prod(ext[x] for x, _ in live[i + 1:]) for i, (_, c) in enumerate(live))
         if linear:
             return HOST_COPY_RUN if step == 1 else HOST_COPY_STRIDED
-        # an offset table: panels of NR consecutive offsets copy as runs, the rest element-wise
+        # an offset table: panels of NR evenly spaced offsets copy as runs, the rest element-wise
         grids = np.meshgrid(*[np.arange(ext[l]) for l in loops], indexing="ij")
         table = sum(c * g for c, g in zip(cs, grids)).reshape(-1)
         nr = pk.micro[1]
@@ -391,7 +391,10 @@ def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
         if full == 0:
             return HOST_COPY_GATHER
         panels = table[:full * nr].reshape(full, nr)
-        runs = np.mean(np.all(np.diff(panels, axis=1) == 1, axis=1))
+        # panels evenly spaced at the innermost loop's step (1, or 2: codegen copies those as
+        # vectors too)
+        step = cs[-1] if 1 <= cs[-1] <= DIRECT_STEP_MAX else 1
+        runs = np.mean(np.all(np.diff(panels, axis=1) == step, axis=1))
         return runs * HOST_COPY_RUN + (1 - runs) * HOST_COPY_GATHER
 
     b_cost = copy_cost(pk.b, "n")
