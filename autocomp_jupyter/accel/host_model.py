@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ..codegen.host_analysis import (GEMM_MIN_BLOCK, GEMM_MR, GEMM_NR, GEMM_PACK_MIN, _padding, _unit_stride_reads,
+from ..codegen.host_analysis import (GEMM_MIN_BLOCK, GEMM_WHOLE_K, GEMM_MR, GEMM_NR, GEMM_PACK_MIN, _padding, _unit_stride_reads,
                                      direct_rows, host_copy_costs, packed_blocks, packed_contraction, packed_partition,
                                      partition_ranges, swapped_blocks, window_rows)
 from ..ir.program import Access
@@ -171,6 +171,8 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     MC = np.where(MC >= mr, np.minimum(np.ceil(MC / mr) * mr, M), MC)
     NC = np.ceil(np.minimum(np.maximum(group_block("n"), GEMM_MIN_BLOCK[1]), N) / nr) * nr
     KC = np.minimum(np.maximum(group_block("k"), GEMM_MIN_BLOCK[2]), K)
+    if K <= GEMM_WHOLE_K:       # one kc block (`packed_blocks`)
+        KC = np.full(n, K)
     if pk.swapped:      # its blocks are the analysis's, not the schedule's (`swapped_blocks`)
         MC, NC, KC = (np.full(n, float(b)) for b in swapped_blocks(pk))
     lanes = compute.vector_width("f32")

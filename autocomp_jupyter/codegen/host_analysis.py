@@ -37,6 +37,9 @@ GEMM_PACK_MIN = 64 * 64 * 64
 # to these (below them packing A again per nc block, and updating C per kc block, cost more
 # than the blocks save; kc = 8 measured ~4x slower than kc = 64 here).
 GEMM_MIN_BLOCK = (4 * GEMM_MR, 4 * GEMM_NR, 64)
+# A reduction of at most this many steps is one kc block whatever the schedule's tile (a 7x7
+# stem's K = 147 in blocks of 64 read and wrote its 3.2 MB output three times).
+GEMM_WHOLE_K = 256
 
 
 
@@ -283,7 +286,8 @@ def window_rows(kernel: Kernel, schedule: Schedule | None = None) -> tuple[int, 
 def packed_blocks(pk: Packed, block_of) -> tuple[int, int, int]:
     """Cache blocks (mc, nc, kc) of a packed GEMM: per group, the product of its loops'
     blocks (`block_of(loop)`: the schedule's outermost tile of it), raised to
-    GEMM_MIN_BLOCK and capped at the group's size; mc in whole micro-panels."""
+    GEMM_MIN_BLOCK and capped at the group's size; mc in whole micro-panels; kc all of K up
+    to GEMM_WHOLE_K."""
     mr, _ = pk.micro
     sizes = []
     for group, floor in zip(("m", "n", "k"), GEMM_MIN_BLOCK):
@@ -293,6 +297,8 @@ def packed_blocks(pk: Packed, block_of) -> tuple[int, int, int]:
     nr = pk.micro[1]
     if pk.swapped:
         return swapped_blocks(pk)
+    if pk.size("k") <= GEMM_WHOLE_K:    # one kc block: the output is written once, never re-read
+        kc = pk.size("k")
     return (min(-(-mc // mr) * mr, pk.size("m")) if mc >= mr else mc), -(-nc // nr) * nr, kc
 
 
