@@ -100,6 +100,8 @@ def buffer_ctype(dtype: str) -> str:
 # (schedule dynamic), a thread whose core another process holds takes fewer (static halves
 # ran MobileNetV2's depthwise convs slower on 2 threads than on 1 with the machine loaded).
 DIRECT_CHUNK = 4
+# Outputs of a direct row accumulated at a time through all its reduction steps (4 AVX-512 vectors).
+DIRECT_BLOCK = 64
 # Largest register tile (output elements kept in a local `acc` array).
 REGISTER_TILE_MAX = 256
 
@@ -1055,19 +1057,49 @@ class _KernelWriter:
         length = (ext[h] - 1) * dr.plane + dr.width if dr.plane else dr.width
         j = f("j") if dr.plane else w
         e(d, f"float {acc}[{length}];")
-        e(d, "#pragma omp simd")
-        e(d, f"for (long {j} = 0; {j} < {length}; ++{j}) {acc}[{j}] = 0.0f;")
-        dk = d
-        for l in pk.k:
-            e(dk, f"for (long {cv[l]} = 0; {cv[l]} < {ext[l]}; ++{cv[l]}) {{")
-            dk += 1
-        e(dk, f"const float {a} = {self.cname[pk.a.tensor]}[{flat(pk.a)}];")
-        e(dk, f"const float* restrict {src} = {bsrc} + {flat(pk.b, shape, shift, drop=(dr.w, h) + slab_drop)};")
-        e(dk, "#pragma omp simd")
-        e(dk, f"for (long {j} = 0; {j} < {length}; ++{j}) {acc}[{j}] += {a} * {src}"
-              f"[{j if dr.step == 1 else f'{dr.step} * {j}'}];")
-        for x in range(dk - 1, d - 1, -1):
-            e(x, "}")
+        jb, jj, blk = f("jb"), f("jj"), f("blk")
+
+        def taps(depth: int, target: str, lo: str, trip: str, unroll: bool) -> None:
+            # every reduction step adds a times B's row to the outputs [lo, lo + trip)
+            dk = depth
+            for l in pk.k:
+                if unroll:
+                    e(dk, "#pragma GCC unroll 16")
+                e(dk, f"for (long {cv[l]} = 0; {cv[l]} < {ext[l]}; ++{cv[l]}) {{")
+                dk += 1
+            e(dk, f"const float {a} = {self.cname[pk.a.tensor]}[{flat(pk.a)}];")
+            e(dk, f"const float* restrict {src} = {bsrc} + {flat(pk.b, shape, shift, drop=(dr.w, h) + slab_drop)};")
+            e(dk, "#pragma omp simd")
+            at = f"{lo} + {jj}" if unroll else jj
+            e(dk, f"for (long {jj} = 0; {jj} < {trip}; ++{jj}) {target}[{jj}] += {a} * {src}"
+                  f"[{at if dr.step == 1 else f'{dr.step} * ({at})'}];")
+            for x in range(dk - 1, depth - 1, -1):
+                e(x, "}")
+        # DIRECT_BLOCK outputs at a time through all the reduction steps (a local block the
+        # compiler keeps in registers), the rest of the row after: the whole row per step
+        # loaded and stored it again for each step (a 3x3 depthwise on 192 channels at 28x28:
+        # 0.101 -> 0.070 ms)
+        e(d, f"long {jb} = 0;")
+        e(d, f"for (; {jb} + {DIRECT_BLOCK} <= {length}; {jb} += {DIRECT_BLOCK}) {{")
+        e(d + 1, f"float {blk}[{DIRECT_BLOCK}];")
+        e(d + 1, "#pragma omp simd")
+        e(d + 1, f"for (long {jj} = 0; {jj} < {DIRECT_BLOCK}; ++{jj}) {blk}[{jj}] = 0.0f;")
+        taps(d + 1, blk, jb, str(DIRECT_BLOCK), True)
+        e(d + 1, "#pragma omp simd")
+        e(d + 1, f"for (long {jj} = 0; {jj} < {DIRECT_BLOCK}; ++{jj}) {acc}[{jb} + {jj}] = {blk}[{jj}];")
+        e(d, "}")
+        e(d, f"if ({jb} < {length}) {{")
+        e(d + 1, "#pragma omp simd")
+        e(d + 1, f"for (long {j} = {jb}; {j} < {length}; ++{j}) {acc}[{j}] = 0.0f;")
+        e(d + 1, f"float* restrict {blk}_rest = {acc} + {jb};")
+        # the tail: src offset by jb too
+        taps_tail_start = len(self.out)
+        taps(d + 1, f"{blk}_rest", jb, f"{length} - {jb}", False)
+        # the tail reads B from jb on
+        for i in range(taps_tail_start, len(self.out)):
+            if f"const float* restrict {src} = " in self.out[i]:
+                self.out[i] = self.out[i].rstrip(";") + f" + {dr.step if dr.step != 1 else ''}{' * ' if dr.step != 1 else ''}{jb};"
+        e(d, "}")
         dd = d
         if dr.plane:
             e(d, f"for (long {cv[h]} = 0; {cv[h]} < {ext[h]}; ++{cv[h]}) {{")
