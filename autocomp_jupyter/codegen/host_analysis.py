@@ -88,8 +88,13 @@ def micro_shape(m: int) -> tuple[int, int]:
 
 # The microkernel runs transposed (`transposed`) when that pads the output's tiles to at most
 # this share of the points the plain orientation pads them to: its store then writes columns
-# (a 16-wide vector across 16 output rows), which costs more than a row's store.
-SWAP_PADDING = 0.9
+# (a 16-wide vector across 16 output rows), and the operand that was copied in straight runs
+# (a 1x1 conv's input) is exchanged for one gathered across rows (its weights). Where the
+# plain B is gathered anyway (im2col through offset tables: a 3x3 conv) the bar is
+# SWAP_PADDING_GATHER. Measured (one thread): 1x1 convs at 7x7 (77% padded use) 4-7% faster
+# transposed, at 14x14 (94%) 9% slower; a 3x3 on 256 channels at 14x14 4% faster.
+SWAP_PADDING = 0.8
+SWAP_PADDING_GATHER = 0.95
 
 
 # A transposed GEMM's B block (kc x all of N) at most this many bytes: it stays in L2 while
@@ -123,10 +128,14 @@ def transposed(kernel: Kernel, pk: "Packed") -> "Packed":
     """`pk` with its microkernel's orientation chosen: m and n (and A and B) exchanged when
     the output is a few positions wide (N of a 7x7 map: 49, 4 panels of 16 for 49 columns,
     77% useful) and tall in whole vectors (M channels: 512), so that N pads less as rows than
-    M does as columns (`SWAP_PADDING`). One-row GEMMs (direct rows), small M and A's rows
+    M does as columns (`SWAP_PADDING`, `SWAP_PADDING_GATHER`). One-row GEMMs (direct rows), small M and A's rows
     a multiple of 4 KiB apart stay."""
     M, N = pk.size("m"), pk.size("n")
-    if M < GEMM_NR or N < GEMM_MR or padded_points(N, M) > SWAP_PADDING * padded_points(M, N):
+    if M < GEMM_NR or N < GEMM_MR:
+        return pk
+    _, b_cost = host_copy_costs(kernel, pk)
+    bar = SWAP_PADDING if b_cost <= HOST_COPY_RUN else SWAP_PADDING_GATHER
+    if padded_points(N, M) > bar * padded_points(M, N):
         return pk
     # Transposed, A's rows become B's 16 columns, gathered for each k: rows a multiple of 4 KiB
     # apart fall into one L1 set and evict each other (1x1 convs with K = 1024 or 2048 at 7x7:
@@ -379,7 +388,14 @@ def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
     ext = dict(pk.extents)
 
     def copy_cost(access, inner_group: str) -> float:
-        coeff, _ = _flat_offsets(kernel, access)
+        # the offsets the packing reads: in the padded copy where codegen makes one
+        pads = _padding(kernel, access, ext)
+        t = kernel.tensor(access.tensor)
+        pshape = tuple(n + lo + hi for n, (lo, hi) in zip(t.shape, pads))
+        if any(lo or hi for lo, hi in pads) and math.prod(pshape) <= PAD_COPY_MAX * t.size:
+            coeff, _ = _flat_offsets(kernel, access, pshape, [lo for lo, _ in pads])
+        else:
+            coeff, _ = _flat_offsets(kernel, access)
         loops = list(getattr(pk, inner_group))
         if not loops:
             return HOST_COPY_STRIDED
