@@ -87,14 +87,14 @@ def micro_shape(m: int) -> tuple[int, int]:
 
 
 # The microkernel runs transposed (`transposed`) when that pads the output's tiles to at most
-# this share of the points the plain orientation pads them to: its store then writes columns
-# (a 16-wide vector across 16 output rows), and the operand that was copied in straight runs
-# (a 1x1 conv's input) is exchanged for one gathered across rows (its weights). Where the
-# plain B is gathered anyway (im2col through offset tables: a 3x3 conv) the bar is
-# SWAP_PADDING_GATHER. Measured (one thread): 1x1 convs at 7x7 (77% padded use) 4-7% faster
-# transposed, at 14x14 (94%) 9% slower; a 3x3 on 256 channels at 14x14 4% faster.
-SWAP_PADDING = 0.8
-SWAP_PADDING_GATHER = 0.95
+# SWAP_PADDING of the points the plain orientation pads them to, and the plain B is gathered
+# anyway (im2col through offset tables: a 3x3 conv): transposed, the store writes columns (a
+# 16-wide vector across 16 output rows) and the weights are gathered 16 rows at a time. Where
+# the plain B copies in straight runs (a 1x1 conv's input) that gather loses: MobileNetV2's
+# 1x1 160 -> 960 at 7x7 ran 0.22 ms transposed against 0.19 with its data in cache, 0.45
+# against 0.30 without (as in the network). 3x3 convs gain either way: 256 channels at 14x14
+# 2.84 -> 2.54 ms from a cold cache, 512 at 7x7 3.38 -> 3.05.
+SWAP_PADDING = 0.95
 
 
 # A transposed GEMM's B block (kc x all of N) at most this many bytes: it stays in L2 while
@@ -128,14 +128,13 @@ def transposed(kernel: Kernel, pk: "Packed") -> "Packed":
     """`pk` with its microkernel's orientation chosen: m and n (and A and B) exchanged when
     the output is a few positions wide (N of a 7x7 map: 49, 4 panels of 16 for 49 columns,
     77% useful) and tall in whole vectors (M channels: 512), so that N pads less as rows than
-    M does as columns (`SWAP_PADDING`, `SWAP_PADDING_GATHER`). One-row GEMMs (direct rows), small M and A's rows
-    a multiple of 4 KiB apart stay."""
+    M does as columns (`SWAP_PADDING`), where B is gathered anyway. One-row GEMMs (direct
+    rows), small M, B copied in straight runs and A's rows a multiple of 4 KiB apart stay."""
     M, N = pk.size("m"), pk.size("n")
     if M < GEMM_NR or N < GEMM_MR:
         return pk
     _, b_cost = host_copy_costs(kernel, pk)
-    bar = SWAP_PADDING if b_cost <= HOST_COPY_RUN else SWAP_PADDING_GATHER
-    if padded_points(N, M) > bar * padded_points(M, N):
+    if b_cost <= HOST_COPY_RUN or padded_points(N, M) > SWAP_PADDING * padded_points(M, N):
         return pk
     # Transposed, A's rows become B's 16 columns, gathered for each k: rows a multiple of 4 KiB
     # apart fall into one L1 set and evict each other (1x1 convs with K = 1024 or 2048 at 7x7:
