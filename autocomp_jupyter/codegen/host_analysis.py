@@ -4,9 +4,12 @@ writes C from and accel/host_model.py costs (so the model times the code that ru
 - `packed_contraction`: a contraction `O += A * B` run as a packed GEMM (BLIS-style: cache
   blocks `packed_blocks`, an MR x NR microkernel `micro_shape`, fused elementwise epilogue
   `epilogue_point`), with the work units threads share (`packed_partition`) and the cycles
-  packing an operand costs (`host_copy_costs`);
+  packing an operand costs (`host_copy_costs`); its orientation (`transposed`: m and n
+  exchanged for narrow outputs, with blocks of its own, `swapped_blocks`) and the order of
+  its micro-tile loops (`rows_outer`);
 - `direct_rows`: a one-row packed contraction (M = 1: a depthwise convolution) run instead
-  as rows of outputs accumulated in a local array, no packing;
+  as rows of outputs accumulated in a local array, no packing (padded per batch item where
+  each reads one slab: `direct_slab`);
 - `window_rows`: a window reduction (max / avg pooling) run the same way;
 - offsets and bounds of affine accesses (`flat_offsets`, `padding`, `in_range`,
   `unit_stride_reads`).
