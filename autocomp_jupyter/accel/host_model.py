@@ -8,7 +8,9 @@ direct rows (depthwise convolutions, pooling: a local row per output row, no pac
 for the plain loop nest, the issue rate, scalar work and strided accesses of the code.
 `HostModel` is what the shared cost model (`cost.py`) asks at its hook points: the bytes of
 an element, the warm bandwidth, the issue-rate bound of a statement and, last, the seconds of
-the paths that replace the nest.
+the paths that replace the nest. `replay_packed` walks one schedule's packed code block by
+block (what the simulator, accel/sim.py, replays for the host instead of the schedule's tile
+loops, which the C does not run).
 """
 from __future__ import annotations
 
