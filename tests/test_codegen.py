@@ -88,9 +88,9 @@ def test_c_is_deterministic_and_follows_the_schedule():
     text = generate(plan, None, "c")
     assert text == generate(gemm_relu_plan(), None, "c")
     assert text.count("#pragma omp parallel\n") == 1 and "#pragma omp simd" in text   # one parallel region
-    assert "float acc[6][16]" in text                     # the packed GEMM's 6x16 microkernel
+    assert "float acc[8][16]" in text                     # the packed GEMM's 8x16 microkernel
     assert "Bpack[" in text and "Apack[" in text          # B panels and A blocks packed
-    micro = text.index("float acc[6][16]")
+    micro = text.index("float acc[8][16]")
     assert micro < text.index("ac_relu(", micro) < text.index("program_kernel_names[")   # the ReLU in the GEMM's store
     assert "__atomic_fetch_add(&next[victim * 8]" in text   # threads claim work units
     assert "ac_relu(C[" not in text                       # not a second pass over C
@@ -174,3 +174,34 @@ def test_integer_tensors_are_double_buffers_computed_in_double():
         assert f"B[i] = ac_round_{dtype}((A[i] * 0.3f));" in generate(fused_plan(half, {}), None, "c")
     f32 = generate(gemm_relu_plan(), None, "c")
     assert "ac_saturate" not in f32 and "double* restrict" not in f32 and "AC_EXACT" not in f32
+
+
+def test_workspace_buffers_are_shared_only_between_tensors_that_are_never_live_together():
+    """`program_run` hands an intermediate the buffer of one that died before it starts (of its
+    type, large enough); tensors live in one kernel never share; inputs, params and outputs
+    keep their own buffers; and the C passes those buffers."""
+    from autocomp_jupyter.codegen.c import buffer_layout, generate_c, tensor_of, workspace_regions
+
+    program = parse("input X: f32[64, 64]\nA = relu(X)\nB = sigmoid(A)\nC = tanh(B)\nD = relu(C)\n"
+                    "E = add(D, A)\nF = exp(E)\n")
+    kernels = tuple(Kernel.from_ops(program, [op.name]) for op in program.ops)
+    plan = Plan(program, kernels, tuple(Schedule.default(k) for k in kernels))
+    layout = buffer_layout(plan)
+    regions = workspace_regions(plan, layout)
+    role = dict(layout)
+    live = {}
+    for k, kernel in enumerate(plan.kernels):
+        for t in kernel.tensors:
+            live.setdefault(t.name, [k, k])[1] = k
+    for name, (lo, hi) in live.items():
+        if role[name] != "workspace":
+            assert regions[name] == layout.index((name, role[name]))
+            continue
+        assert tensor_of(plan, layout[regions[name]][0]).size >= tensor_of(plan, name).size
+        for other, (lo2, hi2) in live.items():
+            if other != name and regions[other] == regions[name]:
+                assert hi2 < lo or hi < lo2, (name, other)     # never live at once
+    assert len({regions[n] for n in live if role[n] == "workspace"}) < sum(role[n] == "workspace" for n in live)
+    text = generate_c(plan)
+    b = regions["B"]
+    assert f"kernel_C(buffers[{b}]" in text                  # C reads B from the buffer B was given

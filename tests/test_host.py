@@ -120,6 +120,12 @@ PACKED_VARIANTS = {
     "conv_no_pad_remainders": ("input X: f32[3, 12, 19, 23]\nparam W: f32[13, 12, 5, 3]\n"
                                "Y = conv2d(X, W, stride=1, padding=0)\n", 0),
     "batch_matmul": ("input A: f32[3, 67, 59]\ninput B: f32[3, 59, 71]\nC = batch_matmul(A, B)\n", 0),
+    # a 5x5 map of 500 channels: the microkernel runs transposed (25 positions as rows of 7, the
+    # channels as 16-wide columns), K = 576 in three kc blocks (partial sums kept as tiles)
+    "conv_small_map_transposed_residual_relu": ("input X: f32[1, 64, 5, 5]\ninput S: f32[1, 500, 5, 5]\n"
+                                                "param W: f32[500, 64, 3, 3]\nparam bb: f32[500]\n"
+                                                "Y = conv2d(X, W, stride=1, padding=1)\nZ = bias_add(Y, bb)\n"
+                                                "Q = add(Z, S)\nR = relu(Q)\n", 3),
     "linear_gelu": ("input X: f32[70, 64]\nparam W: f32[64, 90]\nparam b: f32[90]\nY = linear(X, W, b)\n"
                     "R = gelu(Y)\n", 2),
     "int8_gemm_relu_saturates": ("input A: i8[70, 64]\ninput B: i8[64, 70]\ntensor C: i8[70, 70]\n"
@@ -144,6 +150,7 @@ def test_packed_contractions_with_fused_epilogues_match_interpreter(name, thread
     plan = Plan(program, (kernel,), (schedule,))
     pk = packed_contraction(kernel, schedule)
     assert pk is not None and len(pk.epilogue) == fused
+    assert pk.swapped == ("transposed" in name)
     text = generate_c(plan)
     if direct_rows(kernel, pk) is not None:     # a depthwise conv: direct rows, no packing
         assert "Bpack" not in text and text.count("/* direct rows") == 1 and name.startswith("depthwise")
@@ -254,7 +261,7 @@ def test_int8_gemm_up_to_2_pow_24_packs_in_float_exactly():
     for k, kind in ((1024, "float"), (1025, "double")):
         program = parse(f"input A: i8[64, {k}]\ninput B: i8[{k}, 64]\ntensor C: i32[64, 64]\n"
                         "C[i, j] += A[i, k] * B[k, j]\noutput C\n")
-        assert f"{kind} acc[6][16]" in generate_c(one_kernel(program))
+        assert f"{kind} acc[8][16]" in generate_c(one_kernel(program))
     program = parse("input A: i8[64, 1024]\ninput B: i8[1024, 64]\ntensor C: i32[64, 64]\n"
                     "C[i, j] += A[i, k] * B[k, j]\noutput C\n")
     rng = np.random.default_rng(9)

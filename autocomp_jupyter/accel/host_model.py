@@ -8,7 +8,9 @@ direct rows (depthwise convolutions, pooling: a local row per output row, no pac
 for the plain loop nest, the issue rate, scalar work and strided accesses of the code.
 `HostModel` is what the shared cost model (`cost.py`) asks at its hook points: the bytes of
 an element, the warm bandwidth, the issue-rate bound of a statement and, last, the seconds of
-the paths that replace the nest.
+the paths that replace the nest. `replay_packed` walks one schedule's packed code block by
+block (what the simulator, accel/sim.py, replays for the host instead of the schedule's tile
+loops, which the C does not run).
 """
 from __future__ import annotations
 
@@ -16,8 +18,9 @@ import math
 
 import numpy as np
 
-from ..codegen.host_analysis import (GEMM_MIN_BLOCK, GEMM_MR, GEMM_NR, GEMM_PACK_MIN, _padding, _unit_stride_reads,
-                                     direct_rows, host_copy_costs, packed_contraction, packed_partition, window_rows)
+from ..codegen.host_analysis import (GEMM_MIN_BLOCK, GEMM_WHOLE_K, GEMM_MR, GEMM_NR, GEMM_PACK_MIN, _padding, _unit_stride_reads,
+                                     direct_rows, host_copy_costs, packed_blocks, packed_contraction, packed_partition,
+                                     partition_ranges, swapped_blocks, window_rows)
 from ..ir.program import Access
 from ..ir.schedule import Kernel
 from .target import Target
@@ -115,6 +118,7 @@ HOST_MICRO_EFFICIENCY = 0.7     # the MR x NR microkernel's share of lanes x fma
                                 # issue as two 256-bit halves on AMD Zen 4: 6x16 runs at ~70%)
 HOST_STORE_VECTOR = 2.0         # load + add + store of one output vector in the microkernel's store
 HOST_STORE_VECTOR_FAR = 8.0     # the same when the output region swept between visits outgrows L2
+HOST_STORE_TRANSPOSED = 1.0     # per output of a transposed microkernel's last store (a column of its tile)
 HOST_MICRO_CALL = 20.0          # a microkernel call: zeroing, prefetching, spilling the accumulators
 HOST_BLOCK_SPILL = 0.25         # microkernel slow-down per cache block that outgrows L2
 
@@ -169,6 +173,10 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     MC = np.where(MC >= mr, np.minimum(np.ceil(MC / mr) * mr, M), MC)
     NC = np.ceil(np.minimum(np.maximum(group_block("n"), GEMM_MIN_BLOCK[1]), N) / nr) * nr
     KC = np.minimum(np.maximum(group_block("k"), GEMM_MIN_BLOCK[2]), K)
+    if K <= GEMM_WHOLE_K:       # one kc block (`packed_blocks`)
+        KC = np.full(n, K)
+    if pk.swapped:      # its blocks are the analysis's, not the schedule's (`swapped_blocks`)
+        MC, NC, KC = (np.full(n, float(b)) for b in swapped_blocks(pk))
     lanes = compute.vector_width("f32")
     mpan, npan = math.ceil(M / mr), math.ceil(N / nr)
     # threads: the work units codegen/c.py's packed path chooses for this many threads
@@ -200,25 +208,104 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     c_region = m_rows * NC * 4
     store_vector = np.where(c_region > l2 / 2, HOST_STORE_VECTOR_FAR, HOST_STORE_VECTOR)
     store = NB * mpan * npan * kblocks * (math.ceil(nr / lanes) * mr * store_vector + HOST_MICRO_CALL) \
-        + NB * M * N * epi_ops / compute.vector_ops_per_cycle * (1.0 if pk.n_contiguous else lanes)
+        + NB * M * N * epi_ops / compute.vector_ops_per_cycle * (1.0 if pk.n_contiguous or pk.swapped else lanes)
+    if pk.swapped:      # partial sums in a tile-shaped buffer (near stores); the last block's store by columns
+        store = NB * mpan * npan * (kblocks * (math.ceil(nr / lanes) * mr * HOST_STORE_VECTOR + HOST_MICRO_CALL)
+                                    + mr * nr * HOST_STORE_TRANSPOSED) \
+            + NB * M * N * epi_ops / compute.vector_ops_per_cycle
     b_copies = NB * K * npan * nr
     a_copies = NB * mpan * mr * K * np.ceil(N / NC)
     cycles = (micro + store + a_copies * a_cost + b_copies * b_cost + extra) * share
     # Cache blocks that outgrow L2 (B's kc x nc block, reused by every mc block; A's mc x kc
     # block, reused by every NR-wide panel): the microkernel streams them from L3.
     cycles = cycles + micro * share * HOST_BLOCK_SPILL * ((KC * NC * 4 > l2 / 2) + 1.0 * (MC * KC * 4 > l2 / 2))
+    seconds = (cycles + _packed_serial_cycles(kernel, pk, lanes)) / (target.clock_ghz * 1e9)
+    return packed, seconds
+
+
+def _packed_serial_cycles(kernel: Kernel, pk, lanes: int) -> float:
+    """Cycles of a packed kernel outside its parallel region: the padded copies of its
+    operands, and its statements outside the contraction and its epilogue (one streaming
+    pass each)."""
+    ext = dict(pk.extents)
     serial = 0.0
     for access in (pk.a, pk.b):
         pads = _padding(kernel, access, ext)
         if any(lo or hi for lo, hi in pads):
             t = kernel.tensor(access.tensor)
             serial += math.prod(s + lo + hi for s, (lo, hi) in zip(t.shape, pads)) * 1.0
-    other = 0.0   # statements outside the packed one and its epilogue: one streaming pass each
     for s, st in enumerate(kernel.statements):
         if s != pk.index and s not in pk.epilogue:
-            other += st.points * (1 + st.expr.flops()) / lanes + st.points * 3.0 / lanes
-    seconds = (cycles + serial + other) / (target.clock_ghz * 1e9)
-    return packed, seconds
+            serial += st.points * (1 + st.expr.flops()) / lanes + st.points * 3.0 / lanes
+    return serial
+
+
+def replay_packed(kernel: Kernel, schedule, target: Target) -> float | None:
+    """Seconds of `schedule`'s packed GEMM replayed loop by loop as the generated C runs it,
+    or None when its C takes another path. Where `_host_packed_seconds` counts blocks, panels
+    and thread shares in closed form over a batch of candidates, this walks the one schedule's
+    code: its cache blocks (`packed_blocks`, the schedule's outermost tiles, as codegen/c.py
+    reads them), each thread's own work units (`packed_partition`, `partition_ranges`), and
+    within a unit every (nc, kc) block (B packed), (mc, kc) block (A packed) and micro-tile,
+    edge blocks and edge panels at their real sizes; the busiest thread's cycles. The
+    simulator (accel/sim.py) uses it as the host's replay: the C does not run the schedule's
+    tile loops, so replaying those would time code that never runs."""
+    if not runs_generated_c(target):
+        return None
+    pk = packed_contraction(kernel, schedule)
+    if pk is None or direct_rows(kernel, pk) is not None:
+        return None
+    compute = target.compute
+    lanes = compute.vector_width("f32")
+    a_cost, b_cost = host_copy_costs(kernel, pk)
+    stmt = kernel.statements[pk.index]
+    anchors = kernel.loop_map(pk.index)
+    sizes = schedule.tile_sizes()
+
+    def block_of(l):
+        extent = stmt.extents[l]
+        anchor = anchors.get(l)
+        return next((max(1, t) for t in sizes.get(anchor, ()) if t < extent), extent)
+    MC, NC, KC = packed_blocks(pk, block_of)
+    mr, nr = pk.micro
+    M, N, K = (pk.size(g) for g in ("m", "n", "k"))
+    parallel = set(schedule.annotations.get("parallel", ())) & {anchors.get(l) for l in pk.batch + pk.m + pk.n}
+    threads = compute.units if parallel else 1
+    part = packed_partition(pk, NC, threads, a_cost, b_cost)
+    units = partition_ranges(pk, part)
+    l2 = next((m.size_bytes for m in target.memory if m.name == "L2"), 1 << 20)
+    vfma = mr * math.ceil(nr / lanes)
+    step = max(vfma / compute.fma_units / HOST_MICRO_EFFICIENCY, HOST_FMA_LATENCY)
+    epi_ops = sum(max(1, kernel.statements[s].expr.flops()) for s in pk.epilogue)
+    epi = epi_ops / compute.vector_ops_per_cycle * (1.0 if pk.n_contiguous or pk.swapped else lanes)
+    spill = HOST_BLOCK_SPILL * ((KC * NC * 4 > l2 / 2) + 1.0 * (MC * KC * 4 > l2 / 2))
+
+    def unit_cycles(m_lo, m_hi, n_lo, n_hi) -> float:
+        store_vector = HOST_STORE_VECTOR_FAR if (m_hi - m_lo) * NC * 4 > l2 / 2 and not pk.swapped \
+            else HOST_STORE_VECTOR
+        cycles = 0.0
+        for j0 in range(n_lo, n_hi, NC):
+            nc = min(NC, n_hi - j0)
+            npan = -(-nc // nr)
+            for k0 in range(0, K, KC):
+                kc = min(KC, K - k0)
+                last = k0 + kc >= K
+                cycles += kc * npan * nr * b_cost
+                for i0 in range(m_lo, m_hi, MC):
+                    mc = min(MC, m_hi - i0)
+                    mpan = -(-mc // mr)
+                    cycles += mpan * mr * kc * a_cost
+                    micro = mpan * npan * kc * step
+                    cycles += micro * (1.0 + spill)
+                    cycles += mpan * npan * (math.ceil(nr / lanes) * mr * store_vector + HOST_MICRO_CALL)
+                    if last:
+                        cycles += mc * nc * epi + (mpan * npan * mr * nr * HOST_STORE_TRANSPOSED if pk.swapped else 0.0)
+        return cycles
+
+    per_unit = [unit_cycles(m_lo, m_hi, n_lo, n_hi) for _, m_lo, m_hi, n_lo, n_hi in units]
+    U = len(per_unit)
+    busiest = max(sum(per_unit[U * t // threads:U * (t + 1) // threads]) for t in range(threads))
+    return (busiest + _packed_serial_cycles(kernel, pk, lanes)) / (target.clock_ghz * 1e9)
 
 
 # Host C's function and scalar work (cycles at the target's clock, per point): exp, tanh,

@@ -95,6 +95,14 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
     model = kernel_model(schedule.kernel, target, tuple(schedule.annotations.get("stage", ()) or ()))
     tiles, orders, parallel, vectorize = model.normalise(*model.schedule_arrays(schedule))
     analytic = model.evaluate_batch(tiles, orders, parallel, vectorize)
+    # Host C runs a packed contraction as its own blocked loops, not the schedule's tiles:
+    # its replay is the host model's walk of that code (`host_model.replay_packed`).
+    from .host_model import replay_packed
+    replayed = replay_packed(schedule.kernel, schedule, target)
+    if replayed is not None:
+        return SimResult(time_s=replayed, cycles=replayed * target.clock_ghz * 1e9,
+                         bytes={n: float(b) for n, b in zip(model.level_names, analytic.bytes[0])},
+                         compute_s=float(analytic.compute_s[0]), steps=0, total_steps=0, sampled=False)
     active = target.compute.units * float(analytic.occupancy[0])
     total_bytes = np.zeros(len(model.level_names))
     time_s = compute_s = 0.0

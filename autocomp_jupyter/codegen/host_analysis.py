@@ -4,9 +4,12 @@ writes C from and accel/host_model.py costs (so the model times the code that ru
 - `packed_contraction`: a contraction `O += A * B` run as a packed GEMM (BLIS-style: cache
   blocks `packed_blocks`, an MR x NR microkernel `micro_shape`, fused elementwise epilogue
   `epilogue_point`), with the work units threads share (`packed_partition`) and the cycles
-  packing an operand costs (`host_copy_costs`);
+  packing an operand costs (`host_copy_costs`); its orientation (`transposed`: m and n
+  exchanged for narrow outputs, with blocks of its own, `swapped_blocks`) and the order of
+  its micro-tile loops (`rows_outer`);
 - `direct_rows`: a one-row packed contraction (M = 1: a depthwise convolution) run instead
-  as rows of outputs accumulated in a local array, no packing;
+  as rows of outputs accumulated in a local array, no packing (padded per batch item where
+  each reads one slab: `direct_slab`);
 - `window_rows`: a window reduction (max / avg pooling) run the same way;
 - offsets and bounds of affine accesses (`flat_offsets`, `padding`, `in_range`,
   `unit_stride_reads`).
@@ -20,8 +23,15 @@ from dataclasses import dataclass
 from ..ir.program import Access, Affine, BinOp, Statement
 from ..ir.schedule import Kernel, Schedule
 
-# Packed GEMM microkernel: MR x NR outputs in a local array (6 x 16 f32: 12 AVX2 registers).
-GEMM_MR, GEMM_NR = 6, 16
+# Packed GEMM microkernel: MR x NR outputs in a local array (8 x 16 f32: 8 AVX-512 registers,
+# each k step 8 broadcast FMAs against one 16-wide row of B). Measured on Zen 4 against 6 x 16:
+# GEMM 1024^3 20.8 -> 20.2 ms, a 3x3 conv 256 ch 14x14 2.69 -> 2.47, 512 ch 7x7 3.43 -> 3.04
+# (10 x 16 and 12 x 16 were slower than both). With AVX2 only (16 registers) its 16
+# accumulators spill: the code stays correct, not fast.
+GEMM_MR, GEMM_NR = 8, 16
+# Row counts the microkernel may take instead of GEMM_MR, where one divides M with less padding
+# (a 7x7 feature map's 49 positions as rows: 7 panels of 7, none padded).
+GEMM_MR_CHOICES = (8, 7, 6)
 # Largest padded copy of an operand (times the tensor) made to take bounds checks out of packing.
 PAD_COPY_MAX = 4
 # Smallest M*N*K a contraction needs for the packed GEMM path (packing costs O(MK + KN) copies).
@@ -30,6 +40,9 @@ GEMM_PACK_MIN = 64 * 64 * 64
 # to these (below them packing A again per nc block, and updating C per kc block, cost more
 # than the blocks save; kc = 8 measured ~4x slower than kc = 64 here).
 GEMM_MIN_BLOCK = (4 * GEMM_MR, 4 * GEMM_NR, 64)
+# A reduction of at most this many steps is one kc block whatever the schedule's tile (a 7x7
+# stem's K = 147 in blocks of 64 read and wrote its 3.2 MB output three times).
+GEMM_WHOLE_K = 256
 
 
 
@@ -51,6 +64,9 @@ class Packed:
     extents: tuple[tuple[str, int], ...]
     epilogue: tuple[int, ...]
     n_contiguous: bool
+    # m and n exchanged (`transposed`): the microkernel's rows run along the output's
+    # contiguous loops and its 16-wide vectors across the output's rows
+    swapped: bool = False
 
     def size(self, group: str) -> int:
         ext = dict(self.extents)
@@ -62,13 +78,74 @@ class Packed:
 
 
 def micro_shape(m: int) -> tuple[int, int]:
-    """The microkernel (MR rows x NR columns) for a GEMM with `m` rows: 6 x 16 (12 AVX2
-    registers), fewer rows and more columns when m is small; one row (a depthwise
-    convolution) keeps 16 columns: its few reduction steps make packing, not the FMA chain,
-    the cost, and 16-column panels copy as straight runs of an input row (measured 3x
-    faster than 1 x 64 on a 3x3 depthwise 56x56)."""
-    mr = max(1, min(GEMM_MR, m))
+    """The microkernel (MR rows x NR columns) for a GEMM with `m` rows: GEMM_MR x 16, or
+    the row count of GEMM_MR_CHOICES that pads m least; fewer rows and more columns when m
+    is small; one row (a depthwise convolution) keeps 16 columns: its few reduction steps
+    make packing, not the FMA chain, the cost, and 16-column panels copy as straight runs of
+    an input row (measured 3x faster than 1 x 64 on a 3x3 depthwise 56x56)."""
+    if m >= GEMM_MR:
+        return min(GEMM_MR_CHOICES, key=lambda r: (-(-m // r) * r, -r)), GEMM_NR
+    mr = max(1, m)
     return mr, GEMM_NR * (1 if mr == 1 else max(1, min(4, GEMM_MR // mr)))
+
+
+# The microkernel runs transposed (`transposed`) when that pads the output's tiles to at most
+# SWAP_PADDING of the points the plain orientation pads them to, and the plain B is gathered
+# anyway (im2col through offset tables: a 3x3 conv): transposed, the store writes columns (a
+# 16-wide vector across 16 output rows) and the weights are gathered 16 rows at a time. Where
+# the plain B copies in straight runs (a 1x1 conv's input) that gather loses: MobileNetV2's
+# 1x1 160 -> 960 at 7x7 ran 0.22 ms transposed against 0.19 with its data in cache, 0.45
+# against 0.30 without (as in the network). 3x3 convs gain either way: 256 channels at 14x14
+# 2.84 -> 2.54 ms from a cold cache, 512 at 7x7 3.38 -> 3.05.
+SWAP_PADDING = 0.95
+
+
+# A transposed GEMM's B block (kc x all of N) at most this many bytes: it stays in L2 while
+# every row panel of A passes over it.
+SWAP_B_BLOCK = 512 * 1024
+# Its kc (all of K up to twice this): each kc block reads and writes every partial-sum tile once
+# (ResNet-50's 1x1 2048-channel conv at kc = 64: 3.66 ms against 3.28 untransposed).
+SWAP_KC = 256
+
+
+def swapped_blocks(pk: "Packed") -> tuple[int, int, int]:
+    """(mc, nc, kc) of a transposed packed GEMM (`transposed`), whatever the schedule's
+    tiles (they were chosen for the other orientation): its M (a feature map's few
+    positions) whole, kc = SWAP_KC (all of K when that is at most twice it), N in blocks of
+    SWAP_B_BLOCK bytes of B (all of it where it fits: A is packed once per block)."""
+    mr, nr = pk.micro
+    M, N, K = pk.size("m"), pk.size("n"), pk.size("k")
+    ncp = -(-N // nr) * nr
+    kc = K if K <= 2 * SWAP_KC else SWAP_KC
+    nc = min(ncp, max(nr, SWAP_B_BLOCK // (4 * kc) // nr * nr))
+    return M, nc, kc
+
+
+def padded_points(m: int, n: int) -> int:
+    """Output points the microkernel computes for an m x n GEMM, its edge tiles padded."""
+    mr, nr = micro_shape(m)
+    return -(-m // mr) * mr * (-(-n // nr) * nr)
+
+
+def transposed(kernel: Kernel, pk: "Packed") -> "Packed":
+    """`pk` with its microkernel's orientation chosen: m and n (and A and B) exchanged when
+    the output is a few positions wide (N of a 7x7 map: 49, 4 panels of 16 for 49 columns,
+    77% useful) and tall in whole vectors (M channels: 512), so that N pads less as rows than
+    M does as columns (`SWAP_PADDING`), where B is gathered anyway. One-row GEMMs (direct
+    rows), small M, B copied in straight runs and A's rows a multiple of 4 KiB apart stay."""
+    M, N = pk.size("m"), pk.size("n")
+    if M < GEMM_NR or N < GEMM_MR:
+        return pk
+    _, b_cost = host_copy_costs(kernel, pk)
+    if b_cost <= HOST_COPY_RUN or padded_points(N, M) > SWAP_PADDING * padded_points(M, N):
+        return pk
+    # Transposed, A's rows become B's 16 columns, gathered for each k: rows a multiple of 4 KiB
+    # apart fall into one L1 set and evict each other (1x1 convs with K = 1024 or 2048 at 7x7:
+    # 1.65 ms transposed against 1.31)
+    a_coeff, _ = _flat_offsets(kernel, pk.a)
+    if pk.m and (a_coeff.get(pk.m[-1], 0) * 4) % 4096 == 0:
+        return pk
+    return dataclasses.replace(pk, a=pk.b, b=pk.a, m=pk.n, n=pk.m, n_contiguous=False, swapped=True)
 
 
 # A one-row contraction (M = 1: depthwise convolutions) with at most this many reduction steps
@@ -156,6 +233,24 @@ def direct_rows(kernel: Kernel, pk: "Packed") -> DirectRows | None:
     return DirectRows(w, ext[w], step, tuple(pads))
 
 
+def direct_slab(kernel: Kernel, pk: "Packed", dr: DirectRows) -> dict[int, str]:
+    """{dimension: batch loop} when each batch item of direct rows `dr` reads only one slab of
+    B — B's leading dimensions indexed by batch loops alone, unpadded, its others by none
+    (a depthwise conv's X[n, c, :, :]) — so that a padded copy may be made per item, of that
+    slab only; else {}."""
+    if not any(lo or hi for lo, hi in dr.pads):
+        return {}
+    out: dict[int, str] = {}
+    batch = set(pk.batch)
+    for d, idx in enumerate(pk.b.indices):
+        loops = set(idx.loops)
+        if loops & batch:
+            if len(out) != d or idx.single_loop is None or any(dr.pads[d]):
+                return {}
+            out[d] = idx.single_loop
+    return out if out and len(out) < len(pk.b.indices) - 1 else {}
+
+
 def window_rows(kernel: Kernel, schedule: Schedule | None = None) -> tuple[int, DirectRows] | None:
     """(statement index, its rows) of a window reduction the host runs as direct rows: a
     pooling `Y[.., w] max= X[..]` or `+=` of one f32 read, the target indexed by its own
@@ -202,7 +297,8 @@ def window_rows(kernel: Kernel, schedule: Schedule | None = None) -> tuple[int, 
 def packed_blocks(pk: Packed, block_of) -> tuple[int, int, int]:
     """Cache blocks (mc, nc, kc) of a packed GEMM: per group, the product of its loops'
     blocks (`block_of(loop)`: the schedule's outermost tile of it), raised to
-    GEMM_MIN_BLOCK and capped at the group's size; mc in whole micro-panels."""
+    GEMM_MIN_BLOCK and capped at the group's size; mc in whole micro-panels; kc all of K up
+    to GEMM_WHOLE_K."""
     mr, _ = pk.micro
     sizes = []
     for group, floor in zip(("m", "n", "k"), GEMM_MIN_BLOCK):
@@ -210,7 +306,26 @@ def packed_blocks(pk: Packed, block_of) -> tuple[int, int, int]:
         sizes.append(min(max(math.prod(block_of(l) for l in getattr(pk, group)), floor), size))
     mc, nc, kc = sizes
     nr = pk.micro[1]
+    if pk.swapped:
+        return swapped_blocks(pk)
+    if pk.size("k") <= GEMM_WHOLE_K:    # one kc block: the output is written once, never re-read
+        kc = pk.size("k")
     return (min(-(-mc // mr) * mr, pk.size("m")) if mc >= mr else mc), -(-nc // nr) * nr, kc
+
+
+# A packed GEMM with at most this many reduction steps whose B block fits ROWS_OUTER_B_BLOCK bytes
+# runs its micro-tiles row panel by row panel (`rows_outer`).
+ROWS_OUTER_K = 64
+ROWS_OUTER_B_BLOCK = 128 * 1024
+
+
+def rows_outer(pk: Packed, kc: int, ncp: int) -> bool:
+    """Whether the microkernel loops run A's row panels outside B's column panels. With few
+    reduction steps (a 1x1 expand conv, K = 16) the store is the cost: column panels outside
+    (the usual order, B's panel in L1) store each micro-tile into MC rows a whole output row
+    apart, ~100 lines at once in few cache sets; row panels outside store along MR rows, and
+    the small B block (kc x nc) is read again from L1/L2 for each."""
+    return pk.size("k") <= ROWS_OUTER_K and kc * ncp * 4 <= ROWS_OUTER_B_BLOCK and not pk.swapped
 
 
 # Threads share a packed contraction as work units: each thread runs its own contiguous
@@ -275,7 +390,14 @@ def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
     ext = dict(pk.extents)
 
     def copy_cost(access, inner_group: str) -> float:
-        coeff, _ = _flat_offsets(kernel, access)
+        # the offsets the packing reads: in the padded copy where codegen makes one
+        pads = _padding(kernel, access, ext)
+        t = kernel.tensor(access.tensor)
+        pshape = tuple(n + lo + hi for n, (lo, hi) in zip(t.shape, pads))
+        if any(lo or hi for lo, hi in pads) and math.prod(pshape) <= PAD_COPY_MAX * t.size:
+            coeff, _ = _flat_offsets(kernel, access, pshape, [lo for lo, _ in pads])
+        else:
+            coeff, _ = _flat_offsets(kernel, access)
         loops = list(getattr(pk, inner_group))
         if not loops:
             return HOST_COPY_STRIDED
@@ -285,7 +407,7 @@ def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
         linear = all(c == step * math.prod(ext[x] for x, _ in live[i + 1:]) for i, (_, c) in enumerate(live))
         if linear:
             return HOST_COPY_RUN if step == 1 else HOST_COPY_STRIDED
-        # an offset table: panels of NR consecutive offsets copy as runs, the rest element-wise
+        # an offset table: panels of NR evenly spaced offsets copy as runs, the rest element-wise
         grids = np.meshgrid(*[np.arange(ext[l]) for l in loops], indexing="ij")
         table = sum(c * g for c, g in zip(cs, grids)).reshape(-1)
         nr = pk.micro[1]
@@ -293,7 +415,10 @@ def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
         if full == 0:
             return HOST_COPY_GATHER
         panels = table[:full * nr].reshape(full, nr)
-        runs = np.mean(np.all(np.diff(panels, axis=1) == 1, axis=1))
+        # panels evenly spaced at the innermost loop's step (1, or 2: codegen copies those as
+        # vectors too)
+        step = cs[-1] if 1 <= cs[-1] <= DIRECT_STEP_MAX else 1
+        runs = np.mean(np.all(np.diff(panels, axis=1) == step, axis=1))
         return runs * HOST_COPY_RUN + (1 - runs) * HOST_COPY_GATHER
 
     b_cost = copy_cost(pk.b, "n")
@@ -522,7 +647,7 @@ def packed_contraction(kernel: Kernel, schedule: Schedule | None = None) -> Pack
                     tuple(sorted(ext.items())), epilogue, contiguous)
         if math.prod(ext.values()) < GEMM_PACK_MIN and direct_rows(kernel, pk) is None:
             continue    # too small to pack; direct rows (no packing) pay from DIRECT_MIN_POINTS
-        return pk
+        return transposed(kernel, pk) if direct_rows(kernel, pk) is None else pk
     return None
 
 

@@ -73,7 +73,7 @@ static inline float ac_gelu(float x) {
    fresh pages from malloc/free each call cost page faults in every thread (~50 a call, on
    a 2.4 ms conv). Grown when a larger block is asked for, never freed: its size is bounded
    by the program's largest panel block and padded tensor. */
-#define AC_SCRATCH_SLOTS 4
+#define AC_SCRATCH_SLOTS 5
 static inline void* ac_scratch(int slot, size_t bytes) {
     static _Thread_local void* block[AC_SCRATCH_SLOTS];
     static _Thread_local size_t size[AC_SCRATCH_SLOTS];
@@ -115,9 +115,9 @@ static __attribute__((noinline)) void ac_pack_b_kernel_Y_Z_R(float* restrict Bpa
 
 /* kernel_Y_Z_R: pack a */
 static __attribute__((noinline)) void ac_pack_a_kernel_Y_Z_R(float* restrict Apack, const float* restrict W, long W_base, long k0, long kc, long i0, long mc) {
-    for (long ir = 0; ir < mc; ir += 6) {
+    for (long ir = 0; ir < mc; ir += 8) {
         for (long p = 0; p < kc; ++p) {
-            for (long r = 0; r < 6; ++r) Apack[ir * kc + p * 6 + r] = ir + r < mc ? W[W_base + 576 * (i0 + ir + r) + (k0 + p)] : 0.0f;
+            for (long r = 0; r < 8; ++r) Apack[ir * kc + p * 8 + r] = ir + r < mc ? W[W_base + 576 * (i0 + ir + r) + (k0 + p)] : 0.0f;
         }
     }
 }
@@ -125,7 +125,7 @@ static __attribute__((noinline)) void ac_pack_a_kernel_Y_Z_R(float* restrict Apa
 /* kernel Y_Z_R: ops Y, Z, R */
 static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const float* restrict scale, const float* restrict shift, float* restrict Y, float* restrict Z, float* restrict R) {
     /* Y[n, f, h, w] += (X[n, c, h + r - 1, s + w - 1] * W[f, c, r, s]) */
-    /* packed GEMM: batch n (1) x M f (64) x N h w (3136) x K c r s (576); blocks mc=36 nc=784 kc=288 (the schedule's outermost tiles, raised to >= 24/64/64), microkernel 6x16; applied in its store: Z[n, c, h, w] = ((Y[n, c, h, w] * scale[c]) + shift[c]), R[n, c, h, w] = relu(Z[n, c, h, w]) */
+    /* packed GEMM: batch n (1) x M f (64) x N h w (3136) x K c r s (576); blocks mc=32 nc=784 kc=288 (the schedule's outermost tiles, raised to >= 32/64/64), microkernel 8x16; applied in its store: Z[n, c, h, w] = ((Y[n, c, h, w] * scale[c]) + shift[c]), R[n, c, h, w] = relu(Z[n, c, h, w]) */
     {
         int* tab = (int*)malloc(3712UL * sizeof(int));
         int* k_off = tab + 0;
@@ -178,14 +178,14 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
             tid = omp_get_thread_num() % nth;
 #endif
             float* Bpack = ac_scratch(0, 903168UL);
-            float* Apack = ac_scratch(1, 41472UL);
+            float* Apack = ac_scratch(1, 36864UL);
             for (long v_2 = 0; v_2 < nth; ++v_2) {
                 const long victim = (tid + v_2) % nth, end = part[2] * (victim + 1) / nth;
                 for (long unit; (unit = __atomic_fetch_add(&next[victim * 8], 1, __ATOMIC_RELAXED)) < end; ) {
                     const long bt = unit / per;
                     const long chunk = unit % per;
                     const long n_lo = part[0] == 1 ? chunk * part[1] * 16 : 0, n_hi = part[0] == 1 ? AC_MIN(3136L, (chunk + 1) * part[1] * 16) : 3136;
-                    const long m_lo = part[0] == 2 ? chunk * part[1] * 6 : 0, m_hi = part[0] == 2 ? AC_MIN(64L, (chunk + 1) * part[1] * 6) : 64;
+                    const long m_lo = part[0] == 2 ? chunk * part[1] * 8 : 0, m_hi = part[0] == 2 ? AC_MIN(64L, (chunk + 1) * part[1] * 8) : 64;
                     const long n = bt % 1;
                     const long W_base = 0;
                     const long X_padded_base = 215296 * n;
@@ -199,33 +199,43 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
                             const long kc = AC_MIN(288, 576 - k0);
                             /* pack B[k0:+kc, j0:+nc] as 16-wide column panels (zero-padded; out-of-range reads give the pad) */
                             ac_pack_b_kernel_Y_Z_R(Bpack, X_padded, X_padded_base, j0, k0, kc, nc, k_off, n_off, n_off_run);
-                            for (long i0 = m_lo; i0 < m_hi; i0 += 36) {
-                                const long mc = AC_MIN(36, m_hi - i0);
-                                /* pack A[i0:+mc, k0:+kc] as 6-high row panels (zero-padded) */
+                            for (long i0 = m_lo; i0 < m_hi; i0 += 32) {
+                                const long mc = AC_MIN(32, m_hi - i0);
+                                /* pack A[i0:+mc, k0:+kc] as 8-high row panels (zero-padded) */
                                 ac_pack_a_kernel_Y_Z_R(Apack, W, W_base, k0, kc, i0, mc);
                                 for (long jr = 0; jr < nc; jr += 16) {
-                                    for (long ir = 0; ir < mc; ir += 6) {
+                                    for (long ir = 0; ir < mc; ir += 8) {
                                         const float* restrict ap = Apack + ir * kc;
                                         const float* restrict bp = Bpack + jr * kc;
-                                        const long rows = AC_MIN(6, mc - ir), cols = AC_MIN(16, nc - jr);
+                                        const long rows = AC_MIN(8, mc - ir), cols = AC_MIN(16, nc - jr);
                                         for (long r = 0; r < rows; ++r) {
-                                            long c = 0;
-                                            __builtin_prefetch(&Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
-                                            c = cols - 1;
-                                            __builtin_prefetch(&Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
+                                            { const long c = 0;
+                                                __builtin_prefetch(&Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
+                                            }
+                                            { const long c = cols - 1;
+                                                __builtin_prefetch(&Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
+                                            }
+                                            if (k0 + kc >= 576) {
+                                                { const long c = 0;
+                                                    __builtin_prefetch(&R[R_base + 3136 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
+                                                }
+                                                { const long c = cols - 1;
+                                                    __builtin_prefetch(&R[R_base + 3136 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
+                                                }
+                                            }
                                         }
-                                        float acc[6][16] = {{0.0f}};
+                                        float acc[8][16] = {{0.0f}};
                                         for (long p = 0; p < kc; ++p) {
-                                            #pragma GCC unroll 6
-                                            for (long r = 0; r < 6; ++r) {
+                                            #pragma GCC unroll 8
+                                            for (long r = 0; r < 8; ++r) {
                                                 #pragma omp simd
-                                                for (long c = 0; c < 16; ++c) acc[r][c] += ap[p * 6 + r] * bp[p * 16 + c];
+                                                for (long c = 0; c < 16; ++c) acc[r][c] += ap[p * 8 + r] * bp[p * 16 + c];
                                             }
                                         }
                                         if (k0 == 0 && k0 + kc >= 576) {
-                                            if (rows == 6 && cols == 16) {    /* a full tile */
-                                                #pragma GCC unroll 6
-                                                for (long r = 0; r < 6; ++r) {
+                                            if (rows == 8 && cols == 16) {    /* a full tile */
+                                                #pragma GCC unroll 8
+                                                for (long r = 0; r < 8; ++r) {
                                                     #pragma omp simd
                                                     for (long c = 0; c < 16; ++c) {
                                                         const float v = acc[r][c];
@@ -246,9 +256,9 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
                                                 }
                                             }
                                         } else if (k0 == 0 && k0 + kc < 576) {
-                                            if (rows == 6 && cols == 16) {    /* a full tile */
-                                                #pragma GCC unroll 6
-                                                for (long r = 0; r < 6; ++r) {
+                                            if (rows == 8 && cols == 16) {    /* a full tile */
+                                                #pragma GCC unroll 8
+                                                for (long r = 0; r < 8; ++r) {
                                                     #pragma omp simd
                                                     for (long c = 0; c < 16; ++c) {
                                                         const float v = acc[r][c];
@@ -265,9 +275,9 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
                                                 }
                                             }
                                         } else if (k0 > 0 && k0 + kc >= 576) {
-                                            if (rows == 6 && cols == 16) {    /* a full tile */
-                                                #pragma GCC unroll 6
-                                                for (long r = 0; r < 6; ++r) {
+                                            if (rows == 8 && cols == 16) {    /* a full tile */
+                                                #pragma GCC unroll 8
+                                                for (long r = 0; r < 8; ++r) {
                                                     #pragma omp simd
                                                     for (long c = 0; c < 16; ++c) {
                                                         const float v = acc[r][c] + Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)];
@@ -288,9 +298,9 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
                                                 }
                                             }
                                         } else if (k0 > 0 && k0 + kc < 576) {
-                                            if (rows == 6 && cols == 16) {    /* a full tile */
-                                                #pragma GCC unroll 6
-                                                for (long r = 0; r < 6; ++r) {
+                                            if (rows == 8 && cols == 16) {    /* a full tile */
+                                                #pragma GCC unroll 8
+                                                for (long r = 0; r < 8; ++r) {
                                                     #pragma omp simd
                                                     for (long c = 0; c < 16; ++c) {
                                                         const float v = acc[r][c] + Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)];

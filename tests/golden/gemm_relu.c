@@ -70,7 +70,7 @@ static inline float ac_gelu(float x) {
    fresh pages from malloc/free each call cost page faults in every thread (~50 a call, on
    a 2.4 ms conv). Grown when a larger block is asked for, never freed: its size is bounded
    by the program's largest panel block and padded tensor. */
-#define AC_SCRATCH_SLOTS 4
+#define AC_SCRATCH_SLOTS 5
 static inline void* ac_scratch(int slot, size_t bytes) {
     static _Thread_local void* block[AC_SCRATCH_SLOTS];
     static _Thread_local size_t size[AC_SCRATCH_SLOTS];
@@ -91,7 +91,7 @@ static inline double ac_now(void) {
 #define PROGRAM_NUM_KERNELS 1
 
 /* kernel_C_D: the packed contraction's work units for 1..32 threads: {mode (0 batch items, 1 N chunks, 2 M chunks), panels per chunk, units} */
-static const long ac_units_kernel_C_D[32][3] = {{0, 1, 1}, {1, 16, 4}, {1, 11, 6}, {1, 8, 8}, {1, 13, 5}, {1, 11, 6}, {1, 10, 7}, {1, 8, 8}, {2, 19, 9}, {1, 7, 10}, {1, 6, 11}, {2, 15, 12}, {1, 5, 13}, {1, 5, 13}, {2, 12, 15}, {1, 4, 16}, {1, 4, 16}, {2, 10, 18}, {2, 9, 19}, {2, 9, 19}, {2, 9, 19}, {1, 3, 22}, {1, 3, 22}, {1, 3, 22}, {2, 7, 25}, {2, 7, 25}, {2, 7, 25}, {2, 7, 25}, {2, 6, 29}, {2, 6, 29}, {2, 6, 29}, {1, 2, 32}};
+static const long ac_units_kernel_C_D[32][3] = {{0, 1, 1}, {1, 16, 4}, {1, 11, 6}, {1, 8, 8}, {1, 13, 5}, {1, 11, 6}, {1, 10, 7}, {1, 8, 8}, {2, 15, 9}, {1, 7, 10}, {1, 6, 11}, {2, 11, 12}, {1, 5, 13}, {1, 5, 13}, {2, 9, 15}, {1, 4, 16}, {1, 4, 16}, {1, 4, 16}, {2, 7, 19}, {2, 7, 19}, {2, 7, 19}, {1, 3, 22}, {1, 3, 22}, {1, 3, 22}, {1, 3, 22}, {2, 5, 26}, {2, 5, 26}, {2, 5, 26}, {2, 5, 26}, {2, 5, 26}, {2, 5, 26}, {1, 2, 32}};
 
 /* kernel_C_D: pack b */
 static __attribute__((noinline)) void ac_pack_b_kernel_C_D(float* restrict Bpack, const float* restrict B, long B_base, long j0, long k0, long kc, long nc) {
@@ -105,9 +105,9 @@ static __attribute__((noinline)) void ac_pack_b_kernel_C_D(float* restrict Bpack
 
 /* kernel_C_D: pack a */
 static __attribute__((noinline)) void ac_pack_a_kernel_C_D(float* restrict Apack, const float* restrict A, long A_base, long k0, long kc, long i0, long mc) {
-    for (long ir = 0; ir < mc; ir += 6) {
+    for (long ir = 0; ir < mc; ir += 8) {
         for (long p = 0; p < kc; ++p) {
-            for (long r = 0; r < 6; ++r) Apack[ir * kc + p * 6 + r] = ir + r < mc ? A[A_base + 1024 * (i0 + ir + r) + (k0 + p)] : 0.0f;
+            for (long r = 0; r < 8; ++r) Apack[ir * kc + p * 8 + r] = ir + r < mc ? A[A_base + 1024 * (i0 + ir + r) + (k0 + p)] : 0.0f;
         }
     }
 }
@@ -115,7 +115,7 @@ static __attribute__((noinline)) void ac_pack_a_kernel_C_D(float* restrict Apack
 /* kernel C_D: ops C, D */
 static void kernel_C_D(const float* restrict A, const float* restrict B, float* restrict C, float* restrict D) {
     /* C[i, j] += (A[i, k] * B[k, j]) */
-    /* packed GEMM: batch - (1) x M i (1024) x N j (1024) x K k (1024); blocks mc=258 nc=256 kc=256 (the schedule's outermost tiles, raised to >= 24/64/64), microkernel 6x16; applied in its store: D[i0, i1] = relu(C[i0, i1]) */
+    /* packed GEMM: batch - (1) x M i (1024) x N j (1024) x K k (1024); blocks mc=256 nc=256 kc=256 (the schedule's outermost tiles, raised to >= 32/64/64), microkernel 8x16; applied in its store: D[i0, i1] = relu(C[i0, i1]) */
     {
         int nth = 1;
 #ifdef _OPENMP
@@ -133,13 +133,13 @@ static void kernel_C_D(const float* restrict A, const float* restrict B, float* 
             tid = omp_get_thread_num() % nth;
 #endif
             float* Bpack = ac_scratch(0, 262144UL);
-            float* Apack = ac_scratch(1, 264192UL);
+            float* Apack = ac_scratch(1, 262144UL);
             for (long v_2 = 0; v_2 < nth; ++v_2) {
                 const long victim = (tid + v_2) % nth, end = part[2] * (victim + 1) / nth;
                 for (long unit; (unit = __atomic_fetch_add(&next[victim * 8], 1, __ATOMIC_RELAXED)) < end; ) {
                     const long chunk = unit % per;
                     const long n_lo = part[0] == 1 ? chunk * part[1] * 16 : 0, n_hi = part[0] == 1 ? AC_MIN(1024L, (chunk + 1) * part[1] * 16) : 1024;
-                    const long m_lo = part[0] == 2 ? chunk * part[1] * 6 : 0, m_hi = part[0] == 2 ? AC_MIN(1024L, (chunk + 1) * part[1] * 6) : 1024;
+                    const long m_lo = part[0] == 2 ? chunk * part[1] * 8 : 0, m_hi = part[0] == 2 ? AC_MIN(1024L, (chunk + 1) * part[1] * 8) : 1024;
                     const long A_base = 0;
                     const long B_base = 0;
                     const long C_base = 0;
@@ -150,33 +150,43 @@ static void kernel_C_D(const float* restrict A, const float* restrict B, float* 
                             const long kc = AC_MIN(256, 1024 - k0);
                             /* pack B[k0:+kc, j0:+nc] as 16-wide column panels (zero-padded; out-of-range reads give the pad) */
                             ac_pack_b_kernel_C_D(Bpack, B, B_base, j0, k0, kc, nc);
-                            for (long i0 = m_lo; i0 < m_hi; i0 += 258) {
-                                const long mc = AC_MIN(258, m_hi - i0);
-                                /* pack A[i0:+mc, k0:+kc] as 6-high row panels (zero-padded) */
+                            for (long i0 = m_lo; i0 < m_hi; i0 += 256) {
+                                const long mc = AC_MIN(256, m_hi - i0);
+                                /* pack A[i0:+mc, k0:+kc] as 8-high row panels (zero-padded) */
                                 ac_pack_a_kernel_C_D(Apack, A, A_base, k0, kc, i0, mc);
                                 for (long jr = 0; jr < nc; jr += 16) {
-                                    for (long ir = 0; ir < mc; ir += 6) {
+                                    for (long ir = 0; ir < mc; ir += 8) {
                                         const float* restrict ap = Apack + ir * kc;
                                         const float* restrict bp = Bpack + jr * kc;
-                                        const long rows = AC_MIN(6, mc - ir), cols = AC_MIN(16, nc - jr);
+                                        const long rows = AC_MIN(8, mc - ir), cols = AC_MIN(16, nc - jr);
                                         for (long r = 0; r < rows; ++r) {
-                                            long c = 0;
-                                            __builtin_prefetch(&C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
-                                            c = cols - 1;
-                                            __builtin_prefetch(&C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
+                                            { const long c = 0;
+                                                __builtin_prefetch(&C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
+                                            }
+                                            { const long c = cols - 1;
+                                                __builtin_prefetch(&C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
+                                            }
+                                            if (k0 + kc >= 1024) {
+                                                { const long c = 0;
+                                                    __builtin_prefetch(&D[D_base + 1024 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
+                                                }
+                                                { const long c = cols - 1;
+                                                    __builtin_prefetch(&D[D_base + 1024 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
+                                                }
+                                            }
                                         }
-                                        float acc[6][16] = {{0.0f}};
+                                        float acc[8][16] = {{0.0f}};
                                         for (long p = 0; p < kc; ++p) {
-                                            #pragma GCC unroll 6
-                                            for (long r = 0; r < 6; ++r) {
+                                            #pragma GCC unroll 8
+                                            for (long r = 0; r < 8; ++r) {
                                                 #pragma omp simd
-                                                for (long c = 0; c < 16; ++c) acc[r][c] += ap[p * 6 + r] * bp[p * 16 + c];
+                                                for (long c = 0; c < 16; ++c) acc[r][c] += ap[p * 8 + r] * bp[p * 16 + c];
                                             }
                                         }
                                         if (k0 == 0 && k0 + kc >= 1024) {
-                                            if (rows == 6 && cols == 16) {    /* a full tile */
-                                                #pragma GCC unroll 6
-                                                for (long r = 0; r < 6; ++r) {
+                                            if (rows == 8 && cols == 16) {    /* a full tile */
+                                                #pragma GCC unroll 8
+                                                for (long r = 0; r < 8; ++r) {
                                                     #pragma omp simd
                                                     for (long c = 0; c < 16; ++c) {
                                                         const float v = acc[r][c];
@@ -195,9 +205,9 @@ static void kernel_C_D(const float* restrict A, const float* restrict B, float* 
                                                 }
                                             }
                                         } else if (k0 == 0 && k0 + kc < 1024) {
-                                            if (rows == 6 && cols == 16) {    /* a full tile */
-                                                #pragma GCC unroll 6
-                                                for (long r = 0; r < 6; ++r) {
+                                            if (rows == 8 && cols == 16) {    /* a full tile */
+                                                #pragma GCC unroll 8
+                                                for (long r = 0; r < 8; ++r) {
                                                     #pragma omp simd
                                                     for (long c = 0; c < 16; ++c) {
                                                         const float v = acc[r][c];
@@ -214,9 +224,9 @@ static void kernel_C_D(const float* restrict A, const float* restrict B, float* 
                                                 }
                                             }
                                         } else if (k0 > 0 && k0 + kc >= 1024) {
-                                            if (rows == 6 && cols == 16) {    /* a full tile */
-                                                #pragma GCC unroll 6
-                                                for (long r = 0; r < 6; ++r) {
+                                            if (rows == 8 && cols == 16) {    /* a full tile */
+                                                #pragma GCC unroll 8
+                                                for (long r = 0; r < 8; ++r) {
                                                     #pragma omp simd
                                                     for (long c = 0; c < 16; ++c) {
                                                         const float v = acc[r][c] + C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)];
@@ -235,9 +245,9 @@ static void kernel_C_D(const float* restrict A, const float* restrict B, float* 
                                                 }
                                             }
                                         } else if (k0 > 0 && k0 + kc < 1024) {
-                                            if (rows == 6 && cols == 16) {    /* a full tile */
-                                                #pragma GCC unroll 6
-                                                for (long r = 0; r < 6; ++r) {
+                                            if (rows == 8 && cols == 16) {    /* a full tile */
+                                                #pragma GCC unroll 8
+                                                for (long r = 0; r < 8; ++r) {
                                                     #pragma omp simd
                                                     for (long c = 0; c < 16; ++c) {
                                                         const float v = acc[r][c] + C[C_base + 1024 * (i0 + ir + r) + (j0 + jr + c)];
