@@ -27,8 +27,9 @@ from .tiling import level_mapping, search_tiles
 
 PASS = "fusion"
 MAX_CHAIN = 6            # kernels in one chain (attention as comprehensions: six)
-MAX_POINTS = 3           # compute points searched per chain (the longest loops, outer levels first)
-CHAIN_CANDIDATES = 800   # random tile candidates per compute point (then the local search)
+MAX_POINTS = 2           # compute points searched per chain (the longest loops, outer levels first)
+CHAIN_CANDIDATES = 250   # random tile candidates per compute point (then the local search)
+CHAIN_ROUNDS = 4         # rounds of the tiling search's local refinement per compute point
 MIN_GAIN = 0.01          # a chain must save at least this fraction of its kernels' time
 
 
@@ -68,13 +69,15 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
             for length in lengths:
                 chain = kernels[i:i + length]
                 alone = sum(times[:length])
-                bound = _busiest_datapath(schedules[i:i + length], ctx)
+                bound, why = _floor(chain, schedules[i:i + length], ctx)
                 if bound >= alone * (1 - MIN_GAIN):
-                    # fused, the kernels' work still runs on its datapaths (recomputed halos
-                    # only add): no gain is possible where one datapath already does it all
+                    # fused, the work still runs on the same datapaths (recomputed halos only
+                    # add) and only the intermediates' DRAM traffic goes: not enough to gain
                     log.append(rule_entry(rule.name, PASS, _ops(chain), False,
-                                          f"no gain possible: its kernels keep their busiest datapath "
-                                          f"{bound * 1e6:.1f} us of their {alone * 1e6:.1f} us busy"))
+                                          f"no gain possible: fused it still needs {bound * 1e6:.1f} us ({why}) "
+                                          f"of its kernels' {alone * 1e6:.1f} us"))
+                    if best is not None:
+                        break
                     continue
                 found = _fused(program, chain, ctx)
                 if isinstance(found, str):
@@ -113,15 +116,24 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
     return Plan(program, tuple(out_k), tuple(out_s), plan.label), log, rollbacks
 
 
-def _busiest_datapath(schedules, ctx: PassContext) -> float:
-    """The work of the busiest datapath over the kernels (seconds): a floor on the time of
-    the kernels fused, which moves no work off any datapath."""
+def _floor(chain: list[Kernel], schedules, ctx: PassContext) -> tuple[float, str]:
+    """(seconds, what bounds them): a floor on the chain's time fused — the work of its
+    busiest datapath (fusing moves no work off a datapath) or its DRAM traffic without the
+    intermediates' round trips, whichever is longer."""
     busy: dict[str, float] = {}
+    dram = 0.0
     for schedule in schedules:
-        for what, seconds in evaluate(schedule, ctx.target).limits.items():
+        cost = evaluate(schedule, ctx.target)
+        dram += cost.dram_bytes
+        for what, seconds in cost.limits.items():
             if what.startswith("compute ("):
                 busy[what] = busy.get(what, 0.0) + seconds
-    return max(busy.values(), default=0.0)
+    saved = sum(2 * k.tensor(t).nbytes for k in chain[:-1] for t in k.outputs)
+    traffic = max(dram - saved, 0.0) / ctx.target.dram_bandwidth
+    work = max(busy.values(), default=0.0)
+    if work >= traffic:
+        return work, f"the {max(busy, key=busy.get)[len('compute ('):-1]}'s work" if busy else "its work"
+    return traffic, "DRAM traffic without the intermediates"
 
 
 def _ops(kernels) -> list[str]:
@@ -215,7 +227,8 @@ def _search_chain(program: Program, kernel: Kernel, ctx: PassContext):
         at = kernel
         for t, _, _ in kernel.compute_at:
             at = at.with_compute_at(t, loop, level)
-        found = search_tiles(at, target, None, mapping, ctx.rules.tiling, seed=ctx.seed, n_random=CHAIN_CANDIDATES)
+        found = search_tiles(at, target, None, mapping, ctx.rules.tiling, seed=ctx.seed, n_random=CHAIN_CANDIDATES,
+                             rounds=CHAIN_ROUNDS)
         if found is None:
             continue
         schedule, cost, _ = found

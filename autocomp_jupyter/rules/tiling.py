@@ -174,7 +174,7 @@ def _schedule_arrays(schedule: Schedule, kernel: Kernel, target_levels) -> tuple
 
 
 def search_tiles(kernel: Kernel, target, current: Schedule | None, levels: dict[str, str], params: dict,
-                 seed: int = 0, n_random: int = RANDOM_CANDIDATES, ranked: int = 1):
+                 seed: int = 0, n_random: int = RANDOM_CANDIDATES, ranked: int = 1, rounds: int = LOCAL_ROUNDS):
     """The best tiles and orders found for `kernel` on `target`.
 
     Returns (schedule, KernelCost, candidates evaluated), or None when every candidate
@@ -183,10 +183,10 @@ def search_tiles(kernel: Kernel, target, current: Schedule | None, levels: dict[
     """
     # The search depends on the kernel's structure, not its names: repeated layers share it.
     key = (canonical_kernel(kernel), schedule_key(current) if current is not None else None, target,
-           tuple(levels.items()), repr(sorted(params.items())), seed, n_random, ranked)
+           tuple(levels.items()), repr(sorted(params.items())), seed, n_random, ranked, rounds)
     found = _SEARCHES.get(key)
     if found is None:
-        found = _search(kernel, target, current, levels, params, seed, n_random, ranked)
+        found = _search(kernel, target, current, levels, params, seed, n_random, ranked, rounds)
         _SEARCHES.put(key, found)
     picks, evaluated = found
     target_levels = target.tiling_levels
@@ -212,7 +212,7 @@ _KNOWN = LRU("tiling.local_scores", 160)
 
 
 def _search(kernel: Kernel, target, current: Schedule | None, levels: dict[str, str], params: dict,
-            seed: int, n_random: int, ranked: int) -> tuple[list, int]:
+            seed: int, n_random: int, ranked: int, rounds: int = LOCAL_ROUNDS) -> tuple[list, int]:
     """search_tiles' search: ([(tiles [D, L], orders [L, D]) best first, up to `ranked`],
     candidates evaluated); an empty list when every candidate spills."""
     model = kernel_model(kernel, target)
@@ -283,7 +283,7 @@ def _search(kernel: Kernel, target, current: Schedule | None, levels: dict[str, 
     moves: dict[bytes, tuple] = {}       # a pool member's neighbours, keys
     best_idx = _top_distinct(scores, tiles, orders, KEEP)
     pool_t, pool_o, pool_s = tiles[best_idx], orders[best_idx], scores[best_idx]
-    for _ in range(LOCAL_ROUNDS):
+    for _ in range(rounds):
         parts = []
         for i, member in enumerate(_candidate_keys(pool_t, pool_o)):
             if member not in moves:
