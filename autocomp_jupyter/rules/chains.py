@@ -216,7 +216,8 @@ def _search_chain(program: Program, kernel: Kernel, ctx: PassContext):
     spans = regions(kernel)
     followed = {a for loops in spans.values() for r in loops.values() for a, _ in r.terms}
     extents = kernel.extents
-    loops = sorted((l for l in followed if extents[l] > 1), key=lambda l: -extents[l])
+    order = kernel.loop_names      # ties by the kernel's loop order (a set has none)
+    loops = sorted((l for l in followed if extents[l] > 1), key=lambda l: (-extents[l], order.index(l)))
     levels = target.tiling_levels[:-1] or target.tiling_levels
     points = [(loop, level) for level in levels for loop in loops][:MAX_POINTS]
     if not points:
