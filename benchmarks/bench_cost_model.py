@@ -25,6 +25,7 @@ from autocomp_jupyter.accel.cost import kernel_model, library_schedule  # noqa: 
 from autocomp_jupyter.accel.sim import compare  # noqa: E402
 from autocomp_jupyter.accel.target import load_target  # noqa: E402
 from autocomp_jupyter.ir.schedule import Kernel, Schedule, kernels_unfused  # noqa: E402
+from test_compute_at import inverted_residual  # noqa: E402
 from test_cost import conv_program, gemm_program  # noqa: E402
 
 
@@ -70,18 +71,7 @@ def disagreement(max_steps: int) -> list[tuple]:
 
 
 # Fused kernels (issue 22): an inverted residual and attention as comprehensions.
-INVERTED_RESIDUAL = """input  X: f32[1, 24, 56, 56]
-param  W1: f32[144, 24, 1, 1]
-param  Wd: f32[144, 1, 3, 3]
-param  W3: f32[24, 144, 1, 1]
-E  = conv2d(X, W1)
-A1 = relu6(E)
-D  = depthwise_conv2d(A1, Wd, stride=1, padding=1)
-A2 = relu6(D)
-P  = conv2d(A2, W3)
-Y  = add(P, X)
-output Y
-"""
+INVERTED_RESIDUAL = inverted_residual(56)
 ATTENTION = """input Q: f32[12, 128, 64]
 input K: f32[12, 128, 64]
 input V: f32[12, 128, 64]

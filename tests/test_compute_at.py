@@ -181,7 +181,9 @@ def test_the_model_charges_the_recompute_of_halos():
     assert whole.dram_bytes < sum(t.size * 4 for t in program.tensors)   # E, A, D never reach DRAM
 
 
-BLOCK = """input  X: f32[1, 24, 28, 28]
+def inverted_residual(size: int) -> str:
+    """A MobileNetV2 inverted residual (24 → 144 → 24 channels) on a size x size map."""
+    return f"""input  X: f32[1, 24, {size}, {size}]
 param  W1: f32[144, 24, 1, 1]
 param  Wd: f32[144, 1, 3, 3]
 param  W3: f32[24, 144, 1, 1]
@@ -193,6 +195,9 @@ P  = conv2d(A2, W3)
 Y  = add(P, X)
 output Y
 """
+
+
+BLOCK = inverted_residual(28)
 
 
 def test_an_inverted_residual_is_fused_into_one_kernel_and_replays(tmp_path):
