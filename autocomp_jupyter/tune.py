@@ -61,7 +61,7 @@ import math
 import threading
 import time
 from concurrent.futures import Executor, ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -768,6 +768,62 @@ MUTATORS: tuple[Mutator, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class KernelMove:
+    """A move that changes the kernel itself, and so its cost model (the genome is one
+    model's arrays): tried on each kernel's best schedule after its search, kept where the
+    scorer says it is faster, legal and within the spill limit. `candidates(schedule)` are
+    the schedules it proposes. A new kind of kernel move is one more entry in `KERNEL_MOVES`."""
+
+    name: str
+    step: str                                   # the trace primitive it varies
+    candidates: Callable[[Schedule], list]
+
+
+def _compute_at_placements(schedule: Schedule) -> list[Schedule]:
+    """The kernel's computed-at tensors moved together to another compute point: every
+    loop their regions follow, at every level but the innermost."""
+    from .ir.loopnest import regions
+
+    kernel = schedule.kernel
+    if not kernel.compute_at:
+        return []
+    spans = regions(kernel)
+    followed = {a for loops in spans.values() for r in loops.values() for a, _ in r.terms}
+    loops = [l for l in kernel.loop_names if l in followed and kernel.extents[l] > 1]
+    out = []
+    for level in schedule.levels[:-1] or schedule.levels:
+        for loop in loops:
+            if all((l, lv) == (loop, level) for _, l, lv in kernel.compute_at):
+                continue
+            moved = kernel
+            for tensor, _, _ in kernel.compute_at:
+                moved = moved.with_compute_at(tensor, loop, level)
+            out.append(replace(schedule, kernel=moved))
+    return out
+
+
+KERNEL_MOVES: tuple[KernelMove, ...] = (
+    KernelMove("compute_at placement", "compute_at", _compute_at_placements),
+)
+
+
+def _kernel_moves(entry: tuple[float, Schedule], target, score_fn, max_spill: float):
+    """(time, schedule) of the best kernel move from `entry`, or None when none beats it."""
+    from .canon import evaluate
+
+    best_time, best = entry
+    found = None
+    for move in KERNEL_MOVES:
+        for candidate in move.candidates(best):
+            if evaluate(candidate, target).spill_ratio > max_spill or not poly.check_schedule(candidate).ok:
+                continue
+            t = float(_score_chunk(score_fn, *((candidate.kernel, target) + _arrays(candidate, target)))[0])
+            if t < best_time * (1 - 1e-9):
+                found, best_time = (t, candidate), t
+    return found
+
+
 def _kernel_entry(schedule: Schedule) -> dict:
     from .trace import schedule_json
 
@@ -1018,6 +1074,12 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
         entries = [(t, schedule if chosen is None else chosen) for t, chosen in result.entries] if result else []
         per_kernel.append(entries or [(incumbent_times[i], schedule)])
 
+    # Moves that change the kernel itself (KERNEL_MOVES), on each kernel's best schedule.
+    for i, entries in enumerate(per_kernel):
+        moved = _kernel_moves(entries[0], target, score_fn, max_spill)
+        if moved is not None:
+            per_kernel[i] = [moved] + entries
+
     combos = _top_combinations([[(t, b"") for t, _ in entries] for entries in per_kernel], keep)
     candidates = [(total, tuple(per_kernel[k][j][1] for k, j in enumerate(idx))) for total, idx in combos]
     measured: list[float | None] = [None] * len(candidates)
@@ -1032,7 +1094,8 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
     top_entries = []
     for rank, ((total, schedules), seconds) in enumerate(zip(candidates[:max(top, 1)], measured), start=1):
         name = f"v{rank}"
-        versions[name] = Plan(plan.program, plan.kernels, schedules, label=f"tuned {name}")
+        # (a kernel move may have changed a kernel: where its producers are computed)
+        versions[name] = Plan(plan.program, tuple(s.kernel for s in schedules), schedules, label=f"tuned {name}")
         entry = {
             "name": name, "time_s": total,
             "speedup_vs_rules": rules_time / total if total > 0 else math.inf,
