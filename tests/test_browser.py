@@ -337,7 +337,7 @@ def _save_reload_with_new_kernel(page, base: str, kept: str, root: Path | None =
     page.screenshot(path=str(ARTIFACTS / "browser-reopened.png"), full_page=False)
     # run the cell again in the new kernel: the kept version comes back into the live view
     _run_all(page)
-    page.wait_for_selector(".autocomp-view[data-autocomp-view='live']", timeout=40_000)
+    page.wait_for_selector(".autocomp-view[data-autocomp-view='live']", timeout=90_000)
     tabs = page.locator(".jp-OutputArea .widget-tab").first
     tabs.locator(".lm-TabBar-tab").filter(has_text="Tune").first.click()
     playwright_api.expect(tabs.locator("table.autocomp-versions").first).to_contain_text(kept, timeout=20_000)
@@ -408,10 +408,10 @@ def _run_all_and_check(page) -> None:
     _run_all(page)
 
     tabs = page.locator(".jp-OutputArea .widget-tab").first
-    tabs.wait_for(state="visible", timeout=40_000)
+    tabs.wait_for(state="visible", timeout=90_000)   # the cells optimise first: slow on a loaded machine
     titles = tabs.locator(".lm-TabBar-tab")
     # the live widget, not the static fallback (the labextension found the model)
-    page.wait_for_selector(".autocomp-view[data-autocomp-view='live']", timeout=40_000)
+    page.wait_for_selector(".autocomp-view[data-autocomp-view='live']", timeout=90_000)
     expected = {  # tab title -> something only that tab renders
         "Graph": "svg.autocomp-graph",
         "Tiles": "table.autocomp-tiles",
