@@ -253,7 +253,7 @@ def compute_at(schedule: Schedule, tensor: str, loop: str, level: str) -> Schedu
     check = _Refuse(schedule, "compute_at")
     loop, level = check.loop(loop), check.level(level)
     kernel = schedule.kernel
-    names = [t for t in dict.fromkeys(st.target for st in kernel.statements)]
+    names = list(dict.fromkeys(st.target for st in kernel.statements))
     if not isinstance(tensor, str) or tensor not in names:
         raise UnknownLoopError(f"no tensor {tensor!r} computed in this kernel; it computes {', '.join(names)}",
                                primitive="compute_at", hint=_hint(tensor, names))

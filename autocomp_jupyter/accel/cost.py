@@ -809,17 +809,13 @@ class KernelModel:
             # tile's consumer, so the kernel takes its busiest datapath's nests' times added
             # up, or its busiest channel's traffic, whichever is longer (the simulator replays
             # each nest and combines them the same way).
-            anchor_unit = datapath_of(compute, self.statements[self.kernel.anchor]).unit
-            busy = {anchor_unit: time_s.copy()}
-            channels = level_time.copy()
-            by_unit = {u: np.asarray(v, dtype=float) * np.ones(n) for u, v in compute_by_unit.items()}
+            busy = {datapath_of(compute, self.statements[self.kernel.anchor]).unit: time_s.copy()}
         for producer in self.producers:      # computed at the anchor's tiles: its own nest, recomputed
             cost, mult = producer.evaluate(tiles, orders, counts)
             unit = datapath_of(compute, producer.model.statements[0]).unit
             busy[unit] = busy.get(unit, 0.0) + cost.time_s * mult
             for u, v in (cost.compute_by_unit or {}).items():
-                by_unit[u] = by_unit.get(u, 0.0) + v * mult
-            channels += cost.level_time_s * mult[:, None]
+                compute_by_unit[u] = compute_by_unit.get(u, 0.0) + v * mult
             compute_s += cost.compute_s * mult
             bytes_by_level += cost.bytes * mult[:, None]
             level_time += cost.level_time_s * mult[:, None]
@@ -827,8 +823,7 @@ class KernelModel:
             producer_energy += (cost.energy_j - (cost.bytes * self.energy_per_byte[None, :]).sum(axis=1)) * mult
         if self.producers:
             time_s = np.maximum(np.max(np.stack([np.broadcast_to(v, (n,)) for v in busy.values()]), axis=0),
-                                channels.max(axis=1))
-            compute_by_unit.update(by_unit)
+                                level_time.max(axis=1))
         if self.host is not None:   # host C: the paths that replace the nest (packed, direct rows)
             time_s = self.host.seconds(self, schedule_tiles, parallel, time_s)
         energy = (bytes_by_level * self.energy_per_byte[None, :]).sum(axis=1) \
@@ -964,41 +959,10 @@ def register_producer_search(fn) -> None:
 
 @cached("cost.producer_alone", 256)
 def _searched_alone(kernel: Kernel, target: Target) -> Schedule:
-    """A good schedule of a producer nest alone: the registered search's, else from the
-    textbook tiles the best of the neighbours (one tile doubled or halved at one level)
-    round after round, scored as a batch."""
+    """A producer nest's schedule alone: the registered search's (the package imports it),
+    the textbook tiles where it finds none that fits."""
     found = _PRODUCER_SEARCH[0](kernel, target) if _PRODUCER_SEARCH else None
-    if found is not None:
-        return found
-    start = textbook_schedule(kernel, target)
-    model = kernel_model(kernel, target)
-    levels = target.tiling_levels
-    tiles, orders, parallel, vectorize = model.schedule_arrays(start)
-    best = tiles[0].astype(np.int64)
-    score = model.evaluate_batch(best[None], orders, parallel, vectorize).time_s[0]
-    ext = model.extents
-    for _ in range(24):
-        moves = []
-        for d in range(best.shape[0]):
-            for h in range(best.shape[1]):
-                for size in (best[d, h] * 2, best[d, h] // 2):
-                    if 1 <= size <= ext[d] and size != best[d, h]:
-                        t = best.copy()
-                        t[d, h] = size
-                        moves.append(np.minimum.accumulate(np.maximum(t, 1), axis=1))
-        if not moves:
-            break
-        batch = np.stack(moves)
-        cost = model.evaluate_batch(batch, np.broadcast_to(orders, (len(moves),) + orders.shape[1:]), parallel,
-                                    np.broadcast_to(vectorize, (len(moves),)))
-        ok = cost.spill_ratio <= 0.05
-        times = np.where(ok, cost.time_s, np.inf)
-        pick = int(np.argmin(times))
-        if not times[pick] < score * (1 - 1e-9):
-            break
-        best, score = batch[pick], times[pick]
-    return start.with_tiles({l.name: {lv: int(best[d, h]) for h, lv in enumerate(levels)}
-                             for d, l in enumerate(kernel.loops)})
+    return found if found is not None else textbook_schedule(kernel, target)
 
 
 def _producer_kernel(kernel: Kernel, group: tuple[int, ...]) -> Kernel:

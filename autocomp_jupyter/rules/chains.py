@@ -23,6 +23,7 @@ from ..ir.program import Program
 from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, rollback_entry, rule_entry
 from ..verify import verify_schedule
+from .fusion import _kernel_name
 from .tiling import level_mapping, search_tiles
 
 PASS = "fusion"
@@ -167,17 +168,13 @@ def chain_kernel(program: Program, chain: list[Kernel]) -> Kernel:
     the others computed at its tiles (at a placeholder point; the search moves it)."""
     ops = [op for k in chain for op in k.ops]
     anchor = _anchor_op(program, chain[-1]).name
-    kernel = Kernel.from_ops(program, ops, name=_name(ops), anchor=anchor)
+    kernel = Kernel.from_ops(program, ops, name=_kernel_name(ops), anchor=anchor)
     loop, level = kernel.loop_names[0], ""
     for k in reversed(chain[:-1]):
         for st in reversed(k.statements):
             if not any(t == st.target for t, _, _ in kernel.compute_at):
                 kernel = kernel.with_compute_at(st.target, loop, level)
     return kernel
-
-
-def _name(ops) -> str:
-    return "_".join(ops) if len(ops) <= 4 else f"{ops[0]}_to_{ops[-1]}"
 
 
 def _fused(program: Program, chain: list[Kernel], ctx: PassContext):
