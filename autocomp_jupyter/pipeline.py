@@ -21,7 +21,7 @@ from .dsl import load, parse
 from .errors import UserError
 from .ir.program import Program
 from .ir.schedule import kernels_unfused
-from .passes import Pass, PassContext, PassOutcome, rollback_entry
+from .passes import Pass, PassContext, PassOutcome, rollback_entry, rule_entry
 from .ir.plan import Plan
 from .result import Result
 from .rules.engine import load_rules
@@ -382,14 +382,26 @@ def _fusion_groups_that_pay(before: Plan, after: Plan, ctx: PassContext, runs: _
     each with the two times."""
     from .rules.fusion import groups_that_pay
 
-    plan, dropped = groups_that_pay(before, after, ctx, lambda p: runs.run(retile[0], retile[1], p, ctx).plan)
+    plan, dropped, shortened = groups_that_pay(before, after, ctx,
+                                               lambda p: runs.run(retile[0], retile[1], p, ctx).plan)
+    kept = {group.name: (prefix, rule, fused_s, alone_s) for prefix, rule, fused_s, alone_s, group in shortened}
     for kernel, fused_s, alone_s in dropped:
+        if kernel.name in kept:
+            prefix = kept[kernel.name][0]
+            fate = f"shortened to {', '.join(prefix.ops)} (the other groups stay fused)"
+        else:
+            fate = "split back (the other groups stay fused)"
         why = (f"this group alone is slower fused: {fused_s * 1e6:.1f} us tiled vs {alone_s * 1e6:.1f} us for its "
-               f"ops tiled alone: split back (the other groups stay fused)")
+               f"ops tiled alone: {fate}")
         rollbacks.append(rollback_entry("fusion", kernel.name, why))
         for i, entry in enumerate(entries):
             if entry["applied"] and set(entry["ops"]) & set(kernel.ops):
                 entries[i] = dict(entry, applied=False, why=f"rolled back: {why}; {entry['why']}")
+        if kernel.name in kept:
+            prefix, rule, p_fused, p_alone = kept[kernel.name]
+            entries.append(rule_entry(rule, "fusion", prefix.ops, True,
+                                      f"the longest part of the slower group {kernel.name} that pays: "
+                                      f"{p_fused * 1e6:.1f} us tiled vs {p_alone * 1e6:.1f} us for its ops alone"))
     return plan
 
 

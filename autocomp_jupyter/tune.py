@@ -247,13 +247,20 @@ class KernelSpace:
     def repair(self, tiles, orders):
         """Clip tiles inside their enclosing tile; at levels where no loop iterates, keep the
         next inner order (the order there changes nothing); order loops that run once at a
-        level by index after the iterating ones (so equivalent genomes coincide)."""
+        level by index after the iterating ones (so equivalent genomes coincide), but for a
+        compute point's loop, which keeps its place."""
         extents = np.array([l.extent for l in self.kernel.loops])
         tiles = np.minimum(np.minimum.accumulate(np.minimum(tiles, extents[None, :, None]), axis=2), extents[None, :, None])
         tiles = np.maximum(tiles, 1)
         n, D, L = tiles.shape
         enclosing = np.concatenate([np.broadcast_to(extents[None, :, None], (n, D, 1)), tiles[:, :, :-1]], axis=2)
         iterates = tiles < enclosing                                  # [n, D, L]
+        # A compute point's loop keeps its place at its level even where it runs once: which
+        # tile loops come before it decides the region its producers compute.
+        names = self.kernel.loop_names
+        for _, loop, level in self.kernel.compute_at:
+            if level in self.levels and loop in names:
+                iterates[:, names.index(loop), self.levels.index(level)] = True
         orders = orders.copy()
         for h in range(L - 1):   # the innermost level's order also orders the point loops: keep it
             it = np.take_along_axis(iterates[:, :, h], orders[:, h, :], axis=1)   # in order position
@@ -1074,11 +1081,14 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
         entries = [(t, schedule if chosen is None else chosen) for t, chosen in result.entries] if result else []
         per_kernel.append(entries or [(incumbent_times[i], schedule)])
 
-    # Moves that change the kernel itself (KERNEL_MOVES), on each kernel's best schedule.
+    # Moves that change the kernel itself (KERNEL_MOVES), on each kernel's best schedule and
+    # on the rules' one (a tie of tiles may hide the move that pays from the other).
     for i, entries in enumerate(per_kernel):
-        moved = _kernel_moves(entries[0], target, score_fn, max_spill)
-        if moved is not None:
-            per_kernel[i] = [moved] + entries
+        starts = [entries[0]] + ([(incumbent_times[i], plan.schedules[i])] if entries[0][1] is not plan.schedules[i]
+                                 else [])
+        moves = [m for m in (_kernel_moves(e, target, score_fn, max_spill) for e in starts) if m is not None]
+        if moves:
+            per_kernel[i] = [min(moves, key=lambda m: m[0])] + entries
 
     combos = _top_combinations([[(t, b"") for t, _ in entries] for entries in per_kernel], keep)
     candidates = [(total, tuple(per_kernel[k][j][1] for k, j in enumerate(idx))) for total, idx in combos]

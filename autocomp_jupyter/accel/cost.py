@@ -527,6 +527,16 @@ class KernelModel:
         copies = K * N + M * K * np.ceil(N / nc)
         return tiles, orders, vectorize, np.where(packed, copies, 0.0), np.where(packed, kc, 0.0)
 
+    def _epilogue_overlap(self, double_buffered: np.ndarray) -> np.ndarray:
+        """[n] bool: whether in-place epilogues may overlap the anchor, i.e. the innermost level
+        holding the anchor's output keeps two tiles (the array fills one while the epilogue
+        finishes the other). Never on host C, which runs a kernel's statements one after another."""
+        n = double_buffered.shape[0]
+        chain = self.statements[self.kernel.anchor].accesses[0].chain
+        if self.host is not None or not chain:
+            return np.zeros(n, dtype=bool)
+        return double_buffered[:, chain[-1]]
+
     def evaluate_batch(self, tiles, orders=None, parallel=None, vectorize=None) -> BatchCost:
         tiles, orders, parallel, vectorize = self.normalise(tiles, orders, parallel, vectorize)
         target, compute = self.target, self.target.compute
@@ -585,6 +595,10 @@ class KernelModel:
         drain_total = np.zeros(n)
         stream_total = np.zeros(n)
         compute_by_unit: dict[str, np.ndarray] = {}
+        anchor_unit = datapath_of(compute, self.statements[self.kernel.anchor]).unit
+        overlap = self._epilogue_overlap(double_buffered)      # [n] bool
+        beside: dict[str, np.ndarray] = {}    # in-place epilogues' compute on other datapaths
+        beside_tail = np.zeros(n)             # ... their last output tile's, which nothing hides
         for si, st in enumerate(self.statements):
             if si in self.computed:
                 continue      # costed as its own nest below
@@ -699,7 +713,11 @@ class KernelModel:
                         2.0 * fetches - distinct, 1e-30) if a.kind == "accumulate" else 0.0)
                 fetches = _fetches(a.index_mask[dp_loops], dp_trips)
                 distinct = np.prod(np.where(a.index_mask & st.present, dp_counts, 1.0), axis=1)
-                datapath = _traffic(a.kind, _footprint(a, dp_mean), fetches, distinct)
+                # A systolic array's partial sums are added into its accumulator as they arrive
+                # (the banks read-modify-write in place: Gemmini's accumulate-on-write, the MXU's
+                # result buffers): one transfer each on the port, none read back out.
+                dp_kind = "write" if a.kind == "accumulate" and compute.kind == "systolic" else a.kind
+                datapath = _traffic(dp_kind, _footprint(a, dp_mean), fetches, distinct)
                 # Spill: blend each level's traffic toward what streams through it.
                 through = datapath
                 eff = [None] * len(a.chain)
@@ -788,8 +806,15 @@ class KernelModel:
                 drain_total += drain
             elif st.in_place:
                 # Its transfers ride the anchor's pipeline (latency hidden, first tiles loaded
-                # while the anchor's first tile computes); its compute and its drain add.
-                group_busy += st_compute + drain
+                # while the anchor's first tile computes). On the anchor's own datapath its
+                # compute adds; on another one (the vector unit beside a PE array) it works on
+                # each finished output tile while the anchor computes the next, where the
+                # output's innermost level holds two: then only the last tile's epilogue adds.
+                other = overlap & (dp.unit != anchor_unit)
+                out_tiles = np.prod(np.where(st.present, counts[:, L - 1, :], 1.0), axis=1)
+                beside[dp.unit] = beside.get(dp.unit, 0.0) + np.where(other, st_compute, 0.0)
+                beside_tail += np.where(other, st_compute / out_tiles, 0.0)
+                group_busy += np.where(other, 0.0, st_compute) + drain
                 group_levels += st_bytes / bw
                 drain_total += drain
             else:
@@ -801,6 +826,9 @@ class KernelModel:
             compute_by_unit[dp.unit] = compute_by_unit.get(dp.unit, 0.0) + st_compute
             bytes_by_level += st_bytes
             level_time += st_level_time
+        if beside:
+            group_busy = np.maximum(group_busy, np.max(np.stack([np.broadcast_to(v, (n,)) for v in beside.values()]),
+                                                       axis=0)) + beside_tail
         time_s += np.maximum(group_busy, group_levels.max(axis=1))
         producer_energy = np.zeros(n)
         if self.producers:
@@ -895,21 +923,34 @@ class _ProducerModel:
         own = self.own = _searched_alone(self.kernel, target)
         inner = own.tile_sizes(self.levels)
         self.inner_tiles = np.array([inner[l.name] for l in stmt.loops], dtype=float)   # [D_P, L]
-        _, self.orders, self.parallel, self.vectorize = self.model.schedule_arrays(own)
+        _, orders, self.parallel, self.vectorize = self.model.schedule_arrays(own)
+        # A region is not the whole nest: fewer rows may stream past each weight block, so the
+        # loop order alone may refill the array at every tile. Its inner orders are its own
+        # and, at each level, each loop of more than one trip moved innermost; each candidate
+        # takes the fastest (the simulator replays the same choice).
+        self.orders = _order_variants(orders[0], self.extents, MAX_PRODUCER_ORDERS)   # [K, L, D_P]
+
+    def _costs(self, sub: np.ndarray) -> list["BatchCost"]:
+        n = len(sub)
+        return [self.model.evaluate_batch(sub, np.broadcast_to(o, (n,) + o.shape), self.parallel,
+                                          np.broadcast_to(self.vectorize, (n,))) for o in self.orders]
 
     def evaluate(self, tiles, orders, counts) -> tuple["BatchCost", np.ndarray]:
         """(its cost over its whole region once, the recompute factor) per candidate."""
         sub, mult = self.region_tiles(tiles, orders, counts)
-        n = len(sub)
-        return self.model.evaluate_batch(sub, np.broadcast_to(self.orders, (n,) + self.orders.shape[1:]),
-                                         self.parallel, np.broadcast_to(self.vectorize, (n,))), mult
+        costs = self._costs(sub)
+        best = np.argmin(np.stack([c.time_s for c in costs]), axis=0)
+        return _pick(costs, best), mult
 
     def schedule(self, sub: np.ndarray) -> Schedule:
-        """Its nest as a schedule of its own kernel, tiles `sub` [loops, levels] (what the
-        simulator replays)."""
+        """Its nest as a schedule of its own kernel, tiles `sub` [loops, levels], in the inner
+        order the model picks for them (what the simulator replays)."""
+        best = int(np.argmin([c.time_s[0] for c in self._costs(sub[None])]))
+        order = {lv: tuple(self.kernel.loops[d].name for d in self.orders[best][h]) for h, lv in enumerate(self.levels)}
         return Schedule(self.kernel, tiles={l.name: {lv: int(sub[d, h]) for h, lv in enumerate(self.levels)}
                                             for d, l in enumerate(self.kernel.loops)},
-                        order=self.own.order, annotations=self.own.annotations, levels=self.levels)
+                        order=order, annotations=self.own.annotations, levels=self.levels)
+
 
     def region_tiles(self, tiles, orders, counts) -> tuple[np.ndarray, np.ndarray]:
         """Its tiles [n, loops, levels] over the region of each candidate, and the recompute."""
@@ -945,6 +986,45 @@ class _ProducerModel:
                 mult *= n_point[:, a]
         sub = np.maximum(np.minimum.accumulate(np.floor(sub), axis=2), 1).astype(np.int64)
         return sub, mult
+
+
+MAX_PRODUCER_ORDERS = 8     # inner orders tried for a producer nest over its region
+
+
+def _order_variants(order: np.ndarray, extents: np.ndarray, limit: int) -> np.ndarray:
+    """[K, L, D] orders: `order` [L, D] itself, then, innermost level first, each loop of
+    more than one trip moved innermost at one level; at most `limit`, no repeats."""
+    out = [order]
+    seen = {order.tobytes()}
+    L = order.shape[0]
+    for h in range(L - 1, -1, -1):
+        for d in order[h][::-1]:
+            if extents[d] <= 1:
+                continue
+            v = order.copy()
+            v[h] = np.concatenate([[x for x in order[h] if x != d], [d]])
+            if v.tobytes() not in seen and len(out) < limit:
+                seen.add(v.tobytes())
+                out.append(v)
+    return np.stack(out)
+
+
+def _pick(costs: list["BatchCost"], best: np.ndarray) -> "BatchCost":
+    """One BatchCost of candidate i's row from costs[best[i]]."""
+    if len(costs) == 1:
+        return costs[0]
+    rows = np.arange(len(best))
+    out = {}
+    for f in BatchCost.__dataclass_fields__:
+        first = getattr(costs[0], f)
+        if isinstance(first, np.ndarray):
+            out[f] = np.stack([getattr(c, f) for c in costs])[best, rows]
+        elif isinstance(first, dict):
+            out[f] = {k: np.stack([np.broadcast_to(getattr(c, f)[k], (len(best),)) for c in costs])[best, rows]
+                      for k in first}
+        else:
+            out[f] = first
+    return BatchCost(**out)
 
 
 # The tiling search (rules/tiling.py, a layer above) registers itself here: a producer nest

@@ -8,7 +8,8 @@ The compulsory bytes are every program input, param and output moved once
 it on (`cost.datapath_of`: the PE array, the vector unit, SIMT lanes, cores), in passes of
 that datapath's width, on every compute unit at once: on the array, its two mapped loops in
 blocks of pe_rows x pe_cols (ceil(E / rows) x ceil(E / cols) blocks: the best fill those
-extents allow); on a vector datapath, its points in runs of the vector width along the loop
+extents allow), and each distinct block of its stationary operand filled into the array
+once (`fill_cycles`; with double-buffered weights only what its stream cannot hide); on a vector datapath, its points in runs of the vector width along the loop
 that fills them best (or all its points as one flat run for an elementwise statement, as
 the model streams them). Datapaths run concurrently, so the limit is the largest of these
 floors, not their sum. `limit_fraction` = limit / optimised time: 1.0 is the physical limit.
@@ -21,7 +22,7 @@ import numpy as np
 
 from ..ir.program import Program
 from ..ir.schedule import kernels_unfused
-from .cost import datapath_of, kernel_model
+from .cost import _fill_cycles, _stationary_operand, datapath_of, kernel_model
 from .roofline import compulsory_bytes
 from .target import load_target
 
@@ -38,16 +39,24 @@ def physical_limit(program: Program, target) -> dict:
         for st in model.statements:
             dp = datapath_of(compute, st)
             present = extents[st.present]
+            fill = 0.0
             if dp.on_array:
                 rows, cols = extents[st.row_loop], extents[st.col_loop]
                 others = math.prod(e for i, e in enumerate(extents) if st.present[i] and i not in (st.row_loop, st.col_loop))
-                passes = math.ceil(rows / compute.pe_rows) * math.ceil(cols / compute.pe_cols) * others
+                blocks = math.ceil(rows / compute.pe_rows) * math.ceil(cols / compute.pe_cols)
+                passes = blocks * others
+                stationary = _stationary_operand(st)
+                if stationary is not None:
+                    # Each distinct block of the stationary operand fills the array at least once.
+                    blocks *= math.prod(e for i, e in enumerate(extents) if stationary.index_mask[i] and st.present[i]
+                                        and i not in (st.row_loop, st.col_loop))
+                    fill = float(_fill_cycles(compute, np.float64(blocks), passes * st.local_points * dp.pass_cycles))
             else:
                 width = dp.width
                 along = min((math.ceil(e / width) * math.prod(present) / e for e in present), default=1.0)
                 flat = math.ceil(math.prod(present) / width) if not st.reduce and not st.mac else math.inf
                 passes = min(along, flat)
-            seconds = passes * st.local_points * dp.pass_cycles / compute.units / clock
+            seconds = (passes * st.local_points * dp.pass_cycles + fill) / compute.units / clock
             datapaths[dp.unit] = datapaths.get(dp.unit, 0.0) + float(seconds)
     dram_s = compulsory_bytes(program) / target.dram_bandwidth
     bound, time_s = max([("DRAM", dram_s)] + list(datapaths.items()), key=lambda kv: kv[1])

@@ -609,7 +609,9 @@ def regions(kernel: Kernel) -> dict[int, dict[str, Region]]:
         if not consumers:
             raise ComputeAtError(f"{where}: nothing in the kernel reads {tensor}")
         for c in consumers:
-            if c not in at and c != kernel.anchor:
+            # A statement after the anchor runs on the anchor's tile (an epilogue, a layernorm's
+            # variance after its mean): it reads the region over that tile, as the anchor does.
+            if c not in at and c < kernel.anchor:
                 raise ComputeAtError(f"{where}: {tensor} is read by {statements[c].target}, which is neither "
                                      "the kernel's anchor nor computed at its tiles")
         dims: list[Region | None] = [None] * len(stmt.target_indices)

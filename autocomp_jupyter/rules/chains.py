@@ -164,8 +164,9 @@ def _closed(program: Program, chain: list[Kernel]) -> bool:
 
 
 def chain_kernel(program: Program, chain: list[Kernel]) -> Kernel:
-    """The kernels of `chain` as one, anchored at the last one's contraction, every tensor of
-    the others computed at its tiles (at a placeholder point; the search moves it)."""
+    """The kernels of `chain` as one, anchored at the last one's anchor (a contraction, a
+    layernorm's row mean), every tensor of the others computed at its tiles (at a
+    placeholder point; the search moves it)."""
     ops = [op for k in chain for op in k.ops]
     anchor = _anchor_op(program, chain[-1]).name
     kernel = Kernel.from_ops(program, ops, name=_kernel_name(ops), anchor=anchor)

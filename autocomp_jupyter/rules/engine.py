@@ -224,7 +224,7 @@ _PAIR = (lambda v: isinstance(v, list) and len(v) == 2 and all(isinstance(x, int
 SCHEMA: dict[str, Any] = {
     "fusion": {
         "params": {"fusion_threshold_gb": _NUMBER, "max_fusion_depth": _INT, "inline_threshold": _INT0,
-                   "shared_mem_kb": _NUMBER},
+                   "shared_mem_kb": _NUMBER, "fold_views": _BOOL},
         "order": _STR_LIST,
         "rules": "rules",
     },

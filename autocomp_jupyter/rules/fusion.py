@@ -9,7 +9,10 @@ Steps, each logged into the report:
    the result. The user named these rules, so they go first.
 2. Inline: an elementwise/broadcast intermediate with at most `inline_threshold` elements
    is substituted into every reader (recomputed instead of stored), when every read is
-   in bounds. The rewritten program is checked by the interpreter.
+   in bounds. The rewritten program is checked by the interpreter. Views (`fold_views`):
+   a copy with no arithmetic (reshape, transpose, squeeze: `Y[i, j] = X[j, i]`) is folded
+   into its readers whatever its size, which then read X through the copy's index map, as
+   TVM fuses injective ops into their consumers; checked once for all views.
 3. Chains: at each op (program order) every enabled rule for the target is matched against
    the chain starting there; the longest match wins (ties: the rule tried first). A group
    is shortened until its working set fits the fast memory (`shared_mem_kb`, the target's
@@ -44,6 +47,8 @@ def fusion_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
     program, fixed_groups = _python_rewrites(program, ctx, log, rollbacks)   # the user's rules first
     taken = {n for g in fixed_groups for n in g}
     program = _inline_small(program, ctx, params.get("inline_threshold", 0), log, rollbacks, taken)
+    if params.get("fold_views", True):
+        program = _fold_views(program, ctx, log, rollbacks, taken)
     groups = _chain_groups(program, ctx, fixed_groups, log, rollbacks)
 
     kernels = _in_dependence_order(tuple(Kernel.from_ops(program, g, name=_kernel_name(g)) for g in groups))
@@ -54,14 +59,18 @@ def fusion_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
     return PassOutcome(Plan(program, kernels, schedules, "fused"), tuple(log), tuple(rollbacks))
 
 
-def groups_that_pay(before: Plan, after: Plan, ctx: PassContext, tiled) -> tuple[Plan, list[tuple[Kernel, float, float]]]:
-    """(plan, dropped): `after` (the fusion pass's plan) with every fusion group that, tiled,
-    is slower than its ops tiled alone split back into its ops, so that one slower group
-    never undoes the others. `tiled(plan)` is the plan the tiling pass makes of `plan`;
-    dropped: (group kernel, its tiled time, its ops' tiled time alone) for each one split."""
+def groups_that_pay(before: Plan, after: Plan, ctx: PassContext, tiled):
+    """(plan, dropped, shortened): `after` (the fusion pass's plan) with every fusion group
+    that, tiled, is slower than its ops tiled alone replaced by its longest prefix that a rule
+    also matches and that pays (a GEMM's bias and residual epilogue when the layernorm after
+    them does not), else split back into its ops, so that one slower group never undoes
+    the others nor its own shorter fusion. `tiled(plan)` is the plan the tiling pass makes of
+    `plan`. dropped: (group kernel, its tiled time, its ops' tiled time alone) for each slower
+    group; shortened: (prefix kernel, rule name, its tiled time, alone, group kernel) for each
+    prefix kept in its place."""
     groups = [k for k in after.kernels if len(k.ops) > 1]
     if not groups:
-        return after, []
+        return after, [], []
     program = after.program
     alone = tuple(Kernel.from_ops(program, [op.name]) for op in program.ops)
     unfused = Plan(program, alone, tuple(_inherited_schedule(program, k, ctx, before) for k in alone), "unfused")
@@ -71,15 +80,64 @@ def groups_that_pay(before: Plan, after: Plan, ctx: PassContext, tiled) -> tuple
     dropped = [(k, fused_s[k.name], sum(alone_s[op] for op in k.ops)) for k in groups
                if fused_s[k.name] > sum(alone_s[op] for op in k.ops)]
     if not dropped:
-        return after, []
-    split = {k.name for k, _, _ in dropped}
+        return after, [], []
     by_op = {k.ops[0]: (k, s) for k, s in zip(unfused.kernels, unfused.schedules)}
+    slower = {k.name for k, _, _ in dropped}
+    # Each slower group's prefixes a rule matches, longest first; tried a round at a time
+    # (one tiling of the whole plan per round) until one pays or none is left.
+    candidates = {k.name: [(ops, rule) for n in range(len(k.ops) - 1, 1, -1)
+                           for ops, rule in [(k.ops[:n], _rule_matching(program, k.ops[:n], ctx))] if rule]
+                  for k, _, _ in dropped}
+    chosen: dict[str, tuple] = {}
+    shortened = []
+    pending = {name for name, c in candidates.items() if c}
+    while pending:
+        trial = {name: candidates[name][0] for name in pending}
+        plan = _with_groups(after, program, slower, {**chosen, **trial}, by_op, ctx, before)
+        trial_tiled = tiled(plan)
+        times = {k.name: c.time_s for k, c in zip(trial_tiled.kernels, ctx.cost(trial_tiled).kernels)}
+        for name, (ops, rule) in trial.items():
+            fused, alone_time = times[_kernel_name(ops)], sum(alone_s[op] for op in ops)
+            if fused <= alone_time:
+                chosen[name] = (ops, rule)
+                group = next(k for k, _, _ in dropped if k.name == name)
+                shortened.append((Kernel.from_ops(program, list(ops), name=_kernel_name(ops)), rule.name, fused,
+                                  alone_time, group))
+                pending.discard(name)
+            else:
+                candidates[name] = candidates[name][1:]
+                if not candidates[name]:
+                    pending.discard(name)
+    return _with_groups(after, program, slower, chosen, by_op, ctx, before), dropped, shortened
+
+
+def _rule_matching(program: Program, ops, ctx: PassContext):
+    """The first enabled epilogue rule for the target that matches exactly `ops`, or None."""
+    chain = [program.op(o) for o in ops]
+    for rule in ctx.rules.fusion_rules:
+        if (rule.lower == "epilogue" and rule.applies_to(ctx.target.name) and rule.match is not None
+                and rule.match.match_chain(chain) == len(chain)):
+            return rule
+    return None
+
+
+def _with_groups(after: Plan, program: Program, slower: set[str], prefixes: dict, by_op: dict, ctx: PassContext,
+                 before: Plan) -> Plan:
+    """`after` with each slower group (named in `slower`) replaced by its chosen prefix kernel
+    plus its other ops alone, or by its ops alone when `prefixes` has none for it."""
     kernels, schedules = [], []
     for k, s in zip(after.kernels, after.schedules):
-        pieces = [by_op[op] for op in k.ops] if k.name in split else [(k, s)]
+        if k.name in prefixes:
+            ops = list(prefixes[k.name][0])
+            head = Kernel.from_ops(program, ops, name=_kernel_name(ops))
+            pieces = [(head, _inherited_schedule(program, head, ctx, before))] + [by_op[op] for op in k.ops[len(ops):]]
+        elif k.name in slower:
+            pieces = [by_op[op] for op in k.ops]
+        else:
+            pieces = [(k, s)]
         kernels += [p[0] for p in pieces]
         schedules += [p[1] for p in pieces]
-    return Plan(program, tuple(kernels), tuple(schedules), after.label), dropped
+    return Plan(program, tuple(kernels), tuple(schedules), after.label)
 
 
 def _inherited_schedule(program: Program, kernel: Kernel, ctx: PassContext, plan: Plan) -> Schedule:
@@ -157,10 +215,11 @@ def inline(program: Program, op: Op) -> Program:
 
 
 def replay_inlines(program: Program, fused: Program) -> Program:
-    """`program` (the original, or its scaled twin) with the inlines that made `fused` from
-    it replayed: every single-statement elementwise op whose output `fused` no longer has is
-    substituted into its readers, in program order (as step 2 did). Lets a fused program's
-    kernels be rebuilt on the twin of its source."""
+    """`program` (the original, or its scaled twin) with the inlines and view folds that made
+    `fused` from it replayed: every single-statement elementwise op whose output `fused` no
+    longer has is substituted into its readers, in program order (as step 2 did), then every
+    view `fused` no longer has. Lets a fused program's kernels be rebuilt on the twin of its
+    source."""
     for name in [op.output for op in program.ops]:
         op = program.producer(name)         # as rewritten by the inlines before it
         if (not fused.has_tensor(name) and op is not None and op.op_class in ("elementwise", "broadcast")
@@ -168,7 +227,61 @@ def replay_inlines(program: Program, fused: Program) -> Program:
                 and all(i.single_loop is not None for i in op.statements[0].target_indices)
                 and program.readers(name)):
             program = inline(program, op)
+    for name in [op.output for op in program.ops]:
+        op = program.producer(name)
+        if not fused.has_tensor(name) and op is not None and is_view(program, op):
+            program = inline(program, op)
     return program
+
+
+def is_view(program: Program, op: Op) -> bool:
+    """Whether `op` is a view its readers can read through: one statement copying its input
+    (`Y[loops] = X[affine]`, no arithmetic, in bounds, no rounding), each loop one target
+    dimension, its output not a program output, and every read of it in bounds (a padded
+    read outside Y could land inside X)."""
+    if op.op_class != "injective" or len(op.statements) != 1 or op.output in program.outputs:
+        return False
+    st = op.statements[0]
+    if st.reduce or not isinstance(st.expr, Access) or not program.has_tensor(st.expr.tensor):
+        return False
+    lhs = [i.single_loop for i in st.target_indices]
+    if None in lhs or len(set(lhs)) != len(lhs):
+        return False
+    y, x = program.tensor(op.output), program.tensor(st.expr.tensor)
+    if y.dtype != x.dtype or not _in_bounds(st.expr, st.extents, x.shape):
+        return False
+    readers = program.readers(op.output)
+    return bool(readers) and all(_in_bounds(a, r_st.extents, y.shape) for r in readers for r_st in r.statements
+                                 for a in r_st.reads() if a.tensor == op.output)
+
+
+def _fold_views(program: Program, ctx: PassContext, log, rollbacks, keep: set[str]) -> Program:
+    """Step 2's views: each folded into its readers, in program order (a transpose of a
+    reshape folds twice); the result checked once by the interpreter, all undone if it differs."""
+    folded, entries = program, []
+    for name in [op.output for op in program.ops]:
+        op = folded.producer(name)
+        if op is None or op.name in keep or any(r.name in keep for r in folded.readers(name)):
+            continue
+        if not is_view(folded, op):
+            continue
+        if any(isinstance(_call_rule(rule, op, r, []), Fuse) for rule in _python_rules(ctx) for r in folded.readers(name)):
+            continue          # a rule the user named fuses it: theirs goes first
+        readers = [r.name for r in folded.readers(name)]
+        entries.append(rule_entry("fold_views", PASS, [op.name] + readers, True,
+                                  f"'{name}' is a {op.kind} of '{op.statements[0].expr.tensor}' (no arithmetic): "
+                                  f"{', '.join(readers)} read{'s' if len(readers) == 1 else ''} through its index map, "
+                                  "no copy is made"))
+        folded = inline(folded, op)
+    if not entries:
+        return program
+    verdict = ctx.verify(folded)
+    if not verdict:
+        log.append(rule_entry("fold_views", PASS, [e["ops"][0] for e in entries], False, f"rolled back: {verdict.reason}"))
+        rollbacks.append(rollback_entry(PASS, entries[0]["ops"][0], f"folding the views changed the result: {verdict.reason}"))
+        return program
+    log.extend(entries)
+    return folded
 
 
 def _inline_small(program: Program, ctx: PassContext, threshold: int, log, rollbacks, keep: set[str]) -> Program:
