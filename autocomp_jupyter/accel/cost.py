@@ -101,6 +101,9 @@ class BatchCost:
     drain_s: np.ndarray | None = None          # [n]: last output tiles, after all compute
     stream_s: np.ndarray | None = None         # [n]: operands streaming into the datapath
     compute_by_unit: dict | None = None        # {unit name: [n]}
+    # In-place epilogues' compute hidden beside the anchor on other datapaths {unit: [n]}:
+    # not in time_s's critical path, but those datapaths are busy for it.
+    beside_by_unit: dict | None = None
 
     def __len__(self) -> int:
         return len(self.time_s)
@@ -826,6 +829,8 @@ class KernelModel:
             compute_by_unit[dp.unit] = compute_by_unit.get(dp.unit, 0.0) + st_compute
             bytes_by_level += st_bytes
             level_time += st_level_time
+        # The anchor's datapath alone (what producers on other datapaths overlap, below) ...
+        anchor_only = time_s + np.maximum(group_busy, group_levels.max(axis=1))
         if beside:
             group_busy = np.maximum(group_busy, np.max(np.stack([np.broadcast_to(v, (n,)) for v in beside.values()]),
                                                        axis=0)) + beside_tail
@@ -837,11 +842,16 @@ class KernelModel:
             # tile's consumer, so the kernel takes its busiest datapath's nests' times added
             # up, or its busiest channel's traffic, whichever is longer (the simulator replays
             # each nest and combines them the same way).
-            busy = {datapath_of(compute, self.statements[self.kernel.anchor]).unit: time_s.copy()}
+            # ... and the epilogues beside it keep their datapath busy too (a producer there adds).
+            busy = {anchor_unit: anchor_only.copy()}
+            for u, v in beside.items():
+                busy[u] = busy.get(u, 0.0) + v
         for producer in self.producers:      # computed at the anchor's tiles: its own nest, recomputed
             cost, mult = producer.evaluate(tiles, orders, counts)
             unit = datapath_of(compute, producer.model.statements[0]).unit
             busy[unit] = busy.get(unit, 0.0) + cost.time_s * mult
+            for u, v in (cost.beside_by_unit or {}).items():    # its own epilogues beside it
+                busy[u] = busy.get(u, 0.0) + v * mult
             for u, v in (cost.compute_by_unit or {}).items():
                 compute_by_unit[u] = compute_by_unit.get(u, 0.0) + v * mult
             compute_s += cost.compute_s * mult
@@ -870,7 +880,7 @@ class KernelModel:
             double_buffered=double_buffered, datapath_bytes=datapath_bytes,
             level_bw_s=level_bw_s, level_latency_s=level_lat_s, serial_s=serial_total, cold_s=cold_total,
             drain_s=drain_total, stream_s=stream_total,
-            compute_by_unit=compute_by_unit,
+            compute_by_unit=compute_by_unit, beside_by_unit=beside,
         )
 
 
@@ -925,27 +935,47 @@ class _ProducerModel:
         self.inner_tiles = np.array([inner[l.name] for l in stmt.loops], dtype=float)   # [D_P, L]
         _, orders, self.parallel, self.vectorize = self.model.schedule_arrays(own)
         # A region is not the whole nest: fewer rows may stream past each weight block, so the
-        # loop order alone may refill the array at every tile. Its inner orders are its own
-        # and, at each level, each loop of more than one trip moved innermost; each candidate
-        # takes the fastest (the simulator replays the same choice).
-        self.orders = _order_variants(orders[0], self.extents, MAX_PRODUCER_ORDERS)   # [K, L, D_P]
+        # loop order alone may refill the PE array at every tile. Its inner orders are its own
+        # and, at the innermost level, each loop the region follows moved innermost; each
+        # candidate takes the fastest (the simulator replays the same choice).
+        # (Only on a PE array, whose stationary blocks refill: elsewhere the order moves no work.)
+        on_array = datapath_of(target.compute, self.model.statements[0]).on_array
+        followed_own = [d for d, (a, _, _, _) in enumerate(self.spans) if a >= 0 and self.extents[d] > 1 and on_array]
+        self.orders = _order_variants(orders[0], followed_own, MAX_PRODUCER_ORDERS)   # [K, L, D_P]
+        alone = self.model.evaluate_batch(*self.model.schedule_arrays(own))
+        self.alone_compute = float(alone.compute_s[0])
 
-    def _costs(self, sub: np.ndarray) -> list["BatchCost"]:
+    def _cost(self, sub: np.ndarray, order: np.ndarray) -> "BatchCost":
         n = len(sub)
-        return [self.model.evaluate_batch(sub, np.broadcast_to(o, (n,) + o.shape), self.parallel,
-                                          np.broadcast_to(self.vectorize, (n,))) for o in self.orders]
+        return self.model.evaluate_batch(sub, np.broadcast_to(order, (n,) + order.shape), self.parallel,
+                                         np.broadcast_to(self.vectorize, (n,)))
+
+    def _choose(self, sub: np.ndarray) -> tuple["BatchCost", np.ndarray]:
+        """(cost, index into self.orders) per row of `sub`: its own order, or where that
+        computes much slower than it does alone (the order refills the array over this
+        region), the fastest of the variants. Each row's choice depends on that row alone."""
+        own = self._cost(sub, self.orders[0])
+        choice = np.zeros(len(sub), dtype=np.int64)
+        if len(self.orders) == 1:
+            return own, choice
+        # (a region's nest is costed over the producer's whole extents, as alone: the two compare)
+        poor = np.nonzero(own.compute_s > POOR_ORDER * self.alone_compute)[0]
+        if not len(poor):
+            return own, choice
+        costs = [_rows(own, poor)] + [self._cost(sub[poor], o) for o in self.orders[1:]]
+        best = np.argmin(np.stack([c.time_s for c in costs]), axis=0)
+        choice[poor] = best
+        return _merge(own, _pick(costs, best), poor), choice
 
     def evaluate(self, tiles, orders, counts) -> tuple["BatchCost", np.ndarray]:
         """(its cost over its whole region once, the recompute factor) per candidate."""
         sub, mult = self.region_tiles(tiles, orders, counts)
-        costs = self._costs(sub)
-        best = np.argmin(np.stack([c.time_s for c in costs]), axis=0)
-        return _pick(costs, best), mult
+        return self._choose(sub)[0], mult
 
     def schedule(self, sub: np.ndarray) -> Schedule:
         """Its nest as a schedule of its own kernel, tiles `sub` [loops, levels], in the inner
         order the model picks for them (what the simulator replays)."""
-        best = int(np.argmin([c.time_s[0] for c in self._costs(sub[None])]))
+        best = int(self._choose(sub[None])[1][0])
         order = {lv: tuple(self.kernel.loops[d].name for d in self.orders[best][h]) for h, lv in enumerate(self.levels)}
         return Schedule(self.kernel, tiles={l.name: {lv: int(sub[d, h]) for h, lv in enumerate(self.levels)}
                                             for d, l in enumerate(self.kernel.loops)},
@@ -988,25 +1018,59 @@ class _ProducerModel:
         return sub, mult
 
 
-MAX_PRODUCER_ORDERS = 8     # inner orders tried for a producer nest over its region
+MAX_PRODUCER_ORDERS = 4     # inner orders tried for a producer nest over its region
+POOR_ORDER = 1.5            # ... where its own order computes this much slower than alone
 
 
-def _order_variants(order: np.ndarray, extents: np.ndarray, limit: int) -> np.ndarray:
-    """[K, L, D] orders: `order` [L, D] itself, then, innermost level first, each loop of
-    more than one trip moved innermost at one level; at most `limit`, no repeats."""
+def _order_variants(order: np.ndarray, loops: list[int], limit: int) -> np.ndarray:
+    """[K, L, D] orders: `order` [L, D] itself, then each of `loops` moved innermost at the
+    innermost level; at most `limit`, no repeats."""
     out = [order]
     seen = {order.tobytes()}
-    L = order.shape[0]
-    for h in range(L - 1, -1, -1):
-        for d in order[h][::-1]:
-            if extents[d] <= 1:
-                continue
-            v = order.copy()
-            v[h] = np.concatenate([[x for x in order[h] if x != d], [d]])
-            if v.tobytes() not in seen and len(out) < limit:
-                seen.add(v.tobytes())
-                out.append(v)
+    h = order.shape[0] - 1
+    for d in loops:
+        v = order.copy()
+        v[h] = np.concatenate([[x for x in order[h] if x != d], [d]])
+        if v.tobytes() not in seen and len(out) < limit:
+            seen.add(v.tobytes())
+            out.append(v)
     return np.stack(out)
+
+
+def _rows(cost: "BatchCost", idx: np.ndarray) -> "BatchCost":
+    """The BatchCost of candidates `idx` of `cost`."""
+    out = {}
+    for f in BatchCost.__dataclass_fields__:
+        v = getattr(cost, f)
+        if isinstance(v, np.ndarray):
+            out[f] = v[idx]
+        elif isinstance(v, dict):
+            out[f] = {k: np.broadcast_to(x, (len(cost.time_s),))[idx] for k, x in v.items()}
+        else:
+            out[f] = v
+    return BatchCost(**out)
+
+
+def _merge(cost: "BatchCost", part: "BatchCost", idx: np.ndarray) -> "BatchCost":
+    """`cost` with candidates `idx` replaced by the rows of `part`."""
+    n = len(cost.time_s)
+    out = {}
+    for f in BatchCost.__dataclass_fields__:
+        v, w = getattr(cost, f), getattr(part, f)
+        if isinstance(v, np.ndarray):
+            v = v.copy()
+            v[idx] = w
+            out[f] = v
+        elif isinstance(v, dict):
+            merged = {}
+            for k, x in v.items():
+                x = np.array(np.broadcast_to(x, (n,)), dtype=float)
+                x[idx] = w[k]
+                merged[k] = x
+            out[f] = merged
+        else:
+            out[f] = v
+    return BatchCost(**out)
 
 
 def _pick(costs: list["BatchCost"], best: np.ndarray) -> "BatchCost":

@@ -38,6 +38,7 @@ class SimResult:
     steps: int              # innermost tiles replayed
     total_steps: int        # innermost tiles in the whole nest
     sampled: bool
+    beside: dict | None = None   # in-place epilogues' compute hidden beside the anchor, by datapath
 
 
 class _Channel:
@@ -146,6 +147,7 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
         steps_done += r["steps"]
         total_steps += r["total_steps"]
         sampled |= r["sampled"]
+    anchor_only = time_s + max(group_time, float(np.max(group_bytes / bw)))
     if beside:
         group_time = max(group_time, max(beside.values())) + beside_tail
     time_s += max(group_time, float(np.max(group_bytes / bw)))
@@ -154,12 +156,16 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
         # times its recompute; nests on different datapaths overlap tile by tile, so the
         # kernel takes its busiest datapath's replayed time, or its busiest channel's.
         counts = _tile_counts(model.extents[None, :], tiles)[0]
-        busy = {datapath_of(target.compute, model.statements[schedule.kernel.anchor]).unit: time_s}
+        busy = {anchor_unit: anchor_only}         # the epilogues beside the anchor keep their datapath busy
+        for u, v in beside.items():
+            busy[u] = busy.get(u, 0.0) + v
         for producer in model.producers:
             sub, mult = producer.region_tiles(tiles, orders, counts)
             r = simulate(producer.schedule(sub[0]), target, max_steps)
             unit = datapath_of(target.compute, producer.model.statements[0]).unit
             busy[unit] = busy.get(unit, 0.0) + r.time_s * float(mult[0])
+            for u, v in (r.beside or {}).items():       # its own epilogues beside it
+                busy[u] = busy.get(u, 0.0) + v * float(mult[0])
             total_bytes += np.array([r.bytes[n] for n in model.level_names]) * float(mult[0])
             compute_s += r.compute_s * float(mult[0])
             steps_done += r.steps
@@ -168,7 +174,8 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
         time_s = max(max(busy.values()), float(np.max(total_bytes / bw)))
     return SimResult(time_s=time_s, cycles=time_s * target.clock_ghz * 1e9,
                      bytes={n: float(b) for n, b in zip(model.level_names, total_bytes)},
-                     compute_s=compute_s, steps=steps_done, total_steps=total_steps, sampled=sampled)
+                     compute_s=compute_s, steps=steps_done, total_steps=total_steps, sampled=sampled,
+                     beside=beside)
 
 
 def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np.ndarray,

@@ -444,8 +444,15 @@ def _to_schedule(kernel: Kernel, current: Schedule | None, tiles, orders, target
 def _producer_schedule(kernel: Kernel, target) -> Schedule | None:
     """The search's schedule of a producer nest alone (accel/cost.py costs a compute_at
     producer over its region as this schedules it)."""
-    found = search_tiles(kernel, target, None, level_mapping(list(target.tiling_levels), target.tiling_levels), {})
+    found = search_tiles(kernel, target, None, level_mapping(list(target.tiling_levels), target.tiling_levels), {},
+                         n_random=PRODUCER_CANDIDATES, rounds=PRODUCER_ROUNDS)
     return found[0] if found is not None else None
+
+
+# A producer nest's search is smaller than a kernel's: a chain searches one per producer and
+# compute point, and its tiles are clipped to each region anyway.
+PRODUCER_CANDIDATES = 500
+PRODUCER_ROUNDS = 3
 
 
 register_producer_search(_producer_schedule)
