@@ -139,7 +139,7 @@ def test_packed_contractions_with_fused_epilogues_match_interpreter(name, thread
     """Every conv variant (stride, dilation, padding, groups, depthwise, remainders), batched
     and int8 GEMMs run packed, their epilogues applied in the microkernel's store (no second
     pass over the output), on 1 and 2 threads, and match the interpreter."""
-    from autocomp_jupyter.codegen.c import direct_rows, generate_c, packed_contraction
+    from autocomp_jupyter.codegen.c import direct_rows, generate_c, packed_contraction, prepacked
 
     src, fused = PACKED_VARIANTS[name]
     program = parse(src)
@@ -156,7 +156,12 @@ def test_packed_contractions_with_fused_epilogues_match_interpreter(name, thread
         assert "Bpack" not in text and text.count("/* direct rows") == 1 and name.startswith("depthwise")
         assert ("#pragma omp parallel for" in text) == (threads > 1)
     else:
-        assert "Bpack" in text and ("#pragma omp parallel\n" in text) == (threads > 1)
+        # the weights (a param read in range) are packed once, ahead; the other operand per block
+        pre = [w for w, a in (("a", pk.a), ("b", pk.b)) if prepacked(kernel, pk, w)]
+        assert pre == [w for w, a in (("a", pk.a), ("b", pk.b)) if kernel.tensor(a.tensor).role == "param"]
+        assert ("Bpack" in text) == ("b" not in pre) and ("Apack" in text) == ("a" not in pre)
+        assert text.count("_prepacked = NULL;") == len(pre)
+        assert ("#pragma omp parallel\n" in text) == (threads > 1)
         assert text.count("/* packed GEMM") == 1
     check(plan, threads=threads)
 

@@ -83,7 +83,7 @@ from .host_analysis import (  # noqa: F401
     DIRECT_MIN_POINTS, DIRECT_STEP_MAX, PARTITION_THREADS, PARTITION_SLACK, PARTITION_REPACK_CYCLES, PARTITION_MACS_PER_CYCLE,
     PARTITION_UNIT_CYCLES, HOST_COPY_RUN, HOST_COPY_GATHER, HOST_COPY_STRIDED, Packed, DirectRows,
     Partition, micro_shape, rows_outer, direct_rows, direct_slab, window_rows, packed_blocks, host_copy_costs,
-    packed_partition, partition_ranges, _flat_offsets, _padding, _one_to_one, _in_range,
+    packed_partition, partition_ranges, prepacked, _flat_offsets, _padding, _one_to_one, _in_range,
     _unit_stride_reads, _substitute, packed_contraction, epilogue_point, _epilogue)
 
 # Integer dtypes: the values a tensor can hold (stored in double buffers, saturating).
@@ -698,6 +698,13 @@ class _KernelWriter:
 
         runs: dict[Access, tuple[str, str, int]] = {}
         sources: dict[str, str] = {}      # operand arrays the packing reads: name -> C parameter type
+        # operands packed once, ahead (`prepacked`: a param, in range): name of the kept copy
+        pre = {w: f(f"{self.cname[acc_.tensor]}_prepacked") if prepacked(self.kernel, pk, w) else ""
+               for w, acc_ in (("a", pk.a), ("b", pk.b))}
+        pre_items = {w: NB if any(_flat_offsets(self.kernel, acc_)[0].get(l, 0) for l in pk.batch) else 1
+                     for w, acc_ in (("a", pk.a), ("b", pk.b))}     # copies: one per batch item it varies with
+        pre_len = {"a": -(-M // mr) * mr * K, "b": -(-N // nr) * nr * K}      # one copy's elements
+        pre_batch = {w: f" + {bt} * {pre_len[w]}L" if pre_items[w] > 1 else "" for w in "ab"}
         a_text, a_decls = operand(pk.a, "m", f"({i0} + {ir} + {r})", "k", f"({k0} + {p})", pk.a.pad)
         b_text, b_decls = operand(pk.b, "k", f"({k0} + {p})", "n", f"({j0} + {jr} + {c})", pk.b.pad)
         # The store: the output and every fused statement's accesses at (row, col).
@@ -713,6 +720,40 @@ class _KernelWriter:
                 store_decls.append(f"const long {base} = {batch_term(coeff, const)};")
                 store_cache[key] = f"{self.cname[access.tensor]}[{base}{term('m', coeff, row)}{term('n', coeff, col)}]"
             return store_cache[key]
+
+        def prepack_lines(which: str) -> list[str]:
+            """Pack operand `which` once for all calls: its MR-high row panels (A) or NR-wide
+            column panels (B) over all of K, zero-padded, per batch item where it varies with
+            one; again only when its buffer's address changes (see `prepacked`)."""
+            access, text, decls = (pk.a, a_text, a_decls) if which == "a" else (pk.b, b_text, b_decls)
+            src = self.cname[access.tensor]
+            rows, width, outer, inner = (M, mr, i0, ir) if which == "a" else (N, nr, j0, jr)
+            lane = r if which == "a" else c
+            per_batch, items = pre_len[which], pre_items[which]
+            dst, seen = pre[which], f"{pre[which]}_src"
+            lines = [f"/* {access.tensor} packed once as {width}-{'high row' if which == 'a' else 'wide column'} panels "
+                     f"over all of K (re-packed when its buffer changes) */",
+                     f"static {T}* {dst} = NULL;",
+                     f"static const void* {seen} = NULL;",
+                     f"if ({seen} != (const void*){src}) {{",
+                     f"    free({dst});",
+                     f"    {dst} = ({T}*)aligned_alloc(64, {-(-items * per_batch * size // 64) * 64}UL);",
+                     f"    for (long {bt} = 0; {bt} < {items}; ++{bt}) {{"]
+            inner_div = 1
+            for l in reversed(pk.batch):
+                lines.append(f"        const long {bvar[l]} = ({bt} / {inner_div}) % {ext[l]};")
+                inner_div *= ext[l]
+            lines += ["        " + x for x in decls]
+            lines += [f"        const long {outer} = 0, {k0} = 0;",
+                      f"        for (long {inner} = 0; {inner} < {-(-rows // width) * width}; {inner} += {width})",
+                      f"            for (long {p} = 0; {p} < {K}; ++{p})",
+                      f"                for (long {lane} = 0; {lane} < {width}; ++{lane})",
+                      f"                    {dst}[{bt} * {per_batch}L + {inner} * {K}L + {p} * {width} + {lane}] = "
+                      f"{inner} + {lane} < {rows} ? {text} : 0.0f;",
+                      "    }",
+                      f"    {seen} = (const void*){src};",
+                      "}"]
+            return lines
 
         out = at_point(Access(stmt.target, stmt.target_indices))
         fused = set(pk.epilogue)
@@ -790,8 +831,10 @@ class _KernelWriter:
         e(3, f"{tid} = omp_get_thread_num() % {nth};")
         e(0, "#endif")
         size = 8 if T == "double" else 4
-        e(3, f"{T}* {Bp} = ac_scratch(0, {KC * NCP * size}UL);")
-        e(3, f"{T}* {Ap} = ac_scratch(1, {MCP * KC * size}UL);")
+        if not pre["b"]:
+            e(3, f"{T}* {Bp} = ac_scratch(0, {KC * NCP * size}UL);")
+        if not pre["a"]:
+            e(3, f"{T}* {Ap} = ac_scratch(1, {MCP * KC * size}UL);")
         if pk.swapped and K > KC:
             e(3, f"{T}* {cbuf} = ac_scratch(4, {MCP * NCP * size}UL);    /* partial sums, as tiles */")
         e(3, f"for (long {vv} = 0; {vv} < {nth}; ++{vv}) {{")
@@ -816,11 +859,12 @@ class _KernelWriter:
         e(5, f"const long {nc} = AC_MIN({NC}, {hi['n']} - {j0});")
         e(5, f"for (long {k0} = 0; {k0} < {K}; {k0} += {KC}) {{")
         e(6, f"const long {kc} = AC_MIN({KC}, {K} - {k0});")
-        e(6, f"/* pack B[k0:+kc, j0:+nc] as {nr}-wide column panels (zero-padded; out-of-range reads give the pad) */")
+        if not pre["b"]:
+            e(6, f"/* pack B[k0:+kc, j0:+nc] as {nr}-wide column panels (zero-padded; out-of-range reads give the pad) */")
         b_start = len(self.out)
         e(6, f"for (long {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{")
         d = 7
-        if pk.b in runs:   # a panel whose NR columns are evenly spaced in B (step 1 or 2): a vector copy
+        if pk.b in runs and not pre["b"]:   # a panel whose NR columns are evenly spaced in B (step 1 or 2): a vector copy
             table, run_text, run_step = runs[pk.b]
             run_flag = f(f"{table}_run")
             run_flags.append((run_flag, table, run_step))
@@ -850,10 +894,14 @@ class _KernelWriter:
         params = {Bp: f"{T}* restrict", Ap: f"{T}* restrict", **sources, **scalars,
                   **{t: "const AC_OFFSET_T* restrict" for t in tables.values()},
                   **{flag: "const unsigned char* restrict" for flag, _, _ in run_flags}}
-        self.outline(b_start, 6, "pack_b", params)
+        if pre["b"]:
+            del self.out[b_start:]
+        else:
+            self.outline(b_start, 6, "pack_b", params)
         e(6, f"for (long {i0} = {lo['m']}; {i0} < {hi['m']}; {i0} += {MC}) {{")
         e(7, f"const long {mc} = AC_MIN({MC}, {hi['m']} - {i0});")
-        e(7, f"/* pack A[i0:+mc, k0:+kc] as {mr}-high row panels (zero-padded) */")
+        if not pre["a"]:
+            e(7, f"/* pack A[i0:+mc, k0:+kc] as {mr}-high row panels (zero-padded) */")
         a_start = len(self.out)
         e(7, f"for (long {ir} = 0; {ir} < {mc}; {ir} += {mr}) {{")
         e(8, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
@@ -861,15 +909,21 @@ class _KernelWriter:
              f"{a_text} : 0.0f;")
         e(8, "}")
         e(7, "}")
-        self.outline(a_start, 7, "pack_a", params)
+        if pre["a"]:
+            del self.out[a_start:]
+        else:
+            self.outline(a_start, 7, "pack_a", params)
         loops = [f"for (long {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{", f"for (long {ir} = 0; {ir} < {mc}; {ir} += {mr}) {{"]
         if rows_outer(pk, KC, NCP):
             loops.reverse()
         e(7, loops[0])
         e(8, loops[1])
         av, bv = f("ap"), f("bp")
-        e(9, f"const {T}* restrict {av} = {Ap} + {ir} * {kc};")
-        e(9, f"const {T}* restrict {bv} = {Bp} + {jr} * {kc};")
+        # a prepacked operand's panel holds all of K: the kc block starts k0 steps in
+        e(9, f"const {T}* restrict {av} = " + (f"{pre['a']}{pre_batch['a']} + ({i0} + {ir}) * {K} + {k0} * {mr};"
+                                              if pre["a"] else f"{Ap} + {ir} * {kc};"))
+        e(9, f"const {T}* restrict {bv} = " + (f"{pre['b']}{pre_batch['b']} + ({j0} + {jr}) * {K} + {k0} * {nr};"
+                                              if pre["b"] else f"{Bp} + {jr} * {kc};"))
         e(9, f"const long {rows} = AC_MIN({mr}, {mc} - {ir}), {cols} = AC_MIN({nr}, {nc} - {jr});")
         # The store's lines (the output micro-tile, read and written once per kc block, and at
         # the last block the fused statements' reads and stores), rows far apart: fetch them
@@ -990,6 +1044,9 @@ class _KernelWriter:
         for name, access, pads in padded:
             fill += self.pad_copy(name, access, pads, 2 + len(copies))
             copies.append(name)
+        for which in ("a", "b"):
+            if pre[which]:
+                fill += prepack_lines(which)
         self.out[body_start:body_start] = ["    " * 2 + line for line in fill]
         for flag, _, _ in run_flags:
             e(2, f"free({flag});")

@@ -136,15 +136,20 @@ def transposed(kernel: Kernel, pk: "Packed") -> "Packed":
     M, N = pk.size("m"), pk.size("n")
     if M < GEMM_NR or N < GEMM_MR:
         return pk
-    _, b_cost = host_copy_costs(kernel, pk)
-    if b_cost <= HOST_COPY_RUN or padded_points(N, M) > SWAP_PADDING * padded_points(M, N):
+    if padded_points(N, M) > SWAP_PADDING * padded_points(M, N):
         return pk
-    # Transposed, A's rows become B's 16 columns, gathered for each k: rows a multiple of 4 KiB
-    # apart fall into one L1 set and evict each other (1x1 convs with K = 1024 or 2048 at 7x7:
-    # 1.65 ms transposed against 1.31)
-    a_coeff, _ = _flat_offsets(kernel, pk.a)
-    if pk.m and (a_coeff.get(pk.m[-1], 0) * 4) % 4096 == 0:
-        return pk
+    # A prepacked A (a conv's weights) becomes a prepacked B: its gather is done once, ahead,
+    # so the transposed form costs no extra copy whatever the plain B is
+    if not prepacked(kernel, pk, "a"):
+        _, b_cost = host_copy_costs(kernel, pk)
+        if b_cost <= HOST_COPY_RUN:
+            return pk
+        # Transposed, A's rows become B's 16 columns, gathered for each k: rows a multiple of
+        # 4 KiB apart fall into one L1 set and evict each other (1x1 convs with K = 1024 or
+        # 2048 at 7x7: 1.65 ms transposed against 1.31)
+        a_coeff, _ = _flat_offsets(kernel, pk.a)
+        if pk.m and (a_coeff.get(pk.m[-1], 0) * 4) % 4096 == 0:
+            return pk
     return dataclasses.replace(pk, a=pk.b, b=pk.a, m=pk.n, n=pk.m, n_contiguous=False, swapped=True)
 
 
@@ -346,6 +351,10 @@ PARTITION_SLACK = 0.25
 # that outgrows L2 streams from L3 (measured, GEMM 1024^3: packing B took 0.6 ns an
 # element, ~2 cycles, against 0.25 for a panel copied from cache).
 PARTITION_REPACK_CYCLES = 1.6
+# Cycles per element to read a prepacked operand (`prepacked`) again for another unit: no copy,
+# but another pass over it from L3 (each thread streaming all of a BERT FFN's 9.4 MB of weights,
+# cut along M, against half of them each, cut along N).
+PARTITION_REREAD_CYCLES = 0.25
 # Microkernel multiply-adds per cycle assumed when weighing packing copies against compute
 # (a 6x16 f32 tile at ~70% of two 8- or 16-lane FMA pipes; the choice is insensitive to it).
 PARTITION_MACS_PER_CYCLE = 16.0
@@ -378,6 +387,20 @@ class Partition:
 HOST_COPY_RUN = 0.25            # in a straight run (vectorised)
 HOST_COPY_GATHER = 1.5          # through an offset table (scalar)
 HOST_COPY_STRIDED = 1.0         # at a constant stride
+
+
+def prepacked(kernel: Kernel, pk, operand: str) -> bool:
+    """Whether operand `operand` ("a" or "b") of packed contraction `pk` is packed once, ahead
+    of the calls that read it, instead of per cache block: a param (a network's weights, the
+    same values every call) read in range. codegen/c.py packs it on the first call into panels
+    kept for the whole K (per batch item where it varies with one) and re-packs only when the
+    buffer's address changes, as onnxruntime pre-packs weights when a session loads; the
+    microkernel then streams them straight from that copy (no packing phase that waits for
+    DRAM). The host model charges it no copy (`host_copy_costs`)."""
+    access = pk.a if operand == "a" else pk.b
+    if kernel.tensor(access.tensor).role != "param":
+        return False
+    return all(_in_range(kernel, access, dict(pk.extents)))
 
 
 def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
@@ -421,10 +444,10 @@ def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
         runs = np.mean(np.all(np.diff(panels, axis=1) == step, axis=1))
         return runs * HOST_COPY_RUN + (1 - runs) * HOST_COPY_GATHER
 
-    b_cost = copy_cost(pk.b, "n")
+    b_cost = 0.0 if prepacked(kernel, pk, "b") else copy_cost(pk.b, "n")
     # A's panels are copied MR rows at a time for each k (codegen/c.py packs r innermost):
     # the copy walks A along its m loops
-    a_cost = copy_cost(pk.a, "m") if pk.m else HOST_COPY_STRIDED
+    a_cost = 0.0 if prepacked(kernel, pk, "a") else copy_cost(pk.a, "m") if pk.m else HOST_COPY_STRIDED
     return float(a_cost), float(b_cost)
 
 
@@ -441,7 +464,9 @@ def packed_partition(pk: "Packed", nc: int, threads: int, a_cost: float = 1.0, b
     mpan, npan = -(-M // mr), -(-N // nr)
     nc = max(nr, min(nc, npan * nr))
     work = NB * mpan * mr * npan * nr * K / macs_per_cycle
-    a_pack, b_pack = M * K * max(a_cost, PARTITION_REPACK_CYCLES), K * N * max(b_cost, PARTITION_REPACK_CYCLES)
+    # a prepacked operand (cost 0) is never packed again for another unit, only read again
+    a_pack, b_pack = (M * K * (max(a_cost, PARTITION_REPACK_CYCLES) if a_cost else PARTITION_REREAD_CYCLES),
+                      K * N * (max(b_cost, PARTITION_REPACK_CYCLES) if b_cost else PARTITION_REREAD_CYCLES))
     serial_a = -(-N // nc)
 
     def a_packs(chunk: int) -> int:      # A packings per batch item when N is cut in chunks

@@ -94,7 +94,7 @@ static inline double ac_now(void) {
 #define PROGRAM_NUM_KERNELS 1
 
 /* kernel_Y_Z_R: the packed contraction's work units for 1..32 threads: {mode (0 batch items, 1 N chunks, 2 M chunks), panels per chunk, units} */
-static const long ac_units_kernel_Y_Z_R[32][3] = {{0, 1, 1}, {1, 25, 8}, {1, 22, 9}, {1, 17, 12}, {1, 20, 10}, {1, 17, 12}, {1, 14, 14}, {1, 13, 16}, {1, 11, 18}, {1, 10, 20}, {1, 9, 22}, {1, 17, 12}, {1, 16, 13}, {1, 7, 28}, {1, 7, 28}, {1, 13, 16}, {1, 12, 17}, {1, 11, 18}, {1, 11, 18}, {1, 10, 20}, {1, 10, 20}, {1, 9, 22}, {1, 9, 22}, {1, 9, 22}, {1, 8, 25}, {1, 8, 25}, {1, 8, 25}, {1, 7, 28}, {1, 7, 28}, {1, 7, 28}, {1, 7, 28}, {1, 7, 28}};
+static const long ac_units_kernel_Y_Z_R[32][3] = {{0, 1, 1}, {1, 25, 8}, {1, 17, 12}, {1, 13, 16}, {1, 10, 20}, {1, 11, 18}, {1, 7, 28}, {1, 13, 16}, {1, 11, 18}, {1, 5, 40}, {1, 6, 33}, {1, 6, 33}, {1, 4, 49}, {1, 7, 28}, {1, 7, 28}, {1, 13, 16}, {1, 3, 66}, {1, 3, 66}, {1, 3, 66}, {1, 5, 40}, {1, 5, 40}, {1, 3, 66}, {1, 3, 66}, {1, 3, 66}, {1, 4, 49}, {1, 4, 49}, {1, 4, 49}, {1, 7, 28}, {1, 7, 28}, {1, 7, 28}, {1, 7, 28}, {1, 7, 28}};
 
 /* kernel_Y_Z_R: pack b */
 static __attribute__((noinline)) void ac_pack_b_kernel_Y_Z_R(float* restrict Bpack, const float* restrict X_padded, long X_padded_base, long j0, long k0, long kc, long nc, const int* restrict k_off, const int* restrict n_off, const unsigned char* restrict n_off_run) {
@@ -109,15 +109,6 @@ static __attribute__((noinline)) void ac_pack_b_kernel_Y_Z_R(float* restrict Bpa
                 #pragma omp simd
                 for (long c = 0; c < 16; ++c) Bpack[jr * kc + p * 16 + c] = jr + c < nc ? X_padded[X_padded_base + k_off[(k0 + p)] + n_off[(j0 + jr + c)]] : 0.0f;
             }
-        }
-    }
-}
-
-/* kernel_Y_Z_R: pack a */
-static __attribute__((noinline)) void ac_pack_a_kernel_Y_Z_R(float* restrict Apack, const float* restrict W, long W_base, long k0, long kc, long i0, long mc) {
-    for (long ir = 0; ir < mc; ir += 8) {
-        for (long p = 0; p < kc; ++p) {
-            for (long r = 0; r < 8; ++r) Apack[ir * kc + p * 8 + r] = ir + r < mc ? W[W_base + 576 * (i0 + ir + r) + (k0 + p)] : 0.0f;
         }
     }
 }
@@ -162,6 +153,23 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
                     for (long q3 = 0; q3 < 56; ++q3) row[q3 + 1] = srow[q3];
                     for (long q3 = 57; q3 < 58; ++q3) row[q3] = 0.0f;
                 }
+        /* W packed once as 8-high row panels over all of K (re-packed when its buffer changes) */
+        static float* W_prepacked = NULL;
+        static const void* W_prepacked_src = NULL;
+        if (W_prepacked_src != (const void*)W) {
+            free(W_prepacked);
+            W_prepacked = (float*)aligned_alloc(64, 147456UL);
+            for (long bt = 0; bt < 1; ++bt) {
+                const long n = (bt / 1) % 1;
+                const long W_base = 0;
+                const long i0 = 0, k0 = 0;
+                for (long ir = 0; ir < 64; ir += 8)
+                    for (long p = 0; p < 576; ++p)
+                        for (long r = 0; r < 8; ++r)
+                            W_prepacked[bt * 36864L + ir * 576L + p * 8 + r] = ir + r < 64 ? W[W_base + 576 * (i0 + ir + r) + (k0 + p)] : 0.0f;
+            }
+            W_prepacked_src = (const void*)W;
+        }
         int nth = 1;
 #ifdef _OPENMP
         nth = omp_get_max_threads();
@@ -178,7 +186,6 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
             tid = omp_get_thread_num() % nth;
 #endif
             float* Bpack = ac_scratch(0, 903168UL);
-            float* Apack = ac_scratch(1, 36864UL);
             for (long v_2 = 0; v_2 < nth; ++v_2) {
                 const long victim = (tid + v_2) % nth, end = part[2] * (victim + 1) / nth;
                 for (long unit; (unit = __atomic_fetch_add(&next[victim * 8], 1, __ATOMIC_RELAXED)) < end; ) {
@@ -201,11 +208,9 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
                             ac_pack_b_kernel_Y_Z_R(Bpack, X_padded, X_padded_base, j0, k0, kc, nc, k_off, n_off, n_off_run);
                             for (long i0 = m_lo; i0 < m_hi; i0 += 32) {
                                 const long mc = AC_MIN(32, m_hi - i0);
-                                /* pack A[i0:+mc, k0:+kc] as 8-high row panels (zero-padded) */
-                                ac_pack_a_kernel_Y_Z_R(Apack, W, W_base, k0, kc, i0, mc);
                                 for (long jr = 0; jr < nc; jr += 16) {
                                     for (long ir = 0; ir < mc; ir += 8) {
-                                        const float* restrict ap = Apack + ir * kc;
+                                        const float* restrict ap = W_prepacked + (i0 + ir) * 576 + k0 * 8;
                                         const float* restrict bp = Bpack + jr * kc;
                                         const long rows = AC_MIN(8, mc - ir), cols = AC_MIN(16, nc - jr);
                                         for (long r = 0; r < rows; ++r) {
