@@ -144,9 +144,10 @@ def test_packed_path_only_where_it_pays_read_from_the_accesses():
     # a comprehension that is not a product of two reads keeps the nest
     square = parse("input A: f32[96, 96]\ninput B: f32[96, 96]\nC[i, j] += A[i, k] * B[k, j] + 1.0\noutput C\n")
     assert "Bpack" not in generate(fused_plan(square, tiles), None, "c")
-    # the convolution (named by nothing but its accesses) runs packed, batchnorm and relu in its store
+    # the convolution (named by nothing but its accesses: 3x3, stride 1, its weights a param)
+    # runs as Winograd F(2x2, 3x3), its 16 GEMMs packed, batchnorm and relu in its store
     conv = generate(conv_bn_relu_plan(), load_target("host"), "c")
-    assert "Bpack" in conv and "applied in its store" in conv
+    assert "Winograd F(2x2, 3x3)" in conv and "applied in its store" in conv
     assert conv.count("#pragma omp parallel\n") == 1
 
 

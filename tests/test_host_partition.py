@@ -24,8 +24,9 @@ from autocomp_jupyter.result import Plan
 
 SHAPES = {
     # name: (program, cache-block tile of every loop)
-    "conv_batch1_64ch": ("input X: f32[1, 64, 56, 56]\nparam W: f32[64, 64, 3, 3]\n"
-                         "Y = conv2d(X, W, stride=1, padding=1)\n", 32),
+    # 5x5: packed through its im2col (a 3x3 stride-1 conv would run as Winograd)
+    "conv_batch1_64ch": ("input X: f32[1, 64, 56, 56]\nparam W: f32[64, 64, 5, 5]\n"
+                         "Y = conv2d(X, W, stride=1, padding=2)\n", 32),
     "gemm_square": ("input A: f32[1024, 1024]\ninput B: f32[1024, 1024]\nC = matmul(A, B)\n", 256),
     "gemm_tall": ("input A: f32[4096, 1024]\ninput B: f32[1024, 256]\nC = matmul(A, B)\n", 256),
     "gemm_few_m_panels": ("input A: f32[7, 512]\ninput B: f32[512, 3000]\nC = matmul(A, B)\n", 128),

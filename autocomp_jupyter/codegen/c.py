@@ -83,7 +83,7 @@ from .host_analysis import (  # noqa: F401
     DIRECT_MIN_POINTS, DIRECT_STEP_MAX, PARTITION_THREADS, PARTITION_SLACK, PARTITION_REPACK_CYCLES, PARTITION_MACS_PER_CYCLE,
     PARTITION_UNIT_CYCLES, HOST_COPY_RUN, HOST_COPY_GATHER, HOST_COPY_STRIDED, Packed, DirectRows,
     Partition, micro_shape, rows_outer, direct_rows, direct_slab, window_rows, packed_blocks, host_copy_costs,
-    packed_partition, partition_ranges, prepacked, _flat_offsets, _padding, _one_to_one, _in_range,
+    packed_partition, partition_ranges, prepacked, winograd, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
     _unit_stride_reads, _substitute, packed_contraction, epilogue_point, _epilogue)
 
 # Integer dtypes: the values a tensor can hold (stored in double buffers, saturating).
@@ -1056,6 +1056,217 @@ class _KernelWriter:
             e(2, f"free({tab});")
         e(1, "}")
 
+    def winograd(self, pk: Packed, wg: Winograd) -> None:
+        """Statement `pk.index`, a 3x3 stride-1 convolution, as Winograd F(2x2, 3x3) (see
+        host_analysis.Winograd), the statements `pk.epilogue` applied where each output is
+        stored: weights transformed once (as a prepacked operand), then per block of tile
+        panels (one OpenMP loop over the blocks) the input transform, 16 GEMMs through the
+        same 8x16 microkernel, and the output transform."""
+        stmt = self.kernel.statements[pk.index]
+        ext = dict(pk.extents)
+        f = self.namer.fresh
+        e = self.emit
+        NB = pk.size("batch")
+        F, C, H, W = ext[wg.f], ext[wg.c], ext[wg.h], ext[wg.w_loop]
+        TH, TWP, TWV = wg.tiles(ext)
+        P = WINOGRAD_PANEL
+        FPAN = -(-F // GEMM_NR)
+        FP = FPAN * GEMM_NR
+        PPR = TWP // P
+        PPI = TH * PPR
+        NP = NB * PPI
+        PB = min(wg.block_panels(ext), NP)
+        NBLK = -(-NP // PB)
+        # V[k] and M[k] strides, a line more than whole blocks: a power of two apart (64 KiB),
+        # the 16 values of a tile fell into one cache set
+        KS, MS = PB * C * P + 16, PB * P * FP + 16
+        anchors = self.kernel.loop_map(pk.index)
+        parallel = bool(set(self.parallel) & {anchors.get(l) for l in pk.batch + pk.m + pk.n})
+        xs = self.kernel.tensor(wg.x.tensor).shape
+        HI, WI = xs[-2], xs[-1]
+        xname, wname = self.cname[wg.x.tensor], self.cname[wg.w.tensor]
+        U, Usrc, V, Mb, Yb = f(f"{wname}_winograd"), f(f"{wname}_winograd_src"), f("V"), f("Mprod"), f("Ybuf")
+        blk, p0, pb, pp, pan, bt, th, tw0, tw, cv, r, k, fp, p, cc, fv, q = (f(x) for x in (
+            "blk", "p0", "pb", "pp", "pan", "bt", "th", "tw0", "tw", "c", "r", "k", "fp", "p", "cc", "f", "q"))
+        hv, wv = f(wg.h), f(wg.w_loop)
+        bvar = {l: f(l) for l in pk.batch}
+        cvar = {**bvar, wg.f: fv, wg.h: hv, wg.w_loop: wv}
+
+        def text(access: Access, loops: dict) -> str:
+            coeff, const = _flat_offsets(self.kernel, access)
+            terms = [f"{cv_} * {loops[l]}" if cv_ != 1 else loops[l] for l, cv_ in coeff.items() if cv_ and l in loops]
+            return f"{self.cname[access.tensor]}[{' + '.join(terms + ([str(const)] if const or not terms else []))}]"
+
+        def batch_decls(depth: int) -> None:
+            inner = 1
+            for l in reversed(pk.batch):
+                e(depth, f"const long {bvar[l]} = ({bt} / {inner}) % {ext[l]};")
+                inner *= ext[l]
+
+        # the store: the output and the fused statements at (batch, f, h, w)
+        fused = set(pk.epilogue)
+        readers = {a.tensor for s, st in enumerate(self.kernel.statements)
+                   if s != pk.index and s not in fused for a in st.reads()}
+
+        def needed(t: str) -> bool:
+            return t not in self.kernel.internals or t in readers
+        v = f("v")
+        lines: list[str] = []
+        if needed(stmt.target):
+            lines.append(f"{text(Access(stmt.target, stmt.target_indices), cvar)} = {v};")
+        local = {stmt.target: v}
+        for s in pk.epilogue:
+            st = self.kernel.statements[s]
+            at = epilogue_point(self.kernel, pk.index, s)
+
+            def access_at(a: Access, at=at):
+                return local[a.tensor] if a.tensor in local else text(_substitute(a, at), cvar)
+            value = self.expr_c(st.expr, {}, st, access=access_at)
+            var = f(f"{self.cname[st.target]}_v")
+            lines.append(f"const float {var} = {value};")
+            local[st.target] = var
+            if needed(st.target):
+                lines.append(f"{text(_substitute(Access(st.target, st.target_indices), at), cvar)} = {var};")
+
+        wcoeff, wconst = _flat_offsets(self.kernel, wg.w)
+        xcoeff, xconst = _flat_offsets(self.kernel, wg.x)
+        epi = ", ".join(str(self.kernel.statements[s]).split("    #")[0] for s in pk.epilogue)
+        e(1, f"/* {str(stmt).split('    #')[0]} */")
+        e(1, f"/* Winograd F(2x2, 3x3): {NB} x {F} x {C} channels, {H}x{W} outputs as {TH} x {TWV} tiles of 2x2 "
+             f"(rows padded to {TWP}: panels of {P}), blocks of {PB} panels; 16 GEMMs per block, microkernel {P}x{GEMM_NR}"
+             + (f"; applied in its store: {epi}" if epi else "") + " */")
+        e(1, "{")
+        # U[k][f panel][c][16]: G g G^T, G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], once per weights buffer
+        e(2, f"static float* {U} = NULL;")
+        e(2, f"static const void* {Usrc} = NULL;")
+        e(2, f"if ({Usrc} != (const void*){wname}) {{")
+        e(3, f"free({U});")
+        e(3, f"{U} = (float*)aligned_alloc(64, {16 * FP * C * 4}UL);")
+        e(3, f"for (long {fv} = 0; {fv} < {FP}; ++{fv})")
+        e(4, f"for (long {cv} = 0; {cv} < {C}; ++{cv}) {{")
+        e(5, "float g[3][3], t[4][3], u[4][4];")
+        e(5, "for (int i = 0; i < 3; ++i)")
+        e(6, "for (int j = 0; j < 3; ++j)")
+        e(7, f"g[i][j] = {fv} < {F} ? {wname}[{wconst} + {wcoeff.get(wg.f, 0)} * {fv} + {wcoeff.get(wg.c, 0)} * {cv} + "
+             f"{wcoeff.get(wg.r, 0)} * i + {wcoeff.get(wg.s, 0)} * j] : 0.0f;")
+        e(5, "for (int j = 0; j < 3; ++j) {")
+        e(6, "t[0][j] = g[0][j]; t[1][j] = 0.5f * (g[0][j] + g[1][j] + g[2][j]);")
+        e(6, "t[2][j] = 0.5f * (g[0][j] - g[1][j] + g[2][j]); t[3][j] = g[2][j];")
+        e(5, "}")
+        e(5, "for (int i = 0; i < 4; ++i) {")
+        e(6, "u[i][0] = t[i][0]; u[i][1] = 0.5f * (t[i][0] + t[i][1] + t[i][2]);")
+        e(6, "u[i][2] = 0.5f * (t[i][0] - t[i][1] + t[i][2]); u[i][3] = t[i][2];")
+        e(5, "}")
+        e(5, f"for (int kk = 0; kk < 16; ++kk) {U}[((long)kk * {FPAN} + {fv} / {GEMM_NR}) * {C * GEMM_NR}L + "
+             f"{cv} * {GEMM_NR} + {fv} % {GEMM_NR}] = u[kk / 4][kk % 4];")
+        e(4, "}")
+        e(3, f"{Usrc} = (const void*){wname};")
+        e(2, "}")
+        # the blocks one after the other, all threads in each phase (its loop shared, a barrier
+        # after it): V and M are shared, a block of 7 panels (14x14) still splits in two
+        e(2, f"float* {V} = ac_scratch(0, {16 * KS * 4}UL);      /* V[k][panel][c][{P}] */")
+        e(2, f"float* {Mb} = ac_scratch(1, {16 * MS * 4}UL);    /* M[k][tile][f] */")
+        if parallel:
+            e(2, "#pragma omp parallel")
+        e(2, "{")
+        e(3, f"float* {Yb} = ac_scratch(2, {4 * FP * 4}UL);    /* one tile's 2x2 outputs [q][f] */")
+        e(3, f"for (long {blk} = 0; {blk} < {NBLK}; ++{blk}) {{")
+        e(4, f"const long {p0} = {blk} * {PB}, {pb} = AC_MIN({PB}, {NP} - {p0});")
+        # the input transform, B^T d B, B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], 8 tiles of a tile row at once
+        if parallel:
+            e(4, "#pragma omp for collapse(2) schedule(static)")
+        e(4, f"for (long {pp} = 0; {pp} < {pb}; ++{pp})")
+        e(5, f"for (long {cv} = 0; {cv} < {C}; ++{cv}) {{")
+        e(6, f"const long {pan} = {p0} + {pp}, {bt} = {pan} / {PPI}, {th} = ({pan} % {PPI}) / {PPR}, "
+             f"{tw0} = ({pan} % {PPR}) * {P};")
+        batch_decls(6)
+        xh, xw, xc = xcoeff.get(wg.h, 0), xcoeff.get(wg.w_loop, 0), xcoeff.get(wg.c, 0)
+        # the batch item's and channel's plane (hi, wi below are the input's own row and column)
+        xb = " + ".join([str(xconst - wg.ph * xh - wg.pw * xw)] + [f"{xcoeff[l]} * {bvar[l]}" for l in pk.batch if xcoeff.get(l)])
+        e(6, f"const float* restrict xc = {xname} + ({xb}) + {xc} * {cv};")
+        e(6, f"float* restrict vo = {V} + ({pp} * {C} + {cv}) * {P};")
+        # the 4 input rows under the panel's 8 tiles (18 columns each, zero outside the input),
+        # then the transform for the 8 tiles as vectors (written out: gcc keeps loops over
+        # small local arrays scalar)
+        seg = 2 * P + 2
+        e(6, f"float seg[4][{seg}];")
+        e(6, "for (int i = 0; i < 4; ++i) {")
+        e(7, f"const long hi = 2 * {th} + i + {wg.ph};")
+        e(7, "#pragma omp simd")
+        e(7, f"for (int j = 0; j < {seg}; ++j) {{")
+        e(8, f"const long wi = 2 * {tw0} + j + {wg.pw};")
+        e(8, f"seg[i][j] = (unsigned long)hi < {HI}UL && (unsigned long)wi < {WI}UL ? xc[{xh} * hi + {xw} * wi] : 0.0f;")
+        e(7, "}")
+        e(6, "}")
+        e(6, "#pragma omp simd")
+        e(6, f"for (long {r} = 0; {r} < {P}; ++{r}) {{")
+        for j in range(4):
+            e(7, f"const float t0{j} = seg[0][2 * {r} + {j}] - seg[2][2 * {r} + {j}], t1{j} = seg[1][2 * {r} + {j}] + seg[2][2 * {r} + {j}], "
+                 f"t2{j} = seg[2][2 * {r} + {j}] - seg[1][2 * {r} + {j}], t3{j} = seg[1][2 * {r} + {j}] - seg[3][2 * {r} + {j}];")
+        for i in range(4):
+            for j, ex in enumerate((f"t{i}0 - t{i}2", f"t{i}1 + t{i}2", f"t{i}2 - t{i}1", f"t{i}1 - t{i}3")):
+                e(7, f"vo[{4 * i + j} * {KS}L + {r}] = {ex};")
+        e(6, "}")
+        e(5, "}")
+        # the 16 GEMMs: M[k][tile][f] = sum_c V[k][tile][c] U[k][c][f]
+        if parallel:
+            e(4, "#pragma omp for collapse(2) schedule(static)")
+        e(4, f"for (long {k} = 0; {k} < 16; ++{k})")
+        e(5, f"for (long {fp} = 0; {fp} < {FPAN}; ++{fp}) {{")
+        e(6, f"const float* restrict bp = {U} + ({k} * {FPAN} + {fp}) * {C * GEMM_NR}L;")
+        e(6, f"for (long {pp} = 0; {pp} < {pb}; ++{pp}) {{")
+        e(7, f"const float* restrict ap = {V} + {k} * {KS}L + {pp} * {C * P}L;")
+        e(7, f"float acc[{P}][{GEMM_NR}] = {{{{0.0f}}}};")
+        e(7, f"for (long {p} = 0; {p} < {C}; ++{p}) {{")
+        e(8, f"#pragma GCC unroll {P}")
+        e(8, f"for (long {r} = 0; {r} < {P}; ++{r}) {{")
+        e(9, "#pragma omp simd")
+        e(9, f"for (long {cc} = 0; {cc} < {GEMM_NR}; ++{cc}) acc[{r}][{cc}] += ap[{p} * {P} + {r}] * bp[{p} * {GEMM_NR} + {cc}];")
+        e(8, "}")
+        e(7, "}")
+        e(7, f"float* restrict mo = {Mb} + {k} * {MS}L + {pp} * {P * FP}L + {fp} * {GEMM_NR};")
+        e(7, f"#pragma GCC unroll {P}")
+        e(7, f"for (long {r} = 0; {r} < {P}; ++{r}) {{")
+        e(8, "#pragma omp simd")
+        e(8, f"for (long {cc} = 0; {cc} < {GEMM_NR}; ++{cc}) mo[{r} * {FP} + {cc}] = acc[{r}][{cc}];")
+        e(7, "}")
+        e(6, "}")
+        e(5, "}")
+        # the output transform, A^T m A, A^T = [1 1 1 0; 0 1 -1 -1], and the store with the epilogue
+        if parallel:
+            e(4, "#pragma omp for collapse(2) schedule(static)")
+        e(4, f"for (long {pp} = 0; {pp} < {pb}; ++{pp})")
+        e(5, f"for (long {r} = 0; {r} < {P}; ++{r}) {{")
+        e(6, f"const long {pan} = {p0} + {pp}, {bt} = {pan} / {PPI}, {th} = ({pan} % {PPI}) / {PPR}, "
+             f"{tw0} = ({pan} % {PPR}) * {P};")
+        e(6, f"if ({tw0} + {r} >= {TWV}) continue;     /* a tile of the row's padding */")
+        batch_decls(6)
+        e(6, f"const long {tw} = {tw0} + {r};")
+        e(6, f"const float* restrict mt = {Mb} + ({pp} * {P} + {r}) * {FP}L;")
+        e(6, "#pragma omp simd")
+        e(6, f"for (long {fv} = 0; {fv} < {F}; ++{fv}) {{")
+        m = [[f"mt[{4 * i + j} * {MS}L + {fv}]" for j in range(4)] for i in range(4)]
+        for j in range(4):
+            e(7, f"const float s0{j} = {m[0][j]} + {m[1][j]} + {m[2][j]}, s1{j} = {m[1][j]} - {m[2][j]} - {m[3][j]};")
+        for i in range(2):
+            e(7, f"{Yb}[{2 * i} * {FP} + {fv}] = s{i}0 + s{i}1 + s{i}2;")
+            e(7, f"{Yb}[{2 * i + 1} * {FP} + {fv}] = s{i}1 - s{i}2 - s{i}3;")
+        e(6, "}")
+        e(6, f"for (long {q} = 0; {q} < 4; ++{q}) {{")
+        e(7, f"const long {hv} = 2 * {th} + {q} / 2, {wv} = 2 * {tw} + {q} % 2;")
+        e(7, f"if ({hv} >= {H} || {wv} >= {W}) continue;")
+        e(7, "#pragma omp simd")
+        e(7, f"for (long {fv} = 0; {fv} < {F}; ++{fv}) {{")
+        e(8, f"const float {v} = {Yb}[{q} * {FP} + {fv}];")
+        for line in lines:
+            e(8, line)
+        e(7, "}")
+        e(6, "}")
+        e(5, "}")
+        e(3, "}")
+        e(2, "}")
+        e(1, "}")
+
     def direct(self, pk: Packed, dr: DirectRows) -> None:
         """Statement `pk.index` as direct rows (`direct_rows`): per batch item and outer n
         point, `dr.width` outputs accumulated in a local row (vectorised), then stored with
@@ -1394,8 +1605,11 @@ class _KernelWriter:
                 continue
             if pk is not None and node.index == pk.index:
                 dr = direct_rows(self.kernel, pk)
+                wg = winograd(self.kernel, pk) if dr is None else None
                 if dr is not None:
                     self.direct(pk, dr)
+                elif wg is not None:
+                    self.winograd(pk, wg)
                 else:
                     self.packed(pk)
                 continue
