@@ -107,7 +107,7 @@ def test_emitted_unit_table_is_the_chosen_partition(name):
     expected = [packed_partition(pk, kernel_writer_nc, t, *host_copy_costs(kernel, pk))
                 for t in range(1, PARTITION_THREADS + 1)]
     assert rows == [(p.code, p.chunk, p.units) for p in expected]
-    assert "__atomic_fetch_add(&next[victim * 8]" in text and text.count("#pragma omp parallel\n") == 1
+    assert "__atomic_fetch_add(&next[victim * 8]" in text and text.count("#pragma omp parallel num_threads(") == 1
 
 
 def test_host_model_follows_the_partition():

@@ -314,6 +314,30 @@ static inline double ac_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+/* The team of every parallel region: all the threads, or one for the next AC_SOLO_REGIONS
+   regions after a packed region whose first thread to finish waited at its end for over half
+   the region (and 0.1 ms) for another: that one's core was taken by another process, and each
+   region's end would wait a time slice for it (ResNet-50 on 2 threads with another process on
+   one core: 113-150 ms, against 72 on one thread and 39 on two idle cores). Then two again. */
+#define AC_SOLO_REGIONS 64
+static int ac_solo_left = 0;
+static inline int ac_team(void) {
+#ifdef _OPENMP
+    if (ac_solo_left > 0) { --ac_solo_left; return 1; }
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+/* done[t * 8]: when thread t of `n` ran out of work, in a region begun at `start` */
+static inline void ac_team_waited(const double* done, int n, double start) {
+    double first = done[0], last = done[0];
+    for (int t = 1; t < n; ++t) {
+        first = done[t * 8] < first ? done[t * 8] : first;
+        last = done[t * 8] > last ? done[t * 8] : last;
+    }
+    if (n > 1 && last - first > 1e-4 && last - first > 0.5 * (last - start)) ac_solo_left = AC_SOLO_REGIONS;
+}
 """
 
 # Helpers a program needs only when it has tensors of that dtype (appended to the prelude).
@@ -566,7 +590,7 @@ class _KernelWriter:
             if s.reduce is not None and index not in own and s.target not in computed:  # packed, direct rows: stored whole
                 t = self.tensor(s.target)
                 var = self.namer.fresh("n")
-                self.emit(1, "#pragma omp parallel for simd" if t.size >= (1 << 16) and self.parallel else "#pragma omp simd")
+                self.emit(1, "#pragma omp parallel for simd num_threads(ac_team())" if t.size >= (1 << 16) and self.parallel else "#pragma omp simd")
                 init = 0.0 if s.reduce == "+" else -math.inf
                 self.emit(1, f"for (long {var} = 0; {var} < {t.size}L; ++{var}) {self.cname[t.name]}[{var}] = "
                              f"{_double(init) if self.ctype(t.name) == 'double' else _float(init)};")
@@ -814,11 +838,11 @@ class _KernelWriter:
         # 64ch on 2 otherwise idle cores), then takes what is left of the others' (a thread
         # whose core another process holds ends up with fewer).
         unit, per, chunk, nxt, vv, victim, end = (f(x) for x in ("unit", "per", "chunk", "next", "v", "victim", "end"))
-        e(2, f"int {nth} = 1;")
+        e(2, f"const int {nth} = {'ac_team()' if parallel else '1'};")
+        t_start, t_done = f("t_start"), f("t_done")
         if parallel:
-            e(0, "#ifdef _OPENMP")
-            e(2, f"{nth} = omp_get_max_threads();")
-            e(0, "#endif")
+            e(2, f"double {t_done}[{nth} * 8];    /* per thread: when it ran out of units */")
+            e(2, f"const double {t_start} = ac_now();")
         e(2, f"const long* {part} = {split}[({nth} < {PARTITION_THREADS} ? {nth} : {PARTITION_THREADS}) - 1];")
         e(2, f"const long {per} = {part}[2] / {NB};    /* units per batch item */")
         e(2, f"long {nxt}[{nth} * 8];    /* per thread: its next unit (a cache line each) */")
@@ -826,7 +850,7 @@ class _KernelWriter:
         e(2, "/* one parallel region; its threads claim work units (a batch item, or a chunk of its N or M "
              "panels): their own share, then the others' */")
         if parallel:
-            e(2, "#pragma omp parallel")
+            e(2, f"#pragma omp parallel num_threads({nth})")
         e(2, "{")
         e(3, f"int {tid} = 0;")
         e(0, "#ifdef _OPENMP")
@@ -1010,7 +1034,11 @@ class _KernelWriter:
         self.out[unit_body:] = ["    " + line if line.strip() else line for line in self.out[unit_body:]]
         e(4, "}")
         e(3, "}")
+        if parallel:
+            e(3, f"{t_done}[{tid} * 8] = ac_now();")
         e(2, "}")
+        if parallel:
+            e(2, f"ac_team_waited({t_done}, {nth}, {t_start});")
         # the offset tables, filled once per call before the parallel region
         fill: list[str] = []
         total = sum(math.prod(ext[l] for l in loops) for _, loops, _ in table_fill)
@@ -1171,7 +1199,7 @@ class _KernelWriter:
         e(2, f"float* {V} = ac_scratch(0, {16 * KS * 4}UL);      /* V[k][panel][c][{P}] */")
         e(2, f"float* {Mb} = ac_scratch(1, {16 * MS * 4}UL);    /* M[k][tile][f] */")
         if parallel:
-            e(2, "#pragma omp parallel")
+            e(2, "#pragma omp parallel num_threads(ac_team())")
         e(2, "{")
         e(3, f"float* {Yb} = ac_scratch(2, {4 * FP * 4}UL);    /* one tile's 2x2 outputs [q][f] */")
         e(3, f"for (long {blk} = 0; {blk} < {NBLK}; ++{blk}) {{")
@@ -1307,7 +1335,7 @@ class _KernelWriter:
         parallel = bool(set(self.parallel) & {k.loop_map(pk.index).get(l) for l in pk.batch + pk.n})
         NB = pk.size("batch")
         if parallel and NB > 1:
-            e(2, f"#pragma omp parallel for schedule(dynamic, {DIRECT_CHUNK})")
+            e(2, f"#pragma omp parallel for schedule(dynamic, {DIRECT_CHUNK}) num_threads(ac_team())")
         e(2, f"for (long {bt} = 0; {bt} < {NB}; ++{bt}) {{")
         self.unflatten(3, bt, pk.batch, cv, ext)
         slab_drop: tuple[str, ...] = ()
@@ -1444,7 +1472,7 @@ class _KernelWriter:
         q = DOTS_AT_ONCE if last is not None and ext[last] % DOTS_AT_ONCE == 0 else 1
         parallel = bool(set(self.parallel) & {k.loop_map(pk.index).get(l) for l in outs})
         if parallel and total > 1:
-            e(1, f"#pragma omp parallel for schedule(dynamic, {max(1, DIRECT_CHUNK * 4 // q)})")
+            e(1, f"#pragma omp parallel for schedule(dynamic, {max(1, DIRECT_CHUNK * 4 // q)}) num_threads(ac_team())")
         e(1, f"for (long {u} = 0; {u} < {total}; {u} += {q}) {{" if q > 1 else f"for (long {u} = 0; {u} < {total}; ++{u}) {{")
         self.unflatten(2, u, outs, cv, ext)
         for l in pk.m:
@@ -1507,7 +1535,7 @@ class _KernelWriter:
             self.out += ["    " * 2 + line for line in self.pad_copy(xsrc, x, list(dr.pads), 2)]
         rows = math.prod(ext[l] for l in outer)
         if self.parallel and rows > 1:
-            e(2, f"#pragma omp parallel for schedule(dynamic, {DIRECT_CHUNK})")
+            e(2, f"#pragma omp parallel for schedule(dynamic, {DIRECT_CHUNK}) num_threads(ac_team())")
         e(2, f"for (long {row} = 0; {row} < {rows}; ++{row}) {{")
         self.unflatten(3, row, outer, cv, ext)
         init = _float(0.0 if stmt.reduce == "+" else -math.inf)
@@ -1623,7 +1651,7 @@ class _KernelWriter:
             if isinstance(node, TileLoop):
                 start, stop, _ = bounds[node.var]
                 if node.parallel:
-                    self.emit(d, "#pragma omp parallel for")
+                    self.emit(d, "#pragma omp parallel for num_threads(ac_team())")
                 self.emit(d, f"for (long {name(node.var)} = {start}; {name(node.var)} < {stop}; "
                              f"{name(node.var)} += {node.size}) {{")
                 closing.append(d)
@@ -1756,7 +1784,7 @@ class _KernelWriter:
                                                          maximum="AC_MAX", minimum="AC_MIN")}
         for p in node.loops:
             if p.parallel:
-                self.emit(d, "#pragma omp parallel for")
+                self.emit(d, "#pragma omp parallel for num_threads(ac_team())")
             if p.vectorize:
                 self.emit(d, "#pragma omp simd")  # (a loop takes one of simd / unroll: simd wins)
             elif p.unroll > 1:
@@ -1822,7 +1850,7 @@ class _KernelWriter:
                 self.emit(d, f"#pragma omp simd reduction({stmt.reduce}:{acc})")
             else:
                 if p.parallel:
-                    self.emit(d, "#pragma omp parallel for")
+                    self.emit(d, "#pragma omp parallel for num_threads(ac_team())")
                 if (p.vectorize and bounds[p.name][2] != 1 and not reordered) or (moved and p is inner):
                     self.emit(d, "#pragma omp simd")  # (a loop takes one of simd / unroll: simd wins)
                 elif p.unroll > 1:

@@ -89,6 +89,30 @@ static inline double ac_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+/* The team of every parallel region: all the threads, or one for the next AC_SOLO_REGIONS
+   regions after a packed region whose first thread to finish waited at its end for over half
+   the region (and 0.1 ms) for another: that one's core was taken by another process, and each
+   region's end would wait a time slice for it (ResNet-50 on 2 threads with another process on
+   one core: 113-150 ms, against 72 on one thread and 39 on two idle cores). Then two again. */
+#define AC_SOLO_REGIONS 64
+static int ac_solo_left = 0;
+static inline int ac_team(void) {
+#ifdef _OPENMP
+    if (ac_solo_left > 0) { --ac_solo_left; return 1; }
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+/* done[t * 8]: when thread t of `n` ran out of work, in a region begun at `start` */
+static inline void ac_team_waited(const double* done, int n, double start) {
+    double first = done[0], last = done[0];
+    for (int t = 1; t < n; ++t) {
+        first = done[t * 8] < first ? done[t * 8] : first;
+        last = done[t * 8] > last ? done[t * 8] : last;
+    }
+    if (n > 1 && last - first > 1e-4 && last - first > 0.5 * (last - start)) ac_solo_left = AC_SOLO_REGIONS;
+}
 
 #define PROGRAM_NUM_BUFFERS 7
 #define PROGRAM_NUM_KERNELS 1
@@ -123,7 +147,7 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
         }
         float* V = ac_scratch(0, 1049600UL);      /* V[k][panel][c][8] */
         float* Mprod = ac_scratch(1, 1049600UL);    /* M[k][tile][f] */
-        #pragma omp parallel
+        #pragma omp parallel num_threads(ac_team())
         {
             float* Ybuf = ac_scratch(2, 1024UL);    /* one tile's 2x2 outputs [q][f] */
             for (long blk = 0; blk < 4; ++blk) {
