@@ -17,6 +17,7 @@ import autocomp_jupyter as autocomp
 from autocomp_jupyter import host
 from autocomp_jupyter.accel.target import load_target
 from autocomp_jupyter.codegen import generate
+from autocomp_jupyter.codegen.c import generate_c
 from autocomp_jupyter.dsl import load, parse
 from autocomp_jupyter.errors import UserError
 from autocomp_jupyter.interp import compare_outputs, random_inputs, run
@@ -224,6 +225,17 @@ def test_winograd_only_for_3x3_stride_1_convs_of_wide_maps():
     assert not wg("input X: f32[1, 512, 7, 7]\nparam W: f32[512, 512, 3, 3]\nY = conv2d(X, W, stride=1, padding=1)\n")
     # weights computed, not a param: no transform done once
     assert not wg("input X: f32[1, 64, 28, 28]\ninput W: f32[64, 64, 3, 3]\nY = conv2d(X, W, stride=1, padding=1)\n")
+
+
+def test_a_whole_tensor_copy_is_one_straight_pass_whatever_its_tiles():
+    """A reshape of a transpose's result copies element for element in the same order: one
+    flat loop (the schedule's tiles ignored); the transpose itself (a permuted copy) keeps its nest."""
+    program = parse("input X: f32[1, 12, 16, 8]\nT = transpose(X, perm=[0, 2, 1, 3])\n"
+                    "Y = reshape(T, shape=[1, 16, 96])\n")
+    plan = autocomp.optimize(program, target="host", tune=0).after
+    text = generate_c(plan)
+    assert text.count("] = T[x];") == 1 and "] = X[x];" not in text
+    check(plan)
 
 
 def test_names_that_are_c_keywords_compile():
