@@ -175,6 +175,11 @@ WINOGRAD_VARIANTS = {
     "odd_no_pad_bias_residual": ("input X: f32[2, 40, 19, 23]\ninput S: f32[2, 36, 17, 21]\n"
                                  "param W: f32[36, 40, 3, 3]\nparam b: f32[36]\n"
                                  "Y = conv2d(X, W, stride=1, padding=0)\nZ = bias_add(Y, b)\nQ = add(Z, S)\n", 2),
+    # a 7x9 map: tile rows of 5 padded to 8; a 7x7 map of two batch items: panels of 2 tile rows of 4
+    "rows_of_5_bias": ("input X: f32[1, 32, 7, 9]\nparam W: f32[33, 32, 3, 3]\nparam b: f32[33]\n"
+                       "Y = conv2d(X, W, stride=1, padding=1)\nZ = bias_add(Y, b)\n", 1),
+    "map_7x7_two_rows_per_panel": ("input X: f32[2, 64, 7, 7]\nparam W: f32[48, 64, 3, 3]\n"
+                                   "Y = conv2d(X, W, stride=1, padding=1)\nR = relu(Y)\n", 1),
     # padding 1, output channels not a multiple of 16, relu6; tile rows of 7 in panels of 8
     "pad_relu6": ("input X: f32[1, 48, 14, 14]\nparam W: f32[40, 48, 3, 3]\n"
                   "Y = conv2d(X, W, stride=1, padding=1)\nR = relu6(Y)\n", 1),
@@ -222,7 +227,9 @@ def test_winograd_only_for_3x3_stride_1_convs_of_wide_maps():
     assert not wg("input X: f32[1, 64, 28, 28]\nparam W: f32[64, 64, 3, 3]\n"
                   "Y = conv2d(X, W, stride=1, padding=2, dilation=2)\n")
     assert not wg("input X: f32[1, 64, 28, 28]\nparam W: f32[64, 64, 5, 5]\nY = conv2d(X, W, stride=1, padding=2)\n")
-    assert not wg("input X: f32[1, 512, 7, 7]\nparam W: f32[512, 512, 3, 3]\nY = conv2d(X, W, stride=1, padding=1)\n")
+    # a 7x7 map: panels of 2 tile rows of 4; narrower ones stay packed
+    assert wg("input X: f32[1, 512, 7, 7]\nparam W: f32[512, 512, 3, 3]\nY = conv2d(X, W, stride=1, padding=1)\n")
+    assert not wg("input X: f32[1, 64, 5, 5]\nparam W: f32[64, 64, 3, 3]\nY = conv2d(X, W, stride=1, padding=1)\n")
     # weights computed, not a param: no transform done once
     assert not wg("input X: f32[1, 64, 28, 28]\ninput W: f32[64, 64, 3, 3]\nY = conv2d(X, W, stride=1, padding=1)\n")
 

@@ -1139,8 +1139,8 @@ class _KernelWriter:
         P = WINOGRAD_PANEL
         FPAN = -(-F // GEMM_NR)
         FP = FPAN * GEMM_NR
-        PPR = TWP // P
-        PPI = TH * PPR
+        PPI = TH * TWP // P      # panels per batch item: tile t of one is at row t / TWP, column t % TWP
+        R = max(1, P // TWP)     # tile rows a panel holds
         NP = NB * PPI
         PB = min(wg.block_panels(ext), NP)
         NBLK = -(-NP // PB)
@@ -1200,7 +1200,7 @@ class _KernelWriter:
         epi = ", ".join(str(self.kernel.statements[s]).split("    #")[0] for s in pk.epilogue)
         e(1, f"/* {str(stmt).split('    #')[0]} */")
         e(1, f"/* Winograd F(2x2, 3x3): {NB} x {F} x {C} channels, {H}x{W} outputs as {TH} x {TWV} tiles of 2x2 "
-             f"(rows padded to {TWP}: panels of {P}), blocks of {PB} panels; 16 GEMMs per block, microkernel {P}x{GEMM_NR}"
+             f"(rows padded to {TWP}: panels of {P}, {R} tile row(s) each), blocks of {PB} panels; 16 GEMMs per block, microkernel {P}x{GEMM_NR}"
              + (f"; applied in its store: {epi}" if epi else "") + " */")
         e(1, "{")
         # U[k][f panel][c][16]: G g G^T, G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], once per weights buffer
@@ -1246,8 +1246,8 @@ class _KernelWriter:
             e(4, "#pragma omp for collapse(2) schedule(static)")
         e(4, f"for (long {pp} = 0; {pp} < {pb}; ++{pp})")
         e(5, f"for (long {cv} = 0; {cv} < {C}; ++{cv}) {{")
-        e(6, f"const long {pan} = {p0} + {pp}, {bt} = {pan} / {PPI}, {th} = ({pan} % {PPI}) / {PPR}, "
-             f"{tw0} = ({pan} % {PPR}) * {P};")
+        e(6, f"const long {pan} = {p0} + {pp}, {bt} = {pan} / {PPI}, {th} = ({pan} % {PPI}) * {P} / {TWP}, "
+             f"{tw0} = ({pan} % {PPI}) * {P} % {TWP};")
         batch_decls(6)
         xh, xw, xc = xcoeff.get(wg.h, 0), xcoeff.get(wg.w_loop, 0), xcoeff.get(wg.c, 0)
         # the batch item's and channel's plane (hi, wi below are the input's own row and column)
@@ -1257,9 +1257,11 @@ class _KernelWriter:
         # the 4 input rows under the panel's 8 tiles (18 columns each, zero outside the input),
         # then the transform for the 8 tiles as vectors (written out: gcc keeps loops over
         # small local arrays scalar)
-        seg = 2 * P + 2
-        e(6, f"float seg[4][{seg}];")
-        e(6, "for (int i = 0; i < 4; ++i) {")
+        # (a panel of R tile rows: 4 + 2 (R - 1) input rows)
+        tcols = min(P, TWP)
+        seg, segr = 2 * tcols + 2, 2 * R + 2
+        e(6, f"float seg[{segr}][{seg}];")
+        e(6, f"for (int i = 0; i < {segr}; ++i) {{")
         e(7, f"const long hi = 2 * {th} + i + {wg.ph};")
         e(7, "#pragma omp simd")
         e(7, f"for (int j = 0; j < {seg}; ++j) {{")
@@ -1269,9 +1271,13 @@ class _KernelWriter:
         e(6, "}")
         e(6, "#pragma omp simd")
         e(6, f"for (long {r} = 0; {r} < {P}; ++{r}) {{")
+        row0, col0 = (f"2 * ({r} / {tcols})", f"2 * ({r} % {tcols})") if R > 1 else ("0", f"2 * {r}")
+
+        def sg(i, j):
+            return f"seg[{row0} + {i}][{col0} + {j}]" if R > 1 else f"seg[{i}][{col0} + {j}]"
         for j in range(4):
-            e(7, f"const float t0{j} = seg[0][2 * {r} + {j}] - seg[2][2 * {r} + {j}], t1{j} = seg[1][2 * {r} + {j}] + seg[2][2 * {r} + {j}], "
-                 f"t2{j} = seg[2][2 * {r} + {j}] - seg[1][2 * {r} + {j}], t3{j} = seg[1][2 * {r} + {j}] - seg[3][2 * {r} + {j}];")
+            e(7, f"const float t0{j} = {sg(0, j)} - {sg(2, j)}, t1{j} = {sg(1, j)} + {sg(2, j)}, "
+                 f"t2{j} = {sg(2, j)} - {sg(1, j)}, t3{j} = {sg(1, j)} - {sg(3, j)};")
         for i in range(4):
             for j, ex in enumerate((f"t{i}0 - t{i}2", f"t{i}1 + t{i}2", f"t{i}2 - t{i}1", f"t{i}1 - t{i}3")):
                 e(7, f"vo[{4 * i + j} * {KS}L + {r}] = {ex};")
@@ -1306,11 +1312,11 @@ class _KernelWriter:
             e(4, "#pragma omp for collapse(2) schedule(static)")
         e(4, f"for (long {pp} = 0; {pp} < {pb}; ++{pp})")
         e(5, f"for (long {r} = 0; {r} < {P}; ++{r}) {{")
-        e(6, f"const long {pan} = {p0} + {pp}, {bt} = {pan} / {PPI}, {th} = ({pan} % {PPI}) / {PPR}, "
-             f"{tw0} = ({pan} % {PPR}) * {P};")
-        e(6, f"if ({tw0} + {r} >= {TWV}) continue;     /* a tile of the row's padding */")
+        e(6, f"const long {pan} = {p0} + {pp}, {bt} = {pan} / {PPI}, {th} = ({pan} % {PPI}) * {P} / {TWP}, "
+             f"{tw0} = ({pan} % {PPI}) * {P} % {TWP};")
+        e(6, f"const long {tw} = {tw0} + {r} % {min(P, TWP)}, {th}_r = {th} + {r} / {min(P, TWP)};")
+        e(6, f"if ({tw} >= {TWV}) continue;     /* a tile of the row's padding */")
         batch_decls(6)
-        e(6, f"const long {tw} = {tw0} + {r};")
         e(6, f"const float* restrict mt = {Mb} + ({pp} * {P} + {r}) * {FP}L;")
         e(6, "#pragma omp simd")
         e(6, f"for (long {fv} = 0; {fv} < {F}; ++{fv}) {{")
@@ -1322,7 +1328,7 @@ class _KernelWriter:
             e(7, f"{Yb}[{2 * i + 1} * {FP} + {fv}] = s{i}1 - s{i}2 - s{i}3;")
         e(6, "}")
         e(6, f"for (long {q} = 0; {q} < 4; ++{q}) {{")
-        e(7, f"const long {hv} = 2 * {th} + {q} / 2, {wv} = 2 * {tw} + {q} % 2;")
+        e(7, f"const long {hv} = 2 * {th}_r + {q} / 2, {wv} = 2 * {tw} + {q} % 2;")
         e(7, f"if ({hv} >= {H} || {wv} >= {W}) continue;")
         e(7, "#pragma omp simd")
         e(7, f"for (long {fv} = 0; {fv} < {F}; ++{fv}) {{")

@@ -730,10 +730,10 @@ def _epilogue(kernel: Kernel, index: int, out_loops: list[str]) -> tuple[int, ..
 
 
 # A 3x3 stride-1 convolution whose output rows are at least this wide runs as Winograd
-# F(2x2, 3x3) (`winograd`): its tiles of 2x2 outputs go in panels of 8 along a tile row,
-# each tile row padded to whole panels (14 wide: 7 tiles in 8), so narrower maps would
-# compute mostly padding.
-WINOGRAD_MIN_WIDTH = 14
+# F(2x2, 3x3) (`winograd`): its tiles of 2x2 outputs go in panels of 8, along a tile row
+# padded to whole panels (14 wide: 7 tiles in 8) or of whole rows padded to a power of two
+# (7 wide: 2 rows of 4 tiles), so narrower maps would compute mostly padding.
+WINOGRAD_MIN_WIDTH = 7
 # Channels (in and out) at least: below, the transforms cost more than the multiplies saved.
 WINOGRAD_MIN_CHANNELS = 32
 # Bytes of one tile block's transformed input (and of its products): blocks of tiles stay in
@@ -764,9 +764,14 @@ class Winograd:
     pw: int
 
     def tiles(self, ext: dict) -> tuple[int, int, int]:
-        """(tile rows, tiles per row padded to whole panels, tiles per row holding outputs)."""
+        """(tile rows, tiles per row in the layout, tiles per row holding outputs). A row of at
+        least a panel's tiles is padded to whole panels; a shorter one to a power of two, so
+        that a panel holds whole rows (a 7x7 map's rows of 4 tiles: a panel of 2 rows); tile
+        rows padded so that each batch item's tiles fill whole panels."""
         tw = -(-ext[self.w_loop] // 2)
-        return -(-ext[self.h] // 2), -(-tw // WINOGRAD_PANEL) * WINOGRAD_PANEL, tw
+        twp = -(-tw // WINOGRAD_PANEL) * WINOGRAD_PANEL if tw >= WINOGRAD_PANEL else 1 << (tw - 1).bit_length()
+        rows = WINOGRAD_PANEL // twp if twp < WINOGRAD_PANEL else 1
+        return -(-(-(-ext[self.h] // 2)) // rows) * rows, twp, tw
 
     def block_panels(self, ext: dict) -> int:
         """Tile panels per block: the block's transformed input and products each within

@@ -120,7 +120,7 @@ static inline void ac_team_waited(const double* done, int n, double start) {
 /* kernel Y_Z_R: ops Y, Z, R */
 static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const float* restrict scale, const float* restrict shift, float* restrict Y, float* restrict Z, float* restrict R) {
     /* Y[n, f, h, w] += (X[n, c, h + r - 1, s + w - 1] * W[f, c, r, s]) */
-    /* Winograd F(2x2, 3x3): 1 x 64 x 64 channels, 56x56 outputs as 28 x 28 tiles of 2x2 (rows padded to 32: panels of 8), blocks of 32 panels; 16 GEMMs per block, microkernel 8x16; applied in its store: Z[n, c, h, w] = ((Y[n, c, h, w] * scale[c]) + shift[c]), R[n, c, h, w] = relu(Z[n, c, h, w]) */
+    /* Winograd F(2x2, 3x3): 1 x 64 x 64 channels, 56x56 outputs as 28 x 28 tiles of 2x2 (rows padded to 32: panels of 8, 1 tile row(s) each), blocks of 32 panels; 16 GEMMs per block, microkernel 8x16; applied in its store: Z[n, c, h, w] = ((Y[n, c, h, w] * scale[c]) + shift[c]), R[n, c, h, w] = relu(Z[n, c, h, w]) */
     {
         static float* W_winograd = NULL;
         static const void* W_winograd_src = NULL;
@@ -155,7 +155,7 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
                 #pragma omp for collapse(2) schedule(static)
                 for (long pp = 0; pp < pb; ++pp)
                     for (long c = 0; c < 64; ++c) {
-                        const long pan = p0 + pp, bt = pan / 112, th = (pan % 112) / 4, tw0 = (pan % 4) * 8;
+                        const long pan = p0 + pp, bt = pan / 112, th = (pan % 112) * 8 / 32, tw0 = (pan % 112) * 8 % 32;
                         const long n = (bt / 1) % 1;
                         const float* restrict xc = X + (0 + 200704 * n) + 3136 * c;
                         float* restrict vo = V + (pp * 64 + c) * 8;
@@ -217,10 +217,10 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
                 #pragma omp for collapse(2) schedule(static)
                 for (long pp = 0; pp < pb; ++pp)
                     for (long r = 0; r < 8; ++r) {
-                        const long pan = p0 + pp, bt = pan / 112, th = (pan % 112) / 4, tw0 = (pan % 4) * 8;
-                        if (tw0 + r >= 28) continue;     /* a tile of the row's padding */
+                        const long pan = p0 + pp, bt = pan / 112, th = (pan % 112) * 8 / 32, tw0 = (pan % 112) * 8 % 32;
+                        const long tw = tw0 + r % 8, th_r = th + r / 8;
+                        if (tw >= 28) continue;     /* a tile of the row's padding */
                         const long n = (bt / 1) % 1;
-                        const long tw = tw0 + r;
                         const float* restrict mt = Mprod + (pp * 8 + r) * 64L;
                         #pragma omp simd
                         for (long f = 0; f < 64; ++f) {
@@ -234,7 +234,7 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
                             Ybuf[3 * 64 + f] = s11 - s12 - s13;
                         }
                         for (long q = 0; q < 4; ++q) {
-                            const long h = 2 * th + q / 2, w = 2 * tw + q % 2;
+                            const long h = 2 * th_r + q / 2, w = 2 * tw + q % 2;
                             if (h >= 56 || w >= 56) continue;
                             #pragma omp simd
                             for (long f = 0; f < 64; ++f) {
