@@ -4,6 +4,7 @@ The host is a compute kind of its own (`runs_generated_c`: a vector target whose
 serially unless annotated parallel). Its costs come from what the generated code does, read
 from one analysis shared with the generator (`codegen.host_analysis`): which kernels run as
 a packed GEMM (its microkernel, cache blocks, packing copies, thread partition), which as
+Winograd F(2x2, 3x3) (`winograd_cycles`: its transforms and 16 GEMMs), which as
 direct rows (depthwise convolutions, pooling: a local row per output row, no packing), and
 for the plain loop nest, the issue rate, scalar work and strided accesses of the code.
 `HostModel` is what the shared cost model (`cost.py`) asks at its hook points: the bytes of

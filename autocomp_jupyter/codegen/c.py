@@ -1,6 +1,7 @@
 """C code for an optimised Plan: one function per kernel, one entry point for the program.
 
-Which path a kernel takes (packed GEMM, direct rows, window rows, the loop nest) is decided by
+Which path a kernel takes (packed GEMM, Winograd, direct rows, window rows, a flat copy, the
+loop nest) is decided by
 `host_analysis.py`, the analysis the host model (accel/host_model.py) costs too; this module
 only writes the C.
 
@@ -36,7 +37,14 @@ proves legal:
   from a table in the file): each thread runs its own contiguous share, then takes what is
   left of the others', packing its own panels into scratch kept between calls. The
   kernel's other statements (producers, epilogues) run in program order, each over its
-  full nest (no longer fused into the GEMM's last k tile).
+  full nest (no longer fused into the GEMM's last k tile). An operand that is a param read
+  in range (`prepacked`: weights) is packed once, on the first call, into panels over all of
+  K kept between calls (again when its buffer address changes), and streamed from there.
+- Winograd: a 3x3 stride-1 convolution (`winograd`) as F(2x2, 3x3): weights transformed
+  once, per block of tile panels the input transform, 16 GEMMs through the same
+  microkernel, the output transform with the fused epilogue.
+- every parallel region's team is `ac_team()` (prelude): one thread for a while after a
+  region waited long at its end for a thread whose core another process took.
 
 Annotations: `parallel` → `#pragma omp parallel for` on the outermost annotated loop
 (with `collapse` over directly nested annotated loops of constant bounds); `vectorize` →
@@ -313,12 +321,14 @@ static inline double ac_now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 /* The team of every parallel region: all the threads, or one for the next AC_SOLO_REGIONS
-   regions after a packed region whose first thread to finish waited at its end for over half
-   the region (and 0.1 ms) for another: that one's core was taken by another process, and each
-   region's end would wait a time slice for it (ResNet-50 on 2 threads with another process on
-   one core: 113-150 ms, against 72 on one thread and 39 on two idle cores). Then two again. */
+   regions (twice as many each time the try after them waits again) after a region whose first
+   thread to finish waited at its end for over half the region (and 0.1 ms) for another: that
+   one's core was taken by another process, and each region's end would wait a time slice for
+   it (ResNet-50 on 2 threads with another process on one core: 113-150 ms, against 72 on one
+   thread and 39 on two idle cores). */
 #define AC_SOLO_REGIONS 64
-static int ac_solo_left = 0;
+#define AC_SOLO_MAX 4096      /* doubled (up to this) each time the next try waits again */
+static int ac_solo_left = 0, ac_solo_span = AC_SOLO_REGIONS;
 static inline int ac_team(void) {
 #ifdef _OPENMP
     if (ac_solo_left > 0) { --ac_solo_left; return 1; }
@@ -327,14 +337,27 @@ static inline int ac_team(void) {
     return 1;
 #endif
 }
+static inline int ac_thread(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
 /* done[t * 8]: when thread t of `n` ran out of work, in a region begun at `start` */
 static inline void ac_team_waited(const double* done, int n, double start) {
+    if (n <= 1) return;
     double first = done[0], last = done[0];
     for (int t = 1; t < n; ++t) {
         first = done[t * 8] < first ? done[t * 8] : first;
         last = done[t * 8] > last ? done[t * 8] : last;
     }
-    if (n > 1 && last - first > 1e-4 && last - first > 0.5 * (last - start)) ac_solo_left = AC_SOLO_REGIONS;
+    if (last - first > 1e-4 && last - first > 0.5 * (last - start)) {
+        ac_solo_left = ac_solo_span;
+        ac_solo_span = ac_solo_span < AC_SOLO_MAX ? 2 * ac_solo_span : AC_SOLO_MAX;
+    } else {
+        ac_solo_span = AC_SOLO_REGIONS;
+    }
 }
 """
 
@@ -1094,6 +1117,28 @@ class _KernelWriter:
             e(2, f"free({tab});")
         e(1, "}")
 
+    def region_begin(self, depth: int, schedule: str) -> tuple[str, str, str]:
+        """Open a parallel region of ac_team() threads whose loop (emitted next, at `depth`) is
+        shared with `schedule`, each thread noting when it ran out of iterations (see
+        `region_end`)."""
+        nth, t_done, t_start = (self.namer.fresh(x) for x in ("nth", "t_done", "t_start"))
+        e = self.emit
+        e(depth, "{")
+        e(depth, f"const int {nth} = ac_team();")
+        e(depth, f"double {t_done}[{nth} * 8];    /* per thread: when it ran out of iterations */")
+        e(depth, f"const double {t_start} = ac_now();")
+        e(depth, f"#pragma omp parallel num_threads({nth})")
+        e(depth, "{")
+        e(depth, f"#pragma omp for schedule({schedule}) nowait")
+        return nth, t_done, t_start
+
+    def region_end(self, depth: int, names: tuple[str, str, str]) -> None:
+        nth, t_done, t_start = names
+        self.emit(depth, f"{t_done}[ac_thread() * 8] = ac_now();")
+        self.emit(depth, "}")
+        self.emit(depth, f"ac_team_waited({t_done}, {nth}, {t_start});")
+        self.emit(depth, "}")
+
     def flat_copy(self) -> "tuple[str, str, int] | None":
         """(target, source, elements) when the kernel is one statement copying a whole tensor
         of the same buffer type element for element (its target and its one read at the same
@@ -1375,8 +1420,7 @@ class _KernelWriter:
                 self.out += ["    " * 2 + line for line in self.pad_copy(bsrc, pk.b, list(dr.pads), 2)]
         parallel = bool(set(self.parallel) & {k.loop_map(pk.index).get(l) for l in pk.batch + pk.n})
         NB = pk.size("batch")
-        if parallel and NB > 1:
-            e(2, f"#pragma omp parallel for schedule(dynamic, {DIRECT_CHUNK}) num_threads(ac_team())")
+        region = self.region_begin(2, f"dynamic, {DIRECT_CHUNK}") if parallel and NB > 1 else None
         e(2, f"for (long {bt} = 0; {bt} < {NB}; ++{bt}) {{")
         self.unflatten(3, bt, pk.batch, cv, ext)
         slab_drop: tuple[str, ...] = ()
@@ -1460,6 +1504,8 @@ class _KernelWriter:
             e(d, "}")
         for x in range(d - 1, 1, -1):
             e(x, "}")
+        if region is not None:
+            self.region_end(2, region)
         e(1, "}")
 
     def epilogue_store(self, pk: Packed, depth: int, v: str, at_point) -> None:
@@ -1559,8 +1605,7 @@ class _KernelWriter:
             shape, shift = tuple(n + lo + hi for n, (lo, hi) in zip(t.shape, dr.pads)), [lo for lo, _ in dr.pads]
             self.out += ["    " * 2 + line for line in self.pad_copy(xsrc, x, list(dr.pads), 2)]
         rows = math.prod(ext[l] for l in outer)
-        if self.parallel and rows > 1:
-            e(2, f"#pragma omp parallel for schedule(dynamic, {DIRECT_CHUNK}) num_threads(ac_team())")
+        region = self.region_begin(2, f"dynamic, {DIRECT_CHUNK}") if self.parallel and rows > 1 else None
         e(2, f"for (long {row} = 0; {row} < {rows}; ++{row}) {{")
         self.unflatten(3, row, outer, cv, ext)
         init = _float(0.0 if stmt.reduce == "+" else -math.inf)
@@ -1584,6 +1629,8 @@ class _KernelWriter:
         e(3, f"for (long {w} = 0; {w} < {dr.width}; ++{w}) "
              f"{self.cname[stmt.target]}[{_affine_c({cv[l]: c for l, c in o_coeff.items()}, o_const)}] = {acc}[{w}];")
         e(2, "}")
+        if region is not None:
+            self.region_end(2, region)
         e(1, "}")
 
     def pad_copy(self, name: str, access: Access, pads: list[tuple[int, int]], slot: int,

@@ -5,8 +5,10 @@ writes C from and accel/host_model.py costs (so the model times the code that ru
   blocks `packed_blocks`, an MR x NR microkernel `micro_shape`, fused elementwise epilogue
   `epilogue_point`), with the work units threads share (`packed_partition`) and the cycles
   packing an operand costs (`host_copy_costs`); its orientation (`transposed`: m and n
-  exchanged for narrow outputs, with blocks of its own, `swapped_blocks`) and the order of
-  its micro-tile loops (`rows_outer`);
+  exchanged for narrow outputs, with blocks of its own, `swapped_blocks`), the order of
+  its micro-tile loops (`rows_outer`) and which operands are packed once, ahead (`prepacked`:
+  a network's weights);
+- `winograd`: a 3x3 stride-1 convolution run instead as Winograd F(2x2, 3x3);
 - `direct_rows`: a one-row packed contraction (M = 1: a depthwise convolution) run instead
   as rows of outputs accumulated in a local array, no packing (padded per batch item where
   each reads one slab: `direct_slab`);

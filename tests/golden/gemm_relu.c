@@ -87,12 +87,14 @@ static inline double ac_now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 /* The team of every parallel region: all the threads, or one for the next AC_SOLO_REGIONS
-   regions after a packed region whose first thread to finish waited at its end for over half
-   the region (and 0.1 ms) for another: that one's core was taken by another process, and each
-   region's end would wait a time slice for it (ResNet-50 on 2 threads with another process on
-   one core: 113-150 ms, against 72 on one thread and 39 on two idle cores). Then two again. */
+   regions (twice as many each time the try after them waits again) after a region whose first
+   thread to finish waited at its end for over half the region (and 0.1 ms) for another: that
+   one's core was taken by another process, and each region's end would wait a time slice for
+   it (ResNet-50 on 2 threads with another process on one core: 113-150 ms, against 72 on one
+   thread and 39 on two idle cores). */
 #define AC_SOLO_REGIONS 64
-static int ac_solo_left = 0;
+#define AC_SOLO_MAX 4096      /* doubled (up to this) each time the next try waits again */
+static int ac_solo_left = 0, ac_solo_span = AC_SOLO_REGIONS;
 static inline int ac_team(void) {
 #ifdef _OPENMP
     if (ac_solo_left > 0) { --ac_solo_left; return 1; }
@@ -101,14 +103,27 @@ static inline int ac_team(void) {
     return 1;
 #endif
 }
+static inline int ac_thread(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
 /* done[t * 8]: when thread t of `n` ran out of work, in a region begun at `start` */
 static inline void ac_team_waited(const double* done, int n, double start) {
+    if (n <= 1) return;
     double first = done[0], last = done[0];
     for (int t = 1; t < n; ++t) {
         first = done[t * 8] < first ? done[t * 8] : first;
         last = done[t * 8] > last ? done[t * 8] : last;
     }
-    if (n > 1 && last - first > 1e-4 && last - first > 0.5 * (last - start)) ac_solo_left = AC_SOLO_REGIONS;
+    if (last - first > 1e-4 && last - first > 0.5 * (last - start)) {
+        ac_solo_left = ac_solo_span;
+        ac_solo_span = ac_solo_span < AC_SOLO_MAX ? 2 * ac_solo_span : AC_SOLO_MAX;
+    } else {
+        ac_solo_span = AC_SOLO_REGIONS;
+    }
 }
 
 #define PROGRAM_NUM_BUFFERS 4
