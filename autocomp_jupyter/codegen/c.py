@@ -1278,8 +1278,12 @@ class _KernelWriter:
         # 1.24 ms against 0.79 (each thread's chunks scattered over the block's panels)
         e(2, f"float* {V} = ac_scratch(0, {16 * KS * 4}UL);      /* V[k][panel][c][{P}] */")
         e(2, f"float* {Mb} = ac_scratch(1, {16 * MS * 4}UL);    /* M[k][tile][f] */")
+        nth, t_done, t_start = f("nth"), f("t_done"), f("t_start")
         if parallel:
-            e(2, "#pragma omp parallel num_threads(ac_team())")
+            e(2, f"const int {nth} = ac_team();")
+            e(2, f"double {t_done}[{nth} * 8];    /* per thread: when it finished the last block's outputs */")
+            e(2, f"const double {t_start} = ac_now();")
+            e(2, f"#pragma omp parallel num_threads({nth})")
         e(2, "{")
         e(3, f"float* {Yb} = ac_scratch(2, {4 * FP * 4}UL);    /* one tile's 2x2 outputs [q][f] */")
         e(3, f"for (long {blk} = 0; {blk} < {NBLK}; ++{blk}) {{")
@@ -1350,9 +1354,12 @@ class _KernelWriter:
         e(7, "}")
         e(6, "}")
         e(5, "}")
-        # the output transform, A^T m A, A^T = [1 1 1 0; 0 1 -1 -1], and the store with the epilogue
+        # the output transform, A^T m A, A^T = [1 1 1 0; 0 1 -1 -1], and the store with the
+        # epilogue; no barrier after it (the next block's input transform writes V only, and
+        # its barrier holds the GEMMs that write M until every thread is through), so that the
+        # threads' finishing times tell the team whether one was held up (ac_team_waited)
         if parallel:
-            e(4, "#pragma omp for collapse(2) schedule(static)")
+            e(4, "#pragma omp for collapse(2) schedule(static) nowait")
         e(4, f"for (long {pp} = 0; {pp} < {pb}; ++{pp})")
         e(5, f"for (long {r} = 0; {r} < {P}; ++{r}) {{")
         e(6, f"const long {pan} = {p0} + {pp}, {bt} = {pan} / {PPI}, {th} = ({pan} % {PPI}) * {P} / {TWP}, "
@@ -1382,7 +1389,11 @@ class _KernelWriter:
         e(6, "}")
         e(5, "}")
         e(3, "}")
+        if parallel:
+            e(3, f"{t_done}[ac_thread() * 8] = ac_now();")
         e(2, "}")
+        if parallel:
+            e(2, f"ac_team_waited({t_done}, {nth}, {t_start});")
         e(1, "}")
 
     def direct(self, pk: Packed, dr: DirectRows) -> None:

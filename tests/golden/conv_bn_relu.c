@@ -162,7 +162,10 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
         }
         float* V = ac_scratch(0, 1049600UL);      /* V[k][panel][c][8] */
         float* Mprod = ac_scratch(1, 1049600UL);    /* M[k][tile][f] */
-        #pragma omp parallel num_threads(ac_team())
+        const int nth = ac_team();
+        double t_done[nth * 8];    /* per thread: when it finished the last block's outputs */
+        const double t_start = ac_now();
+        #pragma omp parallel num_threads(nth)
         {
             float* Ybuf = ac_scratch(2, 1024UL);    /* one tile's 2x2 outputs [q][f] */
             for (long blk = 0; blk < 4; ++blk) {
@@ -229,7 +232,7 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
                             }
                         }
                     }
-                #pragma omp for collapse(2) schedule(static)
+                #pragma omp for collapse(2) schedule(static) nowait
                 for (long pp = 0; pp < pb; ++pp)
                     for (long r = 0; r < 8; ++r) {
                         const long pan = p0 + pp, bt = pan / 112, th = (pan % 112) * 8 / 32, tw0 = (pan % 112) * 8 % 32;
@@ -261,7 +264,9 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
                         }
                     }
             }
+            t_done[ac_thread() * 8] = ac_now();
         }
+        ac_team_waited(t_done, nth, t_start);
     }
 }
 
