@@ -10,7 +10,8 @@ in a worker process of its own, run interleaved round by round as the kernels be
 C is checked against the interpreter (`measure_plan`, the `--measure` path) and its host
 model prediction printed beside the time; then, per network, the 10 slowest kernels on one
 thread against their roofline (time at min(peak, bytes / L3 bandwidth): a network's
-intermediates live in L3) with the path the C takes (packed GEMM, direct rows, window rows,
+intermediates live in L3; a Winograd convolution's GFLOP/s count the direct convolution's
+multiply-adds) with the path the C takes (packed GEMM, Winograd, direct rows, window rows,
 loop nest). TVM is not run on the networks (no ONNX import here).
 
 For each kernel — GEMM 1024^3, the tall GEMM M=4096 K=1024 N=256, conv 3x3 64->64 ch 56x56
@@ -478,7 +479,7 @@ def roofline_rows(plan, per_kernel: dict, target, threads: int = 1, top: int = 1
     the roofline time max(flops / peak, bytes / L3 bandwidth) (bytes: the kernel's inputs and
     outputs once; peak and bandwidth for `threads` cores), the host model's prediction and
     the path the C takes."""
-    from autocomp_jupyter.codegen.c import direct_rows, packed_contraction, window_rows
+    from autocomp_jupyter.codegen.c import direct_rows, packed_contraction, window_rows, winograd
 
     costs = {k.name: c for k, c in zip(plan.kernels, _costs(plan, target, threads))}
     peak = target.peak_flops("f32") / target.compute.units * threads
@@ -493,7 +494,9 @@ def roofline_rows(plan, per_kernel: dict, target, threads: int = 1, top: int = 1
         pk = packed_contraction(kernel, schedule)
         if pk is not None:
             dims = "x".join(str(pk.size(g)) for g in ("batch", "m", "n", "k"))
-            path = (f"direct rows {dims}" if direct_rows(kernel, pk) else f"packed {dims} {pk.micro[0]}x{pk.micro[1]}")
+            path = (f"direct rows {dims}" if direct_rows(kernel, pk) else
+                    f"Winograd F(2x2, 3x3) {dims}" if winograd(kernel, pk) else
+                    f"packed {dims} {pk.micro[0]}x{pk.micro[1]}" + (" transposed" if pk.swapped else ""))
         else:
             path = "window rows" if window_rows(kernel, schedule) else "loop nest"
         roof = max(flops / peak, nbytes / bw)

@@ -15,7 +15,9 @@ import pytest
 
 import autocomp_jupyter as autocomp
 from autocomp_jupyter import host
+from autocomp_jupyter.accel.target import load_target
 from autocomp_jupyter.codegen import generate
+from autocomp_jupyter.codegen.c import generate_c
 from autocomp_jupyter.dsl import load, parse
 from autocomp_jupyter.errors import UserError
 from autocomp_jupyter.interp import compare_outputs, random_inputs, run
@@ -139,7 +141,7 @@ def test_packed_contractions_with_fused_epilogues_match_interpreter(name, thread
     """Every conv variant (stride, dilation, padding, groups, depthwise, remainders), batched
     and int8 GEMMs run packed, their epilogues applied in the microkernel's store (no second
     pass over the output), on 1 and 2 threads, and match the interpreter."""
-    from autocomp_jupyter.codegen.c import direct_rows, generate_c, packed_contraction
+    from autocomp_jupyter.codegen.c import direct_rows, generate_c, packed_contraction, prepacked
 
     src, fused = PACKED_VARIANTS[name]
     program = parse(src)
@@ -154,11 +156,93 @@ def test_packed_contractions_with_fused_epilogues_match_interpreter(name, thread
     text = generate_c(plan)
     if direct_rows(kernel, pk) is not None:     # a depthwise conv: direct rows, no packing
         assert "Bpack" not in text and text.count("/* direct rows") == 1 and name.startswith("depthwise")
-        assert ("#pragma omp parallel for" in text) == (threads > 1)
+        assert ("#pragma omp for schedule(dynamic" in text) == (threads > 1)
     else:
-        assert "Bpack" in text and ("#pragma omp parallel\n" in text) == (threads > 1)
+        # the weights (a param read in range) are packed once, ahead; the other operand per block
+        pre = [w for w, a in (("a", pk.a), ("b", pk.b)) if prepacked(kernel, pk, w)]
+        assert pre == [w for w, a in (("a", pk.a), ("b", pk.b)) if kernel.tensor(a.tensor).role == "param"]
+        assert ("Bpack" in text) == ("b" not in pre) and ("Apack" in text) == ("a" not in pre)
+        assert text.count("_prepacked = NULL;") == len(pre)
+        assert ("#pragma omp parallel num_threads(" in text) == (threads > 1)
         assert text.count("/* packed GEMM") == 1
     check(plan, threads=threads)
+
+
+WINOGRAD_VARIANTS = {
+    # name: (program, statements the store must apply)
+    # odd output sizes (edge tiles and a padded tile row), no padding, two batch items, a bias and
+    # a residual applied in the store
+    "odd_no_pad_bias_residual": ("input X: f32[2, 40, 19, 23]\ninput S: f32[2, 36, 17, 21]\n"
+                                 "param W: f32[36, 40, 3, 3]\nparam b: f32[36]\n"
+                                 "Y = conv2d(X, W, stride=1, padding=0)\nZ = bias_add(Y, b)\nQ = add(Z, S)\n", 2),
+    # a 7x9 map: tile rows of 5 padded to 8; a 7x7 map of two batch items: panels of 2 tile rows of 4
+    "rows_of_5_bias": ("input X: f32[1, 32, 7, 9]\nparam W: f32[33, 32, 3, 3]\nparam b: f32[33]\n"
+                       "Y = conv2d(X, W, stride=1, padding=1)\nZ = bias_add(Y, b)\n", 1),
+    "map_7x7_two_rows_per_panel": ("input X: f32[2, 64, 7, 7]\nparam W: f32[48, 64, 3, 3]\n"
+                                   "Y = conv2d(X, W, stride=1, padding=1)\nR = relu(Y)\n", 1),
+    # padding 1, output channels not a multiple of 16, relu6; tile rows of 7 in panels of 8
+    "pad_relu6": ("input X: f32[1, 48, 14, 14]\nparam W: f32[40, 48, 3, 3]\n"
+                  "Y = conv2d(X, W, stride=1, padding=1)\nR = relu6(Y)\n", 1),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("name", sorted(WINOGRAD_VARIANTS))
+def test_winograd_convolutions_match_interpreter(name, threads):
+    """3x3 stride-1 convolutions with a param as weights run as Winograd F(2x2, 3x3) (the
+    weights transformed once, 16 GEMMs per block of tiles, the epilogue in the output
+    transform's store), on 1 and 2 threads, and match the interpreter; the host model and the
+    simulator's replay both take its Winograd cost, not the packed GEMM's."""
+    from autocomp_jupyter.accel.host_model import replay_packed, winograd_cycles
+    from autocomp_jupyter.codegen.c import generate_c, packed_contraction, winograd
+
+    src, fused = WINOGRAD_VARIANTS[name]
+    program = parse(src)
+    kernel = Kernel.from_ops(program, [op.name for op in program.ops])
+    tiles = {l: {"L2": max(1, e * 2 // 3), "registers": max(1, e // 3)} for l, e in kernel.extents.items()}
+    parallel = {"parallel": kernel.loop_names[:2]} if threads > 1 else {}
+    schedule = Schedule(kernel, tiles=tiles, annotations=parallel, levels=("L2", "registers"))
+    plan = Plan(program, (kernel,), (schedule,))
+    pk = packed_contraction(kernel, schedule)
+    wg = winograd(kernel, pk)
+    assert wg is not None and len(pk.epilogue) == fused
+    text = generate_c(plan)
+    assert text.count("/* Winograd F(2x2, 3x3)") == 1 and "Bpack" not in text
+    assert ("#pragma omp parallel num_threads(" in text) == (threads > 1)
+    target = load_target("host")
+    assert replay_packed(kernel, schedule, target) == pytest.approx(
+        winograd_cycles(kernel, pk, wg, target, target.compute.units if threads > 1 else 1) / (target.clock_ghz * 1e9))
+    check(plan, threads=threads)
+
+
+def test_winograd_only_for_3x3_stride_1_convs_of_wide_maps():
+    from autocomp_jupyter.codegen.c import packed_contraction, winograd
+
+    def wg(src):
+        program = parse(src)
+        kernel = Kernel.from_ops(program, [op.name for op in program.ops])
+        return winograd(kernel, packed_contraction(kernel))
+    assert wg("input X: f32[1, 64, 28, 28]\nparam W: f32[64, 64, 3, 3]\nY = conv2d(X, W, stride=1, padding=1)\n")
+    assert not wg("input X: f32[1, 64, 28, 28]\nparam W: f32[64, 64, 3, 3]\nY = conv2d(X, W, stride=2, padding=1)\n")
+    assert not wg("input X: f32[1, 64, 28, 28]\nparam W: f32[64, 64, 3, 3]\n"
+                  "Y = conv2d(X, W, stride=1, padding=2, dilation=2)\n")
+    assert not wg("input X: f32[1, 64, 28, 28]\nparam W: f32[64, 64, 5, 5]\nY = conv2d(X, W, stride=1, padding=2)\n")
+    # a 7x7 map: panels of 2 tile rows of 4; narrower ones stay packed
+    assert wg("input X: f32[1, 512, 7, 7]\nparam W: f32[512, 512, 3, 3]\nY = conv2d(X, W, stride=1, padding=1)\n")
+    assert not wg("input X: f32[1, 64, 5, 5]\nparam W: f32[64, 64, 3, 3]\nY = conv2d(X, W, stride=1, padding=1)\n")
+    # weights computed, not a param: no transform done once
+    assert not wg("input X: f32[1, 64, 28, 28]\ninput W: f32[64, 64, 3, 3]\nY = conv2d(X, W, stride=1, padding=1)\n")
+
+
+def test_a_whole_tensor_copy_is_one_straight_pass_whatever_its_tiles():
+    """A reshape of a transpose's result copies element for element in the same order: one
+    flat loop (the schedule's tiles ignored); the transpose itself (a permuted copy) keeps its nest."""
+    program = parse("input X: f32[1, 12, 16, 8]\nT = transpose(X, perm=[0, 2, 1, 3])\n"
+                    "Y = reshape(T, shape=[1, 16, 96])\n")
+    plan = autocomp.optimize(program, target="host", tune=0).after
+    text = generate_c(plan)
+    assert text.count("] = T[x];") == 1 and "] = X[x];" not in text
+    check(plan)
 
 
 def test_names_that_are_c_keywords_compile():

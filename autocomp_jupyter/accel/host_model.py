@@ -4,6 +4,7 @@ The host is a compute kind of its own (`runs_generated_c`: a vector target whose
 serially unless annotated parallel). Its costs come from what the generated code does, read
 from one analysis shared with the generator (`codegen.host_analysis`): which kernels run as
 a packed GEMM (its microkernel, cache blocks, packing copies, thread partition), which as
+Winograd F(2x2, 3x3) (`winograd_cycles`: its transforms and 16 GEMMs), which as
 direct rows (depthwise convolutions, pooling: a local row per output row, no packing), and
 for the plain loop nest, the issue rate, scalar work and strided accesses of the code.
 `HostModel` is what the shared cost model (`cost.py`) asks at its hook points: the bytes of
@@ -20,7 +21,7 @@ import numpy as np
 
 from ..codegen.host_analysis import (GEMM_MIN_BLOCK, GEMM_WHOLE_K, GEMM_MR, GEMM_NR, GEMM_PACK_MIN, _padding, _unit_stride_reads,
                                      direct_rows, host_copy_costs, packed_blocks, packed_contraction, packed_partition,
-                                     partition_ranges, swapped_blocks, window_rows)
+                                     partition_ranges, swapped_blocks, window_rows, winograd, WINOGRAD_PANEL)
 from ..ir.program import Access
 from ..ir.schedule import Kernel
 from .target import Target
@@ -43,6 +44,7 @@ class HostModel:
         self.packed_gemm = _host_packed_gemm(kernel, index)
         self.pk = _host_packed(kernel)
         self.direct = direct_rows(kernel, self.pk[0]) if self.pk is not None else None
+        self.winograd = winograd(kernel, self.pk[0]) if self.pk is not None and self.direct is None else None
         self.window = window_rows(kernel) if self.pk is None else None
         self.scalar = [_host_scalar_cycles(s) for s in kernel.statements]
         self.strided = [_host_strided_accesses(kernel, si, index) for si in range(len(kernel.statements))]
@@ -60,6 +62,8 @@ class HostModel:
                 tiled, seconds = _direct_rows_seconds(model, self.pk[0], self.direct, tiles, parallel)
             else:
                 tiled, seconds = _host_packed_seconds(model, tiles, parallel)
+                if self.winograd is not None:     # the same kernels (tiled), as Winograd
+                    seconds = _winograd_seconds(model, self.pk[0], self.winograd, parallel)
             return np.where(tiled, seconds, time_s)
         if self.window is not None:
             tiled, seconds = _window_rows_seconds(model, *self.window, tiles, parallel)
@@ -223,6 +227,55 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     return packed, seconds
 
 
+# Winograd F(2x2, 3x3) convolutions (codegen/c.py `winograd`), cycles at the target's clock,
+# calibrated on a 3x3 conv of 64 channels at 56x56 (perf: input transform ~20%, its 16 GEMMs ~70%,
+# output transform ~9% of 1.44 ms): the input transform of one tile panel (8 tiles) for one
+# channel (4 input rows of 18, bounds-checked, 48 adds, 16 stores of 8); the output transform of
+# one tile for one output channel (16 loads, 24 adds, 4 scattered stores); per block and phase
+# on more than one thread, the barrier that ends it.
+HOST_WINOGRAD_INPUT = 105.0
+HOST_WINOGRAD_OUTPUT = 6.7
+HOST_WINOGRAD_BARRIER = 4000.0
+
+
+def winograd_cycles(kernel: Kernel, pk, wg, target: Target, threads: int) -> float:
+    """Cycles of the busiest of `threads` threads running packed contraction `pk` as
+    Winograd `wg`: per block of tile panels the input transform (panels x channels shared),
+    16 GEMMs through the 8x16 microkernel (16 x f panels shared) and the output transform
+    (tiles shared), with the fused epilogue per output."""
+    compute = target.compute
+    lanes = compute.vector_width("f32")
+    ext = dict(pk.extents)
+    NB = pk.size("batch")
+    F, C = ext[wg.f], ext[wg.c]
+    TH, TWP, TWV = wg.tiles(ext)
+    P = WINOGRAD_PANEL
+    fpan = math.ceil(F / GEMM_NR)
+    np_ = NB * TH * TWP // P
+    pb = min(wg.block_panels(ext), np_)
+    blocks = math.ceil(np_ / pb)
+    step = max(P * math.ceil(GEMM_NR / lanes) / compute.fma_units / HOST_MICRO_EFFICIENCY, HOST_FMA_LATENCY)
+    t = max(1, threads)
+    gemm = blocks * math.ceil(16 * fpan / t) * pb * (C * step + P * HOST_STORE_VECTOR + HOST_MICRO_CALL)
+    inputs = blocks * math.ceil(pb * C / t) * HOST_WINOGRAD_INPUT
+    epi_ops = sum(max(1, kernel.statements[s].expr.flops()) for s in pk.epilogue)
+    outputs = NB * TH * TWV * math.ceil(F / t) * (HOST_WINOGRAD_OUTPUT + 4 * epi_ops / compute.vector_ops_per_cycle)
+    return gemm + inputs + outputs + (3 * blocks * HOST_WINOGRAD_BARRIER if t > 1 else 0.0)
+
+
+def _winograd_seconds(model, pk, wg, parallel: np.ndarray) -> np.ndarray:
+    """Seconds [n] of the candidates run as Winograd `wg` (threads where the schedule
+    parallelises a batch, m or n loop, as codegen decides)."""
+    kernel, target = model.kernel, model.target
+    index = {n: i for i, n in enumerate(model.loop_names)}
+    anchors = kernel.loop_map(pk.index)
+    cols = [index[anchors[l]] for l in pk.batch + pk.m + pk.n if l in anchors]
+    par = parallel[:, cols].any(axis=1) if cols else np.zeros(parallel.shape[0], dtype=bool)
+    hz = target.clock_ghz * 1e9
+    one, many = winograd_cycles(kernel, pk, wg, target, 1) / hz, winograd_cycles(kernel, pk, wg, target, target.compute.units) / hz
+    return np.where(par, many, one)
+
+
 def _packed_serial_cycles(kernel: Kernel, pk, lanes: int) -> float:
     """Cycles of a packed kernel outside its parallel region: the padded copies of its
     operands, and its statements outside the contraction and its epilogue (one streaming
@@ -255,6 +308,11 @@ def replay_packed(kernel: Kernel, schedule, target: Target) -> float | None:
     pk = packed_contraction(kernel, schedule)
     if pk is None or direct_rows(kernel, pk) is not None:
         return None
+    wg = winograd(kernel, pk)
+    if wg is not None:      # not the packed blocks: Winograd's own phases
+        anchors = kernel.loop_map(pk.index)
+        parallel = set(schedule.annotations.get("parallel", ())) & {anchors.get(l) for l in pk.batch + pk.m + pk.n}
+        return winograd_cycles(kernel, pk, wg, target, target.compute.units if parallel else 1) / (target.clock_ghz * 1e9)
     compute = target.compute
     lanes = compute.vector_width("f32")
     a_cost, b_cost = host_copy_costs(kernel, pk)

@@ -5,8 +5,10 @@ writes C from and accel/host_model.py costs (so the model times the code that ru
   blocks `packed_blocks`, an MR x NR microkernel `micro_shape`, fused elementwise epilogue
   `epilogue_point`), with the work units threads share (`packed_partition`) and the cycles
   packing an operand costs (`host_copy_costs`); its orientation (`transposed`: m and n
-  exchanged for narrow outputs, with blocks of its own, `swapped_blocks`) and the order of
-  its micro-tile loops (`rows_outer`);
+  exchanged for narrow outputs, with blocks of its own, `swapped_blocks`), the order of
+  its micro-tile loops (`rows_outer`) and which operands are packed once, ahead (`prepacked`:
+  a network's weights);
+- `winograd`: a 3x3 stride-1 convolution run instead as Winograd F(2x2, 3x3);
 - `direct_rows`: a one-row packed contraction (M = 1: a depthwise convolution) run instead
   as rows of outputs accumulated in a local array, no packing (padded per batch item where
   each reads one slab: `direct_slab`);
@@ -136,15 +138,20 @@ def transposed(kernel: Kernel, pk: "Packed") -> "Packed":
     M, N = pk.size("m"), pk.size("n")
     if M < GEMM_NR or N < GEMM_MR:
         return pk
-    _, b_cost = host_copy_costs(kernel, pk)
-    if b_cost <= HOST_COPY_RUN or padded_points(N, M) > SWAP_PADDING * padded_points(M, N):
+    if padded_points(N, M) > SWAP_PADDING * padded_points(M, N):
         return pk
-    # Transposed, A's rows become B's 16 columns, gathered for each k: rows a multiple of 4 KiB
-    # apart fall into one L1 set and evict each other (1x1 convs with K = 1024 or 2048 at 7x7:
-    # 1.65 ms transposed against 1.31)
-    a_coeff, _ = _flat_offsets(kernel, pk.a)
-    if pk.m and (a_coeff.get(pk.m[-1], 0) * 4) % 4096 == 0:
-        return pk
+    # A prepacked A (a conv's weights) becomes a prepacked B: its gather is done once, ahead,
+    # so the transposed form costs no extra copy whatever the plain B is
+    if not prepacked(kernel, pk, "a"):
+        _, b_cost = host_copy_costs(kernel, pk)
+        if b_cost <= HOST_COPY_RUN:
+            return pk
+        # Transposed, A's rows become B's 16 columns, gathered for each k: rows a multiple of
+        # 4 KiB apart fall into one L1 set and evict each other (1x1 convs with K = 1024 or
+        # 2048 at 7x7: 1.65 ms transposed against 1.31)
+        a_coeff, _ = _flat_offsets(kernel, pk.a)
+        if pk.m and (a_coeff.get(pk.m[-1], 0) * 4) % 4096 == 0:
+            return pk
     return dataclasses.replace(pk, a=pk.b, b=pk.a, m=pk.n, n=pk.m, n_contiguous=False, swapped=True)
 
 
@@ -346,6 +353,10 @@ PARTITION_SLACK = 0.25
 # that outgrows L2 streams from L3 (measured, GEMM 1024^3: packing B took 0.6 ns an
 # element, ~2 cycles, against 0.25 for a panel copied from cache).
 PARTITION_REPACK_CYCLES = 1.6
+# Cycles per element to read a prepacked operand (`prepacked`) again for another unit: no copy,
+# but another pass over it from L3 (each thread streaming all of a BERT FFN's 9.4 MB of weights,
+# cut along M, against half of them each, cut along N).
+PARTITION_REREAD_CYCLES = 0.25
 # Microkernel multiply-adds per cycle assumed when weighing packing copies against compute
 # (a 6x16 f32 tile at ~70% of two 8- or 16-lane FMA pipes; the choice is insensitive to it).
 PARTITION_MACS_PER_CYCLE = 16.0
@@ -378,6 +389,20 @@ class Partition:
 HOST_COPY_RUN = 0.25            # in a straight run (vectorised)
 HOST_COPY_GATHER = 1.5          # through an offset table (scalar)
 HOST_COPY_STRIDED = 1.0         # at a constant stride
+
+
+def prepacked(kernel: Kernel, pk, operand: str) -> bool:
+    """Whether operand `operand` ("a" or "b") of packed contraction `pk` is packed once, ahead
+    of the calls that read it, instead of per cache block: a param (a network's weights, the
+    same values every call) read in range. codegen/c.py packs it on the first call into panels
+    kept for the whole K (per batch item where it varies with one) and re-packs only when the
+    buffer's address changes, as onnxruntime pre-packs weights when a session loads; the
+    microkernel then streams them straight from that copy (no packing phase that waits for
+    DRAM). The host model charges it no copy (`host_copy_costs`)."""
+    access = pk.a if operand == "a" else pk.b
+    if kernel.tensor(access.tensor).role != "param":
+        return False
+    return all(_in_range(kernel, access, dict(pk.extents)))
 
 
 def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
@@ -421,10 +446,10 @@ def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
         runs = np.mean(np.all(np.diff(panels, axis=1) == step, axis=1))
         return runs * HOST_COPY_RUN + (1 - runs) * HOST_COPY_GATHER
 
-    b_cost = copy_cost(pk.b, "n")
+    b_cost = 0.0 if prepacked(kernel, pk, "b") else copy_cost(pk.b, "n")
     # A's panels are copied MR rows at a time for each k (codegen/c.py packs r innermost):
     # the copy walks A along its m loops
-    a_cost = copy_cost(pk.a, "m") if pk.m else HOST_COPY_STRIDED
+    a_cost = 0.0 if prepacked(kernel, pk, "a") else copy_cost(pk.a, "m") if pk.m else HOST_COPY_STRIDED
     return float(a_cost), float(b_cost)
 
 
@@ -441,7 +466,9 @@ def packed_partition(pk: "Packed", nc: int, threads: int, a_cost: float = 1.0, b
     mpan, npan = -(-M // mr), -(-N // nr)
     nc = max(nr, min(nc, npan * nr))
     work = NB * mpan * mr * npan * nr * K / macs_per_cycle
-    a_pack, b_pack = M * K * max(a_cost, PARTITION_REPACK_CYCLES), K * N * max(b_cost, PARTITION_REPACK_CYCLES)
+    # a prepacked operand (cost 0) is never packed again for another unit, only read again
+    a_pack, b_pack = (M * K * (max(a_cost, PARTITION_REPACK_CYCLES) if a_cost else PARTITION_REREAD_CYCLES),
+                      K * N * (max(b_cost, PARTITION_REPACK_CYCLES) if b_cost else PARTITION_REREAD_CYCLES))
     serial_a = -(-N // nc)
 
     def a_packs(chunk: int) -> int:      # A packings per batch item when N is cut in chunks
@@ -702,3 +729,105 @@ def _epilogue(kernel: Kernel, index: int, out_loops: list[str]) -> tuple[int, ..
         point[st.target] = tuple(_substitute(Access(st.target, st.target_indices), at).indices)
         fused.append(s)
     return tuple(fused)
+
+
+# A 3x3 stride-1 convolution whose output rows are at least this wide runs as Winograd
+# F(2x2, 3x3) (`winograd`): its tiles of 2x2 outputs go in panels of 8, along a tile row
+# padded to whole panels (14 wide: 7 tiles in 8) or of whole rows padded to a power of two
+# (7 wide: 2 rows of 4 tiles), so narrower maps would compute mostly padding.
+WINOGRAD_MIN_WIDTH = 7
+# Channels (in and out) at least: below, the transforms cost more than the multiplies saved.
+WINOGRAD_MIN_CHANNELS = 32
+# Bytes of one tile block's transformed input (and of its products): blocks of tiles stay in
+# L2 between the input transform, the 16 GEMMs and the output transform.
+WINOGRAD_BLOCK_BYTES = 1 << 20
+WINOGRAD_PANEL = 8      # tiles per row panel of the GEMMs (the microkernel's rows)
+
+
+@dataclass(frozen=True)
+class Winograd:
+    """A 3x3 stride-1 convolution `O[.., f, h, w] += X[.., c, h + r + ph, w + s + pw] *
+    W[f, c, r, s]` (W a param) run as Winograd F(2x2, 3x3): the weights transformed once
+    (U = G g G^T, 16 values per (f, c), kept as 16-wide f panels like a prepacked operand), per
+    block of 2x2-output tiles the input transformed (V = B^T d B), 16 GEMMs U[k] x V[k] over
+    the channels, and the products transformed back (A^T m A) into the outputs, where the
+    fused epilogue applies. 16 multiplies per tile and channel pair against 36: 2.25x fewer
+    multiply-adds, exact up to float rounding (the transforms' coefficients are 0, ±1, ±1/2)."""
+
+    x: Access
+    w: Access
+    f: str
+    h: str
+    w_loop: str
+    c: str
+    r: str
+    s: str
+    ph: int         # the input row read for output row h, kernel row r: h + r + ph
+    pw: int
+
+    def tiles(self, ext: dict) -> tuple[int, int, int]:
+        """(tile rows, tiles per row in the layout, tiles per row holding outputs). A row of at
+        least a panel's tiles is padded to whole panels; a shorter one to a power of two, so
+        that a panel holds whole rows (a 7x7 map's rows of 4 tiles: a panel of 2 rows); tile
+        rows padded so that each batch item's tiles fill whole panels."""
+        tw = -(-ext[self.w_loop] // 2)
+        twp = -(-tw // WINOGRAD_PANEL) * WINOGRAD_PANEL if tw >= WINOGRAD_PANEL else 1 << (tw - 1).bit_length()
+        rows = WINOGRAD_PANEL // twp if twp < WINOGRAD_PANEL else 1
+        return -(-(-(-ext[self.h] // 2)) // rows) * rows, twp, tw
+
+    def block_panels(self, ext: dict) -> int:
+        """Tile panels per block: the block's transformed input and products each within
+        WINOGRAD_BLOCK_BYTES."""
+        fp = -(-ext[self.f] // GEMM_NR) * GEMM_NR
+        return max(1, WINOGRAD_BLOCK_BYTES // (16 * WINOGRAD_PANEL * 4 * max(ext[self.c], fp)))
+
+
+def winograd(kernel: Kernel, pk: "Packed | None") -> Winograd | None:
+    """The Winograd form of packed contraction `pk` (see `Winograd`) when it is a 3x3
+    stride-1 dilation-1 convolution of f32 tensors with a param as weights, output rows at
+    least WINOGRAD_MIN_WIDTH wide, WINOGRAD_MIN_CHANNELS channels in and out, and output and
+    input rows contiguous; else None."""
+    if pk is None or direct_rows(kernel, pk) is not None:
+        return None
+    stmt = kernel.statements[pk.index]
+    if stmt.reduce != "+" or getattr(stmt.expr, "op", None) != "*":
+        return None
+    if any(t.dtype != "f32" for t in kernel.tensors):
+        return None
+    ext = dict(pk.extents)
+    reads = stmt.reads()
+    if len(reads) != 2:
+        return None
+    ws = [a for a in reads if kernel.tensor(a.tensor).role == "param"]
+    if len(ws) != 1:
+        return None
+    wacc = ws[0]
+    xacc = next(a for a in reads if a is not wacc)
+    wl = [idx.single_loop for idx in wacc.indices]
+    if len(wl) != 4 or None in wl or any(idx.const for idx in wacc.indices) or len(set(wl)) != 4:
+        return None
+    f, c, r, s = wl
+    if kernel.tensor(wacc.tensor).shape[2:] != (3, 3) or ext[r] != 3 or ext[s] != 3:
+        return None
+    out = [idx.single_loop for idx in stmt.target_indices]
+    if len(out) < 3 or None in out or out[-3] != f or any(idx.const for idx in stmt.target_indices):
+        return None
+    h, w = out[-2], out[-1]
+    batch = out[:-3]
+    if tuple(sorted(pk.k)) != tuple(sorted((c, r, s))) or set(pk.batch) != set(batch):
+        return None
+    xi = xacc.indices
+    if len(xi) != len(batch) + 3:
+        return None
+    for idx, l in zip(xi, batch):
+        if idx.single_loop != l or idx.const:
+            return None
+    if xi[-3].single_loop != c or xi[-3].const:
+        return None
+    if dict(xi[-2].terms) != {h: 1, r: 1} or dict(xi[-1].terms) != {w: 1, s: 1}:
+        return None
+    if ext[w] < WINOGRAD_MIN_WIDTH or ext[h] < 2 or ext[c] < WINOGRAD_MIN_CHANNELS or ext[f] < WINOGRAD_MIN_CHANNELS:
+        return None
+    if kernel.tensor(wacc.tensor).shape[:2] != (ext[f], ext[c]) or not all(_in_range(kernel, wacc, ext)):
+        return None
+    return Winograd(xacc, wacc, f, h, w, c, r, s, xi[-2].const, xi[-1].const)

@@ -89,244 +89,184 @@ static inline double ac_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+/* The team of every parallel region: all the threads, or one for the next AC_SOLO_REGIONS
+   regions (twice as many each time the try after them waits again) after a region whose first
+   thread to finish waited at its end for over half the region (and 0.1 ms) for another: that
+   one's core was taken by another process, and each region's end would wait a time slice for
+   it (ResNet-50 on 2 threads with another process on one core: 113-150 ms, against 72 on one
+   thread and 39 on two idle cores). */
+#define AC_SOLO_REGIONS 64
+#define AC_SOLO_MAX 4096      /* doubled (up to this) each time the next try waits again */
+static int ac_solo_left = 0, ac_solo_span = AC_SOLO_REGIONS;
+static inline int ac_team(void) {
+#ifdef _OPENMP
+    if (ac_solo_left > 0) { --ac_solo_left; return 1; }
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+static inline int ac_thread(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+/* done[t * 8]: when thread t of `n` ran out of work, in a region begun at `start` */
+static inline void ac_team_waited(const double* done, int n, double start) {
+    if (n <= 1) return;
+    double first = done[0], last = done[0];
+    for (int t = 1; t < n; ++t) {
+        first = done[t * 8] < first ? done[t * 8] : first;
+        last = done[t * 8] > last ? done[t * 8] : last;
+    }
+    if (last - first > 1e-4 && last - first > 0.5 * (last - start)) {
+        ac_solo_left = ac_solo_span;
+        ac_solo_span = ac_solo_span < AC_SOLO_MAX ? 2 * ac_solo_span : AC_SOLO_MAX;
+    } else {
+        ac_solo_span = AC_SOLO_REGIONS;
+    }
+}
 
 #define PROGRAM_NUM_BUFFERS 7
 #define PROGRAM_NUM_KERNELS 1
 
-/* kernel_Y_Z_R: the packed contraction's work units for 1..32 threads: {mode (0 batch items, 1 N chunks, 2 M chunks), panels per chunk, units} */
-static const long ac_units_kernel_Y_Z_R[32][3] = {{0, 1, 1}, {1, 25, 8}, {1, 22, 9}, {1, 17, 12}, {1, 20, 10}, {1, 17, 12}, {1, 14, 14}, {1, 13, 16}, {1, 11, 18}, {1, 10, 20}, {1, 9, 22}, {1, 17, 12}, {1, 16, 13}, {1, 7, 28}, {1, 7, 28}, {1, 13, 16}, {1, 12, 17}, {1, 11, 18}, {1, 11, 18}, {1, 10, 20}, {1, 10, 20}, {1, 9, 22}, {1, 9, 22}, {1, 9, 22}, {1, 8, 25}, {1, 8, 25}, {1, 8, 25}, {1, 7, 28}, {1, 7, 28}, {1, 7, 28}, {1, 7, 28}, {1, 7, 28}};
-
-/* kernel_Y_Z_R: pack b */
-static __attribute__((noinline)) void ac_pack_b_kernel_Y_Z_R(float* restrict Bpack, const float* restrict X_padded, long X_padded_base, long j0, long k0, long kc, long nc, const int* restrict k_off, const int* restrict n_off, const unsigned char* restrict n_off_run) {
-    for (long jr = 0; jr < nc; jr += 16) {
-        if (jr + 16 <= nc && n_off_run[(j0 + jr) / 16]) {
-            for (long p = 0; p < kc; ++p) {
-                #pragma omp simd
-                for (long c = 0; c < 16; ++c) Bpack[jr * kc + p * 16 + c] = X_padded[X_padded_base + k_off[(k0 + p)] + n_off[j0 + jr] + c];
-            }
-        } else {
-            for (long p = 0; p < kc; ++p) {
-                #pragma omp simd
-                for (long c = 0; c < 16; ++c) Bpack[jr * kc + p * 16 + c] = jr + c < nc ? X_padded[X_padded_base + k_off[(k0 + p)] + n_off[(j0 + jr + c)]] : 0.0f;
-            }
-        }
-    }
-}
-
-/* kernel_Y_Z_R: pack a */
-static __attribute__((noinline)) void ac_pack_a_kernel_Y_Z_R(float* restrict Apack, const float* restrict W, long W_base, long k0, long kc, long i0, long mc) {
-    for (long ir = 0; ir < mc; ir += 8) {
-        for (long p = 0; p < kc; ++p) {
-            for (long r = 0; r < 8; ++r) Apack[ir * kc + p * 8 + r] = ir + r < mc ? W[W_base + 576 * (i0 + ir + r) + (k0 + p)] : 0.0f;
-        }
-    }
-}
-
 /* kernel Y_Z_R: ops Y, Z, R */
 static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const float* restrict scale, const float* restrict shift, float* restrict Y, float* restrict Z, float* restrict R) {
     /* Y[n, f, h, w] += (X[n, c, h + r - 1, s + w - 1] * W[f, c, r, s]) */
-    /* packed GEMM: batch n (1) x M f (64) x N h w (3136) x K c r s (576); blocks mc=32 nc=784 kc=288 (the schedule's outermost tiles, raised to >= 32/64/64), microkernel 8x16; applied in its store: Z[n, c, h, w] = ((Y[n, c, h, w] * scale[c]) + shift[c]), R[n, c, h, w] = relu(Z[n, c, h, w]) */
+    /* Winograd F(2x2, 3x3): 1 x 64 x 64 channels, 56x56 outputs as 28 x 28 tiles of 2x2 (rows padded to 32: panels of 8, 1 tile row(s) each), blocks of 32 panels; 16 GEMMs per block, microkernel 8x16; applied in its store: Z[n, c, h, w] = ((Y[n, c, h, w] * scale[c]) + shift[c]), R[n, c, h, w] = relu(Z[n, c, h, w]) */
     {
-        int* tab = (int*)malloc(3712UL * sizeof(int));
-        int* k_off = tab + 0;
-        int* n_off = tab + 576;
-        { long x = 0;
-            for (long c_2 = 0; c_2 < 64; ++c_2)
-                for (long r_2 = 0; r_2 < 3; ++r_2)
-                    for (long s = 0; s < 3; ++s)
-                        k_off[x++] = 3364 * c_2 + 58 * r_2 + 1 * s;
-        }
-        { long x_2 = 0;
-            for (long h = 0; h < 56; ++h)
-                for (long w = 0; w < 56; ++w)
-                    n_off[x_2++] = 58 * h + 1 * w;
-        }
-        unsigned char* n_off_run = (unsigned char*)malloc(196UL);
-        for (long pan = 0; pan < 196; ++pan) {
-            n_off_run[pan] = pan * 16 + 16 <= 3136;
-            for (long x_3 = 1; x_3 < 16 && n_off_run[pan]; ++x_3) n_off_run[pan] = n_off[pan * 16 + x_3] == n_off[pan * 16] + x_3;
-        }
-        /* X padded by [(0, 0), (0, 0), (1, 1), (1, 1)] (pad value 0), once per call: no bounds checks while packing */
-        float* X_padded = ac_scratch(2, 215296UL * sizeof(float));
-        for (long q0 = 0; q0 < 1; ++q0)
-            for (long q1 = 0; q1 < 64; ++q1)
-                for (long q2 = 0; q2 < 58; ++q2) {
-                    float* restrict row = X_padded + 215296 * q0 + 3364 * q1 + 58 * q2;
-                    if (!((unsigned long)(q2 - 1) < 56UL)) {
-                        for (long q3 = 0; q3 < 58; ++q3) row[q3] = 0.0f;
-                        continue;
+        static float* W_winograd = NULL;
+        static const void* W_winograd_src = NULL;
+        if (W_winograd_src != (const void*)W) {
+            free(W_winograd);
+            W_winograd = (float*)aligned_alloc(64, 262144UL);
+            for (long f = 0; f < 64; ++f)
+                for (long c = 0; c < 64; ++c) {
+                    float g[3][3], t[4][3], u[4][4];
+                    for (int i = 0; i < 3; ++i)
+                        for (int j = 0; j < 3; ++j)
+                            g[i][j] = f < 64 ? W[0 + 576 * f + 9 * c + 3 * i + 1 * j] : 0.0f;
+                    for (int j = 0; j < 3; ++j) {
+                        t[0][j] = g[0][j]; t[1][j] = 0.5f * (g[0][j] + g[1][j] + g[2][j]);
+                        t[2][j] = 0.5f * (g[0][j] - g[1][j] + g[2][j]); t[3][j] = g[2][j];
                     }
-                    const float* restrict srow = X + (200704 * q0 + 3136 * q1 + 56 * q2 - 56);
-                    for (long q3 = 0; q3 < 1; ++q3) row[q3] = 0.0f;
-                    #pragma omp simd
-                    for (long q3 = 0; q3 < 56; ++q3) row[q3 + 1] = srow[q3];
-                    for (long q3 = 57; q3 < 58; ++q3) row[q3] = 0.0f;
+                    for (int i = 0; i < 4; ++i) {
+                        u[i][0] = t[i][0]; u[i][1] = 0.5f * (t[i][0] + t[i][1] + t[i][2]);
+                        u[i][2] = 0.5f * (t[i][0] - t[i][1] + t[i][2]); u[i][3] = t[i][2];
+                    }
+                    for (int kk = 0; kk < 16; ++kk) W_winograd[((long)kk * 4 + f / 16) * 1024L + c * 16 + f % 16] = u[kk / 4][kk % 4];
                 }
-        int nth = 1;
-#ifdef _OPENMP
-        nth = omp_get_max_threads();
-#endif
-        const long* part = ac_units_kernel_Y_Z_R[(nth < 32 ? nth : 32) - 1];
-        const long per = part[2] / 1;    /* units per batch item */
-        long next[nth * 8];    /* per thread: its next unit (a cache line each) */
-        for (long v_2 = 0; v_2 < nth; ++v_2) next[v_2 * 8] = part[2] * v_2 / nth;
-        /* one parallel region; its threads claim work units (a batch item, or a chunk of its N or M panels): their own share, then the others' */
-        #pragma omp parallel
+            W_winograd_src = (const void*)W;
+        }
+        float* V = ac_scratch(0, 1049600UL);      /* V[k][panel][c][8] */
+        float* Mprod = ac_scratch(1, 1049600UL);    /* M[k][tile][f] */
+        const int nth = ac_team();
+        double t_done[nth * 8];    /* per thread: when it finished the last block's outputs */
+        const double t_start = ac_now();
+        #pragma omp parallel num_threads(nth)
         {
-            int tid = 0;
-#ifdef _OPENMP
-            tid = omp_get_thread_num() % nth;
-#endif
-            float* Bpack = ac_scratch(0, 903168UL);
-            float* Apack = ac_scratch(1, 36864UL);
-            for (long v_2 = 0; v_2 < nth; ++v_2) {
-                const long victim = (tid + v_2) % nth, end = part[2] * (victim + 1) / nth;
-                for (long unit; (unit = __atomic_fetch_add(&next[victim * 8], 1, __ATOMIC_RELAXED)) < end; ) {
-                    const long bt = unit / per;
-                    const long chunk = unit % per;
-                    const long n_lo = part[0] == 1 ? chunk * part[1] * 16 : 0, n_hi = part[0] == 1 ? AC_MIN(3136L, (chunk + 1) * part[1] * 16) : 3136;
-                    const long m_lo = part[0] == 2 ? chunk * part[1] * 8 : 0, m_hi = part[0] == 2 ? AC_MIN(64L, (chunk + 1) * part[1] * 8) : 64;
-                    const long n = bt % 1;
-                    const long W_base = 0;
-                    const long X_padded_base = 215296 * n;
-                    const long Y_base = 200704 * n;
-                    const long scale_base = 0;
-                    const long shift_base = 0;
-                    const long R_base = 200704 * n;
-                    for (long j0 = n_lo; j0 < n_hi; j0 += 784) {
-                        const long nc = AC_MIN(784, n_hi - j0);
-                        for (long k0 = 0; k0 < 576; k0 += 288) {
-                            const long kc = AC_MIN(288, 576 - k0);
-                            /* pack B[k0:+kc, j0:+nc] as 16-wide column panels (zero-padded; out-of-range reads give the pad) */
-                            ac_pack_b_kernel_Y_Z_R(Bpack, X_padded, X_padded_base, j0, k0, kc, nc, k_off, n_off, n_off_run);
-                            for (long i0 = m_lo; i0 < m_hi; i0 += 32) {
-                                const long mc = AC_MIN(32, m_hi - i0);
-                                /* pack A[i0:+mc, k0:+kc] as 8-high row panels (zero-padded) */
-                                ac_pack_a_kernel_Y_Z_R(Apack, W, W_base, k0, kc, i0, mc);
-                                for (long jr = 0; jr < nc; jr += 16) {
-                                    for (long ir = 0; ir < mc; ir += 8) {
-                                        const float* restrict ap = Apack + ir * kc;
-                                        const float* restrict bp = Bpack + jr * kc;
-                                        const long rows = AC_MIN(8, mc - ir), cols = AC_MIN(16, nc - jr);
-                                        for (long r = 0; r < rows; ++r) {
-                                            { const long c = 0;
-                                                __builtin_prefetch(&Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
-                                            }
-                                            { const long c = cols - 1;
-                                                __builtin_prefetch(&Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
-                                            }
-                                            if (k0 + kc >= 576) {
-                                                { const long c = 0;
-                                                    __builtin_prefetch(&R[R_base + 3136 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
-                                                }
-                                                { const long c = cols - 1;
-                                                    __builtin_prefetch(&R[R_base + 3136 * (i0 + ir + r) + (j0 + jr + c)], 1, 3);
-                                                }
-                                            }
-                                        }
-                                        float acc[8][16] = {{0.0f}};
-                                        for (long p = 0; p < kc; ++p) {
-                                            #pragma GCC unroll 8
-                                            for (long r = 0; r < 8; ++r) {
-                                                #pragma omp simd
-                                                for (long c = 0; c < 16; ++c) acc[r][c] += ap[p * 8 + r] * bp[p * 16 + c];
-                                            }
-                                        }
-                                        if (k0 == 0 && k0 + kc >= 576) {
-                                            if (rows == 8 && cols == 16) {    /* a full tile */
-                                                #pragma GCC unroll 8
-                                                for (long r = 0; r < 8; ++r) {
-                                                    #pragma omp simd
-                                                    for (long c = 0; c < 16; ++c) {
-                                                        const float v = acc[r][c];
-                                                        const float Z_v = ((v * scale[scale_base + (i0 + ir + r)]) + shift[shift_base + (i0 + ir + r)]);
-                                                        const float R_v = ac_relu(Z_v);
-                                                        R[R_base + 3136 * (i0 + ir + r) + (j0 + jr + c)] = R_v;
-                                                    }
-                                                }
-                                            } else {
-                                                for (long r = 0; r < rows; ++r) {
-                                                    #pragma omp simd
-                                                    for (long c = 0; c < cols; ++c) {
-                                                        const float v = acc[r][c];
-                                                        const float Z_v = ((v * scale[scale_base + (i0 + ir + r)]) + shift[shift_base + (i0 + ir + r)]);
-                                                        const float R_v = ac_relu(Z_v);
-                                                        R[R_base + 3136 * (i0 + ir + r) + (j0 + jr + c)] = R_v;
-                                                    }
-                                                }
-                                            }
-                                        } else if (k0 == 0 && k0 + kc < 576) {
-                                            if (rows == 8 && cols == 16) {    /* a full tile */
-                                                #pragma GCC unroll 8
-                                                for (long r = 0; r < 8; ++r) {
-                                                    #pragma omp simd
-                                                    for (long c = 0; c < 16; ++c) {
-                                                        const float v = acc[r][c];
-                                                        Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)] = v;
-                                                    }
-                                                }
-                                            } else {
-                                                for (long r = 0; r < rows; ++r) {
-                                                    #pragma omp simd
-                                                    for (long c = 0; c < cols; ++c) {
-                                                        const float v = acc[r][c];
-                                                        Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)] = v;
-                                                    }
-                                                }
-                                            }
-                                        } else if (k0 > 0 && k0 + kc >= 576) {
-                                            if (rows == 8 && cols == 16) {    /* a full tile */
-                                                #pragma GCC unroll 8
-                                                for (long r = 0; r < 8; ++r) {
-                                                    #pragma omp simd
-                                                    for (long c = 0; c < 16; ++c) {
-                                                        const float v = acc[r][c] + Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)];
-                                                        const float Z_v = ((v * scale[scale_base + (i0 + ir + r)]) + shift[shift_base + (i0 + ir + r)]);
-                                                        const float R_v = ac_relu(Z_v);
-                                                        R[R_base + 3136 * (i0 + ir + r) + (j0 + jr + c)] = R_v;
-                                                    }
-                                                }
-                                            } else {
-                                                for (long r = 0; r < rows; ++r) {
-                                                    #pragma omp simd
-                                                    for (long c = 0; c < cols; ++c) {
-                                                        const float v = acc[r][c] + Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)];
-                                                        const float Z_v = ((v * scale[scale_base + (i0 + ir + r)]) + shift[shift_base + (i0 + ir + r)]);
-                                                        const float R_v = ac_relu(Z_v);
-                                                        R[R_base + 3136 * (i0 + ir + r) + (j0 + jr + c)] = R_v;
-                                                    }
-                                                }
-                                            }
-                                        } else if (k0 > 0 && k0 + kc < 576) {
-                                            if (rows == 8 && cols == 16) {    /* a full tile */
-                                                #pragma GCC unroll 8
-                                                for (long r = 0; r < 8; ++r) {
-                                                    #pragma omp simd
-                                                    for (long c = 0; c < 16; ++c) {
-                                                        const float v = acc[r][c] + Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)];
-                                                        Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)] = v;
-                                                    }
-                                                }
-                                            } else {
-                                                for (long r = 0; r < rows; ++r) {
-                                                    #pragma omp simd
-                                                    for (long c = 0; c < cols; ++c) {
-                                                        const float v = acc[r][c] + Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)];
-                                                        Y[Y_base + 3136 * (i0 + ir + r) + (j0 + jr + c)] = v;
-                                                    }
-                                                }
-                                            }
-                                        }
-                                    }
+            float* Ybuf = ac_scratch(2, 1024UL);    /* one tile's 2x2 outputs [q][f] */
+            for (long blk = 0; blk < 4; ++blk) {
+                const long p0 = blk * 32, pb = AC_MIN(32, 112 - p0);
+                #pragma omp for collapse(2) schedule(static)
+                for (long pp = 0; pp < pb; ++pp)
+                    for (long c = 0; c < 64; ++c) {
+                        const long pan = p0 + pp, bt = pan / 112, th = (pan % 112) * 8 / 32, tw0 = (pan % 112) * 8 % 32;
+                        const long n = (bt / 1) % 1;
+                        const float* restrict xc = X + (0 + 200704 * n) + 3136 * c;
+                        float* restrict vo = V + (pp * 64 + c) * 8;
+                        float seg[4][18];
+                        for (int i = 0; i < 4; ++i) {
+                            const long hi = 2 * th + i + -1;
+                            #pragma omp simd
+                            for (int j = 0; j < 18; ++j) {
+                                const long wi = 2 * tw0 + j + -1;
+                                seg[i][j] = (unsigned long)hi < 56UL && (unsigned long)wi < 56UL ? xc[56 * hi + 1 * wi] : 0.0f;
+                            }
+                        }
+                        #pragma omp simd
+                        for (long r = 0; r < 8; ++r) {
+                            const float t00 = seg[0][2 * r + 0] - seg[2][2 * r + 0], t10 = seg[1][2 * r + 0] + seg[2][2 * r + 0], t20 = seg[2][2 * r + 0] - seg[1][2 * r + 0], t30 = seg[1][2 * r + 0] - seg[3][2 * r + 0];
+                            const float t01 = seg[0][2 * r + 1] - seg[2][2 * r + 1], t11 = seg[1][2 * r + 1] + seg[2][2 * r + 1], t21 = seg[2][2 * r + 1] - seg[1][2 * r + 1], t31 = seg[1][2 * r + 1] - seg[3][2 * r + 1];
+                            const float t02 = seg[0][2 * r + 2] - seg[2][2 * r + 2], t12 = seg[1][2 * r + 2] + seg[2][2 * r + 2], t22 = seg[2][2 * r + 2] - seg[1][2 * r + 2], t32 = seg[1][2 * r + 2] - seg[3][2 * r + 2];
+                            const float t03 = seg[0][2 * r + 3] - seg[2][2 * r + 3], t13 = seg[1][2 * r + 3] + seg[2][2 * r + 3], t23 = seg[2][2 * r + 3] - seg[1][2 * r + 3], t33 = seg[1][2 * r + 3] - seg[3][2 * r + 3];
+                            vo[0 * 16400L + r] = t00 - t02;
+                            vo[1 * 16400L + r] = t01 + t02;
+                            vo[2 * 16400L + r] = t02 - t01;
+                            vo[3 * 16400L + r] = t01 - t03;
+                            vo[4 * 16400L + r] = t10 - t12;
+                            vo[5 * 16400L + r] = t11 + t12;
+                            vo[6 * 16400L + r] = t12 - t11;
+                            vo[7 * 16400L + r] = t11 - t13;
+                            vo[8 * 16400L + r] = t20 - t22;
+                            vo[9 * 16400L + r] = t21 + t22;
+                            vo[10 * 16400L + r] = t22 - t21;
+                            vo[11 * 16400L + r] = t21 - t23;
+                            vo[12 * 16400L + r] = t30 - t32;
+                            vo[13 * 16400L + r] = t31 + t32;
+                            vo[14 * 16400L + r] = t32 - t31;
+                            vo[15 * 16400L + r] = t31 - t33;
+                        }
+                    }
+                #pragma omp for collapse(2) schedule(static)
+                for (long k = 0; k < 16; ++k)
+                    for (long fp = 0; fp < 4; ++fp) {
+                        const float* restrict bp = W_winograd + (k * 4 + fp) * 1024L;
+                        for (long pp = 0; pp < pb; ++pp) {
+                            const float* restrict ap = V + k * 16400L + pp * 512L;
+                            float acc[8][16] = {{0.0f}};
+                            for (long p = 0; p < 64; ++p) {
+                                #pragma GCC unroll 8
+                                for (long r = 0; r < 8; ++r) {
+                                    #pragma omp simd
+                                    for (long cc = 0; cc < 16; ++cc) acc[r][cc] += ap[p * 8 + r] * bp[p * 16 + cc];
                                 }
+                            }
+                            float* restrict mo = Mprod + k * 16400L + pp * 512L + fp * 16;
+                            #pragma GCC unroll 8
+                            for (long r = 0; r < 8; ++r) {
+                                #pragma omp simd
+                                for (long cc = 0; cc < 16; ++cc) mo[r * 64 + cc] = acc[r][cc];
                             }
                         }
                     }
-                }
+                #pragma omp for collapse(2) schedule(static) nowait
+                for (long pp = 0; pp < pb; ++pp)
+                    for (long r = 0; r < 8; ++r) {
+                        const long pan = p0 + pp, bt = pan / 112, th = (pan % 112) * 8 / 32, tw0 = (pan % 112) * 8 % 32;
+                        const long tw = tw0 + r % 8, th_r = th + r / 8;
+                        if (tw >= 28) continue;     /* a tile of the row's padding */
+                        const long n = (bt / 1) % 1;
+                        const float* restrict mt = Mprod + (pp * 8 + r) * 64L;
+                        #pragma omp simd
+                        for (long f = 0; f < 64; ++f) {
+                            const float s00 = mt[0 * 16400L + f] + mt[4 * 16400L + f] + mt[8 * 16400L + f], s10 = mt[4 * 16400L + f] - mt[8 * 16400L + f] - mt[12 * 16400L + f];
+                            const float s01 = mt[1 * 16400L + f] + mt[5 * 16400L + f] + mt[9 * 16400L + f], s11 = mt[5 * 16400L + f] - mt[9 * 16400L + f] - mt[13 * 16400L + f];
+                            const float s02 = mt[2 * 16400L + f] + mt[6 * 16400L + f] + mt[10 * 16400L + f], s12 = mt[6 * 16400L + f] - mt[10 * 16400L + f] - mt[14 * 16400L + f];
+                            const float s03 = mt[3 * 16400L + f] + mt[7 * 16400L + f] + mt[11 * 16400L + f], s13 = mt[7 * 16400L + f] - mt[11 * 16400L + f] - mt[15 * 16400L + f];
+                            Ybuf[0 * 64 + f] = s00 + s01 + s02;
+                            Ybuf[1 * 64 + f] = s01 - s02 - s03;
+                            Ybuf[2 * 64 + f] = s10 + s11 + s12;
+                            Ybuf[3 * 64 + f] = s11 - s12 - s13;
+                        }
+                        for (long q = 0; q < 4; ++q) {
+                            const long h = 2 * th_r + q / 2, w = 2 * tw + q % 2;
+                            if (h >= 56 || w >= 56) continue;
+                            #pragma omp simd
+                            for (long f = 0; f < 64; ++f) {
+                                const float v = Ybuf[q * 64 + f];
+                                const float Z_v = ((v * scale[f]) + shift[f]);
+                                const float R_v = ac_relu(Z_v);
+                                R[200704 * n + 3136 * f + 56 * h + w] = R_v;
+                            }
+                        }
+                    }
             }
+            t_done[ac_thread() * 8] = ac_now();
         }
-        free(n_off_run);
-        free(tab);
+        ac_team_waited(t_done, nth, t_start);
     }
 }
 

@@ -86,6 +86,45 @@ static inline double ac_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+/* The team of every parallel region: all the threads, or one for the next AC_SOLO_REGIONS
+   regions (twice as many each time the try after them waits again) after a region whose first
+   thread to finish waited at its end for over half the region (and 0.1 ms) for another: that
+   one's core was taken by another process, and each region's end would wait a time slice for
+   it (ResNet-50 on 2 threads with another process on one core: 113-150 ms, against 72 on one
+   thread and 39 on two idle cores). */
+#define AC_SOLO_REGIONS 64
+#define AC_SOLO_MAX 4096      /* doubled (up to this) each time the next try waits again */
+static int ac_solo_left = 0, ac_solo_span = AC_SOLO_REGIONS;
+static inline int ac_team(void) {
+#ifdef _OPENMP
+    if (ac_solo_left > 0) { --ac_solo_left; return 1; }
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+static inline int ac_thread(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+/* done[t * 8]: when thread t of `n` ran out of work, in a region begun at `start` */
+static inline void ac_team_waited(const double* done, int n, double start) {
+    if (n <= 1) return;
+    double first = done[0], last = done[0];
+    for (int t = 1; t < n; ++t) {
+        first = done[t * 8] < first ? done[t * 8] : first;
+        last = done[t * 8] > last ? done[t * 8] : last;
+    }
+    if (last - first > 1e-4 && last - first > 0.5 * (last - start)) {
+        ac_solo_left = ac_solo_span;
+        ac_solo_span = ac_solo_span < AC_SOLO_MAX ? 2 * ac_solo_span : AC_SOLO_MAX;
+    } else {
+        ac_solo_span = AC_SOLO_REGIONS;
+    }
+}
 
 #define PROGRAM_NUM_BUFFERS 4
 #define PROGRAM_NUM_KERNELS 1
@@ -117,16 +156,15 @@ static void kernel_C_D(const float* restrict A, const float* restrict B, float* 
     /* C[i, j] += (A[i, k] * B[k, j]) */
     /* packed GEMM: batch - (1) x M i (1024) x N j (1024) x K k (1024); blocks mc=256 nc=256 kc=256 (the schedule's outermost tiles, raised to >= 32/64/64), microkernel 8x16; applied in its store: D[i0, i1] = relu(C[i0, i1]) */
     {
-        int nth = 1;
-#ifdef _OPENMP
-        nth = omp_get_max_threads();
-#endif
+        const int nth = ac_team();
+        double t_done[nth * 8];    /* per thread: when it ran out of units */
+        const double t_start = ac_now();
         const long* part = ac_units_kernel_C_D[(nth < 32 ? nth : 32) - 1];
         const long per = part[2] / 1;    /* units per batch item */
         long next[nth * 8];    /* per thread: its next unit (a cache line each) */
         for (long v_2 = 0; v_2 < nth; ++v_2) next[v_2 * 8] = part[2] * v_2 / nth;
         /* one parallel region; its threads claim work units (a batch item, or a chunk of its N or M panels): their own share, then the others' */
-        #pragma omp parallel
+        #pragma omp parallel num_threads(nth)
         {
             int tid = 0;
 #ifdef _OPENMP
@@ -271,7 +309,9 @@ static void kernel_C_D(const float* restrict A, const float* restrict B, float* 
                     }
                 }
             }
+            t_done[tid * 8] = ac_now();
         }
+        ac_team_waited(t_done, nth, t_start);
     }
 }
 
