@@ -270,7 +270,7 @@ class Report:
     fell_back: str | None = None              # None, "library" or "naive"
     measured: Mapping[str, Any] | None = None  # host.measure_plan's result, with --measure
     verification: Mapping[str, Any] | None = None  # how the final check ran kernels tile by tile (pipeline._verify)
-    limit: Mapping[str, Any] | None = None    # the physical limit: time_s, bound, dram_s, datapaths_s
+    limit: Mapping[str, Any] | None = None    # the physical limit: time_s, bound, dram_s, datapaths_s, ports_s
 
     def kernel(self, name: str) -> KernelReport:
         for k in self.kernels:
@@ -361,7 +361,7 @@ def build_report(program: Program, target: Target, costs: Mapping[str, ProgramCo
         program=ProgramInfo(program.filename, program.flops, tuple(program.outputs)),
         seconds=seconds, fell_back=fell_back, measured=measured,
         limit={"time_s": limit["time_s"], "bound": limit["bound"], "dram_s": limit["dram_s"],
-               "datapaths_s": dict(limit["datapaths_s"])})
+               "datapaths_s": dict(limit["datapaths_s"]), "ports_s": dict(limit["ports_s"])})
 
 
 # --------------------------------------------------------------------------- footprints

@@ -13,7 +13,8 @@ ConstantOfShape weights replaced by random values.
 Each model is imported (`from_onnx`), checked against onnxruntime on one input, and
 optimised on each target (rules only unless `--tune N`); the output is one line per
 (model, target) with import/optimise seconds, the speedups, `verified` and the ratio of
-the network's optimise time to a 1-layer network's (the per-layer cost). Every run starts
+the network's optimise time to a 1-layer network's (the per-layer cost), `limit` the report's
+`limit_fraction` (the physical limit's time over the optimised time). Every run starts
 with cold caches (`caches.clear_all`; `--warm` keeps them); `cpu_s` is this process's CPU
 time (other users of the machine do not inflate it; with `--executor` the workers' is not
 in it), `twins` how the final check ran the kernels tile by tile: `55t/1n@16` = 55 on a
@@ -255,7 +256,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     models = dict(MODELS)
     print(f"{'model':16} {'target':6} {'nodes':>5} {'ops':>4} {'kernels':>7} {'import_s':>8} {'optimize_s':>10} "
-          f"{'1-layer_s':>9} {'ratio':>6} {'vs_naive':>8} {'vs_lib':>6} {'verified':>8} {'ort_err':>8} {'cpu_s':>6} "
+          f"{'1-layer_s':>9} {'ratio':>6} {'vs_naive':>8} {'vs_lib':>6} {'limit':>5} {'verified':>8} {'ort_err':>8} {'cpu_s':>6} "
           f"{'twins':>14}" + (f" {'replay_s':>8} {'replay':>6}" if args.replay else ""))
     profiled = False
     for name in args.models.split(","):
@@ -295,7 +296,8 @@ def main(argv=None) -> int:
                 replay = f" {time.perf_counter() - t1:8.2f} {'same' if same else 'DIFFERS':>6}"
             print(f"{name:16} {target:6} {len(model.graph.node):5d} {len(program.ops):4d} {len(r['kernels']):7d} "
                   f"{import_s:8.2f} {seconds:10.2f} {one_s:9.2f} {seconds / one_s:6.1f} "
-                  f"{r['speedup_vs_naive']:8.2f} {r['speedup_vs_library']:6.2f} {str(r['verified']):>8} "
+                  f"{r['speedup_vs_naive']:8.2f} {r['speedup_vs_library']:6.2f} {r['limit_fraction']:5.2f} "
+                  f"{str(r['verified']):>8} "
                   f"{err:8.1e} {cpu:6.1f} {twins(r):>14}{replay}", flush=True)
     return 0
 

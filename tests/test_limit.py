@@ -24,7 +24,7 @@ def test_no_plan_beats_the_limit_and_the_report_carries_it(target):
             assert limit <= r[label]["time_s"] * (1 + 1e-9), (path.name, label)
         assert r["limit_fraction"] == pytest.approx(limit / r["optimized"]["time_s"])
         assert 0 < r["limit_fraction"] <= 1
-        assert r["limit"]["bound"] in {"DRAM", *r["limit"]["datapaths_s"]}
+        assert r["limit"]["bound"] in {"DRAM", *r["limit"]["datapaths_s"], *r["limit"]["ports_s"]}
 
 
 def test_an_array_half_filled_by_its_loops_doubles_the_compute_floor():
@@ -44,3 +44,19 @@ def test_an_elementwise_program_is_bound_by_its_compulsory_traffic():
     limit = physical_limit(program, npu)
     assert limit["bound"] == "DRAM"
     assert limit["dram_s"] == pytest.approx(2 * 4 * 1024 * 1024 / npu.dram_bandwidth)
+
+
+def test_a_port_that_feeds_the_array_no_faster_than_it_computes_bounds_the_limit():
+    """Gemmini's scratchpad port carries 16 f32 operands a cycle, what its 16x16 array consumes:
+    the moving operand crossing once per column block, plus the weights once, floors a GEMM
+    above its MACs; the optimised plan stays above that floor."""
+    src = "input A: f32[128, 768]\nparam B: f32[768, 3072]\nC[m, n] += A[m, k] * B[k, n]\noutput C\n"
+    program = parse(src)
+    limit = physical_limit(program, "gemmini")
+    target = load_target("gemmini")
+    moving = 128 * 768 * 4 * (3072 // 16) + 768 * 3072 * 4           # A per column block, B once
+    port = next(m for m in target.memory if m.name == "scratchpad")
+    assert limit["ports_s"]["scratchpad port"] == pytest.approx(moving / (port.bandwidth_gbps * 1e9))
+    assert limit["bound"] == "scratchpad port" and limit["time_s"] > limit["datapaths_s"]["PE array"]
+    res = autocomp.optimize(src, target="gemmini", tune=0)
+    assert res.report["optimized"]["time_s"] >= limit["time_s"] * (1 - 1e-9)

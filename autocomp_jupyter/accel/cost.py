@@ -101,8 +101,8 @@ class BatchCost:
     drain_s: np.ndarray | None = None          # [n]: last output tiles, after all compute
     stream_s: np.ndarray | None = None         # [n]: operands streaming into the datapath
     compute_by_unit: dict | None = None        # {unit name: [n]}
-    # In-place epilogues' compute hidden beside the anchor on other datapaths {unit: [n]}:
-    # not in time_s's critical path, but those datapaths are busy for it.
+    # Compute of the statements on datapaths other than the anchor's {unit: [n]} (epilogues
+    # beside it or after it): those datapaths are busy for it, whatever time_s's critical path.
     beside_by_unit: dict | None = None
 
     def __len__(self) -> int:
@@ -329,6 +329,8 @@ class KernelModel:
         self.default_parallel = np.array([n in out_loops and target.compute.implicit_parallel
                                           for n in self.loop_names])
         self.flops = float(kernel.flops)
+        # What must cross the DRAM boundary at least once: the kernel's inputs and outputs.
+        self.compulsory_bytes = float(sum(kernel.tensor(t).nbytes for t in kernel.inputs + kernel.outputs))
         index = {n: i for i, n in enumerate(self.loop_names)}
         self.host = compute_model(kernel, target, index)
         host_c = self.host is not None
@@ -602,6 +604,7 @@ class KernelModel:
         overlap = self._epilogue_overlap(double_buffered)      # [n] bool
         beside: dict[str, np.ndarray] = {}    # in-place epilogues' compute on other datapaths
         beside_tail = np.zeros(n)             # ... their last output tile's, which nothing hides
+        side: dict[str, np.ndarray] = {}      # every statement's compute on a datapath not the anchor's
         for si, st in enumerate(self.statements):
             if si in self.computed:
                 continue      # costed as its own nest below
@@ -827,6 +830,8 @@ class KernelModel:
                 drain_total += drain
             compute_s += st_compute
             compute_by_unit[dp.unit] = compute_by_unit.get(dp.unit, 0.0) + st_compute
+            if dp.unit != anchor_unit:
+                side[dp.unit] = side.get(dp.unit, 0.0) + st_compute
             bytes_by_level += st_bytes
             level_time += st_level_time
         # The anchor's datapath alone (what producers on other datapaths overlap, below) ...
@@ -842,9 +847,10 @@ class KernelModel:
             # tile's consumer, so the kernel takes its busiest datapath's nests' times added
             # up, or its busiest channel's traffic, whichever is longer (the simulator replays
             # each nest and combines them the same way).
-            # ... and the epilogues beside it keep their datapath busy too (a producer there adds).
+            # ... and its statements on other datapaths (epilogues beside it or after it) keep
+            # those busy too: a producer there adds to them.
             busy = {anchor_unit: anchor_only.copy()}
-            for u, v in beside.items():
+            for u, v in side.items():
                 busy[u] = busy.get(u, 0.0) + v
         for producer in self.producers:      # computed at the anchor's tiles: its own nest, recomputed
             cost, mult = producer.evaluate(tiles, orders, counts)
@@ -864,6 +870,9 @@ class KernelModel:
                                 level_time.max(axis=1))
         if self.host is not None:   # host C: the paths that replace the nest (packed, direct rows)
             time_s = self.host.seconds(self, schedule_tiles, parallel, time_s)
+            # ... which still move the kernel's inputs and outputs through DRAM once (a GEMV's
+            # 64 MB of pre-packed weights do not stay in cache between calls).
+            time_s = np.maximum(time_s, self.compulsory_bytes / self.bw[-1])
         energy = (bytes_by_level * self.energy_per_byte[None, :]).sum(axis=1) \
             + (mac_points + vector_ops) * target.energy_pj_per_mac * 1e-12
         energy = energy + producer_energy
@@ -880,7 +889,7 @@ class KernelModel:
             double_buffered=double_buffered, datapath_bytes=datapath_bytes,
             level_bw_s=level_bw_s, level_latency_s=level_lat_s, serial_s=serial_total, cold_s=cold_total,
             drain_s=drain_total, stream_s=stream_total,
-            compute_by_unit=compute_by_unit, beside_by_unit=beside,
+            compute_by_unit=compute_by_unit, beside_by_unit=side,
         )
 
 

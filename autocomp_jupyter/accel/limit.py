@@ -1,7 +1,8 @@
 """The physical limit of a program on a target: the time no schedule can beat.
 
     limit = max(compulsory DRAM bytes / DRAM bandwidth,
-                for each datapath: the sum of its statements' work at the best fill)
+                for each datapath: the sum of its statements' work at the best fill,
+                for each port into the PE array: the operand bytes it must carry / its bandwidth)
 
 The compulsory bytes are every program input, param and output moved once
 (`roofline.compulsory_bytes`). A statement's work runs on the datapath the cost model puts
@@ -12,7 +13,11 @@ extents allow), and each distinct block of its stationary operand filled into th
 once (`fill_cycles`; with double-buffered weights only what its stream cannot hide); on a vector datapath, its points in runs of the vector width along the loop
 that fills them best (or all its points as one flat run for an elementwise statement, as
 the model streams them). Datapaths run concurrently, so the limit is the largest of these
-floors, not their sum. `limit_fraction` = limit / optimised time: 1.0 is the physical limit.
+floors, not their sum. A PE array is also fed through ports (the innermost level holding
+each operand): its moving operand crosses once per block of the loop it lacks, its partial
+sums once per row block (added on write), its stationary operand once — on Gemmini, whose
+scratchpad port is as fast as the array consumes, that floor, not the MACs, binds.
+`limit_fraction` = limit / optimised time: 1.0 is the physical limit.
 """
 from __future__ import annotations
 
@@ -33,10 +38,14 @@ def physical_limit(program: Program, target) -> dict:
     compute = target.compute
     clock = target.clock_ghz * 1e9
     datapaths: dict[str, float] = {}
+    ports: dict[int, float] = {}          # memory level -> bytes through its port into the PE array
     for kernel in kernels_unfused(program):
         model = kernel_model(kernel, target)
         extents = np.asarray(model.extents, dtype=float)
-        for st in model.statements:
+        # Host C runs a 3x3 convolution as Winograd F(2x2, 3x3) where it can (codegen/c.py):
+        # 16 multiplies per 2x2 output tile for the direct form's 36. Its floor is that work.
+        winograd = model.host is not None and getattr(model.host, "winograd", None) is not None
+        for si, st in enumerate(model.statements):
             dp = datapath_of(compute, st)
             present = extents[st.present]
             fill = 0.0
@@ -56,11 +65,38 @@ def physical_limit(program: Program, target) -> dict:
                 along = min((math.ceil(e / width) * math.prod(present) / e for e in present), default=1.0)
                 flat = math.ceil(math.prod(present) / width) if not st.reduce and not st.mac else math.inf
                 passes = min(along, flat)
+                if winograd and si == kernel.anchor:
+                    passes *= 16 / 36
             seconds = (passes * st.local_points * dp.pass_cycles + fill) / compute.units / clock
             datapaths[dp.unit] = datapaths.get(dp.unit, 0.0) + float(seconds)
+            if dp.on_array and st.mac:
+                for level, nbytes in _array_operands(model, st, extents, compute).items():
+                    ports[level] = ports.get(level, 0.0) + nbytes
     dram_s = compulsory_bytes(program) / target.dram_bandwidth
-    bound, time_s = max([("DRAM", dram_s)] + list(datapaths.items()), key=lambda kv: kv[1])
-    return {"time_s": time_s, "bound": bound, "dram_s": dram_s, "datapaths_s": datapaths}
+    ports_s = {}
+    for level, nbytes in ports.items():
+        mem = target.memory[level]
+        ports_s[f"{mem.name} port"] = float(nbytes / (mem.bandwidth_gbps * 1e9 * (compute.units if mem.per_unit else 1)))
+    bound, time_s = max([("DRAM", dram_s)] + list(datapaths.items()) + list(ports_s.items()), key=lambda kv: kv[1])
+    return {"time_s": time_s, "bound": bound, "dram_s": dram_s, "datapaths_s": datapaths, "ports_s": ports_s}
+
+
+def _array_operands(model, st, extents, compute) -> dict[int, float]:
+    """{memory level: bytes} that must cross each level's port into (or out of) the PE array
+    for one MAC statement at the best its extents allow: each operand element once per block
+    of the mapped loop its index lacks (the moving operand per column block, the partial sums
+    per row block, accumulated on write; the stationary operand once), each through the
+    innermost level that holds it."""
+    out: dict[int, float] = {}
+    blocks = {st.row_loop: math.ceil(extents[st.row_loop] / compute.pe_rows),
+              st.col_loop: math.ceil(extents[st.col_loop] / compute.pe_cols)}
+    for a in st.accesses:
+        used = a.index_mask & st.present
+        elements = min(math.prod(e for i, e in enumerate(extents) if used[i]), float(np.prod(a.dims)))
+        repeats = math.prod(n for loop, n in blocks.items() if not a.index_mask[loop])
+        level = model.mem_index[a.chain[-1]] if a.chain else len(model.level_names) - 1
+        out[level] = out.get(level, 0.0) + elements * repeats * a.elem_bytes
+    return out
 
 
 def limit_fraction(program: Program, target, time_s: float) -> float:

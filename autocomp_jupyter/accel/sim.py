@@ -38,7 +38,7 @@ class SimResult:
     steps: int              # innermost tiles replayed
     total_steps: int        # innermost tiles in the whole nest
     sampled: bool
-    beside: dict | None = None   # in-place epilogues' compute hidden beside the anchor, by datapath
+    beside: dict | None = None   # compute of the statements on datapaths not the anchor's, by datapath
 
 
 class _Channel:
@@ -119,6 +119,7 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
     overlap = bool(model._epilogue_overlap(analytic.double_buffered[:1])[0])
     beside: dict[str, float] = {}
     beside_tail = 0.0
+    side: dict[str, float] = {}        # every statement's compute on a datapath not the anchor's
     for si in range(len(model.statements)):
         if si in model.computed:
             continue         # computed at the anchor's tiles: its own nest, replayed below
@@ -144,6 +145,9 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
         else:
             time_s += r["time_s"]
         compute_s += r["compute_s"]
+        unit_si = datapath_of(target.compute, model.statements[si]).unit
+        if unit_si != anchor_unit:
+            side[unit_si] = side.get(unit_si, 0.0) + r["compute_s"]
         steps_done += r["steps"]
         total_steps += r["total_steps"]
         sampled |= r["sampled"]
@@ -156,8 +160,8 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
         # times its recompute; nests on different datapaths overlap tile by tile, so the
         # kernel takes its busiest datapath's replayed time, or its busiest channel's.
         counts = _tile_counts(model.extents[None, :], tiles)[0]
-        busy = {anchor_unit: anchor_only}         # the epilogues beside the anchor keep their datapath busy
-        for u, v in beside.items():
+        busy = {anchor_unit: anchor_only}         # its statements on other datapaths keep those busy
+        for u, v in side.items():
             busy[u] = busy.get(u, 0.0) + v
         for producer in model.producers:
             sub, mult = producer.region_tiles(tiles, orders, counts)
@@ -175,7 +179,7 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
     return SimResult(time_s=time_s, cycles=time_s * target.clock_ghz * 1e9,
                      bytes={n: float(b) for n, b in zip(model.level_names, total_bytes)},
                      compute_s=compute_s, steps=steps_done, total_steps=total_steps, sampled=sampled,
-                     beside=beside)
+                     beside=side)
 
 
 def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np.ndarray,
