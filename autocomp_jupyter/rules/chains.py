@@ -40,6 +40,8 @@ UNSCHEDULED_SLACK = 0.10
 # are not tried (on ResNet-50 no such longer chain paid on any preset; MobileNetV2's 3-kernel
 # inverted residuals follow 2-kernel chains that pay).
 LONGER_SLACK = 0.20
+# ... and past this, a chain's second compute point is not searched.
+POINT_SLACK = 0.30
 
 
 def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[dict]]:
@@ -88,7 +90,7 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
                     if best is not None:
                         break
                     continue
-                found = _fused(program, chain, ctx)
+                found = _fused(program, chain, ctx, alone)
                 if isinstance(found, str):
                     log.append(rule_entry(rule.name, PASS, _ops(chain), False, found))
                     break
@@ -190,7 +192,7 @@ def chain_kernel(program: Program, chain: list[Kernel]) -> Kernel:
     return kernel
 
 
-def _fused(program: Program, chain: list[Kernel], ctx: PassContext):
+def _fused(program: Program, chain: list[Kernel], ctx: PassContext, alone: float):
     """(schedule, seconds, compute points searched) of the chain fused, or why it cannot be.
     Remembered by the fused kernel's structure: a network's repeated blocks search once."""
     try:
@@ -198,11 +200,11 @@ def _fused(program: Program, chain: list[Kernel], ctx: PassContext):
         regions(kernel)
     except (ComputeAtError, KeyError) as err:
         return f"cannot compute at the last kernel's tiles: {err}"
-    key = (canonical_kernel(kernel), ctx.target, repr(sorted(ctx.rules.tiling.items())),
+    key = (canonical_kernel(kernel), round(alone * 1e12), ctx.target, repr(sorted(ctx.rules.tiling.items())),
            repr(sorted(ctx.rules.scheduling.items())), ctx.seed)
     hit = _SEARCHED.get(key)
     if hit is None:
-        hit = _search_chain(program, kernel, ctx)
+        hit = _search_chain(program, kernel, ctx, alone)
         if not isinstance(hit, str):
             schedule, seconds, searched = hit
             hit = (schedule.kernel.compute_at, dict(schedule.tiles), dict(schedule.order),
@@ -221,7 +223,7 @@ def _fused(program: Program, chain: list[Kernel], ctx: PassContext):
 _SEARCHED = LRU("chains.search", 512)
 
 
-def _search_chain(program: Program, kernel: Kernel, ctx: PassContext):
+def _search_chain(program: Program, kernel: Kernel, ctx: PassContext, alone: float):
     target = ctx.target
     spans = regions(kernel)
     followed = {a for loops in spans.values() for r in loops.values() for a, _ in r.terms}
@@ -245,14 +247,17 @@ def _search_chain(program: Program, kernel: Kernel, ctx: PassContext):
                              n_random=n_random, rounds=rounds)
         return (found[0], found[1].time_s) if found is not None else None
 
-    best = None
+    best, tried = None, 0
     for point in points:
+        if best is not None and best[1] >= alone * (1 + POINT_SLACK):
+            break       # far from paying at the longest loop: the next point is not searched
         found = searched(point, CHAIN_CANDIDATES, CHAIN_ROUNDS)
+        tried += 1
         if found is not None and (best is None or found[1] < best[1]):
             best = found
     if best is None:
         return "no tiling of the fused chain fits on chip"
-    return best[0], best[1], len(points)
+    return best[0], best[1], tried
 
 
 def _scheduled_chain(program: Program, chain: list[Kernel], schedule: Schedule, ctx: PassContext):
