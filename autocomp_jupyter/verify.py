@@ -161,9 +161,16 @@ def _same_structure(kernel: Kernel, small: Program | None) -> Kernel | None:
     accesses (constants may differ), else None."""
     if small is None:
         return None
+    # Rebuilt at the same anchor (a chain is anchored at its last op, not its first) and with
+    # the same compute points: else a fused chain never finds its twin and goes isl-only.
+    target = kernel.anchor_statement.target
+    anchor = next((op.name for op in small.ops if op.name in kernel.ops
+                   and any(st.target == target for st in op.statements)), None)
     try:
-        small_kernel = Kernel.from_ops(small, kernel.ops, name=kernel.name)
-    except KeyError:
+        small_kernel = Kernel.from_ops(small, kernel.ops, name=kernel.name, anchor=anchor)
+        for tensor, loop, level in kernel.compute_at:
+            small_kernel = small_kernel.with_compute_at(tensor, loop, level)
+    except (KeyError, ValueError):
         return None
     same = (small_kernel.loop_names == kernel.loop_names and len(small_kernel.statements) == len(kernel.statements)
             and small_kernel.loop_maps == kernel.loop_maps
