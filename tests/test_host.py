@@ -117,6 +117,14 @@ PACKED_VARIANTS = {
                                                     "Z = add(Y, S)\nR = relu(Z)\n", 2),
     "depthwise_stride2_relu": ("input X: f32[2, 64, 31, 31]\nparam W: f32[64, 1, 3, 3]\n"
                                "Y = depthwise_conv2d(X, W, stride=2, padding=1)\nR = relu(Y)\n", 1),
+    # channel blocks (narrow outputs): a tail of positions, dilation and a residual read flat
+    "depthwise_blocks_bias_relu6": ("input X: f32[1, 48, 9, 11]\nparam W: f32[48, 1, 3, 3]\nparam bb: f32[48]\n"
+                                    "Y = depthwise_conv2d(X, W, stride=1, padding=1)\nZ = bias_add(Y, bb)\n"
+                                    "R = relu6(Z)\n", 2),
+    "depthwise_blocks_dilation2_residual": ("input X: f32[1, 32, 13, 12]\ninput S: f32[1, 32, 13, 12]\n"
+                                            "param W: f32[32, 1, 3, 3]\n"
+                                            "Y = conv2d(X, W, stride=1, padding=2, dilation=2, groups=32)\n"
+                                            "Z = add(Y, S)\n", 1),
     "conv_residual_add_relu": ("input X: f32[1, 16, 22, 22]\ninput S: f32[1, 24, 22, 22]\nparam W: f32[24, 16, 3, 3]\n"
                                "Y = conv2d(X, W, stride=1, padding=1)\nZ = add(Y, S)\nR = relu(Z)\n", 2),
     "conv_no_pad_remainders": ("input X: f32[3, 12, 19, 23]\nparam W: f32[13, 12, 5, 3]\n"
@@ -141,7 +149,7 @@ def test_packed_contractions_with_fused_epilogues_match_interpreter(name, thread
     """Every conv variant (stride, dilation, padding, groups, depthwise, remainders), batched
     and int8 GEMMs run packed, their epilogues applied in the microkernel's store (no second
     pass over the output), on 1 and 2 threads, and match the interpreter."""
-    from autocomp_jupyter.codegen.c import direct_rows, generate_c, packed_contraction, prepacked
+    from autocomp_jupyter.codegen.c import channel_blocks, direct_rows, generate_c, packed_contraction, prepacked
 
     src, fused = PACKED_VARIANTS[name]
     program = parse(src)
@@ -154,8 +162,13 @@ def test_packed_contractions_with_fused_epilogues_match_interpreter(name, thread
     assert pk is not None and len(pk.epilogue) == fused
     assert pk.swapped == ("transposed" in name)
     text = generate_c(plan)
-    if direct_rows(kernel, pk) is not None:     # a depthwise conv: direct rows, no packing
-        assert "Bpack" not in text and text.count("/* direct rows") == 1 and name.startswith("depthwise")
+    dr = direct_rows(kernel, pk)
+    if dr is not None:     # a depthwise conv: direct rows or channel blocks, no packing
+        blocked = channel_blocks(kernel, pk, dr) is not None
+        assert blocked == ("blocks" in name or "stride2" in name)
+        assert "Bpack" not in text and name.startswith("depthwise")
+        assert text.count("/* channel blocks" if blocked else "/* direct rows") == 1
+        assert ("ac_transpose16(" in text) == blocked
         assert ("#pragma omp for schedule(dynamic" in text) == (threads > 1)
     else:
         # the weights (a param read in range) are packed once, ahead; the other operand per block
@@ -450,8 +463,9 @@ DIRECT_VARIANTS = {
                              "Y[i, j] += X[i, k] * W[j, k]\nZ[i, j] = Y[i, j] + b[j]\noutput Z\n", "direct dot products"),
     "gemv_rows_relu": ("input X: f32[1, 300]\nparam W: f32[300, 170]\nparam b: f32[170]\nY = linear(X, W, b)\n"
                        "R = relu(Y)\n", "direct rows"),
-    "depthwise_14x14_as_planes_bias_relu": ("input X: f32[1, 96, 14, 14]\nparam W: f32[96, 1, 3, 3]\n"
-                                            "param b: f32[96]\nY = depthwise_conv2d(X, W, stride=1, padding=1)\n"
+    # 40 channels: not whole blocks of 16 (which run as channel blocks, test_packed_contractions_...)
+    "depthwise_14x14_as_planes_bias_relu": ("input X: f32[1, 40, 14, 14]\nparam W: f32[40, 1, 3, 3]\n"
+                                            "param b: f32[40]\nY = depthwise_conv2d(X, W, stride=1, padding=1)\n"
                                             "Z = bias_add(Y, b)\nR = relu(Z)\n", "as planes of rows 16 apart"),
     "maxpool_3x3_stride2_pad1": ("input X: f32[2, 8, 29, 31]\nY = maxpool2d(X, kernel=3, stride=2, padding=1)\n",
                                  "direct rows of"),

@@ -91,7 +91,7 @@ from .host_analysis import (  # noqa: F401
     DIRECT_MIN_POINTS, DIRECT_STEP_MAX, PARTITION_THREADS, PARTITION_SLACK, PARTITION_REPACK_CYCLES, PARTITION_MACS_PER_CYCLE,
     PARTITION_UNIT_CYCLES, HOST_COPY_RUN, HOST_COPY_GATHER, HOST_COPY_STRIDED, Packed, DirectRows,
     Partition, micro_shape, rows_outer, direct_rows, direct_slab, window_rows, packed_blocks, host_copy_costs,
-    packed_partition, partition_ranges, prepacked, winograd, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
+    packed_partition, partition_ranges, prepacked, winograd, channel_blocks, ChannelBlocks, BLOCK_CHANNELS, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
     _unit_stride_reads, _substitute, packed_contraction, epilogue_point, _epilogue)
 
 # Integer dtypes: the values a tensor can hold (stored in double buffers, saturating).
@@ -388,6 +388,56 @@ static inline double ac_gelu_d(double x) {
 #define AC_EXACT_BODY
 #endif
 """
+_PRELUDE_BLOCK16 = r"""/* Channel blocks (a depthwise convolution in blocks of 16 channels): ac_v16 is 16 floats, one
+   AVX-512 register (two AVX2 ones elsewhere); ac_transpose16 writes dst[j * ldd + i] =
+   src[i * ld + j] for the 16 rows i of src and its first `cols` columns j (the others read as
+   0, never loaded), storing dst's first `rows` rows: with AVX-512 in 64 shuffles. */
+typedef float ac_v16 __attribute__((vector_size(64), may_alias));
+#if defined(__AVX512F__)
+#include <immintrin.h>
+static inline void ac_transpose16(const float* src, long ld, int cols, float* dst, long ldd, int rows) {
+    const __mmask16 m = (__mmask16)((1u << cols) - 1u);
+    __m512 r[16], t[16];
+    #pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_maskz_loadu_ps(m, src + i * ld);
+    #pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    #pragma GCC unroll 4
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+    }
+    #pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+    }
+    if (rows == 16) {
+        #pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j) _mm512_storeu_ps(dst + j * ldd, r[j]);
+    } else {
+        for (int j = 0; j < rows; ++j) _mm512_storeu_ps(dst + j * ldd, r[j]);
+    }
+}
+#else
+static inline void ac_transpose16(const float* src, long ld, int cols, float* dst, long ldd, int rows) {
+    for (int j = 0; j < rows; ++j)
+        for (int i = 0; i < 16; ++i) dst[j * ldd + i] = j < cols ? src[i * ld + j] : 0.0f;
+}
+#endif
+"""
 _PRELUDE_F16 = r"""/* An f16 value (round to nearest even; past 65504: infinity), from float. */
 static inline float ac_round_f16(float x) {
 #ifdef __FLT16_MAX__
@@ -436,17 +486,18 @@ def generate_c(plan, target=None) -> str:
                      f"[{', '.join(map(str, t.shape))}]{dtype_note}")
     for kernel in plan.kernels:
         dtypes.update(t.dtype for t in kernel.tensors)
-    prelude = _PRELUDE + (_PRELUDE_INT if dtypes & set(INT_RANGE) else "") \
-        + (_PRELUDE_F16 if "f16" in dtypes else "") + (_PRELUDE_BF16 if "bf16" in dtypes else "")
-    lines += [" */", prelude, f"#define PROGRAM_NUM_BUFFERS {len(layout)}",
-              f"#define PROGRAM_NUM_KERNELS {len(plan.kernels)}", ""]
-    kernel_names = []
+    kernel_names, functions = [], []
     kernel_namer = Namer()
     for kernel, schedule in zip(plan.kernels, plan.schedules):
         fn = "kernel_" + kernel_namer.fresh(kernel.name)
         kernel_names.append(fn)
-        lines.append(_KernelWriter(plan, kernel, schedule, cname, namer.child()).function(fn))
-        lines.append("")
+        functions += [_KernelWriter(plan, kernel, schedule, cname, namer.child()).function(fn), ""]
+    prelude = _PRELUDE + (_PRELUDE_INT if dtypes & set(INT_RANGE) else "") \
+        + (_PRELUDE_F16 if "f16" in dtypes else "") + (_PRELUDE_BF16 if "bf16" in dtypes else "") \
+        + (_PRELUDE_BLOCK16 if any("ac_transpose16(" in text for text in functions) else "")
+    lines += [" */", prelude, f"#define PROGRAM_NUM_BUFFERS {len(layout)}",
+              f"#define PROGRAM_NUM_KERNELS {len(plan.kernels)}", ""]
+    lines += functions
     index = workspace_regions(plan, layout)
     calls = []
     for kernel, fn in zip(plan.kernels, kernel_names):
@@ -1402,6 +1453,9 @@ class _KernelWriter:
         the statements `pk.epilogue` applied; or, `dr.dots`, each output one dot product."""
         if dr.dots:
             return self.dots(pk, dr)
+        cb = channel_blocks(self.kernel, pk, dr)
+        if cb is not None:
+            return self.blocked(pk, dr, cb)
         k = self.kernel
         stmt = k.statements[pk.index]
         ext = dict(pk.extents)
@@ -1515,6 +1569,134 @@ class _KernelWriter:
             e(d, "}")
         for x in range(d - 1, 1, -1):
             e(x, "}")
+        if region is not None:
+            self.region_end(2, region)
+        e(1, "}")
+
+    def blocked(self, pk: Packed, dr: DirectRows, cb: ChannelBlocks) -> None:
+        """Depthwise convolution `pk.index` in blocks of BLOCK_CHANNELS channels
+        (`channel_blocks`): per batch item and block, the channels' input planes transposed
+        into one padded blocked plane, each output a vector of the block's channels summed
+        over the window (4 outputs along the row at a time, the taps' weights in registers),
+        each output row transposed back to the channels' rows and stored with the epilogue."""
+        k = self.kernel
+        stmt = k.statements[pk.index]
+        ext = dict(pk.extents)
+        f, e = self.namer.fresh, self.emit
+        cv = {l: f(l) for l in stmt.loop_names}
+        L = BLOCK_CHANNELS
+        bt, base, T, trow, srow, y, q, x = (f(n) for n in ("bt", "cbase", "T", "trow", "srow", "y", "q", "x"))
+        wvf, orow, out16, i, p0 = f("wvf"), f("orow"), f("out16"), f("i"), f("t0")
+        H, W = cb.image
+        hp, wp = cb.plane
+        pt, pl = cb.pads
+        Ho, Wo, KH, KW = ext[cb.h], ext[cb.w], ext[cb.r], ext[cb.s]
+        (sh, sw), (dh, dw), (oh, ow) = cb.stride, cb.dilation, cb.offset
+        Wv = -(-Wo // L) * L
+        nb = ext[cb.c] // L
+        outer = [l for l in pk.batch if l != cb.c]
+        units = nb * math.prod(ext[l] for l in outer)
+        xt = k.tensor(pk.b.tensor)
+        xs = xt.shape
+
+        def flat(access: Access) -> str:
+            coeff, const = _flat_offsets(k, access)
+            return _affine_c({cv[l]: c for l, c in coeff.items()}, const)
+
+        e(1, f"/* {str(stmt).split('    #')[0]} */")
+        epi = ", ".join(str(k.statements[s]).split("    #")[0] for s in pk.epilogue)
+        e(1, f"/* channel blocks: {ext[cb.c]} channels in blocks of {L} ({units} blocks), each a padded "
+             f"blocked plane [{hp}][{wp}][{L}] of {pk.b.tensor}; outputs {Ho}x{Wo}, each a vector of {L} channels "
+             f"over {KH}x{KW} taps at stride {sh}x{sw}, rows transposed back"
+             + (f"; applied in its store: {epi}" if epi else "") + " */")
+        e(1, "{")
+        parallel = bool(set(self.parallel) & {k.loop_map(pk.index).get(l) for l in pk.batch + pk.n})
+        region = self.region_begin(2, "dynamic, 1") if parallel and units > 1 else None
+        e(2, f"for (long {bt} = 0; {bt} < {units}; ++{bt}) {{")
+        e(3, f"const long {base} = ({bt} % {nb}) * {L};")
+        self.unflatten(3, f"({bt} / {nb})", outer, cv, ext)
+        for l in stmt.loop_names:      # loops of one trip (a depthwise conv as groups: its group's channel)
+            if ext[l] == 1 and l not in outer:
+                e(3, f"const long {cv[l]} = 0;")
+        outer = [l for l in outer if ext[l] > 1]
+        img = f"{xs[1] * H * W} * {cv[outer[0]]} + " if outer else ""
+        xb = f("xb")
+        e(3, f"const float* restrict {xb} = {self.cname[pk.b.tensor]} + ({img}{H * W} * {base});")
+        e(3, f"float* restrict {T} = ac_scratch(2, {hp * wp * L}UL * sizeof(float));")
+        e(3, f"/* the block's padded planes, blocked: {T}[(y * {wp} + x) * {L} + channel] */")
+        e(3, f"for (long {y} = 0; {y} < {hp}; ++{y}) {{")
+        e(4, f"float* restrict {trow} = {T} + {wp * L} * {y};")
+        e(4, f"if (!((unsigned long)({y} - {pt}) < {H}UL)) {{")
+        e(5, f"for (long {q} = 0; {q} < {wp * L}; ++{q}) {trow}[{q}] = 0.0f;")
+        e(5, "continue;")
+        e(4, "}")
+        if pl:
+            e(4, f"for (long {q} = 0; {q} < {pl * L}; ++{q}) {trow}[{q}] = 0.0f;")
+        if (pl + W) < wp:
+            e(4, f"for (long {q} = {(pl + W) * L}; {q} < {wp * L}; ++{q}) {trow}[{q}] = 0.0f;")
+        e(4, f"const float* restrict {srow} = {xb} + {W} * ({y} - {pt});")
+        e(4, f"for (long {x} = 0; {x} < {W}; {x} += {L}) ac_transpose16({srow} + {x}, {H * W}, "
+             f"(int)AC_MIN({L}, {W} - {x}), {trow} + {L} * ({pl} + {x}), {L}, (int)AC_MIN({L}, {W} - {x}));")
+        e(3, "}")
+        taps = [(r, s) for r in range(KH) for s in range(KW)]
+        e(3, f"float {wvf}[{len(taps) * L}] __attribute__((aligned(64)));")
+        e(3, f"for (long {i} = 0; {i} < {L}; ++{i}) {{")
+        e(4, f"const long {cv[cb.c]} = {base} + {i};")
+        e(4, f"for (long {cv[cb.r]} = 0; {cv[cb.r]} < {KH}; ++{cv[cb.r]})")
+        e(5, f"for (long {cv[cb.s]} = 0; {cv[cb.s]} < {KW}; ++{cv[cb.s]})")
+        e(6, f"{wvf}[({KW} * {cv[cb.r]} + {cv[cb.s]}) * {L} + {i}] = {self.cname[pk.a.tensor]}[{flat(pk.a)}];")
+        e(3, "}")
+        wv = [f(f"w{t}") for t in range(len(taps))]
+        for t, name in enumerate(wv):
+            e(3, f"const ac_v16 {name} = *(const ac_v16*)({wvf} + {t * L});")
+        h, w = cv[cb.h], cv[cb.w]
+        P = Ho * Wo
+        e(3, f"/* outputs, blocked: {orow}[y * {Wo} + x] the {L} channels' vector */")
+        e(3, f"ac_v16* restrict {orow} = ac_scratch(3, {-(-P // L) * L}UL * sizeof(ac_v16));")
+        e(3, f"for (long {h} = 0; {h} < {Ho}; ++{h}) {{")
+        e(4, f"const float* restrict {p0} = {T} + {L} * ({wp} * ({sh} * {h} + {oh}) + {ow});")
+        e(4, f"ac_v16* restrict {out16} = {orow} + {Wo} * {h};")
+        e(4, f"long {w} = 0;")
+        group = 4
+        accs = [f(f"a{j}") for j in range(group)]
+        for g, cond in ((group, f"{w} + {group} <= {Wo}"), (1, f"{w} < {Wo}")):
+            e(4, f"for (; {cond}; {w} += {g}) {{")
+            for j in range(g):
+                e(5, f"ac_v16 {accs[j]} = {{0}};")
+            for t, (r, s) in enumerate(taps):
+                off = (dh * r * wp + dw * s) * L
+                for j in range(g):
+                    e(5, f"{accs[j]} += {wv[t]} * *(const ac_v16*)({p0} + {L * sw} * ({w} + {j}) + {off});")
+            for j in range(g):
+                e(5, f"{out16}[{w} + {j}] = {accs[j]};")
+            e(4, "}")
+        e(3, "}")
+        # back to the channels' planes 16 positions at a time (the output plane is contiguous,
+        # so positions run flat across rows: a 7x7 plane is 3 full vectors and one of 1, not 7
+        # rows of 7), the epilogue applied along them
+        tile, j, pos = f("tile"), f("j"), f("p")
+        e(3, f"float {tile}[{L}][{L}] __attribute__((aligned(64)));")
+        full = P // L * L
+
+        def back(depth: int, start: str, count: int) -> None:
+            e(depth, f"ac_transpose16((const float*)({orow} + {start}), {L}, {L}, &{tile}[0][0], {L}, {L});")
+            e(depth, f"for (long {i} = 0; {i} < {L}; ++{i}) {{")
+            e(depth + 1, f"const long {cv[cb.c]} = {base} + {i};")
+            e(depth + 1, "#pragma omp simd")
+            e(depth + 1, f"for (long {j} = 0; {j} < {count}; ++{j}) {{")
+            e(depth + 2, f"const long {h} = 0, {w} = {start} + {j};")
+            e(depth + 2, f"const float {v} = {tile}[{i}][{j}];")
+            self.epilogue_store(pk, depth + 2, v, lambda access: f"{self.cname[access.tensor]}[{flat(access)}]")
+            e(depth + 1, "}")
+            e(depth, "}")
+        v = f("v")
+        if full:
+            e(3, f"for (long {pos} = 0; {pos} < {full}; {pos} += {L}) {{")
+            back(4, pos, L)
+            e(3, "}")
+        if P - full:
+            back(3, str(full), P - full)
+        e(2, "}")
         if region is not None:
             self.region_end(2, region)
         e(1, "}")
