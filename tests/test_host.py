@@ -181,6 +181,28 @@ def test_packed_contractions_with_fused_epilogues_match_interpreter(name, thread
     check(plan, threads=threads)
 
 
+def test_depthwise_channel_blocks_in_bands_match_interpreter(monkeypatch):
+    """A depthwise conv whose blocked plane outgrows BLOCK_PLANE_MAX runs in bands of output
+    rows, each packing only the input rows it reads (overlapping rows packed twice), and
+    matches the interpreter; the host model charges every band's rows."""
+    from autocomp_jupyter.codegen import host_analysis
+    from autocomp_jupyter.codegen.c import channel_blocks, direct_rows, packed_contraction
+
+    src = ("input X: f32[1, 32, 29, 20]\nparam W: f32[32, 1, 3, 3]\n"
+           "Y = depthwise_conv2d(X, W, stride=2, padding=1)\nR = relu(Y)\n")
+    plan = autocomp.optimize(parse(src), target="host", tune=0).after
+    kernel, schedule = plan.kernels[0], plan.schedules[0]
+    pk = packed_contraction(kernel, schedule)
+    whole = channel_blocks(kernel, pk, direct_rows(kernel, pk))
+    assert whole is not None and whole.band == 15 and whole.plane == (31, 21)
+    monkeypatch.setattr(host_analysis, "BLOCK_PLANE_MAX", 16 * 21 * 9)
+    banded = channel_blocks(kernel, pk, direct_rows(kernel, pk))
+    assert banded.band == 4 and banded.band_rows == 9      # 2 * (4 - 1) + 3 input rows
+    text = generate(plan, None, "c")
+    assert "bands of 4 output rows, each from its 9 rows" in text
+    check(plan, threads=1)
+
+
 WINOGRAD_VARIANTS = {
     # name: (program, statements the store must apply)
     # odd output sizes (edge tiles and a padded tile row), no padding, two batch items, a bias and

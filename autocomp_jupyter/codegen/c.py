@@ -1622,22 +1622,6 @@ class _KernelWriter:
         img = f"{xs[1] * H * W} * {cv[outer[0]]} + " if outer else ""
         xb = f("xb")
         e(3, f"const float* restrict {xb} = {self.cname[pk.b.tensor]} + ({img}{H * W} * {base});")
-        e(3, f"float* restrict {T} = ac_scratch(2, {hp * wp * L}UL * sizeof(float));")
-        e(3, f"/* the block's padded planes, blocked: {T}[(y * {wp} + x) * {L} + channel] */")
-        e(3, f"for (long {y} = 0; {y} < {hp}; ++{y}) {{")
-        e(4, f"float* restrict {trow} = {T} + {wp * L} * {y};")
-        e(4, f"if (!((unsigned long)({y} - {pt}) < {H}UL)) {{")
-        e(5, f"for (long {q} = 0; {q} < {wp * L}; ++{q}) {trow}[{q}] = 0.0f;")
-        e(5, "continue;")
-        e(4, "}")
-        if pl:
-            e(4, f"for (long {q} = 0; {q} < {pl * L}; ++{q}) {trow}[{q}] = 0.0f;")
-        if (pl + W) < wp:
-            e(4, f"for (long {q} = {(pl + W) * L}; {q} < {wp * L}; ++{q}) {trow}[{q}] = 0.0f;")
-        e(4, f"const float* restrict {srow} = {xb} + {W} * ({y} - {pt});")
-        e(4, f"for (long {x} = 0; {x} < {W}; {x} += {L}) ac_transpose16({srow} + {x}, {H * W}, "
-             f"(int)AC_MIN({L}, {W} - {x}), {trow} + {L} * ({pl} + {x}), {L}, (int)AC_MIN({L}, {W} - {x}));")
-        e(3, "}")
         taps = [(r, s) for r in range(KH) for s in range(KW)]
         e(3, f"float {wvf}[{len(taps) * L}] __attribute__((aligned(64)));")
         e(3, f"for (long {i} = 0; {i} < {L}; ++{i}) {{")
@@ -1651,25 +1635,48 @@ class _KernelWriter:
             e(3, f"const ac_v16 {name} = *(const ac_v16*)({wvf} + {t * L});")
         h, w = cv[cb.h], cv[cb.w]
         P = Ho * Wo
+        Hb, rows_in = cb.band, cb.band_rows
+        hb, y0, ny, yy = f("hb"), f("y0"), f("ny"), f("yy")
         e(3, f"/* outputs, blocked: {orow}[y * {Wo} + x] the {L} channels' vector */")
         e(3, f"ac_v16* restrict {orow} = ac_scratch(3, {-(-P // L) * L}UL * sizeof(ac_v16));")
-        e(3, f"for (long {h} = 0; {h} < {Ho}; ++{h}) {{")
-        e(4, f"const float* restrict {p0} = {T} + {L} * ({wp} * ({sh} * {h} + {oh}) + {ow});")
-        e(4, f"ac_v16* restrict {out16} = {orow} + {Wo} * {h};")
-        e(4, f"long {w} = 0;")
+        e(3, f"float* restrict {T} = ac_scratch(2, {rows_in * wp * L}UL * sizeof(float));")
+        e(3, f"/* bands of {Hb} output rows, each from its {rows_in} rows of the block's padded planes, "
+             f"blocked: {T}[(y * {wp} + x) * {L} + channel] */")
+        e(3, f"for (long {hb} = 0; {hb} < {Ho}; {hb} += {Hb}) {{")
+        e(4, f"const long {y0} = {sh} * {hb} + {oh}, {ny} = AC_MIN({rows_in}, {hp} - {y0});")
+        e(4, f"for (long {yy} = 0; {yy} < {ny}; ++{yy}) {{")
+        e(5, f"const long {y} = {y0} + {yy};")
+        e(5, f"float* restrict {trow} = {T} + {wp * L} * {yy};")
+        e(5, f"if (!((unsigned long)({y} - {pt}) < {H}UL)) {{")
+        e(6, f"for (long {q} = 0; {q} < {wp * L}; ++{q}) {trow}[{q}] = 0.0f;")
+        e(6, "continue;")
+        e(5, "}")
+        if pl:
+            e(5, f"for (long {q} = 0; {q} < {pl * L}; ++{q}) {trow}[{q}] = 0.0f;")
+        if (pl + W) < wp:
+            e(5, f"for (long {q} = {(pl + W) * L}; {q} < {wp * L}; ++{q}) {trow}[{q}] = 0.0f;")
+        e(5, f"const float* restrict {srow} = {xb} + {W} * ({y} - {pt});")
+        e(5, f"for (long {x} = 0; {x} < {W}; {x} += {L}) ac_transpose16({srow} + {x}, {H * W}, "
+             f"(int)AC_MIN({L}, {W} - {x}), {trow} + {L} * ({pl} + {x}), {L}, (int)AC_MIN({L}, {W} - {x}));")
+        e(4, "}")
+        e(4, f"for (long {h} = {hb}; {h} < AC_MIN({Ho}, {hb} + {Hb}); ++{h}) {{")
+        e(5, f"const float* restrict {p0} = {T} + {L} * ({wp} * {sh} * ({h} - {hb}) + {ow});")
+        e(5, f"ac_v16* restrict {out16} = {orow} + {Wo} * {h};")
+        e(5, f"long {w} = 0;")
         group = 4
         accs = [f(f"a{j}") for j in range(group)]
         for g, cond in ((group, f"{w} + {group} <= {Wo}"), (1, f"{w} < {Wo}")):
-            e(4, f"for (; {cond}; {w} += {g}) {{")
+            e(5, f"for (; {cond}; {w} += {g}) {{")
             for j in range(g):
-                e(5, f"ac_v16 {accs[j]} = {{0}};")
+                e(6, f"ac_v16 {accs[j]} = {{0}};")
             for t, (r, s) in enumerate(taps):
                 off = (dh * r * wp + dw * s) * L
                 for j in range(g):
-                    e(5, f"{accs[j]} += {wv[t]} * *(const ac_v16*)({p0} + {L * sw} * ({w} + {j}) + {off});")
+                    e(6, f"{accs[j]} += {wv[t]} * *(const ac_v16*)({p0} + {L * sw} * ({w} + {j}) + {off});")
             for j in range(g):
-                e(5, f"{out16}[{w} + {j}] = {accs[j]};")
-            e(4, "}")
+                e(6, f"{out16}[{w} + {j}] = {accs[j]};")
+            e(5, "}")
+        e(4, "}")
         e(3, "}")
         # back to the channels' planes 16 positions at a time (the output plane is contiguous,
         # so positions run flat across rows: a 7x7 plane is 3 full vectors and one of 1, not 7

@@ -263,8 +263,9 @@ def direct_slab(kernel: Kernel, pk: "Packed", dr: DirectRows) -> dict[int, str]:
 # Channels per block of a channel-blocked depthwise convolution (`channel_blocks`): one
 # AVX-512 vector of f32.
 BLOCK_CHANNELS = 16
-# Largest blocked, padded input plane (floats, all the block's channels) a channel block
-# keeps: 512 KiB, within L2 (1 MiB per core) beside the output rows.
+# Largest blocked, padded input (floats, all the block's channels) a channel block keeps at
+# once, and largest blocked output plane: 512 KiB each, within L2 (1 MiB per core); a larger
+# input plane is packed in bands of output rows (MobileNetV2's 112x112 stride-2 layer: 2).
 BLOCK_PLANE_MAX = 128 * 1024
 # Output rows this wide, read at stride 1, stay direct rows: their vectors along the row are
 # full, and the blocked form's two transposes cost more than it saves (144 channels at 56x56:
@@ -282,7 +283,8 @@ class ChannelBlocks:
     output's per-channel rows, where the epilogue is applied. `c`: the channel loop (the
     last batch loop), `h`, `w`: the output row and column loops, `r`, `s`: the window
     loops; input row = stride_h * h + dil_h * r + off_h (off: the index's constant plus its
-    padding), likewise columns."""
+    padding), likewise columns. A plane too large for L2 is packed and computed in bands of
+    `band` output rows."""
 
     c: str
     h: str
@@ -295,6 +297,8 @@ class ChannelBlocks:
     plane: tuple[int, int]        # padded input plane (hp, wp)
     image: tuple[int, int]        # the input plane (H, W)
     pads: tuple[int, int]         # top, left padding inside the padded plane
+    band: int                     # output rows per band (each band packs only the input rows it reads)
+    band_rows: int                # padded input rows a band reads (at most)
 
 
 def channel_blocks(kernel: Kernel, pk: "Packed", dr: DirectRows) -> ChannelBlocks | None:
@@ -365,11 +369,19 @@ def channel_blocks(kernel: Kernel, pk: "Packed", dr: DirectRows) -> ChannelBlock
     if pads[0] != (0, 0) or pads[1] != (0, 0):
         return None
     hp, wp = t.shape[2] + sum(pads[2]), t.shape[3] + sum(pads[3])
-    if hp * wp * BLOCK_CHANNELS > BLOCK_PLANE_MAX:
+    Ho = ext[pk.n[0]]
+    (sh, dh), kh = geo[0][:2], ext[geo[0][2]]
+
+    def rows_in(band: int) -> int:
+        return min(hp, sh * (band - 1) + dh * (kh - 1) + 1)
+    band = Ho
+    while band > 1 and rows_in(band) * wp * BLOCK_CHANNELS > BLOCK_PLANE_MAX:
+        band = (band + 1) // 2
+    if rows_in(band) * wp * BLOCK_CHANNELS > BLOCK_PLANE_MAX or Ho * ext[pk.n[1]] * BLOCK_CHANNELS > BLOCK_PLANE_MAX:
         return None
     return ChannelBlocks(c, pk.n[0], pk.n[1], geo[0][2], geo[1][2], (geo[0][0], geo[1][0]), (geo[0][1], geo[1][1]),
                          (geo[0][3] + pads[2][0], geo[1][3] + pads[3][0]), (hp, wp), (t.shape[2], t.shape[3]),
-                         (pads[2][0], pads[3][0]))
+                         (pads[2][0], pads[3][0]), band, rows_in(band))
 
 
 def window_rows(kernel: Kernel, schedule: Schedule | None = None) -> tuple[int, DirectRows] | None:
