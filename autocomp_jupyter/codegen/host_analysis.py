@@ -102,6 +102,12 @@ def micro_shape(m: int) -> tuple[int, int]:
 # against 0.30 without (as in the network). 3x3 convs gain either way: 256 channels at 14x14
 # 2.84 -> 2.54 ms from a cold cache, 512 at 7x7 3.38 -> 3.05.
 SWAP_PADDING = 0.95
+# The same bound for a 1x1 conv with prepacked weights (its plain B copied in straight runs):
+# at 14x14 (94%) the plain orientation wins, measured alone on one thread, plain against
+# transposed: MobileNetV2's 96 -> 576 0.209 against 0.229 ms, 64 -> 384 0.097 / 0.112, 384 -> 64
+# 0.098 / 0.108 (ResNet-50's 1024 -> 256 0.976 / 0.970, 256 -> 1024 0.954 / 0.974); at 7x7
+# (77%) the transposed one (160 -> 960 0.150 against 0.174, 960 -> 160 0.147 / 0.178).
+SWAP_PADDING_RUNS = 0.9
 
 
 # A transposed GEMM's B block (kc x all of N) at most this many bytes: it stays in L2 while
@@ -143,8 +149,14 @@ def transposed(kernel: Kernel, pk: "Packed") -> "Packed":
     if padded_points(N, M) > SWAP_PADDING * padded_points(M, N):
         return pk
     # A prepacked A (a conv's weights) becomes a prepacked B: its gather is done once, ahead,
-    # so the transposed form costs no extra copy whatever the plain B is
-    if not prepacked(kernel, pk, "a"):
+    # so the transposed form costs no extra copy whatever the plain B is; but where the plain
+    # B copies in straight runs (a 1x1 conv's input) the transposed store's scatter must save
+    # more padding than a 14x14 map's (196 positions in 13 panels of 16: 94%)
+    if prepacked(kernel, pk, "a"):
+        if host_copy_costs(kernel, pk)[1] <= HOST_COPY_RUN \
+                and padded_points(N, M) > SWAP_PADDING_RUNS * padded_points(M, N):
+            return pk
+    else:
         _, b_cost = host_copy_costs(kernel, pk)
         if b_cost <= HOST_COPY_RUN:
             return pk
