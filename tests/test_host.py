@@ -181,6 +181,26 @@ def test_packed_contractions_with_fused_epilogues_match_interpreter(name, thread
     check(plan, threads=threads)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_few_rows_read_b_in_place_and_match_interpreter(threads):
+    """A 1x1 conv with few output channels (M = 24) over whole 16-column panels reads its input
+    in place (`b_in_place`: no B packing, k steps a row of positions apart), its bias and a
+    residual applied in the store; with N not a multiple of 16 it packs B as before."""
+    from autocomp_jupyter.codegen.c import b_in_place, packed_contraction
+
+    for hw, in_place in ((16, True), (15, False)):
+        src = (f"input X: f32[1, 64, {hw}, {hw}]\ninput S: f32[1, 24, {hw}, {hw}]\nparam W: f32[24, 64, 1, 1]\n"
+               "param bb: f32[24]\nY = conv2d(X, W, stride=1, padding=0)\nZ = bias_add(Y, bb)\nR = add(Z, S)\n")
+        plan = autocomp.optimize(parse(src), target="host", tune=0).after
+        kernel, schedule = plan.kernels[0], plan.schedules[0]
+        pk = packed_contraction(kernel, schedule)
+        assert pk is not None and not pk.swapped
+        assert b_in_place(kernel, pk) == (hw * hw if in_place else 0)
+        text = generate(plan, None, "c")
+        assert ("B read in place" in text) == in_place and ("Bpack" in text) == (not in_place)
+        check(plan, threads=threads)
+
+
 def test_depthwise_channel_blocks_in_bands_match_interpreter(monkeypatch):
     """A depthwise conv whose blocked plane outgrows BLOCK_PLANE_MAX runs in bands of output
     rows, each packing only the input rows it reads (overlapping rows packed twice), and

@@ -91,7 +91,7 @@ from .host_analysis import (  # noqa: F401
     DIRECT_MIN_POINTS, DIRECT_STEP_MAX, PARTITION_THREADS, PARTITION_SLACK, PARTITION_REPACK_CYCLES, PARTITION_MACS_PER_CYCLE,
     PARTITION_UNIT_CYCLES, HOST_COPY_RUN, HOST_COPY_GATHER, HOST_COPY_STRIDED, Packed, DirectRows,
     Partition, micro_shape, rows_outer, direct_rows, direct_slab, window_rows, packed_blocks, host_copy_costs,
-    packed_partition, partition_ranges, prepacked, winograd, channel_blocks, ChannelBlocks, BLOCK_CHANNELS, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
+    packed_partition, partition_ranges, prepacked, b_in_place, winograd, channel_blocks, ChannelBlocks, BLOCK_CHANNELS, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
     _unit_stride_reads, _substitute, packed_contraction, epilogue_point, _epilogue)
 
 # Integer dtypes: the values a tensor can hold (stored in double buffers, saturating).
@@ -941,7 +941,8 @@ class _KernelWriter:
         e(3, f"{tid} = omp_get_thread_num() % {nth};")
         e(0, "#endif")
         size = 8 if T == "double" else 4
-        if not pre["b"]:
+        ks = b_in_place(self.kernel, pk) if T == "float" else 0      # B read in place, k steps ks apart
+        if not pre["b"] and not ks:
             e(3, f"{T}* {Bp} = ac_scratch(0, {KC * NCP * size}UL);")
         if not pre["a"]:
             e(3, f"{T}* {Ap} = ac_scratch(1, {MCP * KC * size}UL);")
@@ -969,7 +970,7 @@ class _KernelWriter:
         e(5, f"const long {nc} = AC_MIN({NC}, {hi['n']} - {j0});")
         e(5, f"for (long {k0} = 0; {k0} < {K}; {k0} += {KC}) {{")
         e(6, f"const long {kc} = AC_MIN({KC}, {K} - {k0});")
-        if not pre["b"]:
+        if not pre["b"] and not ks:
             e(6, f"/* pack B[k0:+kc, j0:+nc] as {nr}-wide column panels (zero-padded; out-of-range reads give the pad) */")
         b_start = len(self.out)
         e(6, f"for (long {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{")
@@ -1004,7 +1005,7 @@ class _KernelWriter:
         params = {Bp: f"{T}* restrict", Ap: f"{T}* restrict", **sources, **scalars,
                   **{t: "const AC_OFFSET_T* restrict" for t in tables.values()},
                   **{flag: "const unsigned char* restrict" for flag, _, _ in run_flags}}
-        if pre["b"]:
+        if pre["b"] or ks:
             del self.out[b_start:]
         else:
             self.outline(b_start, 6, "pack_b", params)
@@ -1032,8 +1033,13 @@ class _KernelWriter:
         # a prepacked operand's panel holds all of K: the kc block starts k0 steps in
         e(9, f"const {T}* restrict {av} = " + (f"{pre['a']}{pre_batch['a']} + ({i0} + {ir}) * {K} + {k0} * {mr};"
                                               if pre["a"] else f"{Ap} + {ir} * {kc};"))
-        e(9, f"const {T}* restrict {bv} = " + (f"{pre['b']}{pre_batch['b']} + ({j0} + {jr}) * {K} + {k0} * {nr};"
-                                              if pre["b"] else f"{Bp} + {jr} * {kc};"))
+        if ks:      # B in place: its row of the panel at each k step, ks apart
+            b_base = b_decls[0].split(" = ")[0].split()[-1]
+            e(9, f"/* B read in place (b_in_place): {nr} columns of a straight run per k step, {ks} apart */")
+            e(9, f"const {T}* restrict {bv} = {self.cname[pk.b.tensor]} + {b_base} + {j0} + {jr} + {k0} * {ks}L;")
+        else:
+            e(9, f"const {T}* restrict {bv} = " + (f"{pre['b']}{pre_batch['b']} + ({j0} + {jr}) * {K} + {k0} * {nr};"
+                                                  if pre["b"] else f"{Bp} + {jr} * {kc};"))
         e(9, f"const long {rows} = AC_MIN({mr}, {mc} - {ir}), {cols} = AC_MIN({nr}, {nc} - {jr});")
         # The store's lines (the output micro-tile, read and written once per kc block, and at
         # the last block the fused statements' reads and stores), rows far apart: fetch them
@@ -1069,7 +1075,8 @@ class _KernelWriter:
         e(10, f"#pragma GCC unroll {mr}")
         e(10, f"for (long {r} = 0; {r} < {mr}; ++{r}) {{")
         e(11, "#pragma omp simd")
-        e(11, f"for (long {c} = 0; {c} < {nr}; ++{c}) {acc}[{r}][{c}] += {av}[{p} * {mr} + {r}] * {bv}[{p} * {nr} + {c}];")
+        e(11, f"for (long {c} = 0; {c} < {nr}; ++{c}) {acc}[{r}][{c}] += {av}[{p} * {mr} + {r}] * "
+              f"{bv}[{p} * {ks or nr}{'L' if ks else ''} + {c}];")
         e(10, "}")
         e(9, "}")
         cases = [(True, True)] if single else [(True, True), (True, False), (False, True), (False, False)]
