@@ -392,12 +392,14 @@ static inline double ac_gelu_d(double x) {
 """
 _PRELUDE_BLOCK16 = r"""/* Channel blocks (a depthwise convolution in blocks of 16 channels): ac_v16 is 16 floats, one
    AVX-512 register (two AVX2 ones elsewhere); ac_transpose16 writes dst[j * ldd + i] =
-   src[i * ld + j] for the 16 rows i of src and its first `cols` columns j (the others read as
-   0, never loaded), storing dst's first `rows` rows: with AVX-512 in 64 shuffles. */
+   src[i * ld + j] for the 16 rows i of src and its first `cols` columns j, and 0 for the
+   other columns (never loaded): all 16 rows of dst, always (storing only `cols` of them, a
+   run-time count, kept the 16 vectors in memory: 64 spills per transpose). With AVX-512 in
+   64 shuffles. */
 typedef float ac_v16 __attribute__((vector_size(64), may_alias));
 #if defined(__AVX512F__)
 #include <immintrin.h>
-static inline void ac_transpose16(const float* src, long ld, int cols, float* dst, long ldd, int rows) {
+static inline void ac_transpose16(const float* src, long ld, int cols, float* dst, long ldd) {
     const __mmask16 m = (__mmask16)((1u << cols) - 1u);
     __m512 r[16], t[16];
     #pragma GCC unroll 16
@@ -426,16 +428,12 @@ static inline void ac_transpose16(const float* src, long ld, int cols, float* ds
         r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
         r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
     }
-    if (rows == 16) {
-        #pragma GCC unroll 16
-        for (int j = 0; j < 16; ++j) _mm512_storeu_ps(dst + j * ldd, r[j]);
-    } else {
-        for (int j = 0; j < rows; ++j) _mm512_storeu_ps(dst + j * ldd, r[j]);
-    }
+    #pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) _mm512_storeu_ps(dst + j * ldd, r[j]);
 }
 #else
-static inline void ac_transpose16(const float* src, long ld, int cols, float* dst, long ldd, int rows) {
-    for (int j = 0; j < rows; ++j)
+static inline void ac_transpose16(const float* src, long ld, int cols, float* dst, long ldd) {
+    for (int j = 0; j < 16; ++j)
         for (int i = 0; i < 16; ++i) dst[j * ldd + i] = j < cols ? src[i * ld + j] : 0.0f;
 }
 #endif
@@ -1661,7 +1659,7 @@ class _KernelWriter:
         hb, y0, ny, yy = f("hb"), f("y0"), f("ny"), f("yy")
         e(3, f"/* outputs, blocked: {orow}[y * {Wo} + x] the {L} channels' vector */")
         e(3, f"ac_v16* restrict {orow} = ac_scratch(3, {-(-P // L) * L}UL * sizeof(ac_v16));")
-        e(3, f"float* restrict {T} = ac_scratch(2, {rows_in * wp * L}UL * sizeof(float));")
+        e(3, f"float* restrict {T} = ac_scratch(2, {rows_in * wp * L + L * L}UL * sizeof(float));")
         e(3, f"/* bands of {Hb} output rows, each from its {rows_in} rows of the block's padded planes, "
              f"blocked: {T}[(y * {wp} + x) * {L} + channel] */")
         e(3, f"for (long {hb} = 0; {hb} < {Ho}; {hb} += {Hb}) {{")
@@ -1678,8 +1676,10 @@ class _KernelWriter:
         if (pl + W) < wp:
             e(5, f"for (long {q} = {(pl + W) * L}; {q} < {wp * L}; ++{q}) {trow}[{q}] = 0.0f;")
         e(5, f"const float* restrict {srow} = {xb} + {W} * ({y} - {pt});")
+        # a row's last transpose writes all 16 positions: past the row's end (the next row's
+        # first positions, packed after it, or the buffer's slack) with zeros
         e(5, f"for (long {x} = 0; {x} < {W}; {x} += {L}) ac_transpose16({srow} + {x}, {H * W}, "
-             f"(int)AC_MIN({L}, {W} - {x}), {trow} + {L} * ({pl} + {x}), {L}, (int)AC_MIN({L}, {W} - {x}));")
+             f"(int)AC_MIN({L}, {W} - {x}), {trow} + {L} * ({pl} + {x}), {L});")
         e(4, "}")
         e(4, f"for (long {h} = {hb}; {h} < AC_MIN({Ho}, {hb} + {Hb}); ++{h}) {{")
         e(5, f"const float* restrict {p0} = {T} + {L} * ({wp} * {sh} * ({h} - {hb}) + {ow});")
@@ -1708,7 +1708,7 @@ class _KernelWriter:
         full = P // L * L
 
         def back(depth: int, start: str, count: int) -> None:
-            e(depth, f"ac_transpose16((const float*)({orow} + {start}), {L}, {L}, &{tile}[0][0], {L}, {L});")
+            e(depth, f"ac_transpose16((const float*)({orow} + {start}), {L}, {L}, &{tile}[0][0], {L});")
             e(depth, f"for (long {i} = 0; {i} < {L}; ++{i}) {{")
             e(depth + 1, f"const long {cv[cb.c]} = {base} + {i};")
             e(depth + 1, "#pragma omp simd")
