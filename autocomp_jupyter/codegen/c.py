@@ -1,7 +1,7 @@
 """C code for an optimised Plan: one function per kernel, one entry point for the program.
 
-Which path a kernel takes (packed GEMM, Winograd, direct rows, window rows, a flat copy, the
-loop nest) is decided by
+Which path a kernel takes (packed GEMM, Winograd, direct rows, channel blocks, window rows, a
+flat copy, the loop nest) is decided by
 `host_analysis.py`, the analysis the host model (accel/host_model.py) costs too; this module
 only writes the C.
 
@@ -43,6 +43,9 @@ proves legal:
 - Winograd: a 3x3 stride-1 convolution (`winograd`) as F(2x2, 3x3): weights transformed
   once, per block of tile panels the input transform, 16 GEMMs through the same
   microkernel, the output transform with the fused epilogue.
+- channel blocks: a depthwise convolution (`channel_blocks`) in blocks of 16 channels, each
+  block's input transposed into a padded blocked plane (`ac_transpose16`), each output one
+  vector of channels, transposed back with the fused epilogue.
 - every parallel region's team is `ac_team()` (prelude): one thread for a while after a
   region waited long at its end for a thread whose core another process took.
 
