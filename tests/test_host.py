@@ -202,9 +202,9 @@ def test_a_few_rows_read_b_in_place_and_match_interpreter(threads):
 
 
 def test_depthwise_channel_blocks_in_bands_match_interpreter(monkeypatch):
-    """A depthwise conv whose blocked plane outgrows BLOCK_PLANE_MAX runs in bands of output
+    """A depthwise conv whose blocked plane outgrows BLOCK_BAND_MAX runs in bands of output
     rows, each packing only the input rows it reads (overlapping rows packed twice), and
-    matches the interpreter; the host model charges every band's rows."""
+    matches the interpreter."""
     from autocomp_jupyter.codegen import host_analysis
     from autocomp_jupyter.codegen.c import channel_blocks, direct_rows, packed_contraction
 
@@ -215,7 +215,7 @@ def test_depthwise_channel_blocks_in_bands_match_interpreter(monkeypatch):
     pk = packed_contraction(kernel, schedule)
     whole = channel_blocks(kernel, pk, direct_rows(kernel, pk))
     assert whole is not None and whole.band == 15 and whole.plane == (31, 21)
-    monkeypatch.setattr(host_analysis, "BLOCK_PLANE_MAX", 16 * 21 * 9)
+    monkeypatch.setattr(host_analysis, "BLOCK_BAND_MAX", 16 * 21 * 9)
     banded = channel_blocks(kernel, pk, direct_rows(kernel, pk))
     assert banded.band == 4 and banded.band_rows == 9      # 2 * (4 - 1) + 3 input rows
     text = generate(plan, None, "c")
