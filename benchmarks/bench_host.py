@@ -12,7 +12,7 @@ model prediction printed beside the time; then, per network, the 10 slowest kern
 thread against their roofline (time at min(peak, bytes / L3 bandwidth): a network's
 intermediates live in L3; a Winograd convolution's GFLOP/s count the direct convolution's
 multiply-adds) with the path the C takes (packed GEMM, Winograd, direct rows, window rows,
-loop nest). TVM is not run on the networks (no ONNX import here).
+channel blocks, loop nest). TVM is not run on the networks (no ONNX import here).
 
 For each kernel — GEMM 1024^3, the tall GEMM M=4096 K=1024 N=256, conv 3x3 64->64 ch 56x56
 pad 1, a depthwise 3x3 (64 ch, 56x56, pad 1) and a BERT FFN linear layer (128 tokens,
@@ -479,7 +479,7 @@ def roofline_rows(plan, per_kernel: dict, target, threads: int = 1, top: int = 1
     the roofline time max(flops / peak, bytes / L3 bandwidth) (bytes: the kernel's inputs and
     outputs once; peak and bandwidth for `threads` cores), the host model's prediction and
     the path the C takes."""
-    from autocomp_jupyter.codegen.c import direct_rows, packed_contraction, window_rows, winograd
+    from autocomp_jupyter.codegen.c import channel_blocks, direct_rows, packed_contraction, window_rows, winograd
 
     costs = {k.name: c for k, c in zip(plan.kernels, _costs(plan, target, threads))}
     peak = target.peak_flops("f32") / target.compute.units * threads
@@ -494,7 +494,9 @@ def roofline_rows(plan, per_kernel: dict, target, threads: int = 1, top: int = 1
         pk = packed_contraction(kernel, schedule)
         if pk is not None:
             dims = "x".join(str(pk.size(g)) for g in ("batch", "m", "n", "k"))
-            path = (f"direct rows {dims}" if direct_rows(kernel, pk) else
+            dr = direct_rows(kernel, pk)
+            path = (f"channel blocks {dims}" if dr and channel_blocks(kernel, pk, dr) else
+                    f"direct rows {dims}" if dr else
                     f"Winograd F(2x2, 3x3) {dims}" if winograd(kernel, pk) else
                     f"packed {dims} {pk.micro[0]}x{pk.micro[1]}" + (" transposed" if pk.swapped else ""))
         else:

@@ -117,6 +117,14 @@ PACKED_VARIANTS = {
                                                     "Z = add(Y, S)\nR = relu(Z)\n", 2),
     "depthwise_stride2_relu": ("input X: f32[2, 64, 31, 31]\nparam W: f32[64, 1, 3, 3]\n"
                                "Y = depthwise_conv2d(X, W, stride=2, padding=1)\nR = relu(Y)\n", 1),
+    # channel blocks (narrow outputs): a tail of positions, dilation and a residual read flat
+    "depthwise_blocks_bias_relu6": ("input X: f32[1, 48, 9, 11]\nparam W: f32[48, 1, 3, 3]\nparam bb: f32[48]\n"
+                                    "Y = depthwise_conv2d(X, W, stride=1, padding=1)\nZ = bias_add(Y, bb)\n"
+                                    "R = relu6(Z)\n", 2),
+    "depthwise_blocks_dilation2_residual": ("input X: f32[1, 32, 13, 12]\ninput S: f32[1, 32, 13, 12]\n"
+                                            "param W: f32[32, 1, 3, 3]\n"
+                                            "Y = conv2d(X, W, stride=1, padding=2, dilation=2, groups=32)\n"
+                                            "Z = add(Y, S)\n", 1),
     "conv_residual_add_relu": ("input X: f32[1, 16, 22, 22]\ninput S: f32[1, 24, 22, 22]\nparam W: f32[24, 16, 3, 3]\n"
                                "Y = conv2d(X, W, stride=1, padding=1)\nZ = add(Y, S)\nR = relu(Z)\n", 2),
     "conv_no_pad_remainders": ("input X: f32[3, 12, 19, 23]\nparam W: f32[13, 12, 5, 3]\n"
@@ -141,7 +149,7 @@ def test_packed_contractions_with_fused_epilogues_match_interpreter(name, thread
     """Every conv variant (stride, dilation, padding, groups, depthwise, remainders), batched
     and int8 GEMMs run packed, their epilogues applied in the microkernel's store (no second
     pass over the output), on 1 and 2 threads, and match the interpreter."""
-    from autocomp_jupyter.codegen.c import direct_rows, generate_c, packed_contraction, prepacked
+    from autocomp_jupyter.codegen.c import channel_blocks, direct_rows, generate_c, packed_contraction, prepacked
 
     src, fused = PACKED_VARIANTS[name]
     program = parse(src)
@@ -154,8 +162,13 @@ def test_packed_contractions_with_fused_epilogues_match_interpreter(name, thread
     assert pk is not None and len(pk.epilogue) == fused
     assert pk.swapped == ("transposed" in name)
     text = generate_c(plan)
-    if direct_rows(kernel, pk) is not None:     # a depthwise conv: direct rows, no packing
-        assert "Bpack" not in text and text.count("/* direct rows") == 1 and name.startswith("depthwise")
+    dr = direct_rows(kernel, pk)
+    if dr is not None:     # a depthwise conv: direct rows or channel blocks, no packing
+        blocked = channel_blocks(kernel, pk, dr) is not None
+        assert blocked == ("blocks" in name or "stride2" in name)
+        assert "Bpack" not in text and name.startswith("depthwise")
+        assert text.count("/* channel blocks" if blocked else "/* direct rows") == 1
+        assert ("ac_transpose16(" in text) == blocked
         assert ("#pragma omp for schedule(dynamic" in text) == (threads > 1)
     else:
         # the weights (a param read in range) are packed once, ahead; the other operand per block
@@ -166,6 +179,48 @@ def test_packed_contractions_with_fused_epilogues_match_interpreter(name, thread
         assert ("#pragma omp parallel num_threads(" in text) == (threads > 1)
         assert text.count("/* packed GEMM") == 1
     check(plan, threads=threads)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_few_rows_read_b_in_place_and_match_interpreter(threads):
+    """A 1x1 conv with few output channels (M = 24) over whole 16-column panels reads its input
+    in place (`b_in_place`: no B packing, k steps a row of positions apart), its bias and a
+    residual applied in the store; with N not a multiple of 16 it packs B as before."""
+    from autocomp_jupyter.codegen.c import b_in_place, packed_contraction
+
+    for hw, in_place in ((16, True), (15, False)):
+        src = (f"input X: f32[1, 64, {hw}, {hw}]\ninput S: f32[1, 24, {hw}, {hw}]\nparam W: f32[24, 64, 1, 1]\n"
+               "param bb: f32[24]\nY = conv2d(X, W, stride=1, padding=0)\nZ = bias_add(Y, bb)\nR = add(Z, S)\n")
+        plan = autocomp.optimize(parse(src), target="host", tune=0).after
+        kernel, schedule = plan.kernels[0], plan.schedules[0]
+        pk = packed_contraction(kernel, schedule)
+        assert pk is not None and not pk.swapped
+        assert b_in_place(kernel, pk) == (hw * hw if in_place else 0)
+        text = generate(plan, None, "c")
+        assert ("B read in place" in text) == in_place and ("Bpack" in text) == (not in_place)
+        check(plan, threads=threads)
+
+
+def test_depthwise_channel_blocks_in_bands_match_interpreter(monkeypatch):
+    """A depthwise conv whose blocked plane outgrows BLOCK_BAND_MAX runs in bands of output
+    rows, each packing only the input rows it reads (overlapping rows packed twice), and
+    matches the interpreter."""
+    from autocomp_jupyter.codegen import host_analysis
+    from autocomp_jupyter.codegen.c import channel_blocks, direct_rows, packed_contraction
+
+    src = ("input X: f32[1, 32, 29, 20]\nparam W: f32[32, 1, 3, 3]\n"
+           "Y = depthwise_conv2d(X, W, stride=2, padding=1)\nR = relu(Y)\n")
+    plan = autocomp.optimize(parse(src), target="host", tune=0).after
+    kernel, schedule = plan.kernels[0], plan.schedules[0]
+    pk = packed_contraction(kernel, schedule)
+    whole = channel_blocks(kernel, pk, direct_rows(kernel, pk))
+    assert whole is not None and whole.band == 15 and whole.plane == (31, 21)
+    monkeypatch.setattr(host_analysis, "BLOCK_BAND_MAX", 16 * 21 * 9)
+    banded = channel_blocks(kernel, pk, direct_rows(kernel, pk))
+    assert banded.band == 4 and banded.band_rows == 9      # 2 * (4 - 1) + 3 input rows
+    text = generate(plan, None, "c")
+    assert "bands of 4 output rows, each from its 9 rows" in text
+    check(plan, threads=1)
 
 
 WINOGRAD_VARIANTS = {
@@ -236,8 +291,9 @@ def test_winograd_only_for_3x3_stride_1_convs_of_wide_maps():
 
 def test_a_whole_tensor_copy_is_one_straight_pass_whatever_its_tiles():
     """A reshape of a transpose's result copies element for element in the same order: one
-    flat loop (the schedule's tiles ignored); the transpose itself (a permuted copy) keeps its nest."""
-    # (both outputs: else fusion folds the views into one permuted read, `fold_views`)
+    flat loop (the schedule's tiles ignored); the transpose itself (a permuted copy) keeps its nest.
+    T is an output of its own: otherwise the pipeline folds the transpose into the reshape (one
+    permuted copy from X)."""
     program = parse("input X: f32[1, 12, 16, 8]\nT = transpose(X, perm=[0, 2, 1, 3])\n"
                     "Y = reshape(T, shape=[1, 16, 96])\noutput T\noutput Y\n")
     plan = autocomp.optimize(program, target="host", tune=0).after
@@ -451,8 +507,9 @@ DIRECT_VARIANTS = {
                              "Y[i, j] += X[i, k] * W[j, k]\nZ[i, j] = Y[i, j] + b[j]\noutput Z\n", "direct dot products"),
     "gemv_rows_relu": ("input X: f32[1, 300]\nparam W: f32[300, 170]\nparam b: f32[170]\nY = linear(X, W, b)\n"
                        "R = relu(Y)\n", "direct rows"),
-    "depthwise_14x14_as_planes_bias_relu": ("input X: f32[1, 96, 14, 14]\nparam W: f32[96, 1, 3, 3]\n"
-                                            "param b: f32[96]\nY = depthwise_conv2d(X, W, stride=1, padding=1)\n"
+    # 40 channels: not whole blocks of 16 (which run as channel blocks, test_packed_contractions_...)
+    "depthwise_14x14_as_planes_bias_relu": ("input X: f32[1, 40, 14, 14]\nparam W: f32[40, 1, 3, 3]\n"
+                                            "param b: f32[40]\nY = depthwise_conv2d(X, W, stride=1, padding=1)\n"
                                             "Z = bias_add(Y, b)\nR = relu(Z)\n", "as planes of rows 16 apart"),
     "maxpool_3x3_stride2_pad1": ("input X: f32[2, 8, 29, 31]\nY = maxpool2d(X, kernel=3, stride=2, padding=1)\n",
                                  "direct rows of"),

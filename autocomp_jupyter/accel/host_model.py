@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from ..codegen.host_analysis import (GEMM_MIN_BLOCK, GEMM_WHOLE_K, GEMM_MR, GEMM_NR, GEMM_PACK_MIN, _padding, _unit_stride_reads,
+from ..codegen.host_analysis import (BLOCK_CHANNELS, DIRECT_K_MAX, GEMM_MIN_BLOCK, channel_blocks, direct_slab, GEMM_WHOLE_K, GEMM_MR, GEMM_NR, GEMM_PACK_MIN, _padding, _unit_stride_reads,
                                      direct_rows, host_copy_costs, packed_blocks, packed_contraction, packed_partition,
                                      partition_ranges, swapped_blocks, window_rows, winograd, WINOGRAD_PANEL)
 from ..ir.program import Access
@@ -501,14 +501,55 @@ HOST_ROW_VECTOR = 1.0           # one vector of a row, per unit of the read's st
 HOST_PAD_COPY = 0.5             # one element of a padded copy (row by row, vectorised)
 
 
+# A depthwise conv's rows (few reduction steps, codegen's taps unrolled, the row's block in
+# registers): the step overhead once per row, the padded slab copied per channel while it is
+# in cache, the store one pass. Calibrated alone, one thread (measured / model): 144 channels
+# at 56x56 0.165 / 0.196 ms, 32 at 112x112 0.155 / 0.155, 64 at 56x56 0.075 / 0.087 (the
+# per-step form above charged 0.40, 0.29, 0.18).
+HOST_ROW_PAD_SLAB = 0.15        # one element of a channel's padded slab
+HOST_ROW_STORE = 1.0            # the store, per vector of outputs and epilogue op
+
+
 def _rows_cycles(kernel: Kernel, rows: float, steps: float, dr, epilogue_points: float, epi_ops: float,
-                 access: Access, lanes: int, length: int | None = None) -> float:
+                 access: Access, lanes: int, length: int | None = None, unrolled: bool = False) -> float:
     vectors = math.ceil((length or dr.width) / lanes)
-    cycles = rows * steps * (HOST_ROW_STEP + vectors * HOST_ROW_VECTOR * max(1, dr.step))
+    if unrolled:
+        cycles = rows * (HOST_ROW_STEP + steps * vectors * HOST_ROW_VECTOR * max(1, dr.step))
+    else:
+        cycles = rows * steps * (HOST_ROW_STEP + vectors * HOST_ROW_VECTOR * max(1, dr.step))
     if any(lo or hi for lo, hi in dr.pads):
         t = kernel.tensor(access.tensor)
-        cycles += math.prod(s + lo + hi for s, (lo, hi) in zip(t.shape, dr.pads)) * HOST_PAD_COPY
-    return cycles + epilogue_points * (1.0 + epi_ops) / lanes * 2.0
+        cycles += math.prod(s + lo + hi for s, (lo, hi) in zip(t.shape, dr.pads)) \
+            * (HOST_ROW_PAD_SLAB if unrolled else HOST_PAD_COPY)
+    return cycles + epilogue_points * (1.0 + epi_ops) / lanes * (HOST_ROW_STORE if unrolled else 2.0)
+
+
+# Channel blocks (codegen/c.py `blocked`): per block of 16 channels, its input rows transposed
+# into the blocked plane (a 16 x 16 transpose: 16 masked loads, 64 shuffles, 16 stores), the
+# plane's padding zeroed, per output and tap one vector load and FMA, per output the vector
+# stored and transposed back, the epilogue per element along the channels' planes.
+# Calibrated on MobileNetV2's depthwise convs in the network (cycles).
+HOST_BLOCK_TRANSPOSE = 50.0     # one 16 x 16 transpose (either way)
+HOST_BLOCK_TAP = 0.85           # one tap of one output vector
+HOST_BLOCK_ZERO = 0.15          # one float of zeroed padding
+
+
+def _blocks_cycles(kernel: Kernel, pk, cb, epi_ops: float, lanes: int) -> float:
+    ext = dict(pk.extents)
+    blocks = pk.size("batch") / BLOCK_CHANNELS
+    H, W = cb.image
+    hp, wp = cb.plane
+    Ho, Wo = ext[cb.h], ext[cb.w]
+    bands = math.ceil(Ho / cb.band)
+    rows = min(bands * cb.band_rows, bands * hp)
+    real = min(rows, bands * H)                          # rows with input (the others zeroed)
+    pack = real * math.ceil(W / BLOCK_CHANNELS) * HOST_BLOCK_TRANSPOSE \
+        + ((rows - real) * wp + real * (wp - W)) * BLOCK_CHANNELS * HOST_BLOCK_ZERO
+    taps = ext[cb.r] * ext[cb.s]
+    compute = Ho * Wo * (taps * HOST_BLOCK_TAP + 1.0) + Ho * (HOST_ROW_STEP + taps)
+    back = math.ceil(Ho * Wo / BLOCK_CHANNELS) * (HOST_BLOCK_TRANSPOSE
+                                                  + BLOCK_CHANNELS * (2.0 + 1.0 + epi_ops))
+    return blocks * (pack + compute + back)
 
 
 def _tiled(model, tiles: np.ndarray, index_of_stmt: int) -> np.ndarray:
@@ -543,7 +584,10 @@ def _direct_rows_seconds(model, pk, dr, tiles: np.ndarray, parallel: np.ndarray)
     lanes = target.compute.vector_width("f32")
     NB, N, K = (float(pk.size(g)) for g in ("batch", "n", "k"))
     epi_ops = sum(max(1, kernel.statements[s].expr.flops()) for s in pk.epilogue)
-    if dr.dots:
+    cb = channel_blocks(kernel, pk, dr)
+    if cb is not None:
+        work = _blocks_cycles(kernel, pk, cb, epi_ops, lanes)
+    elif dr.dots:
         work = NB * N * (2 * HOST_ROW_STEP + K / dr.width * (HOST_ROW_STEP + math.ceil(dr.width / lanes)
                                                               * HOST_ROW_VECTOR)) + NB * N * (1.0 + epi_ops)
     elif dr.plane:    # the two innermost n loops as one row of (H - 1) * pitch + W
@@ -551,12 +595,20 @@ def _direct_rows_seconds(model, pk, dr, tiles: np.ndarray, parallel: np.ndarray)
         work = _rows_cycles(kernel, NB * N / (dr.width * H), K, dr, NB * N, epi_ops, pk.b, lanes,
                             (H - 1) * dr.plane + dr.width)
     else:
-        work = _rows_cycles(kernel, NB * N / dr.width, K, dr, NB * N, epi_ops, pk.b, lanes)
+        work = _rows_cycles(kernel, NB * N / dr.width, K, dr, NB * N, epi_ops, pk.b, lanes,
+                            unrolled=K <= DIRECT_K_MAX and bool(direct_slab(kernel, pk, dr)))
     work += sum(_host_scalar_cycles(kernel.statements[s]) for s in pk.epilogue)
     threads = _threads(model, parallel, pk.index, pk.batch + pk.n)
-    cycles = work / np.minimum(threads, NB * (N if dr.dots else 1)) \
+    units = NB / BLOCK_CHANNELS if cb is not None else NB * (N if dr.dots else 1)
+    cycles = work / np.minimum(threads, units) \
         + _other_statements(kernel, {pk.index, *pk.epilogue}, lanes)
     stream = sum(t.size * _host_buffer_bytes(t.dtype) for t in kernel.tensors) / model.bw[-1]
+    if K > DIRECT_K_MAX and kernel.tensor(pk.b.tensor).role == "param":
+        # a GEMV's weights are read once per call: in a network, from DRAM (the rest of the
+        # network evicts them between calls; MobileNetV2's 5 MB classifier took 0.25-0.28 ms
+        # there, ResNet-50's 8 MB 0.45, each alone from L3 ~0.1)
+        t = kernel.tensor(pk.b.tensor)
+        stream = max(stream, t.size * _host_buffer_bytes(t.dtype) / (target.memory[-1].bandwidth_gbps * 1e9))
     return _tiled(model, tiles, pk.index), np.maximum(cycles / (target.clock_ghz * 1e9), stream)
 
 

@@ -1,7 +1,7 @@
 """C code for an optimised Plan: one function per kernel, one entry point for the program.
 
-Which path a kernel takes (packed GEMM, Winograd, direct rows, window rows, a flat copy, the
-loop nest) is decided by
+Which path a kernel takes (packed GEMM, Winograd, direct rows, channel blocks, window rows, a
+flat copy, the loop nest) is decided by
 `host_analysis.py`, the analysis the host model (accel/host_model.py) costs too; this module
 only writes the C.
 
@@ -43,6 +43,9 @@ proves legal:
 - Winograd: a 3x3 stride-1 convolution (`winograd`) as F(2x2, 3x3): weights transformed
   once, per block of tile panels the input transform, 16 GEMMs through the same
   microkernel, the output transform with the fused epilogue.
+- channel blocks: a depthwise convolution (`channel_blocks`) in blocks of 16 channels, each
+  block's input transposed into a padded blocked plane (`ac_transpose16`), each output one
+  vector of channels, transposed back with the fused epilogue.
 - every parallel region's team is `ac_team()` (prelude): one thread for a while after a
   region waited long at its end for a thread whose core another process took.
 
@@ -91,7 +94,7 @@ from .host_analysis import (  # noqa: F401
     DIRECT_MIN_POINTS, DIRECT_STEP_MAX, PARTITION_THREADS, PARTITION_SLACK, PARTITION_REPACK_CYCLES, PARTITION_MACS_PER_CYCLE,
     PARTITION_UNIT_CYCLES, HOST_COPY_RUN, HOST_COPY_GATHER, HOST_COPY_STRIDED, Packed, DirectRows,
     Partition, micro_shape, rows_outer, direct_rows, direct_slab, window_rows, packed_blocks, host_copy_costs,
-    packed_partition, partition_ranges, prepacked, winograd, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
+    packed_partition, partition_ranges, prepacked, b_in_place, winograd, channel_blocks, ChannelBlocks, BLOCK_CHANNELS, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
     _unit_stride_reads, _substitute, packed_contraction, epilogue_point, _epilogue)
 
 # Integer dtypes: the values a tensor can hold (stored in double buffers, saturating).
@@ -110,6 +113,8 @@ def buffer_ctype(dtype: str) -> str:
 DIRECT_CHUNK = 4
 # Outputs of a direct row accumulated at a time through all its reduction steps (4 AVX-512 vectors).
 DIRECT_BLOCK = 64
+# How far ahead (floats) a GEMV of direct rows prefetches its weight rows.
+DIRECT_PREFETCH_FLOATS = 8192
 # Largest register tile (output elements kept in a local `acc` array).
 REGISTER_TILE_MAX = 256
 
@@ -388,6 +393,54 @@ static inline double ac_gelu_d(double x) {
 #define AC_EXACT_BODY
 #endif
 """
+_PRELUDE_BLOCK16 = r"""/* Channel blocks (a depthwise convolution in blocks of 16 channels): ac_v16 is 16 floats, one
+   AVX-512 register (two AVX2 ones elsewhere); ac_transpose16 writes dst[j * ldd + i] =
+   src[i * ld + j] for the 16 rows i of src and its first `cols` columns j, and 0 for the
+   other columns (never loaded): all 16 rows of dst, always (storing only `cols` of them, a
+   run-time count, kept the 16 vectors in memory: 64 spills per transpose). With AVX-512 in
+   64 shuffles. */
+typedef float ac_v16 __attribute__((vector_size(64), may_alias));
+#if defined(__AVX512F__)
+#include <immintrin.h>
+static inline void ac_transpose16(const float* src, long ld, int cols, float* dst, long ldd) {
+    const __mmask16 m = (__mmask16)((1u << cols) - 1u);
+    __m512 r[16], t[16];
+    #pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_maskz_loadu_ps(m, src + i * ld);
+    #pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    #pragma GCC unroll 4
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+    }
+    #pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+    }
+    #pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) _mm512_storeu_ps(dst + j * ldd, r[j]);
+}
+#else
+static inline void ac_transpose16(const float* src, long ld, int cols, float* dst, long ldd) {
+    for (int j = 0; j < 16; ++j)
+        for (int i = 0; i < 16; ++i) dst[j * ldd + i] = j < cols ? src[i * ld + j] : 0.0f;
+}
+#endif
+"""
 _PRELUDE_F16 = r"""/* An f16 value (round to nearest even; past 65504: infinity), from float. */
 static inline float ac_round_f16(float x) {
 #ifdef __FLT16_MAX__
@@ -436,17 +489,18 @@ def generate_c(plan, target=None) -> str:
                      f"[{', '.join(map(str, t.shape))}]{dtype_note}")
     for kernel in plan.kernels:
         dtypes.update(t.dtype for t in kernel.tensors)
-    prelude = _PRELUDE + (_PRELUDE_INT if dtypes & set(INT_RANGE) else "") \
-        + (_PRELUDE_F16 if "f16" in dtypes else "") + (_PRELUDE_BF16 if "bf16" in dtypes else "")
-    lines += [" */", prelude, f"#define PROGRAM_NUM_BUFFERS {len(layout)}",
-              f"#define PROGRAM_NUM_KERNELS {len(plan.kernels)}", ""]
-    kernel_names = []
+    kernel_names, functions = [], []
     kernel_namer = Namer()
     for kernel, schedule in zip(plan.kernels, plan.schedules):
         fn = "kernel_" + kernel_namer.fresh(kernel.name)
         kernel_names.append(fn)
-        lines.append(_KernelWriter(plan, kernel, schedule, cname, namer.child()).function(fn))
-        lines.append("")
+        functions += [_KernelWriter(plan, kernel, schedule, cname, namer.child()).function(fn), ""]
+    prelude = _PRELUDE + (_PRELUDE_INT if dtypes & set(INT_RANGE) else "") \
+        + (_PRELUDE_F16 if "f16" in dtypes else "") + (_PRELUDE_BF16 if "bf16" in dtypes else "") \
+        + (_PRELUDE_BLOCK16 if any("ac_transpose16(" in text for text in functions) else "")
+    lines += [" */", prelude, f"#define PROGRAM_NUM_BUFFERS {len(layout)}",
+              f"#define PROGRAM_NUM_KERNELS {len(plan.kernels)}", ""]
+    lines += functions
     index = workspace_regions(plan, layout)
     calls = []
     for kernel, fn in zip(plan.kernels, kernel_names):
@@ -888,7 +942,8 @@ class _KernelWriter:
         e(3, f"{tid} = omp_get_thread_num() % {nth};")
         e(0, "#endif")
         size = 8 if T == "double" else 4
-        if not pre["b"]:
+        ks = b_in_place(self.kernel, pk) if T == "float" else 0      # B read in place, k steps ks apart
+        if not pre["b"] and not ks:
             e(3, f"{T}* {Bp} = ac_scratch(0, {KC * NCP * size}UL);")
         if not pre["a"]:
             e(3, f"{T}* {Ap} = ac_scratch(1, {MCP * KC * size}UL);")
@@ -916,7 +971,7 @@ class _KernelWriter:
         e(5, f"const long {nc} = AC_MIN({NC}, {hi['n']} - {j0});")
         e(5, f"for (long {k0} = 0; {k0} < {K}; {k0} += {KC}) {{")
         e(6, f"const long {kc} = AC_MIN({KC}, {K} - {k0});")
-        if not pre["b"]:
+        if not pre["b"] and not ks:
             e(6, f"/* pack B[k0:+kc, j0:+nc] as {nr}-wide column panels (zero-padded; out-of-range reads give the pad) */")
         b_start = len(self.out)
         e(6, f"for (long {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{")
@@ -951,7 +1006,7 @@ class _KernelWriter:
         params = {Bp: f"{T}* restrict", Ap: f"{T}* restrict", **sources, **scalars,
                   **{t: "const AC_OFFSET_T* restrict" for t in tables.values()},
                   **{flag: "const unsigned char* restrict" for flag, _, _ in run_flags}}
-        if pre["b"]:
+        if pre["b"] or ks:
             del self.out[b_start:]
         else:
             self.outline(b_start, 6, "pack_b", params)
@@ -979,8 +1034,13 @@ class _KernelWriter:
         # a prepacked operand's panel holds all of K: the kc block starts k0 steps in
         e(9, f"const {T}* restrict {av} = " + (f"{pre['a']}{pre_batch['a']} + ({i0} + {ir}) * {K} + {k0} * {mr};"
                                               if pre["a"] else f"{Ap} + {ir} * {kc};"))
-        e(9, f"const {T}* restrict {bv} = " + (f"{pre['b']}{pre_batch['b']} + ({j0} + {jr}) * {K} + {k0} * {nr};"
-                                              if pre["b"] else f"{Bp} + {jr} * {kc};"))
+        if ks:      # B in place: its row of the panel at each k step, ks apart
+            b_base = b_decls[0].split(" = ")[0].split()[-1]
+            e(9, f"/* B read in place (b_in_place): {nr} columns of a straight run per k step, {ks} apart */")
+            e(9, f"const {T}* restrict {bv} = {self.cname[pk.b.tensor]} + {b_base} + {j0} + {jr} + {k0} * {ks}L;")
+        else:
+            e(9, f"const {T}* restrict {bv} = " + (f"{pre['b']}{pre_batch['b']} + ({j0} + {jr}) * {K} + {k0} * {nr};"
+                                                  if pre["b"] else f"{Bp} + {jr} * {kc};"))
         e(9, f"const long {rows} = AC_MIN({mr}, {mc} - {ir}), {cols} = AC_MIN({nr}, {nc} - {jr});")
         # The store's lines (the output micro-tile, read and written once per kc block, and at
         # the last block the fused statements' reads and stores), rows far apart: fetch them
@@ -1016,7 +1076,8 @@ class _KernelWriter:
         e(10, f"#pragma GCC unroll {mr}")
         e(10, f"for (long {r} = 0; {r} < {mr}; ++{r}) {{")
         e(11, "#pragma omp simd")
-        e(11, f"for (long {c} = 0; {c} < {nr}; ++{c}) {acc}[{r}][{c}] += {av}[{p} * {mr} + {r}] * {bv}[{p} * {nr} + {c}];")
+        e(11, f"for (long {c} = 0; {c} < {nr}; ++{c}) {acc}[{r}][{c}] += {av}[{p} * {mr} + {r}] * "
+              f"{bv}[{p} * {ks or nr}{'L' if ks else ''} + {c}];")
         e(10, "}")
         e(9, "}")
         cases = [(True, True)] if single else [(True, True), (True, False), (False, True), (False, False)]
@@ -1402,6 +1463,9 @@ class _KernelWriter:
         the statements `pk.epilogue` applied; or, `dr.dots`, each output one dot product."""
         if dr.dots:
             return self.dots(pk, dr)
+        cb = channel_blocks(self.kernel, pk, dr)
+        if cb is not None:
+            return self.blocked(pk, dr, cb)
         k = self.kernel
         stmt = k.statements[pk.index]
         ext = dict(pk.extents)
@@ -1469,6 +1533,13 @@ class _KernelWriter:
                 dk += 1
             e(dk, f"const float {a} = {self.cname[pk.a.tensor]}[{flat(pk.a)}];")
             e(dk, f"const float* restrict {src} = {bsrc} + {flat(pk.b, shape, shift, drop=(dr.w, h) + slab_drop)};")
+            step_k = _flat_offsets(k, pk.b)[0].get(pk.k[-1], 0)
+            if not unroll and step_k * 4 >= 64:
+                # a GEMV's weights stream once, from DRAM: each row's lines fetched ~32 KB ahead
+                # (the hardware prefetcher alone: the 1280 -> 1000 classifier cold 0.37 ms,
+                # with this 0.23)
+                ahead = -(-DIRECT_PREFETCH_FLOATS // step_k) * step_k
+                e(dk, f"for (long {jj} = 0; {jj} < {trip}; {jj} += 16) __builtin_prefetch({src} + {ahead} + {jj});")
             e(dk, "#pragma omp simd")
             at = f"{lo} + {jj}" if unroll else jj
             e(dk, f"for (long {jj} = 0; {jj} < {trip}; ++{jj}) {target}[{jj}] += {a} * {src}"
@@ -1479,19 +1550,25 @@ class _KernelWriter:
         # compiler keeps in registers), the rest of the row after: the whole row per step
         # loaded and stored it again for each step (a 3x3 depthwise on 192 channels at 28x28:
         # 0.101 -> 0.070 ms)
+        # A GEMV's many reduction steps (K > DIRECT_K_MAX) take the whole row per step
+        # instead: each step then streams one contiguous row of B (in blocks of 64 outputs
+        # every step read 256 bytes of a row 4 KB apart, MobileNetV2's 1280 -> 1000 classifier
+        # from DRAM in 0.33 ms; its row of 1000 accumulators stays in L1)
+        small = pk.size("k") <= DIRECT_K_MAX
+        block = DIRECT_BLOCK if small else length
         e(d, f"long {jb} = 0;")
-        e(d, f"for (; {jb} + {DIRECT_BLOCK} <= {length}; {jb} += {DIRECT_BLOCK}) {{")
-        e(d + 1, f"float {blk}[{DIRECT_BLOCK}];")
+        e(d, f"for (; {jb} + {block} <= {length}; {jb} += {block}) {{")
+        e(d + 1, f"float {blk}[{block}];")
         e(d + 1, "#pragma omp simd")
-        e(d + 1, f"for (long {jj} = 0; {jj} < {DIRECT_BLOCK}; ++{jj}) {blk}[{jj}] = 0.0f;")
-        taps(d + 1, blk, jb, str(DIRECT_BLOCK), True)
+        e(d + 1, f"for (long {jj} = 0; {jj} < {block}; ++{jj}) {blk}[{jj}] = 0.0f;")
+        taps(d + 1, blk, jb, str(block), small)
         e(d + 1, "#pragma omp simd")
-        e(d + 1, f"for (long {jj} = 0; {jj} < {DIRECT_BLOCK}; ++{jj}) {acc}[{jb} + {jj}] = {blk}[{jj}];")
+        e(d + 1, f"for (long {jj} = 0; {jj} < {block}; ++{jj}) {acc}[{jb} + {jj}] = {blk}[{jj}];")
         e(d, "}")
         # the rest of the row: a block of its own, its length a constant (the row's length is
         # one): with a run-time trip gcc gathered the stride-2 reads and masked every vector
         # (MobileNetV2's stride-2 depthwise rows of 56, 28, 14, 7 never fill a block of 64)
-        tail = length % DIRECT_BLOCK
+        tail = length % block
         if tail:
             e(d, "{")
             e(d + 1, f"const long {jb}_rest = {length - tail};")
@@ -1515,6 +1592,143 @@ class _KernelWriter:
             e(d, "}")
         for x in range(d - 1, 1, -1):
             e(x, "}")
+        if region is not None:
+            self.region_end(2, region)
+        e(1, "}")
+
+    def blocked(self, pk: Packed, dr: DirectRows, cb: ChannelBlocks) -> None:
+        """Depthwise convolution `pk.index` in blocks of BLOCK_CHANNELS channels
+        (`channel_blocks`): per batch item and block, the channels' input planes transposed
+        into one padded blocked plane, each output a vector of the block's channels summed
+        over the window (4 outputs along the row at a time, the taps' weights in registers),
+        each output row transposed back to the channels' rows and stored with the epilogue."""
+        k = self.kernel
+        stmt = k.statements[pk.index]
+        ext = dict(pk.extents)
+        f, e = self.namer.fresh, self.emit
+        cv = {l: f(l) for l in stmt.loop_names}
+        L = BLOCK_CHANNELS
+        bt, base, T, trow, srow, y, q, x = (f(n) for n in ("bt", "cbase", "T", "trow", "srow", "y", "q", "x"))
+        wvf, orow, out16, i, p0 = f("wvf"), f("orow"), f("out16"), f("i"), f("t0")
+        H, W = cb.image
+        hp, wp = cb.plane
+        pt, pl = cb.pads
+        Ho, Wo, KH, KW = ext[cb.h], ext[cb.w], ext[cb.r], ext[cb.s]
+        (sh, sw), (dh, dw), (oh, ow) = cb.stride, cb.dilation, cb.offset
+        Wv = -(-Wo // L) * L
+        nb = ext[cb.c] // L
+        outer = [l for l in pk.batch if l != cb.c]
+        units = nb * math.prod(ext[l] for l in outer)
+        xt = k.tensor(pk.b.tensor)
+        xs = xt.shape
+
+        def flat(access: Access) -> str:
+            coeff, const = _flat_offsets(k, access)
+            return _affine_c({cv[l]: c for l, c in coeff.items()}, const)
+
+        e(1, f"/* {str(stmt).split('    #')[0]} */")
+        epi = ", ".join(str(k.statements[s]).split("    #")[0] for s in pk.epilogue)
+        e(1, f"/* channel blocks: {ext[cb.c]} channels in blocks of {L} ({units} blocks), each a padded "
+             f"blocked plane [{hp}][{wp}][{L}] of {pk.b.tensor}; outputs {Ho}x{Wo}, each a vector of {L} channels "
+             f"over {KH}x{KW} taps at stride {sh}x{sw}, rows transposed back"
+             + (f"; applied in its store: {epi}" if epi else "") + " */")
+        e(1, "{")
+        parallel = bool(set(self.parallel) & {k.loop_map(pk.index).get(l) for l in pk.batch + pk.n})
+        region = self.region_begin(2, "dynamic, 1") if parallel and units > 1 else None
+        e(2, f"for (long {bt} = 0; {bt} < {units}; ++{bt}) {{")
+        e(3, f"const long {base} = ({bt} % {nb}) * {L};")
+        self.unflatten(3, f"({bt} / {nb})", outer, cv, ext)
+        for l in stmt.loop_names:      # loops of one trip (a depthwise conv as groups: its group's channel)
+            if ext[l] == 1 and l not in outer:
+                e(3, f"const long {cv[l]} = 0;")
+        outer = [l for l in outer if ext[l] > 1]
+        img = f"{xs[1] * H * W} * {cv[outer[0]]} + " if outer else ""
+        xb = f("xb")
+        e(3, f"const float* restrict {xb} = {self.cname[pk.b.tensor]} + ({img}{H * W} * {base});")
+        taps = [(r, s) for r in range(KH) for s in range(KW)]
+        e(3, f"float {wvf}[{len(taps) * L}] __attribute__((aligned(64)));")
+        e(3, f"for (long {i} = 0; {i} < {L}; ++{i}) {{")
+        e(4, f"const long {cv[cb.c]} = {base} + {i};")
+        e(4, f"for (long {cv[cb.r]} = 0; {cv[cb.r]} < {KH}; ++{cv[cb.r]})")
+        e(5, f"for (long {cv[cb.s]} = 0; {cv[cb.s]} < {KW}; ++{cv[cb.s]})")
+        e(6, f"{wvf}[({KW} * {cv[cb.r]} + {cv[cb.s]}) * {L} + {i}] = {self.cname[pk.a.tensor]}[{flat(pk.a)}];")
+        e(3, "}")
+        wv = [f(f"w{t}") for t in range(len(taps))]
+        for t, name in enumerate(wv):
+            e(3, f"const ac_v16 {name} = *(const ac_v16*)({wvf} + {t * L});")
+        h, w = cv[cb.h], cv[cb.w]
+        P = Ho * Wo
+        Hb, rows_in = cb.band, cb.band_rows
+        hb, y0, ny, yy = f("hb"), f("y0"), f("ny"), f("yy")
+        e(3, f"/* outputs, blocked: {orow}[y * {Wo} + x] the {L} channels' vector */")
+        e(3, f"ac_v16* restrict {orow} = ac_scratch(3, {-(-P // L) * L}UL * sizeof(ac_v16));")
+        e(3, f"float* restrict {T} = ac_scratch(2, {rows_in * wp * L + L * L}UL * sizeof(float));")
+        e(3, f"/* bands of {Hb} output rows, each from its {rows_in} rows of the block's padded planes, "
+             f"blocked: {T}[(y * {wp} + x) * {L} + channel] */")
+        e(3, f"for (long {hb} = 0; {hb} < {Ho}; {hb} += {Hb}) {{")
+        e(4, f"const long {y0} = {sh} * {hb} + {oh}, {ny} = AC_MIN({rows_in}, {hp} - {y0});")
+        e(4, f"for (long {yy} = 0; {yy} < {ny}; ++{yy}) {{")
+        e(5, f"const long {y} = {y0} + {yy};")
+        e(5, f"float* restrict {trow} = {T} + {wp * L} * {yy};")
+        e(5, f"if (!((unsigned long)({y} - {pt}) < {H}UL)) {{")
+        e(6, f"for (long {q} = 0; {q} < {wp * L}; ++{q}) {trow}[{q}] = 0.0f;")
+        e(6, "continue;")
+        e(5, "}")
+        if pl:
+            e(5, f"for (long {q} = 0; {q} < {pl * L}; ++{q}) {trow}[{q}] = 0.0f;")
+        if (pl + W) < wp:
+            e(5, f"for (long {q} = {(pl + W) * L}; {q} < {wp * L}; ++{q}) {trow}[{q}] = 0.0f;")
+        e(5, f"const float* restrict {srow} = {xb} + {W} * ({y} - {pt});")
+        # a row's last transpose writes all 16 positions: past the row's end (the next row's
+        # first positions, packed after it, or the buffer's slack) with zeros
+        e(5, f"for (long {x} = 0; {x} < {W}; {x} += {L}) ac_transpose16({srow} + {x}, {H * W}, "
+             f"(int)AC_MIN({L}, {W} - {x}), {trow} + {L} * ({pl} + {x}), {L});")
+        e(4, "}")
+        e(4, f"for (long {h} = {hb}; {h} < AC_MIN({Ho}, {hb} + {Hb}); ++{h}) {{")
+        e(5, f"const float* restrict {p0} = {T} + {L} * ({wp} * {sh} * ({h} - {hb}) + {ow});")
+        e(5, f"ac_v16* restrict {out16} = {orow} + {Wo} * {h};")
+        e(5, f"long {w} = 0;")
+        group = 4
+        accs = [f(f"a{j}") for j in range(group)]
+        for g, cond in ((group, f"{w} + {group} <= {Wo}"), (1, f"{w} < {Wo}")):
+            e(5, f"for (; {cond}; {w} += {g}) {{")
+            for j in range(g):
+                e(6, f"ac_v16 {accs[j]} = {{0}};")
+            for t, (r, s) in enumerate(taps):
+                off = (dh * r * wp + dw * s) * L
+                for j in range(g):
+                    e(6, f"{accs[j]} += {wv[t]} * *(const ac_v16*)({p0} + {L * sw} * ({w} + {j}) + {off});")
+            for j in range(g):
+                e(6, f"{out16}[{w} + {j}] = {accs[j]};")
+            e(5, "}")
+        e(4, "}")
+        e(3, "}")
+        # back to the channels' planes 16 positions at a time (the output plane is contiguous,
+        # so positions run flat across rows: a 7x7 plane is 3 full vectors and one of 1, not 7
+        # rows of 7), the epilogue applied along them
+        tile, j, pos = f("tile"), f("j"), f("p")
+        e(3, f"float {tile}[{L}][{L}] __attribute__((aligned(64)));")
+        full = P // L * L
+
+        def back(depth: int, start: str, count: int) -> None:
+            e(depth, f"ac_transpose16((const float*)({orow} + {start}), {L}, {L}, &{tile}[0][0], {L});")
+            e(depth, f"for (long {i} = 0; {i} < {L}; ++{i}) {{")
+            e(depth + 1, f"const long {cv[cb.c]} = {base} + {i};")
+            e(depth + 1, "#pragma omp simd")
+            e(depth + 1, f"for (long {j} = 0; {j} < {count}; ++{j}) {{")
+            e(depth + 2, f"const long {h} = 0, {w} = {start} + {j};")
+            e(depth + 2, f"const float {v} = {tile}[{i}][{j}];")
+            self.epilogue_store(pk, depth + 2, v, lambda access: f"{self.cname[access.tensor]}[{flat(access)}]")
+            e(depth + 1, "}")
+            e(depth, "}")
+        v = f("v")
+        if full:
+            e(3, f"for (long {pos} = 0; {pos} < {full}; {pos} += {L}) {{")
+            back(4, pos, L)
+            e(3, "}")
+        if P - full:
+            back(3, str(full), P - full)
+        e(2, "}")
         if region is not None:
             self.region_end(2, region)
         e(1, "}")

@@ -7,11 +7,13 @@ writes C from and accel/host_model.py costs (so the model times the code that ru
   packing an operand costs (`host_copy_costs`); its orientation (`transposed`: m and n
   exchanged for narrow outputs, with blocks of its own, `swapped_blocks`), the order of
   its micro-tile loops (`rows_outer`) and which operands are packed once, ahead (`prepacked`:
-  a network's weights);
+  a network's weights) and whether B is read in place, unpacked (`b_in_place`);
 - `winograd`: a 3x3 stride-1 convolution run instead as Winograd F(2x2, 3x3);
 - `direct_rows`: a one-row packed contraction (M = 1: a depthwise convolution) run instead
   as rows of outputs accumulated in a local array, no packing (padded per batch item where
   each reads one slab: `direct_slab`);
+- `channel_blocks`: a depthwise convolution of direct rows run in blocks of 16 channels
+  (a blocked plane per block, one vector of channels per output);
 - `window_rows`: a window reduction (max / avg pooling) run the same way;
 - offsets and bounds of affine accesses (`flat_offsets`, `padding`, `in_range`,
   `unit_stride_reads`).
@@ -100,6 +102,12 @@ def micro_shape(m: int) -> tuple[int, int]:
 # against 0.30 without (as in the network). 3x3 convs gain either way: 256 channels at 14x14
 # 2.84 -> 2.54 ms from a cold cache, 512 at 7x7 3.38 -> 3.05.
 SWAP_PADDING = 0.95
+# The same bound for a 1x1 conv with prepacked weights (its plain B copied in straight runs):
+# at 14x14 (94%) the plain orientation wins, measured alone on one thread, plain against
+# transposed: MobileNetV2's 96 -> 576 0.209 against 0.229 ms, 64 -> 384 0.097 / 0.112, 384 -> 64
+# 0.098 / 0.108 (ResNet-50's 1024 -> 256 0.976 / 0.970, 256 -> 1024 0.954 / 0.974); at 7x7
+# (77%) the transposed one (160 -> 960 0.150 against 0.174, 960 -> 160 0.147 / 0.178).
+SWAP_PADDING_RUNS = 0.9
 
 
 # A transposed GEMM's B block (kc x all of N) at most this many bytes: it stays in L2 while
@@ -141,8 +149,14 @@ def transposed(kernel: Kernel, pk: "Packed") -> "Packed":
     if padded_points(N, M) > SWAP_PADDING * padded_points(M, N):
         return pk
     # A prepacked A (a conv's weights) becomes a prepacked B: its gather is done once, ahead,
-    # so the transposed form costs no extra copy whatever the plain B is
-    if not prepacked(kernel, pk, "a"):
+    # so the transposed form costs no extra copy whatever the plain B is; but where the plain
+    # B copies in straight runs (a 1x1 conv's input) the transposed store's scatter must save
+    # more padding than a 14x14 map's (196 positions in 13 panels of 16: 94%)
+    if prepacked(kernel, pk, "a"):
+        if host_copy_costs(kernel, pk)[1] <= HOST_COPY_RUN \
+                and padded_points(N, M) > SWAP_PADDING_RUNS * padded_points(M, N):
+            return pk
+    else:
         _, b_cost = host_copy_costs(kernel, pk)
         if b_cost <= HOST_COPY_RUN:
             return pk
@@ -256,6 +270,133 @@ def direct_slab(kernel: Kernel, pk: "Packed", dr: DirectRows) -> dict[int, str]:
                 return {}
             out[d] = idx.single_loop
     return out if out and len(out) < len(pk.b.indices) - 1 else {}
+
+
+# Channels per block of a channel-blocked depthwise convolution (`channel_blocks`): one
+# AVX-512 vector of f32.
+BLOCK_CHANNELS = 16
+# Largest blocked output plane (floats, all the block's channels) of a channel block: 512 KiB,
+# within L2 (1 MiB per core); and the largest blocked, padded input it packs at once: a larger
+# input plane is packed in bands of output rows, each at most 128 KiB (MobileNetV2's 112x112
+# stride-2 layer: 7 bands of 8 rows, 0.224 -> 0.219 ms alone against bands of 512 KiB, 0.31 ->
+# 0.26 in the network; 64 KiB 0.225, 32 KiB 0.249).
+BLOCK_PLANE_MAX = 128 * 1024
+BLOCK_BAND_MAX = 32 * 1024
+# Output rows this wide, read at stride 1, stay direct rows: their vectors along the row are
+# full, and the blocked form's two transposes cost more than it saves (144 channels at 56x56:
+# 0.165 ms as rows, 0.207 blocked; 192 at 28x28 0.070 either way; 384 at 14x14 0.045 -> 0.034).
+BLOCK_ROW_MIN = 32
+
+
+@dataclass(frozen=True)
+class ChannelBlocks:
+    """How the host runs a depthwise convolution of direct rows in blocks of
+    BLOCK_CHANNELS channels (`channel_blocks`): per batch item and block, the channels'
+    padded input planes transposed into one blocked plane `[hp][wp][16]` (16 channels of a
+    position in one vector), each output a vector of 16 channels summed over the `taps`
+    window points (no permutes at any stride), each output row transposed back to the
+    output's per-channel rows, where the epilogue is applied. `c`: the channel loop (the
+    last batch loop), `h`, `w`: the output row and column loops, `r`, `s`: the window
+    loops; input row = stride_h * h + dil_h * r + off_h (off: the index's constant plus its
+    padding), likewise columns. A plane too large for L2 is packed and computed in bands of
+    `band` output rows."""
+
+    c: str
+    h: str
+    w: str
+    r: str
+    s: str
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    offset: tuple[int, int]       # input row, column of output (0, 0) at tap (0, 0) in the padded plane
+    plane: tuple[int, int]        # padded input plane (hp, wp)
+    image: tuple[int, int]        # the input plane (H, W)
+    pads: tuple[int, int]         # top, left padding inside the padded plane
+    band: int                     # output rows per band (each band packs only the input rows it reads)
+    band_rows: int                # padded input rows a band reads (at most)
+
+
+def channel_blocks(kernel: Kernel, pk: "Packed", dr: DirectRows) -> ChannelBlocks | None:
+    """The channel-blocked form (`ChannelBlocks`) of direct rows `dr`, or None. A depthwise
+    convolution `Y[n, c, h, w] += A[c.., r, s] * X[n, c, sh h + dh r - ph, sw w + dw s - pw]`:
+    X of rank 4 whose first two dimensions are batch loops (image, channel: the channel loop
+    the last batch loop, a multiple of BLOCK_CHANNELS) and whose last two each an n loop and
+    a k loop (the output's row and column loops, each its own window loop), A read by the
+    channel and window loops only, Y indexed (n, c, h, w) by single loops, the blocked
+    padded plane at most BLOCK_PLANE_MAX floats. Blocked, every tap of a 16-channel output
+    is one vector load and FMA (along rows, a stride-2 tap loaded two vectors and permuted;
+    a 7x7 plane took 9 wide rows per pass for 7 outputs)."""
+    ext = dict(pk.extents)
+    # loops of one trip index nothing (a depthwise conv written as groups: its channel in the
+    # group and its filter in the group)
+    def live(loops):
+        return tuple(l for l in loops if ext[l] > 1)
+
+    def strip(idx: Affine) -> Affine:
+        return Affine.of({l: v for l, v in idx.terms if ext[l] > 1}, idx.const)
+    batch, n, k = live(pk.batch), live(pk.n), live(pk.k)
+    if dr.dots or len(batch) < 1 or len(n) != 2 or len(k) != 2 or len(pk.n) != 2 or pk.n != n:
+        return None
+    stmt = kernel.statements[pk.index]
+    b = dataclasses.replace(pk.b, indices=tuple(strip(i) for i in pk.b.indices))
+    out = [strip(i) for i in stmt.target_indices]
+    if len(b.indices) != 4 or len(out) != 4:
+        return None
+    c = batch[-1]
+    if ext[c] % BLOCK_CHANNELS or b.indices[1].single_loop != c or b.indices[1].const or \
+            [i.single_loop for i in out[1:]] != [c, n[0], n[1]] or any(i.const for i in out):
+        return None
+    n0 = b.indices[0].single_loop if b.indices[0].terms else None
+    if b.indices[0].terms and (n0 is None or n0 not in batch or out[0].single_loop != n0) or b.indices[0].const:
+        return None
+    if set(batch) - {c, n0}:
+        return None
+    geo = []
+    for d, out in ((2, pk.n[0]), (3, pk.n[1])):
+        terms = dict(b.indices[d].terms)
+        win = [l for l in terms if l in k]
+        if set(terms) != {out, *win} or len(win) != 1 or terms[out] <= 0 or terms[win[0]] <= 0:
+            return None
+        geo.append((terms[out], terms[win[0]], win[0], b.indices[d].const))
+    if {geo[0][2], geo[1][2]} != set(k):
+        return None
+    a_loops = {l for idx in pk.a.indices for l in strip(idx).loops}
+    if not a_loops <= {c, *k}:
+        return None
+    if kernel.tensor(stmt.target).shape[2:] != (ext[pk.n[0]], ext[pk.n[1]]):
+        return None
+    if ext[pk.n[1]] >= BLOCK_ROW_MIN and dict(b.indices[3].terms)[pk.n[1]] == 1:
+        return None
+    # the output goes back to the channels' planes along flat positions (rows run on): each
+    # access of the epilogue must move along a row as it does along the plane
+    h, w = pk.n
+    accesses = [Access(stmt.target, stmt.target_indices)]
+    for s in pk.epilogue:
+        st, at = kernel.statements[s], epilogue_point(kernel, pk.index, s)
+        accesses += [_substitute(a, at) for a in st.reads() if a.tensor != stmt.target]
+        accesses.append(_substitute(Access(st.target, st.target_indices), at))
+    for a in accesses:
+        coeff, _ = _flat_offsets(kernel, a)
+        if coeff.get(h, 0) != ext[w] * coeff.get(w, 0):
+            return None
+    t = kernel.tensor(b.tensor)
+    pads = dr.pads
+    if pads[0] != (0, 0) or pads[1] != (0, 0):
+        return None
+    hp, wp = t.shape[2] + sum(pads[2]), t.shape[3] + sum(pads[3])
+    Ho = ext[pk.n[0]]
+    (sh, dh), kh = geo[0][:2], ext[geo[0][2]]
+
+    def rows_in(band: int) -> int:
+        return min(hp, sh * (band - 1) + dh * (kh - 1) + 1)
+    band = Ho
+    while band > 1 and rows_in(band) * wp * BLOCK_CHANNELS > BLOCK_BAND_MAX:
+        band = (band + 1) // 2
+    if rows_in(band) * wp * BLOCK_CHANNELS > BLOCK_BAND_MAX or Ho * ext[pk.n[1]] * BLOCK_CHANNELS > BLOCK_PLANE_MAX:
+        return None
+    return ChannelBlocks(c, pk.n[0], pk.n[1], geo[0][2], geo[1][2], (geo[0][0], geo[1][0]), (geo[0][1], geo[1][1]),
+                         (geo[0][3] + pads[2][0], geo[1][3] + pads[3][0]), (hp, wp), (t.shape[2], t.shape[3]),
+                         (pads[2][0], pads[3][0]), band, rows_in(band))
 
 
 def window_rows(kernel: Kernel, schedule: Schedule | None = None) -> tuple[int, DirectRows] | None:
@@ -405,6 +546,46 @@ def prepacked(kernel: Kernel, pk, operand: str) -> bool:
     return all(_in_range(kernel, access, dict(pk.extents)))
 
 
+# A packed contraction with few rows (M <= B_IN_PLACE_M_MAX output channels: each B panel feeds
+# at most 4 micro-tiles) reads B in place instead of packing it (`b_in_place`) where B's
+# columns are one straight run per k and the k steps a constant stride apart: packing was a
+# fifth of MobileNetV2's 1x1 32 -> 16 conv at 112x112 (0.166 -> 0.136 ms alone, its input in
+# cache), 144 -> 24 at 56x56 0.250 -> 0.210, 192 -> 32 at 28x28 0.102 -> 0.087.
+B_IN_PLACE_M_MAX = 32
+B_IN_PLACE_K_MAX = 256
+# ... and B no larger than L2: in MobileNetV2 (its input just written by the conv before) B in
+# place ran 144 -> 32 at 28x28 (451 KB) 0.076 -> 0.067 ms and 192 -> 32 0.100 -> 0.089, but
+# 32 -> 16 at 112x112 (1.6 MB) 0.211 -> 0.229 and 144 -> 24 at 56x56 (1.8 MB) 0.280 -> 0.298.
+B_IN_PLACE_BYTES_MAX = 1 << 20
+
+
+def b_in_place(kernel: Kernel, pk) -> int:
+    """The stride (elements) between B's k steps when the packed contraction `pk` reads B in
+    place (no packing): not transposed, B f32, not prepacked, in range, its n loops one
+    straight run (offset n) over whole 16-column panels (N a multiple of GEMM_NR), its k
+    loops linear, M <= B_IN_PLACE_M_MAX, K <= B_IN_PLACE_K_MAX and B (the K x N it reads) at
+    most B_IN_PLACE_BYTES_MAX; else 0."""
+    if pk.swapped or pk.size("m") > B_IN_PLACE_M_MAX or pk.size("k") > B_IN_PLACE_K_MAX \
+            or pk.size("n") % GEMM_NR or kernel.tensor(pk.b.tensor).dtype != "f32" or prepacked(kernel, pk, "b"):
+        return 0
+    ext = dict(pk.extents)
+    if any(lo or hi for lo, hi in _padding(kernel, pk.b, ext)) or pk.size("k") * pk.size("n") * 4 > B_IN_PLACE_BYTES_MAX:
+        return 0
+    coeff, _ = _flat_offsets(kernel, pk.b)
+
+    def linear_step(loops) -> int:
+        live = [(l, coeff.get(l, 0)) for l in loops if ext[l] > 1]
+        if not live:
+            return 0
+        step = live[-1][1]
+        ok = all(c == step * math.prod(ext[x] for x, _ in live[i + 1:]) for i, (_, c) in enumerate(live))
+        return step if ok else -1
+    if linear_step(pk.n) != 1:
+        return 0
+    ks = linear_step(pk.k)
+    return ks if ks >= pk.size("n") else 0
+
+
 def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
     """Cycles to pack one element of the packed contraction `pk`'s A and B operands: straight
     runs, a constant stride, or offset-table panels (NR consecutive offsets copy as runs,
@@ -446,7 +627,7 @@ def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
         runs = np.mean(np.all(np.diff(panels, axis=1) == step, axis=1))
         return runs * HOST_COPY_RUN + (1 - runs) * HOST_COPY_GATHER
 
-    b_cost = 0.0 if prepacked(kernel, pk, "b") else copy_cost(pk.b, "n")
+    b_cost = 0.0 if prepacked(kernel, pk, "b") or b_in_place(kernel, pk) else copy_cost(pk.b, "n")
     # A's panels are copied MR rows at a time for each k (codegen/c.py packs r innermost):
     # the copy walks A along its m loops
     a_cost = 0.0 if prepacked(kernel, pk, "a") else copy_cost(pk.a, "m") if pk.m else HOST_COPY_STRIDED
