@@ -437,7 +437,8 @@ def check_tiled(schedule, program: Program, seed: int = 0, max_boxes: int | None
     `schedule.kernel` must be a kernel of `program` (the same ops and tensors). The program
     runs untiled on random inputs; the kernel's inputs are taken from that run, its
     tensors (outputs and internals, but those computed at the anchor's tiles, which exist
-    per tile only) recomputed tile by tile and compared with a tolerance per dtype. Raises `TooManyTiles` when the schedule has more than `max_boxes` tiles.
+    per tile only) recomputed tile by tile and compared with a tolerance per dtype. Raises
+    `TooManyTiles` when the schedule has more than `max_boxes` tiles.
     """
     kernel = schedule.kernel
     reference = reference_run(program, seed)

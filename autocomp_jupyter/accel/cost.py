@@ -101,9 +101,6 @@ class BatchCost:
     drain_s: np.ndarray | None = None          # [n]: last output tiles, after all compute
     stream_s: np.ndarray | None = None         # [n]: operands streaming into the datapath
     compute_by_unit: dict | None = None        # {unit name: [n]}
-    # Compute of the statements on datapaths other than the anchor's {unit: [n]} (epilogues
-    # beside it or after it): those datapaths are busy for it, whatever time_s's critical path.
-    beside_by_unit: dict | None = None
 
     def __len__(self) -> int:
         return len(self.time_s)
@@ -604,7 +601,6 @@ class KernelModel:
         overlap = self._epilogue_overlap(double_buffered)      # [n] bool
         beside: dict[str, np.ndarray] = {}    # in-place epilogues' compute on other datapaths
         beside_tail = np.zeros(n)             # ... their last output tile's, which nothing hides
-        side: dict[str, np.ndarray] = {}      # every statement's compute on a datapath not the anchor's
         for si, st in enumerate(self.statements):
             if si in self.computed:
                 continue      # costed as its own nest below
@@ -830,8 +826,6 @@ class KernelModel:
                 drain_total += drain
             compute_s += st_compute
             compute_by_unit[dp.unit] = compute_by_unit.get(dp.unit, 0.0) + st_compute
-            if dp.unit != anchor_unit:
-                side[dp.unit] = side.get(dp.unit, 0.0) + st_compute
             bytes_by_level += st_bytes
             level_time += st_level_time
         # The anchor's datapath alone (what producers on other datapaths overlap, below) ...
@@ -850,16 +844,17 @@ class KernelModel:
             # ... and its statements on other datapaths (epilogues beside it or after it) keep
             # those busy too: a producer there adds to them.
             busy = {anchor_unit: anchor_only.copy()}
-            for u, v in side.items():
-                busy[u] = busy.get(u, 0.0) + v
+            for u, v in compute_by_unit.items():
+                if u != anchor_unit:
+                    busy[u] = busy.get(u, 0.0) + v
         for producer in self.producers:      # computed at the anchor's tiles: its own nest, recomputed
             cost, mult = producer.evaluate(tiles, orders, counts)
             unit = datapath_of(compute, producer.model.statements[0]).unit
             busy[unit] = busy.get(unit, 0.0) + cost.time_s * mult
-            for u, v in (cost.beside_by_unit or {}).items():    # its own epilogues beside it
-                busy[u] = busy.get(u, 0.0) + v * mult
             for u, v in (cost.compute_by_unit or {}).items():
                 compute_by_unit[u] = compute_by_unit.get(u, 0.0) + v * mult
+                if u != unit:           # its own statements on other datapaths (epilogues beside it)
+                    busy[u] = busy.get(u, 0.0) + v * mult
             compute_s += cost.compute_s * mult
             bytes_by_level += cost.bytes * mult[:, None]
             level_time += cost.level_time_s * mult[:, None]
@@ -889,7 +884,7 @@ class KernelModel:
             double_buffered=double_buffered, datapath_bytes=datapath_bytes,
             level_bw_s=level_bw_s, level_latency_s=level_lat_s, serial_s=serial_total, cold_s=cold_total,
             drain_s=drain_total, stream_s=stream_total,
-            compute_by_unit=compute_by_unit, beside_by_unit=side,
+            compute_by_unit=compute_by_unit,
         )
 
 
@@ -1084,8 +1079,6 @@ def _merge(cost: "BatchCost", part: "BatchCost", idx: np.ndarray) -> "BatchCost"
 
 def _pick(costs: list["BatchCost"], best: np.ndarray) -> "BatchCost":
     """One BatchCost of candidate i's row from costs[best[i]]."""
-    if len(costs) == 1:
-        return costs[0]
     rows = np.arange(len(best))
     out = {}
     for f in BatchCost.__dataclass_fields__:

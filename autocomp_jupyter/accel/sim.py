@@ -38,7 +38,7 @@ class SimResult:
     steps: int              # innermost tiles replayed
     total_steps: int        # innermost tiles in the whole nest
     sampled: bool
-    beside: dict | None = None   # compute of the statements on datapaths not the anchor's, by datapath
+    compute_by_unit: dict | None = None   # its own statements' replayed compute by datapath (not its producers')
 
 
 class _Channel:
@@ -119,21 +119,22 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
     overlap = bool(model._epilogue_overlap(analytic.double_buffered[:1])[0])
     beside: dict[str, float] = {}
     beside_tail = 0.0
-    side: dict[str, float] = {}        # every statement's compute on a datapath not the anchor's
+    by_unit: dict[str, float] = {}
     for si in range(len(model.statements)):
         if si in model.computed:
             continue         # computed at the anchor's tiles: its own nest, replayed below
         r = _replay_statement(model, si, tiles[0], orders[0], int(vectorize[0]), active,
                               analytic.double_buffered[0], analytic.datapath_bytes[0, si], max_steps)
+        st = model.statements[si]
+        unit = datapath_of(target.compute, st).unit
+        by_unit[unit] = by_unit.get(unit, 0.0) + r["compute_s"]
         total_bytes += r["bytes"]
         if si == schedule.kernel.anchor:
             group_time, group_bytes = r["time_s"], group_bytes + r["bytes"]
-        elif model.statements[si].in_place:
+        elif st.in_place:
             # Runs on each anchor tile as it completes (as the model): its compute and its
             # last tiles' write-back add to the anchor's, its traffic shares its channels;
             # on another datapath its compute hides behind the anchor's but the last tile's.
-            st = model.statements[si]
-            unit = datapath_of(target.compute, st).unit
             if overlap and unit != anchor_unit:
                 out_tiles = float(np.prod(np.where(st.present, counts[-1], 1.0)))
                 beside[unit] = beside.get(unit, 0.0) + r["compute_s"]
@@ -145,9 +146,6 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
         else:
             time_s += r["time_s"]
         compute_s += r["compute_s"]
-        unit_si = datapath_of(target.compute, model.statements[si]).unit
-        if unit_si != anchor_unit:
-            side[unit_si] = side.get(unit_si, 0.0) + r["compute_s"]
         steps_done += r["steps"]
         total_steps += r["total_steps"]
         sampled |= r["sampled"]
@@ -161,15 +159,17 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
         # kernel takes its busiest datapath's replayed time, or its busiest channel's.
         counts = _tile_counts(model.extents[None, :], tiles)[0]
         busy = {anchor_unit: anchor_only}         # its statements on other datapaths keep those busy
-        for u, v in side.items():
-            busy[u] = busy.get(u, 0.0) + v
+        for u, v in by_unit.items():
+            if u != anchor_unit:
+                busy[u] = busy.get(u, 0.0) + v
         for producer in model.producers:
             sub, mult = producer.region_tiles(tiles, orders, counts)
             r = simulate(producer.schedule(sub[0]), target, max_steps)
             unit = datapath_of(target.compute, producer.model.statements[0]).unit
             busy[unit] = busy.get(unit, 0.0) + r.time_s * float(mult[0])
-            for u, v in (r.beside or {}).items():       # its own epilogues beside it
-                busy[u] = busy.get(u, 0.0) + v * float(mult[0])
+            for u, v in (r.compute_by_unit or {}).items():   # its own statements on other datapaths
+                if u != unit:
+                    busy[u] = busy.get(u, 0.0) + v * float(mult[0])
             total_bytes += np.array([r.bytes[n] for n in model.level_names]) * float(mult[0])
             compute_s += r.compute_s * float(mult[0])
             steps_done += r.steps
@@ -179,7 +179,7 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
     return SimResult(time_s=time_s, cycles=time_s * target.clock_ghz * 1e9,
                      bytes={n: float(b) for n, b in zip(model.level_names, total_bytes)},
                      compute_s=compute_s, steps=steps_done, total_steps=total_steps, sampled=sampled,
-                     beside=side)
+                     compute_by_unit=by_unit)
 
 
 def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np.ndarray,

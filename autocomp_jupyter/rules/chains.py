@@ -99,7 +99,7 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
                 # against the best so far: the shorter chain fused, the rest as they are
                 floor = best[3] + sum(times[best[0]:length]) if best is not None else alone
                 if seconds < floor * (1 + UNSCHEDULED_SLACK):
-                    schedule, seconds = _scheduled_chain(program, chain, schedule, ctx)
+                    schedule, seconds = _scheduled_chain(program, schedule, ctx)
                 if seconds >= floor * (1 - MIN_GAIN):
                     log.append(rule_entry(rule.name, PASS, _ops(chain), False,
                                           f"no gain: {seconds * 1e6:.1f} us fused vs {floor * 1e6:.1f} us "
@@ -243,16 +243,16 @@ def _search_chain(program: Program, kernel: Kernel, ctx: PassContext, alone: flo
             at = at.with_compute_at(t, loop, level)
         return at
 
-    def searched(point, n_random, rounds):
+    def searched(point):
         found = search_tiles(at_point(*point), target, None, mapping, ctx.rules.tiling, seed=ctx.seed,
-                             n_random=n_random, rounds=rounds)
+                             n_random=CHAIN_CANDIDATES, rounds=CHAIN_ROUNDS)
         return (found[0], found[1].time_s) if found is not None else None
 
     best, tried = None, 0
     for point in points:
         if best is not None and best[1] >= alone * (1 + POINT_SLACK):
             break       # far from paying at the longest loop: the next point is not searched
-        found = searched(point, CHAIN_CANDIDATES, CHAIN_ROUNDS)
+        found = searched(point)
         tried += 1
         if found is not None and (best is None or found[1] < best[1]):
             best = found
@@ -261,7 +261,7 @@ def _search_chain(program: Program, kernel: Kernel, ctx: PassContext, alone: flo
     return best[0], best[1], tried
 
 
-def _scheduled_chain(program: Program, chain: list[Kernel], schedule: Schedule, ctx: PassContext):
+def _scheduled_chain(program: Program, schedule: Schedule, ctx: PassContext):
     """(schedule, seconds): the searched chain after the scheduling pass, remembered like
     its search."""
     key = (canonical_kernel(schedule.kernel), schedule_key(schedule), ctx.target,
