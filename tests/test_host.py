@@ -528,3 +528,12 @@ def test_one_row_gemms_and_pooling_run_as_direct_rows_and_match_interpreter(name
     text = generate(plan, None, "c")
     assert marker in text and "Bpack" not in text
     check(plan, threads=threads)
+
+
+def test_a_loop_both_parallel_and_vectorised_compiles():
+    """An epilogue nest whose one loop is parallel and vectorised gets one combined
+    `parallel for simd` (two stacked pragmas on one loop do not compile; fuzz seed 1404)."""
+    program = parse("input X1: f32[3, 3]\nparam P2: f32[3, 1]\nT3 = linear(X1, P2)\nT4 = erf(T3)\n")
+    plan = autocomp.optimize(program, target="host", tune=0).after
+    assert "#pragma omp parallel for num_threads(ac_team())\n        #pragma omp simd" not in generate_c(plan)
+    check(plan)

@@ -2063,6 +2063,21 @@ class _KernelWriter:
         else:
             self.emit(depth, f"for (long {v} = {lo}; {v} < {hi}; ++{v}) {{")
 
+
+    def _loop_pragmas(self, d: int, parallel: bool, simd: bool, unroll: int) -> None:
+        """A loop's pragmas: one combined construct where it is both parallel and vectorised
+        (two stacked pragmas on one loop do not compile), else each alone; a loop takes one
+        of simd / unroll: simd wins."""
+        if parallel and simd:
+            self.emit(d, "#pragma omp parallel for simd num_threads(ac_team())")
+            return
+        if parallel:
+            self.emit(d, "#pragma omp parallel for num_threads(ac_team())")
+        if simd:
+            self.emit(d, "#pragma omp simd")
+        elif unroll > 1:
+            self.emit(d, f"#pragma GCC unroll {unroll}")
+
     def plain_affine(self, node, depth, var, bounds) -> None:
         """A statement whose point loops a user's trace skewed or reversed: its loops exactly
         in the tree's order (no loop moved: the order is the schedule's), with the affine
@@ -2080,12 +2095,7 @@ class _KernelWriter:
         affine = {a.name: a for a in affine_point_bounds(node, spans, floordiv="AC_FLOORDIV",
                                                          maximum="AC_MAX", minimum="AC_MIN")}
         for p in node.loops:
-            if p.parallel:
-                self.emit(d, "#pragma omp parallel for num_threads(ac_team())")
-            if p.vectorize:
-                self.emit(d, "#pragma omp simd")  # (a loop takes one of simd / unroll: simd wins)
-            elif p.unroll > 1:
-                self.emit(d, f"#pragma GCC unroll {p.unroll}")
+            self._loop_pragmas(d, p.parallel, p.vectorize, p.unroll)
             self._affine_for(d, affine, p, var)
             d += 1
             for a in affine.values():
@@ -2146,12 +2156,8 @@ class _KernelWriter:
                 self.emit(d, f"{self.ctype(stmt.target)} {acc} = {target};")
                 self.emit(d, f"#pragma omp simd reduction({stmt.reduce}:{acc})")
             else:
-                if p.parallel:
-                    self.emit(d, "#pragma omp parallel for num_threads(ac_team())")
-                if (p.vectorize and bounds[p.name][2] != 1 and not reordered) or (moved and p is inner):
-                    self.emit(d, "#pragma omp simd")  # (a loop takes one of simd / unroll: simd wins)
-                elif p.unroll > 1:
-                    self.emit(d, f"#pragma GCC unroll {p.unroll}")
+                simd = (p.vectorize and bounds[p.name][2] != 1 and not reordered) or (moved and p is inner)
+                self._loop_pragmas(d, p.parallel, simd, p.unroll)
             start, end, trip = bounds[p.name]
             self._for(d, var[p.name], start, end, trip)
             d += 1
