@@ -135,8 +135,8 @@ def datapath_units(kernel: Kernel, target) -> np.ndarray:
     units = np.ones(len(kernel.loops), dtype=np.int64)
     dp = datapath_of(compute, anchor)   # the per-kind compute description (accel/cost.py)
     if dp.on_array:
-        units[anchor.row_loop] = compute.pe_rows
-        units[anchor.col_loop] = compute.pe_cols
+        for loop, along in anchor.array_units:
+            units[loop] = along
     else:
         loop = contiguous_loop(kernel)
         units[kernel.loop_names.index(loop) if loop else len(kernel.loops) - 1] = dp.width

@@ -364,3 +364,37 @@ def test_host_charges_integer_tensors_the_bytes_of_their_c_buffers():
     tpu = kernel_model(kernel, load_target("tpu"))
     assert {a.elem_bytes for st in host.statements for a in st.accesses} == {8}
     assert {a.elem_bytes for st in tpu.statements for a in st.accesses} == {1}
+
+
+STEM = """input X: f32[1, 3, 226, 226]
+param W: f32[32, 3, 3, 3]
+tensor Y: f32[1, 32, 112, 112]
+Y[n, f, h, w] += X[n, c, 2*h + r, 2*w + s] * W[f, c, r, s]
+output Y
+"""
+
+
+def test_im2col_puts_a_stem_convs_channels_and_taps_on_the_rows():
+    # A 3-channel stem conv: c alone fills 3 of npu's 32 PE rows; with im2col (the default) c,
+    # r and s share them (27 rows), so the array passes drop 9x. The model, the simulator and
+    # the physical limit read the same mapping; `im2col: false` restores rows = c.
+    from autocomp_jupyter.accel.limit import physical_limit
+    from autocomp_jupyter.accel.sim import simulate
+    from autocomp_jupyter.dsl import parse
+
+    npu = load_target("npu")
+    flat = parse_target(Path(npu.source).read_text().replace("dataflow: weight_stationary",
+                                                             "dataflow: weight_stationary\n  im2col: false"), "flat.yaml")
+    assert npu.compute.im2col and not flat.compute.im2col
+    program = parse(STEM)
+    kernel = kernels_unfused(program)[0]
+    rows = {id(t): dict(kernel_model(kernel, t).statements[0].array_units) for t in (npu, flat)}
+    names = kernel.loop_names
+    assert {names[i]: u for i, u in rows[id(npu)].items()} == {"c": 3, "r": 3, "s": 3, "f": 32}
+    assert {names[i]: u for i, u in rows[id(flat)].items()} == {"c": 32, "f": 32}
+    floor = [physical_limit(program, t)["datapaths_s"]["PE array"] for t in (npu, flat)]
+    assert floor[1] == pytest.approx(9 * floor[0], rel=0.05)
+    schedule = naive_schedule(kernel, npu)
+    model = evaluate(schedule, npu)
+    assert model.pe_util == pytest.approx(27 / 32)
+    assert simulate(schedule, npu).time_s == pytest.approx(model.time_s, rel=0.10)

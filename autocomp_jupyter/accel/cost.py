@@ -291,6 +291,9 @@ class _StatementModel:
     row_loop: int            # anchor loop on pe rows (systolic mac), else -1
     col_loop: int
     accesses: list[_AccessModel]
+    # ((anchor loop, PE units along it), ...): the rows' loops (several with im2col), then the
+    # column loop; what one pass of the array covers. Empty off the array.
+    array_units: tuple[tuple[int, int], ...] = ()
     in_place: bool = False   # an epilogue computing over an internal tile it may overwrite
     reduce: bool = False     # accumulates into its target (a reduction)
     out_mask: np.ndarray | None = None  # [D] bool: anchor loops indexing the target
@@ -385,8 +388,11 @@ class KernelModel:
         reads = stmt.reads()
         dtype = kernel.tensor(reads[0].tensor).dtype if reads else kernel.tensor(stmt.target).dtype
         row = col = -1
+        array_units = ()
         if mac and compute.kind == "systolic":   # on the PE array if it is a contraction it can run
-            row, col = _systolic_mapping(stmt, m, index, compute.dataflow) or (-1, -1)
+            rows_on, col = _systolic_mapping(stmt, m, index, compute) or ((), -1)
+            row = rows_on[0][0] if rows_on else -1
+            array_units = rows_on + ((col, compute.pe_cols),) if rows_on else ()
         # An elementwise epilogue (no reduction, no local loops) over an internal tile the
         # anchor left on chip writes its result over that tile: it needs no buffer of its own.
         in_place = (si != kernel.anchor and not stmt.reduce and not local
@@ -398,7 +404,8 @@ class KernelModel:
                                out_mask=target_access.index_mask & present, contig_loop=contig,
                                local_points=math.prod(local.values()) if local else 1,
                                points=stmt.points, flops_per_point=stmt.expr.flops() + (1 if stmt.reduce else 0),
-                               mac=mac, dtype=dtype, row_loop=row, col_loop=col, accesses=accesses)
+                               mac=mac, dtype=dtype, row_loop=row, col_loop=col, accesses=accesses,
+                               array_units=array_units)
 
     # ------------------------------------------------------------------ inputs
 
@@ -619,8 +626,8 @@ class KernelModel:
             dp = datapath_of(compute, st)
             width = dp.width
             if dp.on_array:
-                unit[:, st.row_loop] = compute.pe_rows
-                unit[:, st.col_loop] = compute.pe_cols
+                for loop, along in st.array_units:
+                    unit[:, loop] = along
             else:
                 pres_inner = st.present[inner_order]
                 last = D - 1 - np.argmax(pres_inner[:, ::-1], axis=1)
@@ -1184,15 +1191,19 @@ def _traffic(kind: str, footprint, fetches, distinct):
     return footprint * fetches
 
 
-def _systolic_mapping(stmt, loop_map, index, dataflow) -> tuple[int, int] | None:
-    """Anchor loops on the PE rows and columns for a contraction, or None when the array
-    cannot run it (it then runs on the vector unit).
+def _systolic_mapping(stmt, loop_map, index, compute) -> tuple[tuple[tuple[int, int], ...], int] | None:
+    """((anchor loop, PE rows it takes), ...) for the rows, and the anchor loop on the PE
+    columns, for a contraction; None when the array cannot run it (it then runs on the
+    vector unit).
 
     The weight is the operand with the fewest output loops (B[k, j], W[f, c, r, s]); its
     largest output loop that the other operand does not index goes on the columns (each
     column holds its own weights and sees the same streamed input). Weight-stationary puts
     its largest reduction loop shared with the other operand on the rows (the TPU and
     Gemmini default); output-stationary puts the other operand's largest output loop there.
+    Where that loop is shorter than the rows and the target has `im2col`, the next longest
+    loops of the same kind share the rows (a 3-channel stem conv's (c, r, s): 27 rows of 32,
+    where c alone fills 3; a 16-channel 3x3 conv's (c, r) 16 x 2).
     A depthwise convolution (P[c, h, w] += X[c, h + r, w + s] * W[c, r, s]) has no such
     column loop: every output loop of the weight also indexes the input, so a column would
     need its own input stream — systolic accelerators run it on their vector unit.
@@ -1210,16 +1221,29 @@ def _systolic_mapping(stmt, loop_map, index, dataflow) -> tuple[int, int] | None
     if not col_choices or not shared_reductions:
         return None
     col = max(col_choices, key=lambda l: ext[l])
-    if dataflow == "output_stationary":
+    if compute.dataflow == "output_stationary":
         choices = [l for l in other_loops if l in outs and l != col and l not in weight_loops]
         choices = choices or [l for l in outs if l != col]
     else:
         choices = shared_reductions
     choices = choices or [l for l in ext if l != col] or [col]
-    row = max(choices, key=lambda l: ext[l])
+    ranked = sorted(dict.fromkeys(choices), key=lambda l: -ext[l])   # stable: first listed on ties
+    row = ranked[0]
     if row not in loop_map or col not in loop_map:
         return None     # a loop local to this statement (no kernel loop to tile): not on the array
-    return index[loop_map[row]], index[loop_map[col]]
+    rows = [(index[loop_map[row]], compute.pe_rows)]
+    if compute.im2col and ext[row] < compute.pe_rows:
+        free = compute.pe_rows // ext[row]
+        rows = [(index[loop_map[row]], ext[row])]
+        for loop in ranked[1:]:
+            if free < 2:
+                break
+            if loop not in loop_map or ext[loop] < 2:
+                continue
+            take = min(ext[loop], free)
+            rows.append((index[loop_map[loop]], take))
+            free //= take
+    return tuple(rows), index[loop_map[col]]
 
 
 def _weight_read(stmt) -> int | None:
@@ -1359,10 +1383,9 @@ def textbook_schedule(kernel: Kernel, target) -> Schedule:
     anchor = model.statements[kernel.anchor]
     compute = target.compute
     if datapath_of(compute, anchor).on_array:
-        tiles[anchor.row_loop, L - 1] = compute.pe_rows
-        tiles[anchor.col_loop, L - 1] = compute.pe_cols
-        tiles[anchor.row_loop, : L - 1] = np.maximum(tiles[anchor.row_loop, : L - 1], compute.pe_rows)
-        tiles[anchor.col_loop, : L - 1] = np.maximum(tiles[anchor.col_loop, : L - 1], compute.pe_cols)
+        for loop, along in anchor.array_units:
+            tiles[loop, L - 1] = along
+            tiles[loop, : L - 1] = np.maximum(tiles[loop, : L - 1], along)
     else:
         tiles[D - 1, L - 1] = max(tiles[D - 1, L - 1], compute.vector_width(anchor.dtype))
     tiles = np.minimum(tiles, model.extents[:, None])

@@ -7,9 +7,9 @@
 The compulsory bytes are every program input, param and output moved once
 (`roofline.compulsory_bytes`). A statement's work runs on the datapath the cost model puts
 it on (`cost.datapath_of`: the PE array, the vector unit, SIMT lanes, cores), in passes of
-that datapath's width, on every compute unit at once: on the array, its two mapped loops in
-blocks of pe_rows x pe_cols (ceil(E / rows) x ceil(E / cols) blocks: the best fill those
-extents allow), and each distinct block of its stationary operand filled into the array
+that datapath's width, on every compute unit at once: on the array, its mapped loops in
+blocks of the PE units each takes (pe_rows x pe_cols, or with im2col several reduction loops
+sharing the rows: ceil(E / units) blocks each, the best fill those extents allow), and each distinct block of its stationary operand filled into the array
 once (`fill_cycles`; with double-buffered weights only what its stream cannot hide); on a vector datapath, its points in runs of the vector width along the loop
 that fills them best (or all its points as one flat run for an elementwise statement, as
 the model streams them). Datapaths run concurrently, so the limit is the largest of these
@@ -50,15 +50,15 @@ def physical_limit(program: Program, target) -> dict:
             present = extents[st.present]
             fill = 0.0
             if dp.on_array:
-                rows, cols = extents[st.row_loop], extents[st.col_loop]
-                others = math.prod(e for i, e in enumerate(extents) if st.present[i] and i not in (st.row_loop, st.col_loop))
-                blocks = math.ceil(rows / compute.pe_rows) * math.ceil(cols / compute.pe_cols)
+                mapped = dict(st.array_units)
+                others = math.prod(e for i, e in enumerate(extents) if st.present[i] and i not in mapped)
+                blocks = math.prod(math.ceil(extents[i] / along) for i, along in mapped.items())
                 passes = blocks * others
                 stationary = _stationary_operand(st)
                 if stationary is not None:
                     # Each distinct block of the stationary operand fills the array at least once.
                     blocks *= math.prod(e for i, e in enumerate(extents) if stationary.index_mask[i] and st.present[i]
-                                        and i not in (st.row_loop, st.col_loop))
+                                        and i not in mapped)
                     fill = float(_fill_cycles(compute, np.float64(blocks), passes * st.local_points * dp.pass_cycles))
             else:
                 width = dp.width
@@ -88,8 +88,7 @@ def _array_operands(model, st, extents, compute) -> dict[int, float]:
     per row block, accumulated on write; the stationary operand once), each through the
     innermost level that holds it."""
     out: dict[int, float] = {}
-    blocks = {st.row_loop: math.ceil(extents[st.row_loop] / compute.pe_rows),
-              st.col_loop: math.ceil(extents[st.col_loop] / compute.pe_cols)}
+    blocks = {loop: math.ceil(extents[loop] / along) for loop, along in st.array_units}
     for a in st.accesses:
         used = a.index_mask & st.present
         elements = min(math.prod(e for i, e in enumerate(extents) if used[i]), float(np.prod(a.dims)))

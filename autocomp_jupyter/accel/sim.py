@@ -204,7 +204,8 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
     unit = np.ones(D, dtype=np.int64)
     dp = datapath_of(compute, st)
     if dp.on_array:
-        unit[st.row_loop], unit[st.col_loop] = compute.pe_rows, compute.pe_cols
+        for loop, along in st.array_units:
+            unit[loop] = along
     else:
         inner = [d for d in orders[L - 1] if present[d]]
         vec = vectorize if vectorize >= 0 and present[vectorize] else (inner[-1] if inner else 0)

@@ -128,6 +128,11 @@ class ComputeSpec:
     # last partial sums drained (pe_rows + pe_cols, the default), or 0 where every PE reads
     # its next weight from its own register file.
     fill_cycles: float = 0.0
+    # Whether the PE rows may take several reduction loops at once (im2col: a convolution's
+    # input channels and window taps, (c, r, s), on the rows, the feeder reading each row's
+    # input through the window, as Gemmini's im2col unit and TPU convolution emitters do).
+    # Without it a 3-channel stem conv fills 3 of 32 rows; with it 27.
+    im2col: bool = True
 
     def macs(self, dtype: str) -> float:
         """MACs per cycle per unit for `dtype`."""
@@ -289,6 +294,7 @@ COMPUTE_SCHEMA: dict[str, Any] = {
     "arrays": "posint", "cores": "posint", "lanes": "posint", "fma_units": "posint",
     "dataflow": ("enum", DATAFLOWS),
     "double_buffered_weights": "bool",
+    "im2col": "bool",
     "fill_cycles": "nonneg",
     "vector_lanes": "posint",
     "peak_macs_per_cycle": ("dtype_map", "pos"),
@@ -428,7 +434,7 @@ def _check_value(value: Any, spec: Any, key_path: str, filename: str) -> None:
 
 KIND_FIELDS = {
     "systolic": {"required": ("pe_rows", "pe_cols"),
-                 "allowed": ("kind", "pe_rows", "pe_cols", "arrays", "dataflow", "double_buffered_weights",
+                 "allowed": ("kind", "pe_rows", "pe_cols", "arrays", "dataflow", "double_buffered_weights", "im2col",
                              "fill_cycles", "peak_macs_per_cycle", "vector_ops_per_cycle", "vector_lanes")},
     "simt": {"required": ("cores", "lanes"),
              "allowed": ("kind", "cores", "lanes", "fma_units", "peak_macs_per_cycle",
@@ -516,6 +522,7 @@ def _build(raw: dict, filename: str) -> Target:
         max_blocks_per_unit=c.get("max_blocks_per_core", 1),
         implicit_parallel=bool(c.get("implicit_parallel", True)),
         double_buffered_weights=bool(c.get("double_buffered_weights", False)),
+        im2col=bool(c.get("im2col", True)),
         fill_cycles=float(c.get("fill_cycles", c.get("pe_rows", 1) + c.get("pe_cols", 1))),
     )
     memory = tuple(
