@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from autocomp_jupyter.accel.cost import (METRIC_NAMES, baseline_costs, evaluate, evaluate_batch,
-                                         kernel_model, library_schedule, naive_schedule)
+                                         kernel_model, library_schedule, naive_schedule, textbook_schedule)
 from autocomp_jupyter.accel.target import load_target, parse_target
 from autocomp_jupyter.ir.program import Access, Affine, BinOp, Call, Loop, Op, Program, Statement, Tensor
 from autocomp_jupyter.ir.schedule import Kernel, Schedule, kernels_unfused
@@ -398,3 +398,35 @@ def test_im2col_puts_a_stem_convs_channels_and_taps_on_the_rows():
     model = evaluate(schedule, npu)
     assert model.pe_util == pytest.approx(27 / 32)
     assert simulate(schedule, npu).time_s == pytest.approx(model.time_s, rel=0.10)
+
+
+def _depthwise_taps(r: int, s: int) -> str:
+    return f"""input X: f32[64, {26 + r}, {30 + s}]
+param W: f32[64, {r}, {s}]
+tensor Y: f32[64, 28, 32]
+Y[c, h, w] += X[c, h + i, w + j] * W[c, i, j]
+output Y
+"""
+
+
+@pytest.mark.parametrize("target", ["npu", "gpu"])
+def test_a_vector_unit_keeps_a_windows_taps_in_registers(target):
+    # Along the tap loop that shares the vector loop's input index (j in X[c, h + i, w + j]),
+    # the lanes shift one loaded row instead of reloading it, and the partial sums stay in
+    # registers: 3 taps along w move about what 1 does into the datapath, not 3x; taps along
+    # h (i) still reload rows.
+    from autocomp_jupyter.dsl import parse
+
+    t = load_target(target)
+    moved = {}
+    for taps in ((1, 1), (1, 3), (3, 1)):
+        kernel = kernels_unfused(parse(_depthwise_taps(*taps)))[0]
+        model = kernel_model(kernel, t)
+        schedule = textbook_schedule(kernel, t)          # each innermost tile holds all taps
+        schedule = Schedule(kernel, tiles=schedule.tiles, order=schedule.order, levels=schedule.levels,
+                            annotations={**schedule.annotations, "vectorize": "w"})
+        assert model.statements[0].row_loop < 0         # off the PE array
+        cost = model.evaluate_batch(*model.schedule_arrays(schedule))
+        moved[taps] = float(cost.datapath_bytes[0, 0].sum())
+    assert moved[(1, 3)] < 1.25 * moved[(1, 1)]
+    assert moved[(3, 1)] > 2.0 * moved[(1, 1)]

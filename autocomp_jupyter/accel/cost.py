@@ -294,6 +294,7 @@ class _StatementModel:
     # ((anchor loop, PE units along it), ...): the rows' loops (several with im2col), then the
     # column loop; what one pass of the array covers. Empty off the array.
     array_units: tuple[tuple[int, int], ...] = ()
+    window: np.ndarray | None = None   # [D, D] bool: see _statement_model
     in_place: bool = False   # an epilogue computing over an internal tile it may overwrite
     reduce: bool = False     # accumulates into its target (a reduction)
     out_mask: np.ndarray | None = None  # [D] bool: anchor loops indexing the target
@@ -398,6 +399,18 @@ class KernelModel:
         in_place = (si != kernel.anchor and not stmt.reduce and not local
                     and any(a.internal and a.kind == "read" for a in accesses))
         target_access = accesses[0]
+        # window[d]: reduction loops sharing an input index row with loop d (X[.., w + s]),
+        # for a reduction off the PE array (what a vector unit keeps in registers)
+        window = None
+        if stmt.reduce and row < 0:
+            reduction = present & ~(target_access.index_mask)
+            window = np.zeros((D, D), dtype=bool)
+            for a in accesses[1:]:
+                for coeff_row in a.coeff:
+                    used = np.nonzero(coeff_row)[0]
+                    for d in used:
+                        window[d, used] |= reduction[used] & (used != d)
+            window = window if window.any() else None
         last_row = target_access.coeff[-1] if len(target_access.coeff) else np.zeros(D)
         contig = int(np.argmax(last_row)) if last_row.any() else -1
         return _StatementModel(in_place=in_place, present=present, reduce=bool(stmt.reduce),
@@ -405,7 +418,7 @@ class KernelModel:
                                local_points=math.prod(local.values()) if local else 1,
                                points=stmt.points, flops_per_point=stmt.expr.flops() + (1 if stmt.reduce else 0),
                                mac=mac, dtype=dtype, row_loop=row, col_loop=col, accesses=accesses,
-                               array_units=array_units)
+                               array_units=array_units, window=window)
 
     # ------------------------------------------------------------------ inputs
 
@@ -646,9 +659,20 @@ class KernelModel:
                 tile_points = np.prod(np.where(st.present, E / inner_counts, 1.0), axis=1)
                 passes = np.prod(inner_counts, axis=1) * np.ceil(tile_points / width - 1e-9) * st.local_points
             dp_rel = dp_counts / np.where(st.present, counts[:, L - 1, :], 1.0)
-            dp_trips = np.concatenate([trips, np.take_along_axis(dp_rel, inner_order, axis=1)], axis=1)
             dp_loops = np.concatenate([seq_loops, inner_order], axis=1)
             dp_mean = E / dp_counts
+            # Operands reach the datapath per pass; a vector unit keeps a window's taps in
+            # registers instead: along a reduction loop that shares an input index with the
+            # vector loop (a depthwise conv's s in X[.., w + s]), the lanes shift one loaded
+            # row rather than reloading it, and the partial sums stay in registers across it.
+            ts_rel, ts_counts, ts_mean = dp_rel, dp_counts, dp_mean
+            if not dp.on_array and st.window is not None and self.host is None:
+                wmask = st.window[vec_loop] & st.present                      # [n, D]
+                inner = np.where(st.present, counts[:, L - 1, :], 1.0)
+                ts_counts = np.where(wmask, inner, dp_counts)
+                ts_rel = np.where(wmask, 1.0, dp_rel)
+                ts_mean = E / ts_counts
+            dp_trips = np.concatenate([trips, np.take_along_axis(ts_rel, inner_order, axis=1)], axis=1)
             cycles = passes * dp.pass_cycles
             fill = 0.0                        # cycles the array fills, nothing streaming
             if st.mac:
@@ -721,12 +745,12 @@ class KernelModel:
                     read_share.append(1.0 if a.kind == "read" else np.maximum(loads, 0.0) / np.maximum(
                         2.0 * fetches - distinct, 1e-30) if a.kind == "accumulate" else 0.0)
                 fetches = _fetches(a.index_mask[dp_loops], dp_trips)
-                distinct = np.prod(np.where(a.index_mask & st.present, dp_counts, 1.0), axis=1)
+                distinct = np.prod(np.where(a.index_mask & st.present, ts_counts, 1.0), axis=1)
                 # A systolic array's partial sums are added into its accumulator as they arrive
                 # (the banks read-modify-write in place: Gemmini's accumulate-on-write, the MXU's
                 # result buffers): one transfer each on the port, none read back out.
                 dp_kind = "write" if a.kind == "accumulate" and compute.kind == "systolic" else a.kind
-                datapath = _traffic(dp_kind, _footprint(a, dp_mean), fetches, distinct)
+                datapath = _traffic(dp_kind, _footprint(a, ts_mean), fetches, distinct)
                 # Spill: blend each level's traffic toward what streams through it.
                 through = datapath
                 eff = [None] * len(a.chain)
