@@ -32,7 +32,11 @@ The model (Timeloop / ZigZag style):
   that level and outside it, the textbook tiling of it alone inside, clipped to the region;
   its work, traffic and energy are then scaled by the recompute: the regions' total over
   every tile at the compute point (halos counted in each) over the statement's own points,
-  times the tiles of loops its region does not follow (it runs again in each). Its tensor
+  times the tiles of loops its region does not follow (it runs again in each). Along the
+  compute loop itself the halo is carried where that loop runs in order on one unit (the
+  rows the next tile shares with this one stay in its buffer, a line buffer: only new rows
+  are computed, the halo once per sweep); where the loop is spread over several units it is
+  recomputed in every tile (`_ProducerModel.carries`). Its tensor
   is internal: no DRAM traffic, its region on chip where the consumer reads it. Producer
   and consumer run one after the other in each tile: their times add.
 * Time. Levels whose tiles fit twice (double buffering) overlap their transfers with
@@ -879,7 +883,7 @@ class KernelModel:
                 if u != anchor_unit:
                     busy[u] = busy.get(u, 0.0) + v
         for producer in self.producers:      # computed at the anchor's tiles: its own nest, recomputed
-            cost, mult = producer.evaluate(tiles, orders, counts)
+            cost, mult = producer.evaluate(tiles, orders, counts, parallel)
             unit = datapath_of(compute, producer.model.statements[0]).unit
             busy[unit] = busy.get(unit, 0.0) + cost.time_s * mult
             for u, v in (cost.compute_by_unit or {}).items():
@@ -944,9 +948,11 @@ class _ProducerModel:
         from ..ir.loopnest import regions
 
         index = group[0]
+        self.group = group
         stmt = kernel.statements[index]
         self.loop, self.level = kernel.computed_at()[index]
         self.levels = target.tiling_levels
+        self.units = target.compute.units
         self.kernel = _producer_kernel(kernel, group)
         self.model = kernel_model(self.kernel, target)
         self.extents = np.array([l.extent for l in stmt.loops], dtype=float)
@@ -1002,9 +1008,9 @@ class _ProducerModel:
         choice[poor] = best
         return _merge(own, _pick(costs, best), poor), choice
 
-    def evaluate(self, tiles, orders, counts) -> tuple["BatchCost", np.ndarray]:
+    def evaluate(self, tiles, orders, counts, parallel=None) -> tuple["BatchCost", np.ndarray]:
         """(its cost over its whole region once, the recompute factor) per candidate."""
-        sub, mult = self.region_tiles(tiles, orders, counts)
+        sub, mult = self.region_tiles(tiles, orders, counts, parallel)
         return self._choose(sub)[0], mult
 
     def schedule(self, sub: np.ndarray) -> Schedule:
@@ -1017,9 +1023,19 @@ class _ProducerModel:
                         order=order, annotations=self.own.annotations, levels=self.levels)
 
 
-    def region_tiles(self, tiles, orders, counts) -> tuple[np.ndarray, np.ndarray]:
+    def carries(self, parallel) -> np.ndarray:
+        """[n] bool: whether its halo along the compute loop is carried from tile to tile —
+        where that loop runs in order on one unit; spread over several units, each tile
+        recomputes its halo (`parallel` [n, D] as the model normalises it; None: carried)."""
+        loop = self.anchor_index[self.loop]
+        if parallel is None or self.units <= 1:
+            return np.ones(len(parallel) if parallel is not None else 1, dtype=bool)
+        return ~np.asarray(parallel, dtype=bool)[:, loop]
+
+    def region_tiles(self, tiles, orders, counts, parallel=None) -> tuple[np.ndarray, np.ndarray]:
         """Its tiles [n, loops, levels] over the region of each candidate, and the recompute."""
         n, D, L = tiles.shape
+        carried = np.broadcast_to(self.carries(parallel), (n,))
         levels = self.levels
         at = levels.index(self.level) if self.level in levels else L - 1
         loop = self.anchor_index[self.loop]
@@ -1042,15 +1058,31 @@ class _ProducerModel:
             region = lambda t: np.clip(k * t + hi - lo, 1, ext)               # noqa: E731
             sub[:, d, :] = np.minimum(region(tiles[:, a, :].astype(float)), self.inner_tiles[d][None, :])
             sub[:, d, : at + 1] = region(T_point[:, a])[:, None]
-            # Rows computed over all tiles at the point: each tile's region, the borders clipped.
+            # Rows computed over all tiles at the point: each tile's region, the borders clipped;
+            # a carried halo once per sweep of the compute loop (its parent tiles).
             Ea = self.anchor_extents[a]
-            total = k * Ea + n_point[:, a] * (hi - lo) - max(0, -lo) - np.maximum(0.0, k * Ea + hi - ext)
+            halos = n_point[:, a]
+            if a == loop:
+                sweeps = counts[:, at - 1, a] if at else np.ones(n)
+                halos = np.where(carried, sweeps, halos)
+            total = k * Ea + halos * (hi - lo) - max(0, -lo) - np.maximum(0.0, k * Ea + hi - ext)
             mult *= np.clip(total, 1.0, None) / ext
         for a in range(D):       # loops its region does not follow: it runs again in each of their tiles
             if a not in self.followed:
                 mult *= n_point[:, a]
         sub = np.maximum(np.minimum.accumulate(np.floor(sub), axis=2), 1).astype(np.int64)
         return sub, mult
+
+
+def carried_halos(schedule: Schedule, target) -> set[int]:
+    """Statements of `schedule`'s kernel computed at its tiles whose halo along the compute
+    loop is carried from tile to tile (`_ProducerModel.carries`), for the code listings."""
+    target = load_target(target)
+    model = kernel_model(schedule.kernel, target)
+    if not model.producers:
+        return set()
+    _, _, parallel, _ = model.normalise(*model.schedule_arrays(schedule))
+    return {i for p in model.producers if bool(p.carries(parallel)[0]) for i in p.group}
 
 
 MAX_PRODUCER_ORDERS = 4     # inner orders tried for a producer nest over its region

@@ -163,7 +163,7 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
             if u != anchor_unit:
                 busy[u] = busy.get(u, 0.0) + v
         for producer in model.producers:
-            sub, mult = producer.region_tiles(tiles, orders, counts)
+            sub, mult = producer.region_tiles(tiles, orders, counts, parallel)
             r = simulate(producer.schedule(sub[0]), target, max_steps)
             unit = datapath_of(target.compute, producer.model.statements[0]).unit
             busy[unit] = busy.get(unit, 0.0) + r.time_s * float(mult[0])

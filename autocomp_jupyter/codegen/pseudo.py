@@ -81,6 +81,10 @@ class _KernelPseudo:
         nest = lower(s)
         self.tile_bounds = {var: b for _, _, bounds in nest.walk() for var, b in bounds.items()}
         self.regions = {c.index: c for _, c in nest.computes() if any(p.region is not None for p in c.loops)}
+        self.carried = set()
+        if self.regions and self.target is not None:
+            from ..accel.cost import carried_halos
+            self.carried = carried_halos(s, self.target)
         self.emit(0, f"kernel {k.name}:    # ops {', '.join(k.ops)}")
         for t in k.tensors:
             where = "on chip only" if t.name in k.internals else "in DRAM"
@@ -255,8 +259,10 @@ class _KernelPseudo:
             self.emit(depth, f"if last({', '.join(node.last_of)}):    # after the last reduction tile")
             depth += 1
         if si in self.regions:
+            halo = ("; the rows it shares with the previous tile stay (a line buffer): only new rows"
+                    if si in self.carried else " (a halo is recomputed)")
             self.emit(depth, f"# computed at this tile over the region of {stmt.target} it reads"
-                             + (", from 0 each time" if node.recompute else "") + " (a halo is recomputed)")
+                             + (", from 0 each time" if node.recompute else "") + halo)
         call, unit = _engine(self.target, stmt)
         lhs = self.footprint(stmt.target, stmt.target_indices, si, state)
         op = {None: "=", "+": "+=", "max": "max="}[stmt.reduce]
