@@ -206,9 +206,11 @@ def search_tiles(kernel: Kernel, target, current: Schedule | None, levels: dict[
 # Search results by canonical kernel, incumbent schedule, target, rule parameters and seed.
 _SEARCHES = LRU("tiling.search_tiles", 2048)
 # A search's random draw (tiles, orders, scores, tie-break scale) by kernel structure,
-# target, rule parameters and seed; and the scores of its local moves.
-_RANDOM = LRU("tiling.random_draw", 160)
-_KNOWN = LRU("tiling.local_scores", 160)
+# target, rule parameters and seed; and the scores of its local moves. ResNet-50 on one
+# preset draws for ~190 structures (library, pipeline, chain and producer searches); at 160
+# entries a fifth of its draws were evicted and drawn again. A draw is ~0.3 MB.
+_RANDOM = LRU("tiling.random_draw", 320)
+_KNOWN = LRU("tiling.local_scores", 320)
 
 
 def _search(kernel: Kernel, target, current: Schedule | None, levels: dict[str, str], params: dict,
