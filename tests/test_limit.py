@@ -60,3 +60,24 @@ def test_a_port_that_feeds_the_array_no_faster_than_it_computes_bounds_the_limit
     assert limit["bound"] == "scratchpad port" and limit["time_s"] > limit["datapaths_s"]["PE array"]
     res = autocomp.optimize(src, target="gemmini", tune=0)
     assert res.report["optimized"]["time_s"] >= limit["time_s"] * (1 - 1e-9)
+
+
+def test_the_hosts_compute_floor_is_what_a_core_sustains(monkeypatch):
+    """The host preset's lanes x FMA pipes x reported clock is a description, not a limit:
+    the floor takes the FMA rate a core sustains, measured by a compiled loop of independent
+    FMAs (never above the description)."""
+    from autocomp_jupyter.accel import host_peak, limit as limit_module
+
+    host = load_target("host")
+    c = host.compute
+    described = 2.0 * c.lanes * c.fma_units * host.clock_ghz * 1e9
+    measured = host_peak.measured_flops(max(4, min(16, c.lanes)))
+    assert measured is not None and 0.05 * described < measured
+    src = "input A: f32[256, 256]\nparam B: f32[256, 256]\nC[m, n] += A[m, k] * B[k, n]\noutput C\n"
+    program = parse(src)
+    monkeypatch.setattr(limit_module, "compute_ceiling", lambda target: 1.0)
+    nominal = physical_limit(program, host)["datapaths_s"]["cores"]
+    monkeypatch.setattr(limit_module, "compute_ceiling", lambda target: 2.0)
+    assert physical_limit(program, host)["datapaths_s"]["cores"] == pytest.approx(2 * nominal)
+    monkeypatch.undo()
+    assert host_peak.compute_ceiling(host) == pytest.approx(max(1.0, described / measured))
