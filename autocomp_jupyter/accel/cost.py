@@ -20,7 +20,9 @@ The model (Timeloop / ZigZag style):
   accumulator outputs, a per-PE register file weights); a tensor bypasses levels that do
   not hold its role. After the innermost level comes the datapath:
   operands stream from the innermost level into the PE array (tile: pe_rows x pe_cols on
-  the mapped loops) or the vector lanes (tile: one vector on the vectorised loop).
+  the mapped loops; with im2col several reduction loops share the rows) or the vector lanes
+  (tile: one vector on the vectorised loop; along a reduction loop sharing that loop's input
+  index, a depthwise conv's s in X[.., w + s], the registers keep the row: no reload per tap).
 * Spill. If a level's tiles overflow it by a fraction s of their footprint, that fraction
   of its traffic instead streams through from the parent as the inner level asks for it.
 * Compute. Passes of the PE array / vectors over the whole run, with edge waste of
