@@ -409,7 +409,7 @@ output Y
 """
 
 
-@pytest.mark.parametrize("target", ["npu", "gpu"])
+@pytest.mark.parametrize("target", ["npu", "gemmini"])
 def test_a_vector_unit_keeps_a_windows_taps_in_registers(target):
     # Along the tap loop that shares the vector loop's input index (j in X[c, h + i, w + j]),
     # the lanes shift one loaded row instead of reloading it, and the partial sums stay in

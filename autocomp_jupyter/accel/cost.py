@@ -21,8 +21,9 @@ The model (Timeloop / ZigZag style):
   not hold its role. After the innermost level comes the datapath:
   operands stream from the innermost level into the PE array (tile: pe_rows x pe_cols on
   the mapped loops; with im2col several reduction loops share the rows) or the vector lanes
-  (tile: one vector on the vectorised loop; along a reduction loop sharing that loop's input
-  index, a depthwise conv's s in X[.., w + s], the registers keep the row: no reload per tap).
+  (tile: one vector on the vectorised loop; on a systolic target's vector unit, along a
+  reduction loop sharing that loop's input index, a depthwise conv's s in X[.., w + s], its
+  registers keep the row: no reload per tap).
 * Spill. If a level's tiles overflow it by a fraction s of their footprint, that fraction
   of its traffic instead streams through from the parent as the inner level asks for it.
 * Compute. Passes of the PE array / vectors over the whole run, with edge waste of
@@ -667,12 +668,14 @@ class KernelModel:
             dp_rel = dp_counts / np.where(st.present, counts[:, L - 1, :], 1.0)
             dp_loops = np.concatenate([seq_loops, inner_order], axis=1)
             dp_mean = E / dp_counts
-            # Operands reach the datapath per pass; a vector unit keeps a window's taps in
-            # registers instead: along a reduction loop that shares an input index with the
-            # vector loop (a depthwise conv's s in X[.., w + s]), the lanes shift one loaded
-            # row rather than reloading it, and the partial sums stay in registers across it.
+            # Operands reach the datapath per pass; the vector unit beside a PE array keeps a
+            # window's taps in registers instead: along a reduction loop that shares an input
+            # index with the vector loop (a depthwise conv's s in X[.., w + s]), the lanes shift
+            # one loaded row rather than reloading it from the scratchpad, and the partial sums
+            # stay in registers across it. (SIMT lanes and the host's cores already read their
+            # operands from a register level of their own, which the tiles model.)
             ts_rel, ts_counts, ts_mean = dp_rel, dp_counts, dp_mean
-            if not dp.on_array and st.window is not None and self.host is None:
+            if not dp.on_array and st.window is not None and compute.kind == "systolic":
                 wmask = st.window[vec_loop] & st.present                      # [n, D]
                 inner = np.where(st.present, counts[:, L - 1, :], 1.0)
                 ts_counts = np.where(wmask, inner, dp_counts)
