@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from ..codegen.host_analysis import (BLOCK_CHANNELS, DIRECT_K_MAX, GEMM_MIN_BLOCK, channel_blocks, direct_slab, GEMM_WHOLE_K, GEMM_MR, GEMM_NR, GEMM_PACK_MIN, _padding, _unit_stride_reads,
+from ..codegen.host_analysis import (BLOCK_CHANNELS, claimed_makespan, DIRECT_K_MAX, GEMM_MIN_BLOCK, channel_blocks, direct_slab, GEMM_WHOLE_K, GEMM_MR, GEMM_NR, GEMM_PACK_MIN, _padding, _unit_stride_reads,
                                      direct_rows, host_copy_costs, packed_blocks, packed_contraction, packed_partition,
                                      partition_ranges, swapped_blocks, window_rows, winograd, WINOGRAD_PANEL)
 from ..ir.program import Access
@@ -184,8 +184,8 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     lanes = compute.vector_width("f32")
     mpan, npan = math.ceil(M / mr), math.ceil(N / nr)
     # threads: the work units codegen/c.py's packed path chooses for this many threads
-    # (`packed_partition`, per cache block nc), each thread its own share: on an idle machine
-    # the busiest thread runs ceil(units / T) of them, plus its part of the packing the cut adds
+    # (`packed_partition`, per cache block nc): on an idle machine the busiest thread's part of
+    # them as they are claimed (a short last chunk counted as short), with the packing the cut adds
     par = parallel[:, [index[anchors[l]] for l in pk.batch + pk.m + pk.n if l in anchors]].any(axis=1)
     T = np.where(par, compute.units, 1)
     share, extra, m_rows = np.ones(n), np.zeros(n), np.full(n, M)
@@ -194,7 +194,7 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
             continue
         part = packed_partition(pk, nc_block, t, a_cost, b_cost)
         rows = (T == t) & (NC == nc_block)
-        share[rows] = math.ceil(part.units / t) / part.units
+        share[rows] = part.share       # the busiest thread's part, its units claimed as the C claims them
         extra[rows] = part.extra_cycles
         if part.mode == "m":
             m_rows[rows] = min(M, part.chunk * mr)
@@ -361,8 +361,7 @@ def replay_packed(kernel: Kernel, schedule, target: Target) -> float | None:
         return cycles
 
     per_unit = [unit_cycles(m_lo, m_hi, n_lo, n_hi) for _, m_lo, m_hi, n_lo, n_hi in units]
-    U = len(per_unit)
-    busiest = max(sum(per_unit[U * t // threads:U * (t + 1) // threads]) for t in range(threads))
+    busiest = claimed_makespan(per_unit, threads)       # its units claimed as the C claims them
     return (busiest + _packed_serial_cycles(kernel, pk, lanes)) / (target.clock_ghz * 1e9)
 
 
