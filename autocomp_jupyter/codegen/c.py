@@ -93,7 +93,7 @@ from .host_analysis import (  # noqa: F401
     GEMM_MR, GEMM_NR, PAD_COPY_MAX, GEMM_PACK_MIN, GEMM_MIN_BLOCK, DIRECT_K_MAX,
     DIRECT_MIN_POINTS, DIRECT_STEP_MAX, PARTITION_THREADS, PARTITION_SLACK, PARTITION_REPACK_CYCLES, PARTITION_MACS_PER_CYCLE,
     PARTITION_UNIT_CYCLES, HOST_COPY_RUN, HOST_COPY_GATHER, HOST_COPY_STRIDED, Packed, DirectRows,
-    Partition, claimed_makespan, micro_shape, rows_outer, direct_rows, direct_slab, window_rows, packed_blocks, host_copy_costs,
+    Partition, claimed_makespan, gemv_split, micro_shape, rows_outer, direct_rows, direct_slab, window_rows, packed_blocks, host_copy_costs,
     packed_partition, partition_ranges, prepacked, b_in_place, winograd, channel_blocks, ChannelBlocks, BLOCK_CHANNELS, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
     _unit_stride_reads, _substitute, packed_contraction, epilogue_point, _epilogue)
 
@@ -327,10 +327,13 @@ static inline double ac_now(void) {
 }
 /* The team of every parallel region: all the threads, or one for the next AC_SOLO_REGIONS
    regions (twice as many each time the try after them waits again) after a region whose first
-   thread to finish waited at its end for over half the region (and 0.1 ms) for another: that
-   one's core was taken by another process, and each region's end would wait a time slice for
-   it (ResNet-50 on 2 threads with another process on one core: 113-150 ms, against 72 on one
-   thread and 39 on two idle cores). */
+   thread to finish waited at its end for over half the region (and AC_SOLO_WAIT) for another:
+   that one's core was taken by another process, and each region's end would wait a time slice
+   for it (ResNet-50 on 2 threads with another process on one core: 113-150 ms, against 72 on
+   one thread and 39 on two idle cores). A shorter wait is a sleeping thread's wake-up or a
+   hiccup of the virtual CPU, not a taken core: at 0.1 ms, MobileNetV2 on two idle cores fell
+   to one thread in 4 of 40 runs (7.9-8.4 ms against 4.7), at 0.5 ms in none. */
+#define AC_SOLO_WAIT 5e-4
 #define AC_SOLO_REGIONS 64
 #define AC_SOLO_MAX 4096      /* doubled (up to this) each time the next try waits again */
 static int ac_solo_left = 0, ac_solo_span = AC_SOLO_REGIONS;
@@ -357,7 +360,7 @@ static inline void ac_team_waited(const double* done, int n, double start) {
         first = done[t * 8] < first ? done[t * 8] : first;
         last = done[t * 8] > last ? done[t * 8] : last;
     }
-    if (last - first > 1e-4 && last - first > 0.5 * (last - start)) {
+    if (last - first > AC_SOLO_WAIT && last - first > 0.5 * (last - start)) {
         ac_solo_left = ac_solo_span;
         ac_solo_span = ac_solo_span < AC_SOLO_MAX ? 2 * ac_solo_span : AC_SOLO_MAX;
     } else {
@@ -1520,11 +1523,13 @@ class _KernelWriter:
         h = pk.n[-2] if dr.plane else None
         length = (ext[h] - 1) * dr.plane + dr.width if dr.plane else dr.width
         j = f("j") if dr.plane else w
-        e(d, f"float {acc}[{length}];")
+        if not gemv_split(pk, dr, parallel):
+            e(d, f"float {acc}[{length}];")
         jb, jj, blk = f("jb"), f("jj"), f("blk")
 
-        def taps(depth: int, target: str, lo: str, trip: str, unroll: bool) -> None:
-            # every reduction step adds a times B's row to the outputs [lo, lo + trip)
+        def taps(depth: int, target: str, lo: str, trip: str, unroll: bool, base: str = "") -> None:
+            # every reduction step adds a times B's row to the outputs [lo, lo + trip); `base`:
+            # the run starts there in both the target and B's row (a thread's part of a row)
             dk = depth
             for l in pk.k:
                 if unroll:
@@ -1539,10 +1544,11 @@ class _KernelWriter:
                 # (the hardware prefetcher alone: the 1280 -> 1000 classifier cold 0.37 ms,
                 # with this 0.23)
                 ahead = -(-DIRECT_PREFETCH_FLOATS // step_k) * step_k
-                e(dk, f"for (long {jj} = 0; {jj} < {trip}; {jj} += 16) __builtin_prefetch({src} + {ahead} + {jj});")
+                e(dk, f"for (long {jj} = 0; {jj} < {trip}; {jj} += 16) __builtin_prefetch({src} + {ahead} + "
+                      f"{base + ' + ' if base else ''}{jj});")
             e(dk, "#pragma omp simd")
-            at = f"{lo} + {jj}" if unroll else jj
-            e(dk, f"for (long {jj} = 0; {jj} < {trip}; ++{jj}) {target}[{jj}] += {a} * {src}"
+            at = f"{lo} + {jj}" if unroll else f"{base} + {jj}" if base else jj
+            e(dk, f"for (long {jj} = 0; {jj} < {trip}; ++{jj}) {target}[{base + ' + ' if base else ''}{jj}] += {a} * {src}"
                   f"[{at if dr.step == 1 else f'{dr.step} * ({at})'}];")
             for x in range(dk - 1, depth - 1, -1):
                 e(x, "}")
@@ -1556,6 +1562,8 @@ class _KernelWriter:
         # from DRAM in 0.33 ms; its row of 1000 accumulators stays in L1)
         small = pk.size("k") <= DIRECT_K_MAX
         block = DIRECT_BLOCK if small else length
+        if gemv_split(pk, dr, parallel):
+            return self.split_row(pk, d, taps, acc, length, w, flat)
         e(d, f"long {jb} = 0;")
         e(d, f"for (; {jb} + {block} <= {length}; {jb} += {block}) {{")
         e(d + 1, f"float {blk}[{block}];")
@@ -1594,6 +1602,39 @@ class _KernelWriter:
             e(x, "}")
         if region is not None:
             self.region_end(2, region)
+        e(1, "}")
+
+    def split_row(self, pk: Packed, d: int, taps, acc: str, length: int, w: str, flat) -> None:
+        """The one row of a GEMV (`gemv_split`) shared by the threads: each accumulates its own
+        contiguous run of the outputs (whole vectors) over all the reduction steps, streaming
+        its part of every weight row, then stores it with the epilogue."""
+        f, e = self.namer.fresh, self.emit
+        nth, t_done, t_start, tid, lo, hi, jj, v = (f(x) for x in ("nth", "t_done", "t_start", "tid", "lo", "hi",
+                                                                    "jj", "v"))
+        vecs = -(-length // GEMM_NR)
+        e(d, "/* the row shared by the threads: each its own run of whole vectors, over all of K */")
+        e(d, f"const int {nth} = ac_team();")
+        e(d, f"double {t_done}[{nth} * 8];    /* per thread: when it ran out of outputs */")
+        e(d, f"const double {t_start} = ac_now();")
+        e(d, f"#pragma omp parallel num_threads({nth})")
+        e(d, "{")
+        e(d + 1, f"const int {tid} = ac_thread();")
+        e(d + 1, f"const long {lo} = {vecs}L * {tid} / {nth} * {GEMM_NR}, "
+                 f"{hi} = AC_MIN({length}L, {vecs}L * ({tid} + 1) / {nth} * {GEMM_NR});")
+        e(d + 1, f"float {acc}[{length}];")
+        e(d + 1, "#pragma omp simd")
+        e(d + 1, f"for (long {jj} = {lo}; {jj} < {hi}; ++{jj}) {acc}[{jj}] = 0.0f;")
+        taps(d + 1, acc, "0", f"{hi} - {lo}", False, base=lo)
+        e(d + 1, "#pragma omp simd")
+        e(d + 1, f"for (long {w} = {lo}; {w} < {hi}; ++{w}) {{")
+        e(d + 2, f"const float {v} = {acc}[{w}];")
+        self.epilogue_store(pk, d + 2, v, lambda access: f"{self.cname[access.tensor]}[{flat(access)}]")
+        e(d + 1, "}")
+        e(d + 1, f"{t_done}[{tid} * 8] = ac_now();")
+        e(d, "}")
+        e(d, f"ac_team_waited({t_done}, {nth}, {t_start});")
+        for x in range(d - 1, 1, -1):
+            e(x, "}")
         e(1, "}")
 
     def blocked(self, pk: Packed, dr: DirectRows, cb: ChannelBlocks) -> None:

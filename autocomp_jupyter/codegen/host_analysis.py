@@ -254,6 +254,20 @@ def direct_rows(kernel: Kernel, pk: "Packed") -> DirectRows | None:
     return DirectRows(w, ext[w], step, tuple(pads))
 
 
+# A GEMV row at least this long is shared by the threads (`gemv_split`).
+GEMV_SPLIT_MIN = 256
+
+
+def gemv_split(pk: "Packed", dr: DirectRows, parallel: bool) -> bool:
+    """Whether the direct rows `dr` of `pk` are one long GEMV row the threads share, each its
+    own run of outputs over all K (codegen/c.py `split_row`): parallel, one batch item, one
+    n loop of at least GEMV_SPLIT_MIN outputs read at step 1, many reduction steps (K >
+    DIRECT_K_MAX: each streams a weight row). A classifier's 8 MB of weights then stream on
+    every core instead of one."""
+    return (parallel and pk.size("batch") == 1 and len(pk.n) == 1 and not dr.plane and not dr.dots
+            and dr.step == 1 and pk.size("k") > DIRECT_K_MAX and dr.width >= GEMV_SPLIT_MIN)
+
+
 def direct_slab(kernel: Kernel, pk: "Packed", dr: DirectRows) -> dict[int, str]:
     """{dimension: batch loop} when each batch item of direct rows `dr` reads only one slab of
     B — B's leading dimensions indexed by batch loops alone, unpadded, its others by none
