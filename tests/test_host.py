@@ -516,6 +516,9 @@ DIRECT_VARIANTS = {
                                             "Z = bias_add(Y, b)\nR = relu(Z)\n", "as planes of rows 16 apart"),
     "maxpool_3x3_stride2_pad1": ("input X: f32[2, 8, 29, 31]\nY = maxpool2d(X, kernel=3, stride=2, padding=1)\n",
                                  "direct rows of"),
+    # a padded copy large enough to be filled by all the threads (then static rows)
+    "maxpool_3x3_stride2_shared_copy": ("input X: f32[1, 16, 66, 70]\nY = maxpool2d(X, kernel=3, stride=2, padding=1)\n",
+                                        "direct rows of"),
     "avgpool_2x2_relu": ("input X: f32[1, 16, 40, 40]\nY = avgpool2d(X, kernel=2)\nR = relu(Y)\n", "direct rows of"),
 }
 
@@ -531,6 +534,7 @@ def test_one_row_gemms_and_pooling_run_as_direct_rows_and_match_interpreter(name
     text = generate(plan, None, "c")
     assert marker in text and "Bpack" not in text
     assert ("row shared by the threads" in text) == (name == "gemv_row_shared_relu"), name
+    assert ("omp parallel for collapse(3)" in text) == (name == "maxpool_3x3_stride2_shared_copy"), name
     check(plan, threads=threads)
     if name == "gemv_row_shared_relu" and threads == 2:
         check(plan, threads=3)      # runs of 21 and 20 vectors, the last one short

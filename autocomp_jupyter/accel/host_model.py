@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from ..codegen.host_analysis import (BLOCK_CHANNELS, claimed_makespan, gemv_split, DIRECT_K_MAX, GEMM_MIN_BLOCK, channel_blocks, direct_slab, GEMM_WHOLE_K, GEMM_MR, GEMM_NR, GEMM_PACK_MIN, _padding, _unit_stride_reads,
+from ..codegen.host_analysis import (BLOCK_CHANNELS, HOST_COPY_RUN, claimed_makespan, gemv_split, WINDOW_SHARED_COPY_MIN, DIRECT_K_MAX, GEMM_MIN_BLOCK, channel_blocks, direct_slab, GEMM_WHOLE_K, GEMM_MR, GEMM_NR, GEMM_PACK_MIN, _padding, _unit_stride_reads,
                                      direct_rows, host_copy_costs, packed_blocks, packed_contraction, packed_partition,
                                      partition_ranges, swapped_blocks, window_rows, winograd, WINOGRAD_PANEL)
 from ..ir.program import Access
@@ -624,5 +624,10 @@ def _window_rows_seconds(model, index: int, dr, tiles: np.ndarray, parallel: np.
     steps = math.prod(ext[l] for l in stmt.loop_names if l not in out)
     work = _rows_cycles(kernel, rows, steps, dr, rows * dr.width, 0.0, stmt.expr, lanes)
     threads = _threads(model, parallel, index, out[:-1])
-    cycles = work / np.minimum(threads, rows) + _other_statements(kernel, {index}, lanes)
+    # the padded copy it reads (a straight vectorised copy, HOST_COPY_RUN an element), its rows shared by
+    # the threads when it is large (codegen/c.py `window`)
+    t = kernel.tensor(stmt.expr.tensor)
+    padded = math.prod(n + lo + hi for n, (lo, hi) in zip(t.shape, dr.pads)) if any(lo or hi for lo, hi in dr.pads) else 0
+    copy = padded * HOST_COPY_RUN / np.where(padded >= WINDOW_SHARED_COPY_MIN, threads, 1)
+    cycles = work / np.minimum(threads, rows) + copy + _other_statements(kernel, {index}, lanes)
     return _tiled(model, tiles, index), cycles / (target.clock_ghz * 1e9)

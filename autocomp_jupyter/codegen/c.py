@@ -93,7 +93,7 @@ from .host_analysis import (  # noqa: F401
     GEMM_MR, GEMM_NR, PAD_COPY_MAX, GEMM_PACK_MIN, GEMM_MIN_BLOCK, DIRECT_K_MAX,
     DIRECT_MIN_POINTS, DIRECT_STEP_MAX, PARTITION_THREADS, PARTITION_SLACK, PARTITION_REPACK_CYCLES, PARTITION_MACS_PER_CYCLE,
     PARTITION_UNIT_CYCLES, HOST_COPY_RUN, HOST_COPY_GATHER, HOST_COPY_STRIDED, Packed, DirectRows,
-    Partition, claimed_makespan, gemv_split, micro_shape, rows_outer, direct_rows, direct_slab, window_rows, packed_blocks, host_copy_costs,
+    Partition, claimed_makespan, gemv_split, WINDOW_SHARED_COPY_MIN, micro_shape, rows_outer, direct_rows, direct_slab, window_rows, packed_blocks, host_copy_costs,
     packed_partition, partition_ranges, prepacked, b_in_place, winograd, channel_blocks, ChannelBlocks, BLOCK_CHANNELS, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
     _unit_stride_reads, _substitute, packed_contraction, epilogue_point, _epilogue)
 
@@ -1870,13 +1870,21 @@ class _KernelWriter:
         e(1, f"/* direct rows of {dr.width} (the window read at step {dr.step}), reduced over {' '.join(red)} */")
         e(1, "{")
         xsrc, shape, shift = self.cname[x.tensor], None, None
+        shared = False
         if any(lo or hi for lo, hi in dr.pads):
             xsrc = f(f"{xsrc}_padded")
             t = self.tensor(x.tensor)
             shape, shift = tuple(n + lo + hi for n, (lo, hi) in zip(t.shape, dr.pads)), [lo for lo, _ in dr.pads]
-            self.out += ["    " * 2 + line for line in self.pad_copy(xsrc, x, list(dr.pads), 2)]
+            # on several threads, the copy's rows shared too (serial, ResNet-50's 3.2 MB copy for
+            # its max pool kept the pool at 0.35 ms on 2 threads against 0.30 on one)
+            shared = bool(self.parallel) and math.prod(shape) >= WINDOW_SHARED_COPY_MIN
+            self.out += ["    " * 2 + line for line in self.pad_copy(xsrc, x, list(dr.pads), 2, shared=shared)]
         rows = math.prod(ext[l] for l in outer)
-        region = self.region_begin(2, f"dynamic, {DIRECT_CHUNK}") if self.parallel and rows > 1 else None
+        # static halves of the rows where the copy was shared: each thread then reads the
+        # rows it padded itself, from its own cache (shared dynamically, ResNet-50's max pool
+        # read the other core's rows and ran slower on 2 threads than on one)
+        region = self.region_begin(2, "static" if shared else f"dynamic, {DIRECT_CHUNK}") \
+            if self.parallel and rows > 1 else None
         e(2, f"for (long {row} = 0; {row} < {rows}; ++{row}) {{")
         self.unflatten(3, row, outer, cv, ext)
         init = _float(0.0 if stmt.reduce == "+" else -math.inf)
@@ -1905,11 +1913,12 @@ class _KernelWriter:
         e(1, "}")
 
     def pad_copy(self, name: str, access: Access, pads: list[tuple[int, int]], slot: int,
-                 fixed: dict[int, str] | None = None) -> list[str]:
+                 fixed: dict[int, str] | None = None, shared: bool = False) -> list[str]:
         """C lines filling scratch slot `slot` as `name`: `access`'s tensor padded by `pads` (per
         dimension, below and past the end) with the access's pad value. `fixed` {dimension:
         C index}: only the slab at those indices of the leading dimensions (unpadded), its
-        other dimensions laid out as in the whole padded copy."""
+        other dimensions laid out as in the whole padded copy. `shared`: its rows shared by
+        the threads (one parallel loop over them)."""
         f = self.namer.fresh
         fixed = fixed or {}
         t = self.tensor(access.tensor)
@@ -1928,6 +1937,8 @@ class _KernelWriter:
         for dd, q in enumerate(outer):
             if dd in fixed:
                 fill.append(f"const long {q} = {fixed[dd]};")
+        if shared and loops:
+            fill.append(f"#pragma omp parallel for collapse({len(loops)}) num_threads(ac_team())")
         for i, (dd, q) in enumerate(loops):
             fill.append("    " * i + f"for (long {q} = 0; {q} < {pshape[dd]}; ++{q})" + (" {" if i == len(loops) - 1 else ""))
         ind = "    " * len(loops)

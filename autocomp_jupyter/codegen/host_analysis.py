@@ -413,6 +413,11 @@ def channel_blocks(kernel: Kernel, pk: "Packed", dr: DirectRows) -> ChannelBlock
                          (pads[2][0], pads[3][0]), band, rows_in(band))
 
 
+# A window reduction's padded copy of at least this many elements is filled by all the threads
+# when the window rows are parallel (codegen/c.py `window`); smaller, a region costs more.
+WINDOW_SHARED_COPY_MIN = 1 << 16
+
+
 def window_rows(kernel: Kernel, schedule: Schedule | None = None) -> tuple[int, DirectRows] | None:
     """(statement index, its rows) of a window reduction the host runs as direct rows: a
     pooling `Y[.., w] max= X[..]` or `+=` of one f32 read, the target indexed by its own
