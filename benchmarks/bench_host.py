@@ -9,7 +9,8 @@ rules only unless --tune) against onnxruntime (one intra-op thread, then all cor
 in a worker process of its own, run interleaved round by round as the kernels below; the
 C is checked against the interpreter (`measure_plan`, the `--measure` path) and its host
 model prediction printed beside the time; then, per network, the 10 slowest kernels on one
-thread against their roofline (time at min(peak, bytes / L3 bandwidth): a network's
+thread (with all cores: the same kernels' time through `measure_plan`, their scaling and
+the model's time for that many threads) against their roofline (time at min(peak, bytes / L3 bandwidth): a network's
 intermediates live in L3; a Winograd convolution's GFLOP/s count the direct convolution's
 multiply-adds) with the path the C takes (packed GEMM, Winograd, direct rows, window rows,
 channel blocks, loop nest). TVM is not run on the networks (no ONNX import here).
