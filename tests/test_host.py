@@ -507,12 +507,18 @@ DIRECT_VARIANTS = {
                              "Y[i, j] += X[i, k] * W[j, k]\nZ[i, j] = Y[i, j] + b[j]\noutput Z\n", "direct dot products"),
     "gemv_rows_relu": ("input X: f32[1, 300]\nparam W: f32[300, 170]\nparam b: f32[170]\nY = linear(X, W, b)\n"
                        "R = relu(Y)\n", "direct rows"),
+    # a long row on 2 threads: each thread its own run of it (`gemv_split`), 1000 = 62.5 vectors
+    "gemv_row_shared_relu": ("input X: f32[1, 200]\nparam W: f32[200, 1000]\nparam b: f32[1000]\n"
+                             "Y = linear(X, W, b)\nR = relu(Y)\n", "direct rows"),
     # 40 channels: not whole blocks of 16 (which run as channel blocks, test_packed_contractions_...)
     "depthwise_14x14_as_planes_bias_relu": ("input X: f32[1, 40, 14, 14]\nparam W: f32[40, 1, 3, 3]\n"
                                             "param b: f32[40]\nY = depthwise_conv2d(X, W, stride=1, padding=1)\n"
                                             "Z = bias_add(Y, b)\nR = relu(Z)\n", "as planes of rows 16 apart"),
     "maxpool_3x3_stride2_pad1": ("input X: f32[2, 8, 29, 31]\nY = maxpool2d(X, kernel=3, stride=2, padding=1)\n",
                                  "direct rows of"),
+    # a padded copy large enough to be filled by all the threads (then static rows)
+    "maxpool_3x3_stride2_shared_copy": ("input X: f32[1, 16, 66, 70]\nY = maxpool2d(X, kernel=3, stride=2, padding=1)\n",
+                                        "direct rows of"),
     "avgpool_2x2_relu": ("input X: f32[1, 16, 40, 40]\nY = avgpool2d(X, kernel=2)\nR = relu(Y)\n", "direct rows of"),
 }
 
@@ -527,7 +533,11 @@ def test_one_row_gemms_and_pooling_run_as_direct_rows_and_match_interpreter(name
     plan = autocomp.optimize(parse(src), target="host", tune=0).after
     text = generate(plan, None, "c")
     assert marker in text and "Bpack" not in text
+    assert ("row shared by the threads" in text) == (name == "gemv_row_shared_relu"), name
+    assert ("omp parallel for collapse(3)" in text) == (name == "maxpool_3x3_stride2_shared_copy"), name
     check(plan, threads=threads)
+    if name == "gemv_row_shared_relu" and threads == 2:
+        check(plan, threads=3)      # runs of 21 and 20 vectors, the last one short
 
 
 def test_a_loop_both_parallel_and_vectorised_compiles():

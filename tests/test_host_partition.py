@@ -16,7 +16,7 @@ import pytest
 from autocomp_jupyter import host
 from autocomp_jupyter.accel.cost import evaluate
 from autocomp_jupyter.accel.target import load_target
-from autocomp_jupyter.codegen.c import (PARTITION_THREADS, host_copy_costs, generate_c, packed_blocks, packed_contraction,
+from autocomp_jupyter.codegen.c import (PARTITION_THREADS, claimed_makespan, host_copy_costs, generate_c, packed_blocks, packed_contraction,
                                         packed_partition, partition_ranges)
 from autocomp_jupyter.dsl import parse
 from autocomp_jupyter.ir.schedule import Kernel, Schedule
@@ -203,3 +203,17 @@ def test_the_simulator_replays_the_packed_code_and_agrees_with_the_model():
     # a loop nest the C runs as written has no packed replay
     kernel = kernels_unfused(gemm_program(8, 8, 8))[0]
     assert replay_packed(kernel, Schedule.default(kernel), target) is None
+
+
+def test_a_short_last_chunk_is_counted_short():
+    """Units are costed one by one as the C's threads claim them: 13 panels in chunks of 4 leave
+    the thread owning the 1-panel chunk idle (8 of 13 on the other), so the cut chosen for two
+    threads is one whose busiest thread runs little more than half."""
+    assert claimed_makespan([4, 4, 4, 1], 2) == 8 and claimed_makespan([7, 6], 2) == 7
+    assert claimed_makespan([1, 1, 1, 1, 1, 5], 2) == 7       # no one takes a unit already started
+    assert claimed_makespan([2.0] * 9, 3) == 6 and claimed_makespan([3.0], 4) == 3
+    kernel, pk = packed_of(plan_of("input A: f32[1024, 256]\ninput B: f32[256, 196]\nC = matmul(A, B)\n", 64, 2))
+    part = packed_partition(pk, 64, 2, *host_copy_costs(kernel, pk))
+    assert part.share <= 0.55, part
+    units = [r for r in partition_ranges(pk, part)]
+    assert len(units) == part.units

@@ -93,7 +93,7 @@ from .host_analysis import (  # noqa: F401
     GEMM_MR, GEMM_NR, PAD_COPY_MAX, GEMM_PACK_MIN, GEMM_MIN_BLOCK, DIRECT_K_MAX,
     DIRECT_MIN_POINTS, DIRECT_STEP_MAX, PARTITION_THREADS, PARTITION_SLACK, PARTITION_REPACK_CYCLES, PARTITION_MACS_PER_CYCLE,
     PARTITION_UNIT_CYCLES, HOST_COPY_RUN, HOST_COPY_GATHER, HOST_COPY_STRIDED, Packed, DirectRows,
-    Partition, micro_shape, rows_outer, direct_rows, direct_slab, window_rows, packed_blocks, host_copy_costs,
+    Partition, claimed_makespan, gemv_split, WINDOW_SHARED_COPY_MIN, micro_shape, rows_outer, direct_rows, direct_slab, window_rows, packed_blocks, host_copy_costs,
     packed_partition, partition_ranges, prepacked, b_in_place, winograd, channel_blocks, ChannelBlocks, BLOCK_CHANNELS, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
     _unit_stride_reads, _substitute, packed_contraction, epilogue_point, _epilogue)
 
@@ -325,18 +325,26 @@ static inline double ac_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
-/* The team of every parallel region: all the threads, or one for the next AC_SOLO_REGIONS
-   regions (twice as many each time the try after them waits again) after a region whose first
-   thread to finish waited at its end for over half the region (and 0.1 ms) for another: that
-   one's core was taken by another process, and each region's end would wait a time slice for
-   it (ResNet-50 on 2 threads with another process on one core: 113-150 ms, against 72 on one
-   thread and 39 on two idle cores). */
-#define AC_SOLO_REGIONS 64
-#define AC_SOLO_MAX 4096      /* doubled (up to this) each time the next try waits again */
-static int ac_solo_left = 0, ac_solo_span = AC_SOLO_REGIONS;
+/* The team of every parallel region: all the threads, or one for the next AC_SOLO_SECONDS
+   (twice as long each time the try after them waits again, up to AC_SOLO_MAX_SECONDS) after a
+   region whose first thread to finish waited at its end for over half the region (and
+   AC_SOLO_WAIT) for another: that one's core was taken by another process, and each region's
+   end would wait a time slice for it (ResNet-50 on 2 threads with another process on one core:
+   113-150 ms, against 72 on one thread and 39 on two idle cores). A shorter wait is a sleeping
+   thread's wake-up or a hiccup of the virtual CPU, not a taken core: at 0.1 ms, MobileNetV2 on
+   two idle cores fell to one thread in 4 of 40 runs (7.9-8.4 ms against 4.7), at 0.5 ms in none.
+   The time away is counted in seconds, not regions: counted in regions (64, doubling to 4096),
+   two unlucky tries kept MobileNetV2 (54 regions a run) on one thread for dozens of runs. */
+#define AC_SOLO_WAIT 5e-4
+#define AC_SOLO_SECONDS 2e-3
+#define AC_SOLO_MAX_SECONDS 3.2e-2
+static double ac_solo_until = 0.0, ac_solo_span = AC_SOLO_SECONDS;
 static inline int ac_team(void) {
 #ifdef _OPENMP
-    if (ac_solo_left > 0) { --ac_solo_left; return 1; }
+    if (ac_solo_until > 0.0) {
+        if (ac_now() < ac_solo_until) return 1;
+        ac_solo_until = 0.0;          /* the next region is the try */
+    }
     return omp_get_max_threads();
 #else
     return 1;
@@ -357,11 +365,11 @@ static inline void ac_team_waited(const double* done, int n, double start) {
         first = done[t * 8] < first ? done[t * 8] : first;
         last = done[t * 8] > last ? done[t * 8] : last;
     }
-    if (last - first > 1e-4 && last - first > 0.5 * (last - start)) {
-        ac_solo_left = ac_solo_span;
-        ac_solo_span = ac_solo_span < AC_SOLO_MAX ? 2 * ac_solo_span : AC_SOLO_MAX;
+    if (last - first > AC_SOLO_WAIT && last - first > 0.5 * (last - start)) {
+        ac_solo_until = last + ac_solo_span;
+        ac_solo_span = ac_solo_span < AC_SOLO_MAX_SECONDS ? 2 * ac_solo_span : AC_SOLO_MAX_SECONDS;
     } else {
-        ac_solo_span = AC_SOLO_REGIONS;
+        ac_solo_span = AC_SOLO_SECONDS;
     }
 }
 """
@@ -1520,11 +1528,13 @@ class _KernelWriter:
         h = pk.n[-2] if dr.plane else None
         length = (ext[h] - 1) * dr.plane + dr.width if dr.plane else dr.width
         j = f("j") if dr.plane else w
-        e(d, f"float {acc}[{length}];")
+        if not gemv_split(pk, dr, parallel):
+            e(d, f"float {acc}[{length}];")
         jb, jj, blk = f("jb"), f("jj"), f("blk")
 
-        def taps(depth: int, target: str, lo: str, trip: str, unroll: bool) -> None:
-            # every reduction step adds a times B's row to the outputs [lo, lo + trip)
+        def taps(depth: int, target: str, lo: str, trip: str, unroll: bool, base: str = "") -> None:
+            # every reduction step adds a times B's row to the outputs [lo, lo + trip); `base`:
+            # the run starts there in both the target and B's row (a thread's part of a row)
             dk = depth
             for l in pk.k:
                 if unroll:
@@ -1539,10 +1549,11 @@ class _KernelWriter:
                 # (the hardware prefetcher alone: the 1280 -> 1000 classifier cold 0.37 ms,
                 # with this 0.23)
                 ahead = -(-DIRECT_PREFETCH_FLOATS // step_k) * step_k
-                e(dk, f"for (long {jj} = 0; {jj} < {trip}; {jj} += 16) __builtin_prefetch({src} + {ahead} + {jj});")
+                e(dk, f"for (long {jj} = 0; {jj} < {trip}; {jj} += 16) __builtin_prefetch({src} + {ahead} + "
+                      f"{base + ' + ' if base else ''}{jj});")
             e(dk, "#pragma omp simd")
-            at = f"{lo} + {jj}" if unroll else jj
-            e(dk, f"for (long {jj} = 0; {jj} < {trip}; ++{jj}) {target}[{jj}] += {a} * {src}"
+            at = f"{lo} + {jj}" if unroll else f"{base} + {jj}" if base else jj
+            e(dk, f"for (long {jj} = 0; {jj} < {trip}; ++{jj}) {target}[{base + ' + ' if base else ''}{jj}] += {a} * {src}"
                   f"[{at if dr.step == 1 else f'{dr.step} * ({at})'}];")
             for x in range(dk - 1, depth - 1, -1):
                 e(x, "}")
@@ -1556,6 +1567,8 @@ class _KernelWriter:
         # from DRAM in 0.33 ms; its row of 1000 accumulators stays in L1)
         small = pk.size("k") <= DIRECT_K_MAX
         block = DIRECT_BLOCK if small else length
+        if gemv_split(pk, dr, parallel):
+            return self.split_row(pk, d, taps, acc, length, w, flat)
         e(d, f"long {jb} = 0;")
         e(d, f"for (; {jb} + {block} <= {length}; {jb} += {block}) {{")
         e(d + 1, f"float {blk}[{block}];")
@@ -1594,6 +1607,39 @@ class _KernelWriter:
             e(x, "}")
         if region is not None:
             self.region_end(2, region)
+        e(1, "}")
+
+    def split_row(self, pk: Packed, d: int, taps, acc: str, length: int, w: str, flat) -> None:
+        """The one row of a GEMV (`gemv_split`) shared by the threads: each accumulates its own
+        contiguous run of the outputs (whole vectors) over all the reduction steps, streaming
+        its part of every weight row, then stores it with the epilogue."""
+        f, e = self.namer.fresh, self.emit
+        nth, t_done, t_start, tid, lo, hi, jj, v = (f(x) for x in ("nth", "t_done", "t_start", "tid", "lo", "hi",
+                                                                    "jj", "v"))
+        vecs = -(-length // GEMM_NR)
+        e(d, "/* the row shared by the threads: each its own run of whole vectors, over all of K */")
+        e(d, f"const int {nth} = ac_team();")
+        e(d, f"double {t_done}[{nth} * 8];    /* per thread: when it ran out of outputs */")
+        e(d, f"const double {t_start} = ac_now();")
+        e(d, f"#pragma omp parallel num_threads({nth})")
+        e(d, "{")
+        e(d + 1, f"const int {tid} = ac_thread();")
+        e(d + 1, f"const long {lo} = {vecs}L * {tid} / {nth} * {GEMM_NR}, "
+                 f"{hi} = AC_MIN({length}L, {vecs}L * ({tid} + 1) / {nth} * {GEMM_NR});")
+        e(d + 1, f"float {acc}[{length}];")
+        e(d + 1, "#pragma omp simd")
+        e(d + 1, f"for (long {jj} = {lo}; {jj} < {hi}; ++{jj}) {acc}[{jj}] = 0.0f;")
+        taps(d + 1, acc, "0", f"{hi} - {lo}", False, base=lo)
+        e(d + 1, "#pragma omp simd")
+        e(d + 1, f"for (long {w} = {lo}; {w} < {hi}; ++{w}) {{")
+        e(d + 2, f"const float {v} = {acc}[{w}];")
+        self.epilogue_store(pk, d + 2, v, lambda access: f"{self.cname[access.tensor]}[{flat(access)}]")
+        e(d + 1, "}")
+        e(d + 1, f"{t_done}[{tid} * 8] = ac_now();")
+        e(d, "}")
+        e(d, f"ac_team_waited({t_done}, {nth}, {t_start});")
+        for x in range(d - 1, 1, -1):
+            e(x, "}")
         e(1, "}")
 
     def blocked(self, pk: Packed, dr: DirectRows, cb: ChannelBlocks) -> None:
@@ -1824,13 +1870,21 @@ class _KernelWriter:
         e(1, f"/* direct rows of {dr.width} (the window read at step {dr.step}), reduced over {' '.join(red)} */")
         e(1, "{")
         xsrc, shape, shift = self.cname[x.tensor], None, None
+        shared = False
         if any(lo or hi for lo, hi in dr.pads):
             xsrc = f(f"{xsrc}_padded")
             t = self.tensor(x.tensor)
             shape, shift = tuple(n + lo + hi for n, (lo, hi) in zip(t.shape, dr.pads)), [lo for lo, _ in dr.pads]
-            self.out += ["    " * 2 + line for line in self.pad_copy(xsrc, x, list(dr.pads), 2)]
+            # on several threads, the copy's rows shared too (serial, ResNet-50's 3.2 MB copy for
+            # its max pool kept the pool at 0.35 ms on 2 threads against 0.30 on one)
+            shared = bool(self.parallel) and math.prod(shape) >= WINDOW_SHARED_COPY_MIN
+            self.out += ["    " * 2 + line for line in self.pad_copy(xsrc, x, list(dr.pads), 2, shared=shared)]
         rows = math.prod(ext[l] for l in outer)
-        region = self.region_begin(2, f"dynamic, {DIRECT_CHUNK}") if self.parallel and rows > 1 else None
+        # static halves of the rows where the copy was shared: each thread then reads the
+        # rows it padded itself, from its own cache (shared dynamically, ResNet-50's max pool
+        # read the other core's rows and ran slower on 2 threads than on one)
+        region = self.region_begin(2, "static" if shared else f"dynamic, {DIRECT_CHUNK}") \
+            if self.parallel and rows > 1 else None
         e(2, f"for (long {row} = 0; {row} < {rows}; ++{row}) {{")
         self.unflatten(3, row, outer, cv, ext)
         init = _float(0.0 if stmt.reduce == "+" else -math.inf)
@@ -1859,11 +1913,12 @@ class _KernelWriter:
         e(1, "}")
 
     def pad_copy(self, name: str, access: Access, pads: list[tuple[int, int]], slot: int,
-                 fixed: dict[int, str] | None = None) -> list[str]:
+                 fixed: dict[int, str] | None = None, shared: bool = False) -> list[str]:
         """C lines filling scratch slot `slot` as `name`: `access`'s tensor padded by `pads` (per
         dimension, below and past the end) with the access's pad value. `fixed` {dimension:
         C index}: only the slab at those indices of the leading dimensions (unpadded), its
-        other dimensions laid out as in the whole padded copy."""
+        other dimensions laid out as in the whole padded copy. `shared`: its rows shared by
+        the threads (one parallel loop over them)."""
         f = self.namer.fresh
         fixed = fixed or {}
         t = self.tensor(access.tensor)
@@ -1882,6 +1937,8 @@ class _KernelWriter:
         for dd, q in enumerate(outer):
             if dd in fixed:
                 fill.append(f"const long {q} = {fixed[dd]};")
+        if shared and loops:
+            fill.append(f"#pragma omp parallel for collapse({len(loops)}) num_threads(ac_team())")
         for i, (dd, q) in enumerate(loops):
             fill.append("    " * i + f"for (long {q} = 0; {q} < {pshape[dd]}; ++{q})" + (" {" if i == len(loops) - 1 else ""))
         ind = "    " * len(loops)

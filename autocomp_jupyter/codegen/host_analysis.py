@@ -254,6 +254,20 @@ def direct_rows(kernel: Kernel, pk: "Packed") -> DirectRows | None:
     return DirectRows(w, ext[w], step, tuple(pads))
 
 
+# A GEMV row at least this long is shared by the threads (`gemv_split`).
+GEMV_SPLIT_MIN = 256
+
+
+def gemv_split(pk: "Packed", dr: DirectRows, parallel: bool) -> bool:
+    """Whether the direct rows `dr` of `pk` are one long GEMV row the threads share, each its
+    own run of outputs over all K (codegen/c.py `split_row`): parallel, one batch item, one
+    n loop of at least GEMV_SPLIT_MIN outputs read at step 1, many reduction steps (K >
+    DIRECT_K_MAX: each streams a weight row). A classifier's 8 MB of weights then stream on
+    every core instead of one."""
+    return (parallel and pk.size("batch") == 1 and len(pk.n) == 1 and not dr.plane and not dr.dots
+            and dr.step == 1 and pk.size("k") > DIRECT_K_MAX and dr.width >= GEMV_SPLIT_MIN)
+
+
 def direct_slab(kernel: Kernel, pk: "Packed", dr: DirectRows) -> dict[int, str]:
     """{dimension: batch loop} when each batch item of direct rows `dr` reads only one slab of
     B — B's leading dimensions indexed by batch loops alone, unpadded, its others by none
@@ -397,6 +411,11 @@ def channel_blocks(kernel: Kernel, pk: "Packed", dr: DirectRows) -> ChannelBlock
     return ChannelBlocks(c, pk.n[0], pk.n[1], geo[0][2], geo[1][2], (geo[0][0], geo[1][0]), (geo[0][1], geo[1][1]),
                          (geo[0][3] + pads[2][0], geo[1][3] + pads[3][0]), (hp, wp), (t.shape[2], t.shape[3]),
                          (pads[2][0], pads[3][0]), band, rows_in(band))
+
+
+# A window reduction's padded copy of at least this many elements is filled by all the threads
+# when the window rows are parallel (codegen/c.py `window`); smaller, a region costs more.
+WINDOW_SHARED_COPY_MIN = 1 << 16
 
 
 def window_rows(kernel: Kernel, schedule: Schedule | None = None) -> tuple[int, DirectRows] | None:
@@ -634,47 +653,105 @@ def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
     return float(a_cost), float(b_cost)
 
 
+# Units beyond which `claimed_makespan` estimates instead of replaying the claims (many small
+# units: the greedy bound's middle is within a small unit of the replay).
+CLAIM_REPLAY_MAX = 512
+
+
+def claimed_makespan(costs: list[float], threads: int) -> float:
+    """When the last of `threads` equally fast threads finishes `costs` (one per work unit, in
+    unit order) claimed as the C claims them: thread t owns the contiguous share [U t / T,
+    U (t + 1) / T), runs it front to back, then takes the next unit of the others' shares,
+    (t + 1) % T first, whoever reaches a unit first running it. Beyond CLAIM_REPLAY_MAX units:
+    total / T + half the largest unit (the middle of greedy list scheduling's bounds)."""
+    import heapq
+
+    U = len(costs)
+    if threads <= 1 or U == 0:
+        return float(sum(costs))
+    if U > CLAIM_REPLAY_MAX:
+        return sum(costs) / threads + 0.5 * max(costs) * (1 - 1 / threads)
+    heads = [U * t // threads for t in range(threads)]
+    ends = [U * (t + 1) // threads for t in range(threads)]
+    victim = list(range(threads))        # where each thread looks next (shares only ever empty)
+    ready = [(0.0, t) for t in range(threads)]
+    finish = 0.0
+    while ready:
+        clock, t = heapq.heappop(ready)
+        for _ in range(threads):
+            v = victim[t]
+            if heads[v] < ends[v]:
+                break
+            victim[t] = (v + 1) % threads
+        else:
+            finish = max(finish, clock)      # no unit left anywhere: this thread is done
+            continue
+        clock += costs[heads[v]]
+        heads[v] += 1
+        heapq.heappush(ready, (clock, t))
+    return finish
+
+
 def packed_partition(pk: "Packed", nc: int, threads: int, a_cost: float = 1.0, b_cost: float = 1.0,
                      macs_per_cycle: float = PARTITION_MACS_PER_CYCLE) -> Partition:
     """The work units `threads` threads share a packed contraction in (cache block `nc`
     columns; `a_cost`/`b_cost`: cycles to pack one element of A/B). Candidates: the batch
     items, or each batch item cut into g chunks of N panels or of M panels (g up to
-    4 x threads); the chosen one minimises the makespan on an idle machine, ceil(units /
-    threads) units' work (+ the packing the cut adds), plus PARTITION_SLACK of a unit. One thread: the batch items (the serial code). Every choice covers each
-    output exactly once (`partition_ranges`)."""
+    4 x threads), the last chunk of each item the rest. Each unit costs its panels' work,
+    the packing it does (an "n" unit packs A for its columns, an "m" unit all of B) and
+    PARTITION_UNIT_CYCLES; the chosen cut minimises the makespan of the units claimed as
+    the C claims them (`claimed_makespan`: a short last chunk leaves its owner idle), plus
+    PARTITION_SLACK of the largest unit (what a thread whose core is shared holds the
+    others up by). One thread: the batch items (the serial code). Every choice covers each
+    output exactly once (`partition_ranges`); `share` is the busiest thread's part of all
+    the units' cycles on an idle machine."""
     NB, M, N, K = (pk.size(g) for g in ("batch", "m", "n", "k"))
     mr, nr = pk.micro
     mpan, npan = -(-M // mr), -(-N // nr)
     nc = max(nr, min(nc, npan * nr))
-    work = NB * mpan * mr * npan * nr * K / macs_per_cycle
-    # a prepacked operand (cost 0) is never packed again for another unit, only read again
-    a_pack, b_pack = (M * K * (max(a_cost, PARTITION_REPACK_CYCLES) if a_cost else PARTITION_REREAD_CYCLES),
-                      K * N * (max(b_cost, PARTITION_REPACK_CYCLES) if b_cost else PARTITION_REREAD_CYCLES))
-    serial_a = -(-N // nc)
+    per_panel_n = mpan * mr * nr * K / macs_per_cycle        # one N panel, all of M, one batch item
+    per_panel_m = mr * npan * nr * K / macs_per_cycle        # one M panel, all of N
+    # cycles per element packed: a whole operand that outgrows L2 streams from L3; a prepacked
+    # operand (cost 0) is never packed again for another unit, only read again
+    a_el = max(a_cost, PARTITION_REPACK_CYCLES) if a_cost else PARTITION_REREAD_CYCLES
+    b_el = max(b_cost, PARTITION_REPACK_CYCLES) if b_cost else PARTITION_REREAD_CYCLES
+    nblocks = -(-N // nc)
+    serial = npan * per_panel_n + M * K * nblocks * a_el + N * K * b_el      # one batch item on one thread
 
-    def a_packs(chunk: int) -> int:      # A packings per batch item when N is cut in chunks
-        full, rest = divmod(npan, chunk)
-        return full * -(-(chunk * nr) // nc) + (-(-min(rest * nr, N) // nc) if rest else 0)
+    def unit_costs(mode: str, chunk: int) -> tuple[list[float], float]:
+        """(cycles of each unit in unit order: its panels, the packing it does, its claim; the
+        packing all the units do beyond one thread's)."""
+        if mode == "batch":
+            return [serial + PARTITION_UNIT_CYCLES] * NB, 0.0
+        panels = npan if mode == "n" else mpan
+        sizes = [min(chunk, panels - lo) for lo in range(0, panels, chunk)]
+        item = []
+        for i, c in enumerate(sizes):
+            if mode == "n":         # A for each nc block of its columns, B for its columns
+                cols = min(c * nr, N - i * chunk * nr)
+                item.append(c * per_panel_n + -(-cols // nc) * M * K * a_el + cols * K * b_el)
+            else:                   # A for its rows (each nc block), all of B
+                rows = min(c * mr, M - i * chunk * mr)
+                item.append(c * per_panel_m + rows * K * nblocks * a_el + N * K * b_el)
+        extra = max(0.0, sum(item) - serial)
+        return [x + PARTITION_UNIT_CYCLES for x in item] * NB, NB * extra
 
-    options = [("batch", 1, NB, 0.0)]
+    options = [("batch", 1)]
     if threads > 1:
         for g in range(2, 4 * threads + 1):
             if g <= npan:
-                chunk = -(-npan // g)
-                options.append(("n", chunk, NB * -(-npan // chunk), NB * max(0, a_packs(chunk) - serial_a) * a_pack))
+                options.append(("n", -(-npan // g)))
             if g <= mpan:
-                chunk = -(-mpan // g)
-                u = -(-mpan // chunk)
-                options.append(("m", chunk, NB * u, NB * (u - 1) * b_pack))
+                options.append(("m", -(-mpan // g)))
+    options = list(dict.fromkeys(options))
 
-    def makespan(option) -> float:
-        _, _, units, extra = option
-        per = (work + extra) / units + PARTITION_UNIT_CYCLES
-        return -(-units // threads) * per + (PARTITION_SLACK * per if threads > 1 else 0.0)
+    def score(option) -> float:
+        costs, _ = unit_costs(*option)
+        return claimed_makespan(costs, threads) + (PARTITION_SLACK * max(costs) if threads > 1 else 0.0)
 
-    mode, chunk, units, extra = min(options, key=makespan)
-    total = work + extra + units * PARTITION_UNIT_CYCLES
-    return Partition(mode, chunk, units, extra, makespan((mode, chunk, units, extra)) / total)
+    mode, chunk = min(options, key=score)
+    costs, extra = unit_costs(mode, chunk)
+    return Partition(mode, chunk, len(costs), extra, claimed_makespan(costs, threads) / sum(costs))
 
 
 def partition_ranges(pk: "Packed", part: Partition) -> list[tuple[int, int, int, int, int]]:

@@ -89,18 +89,26 @@ static inline double ac_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
-/* The team of every parallel region: all the threads, or one for the next AC_SOLO_REGIONS
-   regions (twice as many each time the try after them waits again) after a region whose first
-   thread to finish waited at its end for over half the region (and 0.1 ms) for another: that
-   one's core was taken by another process, and each region's end would wait a time slice for
-   it (ResNet-50 on 2 threads with another process on one core: 113-150 ms, against 72 on one
-   thread and 39 on two idle cores). */
-#define AC_SOLO_REGIONS 64
-#define AC_SOLO_MAX 4096      /* doubled (up to this) each time the next try waits again */
-static int ac_solo_left = 0, ac_solo_span = AC_SOLO_REGIONS;
+/* The team of every parallel region: all the threads, or one for the next AC_SOLO_SECONDS
+   (twice as long each time the try after them waits again, up to AC_SOLO_MAX_SECONDS) after a
+   region whose first thread to finish waited at its end for over half the region (and
+   AC_SOLO_WAIT) for another: that one's core was taken by another process, and each region's
+   end would wait a time slice for it (ResNet-50 on 2 threads with another process on one core:
+   113-150 ms, against 72 on one thread and 39 on two idle cores). A shorter wait is a sleeping
+   thread's wake-up or a hiccup of the virtual CPU, not a taken core: at 0.1 ms, MobileNetV2 on
+   two idle cores fell to one thread in 4 of 40 runs (7.9-8.4 ms against 4.7), at 0.5 ms in none.
+   The time away is counted in seconds, not regions: counted in regions (64, doubling to 4096),
+   two unlucky tries kept MobileNetV2 (54 regions a run) on one thread for dozens of runs. */
+#define AC_SOLO_WAIT 5e-4
+#define AC_SOLO_SECONDS 2e-3
+#define AC_SOLO_MAX_SECONDS 3.2e-2
+static double ac_solo_until = 0.0, ac_solo_span = AC_SOLO_SECONDS;
 static inline int ac_team(void) {
 #ifdef _OPENMP
-    if (ac_solo_left > 0) { --ac_solo_left; return 1; }
+    if (ac_solo_until > 0.0) {
+        if (ac_now() < ac_solo_until) return 1;
+        ac_solo_until = 0.0;          /* the next region is the try */
+    }
     return omp_get_max_threads();
 #else
     return 1;
@@ -121,11 +129,11 @@ static inline void ac_team_waited(const double* done, int n, double start) {
         first = done[t * 8] < first ? done[t * 8] : first;
         last = done[t * 8] > last ? done[t * 8] : last;
     }
-    if (last - first > 1e-4 && last - first > 0.5 * (last - start)) {
-        ac_solo_left = ac_solo_span;
-        ac_solo_span = ac_solo_span < AC_SOLO_MAX ? 2 * ac_solo_span : AC_SOLO_MAX;
+    if (last - first > AC_SOLO_WAIT && last - first > 0.5 * (last - start)) {
+        ac_solo_until = last + ac_solo_span;
+        ac_solo_span = ac_solo_span < AC_SOLO_MAX_SECONDS ? 2 * ac_solo_span : AC_SOLO_MAX_SECONDS;
     } else {
-        ac_solo_span = AC_SOLO_REGIONS;
+        ac_solo_span = AC_SOLO_SECONDS;
     }
 }
 

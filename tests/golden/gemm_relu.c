@@ -86,18 +86,26 @@ static inline double ac_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
-/* The team of every parallel region: all the threads, or one for the next AC_SOLO_REGIONS
-   regions (twice as many each time the try after them waits again) after a region whose first
-   thread to finish waited at its end for over half the region (and 0.1 ms) for another: that
-   one's core was taken by another process, and each region's end would wait a time slice for
-   it (ResNet-50 on 2 threads with another process on one core: 113-150 ms, against 72 on one
-   thread and 39 on two idle cores). */
-#define AC_SOLO_REGIONS 64
-#define AC_SOLO_MAX 4096      /* doubled (up to this) each time the next try waits again */
-static int ac_solo_left = 0, ac_solo_span = AC_SOLO_REGIONS;
+/* The team of every parallel region: all the threads, or one for the next AC_SOLO_SECONDS
+   (twice as long each time the try after them waits again, up to AC_SOLO_MAX_SECONDS) after a
+   region whose first thread to finish waited at its end for over half the region (and
+   AC_SOLO_WAIT) for another: that one's core was taken by another process, and each region's
+   end would wait a time slice for it (ResNet-50 on 2 threads with another process on one core:
+   113-150 ms, against 72 on one thread and 39 on two idle cores). A shorter wait is a sleeping
+   thread's wake-up or a hiccup of the virtual CPU, not a taken core: at 0.1 ms, MobileNetV2 on
+   two idle cores fell to one thread in 4 of 40 runs (7.9-8.4 ms against 4.7), at 0.5 ms in none.
+   The time away is counted in seconds, not regions: counted in regions (64, doubling to 4096),
+   two unlucky tries kept MobileNetV2 (54 regions a run) on one thread for dozens of runs. */
+#define AC_SOLO_WAIT 5e-4
+#define AC_SOLO_SECONDS 2e-3
+#define AC_SOLO_MAX_SECONDS 3.2e-2
+static double ac_solo_until = 0.0, ac_solo_span = AC_SOLO_SECONDS;
 static inline int ac_team(void) {
 #ifdef _OPENMP
-    if (ac_solo_left > 0) { --ac_solo_left; return 1; }
+    if (ac_solo_until > 0.0) {
+        if (ac_now() < ac_solo_until) return 1;
+        ac_solo_until = 0.0;          /* the next region is the try */
+    }
     return omp_get_max_threads();
 #else
     return 1;
@@ -118,11 +126,11 @@ static inline void ac_team_waited(const double* done, int n, double start) {
         first = done[t * 8] < first ? done[t * 8] : first;
         last = done[t * 8] > last ? done[t * 8] : last;
     }
-    if (last - first > 1e-4 && last - first > 0.5 * (last - start)) {
-        ac_solo_left = ac_solo_span;
-        ac_solo_span = ac_solo_span < AC_SOLO_MAX ? 2 * ac_solo_span : AC_SOLO_MAX;
+    if (last - first > AC_SOLO_WAIT && last - first > 0.5 * (last - start)) {
+        ac_solo_until = last + ac_solo_span;
+        ac_solo_span = ac_solo_span < AC_SOLO_MAX_SECONDS ? 2 * ac_solo_span : AC_SOLO_MAX_SECONDS;
     } else {
-        ac_solo_span = AC_SOLO_REGIONS;
+        ac_solo_span = AC_SOLO_SECONDS;
     }
 }
 
@@ -130,7 +138,7 @@ static inline void ac_team_waited(const double* done, int n, double start) {
 #define PROGRAM_NUM_KERNELS 1
 
 /* kernel_C_D: the packed contraction's work units for 1..32 threads: {mode (0 batch items, 1 N chunks, 2 M chunks), panels per chunk, units} */
-static const long ac_units_kernel_C_D[32][3] = {{0, 1, 1}, {1, 16, 4}, {1, 11, 6}, {1, 8, 8}, {1, 13, 5}, {1, 11, 6}, {1, 10, 7}, {1, 8, 8}, {2, 15, 9}, {1, 7, 10}, {1, 6, 11}, {2, 11, 12}, {1, 5, 13}, {1, 5, 13}, {2, 9, 15}, {1, 4, 16}, {1, 4, 16}, {1, 4, 16}, {2, 7, 19}, {2, 7, 19}, {2, 7, 19}, {1, 3, 22}, {1, 3, 22}, {1, 3, 22}, {1, 3, 22}, {2, 5, 26}, {2, 5, 26}, {2, 5, 26}, {2, 5, 26}, {2, 5, 26}, {2, 5, 26}, {1, 2, 32}};
+static const long ac_units_kernel_C_D[32][3] = {{0, 1, 1}, {1, 16, 4}, {1, 11, 6}, {1, 8, 8}, {1, 13, 5}, {1, 11, 6}, {1, 10, 7}, {1, 8, 8}, {1, 8, 8}, {2, 13, 10}, {1, 6, 11}, {2, 11, 12}, {1, 5, 13}, {1, 5, 13}, {2, 9, 15}, {1, 4, 16}, {1, 4, 16}, {1, 4, 16}, {2, 7, 19}, {2, 7, 19}, {2, 7, 19}, {1, 3, 22}, {1, 3, 22}, {1, 3, 22}, {1, 3, 22}, {2, 5, 26}, {2, 5, 26}, {2, 5, 26}, {2, 5, 26}, {2, 5, 26}, {2, 5, 26}, {1, 2, 32}};
 
 /* kernel_C_D: pack b */
 static __attribute__((noinline)) void ac_pack_b_kernel_C_D(float* restrict Bpack, const float* restrict B, long B_base, long j0, long k0, long kc, long nc) {
