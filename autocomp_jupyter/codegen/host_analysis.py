@@ -579,6 +579,15 @@ def prepacked(kernel: Kernel, pk, operand: str) -> bool:
 # cache), 144 -> 24 at 56x56 0.250 -> 0.210, 192 -> 32 at 28x28 0.102 -> 0.087.
 B_IN_PLACE_M_MAX = 32
 B_IN_PLACE_K_MAX = 256
+# More rows (up to B_IN_PLACE_SWEPT_M_MAX) read B in place where K <= B_IN_PLACE_SWEPT_K_MAX
+# (the row panels outside the column panels, `rows_outer`) and B is at most
+# B_IN_PLACE_SWEPT_BYTES_MAX: each of their row panels sweeps all of B, from L2 only when B
+# leaves room there. In MobileNetV2 (one thread, the same network old and new interleaved):
+# 24 -> 144 at 56x56 (B 294 KB) 0.235 -> 0.223 ms, 0.231 -> 0.214; 32 -> 192 at 28x28 (98 KB)
+# 0.099 -> 0.095; but 16 -> 96 at 112x112 (784 KB) 0.427 -> 0.498.
+B_IN_PLACE_SWEPT_M_MAX = 256
+B_IN_PLACE_SWEPT_K_MAX = 64
+B_IN_PLACE_SWEPT_BYTES_MAX = 512 * 1024
 # The in-place B's K rows are K streams far apart, more than the hardware prefetcher follows:
 # the microkernel fetches each row this many panels ahead (codegen/c.py). Without it B in place
 # lost where B outgrew L2 (MobileNetV2's 32 -> 16 at 112x112, 1.6 MB, 0.211 -> 0.229 ms in the
@@ -591,8 +600,13 @@ def b_in_place(kernel: Kernel, pk) -> int:
     """The stride (elements) between B's k steps when the packed contraction `pk` reads B in
     place (no packing): not transposed, B f32, not prepacked, in range, its n loops one
     straight run (offset n) over whole 16-column panels (N a multiple of GEMM_NR), its k
-    loops linear, M <= B_IN_PLACE_M_MAX and K <= B_IN_PLACE_K_MAX; else 0."""
-    if pk.swapped or pk.size("m") > B_IN_PLACE_M_MAX or pk.size("k") > B_IN_PLACE_K_MAX \
+    loops linear, K <= B_IN_PLACE_K_MAX and M <= B_IN_PLACE_M_MAX (or M <=
+    B_IN_PLACE_SWEPT_M_MAX with K <= B_IN_PLACE_SWEPT_K_MAX and B, the K x N it reads, at most
+    B_IN_PLACE_SWEPT_BYTES_MAX); else 0."""
+    m, k, kn_bytes = pk.size("m"), pk.size("k"), pk.size("k") * pk.size("n") * 4
+    few = m <= B_IN_PLACE_M_MAX or (m <= B_IN_PLACE_SWEPT_M_MAX and k <= B_IN_PLACE_SWEPT_K_MAX
+                                    and kn_bytes <= B_IN_PLACE_SWEPT_BYTES_MAX)
+    if pk.swapped or not few or pk.size("k") > B_IN_PLACE_K_MAX \
             or pk.size("n") % GEMM_NR or kernel.tensor(pk.b.tensor).dtype != "f32" or prepacked(kernel, pk, "b"):
         return 0
     ext = dict(pk.extents)
