@@ -547,3 +547,40 @@ def test_a_loop_both_parallel_and_vectorised_compiles():
     plan = autocomp.optimize(program, target="host", tune=0).after
     assert "#pragma omp parallel for num_threads(ac_team())\n        #pragma omp simd" not in generate_c(plan)
     check(plan)
+
+
+def test_up_to_16_rows_one_panel_b_in_place_beyond_l2_matches_interpreter():
+    """A 1x1 conv with 12 output channels runs one 12 x 16 panel of all its rows
+    (`GEMM_MR_ONE_PANEL`) and reads its 1.2 MB input in place (no size bound: its rows are
+    fetched ahead, `B_IN_PLACE_AHEAD`), its ReLU in the store; it matches the interpreter."""
+    from autocomp_jupyter.codegen.c import b_in_place, packed_contraction
+
+    src = ("input X: f32[1, 72, 64, 64]\nparam W: f32[12, 72, 1, 1]\n"
+           "Y = conv2d(X, W, stride=1, padding=0)\nR = relu(Y)\n")
+    plan = autocomp.optimize(parse(src), target="host", tune=0).after
+    kernel, schedule = plan.kernels[0], plan.schedules[0]
+    pk = packed_contraction(kernel, schedule)
+    assert pk is not None and not pk.swapped and pk.micro == (12, 16)
+    assert b_in_place(kernel, pk) == 64 * 64
+    text = generate(plan, None, "c")
+    assert "B read in place" in text and "Bpack" not in text and "float acc[12][16]" in text
+    check(plan, threads=1)
+
+
+def test_many_rows_read_a_small_b_in_place_and_match_interpreter():
+    """A 1x1 expand conv (24 -> 144 channels, K = 24) reads its input in place when that input
+    is at most B_IN_PLACE_SWEPT_BYTES_MAX (each of its 18 row panels sweeps it) and matches the
+    interpreter; with a larger input (16 x 112 x 112: 784 KB) it packs B as before."""
+    from autocomp_jupyter.codegen.c import b_in_place, packed_contraction
+
+    for c, hw, in_place in ((24, 16, True), (16, 112, False)):
+        src = (f"input X: f32[1, {c}, {hw}, {hw}]\nparam W: f32[144, {c}, 1, 1]\n"
+               "Y = conv2d(X, W, stride=1, padding=0)\nR = relu(Y)\n")
+        plan = autocomp.optimize(parse(src), target="host", tune=0).after
+        kernel, schedule = plan.kernels[0], plan.schedules[0]
+        pk = packed_contraction(kernel, schedule)
+        assert pk is not None and not pk.swapped
+        assert b_in_place(kernel, pk) == (hw * hw if in_place else 0)
+        if in_place:
+            assert "B read in place" in generate(plan, None, "c")
+            check(plan, threads=2)

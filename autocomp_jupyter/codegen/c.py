@@ -94,7 +94,7 @@ from .host_analysis import (  # noqa: F401
     DIRECT_MIN_POINTS, DIRECT_STEP_MAX, PARTITION_THREADS, PARTITION_SLACK, PARTITION_REPACK_CYCLES, PARTITION_MACS_PER_CYCLE,
     PARTITION_UNIT_CYCLES, HOST_COPY_RUN, HOST_COPY_GATHER, HOST_COPY_STRIDED, Packed, DirectRows,
     Partition, claimed_makespan, gemv_split, WINDOW_SHARED_COPY_MIN, micro_shape, rows_outer, direct_rows, direct_slab, window_rows, packed_blocks, host_copy_costs,
-    packed_partition, partition_ranges, prepacked, b_in_place, winograd, channel_blocks, ChannelBlocks, BLOCK_CHANNELS, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
+    packed_partition, partition_ranges, prepacked, b_in_place, B_IN_PLACE_AHEAD, winograd, channel_blocks, ChannelBlocks, BLOCK_CHANNELS, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
     _unit_stride_reads, _substitute, packed_contraction, epilogue_point, _epilogue)
 
 # Integer dtypes: the values a tensor can hold (stored in double buffers, saturating).
@@ -1081,6 +1081,8 @@ class _KernelWriter:
             e(9, "}")
         e(9, f"{T} {acc}[{mr}][{nr}] = {{{{0.0f}}}};")
         e(9, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
+        if ks:      # B in place: its kc rows are as many streams, far apart; fetch ahead along each
+            e(10, f"__builtin_prefetch(&{bv}[{p} * {ks}L + {B_IN_PLACE_AHEAD * nr}], 0, 3);")
         e(10, f"#pragma GCC unroll {mr}")
         e(10, f"for (long {r} = 0; {r} < {mr}; ++{r}) {{")
         e(11, "#pragma omp simd")

@@ -36,6 +36,10 @@ GEMM_MR, GEMM_NR = 8, 16
 # Row counts the microkernel may take instead of GEMM_MR, where one divides M with less padding
 # (a 7x7 feature map's 49 positions as rows: 7 panels of 7, none padded).
 GEMM_MR_CHOICES = (8, 7, 6)
+# At most this many rows (a 1x1 conv with 16 output channels) run as one panel of all of them
+# (16 x 16: 16 of AVX-512's 32 registers) rather than two of 8 that each read every B panel:
+# MobileNetV2's 32 -> 16 at 112x112, B read in place, 0.158 -> 0.119 ms alone on one thread.
+GEMM_MR_ONE_PANEL = 16
 # Largest padded copy of an operand (times the tensor) made to take bounds checks out of packing.
 PAD_COPY_MAX = 4
 # Smallest M*N*K a contraction needs for the packed GEMM path (packing costs O(MK + KN) copies).
@@ -86,7 +90,10 @@ def micro_shape(m: int) -> tuple[int, int]:
     the row count of GEMM_MR_CHOICES that pads m least; fewer rows and more columns when m
     is small; one row (a depthwise convolution) keeps 16 columns: its few reduction steps
     make packing, not the FMA chain, the cost, and 16-column panels copy as straight runs of
-    an input row (measured 3x faster than 1 x 64 on a 3x3 depthwise 56x56)."""
+    an input row (measured 3x faster than 1 x 64 on a 3x3 depthwise 56x56). Up to
+    GEMM_MR_ONE_PANEL rows are one panel of all of them, so each B panel is read once."""
+    if GEMM_MR < m <= GEMM_MR_ONE_PANEL:
+        return m, GEMM_NR
     if m >= GEMM_MR:
         return min(GEMM_MR_CHOICES, key=lambda r: (-(-m // r) * r, -r)), GEMM_NR
     mr = max(1, m)
@@ -572,23 +579,38 @@ def prepacked(kernel: Kernel, pk, operand: str) -> bool:
 # cache), 144 -> 24 at 56x56 0.250 -> 0.210, 192 -> 32 at 28x28 0.102 -> 0.087.
 B_IN_PLACE_M_MAX = 32
 B_IN_PLACE_K_MAX = 256
-# ... and B no larger than L2: in MobileNetV2 (its input just written by the conv before) B in
-# place ran 144 -> 32 at 28x28 (451 KB) 0.076 -> 0.067 ms and 192 -> 32 0.100 -> 0.089, but
-# 32 -> 16 at 112x112 (1.6 MB) 0.211 -> 0.229 and 144 -> 24 at 56x56 (1.8 MB) 0.280 -> 0.298.
-B_IN_PLACE_BYTES_MAX = 1 << 20
+# More rows (up to B_IN_PLACE_SWEPT_M_MAX) read B in place where K <= B_IN_PLACE_SWEPT_K_MAX
+# (the row panels outside the column panels, `rows_outer`) and B is at most
+# B_IN_PLACE_SWEPT_BYTES_MAX: each of their row panels sweeps all of B, from L2 only when B
+# leaves room there. In MobileNetV2 (one thread, the same network old and new interleaved):
+# 24 -> 144 at 56x56 (B 294 KB) 0.235 -> 0.223 ms, 0.231 -> 0.214; 32 -> 192 at 28x28 (98 KB)
+# 0.099 -> 0.095; but 16 -> 96 at 112x112 (784 KB) 0.427 -> 0.498.
+B_IN_PLACE_SWEPT_M_MAX = 256
+B_IN_PLACE_SWEPT_K_MAX = 64
+B_IN_PLACE_SWEPT_BYTES_MAX = 512 * 1024
+# The in-place B's K rows are K streams far apart, more than the hardware prefetcher follows:
+# the microkernel fetches each row this many panels ahead (codegen/c.py). Without it B in place
+# lost where B outgrew L2 (MobileNetV2's 32 -> 16 at 112x112, 1.6 MB, 0.211 -> 0.229 ms in the
+# network); with it, alone on one thread, 0.174 -> 0.119 (with GEMM_MR_ONE_PANEL) and 144 -> 24
+# at 56x56 (1.8 MB) 0.243 -> 0.128, so B has no size bound.
+B_IN_PLACE_AHEAD = 4
 
 
 def b_in_place(kernel: Kernel, pk) -> int:
     """The stride (elements) between B's k steps when the packed contraction `pk` reads B in
     place (no packing): not transposed, B f32, not prepacked, in range, its n loops one
     straight run (offset n) over whole 16-column panels (N a multiple of GEMM_NR), its k
-    loops linear, M <= B_IN_PLACE_M_MAX, K <= B_IN_PLACE_K_MAX and B (the K x N it reads) at
-    most B_IN_PLACE_BYTES_MAX; else 0."""
-    if pk.swapped or pk.size("m") > B_IN_PLACE_M_MAX or pk.size("k") > B_IN_PLACE_K_MAX \
+    loops linear, K <= B_IN_PLACE_K_MAX and M <= B_IN_PLACE_M_MAX (or M <=
+    B_IN_PLACE_SWEPT_M_MAX with K <= B_IN_PLACE_SWEPT_K_MAX and B, the K x N it reads, at most
+    B_IN_PLACE_SWEPT_BYTES_MAX); else 0."""
+    m, k, kn_bytes = pk.size("m"), pk.size("k"), pk.size("k") * pk.size("n") * 4
+    few = m <= B_IN_PLACE_M_MAX or (m <= B_IN_PLACE_SWEPT_M_MAX and k <= B_IN_PLACE_SWEPT_K_MAX
+                                    and kn_bytes <= B_IN_PLACE_SWEPT_BYTES_MAX)
+    if pk.swapped or not few or pk.size("k") > B_IN_PLACE_K_MAX \
             or pk.size("n") % GEMM_NR or kernel.tensor(pk.b.tensor).dtype != "f32" or prepacked(kernel, pk, "b"):
         return 0
     ext = dict(pk.extents)
-    if any(lo or hi for lo, hi in _padding(kernel, pk.b, ext)) or pk.size("k") * pk.size("n") * 4 > B_IN_PLACE_BYTES_MAX:
+    if any(lo or hi for lo, hi in _padding(kernel, pk.b, ext)):
         return 0
     coeff, _ = _flat_offsets(kernel, pk.b)
 
