@@ -407,9 +407,9 @@ class KernelModel:
                     and any(a.internal and a.kind == "read" for a in accesses))
         target_access = accesses[0]
         # window[d]: reduction loops sharing an input index row with loop d (X[.., w + s]),
-        # for a reduction off the PE array (what a vector unit keeps in registers)
+        # for a reduction on a systolic target's vector unit (what it keeps in registers)
         window = None
-        if stmt.reduce and row < 0:
+        if stmt.reduce and row < 0 and compute.kind == "systolic":
             reduction = present & ~(target_access.index_mask)
             window = np.zeros((D, D), dtype=bool)
             for a in accesses[1:]:
@@ -675,7 +675,7 @@ class KernelModel:
             # stay in registers across it. (SIMT lanes and the host's cores already read their
             # operands from a register level of their own, which the tiles model.)
             ts_rel, ts_counts, ts_mean = dp_rel, dp_counts, dp_mean
-            if not dp.on_array and st.window is not None and compute.kind == "systolic":
+            if st.window is not None:
                 wmask = st.window[vec_loop] & st.present                      # [n, D]
                 inner = np.where(st.present, counts[:, L - 1, :], 1.0)
                 ts_counts = np.where(wmask, inner, dp_counts)

@@ -24,7 +24,6 @@ import platform
 
 from ..caches import cached
 
-# flops per second of one core, keyed in the cache file by CPU model, flags and SIMD width
 _SOURCE = r"""
 #include <time.h>
 #include <immintrin.h>
@@ -67,6 +66,7 @@ ITERATIONS = 4_000_000      # ~0.05 s a run on a 100 GFLOP/s core
 
 
 def _machine_key(width: int) -> str:
+    """The cache file's key for a measurement: CPU model, flags and SIMD width."""
     model = flags = ""
     try:
         with open("/proc/cpuinfo") as f:
@@ -124,5 +124,5 @@ def compute_ceiling(target) -> float:
     measured = measured_flops(width)
     if measured is None:
         return 1.0
-    described = 2.0 * compute.lanes * compute.fma_units * target.clock_ghz * 1e9
+    described = target.peak_flops("f32") / compute.units
     return max(1.0, described / measured)

@@ -114,7 +114,8 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
     # In-place epilogues on another datapath overlap the anchor's next tile (as the model).
     from .cost import _tile_counts
 
-    counts = _tile_counts(model.extents[None, :], tiles)[0][0]
+    all_counts = _tile_counts(model.extents[None, :], tiles)[0]     # [1, L, D]
+    counts = all_counts[0]
     anchor_unit = datapath_of(target.compute, model.statements[schedule.kernel.anchor]).unit
     overlap = bool(model._epilogue_overlap(analytic.double_buffered[:1])[0])
     beside: dict[str, float] = {}
@@ -157,13 +158,12 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
         # Each producer nest (compute_at) replayed over its region as a kernel of its own,
         # times its recompute; nests on different datapaths overlap tile by tile, so the
         # kernel takes its busiest datapath's replayed time, or its busiest channel's.
-        counts = _tile_counts(model.extents[None, :], tiles)[0]
         busy = {anchor_unit: anchor_only}         # its statements on other datapaths keep those busy
         for u, v in by_unit.items():
             if u != anchor_unit:
                 busy[u] = busy.get(u, 0.0) + v
         for producer in model.producers:
-            sub, mult = producer.region_tiles(tiles, orders, counts, parallel)
+            sub, mult = producer.region_tiles(tiles, orders, all_counts, parallel)
             r = simulate(producer.schedule(sub[0]), target, max_steps)
             unit = datapath_of(target.compute, producer.model.statements[0]).unit
             busy[unit] = busy.get(unit, 0.0) + r.time_s * float(mult[0])
