@@ -733,9 +733,11 @@ class KernelModel:
                 # Fetches and traffic at each holding level, then the datapath.
                 fits, fetch_counts, read_share = [], [], []
                 fps = _footprint(a, mean_tile[:, list(a.chain), :].transpose(0, 2, 1)) if a.chain else None
+                # the tile fetches into each holding level (the loops outside it), then the datapath
+                by_level = _fetches_by_prefix(a.index_mask[dp_loops], dp_trips,
+                                              [(h + 1) * D for h in a.chain] + [dp_trips.shape[1]])
                 for pos, h in enumerate(a.chain):
-                    S = (h + 1) * D
-                    fetches = _fetches(a.index_mask[seq_loops[:, :S]], trips[:, :S])
+                    fetches = by_level[pos]
                     distinct = np.prod(np.where(a.index_mask & st.present, counts[:, h, :], 1.0), axis=1)
                     fp = fps[:, pos]
                     moved = _traffic(a.kind, fp, fetches, distinct)
@@ -753,7 +755,7 @@ class KernelModel:
                     fetch_counts.append(np.where(double_buffered[:, h], np.maximum(loads, 0.0), fetches))
                     read_share.append(1.0 if a.kind == "read" else np.maximum(loads, 0.0) / np.maximum(
                         2.0 * fetches - distinct, 1e-30) if a.kind == "accumulate" else 0.0)
-                fetches = _fetches(a.index_mask[dp_loops], dp_trips)
+                fetches = by_level[-1]
                 distinct = np.prod(np.where(a.index_mask & st.present, ts_counts, 1.0), axis=1)
                 # A systolic array's partial sums are added into its accumulator as they arrive
                 # (the banks read-modify-write in place: Gemmini's accumulate-on-write, the MXU's
@@ -1222,6 +1224,18 @@ def _fetches(index_seq: np.ndarray, trips: np.ndarray) -> np.ndarray:
     breaker = index_seq & (trips > 1.0)
     counted = np.logical_or.accumulate(breaker[:, ::-1], axis=1)[:, ::-1]
     return np.prod(np.where(counted, trips, 1.0), axis=1)
+
+
+def _fetches_by_prefix(index_seq: np.ndarray, trips: np.ndarray, prefixes: list[int]) -> list[np.ndarray]:
+    """`_fetches(index_seq[:, :S], trips[:, :S])` for each S in `prefixes`, from one pass: a
+    prefix's fetches are the product of its trips up to its last loop indexing the tensor."""
+    n, S = trips.shape
+    breaker = index_seq & (trips > 1.0)
+    last = np.maximum.accumulate(np.where(breaker, np.arange(1, S + 1), 0), axis=1)    # [n, S]
+    upto = np.ones((n, S + 1))
+    np.cumprod(trips, axis=1, out=upto[:, 1:])
+    rows = np.arange(n)
+    return [upto[rows, last[:, p - 1]] if p else np.ones(n) for p in prefixes]
 
 
 def _footprint(a: _AccessModel, tile: np.ndarray) -> np.ndarray:
