@@ -8,10 +8,30 @@ work call `clear_all()`; `stats()` says how much work each cache saved.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import OrderedDict
 
 _REGISTRY: list["LRU"] = []
+
+
+def hash_once(self) -> int:
+    """`__hash__` for an immutable dataclass that keys the caches (a kernel, a target): the
+    hash of its compared fields, computed once and kept on the object. A class takes it with
+    `__hash__ = hash_once` and `__getstate__ = state_without_hash` in its body."""
+    cached = self.__dict__.get("_hash")
+    if cached is None:
+        cached = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.compare))
+        object.__setattr__(self, "_hash", cached)
+    return cached
+
+
+def state_without_hash(self) -> dict:
+    """The object's state for pickling, without `hash_once`'s memo: string hashes differ
+    between processes (an executor's workers), so each process hashes again."""
+    state = dict(self.__dict__)
+    state.pop("_hash", None)
+    return state
 
 
 class LRU:

@@ -639,6 +639,7 @@ class KernelModel:
             drain_bytes = np.zeros((n, M))    # last output tiles out of them, per destination
             event_src = {}
             present_seq = st.present[seq_loops]
+            tiles_at = np.prod(np.where(st.present, counts, 1.0), axis=2)       # [n, L] its tiles per level
             trips = np.where(present_seq, seq_trips, 1.0)
             # The datapath tile: PE array on the mapped loops, or one vector on the
             # vectorised loop (the innermost present loop unless annotated).
@@ -690,7 +691,7 @@ class KernelModel:
                     # mapped loops) changes. Inside an innermost tile the microkernel streams
                     # the other loops past each stationary block, so a tile costs one fill per
                     # distinct block it holds; across tiles a block that stays put costs none.
-                    inner_tiles = np.prod(np.where(st.present, counts[:, L - 1, :], 1.0), axis=1)
+                    inner_tiles = tiles_at[:, L - 1]
                     fills = inner_tiles
                     stationary = _stationary_operand(st)
                     if stationary is not None:
@@ -736,9 +737,11 @@ class KernelModel:
                 # the tile fetches into each holding level (the loops outside it), then the datapath
                 by_level = _fetches_by_prefix(a.index_mask[dp_loops], dp_trips,
                                               [(h + 1) * D for h in a.chain] + [dp_trips.shape[1]])
+                # its distinct tiles at each holding level
+                distinct_at = np.prod(np.where(a.index_mask & st.present, counts[:, list(a.chain), :], 1.0), axis=2)
                 for pos, h in enumerate(a.chain):
                     fetches = by_level[pos]
-                    distinct = np.prod(np.where(a.index_mask & st.present, counts[:, h, :], 1.0), axis=1)
+                    distinct = distinct_at[:, pos]
                     fp = fps[:, pos]
                     moved = _traffic(a.kind, fp, fetches, distinct)
                     if a.internal and (not fits or a.kind != "accumulate"):
@@ -810,7 +813,7 @@ class KernelModel:
                 first_wait[:, src] = np.maximum(first_wait[:, src], np.where(
                     double_buffered[:, h] & (events[:, h] > 0), self.latency_s[src] * (1.0 - 1.0 / par), 0.0))
                 serial_time += np.where(double_buffered[:, h], 0.0, lat)
-                tiles_h = np.prod(np.where(st.present, counts[:, h, :], 1.0), axis=1)
+                tiles_h = tiles_at[:, h]
                 tail[:, src] = np.where(double_buffered[:, h] & (events[:, h] > 0),
                                         np.minimum(tail[:, src], st_compute / tiles_h), tail[:, src])
             # ... and a load's latency overlaps the channel's other traffic (posted write-backs,
@@ -855,7 +858,7 @@ class KernelModel:
                 # each finished output tile while the anchor computes the next, where the
                 # output's innermost level holds two: then only the last tile's epilogue adds.
                 other = overlap & (dp.unit != anchor_unit)
-                out_tiles = np.prod(np.where(st.present, counts[:, L - 1, :], 1.0), axis=1)
+                out_tiles = tiles_at[:, L - 1]
                 beside[dp.unit] = beside.get(dp.unit, 0.0) + np.where(other, st_compute, 0.0)
                 beside_tail += np.where(other, st_compute / out_tiles, 0.0)
                 group_busy += np.where(other, 0.0, st_compute) + drain

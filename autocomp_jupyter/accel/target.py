@@ -28,6 +28,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from ..caches import hash_once, state_without_hash
 from ..errors import Diagnostic, UserError
 from ..limits import YAML_BYTES, YAMLLimitError, is_plain_name, load_yaml, read_text_file
 from ..ir.program import DTYPE_BYTES, DTYPES
@@ -169,6 +170,10 @@ class Target:
     energy_pj_per_mac: float
     description: str = ""
     source: str = field(default="<target>", compare=False)
+
+    # a key of every cache, hashed per lookup: hashed once (the target is immutable)
+    __hash__ = hash_once
+    __getstate__ = state_without_hash
 
     @property
     def dram(self) -> MemoryLevel:

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
+from ..caches import hash_once, state_without_hash
 from .program import Access, BinOp, Loop, Program, Statement, Tensor
 
 
@@ -49,6 +50,11 @@ class Kernel:
     # (tensor, loop, level): the statements writing `tensor` run inside the anchor's tile
     # loop over `loop` at `level`, over the region that tile reads (`ir.loopnest.regions`).
     compute_at: tuple[tuple[str, str, str], ...] = ()
+
+    # The caches key on kernels thousands of times per network, and the fields hash a whole
+    # expression tree: hashed once (the kernel is immutable).
+    __hash__ = hash_once
+    __getstate__ = state_without_hash
 
     # ------------------------------------------------------------------ construction
 
