@@ -767,18 +767,22 @@ def packed_partition(pk: "Packed", nc: int, threads: int, a_cost: float = 1.0, b
                 options.append(("m", -(-mpan // g)))
     options = list(dict.fromkeys(options))
 
-    best, best_score = options[0], math.inf
-    for option in options:
+    # No claim order beats the busiest unit or an even share: options are replayed in the
+    # order of that bound, until the bound alone is worse than the best replayed (the choice,
+    # the first of the fastest, is the one replaying them all makes).
+    bounded = []
+    for index, option in enumerate(options):
         costs, _ = unit_costs(*option)
         slack = PARTITION_SLACK * max(costs) if threads > 1 else 0.0
-        # no claim order beats the busiest unit or an even share: an option whose bound is
-        # already worse than the best is not replayed (the choice is the same, ~10x sooner)
-        if max(max(costs), sum(costs) / threads) + slack > best_score * (1 + 1e-9):
-            continue
+        bounded.append((max(max(costs), sum(costs) / threads) + slack, index, costs, slack))
+    best, best_score = None, math.inf
+    for bound, index, costs, slack in sorted(bounded, key=lambda b: (b[0], b[1])):
+        if bound > best_score * (1 + 1e-9):
+            break
         score = claimed_makespan(costs, threads) + slack
-        if score < best_score:
-            best, best_score = option, score
-    mode, chunk = best
+        if (score, index) < (best_score, best if best is not None else math.inf):
+            best, best_score = index, score
+    mode, chunk = options[best]
     costs, extra = unit_costs(mode, chunk)
     return Partition(mode, chunk, len(costs), extra, claimed_makespan(costs, threads) / sum(costs))
 
