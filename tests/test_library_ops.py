@@ -100,3 +100,29 @@ def test_transformer_blocks_fuse_row_wise_and_verify(target):
             sizes = schedule.tile_sizes()
             assert all(size == kernel.extents[loop] for loop in whole for size in sizes[loop])
         assert res.report["speedup_vs_library"] > 1.0
+
+
+
+def test_an_integer_layernorm_sums_first_so_every_backend_rounds_its_mean_alike():
+    """An i32 layernorm whose every row sums to an odd multiple of 3 over 6 columns: each mean
+    is an exact .5 tie. Summed as x * (1/6) the mean lands either side of the tie depending on
+    the order a backend adds in (the host's SIMD C and numpy differed by 1 in the output);
+    summed exactly and divided once, the C matches the interpreter at 1 and 2 threads."""
+    import numpy as np
+
+    from autocomp_jupyter import interp
+    from autocomp_jupyter.host import compile_plan, run_compiled
+
+    src = "input X: i32[16, 6]\nparam G: i32[6]\nparam B: i32[6]\nY = layernorm(X, G, B)\noutput Y\n"
+    res = autocomp.optimize(src, target="host", tune=0)
+    text = "\n".join(str(st) for st in res.program.ops[0].statements)
+    assert "Y_msum[i0] += X[i0, i1]" in text and "Y_mean[i0] = (Y_msum[i0] / 6)" in text, text
+    rng = np.random.default_rng(1)
+    rows = [r for r in rng.integers(-3, 4, size=(400, 6)) if r.sum() % 6 == 3][:16]
+    inputs = {"X": np.array(rows, dtype=np.float64), "G": np.full(6, 2.0), "B": np.ones(6)}
+    expected = interp.run(res.program, inputs)
+    compiled = compile_plan(res.after, res.target)
+    for threads in (1, 2):
+        outputs, _ = run_compiled(compiled, inputs, repeats=0, threads=threads)
+        verdict = interp.compare_outputs(res.program, expected, outputs)
+        assert verdict.ok and verdict.max_abs_error == 0.0, (threads, verdict)

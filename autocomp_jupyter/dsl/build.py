@@ -245,7 +245,7 @@ class Builder:
                 except _Skip:
                     bad = True
                     continue
-            operands.append(Operand(arg.name, self.tensors[arg.name].shape))
+            operands.append(Operand(arg.name, self.tensors[arg.name].shape, self.tensors[arg.name].dtype))
             arg_at.append(arg.at)
         attrs = dict(lib.attrs)
         kw_at = {}

@@ -28,6 +28,7 @@ class OpError(Exception):
 class Operand:
     name: str
     shape: tuple[int, ...]
+    dtype: str = "f32"
 
 
 @dataclass(frozen=True)
@@ -303,13 +304,27 @@ def lower_layernorm(out, xs, attrs):
     full = _loops(x.shape, names)
     mean, var = f"{out}_mean", f"{out}_var"
     centred = BinOp("-", _acc(x.name, *names), _acc(mean, *keep))
+    norm = BinOp("/", centred, Call("sqrt", (BinOp("+", _acc(var, *keep), Const(float(eps))),)))
+    s_out = _statement(out, full, BinOp("+", BinOp("*", norm, _acc(gamma.name, last)), _acc(beta.name, last)))
+    if x.dtype in ("i8", "i32"):
+        # Integer statistics round when stored: summed first (integers: exact in any order)
+        # and divided once, so the mean and variance are the same whatever order a backend
+        # sums in (a sum of x * (1/d) can land either side of a rounding tie).
+        msum, vsum = f"{out}_msum", f"{out}_vsum"
+        keep_loops = _loops(keep_shape, keep)
+        statements = (
+            _statement(msum, keep_loops, _acc(x.name, *names), "+", [(last, d)]),
+            _statement(mean, keep_loops, BinOp("/", _acc(msum, *keep), Const(float(d)))),
+            _statement(vsum, keep_loops, BinOp("*", centred, centred), "+", [(last, d)]),
+            _statement(var, keep_loops, BinOp("/", _acc(vsum, *keep), Const(float(d)))),
+            s_out)
+        temps = tuple((t, keep_shape) for t in (msum, mean, vsum, var))
+        return Lowered("reduction", x.shape, statements, temps)
     s0 = _statement(mean, _loops(keep_shape, keep), BinOp("*", _acc(x.name, *names), Const(1.0 / d)), "+",
                     [(last, d)])
     s1 = _statement(var, _loops(keep_shape, keep), BinOp("*", BinOp("*", centred, centred), Const(1.0 / d)), "+",
                     [(last, d)])
-    norm = BinOp("/", centred, Call("sqrt", (BinOp("+", _acc(var, *keep), Const(float(eps))),)))
-    s2 = _statement(out, full, BinOp("+", BinOp("*", norm, _acc(gamma.name, last)), _acc(beta.name, last)))
-    return Lowered("reduction", x.shape, (s0, s1, s2), ((mean, keep_shape), (var, keep_shape)))
+    return Lowered("reduction", x.shape, (s0, s1, s_out), ((mean, keep_shape), (var, keep_shape)))
 
 
 def _pool(kind: str):
