@@ -595,9 +595,6 @@ def regions(kernel: Kernel) -> dict[int, dict[str, Region]]:
         if tensor not in kernel.internals:
             raise ComputeAtError(f"{where}: {tensor} is read outside the kernel (only a tensor produced "
                                  "and consumed inside it can be computed in its consumer's tiles)")
-        if kernel.tensor(tensor).dtype in ("i8", "i32"):
-            raise ComputeAtError(f"{where}: {tensor} is an integer tensor (its sums are rounded once "
-                                 "complete, which a region recomputed per tile is not)")
         writers = [i for i, st in enumerate(statements) if st.target == tensor]
         if len(writers) > 1:
             raise ComputeAtError(f"{where}: {tensor} is written by {len(writers)} statements")
