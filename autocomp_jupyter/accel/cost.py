@@ -683,6 +683,8 @@ class KernelModel:
                 ts_rel = np.where(wmask, 1.0, dp_rel)
                 ts_mean = E / ts_counts
             dp_trips = np.concatenate([trips, np.take_along_axis(ts_rel, inner_order, axis=1)], axis=1)
+            dp_prefix = np.ones((n, dp_trips.shape[1] + 1))      # products of its first trips
+            np.cumprod(dp_trips, axis=1, out=dp_prefix[:, 1:])
             cycles = passes * dp.pass_cycles
             fill = 0.0                        # cycles the array fills, nothing streaming
             if st.mac:
@@ -735,7 +737,7 @@ class KernelModel:
                 fits, fetch_counts, read_share = [], [], []
                 fps = _footprint(a, mean_tile[:, list(a.chain), :].transpose(0, 2, 1)) if a.chain else None
                 # the tile fetches into each holding level (the loops outside it), then the datapath
-                by_level = _fetches_by_prefix(a.index_mask[dp_loops], dp_trips,
+                by_level = _fetches_by_prefix(a.index_mask[dp_loops], dp_trips, dp_prefix,
                                               [(h + 1) * D for h in a.chain] + [dp_trips.shape[1]])
                 # its distinct tiles at each holding level
                 distinct_at = np.prod(np.where(a.index_mask & st.present, counts[:, list(a.chain), :], 1.0), axis=2)
@@ -1229,14 +1231,14 @@ def _fetches(index_seq: np.ndarray, trips: np.ndarray) -> np.ndarray:
     return np.prod(np.where(counted, trips, 1.0), axis=1)
 
 
-def _fetches_by_prefix(index_seq: np.ndarray, trips: np.ndarray, prefixes: list[int]) -> list[np.ndarray]:
+def _fetches_by_prefix(index_seq: np.ndarray, trips: np.ndarray, upto: np.ndarray,
+                       prefixes: list[int]) -> list[np.ndarray]:
     """`_fetches(index_seq[:, :S], trips[:, :S])` for each S in `prefixes`, from one pass: a
-    prefix's fetches are the product of its trips up to its last loop indexing the tensor."""
+    prefix's fetches are the product of its trips up to its last loop indexing the tensor
+    (`upto[:, k]`: the product of the first k trips, shared by a statement's accesses)."""
     n, S = trips.shape
     breaker = index_seq & (trips > 1.0)
     last = np.maximum.accumulate(np.where(breaker, np.arange(1, S + 1), 0), axis=1)    # [n, S]
-    upto = np.ones((n, S + 1))
-    np.cumprod(trips, axis=1, out=upto[:, 1:])
     rows = np.arange(n)
     return [upto[rows, last[:, p - 1]] if p else np.ones(n) for p in prefixes]
 
@@ -1246,10 +1248,11 @@ def _footprint(a: _AccessModel, tile: np.ndarray) -> np.ndarray:
     tiles per row, one footprint each, [n, H])."""
     # Row by row over the (few) loops each index uses: cheaper than a matmul on [n, D].
     out = None
+    less = tile - 1.0          # each loop's span past its first point
     for r, terms in enumerate(a.terms):
         extent = None
         for d, c in terms:
-            part = tile[:, d] - 1.0 if c == 1.0 else c * (tile[:, d] - 1.0)
+            part = less[:, d] if c == 1.0 else c * less[:, d]
             extent = part if extent is None else extent + part
         base = a.local_add[r] + 1.0
         if extent is None:
