@@ -169,7 +169,10 @@ def _evaluate_box(st: Statement, env, ranges) -> np.ndarray:
         # Loops no operand uses still multiply the sum (e.g. a constant summed over k).
         unused = [a for a in range(n_out, len(ranges)) if letters[a] not in used]
         scale = product[1] * math.prod(ranges[a][1] - ranges[a][0] for a in unused)
-        result = np.einsum(spec, *operands, optimize=True)
+        # Two operands have one contraction order (BLAS where it applies): given, not searched
+        # for on every box; one operand has none to search.
+        order = True if len(operands) > 2 else ["einsum_path", (0, 1)] if len(operands) == 2 else False
+        result = np.einsum(spec, *operands, optimize=order)
         shape = tuple(ranges[a][1] - ranges[a][0] for a in range(n_out))
         result = result.reshape(tuple(shape[a] if a in kept else 1 for a in range(n_out)))
         return np.broadcast_to(result * scale, shape).copy()
