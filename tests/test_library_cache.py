@@ -169,3 +169,20 @@ def test_interchange_candidates_scored_in_one_batch_get_their_own_times():
                 candidates.append(scheduling._with_order(base, level, tuple(order)))
             caches.clear_all()
             assert scheduling._times(candidates, ctx) == [evaluate(c, target).time_s for c in candidates]
+
+
+def test_kernels_and_targets_hash_once_and_hash_again_in_another_process():
+    """A kernel's and a target's hash is computed once and kept (every cache keys on them);
+    it equals a freshly built equal object's, and pickling drops it (string hashes differ
+    between processes: an executor's worker hashes again)."""
+    import pickle
+
+    program = parse("input X: f32[8, 8]\nparam W: f32[8, 8]\nY = matmul(X, W)\n")
+    kernel = kernels_unfused(program)[0]
+    twin = kernels_unfused(parse("input X: f32[8, 8]\nparam W: f32[8, 8]\nY = matmul(X, W)\n"))[0]
+    target = load_target("npu")
+    for obj, equal in ((kernel, twin), (target, load_target("npu"))):
+        assert hash(obj) == hash(equal) and obj == equal
+        assert obj.__dict__["_hash"] == hash(obj)
+        again = pickle.loads(pickle.dumps(obj))
+        assert "_hash" not in again.__dict__ and again == obj and hash(again) == hash(obj)
