@@ -101,6 +101,9 @@ def _gather(acc: Access, st: Statement, env: Mapping[str, np.ndarray], ranges) -
     names = st.loop_names
     used = sorted({k for idx in acc.indices for k in idx.loops}, key=names.index)
     axes = tuple(names.index(n) for n in used)
+    window = _window(acc, data, names, ranges, used)
+    if window is not None:
+        return window, axes
     grids = np.ix_(*[np.arange(*ranges[a]) for a in axes]) if axes else ()
     loop_env = dict(zip(used, grids))
     bounds = {n: ranges[a] for n, a in zip(used, axes)}
@@ -122,6 +125,34 @@ def _gather(acc: Access, st: Statement, env: Mapping[str, np.ndarray], ranges) -
     if valid is not None:
         values = np.where(valid, values, acc.pad)
     return np.asarray(values, dtype=np.float64), axes
+
+
+def _window(acc: Access, data: np.ndarray, names, ranges, used) -> np.ndarray | None:
+    """`_gather`'s values without fancy indexing where every index is one distinct loop plus a
+    constant, in range over the box: a slice of the tensor, its axes put in domain order (the
+    common case of the tiled runs' thousands of small boxes); None otherwise."""
+    shape = data.shape
+    loops = []
+    slices = []
+    for dim, idx in enumerate(acc.indices):
+        if not idx.terms:
+            if not 0 <= idx.const < shape[dim]:
+                return None
+            slices.append(slice(idx.const, idx.const + 1))
+            continue
+        if len(idx.terms) != 1 or idx.terms[0][1] != 1:
+            return None
+        loop = idx.terms[0][0]
+        lo, hi = ranges[names.index(loop)]
+        if loop in loops or lo + idx.const < 0 or hi + idx.const > shape[dim]:
+            return None
+        loops.append(loop)
+        slices.append(slice(lo + idx.const, hi + idx.const))
+    data_axes = [d for d, idx in enumerate(acc.indices) if idx.terms]
+    values = np.asarray(data, dtype=np.float64)[tuple(slices)]
+    # constant dimensions dropped, the loop dimensions ordered as `used` (domain order)
+    values = values.reshape(tuple(values.shape[d] for d in data_axes))
+    return values.transpose([loops.index(n) for n in used])
 
 
 def _product_terms(expr: Expr):
