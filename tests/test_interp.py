@@ -207,3 +207,36 @@ def test_equivalence_detects_a_difference():
     assert interp.equivalent(a, a)
     verdict = interp.equivalent(a, b)
     assert not verdict and "differs at" in verdict.reason
+
+
+def test_a_slice_gathers_what_fancy_indexing_gathers(monkeypatch):
+    """`_gather`'s slice path (every index one distinct loop plus a constant, in range) gives
+    the values and axes of the general path, on random accesses of random boxes."""
+    import random
+
+    from autocomp_jupyter.ir.program import Access, Affine, Loop, Statement
+
+    rng = random.Random(3)
+    sliced = 0
+    for _ in range(600):
+        shape = tuple(rng.randint(1, 5) for _ in range(rng.randint(1, 3)))
+        data = np.arange(math.prod(shape), dtype=np.float64).reshape(shape)
+        loops = tuple(Loop(n, rng.randint(1, 5)) for n in "abcd"[:rng.randint(1, 4)])
+        names = [l.name for l in loops]
+        indices = tuple(Affine.constant(rng.randint(-1, d)) if rng.random() < 0.2
+                        else Affine(((rng.choice(names), 1 if rng.random() < 0.85 else 2),), rng.randint(-1, 1))
+                        for d in shape)
+        acc = Access("X", indices, -7.0)
+        st = Statement("Y", (), None, loops, acc)
+        ranges = []
+        for l in loops:
+            lo = rng.randint(0, l.extent - 1)
+            ranges.append((lo, rng.randint(lo + 1, l.extent)))
+        used = sorted({k for idx in indices for k in idx.loops}, key=names.index)
+        sliced += interp._window(acc, data, tuple(names), tuple(ranges), used) is not None
+        fast = interp._gather(acc, st, {"X": data}, tuple(ranges))
+        with monkeypatch.context() as m:
+            m.setattr(interp, "_window", lambda *a: None)
+            general = interp._gather(acc, st, {"X": data}, tuple(ranges))
+        assert fast[1] == general[1] and np.array_equal(fast[0], general[0])
+    assert sliced > 100      # the slice path was taken
