@@ -541,11 +541,10 @@ def _blocks_cycles(kernel: Kernel, pk, cb, epi_ops: float, lanes: int) -> float:
     ext = dict(pk.extents)
     blocks = pk.size("batch") / BLOCK_CHANNELS
     H, W = cb.image
-    hp, wp = cb.plane
+    _, wp = cb.plane
     Ho, Wo = ext[cb.h], ext[cb.w]
-    bands = math.ceil(Ho / cb.band)
-    rows = min(bands * cb.band_rows, bands * hp)
-    real = min(rows, bands * H)                          # rows with input (the others zeroed)
+    rows = cb.rows                                       # each padded row transposed in once (a ring)
+    real = min(rows, H)                                  # rows with input (the others zeroed)
     pack = real * math.ceil(W / BLOCK_CHANNELS) * HOST_BLOCK_TRANSPOSE \
         + ((rows - real) * wp + real * (wp - W)) * BLOCK_CHANNELS * HOST_BLOCK_ZERO
     taps = ext[cb.r] * ext[cb.s]

@@ -1569,10 +1569,12 @@ class _KernelWriter:
             if not unroll and step_k * 4 >= 64:
                 # a GEMV's weights stream once, from DRAM: each row's lines fetched ~32 KB ahead
                 # (the hardware prefetcher alone: the 1280 -> 1000 classifier cold 0.37 ms,
-                # with this 0.23)
+                # with this 0.23), into L2 only: 32 KB ahead into L1 (its size) evicted lines
+                # before their use (MobileNetV2's classifier, weights cold, in the network's
+                # buffers: 0.280 ms fetched into L1, 0.223 into L2)
                 ahead = -(-DIRECT_PREFETCH_FLOATS // step_k) * step_k
                 e(dk, f"for (long {jj} = 0; {jj} < {trip}; {jj} += 16) __builtin_prefetch({src} + {ahead} + "
-                      f"{base + ' + ' if base else ''}{jj});")
+                      f"{base + ' + ' if base else ''}{jj}, 0, 2);")
             e(dk, "#pragma omp simd")
             at = f"{lo} + {jj}" if unroll else f"{base} + {jj}" if base else jj
             e(dk, f"for (long {jj} = 0; {jj} < {trip}; ++{jj}) {target}[{base + ' + ' if base else ''}{jj}] += {a} * {src}"
@@ -1726,18 +1728,23 @@ class _KernelWriter:
             e(3, f"const ac_v16 {name} = *(const ac_v16*)({wvf} + {t * L});")
         h, w = cv[cb.h], cv[cb.w]
         P = Ho * Wo
-        Hb, rows_in = cb.band, cb.band_rows
-        hb, y0, ny, yy = f("hb"), f("y0"), f("ny"), f("yy")
+        span = cb.ring
+        # a slot holds a padded row and what its last transpose writes past it (zeros): the
+        # next slot may hold a row still read
+        wq = max(wp, pl + -(-W // L) * L)
+        nxt, lo = f("next"), f("lo")
         e(3, f"/* outputs, blocked: {orow}[y * {Wo} + x] the {L} channels' vector */")
         e(3, f"ac_v16* restrict {orow} = ac_scratch(3, {-(-P // L) * L}UL * sizeof(ac_v16));")
-        e(3, f"float* restrict {T} = ac_scratch(2, {rows_in * wp * L + L * L}UL * sizeof(float));")
-        e(3, f"/* bands of {Hb} output rows, each from its {rows_in} rows of the block's padded planes, "
-             f"blocked: {T}[(y * {wp} + x) * {L} + channel] */")
-        e(3, f"for (long {hb} = 0; {hb} < {Ho}; {hb} += {Hb}) {{")
-        e(4, f"const long {y0} = {sh} * {hb} + {oh}, {ny} = AC_MIN({rows_in}, {hp} - {y0});")
-        e(4, f"for (long {yy} = 0; {yy} < {ny}; ++{yy}) {{")
-        e(5, f"const long {y} = {y0} + {yy};")
-        e(5, f"float* restrict {trow} = {T} + {wp * L} * {yy};")
+        e(3, f"float* restrict {T} = ac_scratch(2, {span * wq * L}UL * sizeof(float));")
+        e(3, f"/* a ring of the {span} padded input rows an output row reads, blocked: row y at "
+             f"{T}[((y % {span}) * {wq} + x) * {L} + channel], each row transposed in once, as the output rows reach it */")
+        e(3, f"long {nxt} = {oh};")
+        e(3, f"for (long {h} = 0; {h} < {Ho}; ++{h}) {{")
+        e(4, f"const long {lo} = {sh} * {h} + {oh};")
+        e(4, f"if ({nxt} < {lo}) {nxt} = {lo};")
+        e(4, f"for (; {nxt} < {lo} + {span}; ++{nxt}) {{")
+        e(5, f"const long {y} = {nxt};")
+        e(5, f"float* restrict {trow} = {T} + {wq * L} * ({y} % {span});")
         e(5, f"if (!((unsigned long)({y} - {pt}) < {H}UL)) {{")
         e(6, f"for (long {q} = 0; {q} < {wp * L}; ++{q}) {trow}[{q}] = 0.0f;")
         e(6, "continue;")
@@ -1747,29 +1754,29 @@ class _KernelWriter:
         if (pl + W) < wp:
             e(5, f"for (long {q} = {(pl + W) * L}; {q} < {wp * L}; ++{q}) {trow}[{q}] = 0.0f;")
         e(5, f"const float* restrict {srow} = {xb} + {W} * ({y} - {pt});")
-        # a row's last transpose writes all 16 positions: past the row's end (the next row's
-        # first positions, packed after it, or the buffer's slack) with zeros
+        # a row's last transpose writes all 16 positions: past the row's end (its slot's slack)
+        # with zeros
         e(5, f"for (long {x} = 0; {x} < {W}; {x} += {L}) ac_transpose16({srow} + {x}, {H * W}, "
              f"(int)AC_MIN({L}, {W} - {x}), {trow} + {L} * ({pl} + {x}), {L});")
         e(4, "}")
-        e(4, f"for (long {h} = {hb}; {h} < AC_MIN({Ho}, {hb} + {Hb}); ++{h}) {{")
-        e(5, f"const float* restrict {p0} = {T} + {L} * ({wp} * {sh} * ({h} - {hb}) + {ow});")
-        e(5, f"ac_v16* restrict {out16} = {orow} + {Wo} * {h};")
-        e(5, f"long {w} = 0;")
+        prow = [f(f"t{r}") for r in range(KH)]
+        for r in range(KH):
+            e(4, f"const float* restrict {prow[r]} = {T} + {wq * L} * (({lo} + {dh * r}) % {span}) + {L * ow};")
+        e(4, f"ac_v16* restrict {out16} = {orow} + {Wo} * {h};")
+        e(4, f"long {w} = 0;")
         group = 4
         accs = [f(f"a{j}") for j in range(group)]
         for g, cond in ((group, f"{w} + {group} <= {Wo}"), (1, f"{w} < {Wo}")):
-            e(5, f"for (; {cond}; {w} += {g}) {{")
+            e(4, f"for (; {cond}; {w} += {g}) {{")
             for j in range(g):
-                e(6, f"ac_v16 {accs[j]} = {{0}};")
+                e(5, f"ac_v16 {accs[j]} = {{0}};")
             for t, (r, s) in enumerate(taps):
-                off = (dh * r * wp + dw * s) * L
+                off = dw * s * L
                 for j in range(g):
-                    e(6, f"{accs[j]} += {wv[t]} * *(const ac_v16*)({p0} + {L * sw} * ({w} + {j}) + {off});")
+                    e(5, f"{accs[j]} += {wv[t]} * *(const ac_v16*)({prow[r]} + {L * sw} * ({w} + {j}) + {off});")
             for j in range(g):
-                e(6, f"{out16}[{w} + {j}] = {accs[j]};")
-            e(5, "}")
-        e(4, "}")
+                e(5, f"{out16}[{w} + {j}] = {accs[j]};")
+            e(4, "}")
         e(3, "}")
         # back to the channels' planes 16 positions at a time (the output plane is contiguous,
         # so positions run flat across rows: a 7x7 plane is 3 full vectors and one of 1, not 7

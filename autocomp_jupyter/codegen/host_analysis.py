@@ -297,12 +297,13 @@ def direct_slab(kernel: Kernel, pk: "Packed", dr: DirectRows) -> dict[int, str]:
 # AVX-512 vector of f32.
 BLOCK_CHANNELS = 16
 # Largest blocked output plane (floats, all the block's channels) of a channel block: 512 KiB,
-# within L2 (1 MiB per core); and the largest blocked, padded input it packs at once: a larger
-# input plane is packed in bands of output rows, each at most 128 KiB (MobileNetV2's 112x112
-# stride-2 layer: 7 bands of 8 rows, 0.224 -> 0.219 ms alone against bands of 512 KiB, 0.31 ->
-# 0.26 in the network; 64 KiB 0.225, 32 KiB 0.249).
+# within L2 (1 MiB per core); and the largest ring of blocked, padded input rows (floats) it
+# keeps: the rows one output row reads (a 3x3 window: 3), each transposed in once as the output
+# rows reach it, so the taps read L1. MobileNetV2's 112x112 stride-2 layer (3 rows of 113 x 16:
+# 21 KiB) 0.204 -> 0.179 ms alone and the network 7.73 -> 7.62 ms against the earlier bands of
+# output rows (7 of 8 rows, 108 KiB in L2, the row between two bands transposed twice).
 BLOCK_PLANE_MAX = 128 * 1024
-BLOCK_BAND_MAX = 32 * 1024
+BLOCK_RING_MAX = 32 * 1024
 # Output rows this wide, read at stride 1, stay direct rows: their vectors along the row are
 # full, and the blocked form's two transposes cost more than it saves (144 channels at 56x56:
 # 0.165 ms as rows, 0.207 blocked; 192 at 28x28 0.070 either way; 384 at 14x14 0.045 -> 0.034).
@@ -319,8 +320,8 @@ class ChannelBlocks:
     output's per-channel rows, where the epilogue is applied. `c`: the channel loop (the
     last batch loop), `h`, `w`: the output row and column loops, `r`, `s`: the window
     loops; input row = stride_h * h + dil_h * r + off_h (off: the index's constant plus its
-    padding), likewise columns. A plane too large for L2 is packed and computed in bands of
-    `band` output rows."""
+    padding), likewise columns. The blocked plane is never whole: a ring of its `ring` rows
+    (the rows one output row reads), each transposed in once, as the output rows reach it."""
 
     c: str
     h: str
@@ -333,8 +334,8 @@ class ChannelBlocks:
     plane: tuple[int, int]        # padded input plane (hp, wp)
     image: tuple[int, int]        # the input plane (H, W)
     pads: tuple[int, int]         # top, left padding inside the padded plane
-    band: int                     # output rows per band (each band packs only the input rows it reads)
-    band_rows: int                # padded input rows a band reads (at most)
+    ring: int                     # padded input rows kept (those one output row reads: dil_h * (kh - 1) + 1)
+    rows: int                     # padded input rows transposed in, each once
 
 
 def channel_blocks(kernel: Kernel, pk: "Packed", dr: DirectRows) -> ChannelBlocks | None:
@@ -408,16 +409,15 @@ def channel_blocks(kernel: Kernel, pk: "Packed", dr: DirectRows) -> ChannelBlock
     Ho = ext[pk.n[0]]
     (sh, dh), kh = geo[0][:2], ext[geo[0][2]]
 
-    def rows_in(band: int) -> int:
-        return min(hp, sh * (band - 1) + dh * (kh - 1) + 1)
-    band = Ho
-    while band > 1 and rows_in(band) * wp * BLOCK_CHANNELS > BLOCK_BAND_MAX:
-        band = (band + 1) // 2
-    if rows_in(band) * wp * BLOCK_CHANNELS > BLOCK_BAND_MAX or Ho * ext[pk.n[1]] * BLOCK_CHANNELS > BLOCK_PLANE_MAX:
+    ring = dh * (kh - 1) + 1
+    pl, W = pads[3][0], t.shape[3]
+    slot = max(wp, pl + -(-W // BLOCK_CHANNELS) * BLOCK_CHANNELS)     # a row and its last transpose's slack
+    if ring * slot * BLOCK_CHANNELS > BLOCK_RING_MAX or Ho * ext[pk.n[1]] * BLOCK_CHANNELS > BLOCK_PLANE_MAX:
         return None
+    rows = Ho * ring if sh >= ring else sh * (Ho - 1) + ring        # each padded row read, once
     return ChannelBlocks(c, pk.n[0], pk.n[1], geo[0][2], geo[1][2], (geo[0][0], geo[1][0]), (geo[0][1], geo[1][1]),
                          (geo[0][3] + pads[2][0], geo[1][3] + pads[3][0]), (hp, wp), (t.shape[2], t.shape[3]),
-                         (pads[2][0], pads[3][0]), band, rows_in(band))
+                         (pads[2][0], pads[3][0]), ring, rows)
 
 
 # A window reduction's padded copy of at least this many elements is filled by all the threads
