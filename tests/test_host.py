@@ -201,26 +201,28 @@ def test_a_few_rows_read_b_in_place_and_match_interpreter(threads):
         check(plan, threads=threads)
 
 
-def test_depthwise_channel_blocks_in_bands_match_interpreter(monkeypatch):
-    """A depthwise conv whose blocked plane outgrows BLOCK_BAND_MAX runs in bands of output
-    rows, each packing only the input rows it reads (overlapping rows packed twice), and
-    matches the interpreter."""
-    from autocomp_jupyter.codegen import host_analysis
+def test_depthwise_channel_blocks_ring_matches_interpreter():
+    """A depthwise conv in channel blocks keeps a ring of the padded input rows one output row
+    reads (3 for a 3x3 window, 5 for one dilated by 2), each transposed in once: at stride 2, a
+    row 20 wide (its last transpose writes 12 positions past the row: its slot's slack, not the
+    next row's) and dilated, it matches the interpreter."""
     from autocomp_jupyter.codegen.c import channel_blocks, direct_rows, packed_contraction
 
-    src = ("input X: f32[1, 32, 29, 20]\nparam W: f32[32, 1, 3, 3]\n"
-           "Y = depthwise_conv2d(X, W, stride=2, padding=1)\nR = relu(Y)\n")
-    plan = autocomp.optimize(parse(src), target="host", tune=0).after
-    kernel, schedule = plan.kernels[0], plan.schedules[0]
-    pk = packed_contraction(kernel, schedule)
-    whole = channel_blocks(kernel, pk, direct_rows(kernel, pk))
-    assert whole is not None and whole.band == 15 and whole.plane == (31, 21)
-    monkeypatch.setattr(host_analysis, "BLOCK_BAND_MAX", 16 * 21 * 9)
-    banded = channel_blocks(kernel, pk, direct_rows(kernel, pk))
-    assert banded.band == 4 and banded.band_rows == 9      # 2 * (4 - 1) + 3 input rows
-    text = generate(plan, None, "c")
-    assert "bands of 4 output rows, each from its 9 rows" in text
-    check(plan, threads=1)
+    for src, ring, rows in (
+            ("input X: f32[1, 32, 29, 20]\nparam W: f32[32, 1, 3, 3]\n"
+             "Y = depthwise_conv2d(X, W, stride=2, padding=1)\nR = relu(Y)\n", 3, 2 * (15 - 1) + 3),
+            ("input X: f32[1, 16, 20, 20]\nparam W: f32[16, 1, 3, 3]\n"
+             "tensor Y: f32[1, 16, 20, 20]\nY[n, c, h, w] += X[n, c, h + 2 * r - 2, w + 2 * s - 2] * W[c, 0, r, s]\n"
+             "output Y\n", 5, 20 - 1 + 5)):
+        plan = autocomp.optimize(parse(src), target="host", tune=0).after
+        kernel, schedule = plan.kernels[0], plan.schedules[0]
+        pk = packed_contraction(kernel, schedule)
+        cb = channel_blocks(kernel, pk, direct_rows(kernel, pk))
+        assert cb is not None and (cb.ring, cb.rows) == (ring, rows)
+        text = generate(plan, None, "c")
+        assert f"a ring of the {ring} padded input rows" in text
+        check(plan, threads=1)
+        check(plan, threads=2)
 
 
 WINOGRAD_VARIANTS = {

@@ -189,10 +189,12 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     par = parallel[:, [index[anchors[l]] for l in pk.batch + pk.m + pk.n if l in anchors]].any(axis=1)
     T = np.where(par, compute.units, 1)
     share, extra, m_rows = np.ones(n), np.zeros(n), np.full(n, M)
+    l2 = next((m.size_bytes for m in target.memory if m.name == "L2"), 1 << 20)
     for t, nc_block in {(int(t), int(c)) for t, c in zip(T, NC)}:
         if t <= 1:
             continue
-        part = packed_partition(pk, nc_block, t, a_cost, b_cost)
+        # a prepacked operand within half of L2 is re-read by each unit from its core's cache
+        part = packed_partition(pk, nc_block, t, a_cost, b_cost, cached_bytes=l2 / 2)
         rows = (T == t) & (NC == nc_block)
         share[rows] = part.share       # the busiest thread's part, its units claimed as the C claims them
         extra[rows] = part.extra_cycles
@@ -208,7 +210,6 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     # The output micro-tile is read and written once per kc block; between two visits the
     # code sweeps this thread's M share x nc of the output: from L2 when that fits, else
     # from L3 (measured: the tall GEMM's C, 4096 x 256, costs ~1 ms per extra kc block).
-    l2 = next((m.size_bytes for m in target.memory if m.name == "L2"), 1 << 20)
     c_region = m_rows * NC * 4
     store_vector = np.where(c_region > l2 / 2, HOST_STORE_VECTOR_FAR, HOST_STORE_VECTOR)
     store = NB * mpan * npan * kblocks * (math.ceil(nr / lanes) * mr * store_vector + HOST_MICRO_CALL) \
@@ -329,9 +330,9 @@ def replay_packed(kernel: Kernel, schedule, target: Target) -> float | None:
     M, N, K = (pk.size(g) for g in ("m", "n", "k"))
     parallel = set(schedule.annotations.get("parallel", ())) & {anchors.get(l) for l in pk.batch + pk.m + pk.n}
     threads = compute.units if parallel else 1
-    part = packed_partition(pk, NC, threads, a_cost, b_cost)
-    units = partition_ranges(pk, part)
     l2 = next((m.size_bytes for m in target.memory if m.name == "L2"), 1 << 20)
+    part = packed_partition(pk, NC, threads, a_cost, b_cost, cached_bytes=l2 / 2)
+    units = partition_ranges(pk, part)
     vfma = mr * math.ceil(nr / lanes)
     step = max(vfma / compute.fma_units / HOST_MICRO_EFFICIENCY, HOST_FMA_LATENCY)
     epi_ops = sum(max(1, kernel.statements[s].expr.flops()) for s in pk.epilogue)
@@ -362,7 +363,10 @@ def replay_packed(kernel: Kernel, schedule, target: Target) -> float | None:
 
     per_unit = [unit_cycles(m_lo, m_hi, n_lo, n_hi) for _, m_lo, m_hi, n_lo, n_hi in units]
     busiest = claimed_makespan(per_unit, threads)       # its units claimed as the C claims them
-    return (busiest + _packed_serial_cycles(kernel, pk, lanes)) / (target.clock_ghz * 1e9)
+    # a prepacked operand each unit reads again from L3 (`packed_partition`'s extra less the
+    # copies, which the units above pack), the busiest thread's part of it as the closed form
+    reread = part.reread_cycles * part.share
+    return (busiest + reread + _packed_serial_cycles(kernel, pk, lanes)) / (target.clock_ghz * 1e9)
 
 
 # Host C's function and scalar work (cycles at the target's clock, per point): exp, tanh,
@@ -537,11 +541,10 @@ def _blocks_cycles(kernel: Kernel, pk, cb, epi_ops: float, lanes: int) -> float:
     ext = dict(pk.extents)
     blocks = pk.size("batch") / BLOCK_CHANNELS
     H, W = cb.image
-    hp, wp = cb.plane
+    _, wp = cb.plane
     Ho, Wo = ext[cb.h], ext[cb.w]
-    bands = math.ceil(Ho / cb.band)
-    rows = min(bands * cb.band_rows, bands * hp)
-    real = min(rows, bands * H)                          # rows with input (the others zeroed)
+    rows = cb.rows                                       # each padded row transposed in once (a ring)
+    real = min(rows, H)                                  # rows with input (the others zeroed)
     pack = real * math.ceil(W / BLOCK_CHANNELS) * HOST_BLOCK_TRANSPOSE \
         + ((rows - real) * wp + real * (wp - W)) * BLOCK_CHANNELS * HOST_BLOCK_ZERO
     taps = ext[cb.r] * ext[cb.s]

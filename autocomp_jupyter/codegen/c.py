@@ -94,7 +94,7 @@ from .host_analysis import (  # noqa: F401
     DIRECT_MIN_POINTS, DIRECT_STEP_MAX, PARTITION_THREADS, PARTITION_SLACK, PARTITION_REPACK_CYCLES, PARTITION_MACS_PER_CYCLE,
     PARTITION_UNIT_CYCLES, HOST_COPY_RUN, HOST_COPY_GATHER, HOST_COPY_STRIDED, Packed, DirectRows,
     Partition, claimed_makespan, gemv_split, WINDOW_SHARED_COPY_MIN, micro_shape, rows_outer, direct_rows, direct_slab, window_rows, packed_blocks, host_copy_costs,
-    packed_partition, partition_ranges, prepacked, b_in_place, B_IN_PLACE_AHEAD, winograd, channel_blocks, ChannelBlocks, BLOCK_CHANNELS, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
+    packed_partition, partition_ranges, prepacked, prepacked_ahead, b_in_place, B_IN_PLACE_AHEAD, winograd, channel_blocks, ChannelBlocks, BLOCK_CHANNELS, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
     _unit_stride_reads, _substitute, packed_contraction, epilogue_point, _epilogue)
 
 # Integer dtypes: the values a tensor can hold (stored in double buffers, saturating).
@@ -1080,16 +1080,30 @@ class _KernelWriter:
                     e(10, "}")
             e(9, "}")
         e(9, f"{T} {acc}[{mr}][{nr}] = {{{{0.0f}}}};")
-        e(9, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
-        if ks:      # B in place: its kc rows are as many streams, far apart; fetch ahead along each
-            e(10, f"__builtin_prefetch(&{bv}[{p} * {ks}L + {B_IN_PLACE_AHEAD * nr}], 0, 3);")
-        e(10, f"#pragma GCC unroll {mr}")
-        e(10, f"for (long {r} = 0; {r} < {mr}; ++{r}) {{")
-        e(11, "#pragma omp simd")
-        e(11, f"for (long {c} = 0; {c} < {nr}; ++{c}) {acc}[{r}][{c}] += {av}[{p} * {mr} + {r}] * "
-              f"{bv}[{p} * {ks or nr}{'L' if ks else ''} + {c}];")
-        e(10, "}")
-        e(9, "}")
+        # A prepacked operand (weights) comes from memory on its panels' first use, each panel
+        # slice a short stream the hardware prefetcher starts late: on that first use (the
+        # other operand's first panel) fetch the next panel's slice, one line per k step, while
+        # this one computes (`PREPACKED_AHEAD`).
+        ahead = prepacked_ahead(pk, bool(pre["a"]), bool(pre["b"]) and not ks)
+        for with_fetch in ((True, False) if ahead else (False,)):
+            if ahead:
+                first, nxt, step = (f"{ir} == 0 && {jr} + {nr} < {nc}", f"{bv} + {nr} * {K}L", nr) if ahead == "b" \
+                    else (f"{jr} == 0 && {ir} + {mr} < {mc}", f"{av} + {mr} * {K}L", mr)
+                e(9, f"if ({first}) {{" if with_fetch else "} else {")
+            e(9, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
+            if ks:      # B in place: its kc rows are as many streams, far apart; fetch ahead along each
+                e(10, f"__builtin_prefetch(&{bv}[{p} * {ks}L + {B_IN_PLACE_AHEAD * nr}], 0, 3);")
+            if with_fetch:
+                e(10, f"__builtin_prefetch({nxt} + {p} * {step}, 0, 2);")
+            e(10, f"#pragma GCC unroll {mr}")
+            e(10, f"for (long {r} = 0; {r} < {mr}; ++{r}) {{")
+            e(11, "#pragma omp simd")
+            e(11, f"for (long {c} = 0; {c} < {nr}; ++{c}) {acc}[{r}][{c}] += {av}[{p} * {mr} + {r}] * "
+                  f"{bv}[{p} * {ks or nr}{'L' if ks else ''} + {c}];")
+            e(10, "}")
+            e(9, "}")
+        if ahead:
+            e(9, "}")
         cases = [(True, True)] if single else [(True, True), (True, False), (False, True), (False, False)]
         for n_case, (first, last) in enumerate(cases):
             if not single:
@@ -1141,7 +1155,9 @@ class _KernelWriter:
         e(2, "}")
         if parallel:
             e(2, f"ac_team_waited({t_done}, {nth}, {t_start});")
-        # the offset tables, filled once per call before the parallel region
+        # the offset tables and their run flags: constants of the kernel, filled on the first call
+        # and kept (static), as prepacked weights are (filled per call, MobileNetV2's stem spent
+        # 11 us of 0.28 ms on its 12544 offsets)
         fill: list[str] = []
         total = sum(math.prod(ext[l] for l in loops) for _, loops, _ in table_fill)
         if table_fill:
@@ -1149,11 +1165,15 @@ class _KernelWriter:
             ctype = "int" if all(sum(abs(cv) * (ext[l] - 1) for l, cv in zip(loops, cs)) < 2 ** 31
                                  for _, loops, cs in table_fill) else "long"
             self.helpers = [h.replace("AC_OFFSET_T", ctype) for h in self.helpers]
-            fill.append(f"{ctype}* {tab} = ({ctype}*)malloc({max(total, 1)}UL * sizeof({ctype}));")
+            fresh = f("tab_fresh")
+            fill.append(f"static {ctype}* {tab} = NULL;")
+            fill.append(f"const int {fresh} = {tab} == NULL;")
+            fill.append(f"if ({fresh}) {tab} = ({ctype}*)malloc({max(total, 1)}UL * sizeof({ctype}));")
             at = 0
             for name, loops, cs in table_fill:
                 fill.append(f"{ctype}* {name} = {tab} + {at};")
                 at += math.prod(ext[l] for l in loops)
+            fill.append(f"if ({fresh}) {{")
             for name, loops, cs in table_fill:
                 x = f("x")
                 fill.append(f"{{ long {x} = 0;")
@@ -1165,14 +1185,18 @@ class _KernelWriter:
                 value = " + ".join(f"{cv} * {lv[l]}" for l, cv in zip(loops, cs) if cv) or "0"
                 fill.append("    " * depth + f"{name}[{x}++] = {value};")
                 fill.append("}")
+            fill.append("}")
         for flag, table, run_step in run_flags:
             pan, x = f("pan"), f("x")
-            fill.append(f"unsigned char* {flag} = (unsigned char*)malloc({-(-N // nr)}UL);")
+            fill.append(f"static unsigned char* {flag} = NULL;")
+            fill.append(f"if ({flag} == NULL) {{")
+            fill.append(f"{flag} = (unsigned char*)malloc({-(-N // nr)}UL);")
             fill.append(f"for (long {pan} = 0; {pan} < {-(-N // nr)}; ++{pan}) {{")
             fill.append(f"    {flag}[{pan}] = {pan} * {nr} + {nr} <= {N};")
             fill.append(f"    for (long {x} = 1; {x} < {nr} && {flag}[{pan}]; ++{x}) "
                         f"{flag}[{pan}] = {table}[{pan} * {nr} + {x}] == {table}[{pan} * {nr}] + "
                         + (f"{x};" if run_step == 1 else f"{run_step} * {x};"))
+            fill.append("}")
             fill.append("}")
         copies: list[str] = []     # padded copies: scratch slots 2, 3
         for name, access, pads in padded:
@@ -1182,10 +1206,6 @@ class _KernelWriter:
             if pre[which]:
                 fill += prepack_lines(which)
         self.out[body_start:body_start] = ["    " * 2 + line for line in fill]
-        for flag, _, _ in run_flags:
-            e(2, f"free({flag});")
-        if table_fill:
-            e(2, f"free({tab});")
         e(1, "}")
 
     def region_begin(self, depth: int, schedule: str) -> tuple[str, str, str]:
@@ -1549,10 +1569,12 @@ class _KernelWriter:
             if not unroll and step_k * 4 >= 64:
                 # a GEMV's weights stream once, from DRAM: each row's lines fetched ~32 KB ahead
                 # (the hardware prefetcher alone: the 1280 -> 1000 classifier cold 0.37 ms,
-                # with this 0.23)
+                # with this 0.23), into L2 only: 32 KB ahead into L1 (its size) evicted lines
+                # before their use (MobileNetV2's classifier, weights cold, in the network's
+                # buffers: 0.280 ms fetched into L1, 0.223 into L2)
                 ahead = -(-DIRECT_PREFETCH_FLOATS // step_k) * step_k
                 e(dk, f"for (long {jj} = 0; {jj} < {trip}; {jj} += 16) __builtin_prefetch({src} + {ahead} + "
-                      f"{base + ' + ' if base else ''}{jj});")
+                      f"{base + ' + ' if base else ''}{jj}, 0, 2);")
             e(dk, "#pragma omp simd")
             at = f"{lo} + {jj}" if unroll else f"{base} + {jj}" if base else jj
             e(dk, f"for (long {jj} = 0; {jj} < {trip}; ++{jj}) {target}[{base + ' + ' if base else ''}{jj}] += {a} * {src}"
@@ -1706,18 +1728,23 @@ class _KernelWriter:
             e(3, f"const ac_v16 {name} = *(const ac_v16*)({wvf} + {t * L});")
         h, w = cv[cb.h], cv[cb.w]
         P = Ho * Wo
-        Hb, rows_in = cb.band, cb.band_rows
-        hb, y0, ny, yy = f("hb"), f("y0"), f("ny"), f("yy")
+        span = cb.ring
+        # a slot holds a padded row and what its last transpose writes past it (zeros): the
+        # next slot may hold a row still read
+        wq = max(wp, pl + -(-W // L) * L)
+        nxt, lo = f("next"), f("lo")
         e(3, f"/* outputs, blocked: {orow}[y * {Wo} + x] the {L} channels' vector */")
         e(3, f"ac_v16* restrict {orow} = ac_scratch(3, {-(-P // L) * L}UL * sizeof(ac_v16));")
-        e(3, f"float* restrict {T} = ac_scratch(2, {rows_in * wp * L + L * L}UL * sizeof(float));")
-        e(3, f"/* bands of {Hb} output rows, each from its {rows_in} rows of the block's padded planes, "
-             f"blocked: {T}[(y * {wp} + x) * {L} + channel] */")
-        e(3, f"for (long {hb} = 0; {hb} < {Ho}; {hb} += {Hb}) {{")
-        e(4, f"const long {y0} = {sh} * {hb} + {oh}, {ny} = AC_MIN({rows_in}, {hp} - {y0});")
-        e(4, f"for (long {yy} = 0; {yy} < {ny}; ++{yy}) {{")
-        e(5, f"const long {y} = {y0} + {yy};")
-        e(5, f"float* restrict {trow} = {T} + {wp * L} * {yy};")
+        e(3, f"float* restrict {T} = ac_scratch(2, {span * wq * L}UL * sizeof(float));")
+        e(3, f"/* a ring of the {span} padded input rows an output row reads, blocked: row y at "
+             f"{T}[((y % {span}) * {wq} + x) * {L} + channel], each row transposed in once, as the output rows reach it */")
+        e(3, f"long {nxt} = {oh};")
+        e(3, f"for (long {h} = 0; {h} < {Ho}; ++{h}) {{")
+        e(4, f"const long {lo} = {sh} * {h} + {oh};")
+        e(4, f"if ({nxt} < {lo}) {nxt} = {lo};")
+        e(4, f"for (; {nxt} < {lo} + {span}; ++{nxt}) {{")
+        e(5, f"const long {y} = {nxt};")
+        e(5, f"float* restrict {trow} = {T} + {wq * L} * ({y} % {span});")
         e(5, f"if (!((unsigned long)({y} - {pt}) < {H}UL)) {{")
         e(6, f"for (long {q} = 0; {q} < {wp * L}; ++{q}) {trow}[{q}] = 0.0f;")
         e(6, "continue;")
@@ -1727,29 +1754,29 @@ class _KernelWriter:
         if (pl + W) < wp:
             e(5, f"for (long {q} = {(pl + W) * L}; {q} < {wp * L}; ++{q}) {trow}[{q}] = 0.0f;")
         e(5, f"const float* restrict {srow} = {xb} + {W} * ({y} - {pt});")
-        # a row's last transpose writes all 16 positions: past the row's end (the next row's
-        # first positions, packed after it, or the buffer's slack) with zeros
+        # a row's last transpose writes all 16 positions: past the row's end (its slot's slack)
+        # with zeros
         e(5, f"for (long {x} = 0; {x} < {W}; {x} += {L}) ac_transpose16({srow} + {x}, {H * W}, "
              f"(int)AC_MIN({L}, {W} - {x}), {trow} + {L} * ({pl} + {x}), {L});")
         e(4, "}")
-        e(4, f"for (long {h} = {hb}; {h} < AC_MIN({Ho}, {hb} + {Hb}); ++{h}) {{")
-        e(5, f"const float* restrict {p0} = {T} + {L} * ({wp} * {sh} * ({h} - {hb}) + {ow});")
-        e(5, f"ac_v16* restrict {out16} = {orow} + {Wo} * {h};")
-        e(5, f"long {w} = 0;")
+        prow = [f(f"t{r}") for r in range(KH)]
+        for r in range(KH):
+            e(4, f"const float* restrict {prow[r]} = {T} + {wq * L} * (({lo} + {dh * r}) % {span}) + {L * ow};")
+        e(4, f"ac_v16* restrict {out16} = {orow} + {Wo} * {h};")
+        e(4, f"long {w} = 0;")
         group = 4
         accs = [f(f"a{j}") for j in range(group)]
         for g, cond in ((group, f"{w} + {group} <= {Wo}"), (1, f"{w} < {Wo}")):
-            e(5, f"for (; {cond}; {w} += {g}) {{")
+            e(4, f"for (; {cond}; {w} += {g}) {{")
             for j in range(g):
-                e(6, f"ac_v16 {accs[j]} = {{0}};")
+                e(5, f"ac_v16 {accs[j]} = {{0}};")
             for t, (r, s) in enumerate(taps):
-                off = (dh * r * wp + dw * s) * L
+                off = dw * s * L
                 for j in range(g):
-                    e(6, f"{accs[j]} += {wv[t]} * *(const ac_v16*)({p0} + {L * sw} * ({w} + {j}) + {off});")
+                    e(5, f"{accs[j]} += {wv[t]} * *(const ac_v16*)({prow[r]} + {L * sw} * ({w} + {j}) + {off});")
             for j in range(g):
-                e(6, f"{out16}[{w} + {j}] = {accs[j]};")
-            e(5, "}")
-        e(4, "}")
+                e(5, f"{out16}[{w} + {j}] = {accs[j]};")
+            e(4, "}")
         e(3, "}")
         # back to the channels' planes 16 positions at a time (the output plane is contiguous,
         # so positions run flat across rows: a 7x7 plane is 3 full vectors and one of 1, not 7

@@ -297,12 +297,13 @@ def direct_slab(kernel: Kernel, pk: "Packed", dr: DirectRows) -> dict[int, str]:
 # AVX-512 vector of f32.
 BLOCK_CHANNELS = 16
 # Largest blocked output plane (floats, all the block's channels) of a channel block: 512 KiB,
-# within L2 (1 MiB per core); and the largest blocked, padded input it packs at once: a larger
-# input plane is packed in bands of output rows, each at most 128 KiB (MobileNetV2's 112x112
-# stride-2 layer: 7 bands of 8 rows, 0.224 -> 0.219 ms alone against bands of 512 KiB, 0.31 ->
-# 0.26 in the network; 64 KiB 0.225, 32 KiB 0.249).
+# within L2 (1 MiB per core); and the largest ring of blocked, padded input rows (floats) it
+# keeps: the rows one output row reads (a 3x3 window: 3), each transposed in once as the output
+# rows reach it, so the taps read L1. MobileNetV2's 112x112 stride-2 layer (3 rows of 113 x 16:
+# 21 KiB) 0.204 -> 0.179 ms alone and the network 7.73 -> 7.62 ms against the earlier bands of
+# output rows (7 of 8 rows, 108 KiB in L2, the row between two bands transposed twice).
 BLOCK_PLANE_MAX = 128 * 1024
-BLOCK_BAND_MAX = 32 * 1024
+BLOCK_RING_MAX = 32 * 1024
 # Output rows this wide, read at stride 1, stay direct rows: their vectors along the row are
 # full, and the blocked form's two transposes cost more than it saves (144 channels at 56x56:
 # 0.165 ms as rows, 0.207 blocked; 192 at 28x28 0.070 either way; 384 at 14x14 0.045 -> 0.034).
@@ -319,8 +320,8 @@ class ChannelBlocks:
     output's per-channel rows, where the epilogue is applied. `c`: the channel loop (the
     last batch loop), `h`, `w`: the output row and column loops, `r`, `s`: the window
     loops; input row = stride_h * h + dil_h * r + off_h (off: the index's constant plus its
-    padding), likewise columns. A plane too large for L2 is packed and computed in bands of
-    `band` output rows."""
+    padding), likewise columns. The blocked plane is never whole: a ring of its `ring` rows
+    (the rows one output row reads), each transposed in once, as the output rows reach it."""
 
     c: str
     h: str
@@ -333,8 +334,8 @@ class ChannelBlocks:
     plane: tuple[int, int]        # padded input plane (hp, wp)
     image: tuple[int, int]        # the input plane (H, W)
     pads: tuple[int, int]         # top, left padding inside the padded plane
-    band: int                     # output rows per band (each band packs only the input rows it reads)
-    band_rows: int                # padded input rows a band reads (at most)
+    ring: int                     # padded input rows kept (those one output row reads: dil_h * (kh - 1) + 1)
+    rows: int                     # padded input rows transposed in, each once
 
 
 def channel_blocks(kernel: Kernel, pk: "Packed", dr: DirectRows) -> ChannelBlocks | None:
@@ -408,16 +409,15 @@ def channel_blocks(kernel: Kernel, pk: "Packed", dr: DirectRows) -> ChannelBlock
     Ho = ext[pk.n[0]]
     (sh, dh), kh = geo[0][:2], ext[geo[0][2]]
 
-    def rows_in(band: int) -> int:
-        return min(hp, sh * (band - 1) + dh * (kh - 1) + 1)
-    band = Ho
-    while band > 1 and rows_in(band) * wp * BLOCK_CHANNELS > BLOCK_BAND_MAX:
-        band = (band + 1) // 2
-    if rows_in(band) * wp * BLOCK_CHANNELS > BLOCK_BAND_MAX or Ho * ext[pk.n[1]] * BLOCK_CHANNELS > BLOCK_PLANE_MAX:
+    ring = dh * (kh - 1) + 1
+    pl, W = pads[3][0], t.shape[3]
+    slot = max(wp, pl + -(-W // BLOCK_CHANNELS) * BLOCK_CHANNELS)     # a row and its last transpose's slack
+    if ring * slot * BLOCK_CHANNELS > BLOCK_RING_MAX or Ho * ext[pk.n[1]] * BLOCK_CHANNELS > BLOCK_PLANE_MAX:
         return None
+    rows = Ho * ring if sh >= ring else sh * (Ho - 1) + ring        # each padded row read, once
     return ChannelBlocks(c, pk.n[0], pk.n[1], geo[0][2], geo[1][2], (geo[0][0], geo[1][0]), (geo[0][1], geo[1][1]),
                          (geo[0][3] + pads[2][0], geo[1][3] + pads[3][0]), (hp, wp), (t.shape[2], t.shape[3]),
-                         (pads[2][0], pads[3][0]), band, rows_in(band))
+                         (pads[2][0], pads[3][0]), ring, rows)
 
 
 # A window reduction's padded copy of at least this many elements is filled by all the threads
@@ -545,6 +545,7 @@ class Partition:
     units: int
     extra_cycles: float
     share: float
+    reread_cycles: float = 0.0      # the part of extra_cycles that re-reads a prepacked operand
 
     @property
     def code(self) -> int:
@@ -570,6 +571,21 @@ def prepacked(kernel: Kernel, pk, operand: str) -> bool:
     if kernel.tensor(access.tensor).role != "param":
         return False
     return all(_in_range(kernel, access, dict(pk.extents)))
+
+
+def prepacked_ahead(pk, pre_a: bool, pre_b: bool) -> str | None:
+    """Which prepacked operand ("b", else "a") the microkernel fetches a panel ahead of
+    (codegen/c.py): on a panel's first use — the other operand's first panel — the next
+    panel's slice, one line per k step. Weights come from memory (a network's 14 MB do not
+    stay in L3 from one call to the next), each slice a short stream the hardware prefetcher
+    starts late: MobileNetV2's 960 -> 320 at 7x7 (1.2 MB of weights) 0.315 -> 0.300 ms alone
+    with a cold cache, 0.282 either way with a warm one. None without a second panel to fetch."""
+    mr, nr = pk.micro
+    if pre_b and pk.size("n") > nr:
+        return "b"
+    if pre_a and pk.size("m") > mr:
+        return "a"
+    return None
 
 
 # A packed contraction with few rows (M <= B_IN_PLACE_M_MAX output channels: each B panel feeds
@@ -715,7 +731,7 @@ def claimed_makespan(costs: list[float], threads: int) -> float:
 
 
 def packed_partition(pk: "Packed", nc: int, threads: int, a_cost: float = 1.0, b_cost: float = 1.0,
-                     macs_per_cycle: float = PARTITION_MACS_PER_CYCLE) -> Partition:
+                     macs_per_cycle: float = PARTITION_MACS_PER_CYCLE, cached_bytes: float = 0.0) -> Partition:
     """The work units `threads` threads share a packed contraction in (cache block `nc`
     columns; `a_cost`/`b_cost`: cycles to pack one element of A/B). Candidates: the batch
     items, or each batch item cut into g chunks of N panels or of M panels (g up to
@@ -726,7 +742,11 @@ def packed_partition(pk: "Packed", nc: int, threads: int, a_cost: float = 1.0, b
     PARTITION_SLACK of the largest unit (what a thread whose core is shared holds the
     others up by). One thread: the batch items (the serial code). Every choice covers each
     output exactly once (`partition_ranges`); `share` is the busiest thread's part of all
-    the units' cycles on an idle machine."""
+    the units' cycles on an idle machine. `extra_cycles` (what the host model adds) counts no
+    re-read of a prepacked operand of at most `cached_bytes` (per batch item): each core reads
+    it from its own cache, within the microkernel's time (GEMM 128^3 with prepacked B, 64 KB,
+    on 2 threads: 2.14e-5 s measured, 2.52e-5 without the re-read, 2.76e-5 with it; 4.13e-5 on
+    one). The choice of cut still weighs every re-read (as measured when it was tuned)."""
     NB, M, N, K = (pk.size(g) for g in ("batch", "m", "n", "k"))
     mr, nr = pk.micro
     mpan, npan = -(-M // mr), -(-N // nr)
@@ -735,14 +755,17 @@ def packed_partition(pk: "Packed", nc: int, threads: int, a_cost: float = 1.0, b
     per_panel_m = mr * npan * nr * K / macs_per_cycle        # one M panel, all of N
     # cycles per element packed: a whole operand that outgrows L2 streams from L3; a prepacked
     # operand (cost 0) is never packed again for another unit, only read again
-    a_el = max(a_cost, PARTITION_REPACK_CYCLES) if a_cost else PARTITION_REREAD_CYCLES
-    b_el = max(b_cost, PARTITION_REPACK_CYCLES) if b_cost else PARTITION_REREAD_CYCLES
     nblocks = -(-N // nc)
-    serial = npan * per_panel_n + M * K * nblocks * a_el + N * K * b_el      # one batch item on one thread
 
-    def unit_costs(mode: str, chunk: int) -> tuple[list[float], float]:
+    def unit_costs(mode: str, chunk: int, cached: float = 0.0) -> tuple[list[float], float]:
         """(cycles of each unit in unit order: its panels, the packing it does, its claim; the
-        packing all the units do beyond one thread's)."""
+        packing all the units do beyond one thread's), a prepacked operand of at most `cached`
+        bytes read again for free."""
+        a_el = max(a_cost, PARTITION_REPACK_CYCLES) if a_cost else \
+            (0.0 if 4 * M * K <= cached else PARTITION_REREAD_CYCLES)
+        b_el = max(b_cost, PARTITION_REPACK_CYCLES) if b_cost else \
+            (0.0 if 4 * K * N <= cached else PARTITION_REREAD_CYCLES)
+        serial = npan * per_panel_n + M * K * nblocks * a_el + N * K * b_el      # one batch item on one thread
         if mode == "batch":
             return [serial + PARTITION_UNIT_CYCLES] * NB, 0.0
         panels = npan if mode == "n" else mpan
@@ -783,8 +806,10 @@ def packed_partition(pk: "Packed", nc: int, threads: int, a_cost: float = 1.0, b
         if (score, index) < (best_score, best if best is not None else math.inf):
             best, best_score = index, score
     mode, chunk = options[best]
-    costs, extra = unit_costs(mode, chunk)
-    return Partition(mode, chunk, len(costs), extra, claimed_makespan(costs, threads) / sum(costs))
+    costs, _ = unit_costs(mode, chunk)
+    _, extra = unit_costs(mode, chunk, cached_bytes)
+    _, copies = unit_costs(mode, chunk, math.inf)        # no re-read anywhere: the copies alone
+    return Partition(mode, chunk, len(costs), extra, claimed_makespan(costs, threads) / sum(costs), extra - copies)
 
 
 def partition_ranges(pk: "Packed", part: Partition) -> list[tuple[int, int, int, int, int]]:
