@@ -127,6 +127,26 @@ def contiguous_loop(kernel: Kernel) -> str | None:
     return anchor.target_indices[-1].single_loop
 
 
+def lane_loop(kernel: Kernel, target) -> str | None:
+    """The loop a vector datapath's lanes run along: the output's stride-1 loop
+    (`contiguous_loop`). SIMT lanes are a warp's threads, each computing its own output point
+    with no contiguous vector load to keep: where the stride-1 loop is shorter than a warp,
+    the warp runs along the output loop that fills it best (a 1x1 conv on a 7x7 map along its
+    channels, as an implicit GEMM maps them, not 7 of 32 threads along w)."""
+    loop = contiguous_loop(kernel)
+    compute = target.compute
+    if loop is None or compute.kind != "simt" or kernel.extents[loop] >= compute.lanes:
+        return loop
+    outputs = [idx.single_loop for idx in kernel.anchor_statement.target_indices if idx.single_loop]
+
+    def waste(name: str) -> float:          # lanes idle per busy lane, on its last warp
+        extent = kernel.extents[name]
+        return -(-extent // compute.lanes) * compute.lanes / extent
+
+    # the least waste; on a tie the stride-1 loop, then the output dimension nearest it
+    return min(outputs, key=lambda name: (waste(name), name != loop, -outputs.index(name)))
+
+
 def datapath_units(kernel: Kernel, target) -> np.ndarray:
     """Per loop, the datapath's tile along it: PE rows/cols, the vector width, or 1."""
     model = kernel_model(kernel, target)
@@ -138,7 +158,7 @@ def datapath_units(kernel: Kernel, target) -> np.ndarray:
         for loop, along in anchor.array_units:
             units[loop] = along
     else:
-        loop = contiguous_loop(kernel)
+        loop = lane_loop(kernel, target)
         units[kernel.loop_names.index(loop) if loop else len(kernel.loops) - 1] = dp.width
     return units
 

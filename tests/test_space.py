@@ -172,3 +172,24 @@ def test_library_exhaustive_search_enumerates_every_size():
     for d, loop in enumerate(kernel.loops):
         assert set(sizes[loop.name]) <= set(space.every(d))
         assert set(space.candidates(d).tolist()) <= set(space.every(d))
+
+
+def test_a_warp_runs_along_the_output_loop_that_fills_it():
+    """SIMT lanes are threads, not a contiguous vector: on gpu a 1x1 conv on a 7x7 map runs its
+    warps along the 64 output channels (the stride-1 w has 7 points), a vector unit (npu) keeps
+    w, and a map at least a warp wide keeps w on gpu too. The plan says so and gains by it."""
+    from autocomp_jupyter.space import lane_loop
+
+    def conv(hw):
+        return parse(f"input X: f32[1, 32, {hw}, {hw}]\nparam W: f32[64, 32, 1, 1]\nY = conv2d(X, W)\n")
+
+    small, wide = kernels_unfused(conv(7))[0], kernels_unfused(conv(32))[0]
+    assert lane_loop(small, load_target("gpu")) == "f"
+    assert lane_loop(small, load_target("npu")) == "w"
+    assert lane_loop(wide, load_target("gpu")) == "w"
+    res = autocomp.optimize(conv(7), target="gpu", tune=0)
+    assert res.report["verified"]
+    assert res.after.schedules[0].annotations.get("vectorize") == "f"
+    why = [e["why"] for e in res.report["rules"] if e["rule"].startswith("vectorize_inner")]
+    assert why and "a warp along it: Y's stride-1 loop w has 7 points" in why[0]
+    assert res.report["kernels"][0]["metrics"]["pe_util"] > 0.9

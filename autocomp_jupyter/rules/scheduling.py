@@ -20,7 +20,9 @@ When it applies: to every kernel of the plan, after tiling. Steps, each logged:
    dependence they carry.
 3. `vectorize_inner`: the innermost loop is vectorised when it is the contiguous (stride-1,
    last index) loop of the output and carries nothing; if another loop is innermost, moving
-   the contiguous loop there is tried (legal and no slower), else nothing is vectorised.
+   the contiguous loop there is tried (legal and no slower), else nothing is vectorised. On
+   SIMT lanes (a GPU's warp) whose stride-1 loop is shorter than a warp, the output loop
+   that fills one best takes its place (`space.lane_loop`).
 4. `unroll_factor`: the innermost loop is unrolled by it (capped at its tile).
 
 Each new schedule is re-checked (isl; and, when an order changed, the tiled execution check
@@ -44,7 +46,7 @@ from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
 from ..result import Plan
 from ..verify import verify_schedule
-from .tiling import contiguous_loop
+from ..space import contiguous_loop, lane_loop
 
 PASS = "scheduling"
 MIN_GAIN = 1e-3          # a transformation must save at least this fraction of the time
@@ -290,32 +292,36 @@ def annotate_parallel(schedule: Schedule, ctx: PassContext, log: list) -> Schedu
 
 
 def annotate_vectorize(schedule: Schedule, ctx: PassContext, log: list) -> Schedule:
-    """Vectorise the output's stride-1 loop when it carries nothing.
+    """Vectorise the output's stride-1 loop when it carries nothing (on SIMT lanes, where
+    that loop is shorter than a warp, the output loop that fills one best: `space.lane_loop`).
 
     If it is the innermost loop, it is vectorised there. Otherwise moving it innermost is
     tried (isl-legal); the cost model then picks the cheapest of: moved and vectorised,
     vectorised where it is (outer-loop vectorisation), or not vectorised."""
     kernel = schedule.kernel
-    contiguous = contiguous_loop(kernel)
+    lanes = lane_loop(kernel, ctx.target)
+    target = kernel.anchor_statement.target
+    stride_one = contiguous_loop(kernel)
+    along = (f"stride-1 in {target}" if lanes == stride_one else
+             f"a warp along it: {target}'s stride-1 loop {stride_one} has {kernel.extents.get(stride_one)} points")
     annotations = {k: v for k, v in schedule.annotations.items() if k != "vectorize"}
     without = replace(schedule, annotations=annotations)
-    if contiguous is None or not schedule.levels:
+    if lanes is None or not schedule.levels:
         log.append(_rule("vectorize_inner", kernel, False, "the output has no stride-1 loop"))
         return without
-    verdict = parallel_verdict(schedule, contiguous)
+    verdict = parallel_verdict(schedule, lanes)
     if not verdict.ok:
-        log.append(_rule("vectorize_inner", kernel, False, f"{contiguous}: {_why_not(verdict, ctx)}"))
+        log.append(_rule("vectorize_inner", kernel, False, f"{lanes}: {_why_not(verdict, ctx)}"))
         return without
     level = schedule.levels[-1]
     order = list(schedule.order_at(level))
-    target = kernel.anchor_statement.target
-    in_place = replace(schedule, annotations={**annotations, "vectorize": contiguous})
-    if order[-1] == contiguous:
+    in_place = replace(schedule, annotations={**annotations, "vectorize": lanes})
+    if order[-1] == lanes:
         log.append(_rule("vectorize_inner", kernel, True,
-                         f"vectorize {contiguous}: the innermost loop, stride-1 in {target}, carries no dependence (isl)"))
+                         f"vectorize {lanes}: the innermost loop, {along}, carries no dependence (isl)"))
         return in_place
     options = [(_time(in_place, ctx), "in_place", in_place), (_time(without, ctx), "none", without)]
-    moved = _with_order(in_place, level, tuple([l for l in order if l != contiguous] + [contiguous]))
+    moved = _with_order(in_place, level, tuple([l for l in order if l != lanes] + [lanes]))
     moved_verdict = poly.check_schedule(moved)
     if moved_verdict.ok:
         options.append((_time(moved, ctx), "moved", moved))
@@ -324,13 +330,13 @@ def annotate_vectorize(schedule: Schedule, ctx: PassContext, log: list) -> Sched
     times = {h: t for t, h, _ in options}
     detail = ", ".join(f"{h} {t * 1e6:.1f} us" for h, t in times.items())
     if how == "moved":
-        why = f"vectorize {contiguous} (stride-1 in {target}), moved innermost at {level}: legal (isl); {detail}"
+        why = f"vectorize {lanes} ({along}), moved innermost at {level}: legal (isl); {detail}"
     elif how == "in_place":
-        why = (f"vectorize {contiguous} (stride-1 in {target}) where it is, not innermost ({order[-1]} is): "
+        why = (f"vectorize {lanes} ({along}) where it is, not innermost ({order[-1]} is): "
                + ("moving it innermost is illegal: " + _why_not(moved_verdict, ctx) if not moved_verdict.ok
                   else "moving it innermost is slower") + f"; {detail}")
     else:
-        why = f"not vectorised: innermost loop {order[-1]} is not the stride-1 loop {contiguous}; {detail}"
+        why = f"not vectorised: innermost loop {order[-1]} is not the lanes' loop {lanes} ({along}); {detail}"
     log.append(_rule("vectorize_inner", kernel, how != "none", why))
     return best
 

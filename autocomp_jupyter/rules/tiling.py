@@ -52,7 +52,7 @@ from ..canon import canonical_kernel, evaluate, schedule_key
 from ..ir.loopnest import whole_loops
 from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
-from ..space import TileSpace, contiguous_loop
+from ..space import TileSpace, lane_loop
 from ..verify import verify_schedule
 from ..result import Plan
 
@@ -134,7 +134,7 @@ def vector_loop_index(kernel: Kernel, target) -> int:
     model = kernel_model(kernel, target)
     if datapath_of(target.compute, model.statements[kernel.anchor]).on_array:
         return -1
-    loop = contiguous_loop(kernel)
+    loop = lane_loop(kernel, target)
     return kernel.loop_names.index(loop) if loop in kernel.loop_names else -1
 
 
