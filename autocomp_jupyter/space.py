@@ -139,7 +139,7 @@ def lane_loop(kernel: Kernel, target) -> str | None:
         return loop
     outputs = [idx.single_loop for idx in kernel.anchor_statement.target_indices if idx.single_loop]
 
-    def waste(name: str) -> float:          # lanes idle per busy lane, on its last warp
+    def waste(name: str) -> float:          # lanes offered per busy lane (1.0: every lane busy)
         extent = kernel.extents[name]
         return -(-extent // compute.lanes) * compute.lanes / extent
 
