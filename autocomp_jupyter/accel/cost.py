@@ -705,7 +705,8 @@ class KernelModel:
                         one = sum(m * (x <= unit + 1e-9) for x, m in zip(piece_len, piece_mult)) \
                             / sum(piece_mult)
                         single = np.prod(np.where(weight, one, 1.0), axis=1)
-                        kept = np.minimum(inner_tiles, _fetches(stationary.index_mask[seq_loops], trips))
+                        kept = np.minimum(inner_tiles, _fetches_by_prefix(
+                            stationary.index_mask[dp_loops], dp_trips, dp_prefix, [L * D])[0])
                         fills = inner_tiles * np.maximum(blocks - single, 0.0) + kept * single
                     fill = _fill_cycles(compute, fills, cycles)
                     cycles = cycles + fill
@@ -1223,19 +1224,13 @@ def _stationary_operand(st: "_StatementModel") -> "_AccessModel | None":
                  and a.index_mask[st.col_loop]), None)
 
 
-def _fetches(index_seq: np.ndarray, trips: np.ndarray) -> np.ndarray:
-    """Times a tile is fetched: the product of the trips of the outer loops, except the
-    innermost run of loops that do not index the tensor (loops of one trip don't count)."""
-    breaker = index_seq & (trips > 1.0)
-    counted = np.logical_or.accumulate(breaker[:, ::-1], axis=1)[:, ::-1]
-    return np.prod(np.where(counted, trips, 1.0), axis=1)
-
-
 def _fetches_by_prefix(index_seq: np.ndarray, trips: np.ndarray, upto: np.ndarray,
                        prefixes: list[int]) -> list[np.ndarray]:
-    """`_fetches(index_seq[:, :S], trips[:, :S])` for each S in `prefixes`, from one pass: a
-    prefix's fetches are the product of its trips up to its last loop indexing the tensor
-    (`upto[:, k]`: the product of the first k trips, shared by a statement's accesses)."""
+    """Times a tile is fetched at the level holding each prefix of the loop sequence (its first
+    S loops, for each S in `prefixes`): the product of the prefix's trips except the innermost
+    run of loops that do not index the tensor (loops of one trip don't count), i.e. its trips
+    up to its last loop indexing the tensor (`upto[:, k]`: the product of the first k trips,
+    shared by a statement's accesses)."""
     n, S = trips.shape
     breaker = index_seq & (trips > 1.0)
     last = np.maximum.accumulate(np.where(breaker, np.arange(1, S + 1), 0), axis=1)    # [n, S]

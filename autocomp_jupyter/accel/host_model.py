@@ -19,9 +19,12 @@ import math
 
 import numpy as np
 
-from ..codegen.host_analysis import (BLOCK_CHANNELS, HOST_COPY_RUN, claimed_makespan, gemv_split, WINDOW_SHARED_COPY_MIN, DIRECT_K_MAX, GEMM_MIN_BLOCK, channel_blocks, direct_slab, GEMM_WHOLE_K, GEMM_MR, GEMM_NR, GEMM_PACK_MIN, _padding, _unit_stride_reads,
-                                     direct_rows, host_copy_costs, packed_blocks, packed_contraction, packed_partition,
-                                     partition_ranges, swapped_blocks, window_rows, winograd, WINOGRAD_PANEL)
+from ..codegen.host_analysis import (BLOCK_CHANNELS, HOST_COPY_RUN, claimed_makespan, gemv_split,
+                                     WINDOW_SHARED_COPY_MIN, DIRECT_K_MAX, GEMM_MIN_BLOCK, channel_blocks,
+                                     direct_slab, GEMM_WHOLE_K, GEMM_MR, GEMM_NR, GEMM_PACK_MIN, _padding,
+                                     _unit_stride_reads, direct_rows, host_copy_costs, packed_blocks,
+                                     packed_contraction, packed_partition, partition_ranges, swapped_blocks,
+                                     window_rows, winograd, WINOGRAD_PANEL)
 from ..ir.program import Access
 from ..ir.schedule import Kernel
 from .target import Target
@@ -143,6 +146,11 @@ def _host_packed(kernel: Kernel):
     return pk, b_cost, a_cost
 
 
+def _l2_bytes(target: Target) -> float:
+    """A core's L2 (the host preset's `L2` level; 1 MiB where a target file names none)."""
+    return next((m.size_bytes for m in target.memory if m.name == "L2"), 1 << 20)
+
+
 def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.ndarray):
     """(packed mask [n], seconds [n]) of candidate schedules run as host C's packed GEMM:
     per thread, the microkernel's reduction steps (MR x NR outputs, one step = MR*NR/lanes
@@ -189,7 +197,7 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     par = parallel[:, [index[anchors[l]] for l in pk.batch + pk.m + pk.n if l in anchors]].any(axis=1)
     T = np.where(par, compute.units, 1)
     share, extra, m_rows = np.ones(n), np.zeros(n), np.full(n, M)
-    l2 = next((m.size_bytes for m in target.memory if m.name == "L2"), 1 << 20)
+    l2 = _l2_bytes(target)
     for t, nc_block in {(int(t), int(c)) for t, c in zip(T, NC)}:
         if t <= 1:
             continue
@@ -330,7 +338,7 @@ def replay_packed(kernel: Kernel, schedule, target: Target) -> float | None:
     M, N, K = (pk.size(g) for g in ("m", "n", "k"))
     parallel = set(schedule.annotations.get("parallel", ())) & {anchors.get(l) for l in pk.batch + pk.m + pk.n}
     threads = compute.units if parallel else 1
-    l2 = next((m.size_bytes for m in target.memory if m.name == "L2"), 1 << 20)
+    l2 = _l2_bytes(target)
     part = packed_partition(pk, NC, threads, a_cost, b_cost, cached_bytes=l2 / 2)
     units = partition_ranges(pk, part)
     vfma = mr * math.ceil(nr / lanes)

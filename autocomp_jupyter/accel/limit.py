@@ -12,8 +12,8 @@ blocks of the PE units each takes (pe_rows x pe_cols, or with im2col several red
 sharing the rows: ceil(E / units) blocks each, the best fill those extents allow), and each
 distinct block of its stationary operand filled into the array once (`fill_cycles`; with
 double-buffered weights only what its stream cannot hide); on a vector datapath, its points
-in runs of the vector width along the loop that fills them best (or all its points as one flat run for an elementwise statement, as
-the model streams them). Datapaths run concurrently, so the limit is the largest of these
+in runs of the vector width along the loop that fills them best (or all its points as one
+flat run for an elementwise statement, as the model streams them). Datapaths run concurrently, so the limit is the largest of these
 floors, not their sum. A PE array is also fed through ports (the innermost level holding
 each operand): its moving operand crosses once per block of the loop it lacks, its partial
 sums once per row block (added on write), its stationary operand once — on Gemmini, whose

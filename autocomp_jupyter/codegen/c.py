@@ -1731,7 +1731,7 @@ class _KernelWriter:
         span = cb.ring
         # a slot holds a padded row and what its last transpose writes past it (zeros): the
         # next slot may hold a row still read
-        wq = max(wp, pl + -(-W // L) * L)
+        wq = cb.slot
         nxt, lo = f("next"), f("lo")
         e(3, f"/* outputs, blocked: {orow}[y * {Wo} + x] the {L} channels' vector */")
         e(3, f"ac_v16* restrict {orow} = ac_scratch(3, {-(-P // L) * L}UL * sizeof(ac_v16));")

@@ -336,6 +336,7 @@ class ChannelBlocks:
     pads: tuple[int, int]         # top, left padding inside the padded plane
     ring: int                     # padded input rows kept (those one output row reads: dil_h * (kh - 1) + 1)
     rows: int                     # padded input rows transposed in, each once
+    slot: int                     # a ring row's width: the padded row and its last transpose's slack
 
 
 def channel_blocks(kernel: Kernel, pk: "Packed", dr: DirectRows) -> ChannelBlocks | None:
@@ -417,7 +418,7 @@ def channel_blocks(kernel: Kernel, pk: "Packed", dr: DirectRows) -> ChannelBlock
     rows = Ho * ring if sh >= ring else sh * (Ho - 1) + ring        # each padded row read, once
     return ChannelBlocks(c, pk.n[0], pk.n[1], geo[0][2], geo[1][2], (geo[0][0], geo[1][0]), (geo[0][1], geo[1][1]),
                          (geo[0][3] + pads[2][0], geo[1][3] + pads[3][0]), (hp, wp), (t.shape[2], t.shape[3]),
-                         (pads[2][0], pads[3][0]), ring, rows)
+                         (pads[2][0], pads[3][0]), ring, rows, slot)
 
 
 # A window reduction's padded copy of at least this many elements is filled by all the threads
@@ -753,14 +754,14 @@ def packed_partition(pk: "Packed", nc: int, threads: int, a_cost: float = 1.0, b
     nc = max(nr, min(nc, npan * nr))
     per_panel_n = mpan * mr * nr * K / macs_per_cycle        # one N panel, all of M, one batch item
     per_panel_m = mr * npan * nr * K / macs_per_cycle        # one M panel, all of N
-    # cycles per element packed: a whole operand that outgrows L2 streams from L3; a prepacked
-    # operand (cost 0) is never packed again for another unit, only read again
     nblocks = -(-N // nc)
 
     def unit_costs(mode: str, chunk: int, cached: float = 0.0) -> tuple[list[float], float]:
         """(cycles of each unit in unit order: its panels, the packing it does, its claim; the
         packing all the units do beyond one thread's), a prepacked operand of at most `cached`
         bytes read again for free."""
+        # cycles per element packed: a whole operand that outgrows L2 streams from L3; a
+        # prepacked operand (cost 0) is never packed again for another unit, only read again
         a_el = max(a_cost, PARTITION_REPACK_CYCLES) if a_cost else \
             (0.0 if 4 * M * K <= cached else PARTITION_REREAD_CYCLES)
         b_el = max(b_cost, PARTITION_REPACK_CYCLES) if b_cost else \
@@ -798,15 +799,15 @@ def packed_partition(pk: "Packed", nc: int, threads: int, a_cost: float = 1.0, b
         costs, _ = unit_costs(*option)
         slack = PARTITION_SLACK * max(costs) if threads > 1 else 0.0
         bounded.append((max(max(costs), sum(costs) / threads) + slack, index, costs, slack))
-    best, best_score = None, math.inf
+    best, best_score, best_costs = None, math.inf, None
     for bound, index, costs, slack in sorted(bounded, key=lambda b: (b[0], b[1])):
         if bound > best_score * (1 + 1e-9):
             break
         score = claimed_makespan(costs, threads) + slack
         if (score, index) < (best_score, best if best is not None else math.inf):
-            best, best_score = index, score
+            best, best_score, best_costs = index, score, costs
     mode, chunk = options[best]
-    costs, _ = unit_costs(mode, chunk)
+    costs = best_costs
     _, extra = unit_costs(mode, chunk, cached_bytes)
     _, copies = unit_costs(mode, chunk, math.inf)        # no re-read anywhere: the copies alone
     return Partition(mode, chunk, len(costs), extra, claimed_makespan(costs, threads) / sum(costs), extra - copies)
