@@ -286,3 +286,23 @@ def test_integer_chains_fuse_their_sums_complete_in_each_region():
     compiled = host.compile_plan(res.after, load_target("host"))
     outputs, _ = host.run_compiled(compiled, inputs, repeats=0, threads=2)
     np.testing.assert_array_equal(outputs["P"], expected["P"])
+
+
+def test_a_layernorm_is_computed_at_the_contraction_that_reads_it(tmp_path):
+    """Pre-LN (GPT-2's ln → c_attn): the library layernorm is a prologue of the projection,
+    each row tile normalised on chip where the projection reads it (norm_prologue), and kept
+    only because it is faster than the two kernels (with the rule off: two kernels, slower)."""
+    src = ("input X: f32[64, 256]\nparam g: f32[256]\nparam b: f32[256]\nparam W: f32[256, 768]\n"
+           "param c: f32[768]\nN = layernorm(X, g, b)\nQ = linear(N, W, c)\noutput Q\n")
+    res = autocomp.optimize(src, target="npu", tune=0)
+    (kernel,) = res.after.kernels
+    assert {"N", "Q"} <= set(kernel.ops)
+    assert {t for t, _, _ in kernel.compute_at} >= {"N"}
+    assert res.report["verified"] and res.report["speedup_vs_library"] > 1.02
+    entry = next(e for e in res.report["rules"] if e["rule"] == "norm_prologue")
+    assert entry["applied"] and entry["ops"] == ["N", "Q"]
+    rules = tmp_path / "off.yaml"
+    rules.write_text("fusion:\n  rules:\n    - name: norm_prologue\n      enabled: false\n")
+    off = autocomp.optimize(src, target="npu", tune=0, rules=[str(rules)])
+    assert len(off.after.kernels) == 2
+    assert off.report["optimized"]["time_s"] > res.report["optimized"]["time_s"]
