@@ -361,6 +361,8 @@ def _check_pass(name: str, before: Plan, outcome: PassOutcome, ctx: PassContext,
         log.extend(outcome.log)
         return before  # nothing changed: nothing to check or roll back
     entries = list(outcome.log)
+    if name == "fusion":                # a group isl refuses is split back; the others stay fused
+        after = _illegal_groups_split_back(before, after, ctx, entries, rollbacks)
     if name == "fusion" and retile is not None:                  # each fusion group must pay on its own
         after = _fusion_groups_that_pay(before, after, ctx, runs, retile, entries, rollbacks)
     kernel, reason = _rejection(name, before, after, ctx, runs, retile, gain_judged)
@@ -373,6 +375,26 @@ def _check_pass(name: str, before: Plan, outcome: PassOutcome, ctx: PassContext,
             entry = dict(entry, applied=False, why=f"rolled back with the {name} pass ({reason}); {entry['why']}")
         log.append(entry)
     return before
+
+
+def _illegal_groups_split_back(before: Plan, after: Plan, ctx: PassContext, entries: list,
+                               rollbacks: list) -> Plan:
+    """`after` with every fusion group whose schedule isl cannot prove legal split back into
+    its ops (`rules.fusion.split_back`), so that one such group does not undo the others;
+    the rules that made it are marked as undone, with isl's reason."""
+    from .rules.fusion import split_back
+
+    illegal = {k: why for k, why in _illegal_schedules(after, ctx)
+               if len(next(x for x in after.kernels if x.name == k).ops) > 1}
+    if not illegal:
+        return after
+    for kernel in [k for k in after.kernels if k.name in illegal]:
+        why = f"illegal schedule: {illegal[kernel.name]}: split back (the other groups stay fused)"
+        rollbacks.append(rollback_entry("fusion", kernel.name, why))
+        for i, entry in enumerate(entries):
+            if entry["applied"] and set(entry["ops"]) & set(kernel.ops):
+                entries[i] = dict(entry, applied=False, why=f"rolled back: {why}; {entry['why']}")
+    return split_back(before, after, set(illegal), ctx)
 
 
 def _fusion_groups_that_pay(before: Plan, after: Plan, ctx: PassContext, runs: _PassRuns,

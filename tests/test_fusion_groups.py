@@ -62,3 +62,40 @@ def test_no_kernel_is_scheduled_worse_than_the_library_would_schedule_it_alone()
     better = _searched_as_well_as_the_library(poor, ctx, None, log)
     assert ctx.cost(better).total.time_s < ctx.cost(poor).total.time_s
     assert log and all(e["rule"] == "library_search" and e["applied"] and "faster schedule" in e["why"] for e in log)
+
+
+def test_a_grouped_conv_keeps_its_epilogue_by_dropping_the_parallel_loop_that_would_race():
+    """A grouped conv's relu reads channel g*F/groups + f, which no loop of the conv follows
+    alone: fused, it runs in the last group tile, so the group loop the conv ran in parallel
+    carries a dependence. The fused kernel drops that parallel loop instead of the whole
+    fusion pass rolling back (the add after the 1x1 conv lost its fusion with it)."""
+    src = ("input X: f32[1, 32, 14, 14]\nparam W1: f32[64, 8, 3, 3]\nparam W2: f32[32, 64, 1, 1]\n"
+           "Y = conv2d(X, W1, stride=1, padding=1, groups=4)\nA = relu(Y)\nZ = conv2d(A, W2)\n"
+           "S = add(Z, X)\noutput S\n")
+    r = autocomp.optimize(src, target="tpu", tune=0).report
+    assert r["verified"]
+    assert not [x for x in r["rollbacks"] if "illegal schedule" in x["reason"]]
+    names = [k["name"] for k in r["kernels"]]
+    assert "Y_A" in names and "Z_S" in names
+    grouped = next(k for k in r["kernels"] if k["name"] == "Y_A")
+    assert "g" not in (grouped["annotations"].get("parallel") or ())
+    assert r["speedup_vs_library"] > 1.05
+
+
+def test_a_group_isl_refuses_is_split_back_and_the_others_stay_fused(monkeypatch):
+    """Should a fused kernel's schedule still be illegal (here: the racing parallel loop kept),
+    that group alone is split back; the 1x1 conv's add stays fused."""
+    from autocomp_jupyter.rules import fusion
+
+    monkeypatch.setattr(fusion, "_without_racing_loops", lambda schedule: schedule)
+    src = ("input X: f32[1, 32, 14, 14]\nparam W1: f32[64, 8, 3, 3]\nparam W2: f32[32, 64, 1, 1]\n"
+           "Y = conv2d(X, W1, stride=1, padding=1, groups=4)\nA = relu(Y)\nZ = conv2d(A, W2)\n"
+           "S = add(Z, X)\noutput S\n")
+    r = autocomp.optimize(src, target="tpu", tune=0).report
+    assert r["verified"]
+    split = [x for x in r["rollbacks"] if x["kernel"] == "Y_A"]
+    assert split and "illegal schedule" in split[0]["reason"] and "other groups stay fused" in split[0]["reason"]
+    names = [k["name"] for k in r["kernels"]]
+    assert "Z_S" in names and "Y_A" not in names
+    rule = next(x for x in r["rules"] if x["rule"] == "conv_relu")
+    assert not rule["applied"] and "illegal schedule" in rule["why"] and "split back" in rule["why"]

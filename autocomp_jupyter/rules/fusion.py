@@ -111,6 +111,15 @@ def groups_that_pay(before: Plan, after: Plan, ctx: PassContext, tiled):
     return _with_groups(after, program, slower, chosen, by_op, ctx, before), dropped, shortened
 
 
+def split_back(before: Plan, after: Plan, names: set[str], ctx: PassContext) -> Plan:
+    """`after` with the fusion groups named in `names` split back into their ops, each with
+    the schedule it has in `before` (the others stay as they are)."""
+    program = after.program
+    alone = tuple(Kernel.from_ops(program, [op.name]) for op in program.ops)
+    by_op = {k.ops[0]: (k, _inherited_schedule(program, k, ctx, before)) for k in alone}
+    return _with_groups(after, program, names, {}, by_op, ctx, before)
+
+
 def _rule_matching(program: Program, ops, ctx: PassContext):
     """The first enabled epilogue rule for the target that matches exactly `ops`, or None."""
     chain = [program.op(o) for o in ops]
@@ -162,7 +171,30 @@ def _inherited_schedule(program: Program, kernel: Kernel, ctx: PassContext, plan
     # ... and such a row stays whole (untiled), as the tiling pass would keep it.
     whole = whole_loops(kernel)
     tiles = {loop: sizes for loop, sizes in own.tiles.items() if loop not in whole}
-    return Schedule(kernel, tiles=tiles, order=own.order, annotations=annotations, levels=own.levels)
+    return _without_racing_loops(Schedule(kernel, tiles=tiles, order=own.order, annotations=annotations,
+                                          levels=own.levels))
+
+
+def _without_racing_loops(schedule: Schedule) -> Schedule:
+    """`schedule` without the parallel loops isl refuses in the fused kernel. A fused
+    statement that does not follow a loop the anchor ran in parallel runs in that loop's last
+    tile, after every tile's update (a grouped conv's relu reads channels g*F/groups + f, no
+    loop of the anchor's alone), so the loop carries a dependence once fused."""
+    from ..ir.loopnest import lower
+    from ..poly import check_schedule
+
+    parallel = tuple(schedule.annotations.get("parallel", ()) or ())
+    while parallel:
+        verdict = check_schedule(schedule)
+        if verdict.ok:
+            break
+        anchor_of = lower(schedule).anchor_of
+        racing = {anchor_of.get(v.loop, v.loop) for v in verdict.violated if v.loop} & set(parallel)
+        if not racing:
+            break            # illegal for another reason: the pass's own check reports it
+        parallel = tuple(loop for loop in parallel if loop not in racing)
+        schedule = replace(schedule, annotations={**schedule.annotations, "parallel": parallel})
+    return schedule
 
 
 def _kernel_name(ops) -> str:
