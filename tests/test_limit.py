@@ -46,6 +46,22 @@ def test_an_elementwise_program_is_bound_by_its_compulsory_traffic():
     assert limit["dram_s"] == pytest.approx(2 * 4 * 1024 * 1024 / npu.dram_bandwidth)
 
 
+def test_on_the_host_a_cache_sized_tensor_moves_at_the_cache_bandwidth_a_larger_one_at_dram():
+    """Host runs are timed warm and the model charges a kernel whose tensors fit half the last
+    cache level that cache's bandwidth; the limit's memory floor follows, tensor by tensor, so
+    a column-normalisation of 4 MB tensors no longer reads 3x past its limit."""
+    host = load_target("host")
+    cache = [m for m in host.memory if m.size_bytes != float("inf")][-1]
+    small = parse("input X: f32[512, 256]\nS[j] += X[i, j]\nM[j] = S[j] * 0.002\n"
+                  "D[i, j] = X[i, j] - M[j]\noutput D\n", "<t>")
+    assert physical_limit(small, host)["dram_s"] == pytest.approx(2 * 4 * 512 * 256 / (cache.bandwidth_gbps * 1e9))
+    rows = int(cache.size_bytes / 2 / 4 / 256) + 1          # a buffer just over half the cache
+    large = parse(f"input X: f32[{rows}, 256]\nY = relu(X)\n", "<t>")
+    assert physical_limit(large, host)["dram_s"] == pytest.approx(2 * 4 * rows * 256 / host.dram_bandwidth)
+    r = autocomp.optimize(small, target="host", tune=0).report
+    assert r["verified"] and 0 < r["limit_fraction"] <= 1
+
+
 def test_a_port_that_feeds_the_array_no_faster_than_it_computes_bounds_the_limit():
     """Gemmini's scratchpad port carries 16 f32 operands a cycle, what its 16x16 array consumes:
     the moving operand crossing once per column block, plus the weights once, floors a GEMM

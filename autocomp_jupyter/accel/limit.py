@@ -5,7 +5,8 @@
                 for each port into the PE array: the operand bytes it must carry / its bandwidth)
 
 The compulsory bytes are every program input, param and output moved once
-(`roofline.compulsory_bytes`). A statement's work runs on the datapath the cost model puts
+(`roofline.compulsory_bytes`); on the host, whose runs are timed warm, a tensor that fits
+half the last cache level moves at that cache's bandwidth (`host_model.warm_memory_floor`). A statement's work runs on the datapath the cost model puts
 it on (`cost.datapath_of`: the PE array, the vector unit, SIMT lanes, cores), in passes of
 that datapath's width, on every compute unit at once: on the array, its mapped loops in
 blocks of the PE units each takes (pe_rows x pe_cols, or with im2col several reduction loops
@@ -31,7 +32,7 @@ import numpy as np
 from ..ir.program import Program
 from ..ir.schedule import kernels_unfused
 from .cost import _fill_cycles, _stationary_operand, datapath_of, kernel_model
-from .host_model import runs_generated_c
+from .host_model import runs_generated_c, warm_memory_floor
 from .host_peak import compute_ceiling
 from .roofline import compulsory_bytes
 from .target import load_target
@@ -81,7 +82,9 @@ def physical_limit(program: Program, target) -> dict:
         # The host's cores at what they sustain, measured (`host_peak`), not its description.
         ceiling = compute_ceiling(target)
         datapaths = {unit: seconds * ceiling for unit, seconds in datapaths.items()}
-    dram_s = compulsory_bytes(program) / target.dram_bandwidth
+    # Host runs are timed warm: tensors that fit the last cache level come from there.
+    dram_s = warm_memory_floor(program, target) if runs_generated_c(target) \
+        else compulsory_bytes(program) / target.dram_bandwidth
     ports_s = {}
     for level, nbytes in ports.items():
         mem = target.memory[level]
