@@ -646,18 +646,18 @@ def _window_rows_seconds(model, index: int, dr, tiles: np.ndarray, parallel: np.
 
 def warm_memory_floor(program, target: Target) -> float:
     """Seconds no host run can beat to move the program's inputs, params and outputs once,
-    timed warm as the model times each kernel (`_host_warm_bandwidth`): a tensor whose C
+    (`roofline.compulsory_traffic`), timed warm as the model times each kernel (`_host_warm_bandwidth`): a tensor whose C
     buffer fits half the last cache level can be served from that cache (the model charges
     a kernel whose tensors all fit there its bandwidth), a larger one only from DRAM. With
     DRAM alone for every tensor, a program of cache-sized tensors read 3x past its limit."""
+    from .roofline import compulsory_traffic
+
     on_chip = [m for m in target.memory if m.size_bytes != float("inf")]
     dram = target.memory[-1].bandwidth_gbps * 1e9
     cache = on_chip[-1] if len(on_chip) >= 2 and len(on_chip) < len(target.memory) else None
-    inputs = {t.name for t in program.inputs}
-    names = list(inputs) + [o for o in program.outputs if o not in inputs]
     seconds = 0.0
-    for name in names:
+    for name, nbytes in compulsory_traffic(program).items():
         t = program.tensor(name)
         warm = cache is not None and t.size * _host_buffer_bytes(t.dtype) <= cache.size_bytes / 2
-        seconds += t.nbytes / (cache.bandwidth_gbps * 1e9 if warm else dram)
+        seconds += nbytes / (cache.bandwidth_gbps * 1e9 if warm else dram)
     return seconds

@@ -2,12 +2,15 @@
 
 attainable(AI) = min(peak, AI x bandwidth) for each memory level; `roofline_fraction`
 compares an optimised time with the DRAM roofline at the program's *compulsory*
-intensity (every program input and output moved once): 1.0 is the physical limit.
+intensity (every program output and the elements of each input the program reads, moved
+once: `compulsory_traffic`): 1.0 is the physical limit.
 """
 from __future__ import annotations
 
 import math
 from typing import Iterable, Mapping
+
+import numpy as np
 
 from ..ir.program import Program
 from .target import Target, load_target
@@ -21,9 +24,72 @@ def attainable_flops(ai: float, target, dtype: str = "f32", level: str | None = 
 
 
 def compulsory_bytes(program: Program) -> int:
-    """Bytes of every program input, param and output, each moved once."""
-    names = [t.name for t in program.inputs] + [o for o in program.outputs if o not in {t.name for t in program.inputs}]
-    return sum(program.tensor(n).nbytes for n in names)
+    """Bytes every schedule must move: each program input, param and output once
+    (`compulsory_traffic`)."""
+    return sum(compulsory_traffic(program).values())
+
+
+# Inputs up to this many elements are marked element by element (exact); larger ones take
+# the largest single access's elements (a floor).
+_MASK_ELEMENTS = 1 << 24
+
+
+def compulsory_traffic(program: Program) -> dict[str, int]:
+    """{tensor: bytes} that any schedule must move once: each output whole, and of each input
+    and param the elements the program reads. A stride-2 1x1 conv reads every other row and
+    column of its input, a quarter of it: the rest need never leave DRAM, and a floor that
+    counted it read 10% past the model's best schedule. Remembered on the program."""
+    memo = program.__dict__.get("_compulsory_traffic")
+    if memo is not None:
+        return memo
+    inputs = [t.name for t in program.inputs]
+    out = {name: _read_bytes(program, program.tensor(name)) for name in inputs}
+    for name in program.outputs:
+        if name not in out:
+            out[name] = program.tensor(name).nbytes
+    object.__setattr__(program, "_compulsory_traffic", out)
+    return out
+
+
+def _read_bytes(program: Program, tensor) -> int:
+    """Bytes of `tensor` some statement of `program` reads (in-range elements only)."""
+    boxes, floor = [], 0
+    for st in program.statements:
+        ext = st.extents
+        for access in st.reads():
+            if access.tensor != tensor.name:
+                continue
+            values = [_index_values(idx, ext, n) for idx, n in zip(access.indices, tensor.shape)]
+            loops = [set(idx.loops) for idx in access.indices]
+            separable = all(not (a & b) for i, a in enumerate(loops) for b in loops[i + 1:])
+            if separable and all(v is not None for v in values):
+                boxes.append(values)
+                floor = max(floor, math.prod(len(v) for v in values))
+            else:   # dimensions tied by a loop (a diagonal): its largest projection, a floor
+                floor = max(floor, max((len(v) for v in values if v is not None), default=0))
+    if len(boxes) and tensor.size <= _MASK_ELEMENTS and len(boxes) == _reads(program, tensor.name):
+        mask = np.zeros(tensor.shape, dtype=bool)
+        for values in boxes:
+            mask[np.ix_(*values)] = True
+        count = int(mask.sum())
+    else:
+        count = floor
+    return count * tensor.nbytes // max(tensor.size, 1)
+
+
+def _reads(program: Program, name: str) -> int:
+    return sum(1 for st in program.statements for a in st.reads() if a.tensor == name)
+
+
+def _index_values(index, extents, size: int) -> np.ndarray | None:
+    """The distinct in-range values of an affine index over its loops' extents (None past
+    a million combinations)."""
+    values = np.array([index.const], dtype=np.int64)
+    for loop, coeff in index.terms:
+        if len(values) * extents[loop] > 1_000_000:
+            return None
+        values = np.unique(np.add.outer(values, coeff * np.arange(extents[loop], dtype=np.int64)).ravel())
+    return values[(values >= 0) & (values < size)]
 
 
 def roofline_fraction(flops: float, time_s: float, compulsory: float, target, dtype: str = "f32") -> float:
