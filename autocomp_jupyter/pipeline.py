@@ -59,8 +59,13 @@ def _as_program(src: str | Path | Program) -> Program:
         return from_onnx(str(src).strip())
     if isinstance(src, Path) or (isinstance(src, str) and "\n" not in src and src.strip().endswith(".acir")):
         return load(src)
+    if type(src).__name__ == "ModelProto" and type(src).__module__.startswith("onnx"):
+        from .onnx_import import from_onnx                       # an onnx.ModelProto in memory
+
+        return from_onnx(src)
     if not isinstance(src, str):
-        raise UserError(f"optimize() takes DSL text, a path to a .acir or .onnx file or a Program, got {type(src).__name__}")
+        raise UserError(f"optimize() takes DSL text, a path to a .acir or .onnx file, an onnx.ModelProto or a "
+                        f"Program, got {type(src).__name__}")
     return parse(src, "<cell>")
 
 

@@ -120,11 +120,15 @@ def _sorted(values: Iterable[int], extent: int) -> np.ndarray:
 
 def contiguous_loop(kernel: Kernel) -> str | None:
     """The anchor's output loop that indexes the last (stride-1) dimension of its output
-    alone, with coefficient 1: the loop a vector unit runs along. None if there is none."""
+    alone, with coefficient 1: the loop a vector unit runs along. None if there is none.
+    Trailing dimensions of one element have no stride of their own (ONNX's keepdims: a
+    ReduceMean's [1, 64, 1] is stride-1 along its 64 rows), so the last longer one counts."""
     anchor = kernel.anchor_statement
-    if not anchor.target_indices:
-        return None
-    return anchor.target_indices[-1].single_loop
+    shape = kernel.tensor(anchor.target).shape
+    for index, size in zip(reversed(anchor.target_indices), reversed(shape)):
+        if size > 1:
+            return index.single_loop
+    return None
 
 
 def lane_loop(kernel: Kernel, target) -> str | None:

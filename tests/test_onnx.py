@@ -166,6 +166,31 @@ def test_layernorm_op_and_its_decomposed_form():
     check(model_of(nodes, [("X", (2, 3, d))], [("Y", (2, 3, d))], inits, opset=13))
 
 
+def test_a_decomposed_layernorm_runs_as_one_kernel_on_chip():
+    """An opset-13 export's LayerNormalization (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt,
+    Div, Mul, Add) is five kernels after epilogue fusion; `row_normalisation` makes them one,
+    each row tile finished on chip, verified, and the result still matches onnxruntime."""
+    d = 256
+    g, b = rand(d), rand(d)
+    nodes = [helper.make_node("ReduceMean", ["X"], ["mu"], axes=[-1]),
+             helper.make_node("Sub", ["X", "mu"], ["xc"]),
+             helper.make_node("Pow", ["xc", "two"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1]),
+             helper.make_node("Add", ["var", "eps"], ["ve"]),
+             helper.make_node("Sqrt", ["ve"], ["sd"]),
+             helper.make_node("Div", ["xc", "sd"], ["nx"]),
+             helper.make_node("Mul", ["nx", "g"], ["sc"]),
+             helper.make_node("Add", ["sc", "b"], ["Y"])]
+    inits = [("two", np.array(2.0, np.float32)), ("eps", np.array(1e-5, np.float32)), ("g", g), ("b", b)]
+    model = model_of(nodes, [("X", (1, 64, d))], [("Y", (1, 64, d))], inits, opset=13)
+    check(model)
+    res = autocomp.optimize(model, target="npu", tune=0)
+    r = res.report
+    assert r["verified"] and len(r["kernels"]) == 1 and r["speedup_vs_library"] > 2
+    (entry,) = [e for e in r["rules"] if e["rule"] == "row_normalisation" and e["applied"]]
+    assert entry["ops"] == ["mu", "xc", "sq", "var", "sd", "nx", "sc", "Y"]
+
+
 def test_batchnorm_is_folded_to_scale_and_shift():
     c = 4
     inits = [("s", rand(c)), ("b", rand(c)), ("m", rand(c)), ("v", np.abs(rand(c)) + 0.5)]

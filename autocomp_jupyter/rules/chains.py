@@ -192,6 +192,12 @@ def chain_kernel(program: Program, chain: list[Kernel]) -> Kernel:
         for st in reversed(k.statements):
             if not any(t == st.target for t, _, _ in kernel.compute_at):
                 kernel = kernel.with_compute_at(st.target, loop, level)
+    # The last kernel's statements before its anchor (a normalisation's 1/sqrt(var + eps)
+    # before the elementwise divide that anchors it) read the computed-at tensors too: they
+    # are computed at the same tiles.
+    for st in reversed(kernel.statements[:kernel.anchor]):
+        if not any(t == st.target for t, _, _ in kernel.compute_at):
+            kernel = kernel.with_compute_at(st.target, loop, level)
     return kernel
 
 
