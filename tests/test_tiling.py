@@ -174,11 +174,18 @@ def test_a_kernel_twin_reads_its_padding_at_the_same_edges():
 
 def test_a_reshape_that_pins_dimensions_still_gets_a_small_twin():
     # An imported model's reshape names its dimensions (768 = 12 x 64): the program's twin
-    # cannot shrink them, the kernel's own twin can.
+    # cannot shrink them, the kernel's own twin can. Fused, the matmul's epilogue writes
+    # t[h, i, d] from y[i, 64*h + d]: the twin keeps the digits d < 64 and h < 12, and the 768
+    # columns of y they span, and cuts the rest (rows, the reduction).
+    from autocomp_jupyter.ir.twin import kernel_twin
+
     src = ("input x: f32[128, 768]\nparam w: f32[768, 768]\ny = matmul(x, w)\n"
            "z = reshape(y, shape=[128, 12, 64])\nt = transpose(z, perm=[1, 0, 2])\noutput t\n")
     res = autocomp.optimize(src, target="tpu", tune=0)
     checks = res.report["verification"]
-    assert res.report["verified"] is True
-    assert checks["isl_only"] == [] and checks["tiled_runs"] == {"twin": len(res.report["kernels"])}
-    assert checks["twin_max_extent"] <= 64
+    assert res.report["verified"] is True and [k["name"] for k in res.report["kernels"]] == ["y_t"]
+    assert checks["isl_only"] == [] and checks["tiled_runs"] == {"twin": 1}
+    (kernel,) = res.after.kernels
+    twin = kernel_twin(res.after.program, kernel.ops, 16)
+    assert twin.tensor("x").shape == (16, 16) and twin.tensor("w").shape == (16, 768)
+    assert twin.tensor("t").shape == (12, 16, 64)

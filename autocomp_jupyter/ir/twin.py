@@ -33,10 +33,15 @@ def kernel_twin(program: Program, op_names, max_extent: int) -> Program | None:
     ops = [program.producer(name) for name in op_names]
     if any(op is None for op in ops):
         return None
+    extents = _twin_extents([s for op in ops for s in op.statements], max_extent)
     new_ops, pairs = [], []            # pairs: (full-size statement, its cut copy)
+    n = 0
     for op in ops:
-        statements = tuple(replace(s, loops=tuple(Loop(l.name, min(l.extent, max_extent)) for l in s.loops))
-                           for s in op.statements)
+        statements = []
+        for s in op.statements:
+            statements.append(replace(s, loops=tuple(Loop(l.name, extents[n][l.name]) for l in s.loops)))
+            n += 1
+        statements = tuple(statements)
         pairs.extend(zip(op.statements, statements))
         new_ops.append(replace(op, statements=statements))
     if all(full.loops == small.loops for full, small in pairs):
@@ -75,6 +80,33 @@ def kernel_twin(program: Program, op_names, max_extent: int) -> Program | None:
     if not outputs:
         outputs = (new_ops[-1].output,)
     return Program(tuple(tensors), tuple(new_ops), outputs, filename=f"{program.filename} (kernel twin)")
+
+
+def _twin_extents(statements: list[Statement], max_extent: int) -> list[dict[str, int]]:
+    """Per statement, its loops' extents in the twin: each cut to `max_extent`, but for the
+    digits of a mixed-radix index. A folded reshape reads y[i, 64*h + d] with d < 64: cut, d
+    would no longer tile the dimension (the structure changes), so d keeps its extent, and
+    the loop writing that dimension of y (the matmul's j) grows to what the cut reads reach."""
+    cut = [{l.name: min(l.extent, max_extent) for l in s.loops} for s in statements]
+    pinned_reads: dict[tuple[str, int], int] = {}      # (tensor, dim) -> highest twin index read
+    for k, s in enumerate(statements):
+        full = s.extents
+        for access in s.reads():
+            for d, index in enumerate(access.indices):
+                terms = dict(index.terms)
+                digits = [l for l, c in terms.items() if c == 1 and
+                          any(m != l and abs(c2) == full[l] for m, c2 in terms.items())]
+                for l in digits:
+                    cut[k][l] = full[l]
+                if digits:
+                    high = index.bounds({l: (0, cut[k][l]) for l in index.loops})[1]
+                    pinned_reads[(access.tensor, d)] = max(pinned_reads.get((access.tensor, d), -1), high)
+    for k, s in enumerate(statements):
+        for d, index in enumerate(s.target_indices):
+            loop = index.single_loop
+            if loop is not None and (s.target, d) in pinned_reads:
+                cut[k][loop] = min(s.extents[loop], max(cut[k][loop], pinned_reads[(s.target, d)] + 1))
+    return cut
 
 
 __all__ = ["kernel_twin"]
