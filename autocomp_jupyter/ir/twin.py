@@ -84,14 +84,18 @@ def kernel_twin(program: Program, op_names, max_extent: int) -> Program | None:
 
 def _twin_extents(statements: list[Statement], max_extent: int) -> list[dict[str, int]]:
     """Per statement, its loops' extents in the twin: each cut to `max_extent`, but for the
-    digits of a mixed-radix index. A folded reshape reads y[i, 64*h + d] with d < 64: cut, d
-    would no longer tile the dimension (the structure changes), so d keeps its extent, and
-    the loop writing that dimension of y (the matmul's j) grows to what the cut reads reach."""
+    digits of a mixed-radix index into a tensor the kernel writes. A folded reshape reads
+    y[i, 64*h + d] with d < 64: cut, d would read columns the cut matmul never wrote, so d
+    keeps its extent, and the loop writing that dimension of y (the matmul's j) grows to what
+    the cut reads reach."""
     cut = [{l.name: min(l.extent, max_extent) for l in s.loops} for s in statements]
+    written = {s.target for s in statements}
     pinned_reads: dict[tuple[str, int], int] = {}      # (tensor, dim) -> highest twin index read
     for k, s in enumerate(statements):
         full = s.extents
         for access in s.reads():
+            if access.tensor not in written:
+                continue      # an input is sized to what the twin reads: cut digits read a subset
             for d, index in enumerate(access.indices):
                 terms = dict(index.terms)
                 digits = [l for l, c in terms.items() if c == 1 and
