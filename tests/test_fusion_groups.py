@@ -99,3 +99,18 @@ def test_a_group_isl_refuses_is_split_back_and_the_others_stay_fused(monkeypatch
     assert "Z_S" in names and "Y_A" not in names
     rule = next(x for x in r["rules"] if x["rule"] == "conv_relu")
     assert not rule["applied"] and "illegal schedule" in rule["why"] and "split back" in rule["why"]
+
+
+def test_a_layernorm_finishes_its_elementwise_epilogue_on_chip(tmp_path):
+    """layernorm → gelu: norm_epilogue makes one kernel, each normalised row tile activated
+    before it is stored, faster than the row_normalisation chain the same ops fall back to
+    with the rule off (the layernorm computed at the gelu's tiles)."""
+    src = ("input X: f32[4, 64, 384]\nparam g: f32[384]\nparam b: f32[384]\n"
+           "Y = layernorm(X, g, b)\nG = gelu(Y)\noutput G\n")
+    r = autocomp.optimize(src, target="npu", tune=0).report
+    assert r["verified"] and [k["name"] for k in r["kernels"]] == ["Y_G"]
+    assert next(e for e in r["rules"] if e["rule"] == "norm_epilogue")["applied"]
+    rules = tmp_path / "off.yaml"
+    rules.write_text("fusion:\n  rules:\n    - name: norm_epilogue\n      enabled: false\n")
+    off = autocomp.optimize(src, target="npu", tune=0, rules=[str(rules)]).report
+    assert off["optimized"]["time_s"] > r["optimized"]["time_s"] * 1.05
