@@ -68,8 +68,11 @@ def run(program: Program, inputs: Mapping[str, np.ndarray] | None = None, seed: 
         if value.shape != t.shape:
             raise ValueError(f"'{t.name}' must have shape {list(t.shape)}, got {list(value.shape)}")
         env[t.name] = value
-    for st in program.statements:
-        env[st.target] = run_statement(st, env, program.tensor(st.target))
+    # Overflow to inf and inf - inf are what the program computes (IEEE, as the C does), not
+    # an error: numpy's warnings about them would only be noise under a notebook cell.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for st in program.statements:
+            env[st.target] = run_statement(st, env, program.tensor(st.target))
     return env
 
 
@@ -395,9 +398,10 @@ def run_kernel_tiled(schedule, env: Mapping[str, np.ndarray], max_boxes: int | N
             _store(st, values[st.target], part, ranges)
             reads.changed(st.target)
 
-    visit(nest.body, {a: (0, e) for a, e in extents.items()})
-    for name in written:
-        values[name] = round_to_dtype(values[name], kernel.tensor(name).dtype)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):     # IEEE, as in `run`
+        visit(nest.body, {a: (0, e) for a, e in extents.items()})
+        for name in written:
+            values[name] = round_to_dtype(values[name], kernel.tensor(name).dtype)
     return values
 
 

@@ -240,3 +240,15 @@ def test_a_slice_gathers_what_fancy_indexing_gathers(monkeypatch):
             general = interp._gather(acc, st, {"X": data}, tuple(ranges))
         assert fast[1] == general[1] and np.array_equal(fast[0], general[0])
     assert sliced > 100      # the slice path was taken
+
+
+def test_overflow_and_inf_minus_inf_are_values_not_warnings():
+    """A deep model's random weights can overflow f32: the interpreter gives inf and NaN as
+    the C does, without numpy warnings (they would print under a notebook cell)."""
+    import warnings
+
+    program = parse("input X: f32[4]\nY[i] = X[i] * 1e30 * 1e30\nZ[i] = Y[i] - Y[i]\noutput Z\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = interp.run(program, {"X": np.ones(4)})
+    assert np.isinf(out["Y"]).all() and np.isnan(out["Z"]).all()
