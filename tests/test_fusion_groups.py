@@ -114,3 +114,27 @@ def test_a_layernorm_finishes_its_elementwise_epilogue_on_chip(tmp_path):
     rules.write_text("fusion:\n  rules:\n    - name: norm_epilogue\n      enabled: false\n")
     off = autocomp.optimize(src, target="npu", tune=0, rules=[str(rules)]).report
     assert off["optimized"]["time_s"] > r["optimized"]["time_s"] * 1.05
+
+
+def test_an_activation_that_reads_its_input_twice_fuses_as_an_epilogue():
+    """SiLU written out, x·sigmoid(x): the conv's output has two readers, the sigmoid and the
+    multiply that also reads the sigmoid. The epilogue chain takes both (the multiply's other
+    input is inside it), so the conv output never goes to DRAM; on the host the kernel's C
+    equals the interpreter."""
+    import numpy as np
+
+    from autocomp_jupyter import host
+    from autocomp_jupyter.accel.target import load_target
+    from autocomp_jupyter.interp import random_inputs, run
+
+    src = ("input X: f32[1, 16, 20, 20]\nparam W: f32[32, 16, 3, 3]\nY = conv2d(X, W, padding=1)\n"
+           "S = sigmoid(Y)\nZ = mul(Y, S)\noutput Z\n")
+    res = autocomp.optimize(src, target="npu", tune=0)
+    r = res.report
+    assert r["verified"] and [k["name"] for k in r["kernels"]] == ["Y_S_Z"]
+    assert next(e for e in r["rules"] if e["rule"] == "epilogue" and e["ops"] == ["Y", "S", "Z"])["applied"]
+    on_host = autocomp.optimize(src, target="host", tune=0)
+    assert [k.name for k in on_host.after.kernels] == ["Y_S_Z"] and on_host.report["verified"]
+    inputs = random_inputs(on_host.program, 3)
+    outputs, _ = host.run_compiled(host.compile_plan(on_host.after, load_target("host")), inputs, repeats=0)
+    np.testing.assert_allclose(outputs["Z"], run(on_host.program, inputs)["Z"], rtol=2e-4, atol=1e-5)

@@ -56,8 +56,8 @@ def write(tmp_path, text, name="rules.yaml"):
 def test_default_rules_load_with_order_as_data():
     rules = load_rules(target="tpu")
     names = [r.name for r in rules.fusion_rules]
-    assert names[:7] == ["conv_bn_relu", "conv_relu", "bn_add", "residual_layernorm", "attention_scores",
-                         "epilogue", "elementwise_chain"]
+    assert names[:8] == ["conv_bn_relu", "conv_relu", "bn_add", "residual_layernorm", "attention_scores",
+                         "epilogue", "norm_epilogue", "elementwise_chain"]
     assert rules.rollback["min_speedup"] == 1.2 and rules.tune == {"configs": 1000, "top": 3, "seed": 0}
     assert rules.tiling["levels"] == ["L2", "L1", "vector"]
     assert rules.fusion_params["max_fusion_depth"] == 6  # tpu.yaml overrides default.yaml's 4

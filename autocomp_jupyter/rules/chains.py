@@ -80,6 +80,11 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
             if tried is not None:      # the first rule that matches decides (the rules' order)
                 continue
             tried = rule.name
+            if not any(_anchor_op(program, k).op_class == "contraction" for k in kernels[i:i + n]):
+                # A normalisation written out (mean, centre, variance, divide): its first steps
+                # save almost nothing fused, so step-by-step pruning would stop before the
+                # whole row pays; only the whole chain is tried.
+                lengths = lengths[-1:]
             for length in lengths:
                 chain = kernels[i:i + length]
                 alone = sum(times[:length])

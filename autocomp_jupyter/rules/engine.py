@@ -468,11 +468,49 @@ def sole_reader(program: Program, op: Op) -> Op | None:
 
 
 def chain_from(program: Program, op: Op, limit: int, taken: set[str]) -> list[Op]:
-    """The producer→consumer chain starting at `op`, each the sole reader of the previous."""
+    """The producer→consumer chain starting at `op`: each op the sole reader of the previous
+    one, or, where the chain's tensors have several readers, the first of them such that the
+    others then read only the chain and that op (SiLU's x·sigmoid(x): the sigmoid, then the
+    multiply that reads x and the sigmoid). Only prefixes that `closed_prefix` keeps may be
+    fused: a later op may still read an earlier tensor."""
     chain = [op]
     while len(chain) < limit:
         nxt = sole_reader(program, chain[-1])
+        if nxt is None and chain[-1].output not in program.outputs:
+            nxt = _next_in_dag(program, chain)
         if nxt is None or nxt.name in taken:
             break
         chain.append(nxt)
     return chain
+
+
+def _outside_readers(program: Program, chain: list[Op]) -> list[Op] | None:
+    """Ops outside `chain` that read its tensors, in program order (None: one is a program
+    output, which must be stored anyway)."""
+    names = {o.name for o in chain}
+    if any(o.output in program.outputs for o in chain[:-1]):
+        return None
+    readers = {r.name: r for o in chain for r in program.readers(o.output) if r.name not in names}
+    order = {o.name: i for i, o in enumerate(program.ops)}
+    return sorted(readers.values(), key=lambda r: order[r.name])
+
+
+def _next_in_dag(program: Program, chain: list[Op]) -> Op | None:
+    readers = _outside_readers(program, chain)
+    if not readers:
+        return None
+    first = readers[0]
+    after = _outside_readers(program, chain + [first])
+    return first if after is not None and len(after) <= 1 else None
+
+
+def closed_prefix(program: Program, chain: list[Op], n: int) -> int:
+    """The longest prefix of `chain[:n]` whose tensors but the last are read only inside it
+    (0 or 1 when none of two or more ops is)."""
+    while n >= 2:
+        inside = {o.name for o in chain[:n]}
+        if all(o.output not in program.outputs and {r.name for r in program.readers(o.output)} <= inside
+               for o in chain[:n - 1]):
+            return n
+        n -= 1
+    return n

@@ -33,7 +33,7 @@ from ..ir.program import Access, Op, Program, Statement, substitute
 from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
 from ..result import Plan
-from .engine import Fuse, FusionRule, Replace, chain_from, sole_reader
+from .engine import Fuse, FusionRule, Replace, chain_from, closed_prefix, sole_reader
 
 PASS = "fusion"
 
@@ -86,6 +86,7 @@ def groups_that_pay(before: Plan, after: Plan, ctx: PassContext, tiled):
     # Each slower group's prefixes a rule matches, longest first; tried a round at a time
     # (one tiling of the whole plan per round) until one pays or none is left.
     candidates = {k.name: [(ops, rule) for n in range(len(k.ops) - 1, 1, -1)
+                           if closed_prefix(program, [program.op(o) for o in k.ops], n) == n
                            for ops, rule in [(k.ops[:n], _rule_matching(program, k.ops[:n], ctx))] if rule]
                   for k, _, _ in dropped}
     chosen: dict[str, tuple] = {}
@@ -495,7 +496,7 @@ def _chain_groups(program: Program, ctx: PassContext, fixed: list[list[str]], lo
         for rule in ctx.rules.fusion_rules:
             if rule.lower != "epilogue":
                 continue                      # chains of kernels: rules/chains.py
-            n = _rule_match(rule, chain, log)
+            n = closed_prefix(program, chain, _rule_match(rule, chain, log))
             if n < 2:
                 continue
             if not rule.applies_to(target):
