@@ -22,7 +22,8 @@ What is folded at import instead of emitted:
 - Reshape / Flatten / Squeeze / Unsqueeze are views: a `reshape` statement is written only
   when an op reads the reshaped tensor (GlobalAveragePool → Flatten becomes one
   `global_avgpool`);
-- the GELU pattern x·0.5·(1 + erf(x/√2)) → `gelu(x, approximate=none)`;
+- the GELU pattern x·0.5·(1 + erf(x/√2)) → `gelu(x, approximate=none)`, and GPT-2's
+  0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) → `gelu(x)`;
 - Identity, Dropout and same-type Cast are aliases;
 - DequantizeLinear of constants (QDQ weights) → f32 weights.
 
@@ -708,7 +709,94 @@ class _Importer:
         self.lib(node, node.output[0], "sigmoid", [node.input[0]])
 
     def op_Tanh(self, index, node):
+        gelu = self._gelu_tanh_pattern(index, node)
+        if gelu is not None:
+            x, out, skip = gelu
+            self.skip_nodes.update(skip)
+            return self.lib(node, out, "gelu", [x])
         self.lib(node, node.output[0], "tanh", [node.input[0]])
+
+    def _gelu_tanh_pattern(self, index, node):
+        """GPT-2's GELU written out (`0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))`,
+        as torch exports it: Pow(x, 3) → Mul 0.044715 → Add x → Mul √(2/π) → Tanh → Add 1 →
+        Mul with x·0.5, or Mul x then Mul 0.5; each product's operands in either order), the
+        DSL's `gelu` exactly. Returns (x, out, nodes to skip) or None."""
+        producers = {o: (k, n) for k, n in enumerate(self.nodes) for o in n.output}
+        graph_outputs = {o.name for o in self.graph.output}
+
+        def scalar(name):
+            return float(self.consts[name].reshape(())) if name in self.consts and self.consts[name].size == 1 \
+                else None
+
+        def only_consumer(name):
+            users = self.consumers.get(name, [])
+            return users[0] if len(users) == 1 and name not in graph_outputs else None
+
+        def scaled(name, value, op="Mul"):
+            """(the other operand, the node) if `name` is made by `op` with constant `value`."""
+            k_n = producers.get(name)
+            if k_n is None or k_n[1].op_type != op:
+                return None
+            n = k_n[1]
+            for i, j in ((0, 1), (1, 0)):
+                v = scalar(n.input[j])
+                if v is not None and abs(v - value) <= 1e-4 * max(1.0, abs(value)):
+                    return n.input[i], n
+            return None
+
+        def single_use(n, reader):
+            return only_consumer(n.output[0]) is reader
+
+        outer = scaled(node.input[0], math.sqrt(2 / math.pi))
+        if outer is None or not single_use(outer[1], node):
+            return None
+        add_x = producers.get(outer[0])
+        if add_x is None or add_x[1].op_type != "Add" or not single_use(add_x[1], outer[1]):
+            return None
+        add_x = add_x[1]
+        for i, j in ((0, 1), (1, 0)):
+            cubic = scaled(add_x.input[j], 0.044715)
+            if cubic is None or not single_use(cubic[1], add_x):
+                continue
+            pw = scaled(cubic[0], 3.0, "Pow")
+            if pw is not None and pw[0] == add_x.input[i] and single_use(pw[1], cubic[1]):
+                x = add_x.input[i]
+                break
+        else:
+            return None
+        if x in self.consts:
+            return None
+        add1 = only_consumer(node.output[0])
+        if add1 is None or add1.op_type != "Add" or 1.0 not in (scalar(add1.input[0]), scalar(add1.input[1])):
+            return None
+        m1 = only_consumer(add1.output[0])
+        if m1 is None or m1.op_type != "Mul":
+            return None
+        other = m1.input[1] if m1.input[0] == add1.output[0] else m1.input[0]
+        ids = {id(n): k for k, n in enumerate(self.nodes)}
+        half = scaled(other, 0.5)
+        if other == x:                      # (x * (1 + tanh)) * 0.5
+            m2 = only_consumer(m1.output[0])
+            if m2 is None or m2.op_type != "Mul" or 0.5 not in (scalar(m2.input[0]), scalar(m2.input[1])):
+                return None
+            last, before = m2, []
+        elif half is not None and half[0] == x and single_use(half[1], m1):   # (x * 0.5) * (1 + tanh)
+            last, before = m1, [half[1]]
+        else:
+            return None
+        after = [add1, m1] + ([last] if last is not m1 else [])
+        skip = {ids[id(n)] for n in after}
+        if any(k < index for k in skip):
+            return None
+        # The pattern's nodes written before Tanh would be dead code.
+        for n in [outer[1], add_x, cubic[1], pw[1]]:
+            self._drop(n.output[0])
+        for n in before:
+            if ids[id(n)] < index:
+                self._drop(n.output[0])
+            else:
+                skip.add(ids[id(n)])
+        return x, last.output[0], skip
 
     def op_Exp(self, index, node):
         self.lib(node, node.output[0], "exp", [node.input[0]])

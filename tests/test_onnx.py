@@ -254,6 +254,23 @@ def test_gelu_pattern_becomes_one_gelu_op():
     check(single("Gelu", [("X", (4, 16))], (4, 16), opset=20), tol=1e-5)
 
 
+@pytest.mark.parametrize("half_first", [True, False])
+def test_gpt2_tanh_gelu_pattern_becomes_one_gelu_op(half_first):
+    """GPT-2's GELU as torch exports it, 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))): one
+    `gelu` (the DSL's tanh form), matching onnxruntime; x*0.5 first, or the 0.5 last."""
+    c = lambda name, v: (name, np.array(v, np.float32))  # noqa: E731
+    inits = [c("half", 0.5), c("three", 3.0), c("k", 0.044715), c("s", math.sqrt(2 / math.pi)), c("one", 1.0)]
+    core = [helper.make_node("Pow", ["X", "three"], ["p"]), helper.make_node("Mul", ["k", "p"], ["m"]),
+            helper.make_node("Add", ["X", "m"], ["a"]), helper.make_node("Mul", ["a", "s"], ["t_in"]),
+            helper.make_node("Tanh", ["t_in"], ["t"]), helper.make_node("Add", ["one", "t"], ["a1"])]
+    if half_first:
+        nodes = [helper.make_node("Mul", ["X", "half"], ["hx"])] + core + [helper.make_node("Mul", ["hx", "a1"], ["Y"])]
+    else:
+        nodes = core + [helper.make_node("Mul", ["X", "a1"], ["xm"]), helper.make_node("Mul", ["xm", "half"], ["Y"])]
+    program = check(model_of(nodes, [("X", (4, 16))], [("Y", (4, 16))], inits), tol=1e-5)
+    assert [str(op) for op in program.ops] == ["Y = gelu(X, approximate=tanh)"]
+
+
 def test_slice_and_gather_of_computed_tensors():
     nodes = [helper.make_node("Relu", ["X"], ["R"]),
              helper.make_node("Slice", ["R", "st", "en", "ax", "sp"], ["S"]),
