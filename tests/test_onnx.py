@@ -360,10 +360,76 @@ def bert_layer(seq=8, hidden=32, heads=4, ff=64):
     return model_of(nodes, [("X", (1, seq, hidden))], [("Y", (1, seq, hidden))], inits)
 
 
-@pytest.mark.parametrize("build", [resnet_block, inverted_residual, bert_layer], ids=["resnet", "mobilenetv2", "bert"])
+def gpt2_block(seq=8, hidden=32, heads=4):
+    """A GPT-2 block as torch.onnx exports it at opset 13: layernorms decomposed (ReduceMean,
+    Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add), c_attn one MatMul then Split, a causal
+    mask by Where on a constant, the tanh GELU written out, residual adds."""
+    dh = hidden // heads
+    nodes, inits = [], []
+
+    def const(name, value):
+        inits.append((name, np.asarray(value)))
+        return name
+
+    def node(op, inputs, out, **attrs):
+        nodes.append(helper.make_node(op, inputs, [out], **attrs))
+        return out
+
+    def ln(x, p):
+        mu = node("ReduceMean", [x], p + "_mu", axes=[-1])
+        xc = node("Sub", [x, mu], p + "_xc")
+        var = node("ReduceMean", [node("Pow", [xc, const(p + "_two", np.array(2.0, np.float32))], p + "_sq")],
+                   p + "_var", axes=[-1])
+        sd = node("Sqrt", [node("Add", [var, const(p + "_eps", np.array(1e-5, np.float32))], p + "_ve")], p + "_sd")
+        scaled = node("Mul", [node("Div", [xc, sd], p + "_n"), const(p + "_g", rand(hidden))], p + "_s")
+        return node("Add", [scaled, const(p + "_b", rand(hidden))], p)
+
+    def linear(x, name, n_in, n_out):
+        mm = node("MatMul", [x, const(name + "_w", rand(n_in, n_out, scale=0.2))], name + "_mm")
+        return node("Add", [mm, const(name + "_b", rand(n_out))], name)
+
+    qkv = linear(ln("X", "ln1"), "qkv", hidden, 3 * hidden)
+    nodes.append(helper.make_node("Split", [qkv, const("split", np.array([hidden] * 3, np.int64))],
+                                  ["q", "k", "v"], axis=2))
+    heads_shape = const("heads_shape", np.array([1, seq, heads, dh], np.int64))
+    for p in ("q", "k", "v"):
+        node("Transpose", [node("Reshape", [p, heads_shape], p + "_h")], p + "_t",
+             perm=[0, 2, 3, 1] if p == "k" else [0, 2, 1, 3])
+    scores = node("Div", [node("MatMul", ["q_t", "k_t"], "scores"),
+                          const("sqrt_dh", np.array(math.sqrt(dh), np.float32))], "scaled")
+    causal = const("causal", np.tril(np.ones((seq, seq), bool)).reshape(1, 1, seq, seq))
+    masked = node("Where", [causal, scores, const("neg", np.array(-1e4, np.float32))], "masked")
+    ctx = node("MatMul", [node("Softmax", [masked], "probs", axis=-1), "v_t"], "ctx")
+    ctx = node("Reshape", [node("Transpose", [ctx], "ctx_t", perm=[0, 2, 1, 3]),
+                           const("hidden_shape", np.array([1, seq, hidden], np.int64))], "ctx_2")
+    x = node("Add", [linear(ctx, "attn_out", hidden, hidden), "X"], "res1")
+    h = linear(ln(x, "ln2"), "fc", hidden, 4 * hidden)
+    c = {k: const(k, np.array(v, np.float32)) for k, v in
+         (("half", 0.5), ("three", 3.0), ("k3", 0.044715), ("s2pi", math.sqrt(2 / math.pi)), ("one", 1.0))}
+    inner = node("Mul", [node("Add", [h, node("Mul", [node("Pow", [h, c["three"]], "g_p"), c["k3"]], "g_m")], "g_a"),
+                         c["s2pi"]], "g_i")
+    gelu = node("Mul", [node("Mul", [h, c["half"]], "g_h"),
+                        node("Add", [node("Tanh", [inner], "g_t"), c["one"]], "g_1")], "gelu")
+    node("Add", [linear(gelu, "proj", 4 * hidden, hidden), x], "Y")
+    return model_of(nodes, [("X", (1, seq, hidden))], [("Y", (1, seq, hidden))], inits, opset=13)
+
+
+@pytest.mark.parametrize("build", [resnet_block, inverted_residual, bert_layer, gpt2_block],
+                         ids=["resnet", "mobilenetv2", "bert", "gpt2"])
 def test_model_family_matches_onnxruntime(build):
     program = check(build(), tol=3e-4)
     assert program.param_values and all(t.role != "param" or t.name in program.param_values for t in program.tensors)
+
+
+def test_gpt2_block_reads_as_its_layers():
+    """It optimises and verifies; each decomposed layernorm is one kernel on chip, the GELU
+    one op."""
+    program = from_onnx(gpt2_block())
+    assert sum(op.kind == "gelu" for op in program.ops) == 1 and not any(op.kind == "tanh" for op in program.ops)
+    res = autocomp.optimize(program, target="tpu", tune=0)
+    assert res.verified and res.report["speedup_vs_naive"] >= 1.0
+    norms = [k for k in res.after.kernels if "ln1_mu" in k.ops or "ln2_mu" in k.ops]
+    assert len(norms) == 2 and all({"ln1_mu", "ln1"} <= set(k.ops) or {"ln2_mu", "ln2"} <= set(k.ops) for k in norms)
 
 
 def test_resnet_block_reads_like_the_model():
