@@ -718,85 +718,26 @@ class _Importer:
 
     def _gelu_tanh_pattern(self, index, node):
         """GPT-2's GELU written out (`0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))`,
-        as torch exports it: Pow(x, 3) → Mul 0.044715 → Add x → Mul √(2/π) → Tanh → Add 1 →
-        Mul with x·0.5, or Mul x then Mul 0.5; each product's operands in either order), the
-        DSL's `gelu` exactly. Returns (x, out, nodes to skip) or None."""
-        producers = {o: (k, n) for k, n in enumerate(self.nodes) for o in n.output}
-        graph_outputs = {o.name for o in self.graph.output}
-
-        def scalar(name):
-            return float(self.consts[name].reshape(())) if name in self.consts and self.consts[name].size == 1 \
-                else None
-
-        def only_consumer(name):
-            users = self.consumers.get(name, [])
-            return users[0] if len(users) == 1 and name not in graph_outputs else None
-
-        def scaled(name, value, op="Mul"):
-            """(the other operand, the node) if `name` is made by `op` with constant `value`."""
-            k_n = producers.get(name)
-            if k_n is None or k_n[1].op_type != op:
-                return None
-            n = k_n[1]
-            for i, j in ((0, 1), (1, 0)):
-                v = scalar(n.input[j])
-                if v is not None and abs(v - value) <= 1e-4 * max(1.0, abs(value)):
-                    return n.input[i], n
+        as torch exports it: Pow(x, 3) → Mul 0.044715 → Add x → Mul √(2/π) → Tanh, then the
+        tail `_gelu_tail` shares with the erf form; each product's operands in either order),
+        the DSL's `gelu` exactly. Returns (x, out, nodes to skip) or None."""
+        outer = self._scaled(node.input[0], math.sqrt(2 / math.pi))
+        if outer is None or self._only_consumer(outer[1].output[0]) is not node:
             return None
-
-        def single_use(n, reader):
-            return only_consumer(n.output[0]) is reader
-
-        outer = scaled(node.input[0], math.sqrt(2 / math.pi))
-        if outer is None or not single_use(outer[1], node):
+        add_x = self._producer(outer[0])
+        if add_x is None or add_x.op_type != "Add" or self._only_consumer(add_x.output[0]) is not outer[1]:
             return None
-        add_x = producers.get(outer[0])
-        if add_x is None or add_x[1].op_type != "Add" or not single_use(add_x[1], outer[1]):
-            return None
-        add_x = add_x[1]
         for i, j in ((0, 1), (1, 0)):
-            cubic = scaled(add_x.input[j], 0.044715)
-            if cubic is None or not single_use(cubic[1], add_x):
+            cubic = self._scaled(add_x.input[j], 0.044715)
+            if cubic is None or self._only_consumer(cubic[1].output[0]) is not add_x:
                 continue
-            pw = scaled(cubic[0], 3.0, "Pow")
-            if pw is not None and pw[0] == add_x.input[i] and single_use(pw[1], cubic[1]):
+            pw = self._scaled(cubic[0], 3.0, "Pow")
+            if pw is not None and pw[0] == add_x.input[i] and self._only_consumer(pw[1].output[0]) is cubic[1]:
                 x = add_x.input[i]
                 break
         else:
             return None
-        if x in self.consts:
-            return None
-        add1 = only_consumer(node.output[0])
-        if add1 is None or add1.op_type != "Add" or 1.0 not in (scalar(add1.input[0]), scalar(add1.input[1])):
-            return None
-        m1 = only_consumer(add1.output[0])
-        if m1 is None or m1.op_type != "Mul":
-            return None
-        other = m1.input[1] if m1.input[0] == add1.output[0] else m1.input[0]
-        ids = {id(n): k for k, n in enumerate(self.nodes)}
-        half = scaled(other, 0.5)
-        if other == x:                      # (x * (1 + tanh)) * 0.5
-            m2 = only_consumer(m1.output[0])
-            if m2 is None or m2.op_type != "Mul" or 0.5 not in (scalar(m2.input[0]), scalar(m2.input[1])):
-                return None
-            last, before = m2, []
-        elif half is not None and half[0] == x and single_use(half[1], m1):   # (x * 0.5) * (1 + tanh)
-            last, before = m1, [half[1]]
-        else:
-            return None
-        after = [add1, m1] + ([last] if last is not m1 else [])
-        skip = {ids[id(n)] for n in after}
-        if any(k < index for k in skip):
-            return None
-        # The pattern's nodes written before Tanh would be dead code.
-        for n in [outer[1], add_x, cubic[1], pw[1]]:
-            self._drop(n.output[0])
-        for n in before:
-            if ids[id(n)] < index:
-                self._drop(n.output[0])
-            else:
-                skip.add(ids[id(n)])
-        return x, last.output[0], skip
+        return self._gelu_tail(index, node, x, [outer[1], add_x, cubic[1], pw[1]])
 
     def op_Exp(self, index, node):
         self.lib(node, node.output[0], "exp", [node.input[0]])
@@ -1023,63 +964,84 @@ class _Importer:
         self.lib(node, node.output[0], "gelu", [node.input[0]], approximate=approx)
 
     def _gelu_pattern(self, index, node):
-        """x·0.5·(1 + erf(x/√2)) as torch writes it: Div(x, √2) | Mul(x, 1/√2) → Erf → Add 1
-        → Mul x → Mul 0.5 (the two Muls in either order). Returns (x, out, nodes to skip)."""
-        producers = {o: (k, n) for k, n in enumerate(self.nodes) for o in n.output}
-
-        def scalar(name):
-            return float(self.consts[name].reshape(())) if name in self.consts and self.consts[name].size == 1 \
-                else None
-
-        def only_consumer(name):
-            users = self.consumers.get(name, [])
-            return users[0] if len(users) == 1 and name not in {o.name for o in self.graph.output} else None
-        pre = producers.get(node.input[0])
+        """x·0.5·(1 + erf(x/√2)) as torch writes it: Div(x, √2) | Mul(x, 1/√2) → Erf, then
+        `_gelu_tail`. Returns (x, out, nodes to skip)."""
+        pre = self._producer(node.input[0])
         if pre is None:
             return None
-        k_pre, pre = pre
         x = None
-        if pre.op_type == "Div" and scalar(pre.input[1]) is not None and abs(scalar(pre.input[1]) - math.sqrt(2)) < 1e-4:
+        if pre.op_type == "Div" and self._const_value(pre.input[1]) is not None \
+                and abs(self._const_value(pre.input[1]) - math.sqrt(2)) < 1e-4:
             x = pre.input[0]
-        if pre.op_type == "Mul":
-            for i, j in ((0, 1), (1, 0)):
-                v = scalar(pre.input[j])
-                if v is not None and abs(v - 1 / math.sqrt(2)) < 1e-4:
-                    x = pre.input[i]
-        if x is None or x in self.consts or only_consumer(pre.output[0]) is not node:
+        scaled = self._scaled(pre.output[0], 1 / math.sqrt(2))
+        if scaled is not None:
+            x = scaled[0]
+        if x is None or self._only_consumer(pre.output[0]) is not node:
             return None
-        add = only_consumer(node.output[0])
-        if add is None or add.op_type != "Add" or 1.0 not in (scalar(add.input[0]), scalar(add.input[1])):
+        return self._gelu_tail(index, node, x, [pre])
+
+    def _gelu_tail(self, index, node, x, before):
+        """The end both GELU forms share: `node` (Erf, Tanh) → Add 1 → Mul x → Mul 0.5, or Mul
+        with x·0.5 (the Muls' operands in either order). `before`: the pattern's nodes that
+        lead to `node`, written already and dead once it is one op. Returns (x, out, nodes
+        to skip) or None."""
+        if x in self.consts:
             return None
-        m1 = only_consumer(add.output[0])
+        add = self._only_consumer(node.output[0])
+        if add is None or add.op_type != "Add" or 1.0 not in (self._const_value(add.input[0]), self._const_value(add.input[1])):
+            return None
+        m1 = self._only_consumer(add.output[0])
         if m1 is None or m1.op_type != "Mul":
             return None
         other = m1.input[1] if m1.input[0] == add.output[0] else m1.input[0]
-        m2 = only_consumer(m1.output[0])
-        if other == x:      # (x * (1 + erf)) * 0.5
-            if m2 is None or m2.op_type != "Mul" or 0.5 not in (scalar(m2.input[0]), scalar(m2.input[1])):
+        half = None
+        if other == x:      # (x * (1 + f)) * 0.5
+            m2 = self._only_consumer(m1.output[0])
+            if m2 is None or m2.op_type != "Mul" or 0.5 not in (self._const_value(m2.input[0]), self._const_value(m2.input[1])):
                 return None
             last = m2
-        elif other in producers and producers[other][1].op_type == "Mul":   # (x * 0.5) * (1 + erf)
-            k_half, half = producers[other]
-            if x not in half.input or 0.5 not in (scalar(half.input[0]), scalar(half.input[1])) \
-                    or only_consumer(half.output[0]) is not m1:
+        else:               # (x * 0.5) * (1 + f)
+            scaled = self._scaled(other, 0.5)
+            if scaled is None or scaled[0] != x or self._only_consumer(other) is not m1:
                 return None
-            last = m1
-        else:
-            return None
+            last, half = m1, scaled[1]
         ids = {id(n): k for k, n in enumerate(self.nodes)}
-        skip = {ids[id(add)], ids[id(m1)]} | ({ids[id(m2)]} if last is m2 else set())
+        skip = {ids[id(add)], ids[id(m1)]} | ({ids[id(last)]} if last is not m1 else set())
         if any(k < index for k in skip):
             return None
-        # Nodes of the pattern written before Erf (x/√2, maybe x·0.5) would be dead code.
-        self._drop(pre.output[0])
-        if last is m1:
-            if k_half < index:
+        for n in before:
+            self._drop(n.output[0])
+        if half is not None:
+            if ids[id(half)] < index:
                 self._drop(half.output[0])
             else:
-                skip.add(k_half)
+                skip.add(ids[id(half)])
         return x, last.output[0], skip
+
+    def _producer(self, name):
+        """The node writing `name`, or None (an input or a constant)."""
+        return next((n for n in self.nodes if name in n.output), None)
+
+    def _const_value(self, name):
+        """The value of a one-element constant, else None."""
+        return float(self.consts[name].reshape(())) if name in self.consts and self.consts[name].size == 1 else None
+
+    def _only_consumer(self, name):
+        """The one node reading `name` (not a graph output), else None."""
+        users = self.consumers.get(name, [])
+        return users[0] if len(users) == 1 and name not in {o.name for o in self.graph.output} else None
+
+    def _scaled(self, name, value, op="Mul"):
+        """(the other operand, the node) where `name` is `op` of something and the constant
+        `value` (either order), else None."""
+        n = self._producer(name)
+        if n is None or n.op_type != op:
+            return None
+        for i, j in ((0, 1), (1, 0)):
+            v = self._const_value(n.input[j])
+            if v is not None and abs(v - value) <= 1e-4 * max(1.0, abs(value)):
+                return n.input[i], n
+        return None
 
     def _drop(self, onnx_name: str) -> None:
         """Remove the statement written for `onnx_name` (its reader is being replaced)."""

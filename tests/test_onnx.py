@@ -148,11 +148,8 @@ def test_softmax(axis):
     check(single("Softmax", [("X", (2, 5, 7))], (2, 5, 7), axis=axis))
 
 
-def test_layernorm_op_and_its_decomposed_form():
-    d = 8
-    g, b = rand(d), rand(d)
-    m = single("LayerNormalization", [("X", (2, 3, d))], (2, 3, d), [("g", g), ("b", b)], epsilon=1e-5)
-    assert [op.kind for op in check(m).ops] == ["layernorm"]
+def decomposed_layernorm(g, b):
+    """LayerNorm over the last axis of X as an opset-13 export writes it, into Y: (nodes, inits)."""
     nodes = [helper.make_node("ReduceMean", ["X"], ["mu"], axes=[-1]),
              helper.make_node("Sub", ["X", "mu"], ["xc"]),
              helper.make_node("Pow", ["xc", "two"], ["sq"]),
@@ -162,7 +159,15 @@ def test_layernorm_op_and_its_decomposed_form():
              helper.make_node("Div", ["xc", "sd"], ["nx"]),
              helper.make_node("Mul", ["nx", "g"], ["sc"]),
              helper.make_node("Add", ["sc", "b"], ["Y"])]
-    inits = [("two", np.array(2.0, np.float32)), ("eps", np.array(1e-5, np.float32)), ("g", g), ("b", b)]
+    return nodes, [("two", np.array(2.0, np.float32)), ("eps", np.array(1e-5, np.float32)), ("g", g), ("b", b)]
+
+
+def test_layernorm_op_and_its_decomposed_form():
+    d = 8
+    g, b = rand(d), rand(d)
+    m = single("LayerNormalization", [("X", (2, 3, d))], (2, 3, d), [("g", g), ("b", b)], epsilon=1e-5)
+    assert [op.kind for op in check(m).ops] == ["layernorm"]
+    nodes, inits = decomposed_layernorm(g, b)
     check(model_of(nodes, [("X", (2, 3, d))], [("Y", (2, 3, d))], inits, opset=13))
 
 
@@ -172,16 +177,7 @@ def test_a_decomposed_layernorm_runs_as_one_kernel_on_chip():
     each row tile finished on chip, verified, and the result still matches onnxruntime."""
     d = 256
     g, b = rand(d), rand(d)
-    nodes = [helper.make_node("ReduceMean", ["X"], ["mu"], axes=[-1]),
-             helper.make_node("Sub", ["X", "mu"], ["xc"]),
-             helper.make_node("Pow", ["xc", "two"], ["sq"]),
-             helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1]),
-             helper.make_node("Add", ["var", "eps"], ["ve"]),
-             helper.make_node("Sqrt", ["ve"], ["sd"]),
-             helper.make_node("Div", ["xc", "sd"], ["nx"]),
-             helper.make_node("Mul", ["nx", "g"], ["sc"]),
-             helper.make_node("Add", ["sc", "b"], ["Y"])]
-    inits = [("two", np.array(2.0, np.float32)), ("eps", np.array(1e-5, np.float32)), ("g", g), ("b", b)]
+    nodes, inits = decomposed_layernorm(g, b)
     model = model_of(nodes, [("X", (1, 64, d))], [("Y", (1, 64, d))], inits, opset=13)
     check(model)
     res = autocomp.optimize(model, target="npu", tune=0)
