@@ -181,7 +181,8 @@ def test_block_matches_onnxruntime(name):
 
 def test_the_blocks_read_as_their_models():
     text = from_onnx(gpt2_block()).source
-    assert "select(" in text and "softmax(" in text and "tanh(" in text
+    # its tanh GELU, written out as torch exports it, reads as one gelu op
+    assert "select(" in text and "softmax(" in text and "gelu(" in text and "tanh(" not in text
     assert "conv" in from_onnx(unet_block()).source.lower()
 
 

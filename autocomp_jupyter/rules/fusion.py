@@ -271,8 +271,9 @@ def is_view(program: Program, op: Op) -> bool:
     """Whether `op` is a view its readers can read through: one statement copying its input
     (`Y[loops] = X[affine]`, no arithmetic, in bounds, no rounding), each loop one target
     dimension, its output not a program output, and every read of it in bounds (a padded
-    read outside Y could land inside X)."""
-    if op.op_class != "injective" or len(op.statements) != 1 or op.output in program.outputs:
+    read outside Y could land inside X). A copy at the same indices (the first part of an
+    ONNX Split, `q[i, j] = qkv[i, j] where j < 768`) is classed elementwise, and is one too."""
+    if op.op_class not in ("injective", "elementwise") or len(op.statements) != 1 or op.output in program.outputs:
         return False
     st = op.statements[0]
     if st.reduce or not isinstance(st.expr, Access) or not program.has_tensor(st.expr.tensor):
