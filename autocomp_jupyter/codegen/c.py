@@ -128,7 +128,7 @@ _Static_assert _Thread_local bool true false NULL asm typeof
 RESERVED = frozenset("""
 buffers seconds program_run program_run_profiled program_kernel_names ac_now main errno
 exp expf sqrt sqrtf tanh tanhf fabs fabsf fmax fmaxf fmin fminf
-INFINITY NAN HUGE_VAL size_t ptrdiff_t timespec clock_gettime memset malloc free aligned_alloc
+INFINITY NAN HUGE_VAL size_t ptrdiff_t timespec clock_gettime memset malloc free aligned_alloc madvise
 """.split())
 
 
@@ -252,10 +252,14 @@ def tensor_of(plan, name: str) -> Tensor:
 # --------------------------------------------------------------------------- generation
 
 _PRELUDE = r"""#define _POSIX_C_SOURCE 199309L
+#define _DEFAULT_SOURCE
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <time.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -304,6 +308,32 @@ static inline float ac_sigmoid(float x) { return 1.0f / (1.0f + ac_expf(-x)); }
 /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 static inline float ac_gelu(float x) {
     return 0.5f * x * (1.0f + ac_tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+/* Memory kept for all calls (weights packed once, Winograd's transformed weights), carved
+   from chunks aligned to 2 MiB and asked for as transparent huge pages: in 4 KiB pages a
+   network's packed weights (14 MB for MobileNetV2) need ~3500 TLB entries, more than the
+   second-level TLB holds, and each kernel's weight stream walked the page tables again.
+   Each kept copy has a size fixed at generation, is allocated on its first pack and packed
+   again in place (never freed); one thread packs (before its kernel's parallel region). */
+#define AC_KEPT_PAGE (2UL << 20)
+#define AC_KEPT_CHUNK (8UL << 20)
+static void* ac_kept(size_t bytes) {
+    static char* chunk = NULL;
+    static size_t left = 0;
+    bytes = (bytes + 63) / 64 * 64;
+    if (bytes > left) {
+        const size_t n = bytes > AC_KEPT_CHUNK ? (bytes + AC_KEPT_PAGE - 1) / AC_KEPT_PAGE * AC_KEPT_PAGE : AC_KEPT_CHUNK;
+        chunk = aligned_alloc(AC_KEPT_PAGE, n);
+        left = chunk ? n : 0;
+        if (!chunk) return NULL;
+#ifdef MADV_HUGEPAGE
+        madvise(chunk, n, MADV_HUGEPAGE);
+#endif
+    }
+    void* p = chunk;
+    chunk += bytes;
+    left -= bytes;
+    return p;
 }
 /* Scratch memory kept between calls, per thread and slot (packed panels, padded copies):
    fresh pages from malloc/free each call cost page faults in every thread (~50 a call, on
@@ -855,8 +885,7 @@ class _KernelWriter:
                      f"static {T}* {dst} = NULL;",
                      f"static const void* {seen} = NULL;",
                      f"if ({seen} != (const void*){src}) {{",
-                     f"    free({dst});",
-                     f"    {dst} = ({T}*)aligned_alloc(64, {-(-items * per_batch * size // 64) * 64}UL);",
+                     f"    if (!{dst}) {dst} = ({T}*)ac_kept({-(-items * per_batch * size // 64) * 64}UL);",
                      f"    for (long {bt} = 0; {bt} < {items}; ++{bt}) {{"]
             inner_div = 1
             for l in reversed(pk.batch):
@@ -1341,8 +1370,7 @@ class _KernelWriter:
         e(2, f"static float* {U} = NULL;")
         e(2, f"static const void* {Usrc} = NULL;")
         e(2, f"if ({Usrc} != (const void*){wname}) {{")
-        e(3, f"free({U});")
-        e(3, f"{U} = (float*)aligned_alloc(64, {16 * FP * C * 4}UL);")
+        e(3, f"if (!{U}) {U} = (float*)ac_kept({16 * FP * C * 4}UL);")
         e(3, f"for (long {fv} = 0; {fv} < {FP}; ++{fv})")
         e(4, f"for (long {cv} = 0; {cv} < {C}; ++{cv}) {{")
         e(5, "float g[3][3], t[4][3], u[4][4];")
