@@ -94,7 +94,7 @@ from .host_analysis import (  # noqa: F401
     DIRECT_MIN_POINTS, DIRECT_STEP_MAX, PARTITION_THREADS, PARTITION_SLACK, PARTITION_REPACK_CYCLES, PARTITION_MACS_PER_CYCLE,
     PARTITION_UNIT_CYCLES, HOST_COPY_RUN, HOST_COPY_GATHER, HOST_COPY_STRIDED, Packed, DirectRows,
     Partition, claimed_makespan, gemv_split, WINDOW_SHARED_COPY_MIN, micro_shape, rows_outer, direct_rows, direct_slab, window_rows, packed_blocks, host_copy_costs,
-    packed_partition, partition_ranges, prepacked, prepacked_ahead, b_in_place, B_IN_PLACE_AHEAD, winograd, channel_blocks, ChannelBlocks, BLOCK_CHANNELS, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
+    packed_partition, partition_ranges, prepacked, prepacked_ahead, b_in_place, B_IN_PLACE_AHEAD, winograd, channel_blocks, ChannelBlocks, BLOCK_CHANNELS, vector_rows, VECTOR_ROWS_PASS, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
     _unit_stride_reads, _substitute, packed_contraction, epilogue_point, _epilogue)
 
 # Integer dtypes: the values a tensor can hold (stored in double buffers, saturating).
@@ -1540,6 +1540,9 @@ class _KernelWriter:
         the statements `pk.epilogue` applied; or, `dr.dots`, each output one dot product."""
         if dr.dots:
             return self.dots(pk, dr)
+        vr = vector_rows(self.kernel, pk, dr)
+        if vr is not None:
+            return self.vector_rows(pk, dr, vr)
         cb = channel_blocks(self.kernel, pk, dr)
         if cb is not None:
             return self.blocked(pk, dr, cb)
@@ -1711,6 +1714,147 @@ class _KernelWriter:
         e(d, f"ac_team_waited({t_done}, {nth}, {t_start});")
         for x in range(d - 1, 1, -1):
             e(x, "}")
+        e(1, "}")
+
+    def vector_rows(self, pk: Packed, dr: DirectRows, cb: ChannelBlocks) -> None:
+        """Depthwise convolution `pk.index` as vector rows (`vector_rows`): per batch item
+        (a channel's plane), each output row's 16-wide vectors summed over the window straight
+        from the input plane, up to VECTOR_ROWS_PASS vectors a pass: a stride-2 tap's columns
+        two loads and one permute, the columns outside the plane (its padding, read as 0)
+        masked-off lanes, the rows outside it skipped; the row then stored with the epilogue.
+        Without AVX-512, the same sums in scalar C."""
+        k = self.kernel
+        stmt = k.statements[pk.index]
+        ext = dict(pk.extents)
+        f, e = self.namer.fresh, self.emit
+        cv = {l: f(l) for l in stmt.loop_names}
+        L = BLOCK_CHANNELS
+        bt, plane, row, wts, accrow, yv, xv, sv, v, ev = (f(n) for n in (
+            "bt", "plane", "row", "wts", "accrow", "y", "x", "s", "v", "ev"))
+        H, W = cb.image
+        Ho, Wo, KH, KW = ext[cb.h], ext[cb.w], ext[cb.r], ext[cb.s]
+        (sh, sw), (dh, dw), (oh, ow) = cb.stride, cb.dilation, cb.offset
+        ch, cw = oh - cb.pads[0], ow - cb.pads[1]       # input row, column of output (0, 0) at tap (0, 0)
+        nv = -(-Wo // L)
+        coeff, _ = _flat_offsets(k, pk.b)
+        base = _affine_c({cv[l]: c for l, c in coeff.items() if l in pk.batch}, 0)
+        h = cv[cb.h]
+
+        def flat(access: Access) -> str:
+            co, const = _flat_offsets(k, access)
+            return _affine_c({cv[l]: c for l, c in co.items()}, const)
+
+        e(1, f"/* {str(stmt).split('    #')[0]} */")
+        epi = ", ".join(str(k.statements[s]).split("    #")[0] for s in pk.epilogue)
+        e(1, f"/* vector rows: batch {' '.join(pk.batch)} ({pk.size('batch')} planes {H}x{W}), outputs {Ho}x{Wo} "
+             f"as {nv} vectors of {L} per row over {KH}x{KW} taps at stride {sh}x{sw}, read in place (masked at the "
+             f"edges)" + (f"; applied in its store: {epi}" if epi else "") + " */")
+        e(1, "{")
+        parallel = bool(set(self.parallel) & {k.loop_map(pk.index).get(l) for l in pk.batch + pk.n})
+        NB = pk.size("batch")
+        region = self.region_begin(2, f"dynamic, {DIRECT_CHUNK}") if parallel and NB > 1 else None
+        e(2, f"for (long {bt} = 0; {bt} < {NB}; ++{bt}) {{")
+        self.unflatten(3, bt, pk.batch, cv, ext)
+        for l in stmt.loop_names:       # loops of one trip (a depthwise conv as groups)
+            if ext[l] == 1 and l not in pk.batch:
+                e(3, f"const long {cv[l]} = 0;")
+        e(3, f"const float* restrict {plane} = {self.cname[pk.b.tensor]} + {base};")
+        e(3, f"float {wts}[{KH * KW}];")
+        e(3, f"for (long {cv[cb.r]} = 0; {cv[cb.r]} < {KH}; ++{cv[cb.r]})")
+        e(4, f"for (long {cv[cb.s]} = 0; {cv[cb.s]} < {KW}; ++{cv[cb.s]})")
+        e(5, f"{wts}[{KW} * {cv[cb.r]} + {cv[cb.s]}] = {self.cname[pk.a.tensor]}[{flat(pk.a)}];")
+        # a pass sums up to VECTOR_ROWS_PASS vectors (rows x vectors of a row), each its own
+        # chain of FMAs: a 28-wide row's 2 vectors alone waited on the FMA latency (MobileNetV2's
+        # 144 channels at 56x56 stride 2: 0.16 ms, 4 rows a pass 0.08)
+        R = max(1, min(Ho, VECTOR_ROWS_PASS // nv))
+        h0 = f("h0")
+        e(3, f"float {accrow}[{R}][{nv * L}] __attribute__((aligned(64)));")
+        e(3, f"for (long {h0} = 0; {h0} < {Ho}; {h0} += {R}) {{")
+        e(3, "#if defined(__AVX512F__)")
+        if sw == 2:
+            e(4, f"const __m512i {ev} = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);")
+
+        def load(i: int, s: int) -> str | None:
+            """The 16 inputs of output vector i at tap column s (None: all padding)."""
+            first = sw * L * i + dw * s + cw
+            lim = min(L, Wo - L * i)
+            masks = [0] * sw
+            for lane in range(sw * (lim - 1) + 1):      # lanes up to the last one used, inside the row
+                if 0 <= first + lane < W:
+                    masks[lane // L] |= 1 << (lane % L)
+            if not any(masks[j // L] >> (j % L) & 1 for j in range(0, sw * lim, sw)):
+                return None
+            loads = [(f"_mm512_loadu_ps({row} + {first + L * j})" if m == 0xFFFF else
+                      f"_mm512_maskz_loadu_ps({m:#x}, {row} + {first + L * j})" if m else "_mm512_setzero_ps()")
+                     for j, m in enumerate(masks)]
+            return loads[0] if sw == 1 else f"_mm512_permutex2var_ps({loads[0]}, {ev}, {loads[1]})"
+
+        def one_pass(depth: int, rows: int) -> None:
+            for p0 in range(0, nv, VECTOR_ROWS_PASS):
+                vecs = range(p0, min(nv, p0 + VECTOR_ROWS_PASS))
+                accs = {(j, i): f(f"a{j}_{i}") for j in range(rows) for i in vecs}
+                e(depth, "{")
+                for x in accs.values():
+                    e(depth + 1, f"__m512 {x} = _mm512_setzero_ps();")
+                for r in range(KH):
+                    for j in range(rows):
+                        lo_y, hi_y = ch + dh * r + sh * j, sh * (Ho - 1) + dh * r + ch
+                        e(depth + 1, f"{{ const long {yv} = {sh} * ({h0} + {j}) + {ch + dh * r};")
+                        cond = lo_y < 0 or hi_y >= H
+                        if cond:
+                            e(depth + 1, f"if ((unsigned long){yv} < {H}UL) {{")
+                        e(depth + 2, f"const float* restrict {row} = {plane} + {W} * {yv};")
+                        for s in range(KW):
+                            for i in vecs:
+                                x = load(i, s)
+                                if x is not None:
+                                    e(depth + 2, f"{accs[j, i]} = _mm512_fmadd_ps(_mm512_set1_ps({wts}[{KW * r + s}]), "
+                                                 f"{x}, {accs[j, i]});")
+                        if cond:
+                            e(depth + 1, "}")
+                        e(depth + 1, "}")
+                for (j, i), x in accs.items():
+                    e(depth + 1, f"_mm512_store_ps({accrow}[{j}] + {L * i}, {x});")
+                e(depth, "}")
+        if Ho % R:
+            e(4, f"if ({h0} + {R} <= {Ho}) {{")
+            one_pass(5, R)
+            e(4, "} else {")
+            one_pass(5, Ho % R)
+            e(4, "}")
+        else:
+            one_pass(4, R)
+        e(3, "#else")
+        jv = f("j")
+        e(4, f"for (long {jv} = 0; {jv} < {R} && {h0} + {jv} < {Ho}; ++{jv})")
+        e(4, f"for (long {xv} = 0; {xv} < {Wo}; ++{xv}) {{")
+        e(5, f"float {sv} = 0.0f;")
+        e(5, f"for (long {cv[cb.r]} = 0; {cv[cb.r]} < {KH}; ++{cv[cb.r]}) {{")
+        e(6, f"const long {yv} = {sh} * ({h0} + {jv}) + {dh} * {cv[cb.r]} + {ch};")
+        e(6, f"if ((unsigned long){yv} >= {H}UL) continue;")
+        e(6, f"for (long {cv[cb.s]} = 0; {cv[cb.s]} < {KW}; ++{cv[cb.s]}) {{")
+        col = f("col")
+        e(7, f"const long {col} = {sw} * {xv} + {dw} * {cv[cb.s]} + {cw};")
+        e(7, f"if ((unsigned long){col} < {W}UL) {sv} += {wts}[{KW} * {cv[cb.r]} + {cv[cb.s]}] * {plane}[{W} * {yv} + {col}];")
+        e(6, "}")
+        e(5, "}")
+        e(5, f"{accrow}[{jv}][{xv}] = {sv};")
+        e(4, "}")
+        e(3, "#endif")
+        w = cv[cb.w]
+        jv = f("j")
+        e(4, f"for (long {jv} = 0; {jv} < {R} && {h0} + {jv} < {Ho}; ++{jv}) {{")
+        e(5, f"const long {h} = {h0} + {jv};")
+        e(5, "#pragma omp simd")
+        e(5, f"for (long {w} = 0; {w} < {Wo}; ++{w}) {{")
+        e(6, f"const float {v} = {accrow}[{jv}][{w}];")
+        self.epilogue_store(pk, 6, v, lambda access: f"{self.cname[access.tensor]}[{flat(access)}]")
+        e(5, "}")
+        e(4, "}")
+        e(3, "}")
+        e(2, "}")
+        if region is not None:
+            self.region_end(2, region)
         e(1, "}")
 
     def blocked(self, pk: Packed, dr: DirectRows, cb: ChannelBlocks) -> None:
