@@ -437,7 +437,7 @@ def channel_blocks(kernel: Kernel, pk: "Packed", dr: DirectRows, any_size: bool 
 # the network (0.080 -> 0.128, both orders interleaved).
 VECTOR_ROWS_MIN = 32
 VECTOR_ROWS_MAX = 256
-VECTOR_ROWS_STRIDE = (2,)
+VECTOR_ROWS_STRIDE = (1, 2)
 # Accumulators (16-wide vectors) of a row summed in one pass over the window.
 VECTOR_ROWS_PASS = 8
 
