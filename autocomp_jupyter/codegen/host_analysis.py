@@ -368,7 +368,7 @@ def channel_blocks(kernel: Kernel, pk: "Packed", dr: DirectRows, any_size: bool 
     if len(b.indices) != 4 or len(out) != 4:
         return None
     c = batch[-1]
-    if ext[c] % BLOCK_CHANNELS or b.indices[1].single_loop != c or b.indices[1].const or \
+    if not any_size and ext[c] % BLOCK_CHANNELS or b.indices[1].single_loop != c or b.indices[1].const or \
             [i.single_loop for i in out[1:]] != [c, n[0], n[1]] or any(i.const for i in out):
         return None
     n0 = b.indices[0].single_loop if b.indices[0].terms else None
@@ -446,7 +446,8 @@ def vector_rows(kernel: Kernel, pk: "Packed", dr: DirectRows) -> ChannelBlocks |
     """The geometry (`ChannelBlocks`: loops, stride, offsets; its ring unused) of a depthwise
     convolution of direct rows `dr` the host runs as vector rows, or None: f32 (direct rows
     are), B's padding read as 0, unit dilation along the row, a row read at a stride of
-    VECTOR_ROWS_STRIDE, VECTOR_ROWS_MIN to VECTOR_ROWS_MAX outputs wide."""
+    VECTOR_ROWS_STRIDE, VECTOR_ROWS_MIN to VECTOR_ROWS_MAX outputs wide; any number of channels
+    (`channel_blocks`' geometry, without its block and size bounds: `any_size`)."""
     if dr.dots or dr.plane or pk.b.pad != 0.0:
         return None
     cb = channel_blocks(kernel, pk, dr, any_size=True)
