@@ -264,14 +264,16 @@ def test_strided_and_wide_depthwise_rows_run_as_vector_rows_and_match_interprete
     assert 0 < host.predicted_time(plan, threads=1) < 1e-3
 
 
-def test_a_last_panel_of_few_columns_runs_half_wide_and_matches_interpreter():
-    """A packed GEMM whose N leaves a last panel of at most 8 columns (a 14x14 map: 196 = 12 x 16
-    + 4) runs that panel with half-wide vectors; its store and epilogue (a residual) match."""
-    src = ("input X: f32[1, 96, 14, 14]\ninput S: f32[1, 40, 14, 14]\nparam W: f32[40, 96, 1, 1]\n"
+@pytest.mark.parametrize("h, w, narrow", [(14, 14, "_q[2][4][8]"), (10, 20, "_h[8][8]")])
+def test_a_last_panel_of_few_columns_runs_narrow_and_matches_interpreter(h, w, narrow):
+    """A packed GEMM whose N leaves a last panel of at most 4 columns (a 14x14 map: 196 = 12 x 16
+    + 4) runs it with the rows as the vector (even and odd k steps apart), of at most 8 (200 =
+    12 x 16 + 8) with half-wide vectors; its store and epilogue (a residual) match."""
+    src = (f"input X: f32[1, 96, {h}, {w}]\ninput S: f32[1, 40, {h}, {w}]\nparam W: f32[40, 96, 1, 1]\n"
            "param bb: f32[40]\nY = conv2d(X, W)\nZ = bias_add(Y, bb)\nR = add(Z, S)\n")
     plan = autocomp.optimize(parse(src), target="host", tune=0).after
     text = generate(plan, None, "c")
-    assert "_h[8][8]" in text
+    assert narrow in text and ("_q[2]" in text) == (narrow.startswith("_q"))
     check(plan, threads=1)
     check(plan, threads=2)
 
