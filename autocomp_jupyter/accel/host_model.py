@@ -24,7 +24,8 @@ from ..codegen.host_analysis import (BLOCK_CHANNELS, HOST_COPY_RUN, claimed_make
                                      direct_slab, GEMM_WHOLE_K, GEMM_MR, GEMM_NR, GEMM_PACK_MIN, _padding,
                                      _unit_stride_reads, direct_rows, host_copy_costs, packed_blocks,
                                      packed_contraction, packed_partition, partition_ranges, swapped_blocks,
-                                     window_rows, winograd, WINOGRAD_PANEL, vector_rows, VECTOR_ROWS_PASS)
+                                     window_rows, winograd, WINOGRAD_PANEL, vector_rows, VECTOR_ROWS_PASS,
+                                     last_panel)
 from ..ir.program import Access
 from ..ir.schedule import Kernel
 from .target import Target
@@ -210,7 +211,7 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
             m_rows[rows] = min(M, part.chunk * mr)
     vfma = mr * math.ceil(nr / lanes)
     step = max(vfma / compute.fma_units / HOST_MICRO_EFFICIENCY, HOST_FMA_LATENCY)
-    micro = NB * mpan * npan * K * step
+    micro = NB * mpan * (npan - 1 + last_panel(pk)) * K * step    # a narrow last panel costs less
     kblocks = np.ceil(K / KC)
     epi_ops = sum(max(1, kernel.statements[s].expr.flops()) for s in pk.epilogue)
     # The fused epilogue's arithmetic issues at the rate the same statements would in a loop

@@ -94,7 +94,7 @@ from .host_analysis import (  # noqa: F401
     DIRECT_MIN_POINTS, DIRECT_STEP_MAX, PARTITION_THREADS, PARTITION_SLACK, PARTITION_REPACK_CYCLES, PARTITION_MACS_PER_CYCLE,
     PARTITION_UNIT_CYCLES, HOST_COPY_RUN, HOST_COPY_GATHER, HOST_COPY_STRIDED, Packed, DirectRows,
     Partition, claimed_makespan, gemv_split, WINDOW_SHARED_COPY_MIN, micro_shape, rows_outer, direct_rows, direct_slab, window_rows, packed_blocks, host_copy_costs,
-    packed_partition, partition_ranges, prepacked, prepacked_ahead, b_in_place, B_IN_PLACE_AHEAD, winograd, channel_blocks, ChannelBlocks, BLOCK_CHANNELS, vector_rows, VECTOR_ROWS_PASS, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
+    packed_partition, partition_ranges, prepacked, prepacked_ahead, b_in_place, B_IN_PLACE_AHEAD, winograd, channel_blocks, ChannelBlocks, BLOCK_CHANNELS, vector_rows, VECTOR_ROWS_PASS, last_panel, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
     _unit_stride_reads, _substitute, packed_contraction, epilogue_point, _epilogue)
 
 # Integer dtypes: the values a tensor can hold (stored in double buffers, saturating).
@@ -1131,8 +1131,9 @@ class _KernelWriter:
         # A last panel of at most half its columns (a 14x14 map's 196 = 12 x 16 + 4) runs
         # half-wide vectors, twice as many to an FMA cycle: its padded columns cost half
         # (MobileNetV2's 576 -> 96 at 14x14 spent 6% of its time in that panel, all columns)
-        half = nr // 2 if nr == GEMM_NR and T == "float" and not pk.swapped and N % nr and N % nr <= nr // 2 else 0
-        quarter = nr // 4 if half and N % nr <= nr // 4 else 0
+        tail = last_panel(pk) if T == "float" else 1.0
+        half = nr // 2 if tail < 1 else 0
+        quarter = nr // 4 if tail < 0.5 else 0
         if quarter:
             # at most a quarter of the columns: the rows as the vector (an A panel's k step is
             # mr contiguous floats), each column a broadcast of B, even and odd k steps summed

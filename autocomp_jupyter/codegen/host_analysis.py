@@ -523,6 +523,17 @@ def packed_blocks(pk: Packed, block_of) -> tuple[int, int, int]:
     return (min(-(-mc // mr) * mr, pk.size("m")) if mc >= mr else mc), -(-nc // nr) * nr, kc
 
 
+def last_panel(pk: Packed) -> float:
+    """The time of a plain packed GEMM's last N panel, in full panels (codegen/c.py's
+    microkernel): 1/4 when it holds at most a quarter of NR columns (the rows as the vector,
+    even and odd k steps apart), 1/2 at most half (half-wide vectors), else 1 (a 14x14 map:
+    196 = 12 x 16 + 4 columns, 12.25 panels' time instead of 13)."""
+    nr, tail = pk.micro[1], pk.size("n") % pk.micro[1]
+    if pk.swapped or nr != GEMM_NR or not tail or tail > nr // 2:
+        return 1.0
+    return 0.25 if tail <= nr // 4 else 0.5
+
+
 # A packed GEMM with at most this many reduction steps whose B block fits ROWS_OUTER_B_BLOCK bytes
 # runs its micro-tiles row panel by row panel (`rows_outer`): half of L2, where the B block is
 # read again for each row panel (MobileNetV2's stem, K = 27, its 331 KiB B block: column panels
