@@ -363,7 +363,8 @@ def replay_packed(kernel: Kernel, schedule, target: Target) -> float | None:
                     mc = min(MC, m_hi - i0)
                     mpan = -(-mc // mr)
                     cycles += mpan * mr * kc * a_cost
-                    micro = mpan * npan * kc * step
+                    # the GEMM's last panel, where narrow, at its own cost (`last_panel`)
+                    micro = mpan * (npan - 1 + last_panel(pk) if j0 + nc == N else npan) * kc * step
                     cycles += micro * (1.0 + spill)
                     cycles += mpan * npan * (math.ceil(nr / lanes) * mr * store_vector + HOST_MICRO_CALL)
                     if last:
