@@ -86,7 +86,8 @@ static void* ac_kept(size_t bytes) {
     static size_t left = 0;
     bytes = (bytes + 63) / 64 * 64;
     if (bytes > left) {
-        const size_t n = bytes > AC_KEPT_CHUNK ? (bytes + AC_KEPT_PAGE - 1) / AC_KEPT_PAGE * AC_KEPT_PAGE : AC_KEPT_CHUNK;
+        const size_t n = bytes > AC_KEPT_CHUNK ? (bytes + AC_KEPT_PAGE - 1) / AC_KEPT_PAGE * AC_KEPT_PAGE
+                                               : AC_KEPT_CHUNK;
         chunk = aligned_alloc(AC_KEPT_PAGE, n);
         left = chunk ? n : 0;
         if (!chunk) return NULL;
