@@ -225,6 +225,59 @@ def test_depthwise_channel_blocks_ring_matches_interpreter():
         check(plan, threads=2)
 
 
+VECTOR_ROWS_VARIANTS = {
+    # name: (program, rows of a pass, vectors of a row)
+    # stride 2, two images, its epilogue (bias, relu6) along the rows; rows 2 a pass (3 vectors)
+    # with an odd number of output rows: a last pass of one
+    "stride2_two_images_bias_relu6": ("input X: f32[2, 16, 27, 66]\nparam W: f32[16, 1, 3, 3]\nparam bb: f32[16]\n"
+                                      "Y = depthwise_conv2d(X, W, stride=2, padding=1)\nZ = bias_add(Y, bb)\n"
+                                      "R = relu6(Z)\n", 2, 3),
+    # 5x5 at stride 2, padding 2: two padded columns at each edge, masked lanes at both ends
+    "stride2_5x5_pad2": ("input X: f32[1, 8, 18, 70]\nparam W: f32[8, 1, 5, 5]\n"
+                         "Y = depthwise_conv2d(X, W, stride=2, padding=2)\n", 2, 3),
+    # stride 1 with a residual read along the rows; 130 wide: 9 vectors, passes of 8 and 1
+    "stride1_wide_residual": ("input X: f32[1, 4, 6, 130]\ninput S: f32[1, 4, 6, 130]\nparam W: f32[4, 1, 3, 3]\n"
+                              "Y = depthwise_conv2d(X, W, stride=1, padding=1)\nZ = add(Y, S)\n", 1, 9),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VECTOR_ROWS_VARIANTS))
+def test_strided_and_wide_depthwise_rows_run_as_vector_rows_and_match_interpreter(name):
+    """A depthwise conv whose rows are 32 to 256 wide runs as vector rows (`vector_rows`):
+    per channel, 16-wide output vectors summed straight from the unpadded plane (no padded copy,
+    no transposes), several rows a pass where a row has few vectors; it matches the
+    interpreter on 1 and 2 threads, and the host model costs it."""
+    from autocomp_jupyter.codegen.c import channel_blocks, direct_rows, packed_contraction, vector_rows
+
+    src, rows, vectors = VECTOR_ROWS_VARIANTS[name]
+    plan = autocomp.optimize(parse(src), target="host", tune=0).after
+    kernel, schedule = plan.kernels[0], plan.schedules[0]
+    pk = packed_contraction(kernel, schedule)
+    dr = direct_rows(kernel, pk)
+    assert vector_rows(kernel, pk, dr) is not None and channel_blocks(kernel, pk, dr) is None
+    text = generate(plan, None, "c")
+    assert text.count("/* vector rows") == 1 and f"as {vectors} vectors of 16 per row" in text
+    assert f"accrow[{rows}][{vectors * 16}]" in text
+    assert "ac_transpose16(" not in text and "_padded" not in text
+    check(plan, threads=1)
+    check(plan, threads=2)
+    assert 0 < host.predicted_time(plan, threads=1) < 1e-3
+
+
+@pytest.mark.parametrize("h, w, narrow", [(14, 14, "_q[2][4][8]"), (10, 20, "_h[8][8]")])
+def test_a_last_panel_of_few_columns_runs_narrow_and_matches_interpreter(h, w, narrow):
+    """A packed GEMM whose N leaves a last panel of at most 4 columns (a 14x14 map: 196 = 12 x 16
+    + 4) runs it with the rows as the vector (even and odd k steps apart), of at most 8 (200 =
+    12 x 16 + 8) with half-wide vectors; its store and epilogue (a residual) match."""
+    src = (f"input X: f32[1, 96, {h}, {w}]\ninput S: f32[1, 40, {h}, {w}]\nparam W: f32[40, 96, 1, 1]\n"
+           "param bb: f32[40]\nY = conv2d(X, W)\nZ = bias_add(Y, bb)\nR = add(Z, S)\n")
+    plan = autocomp.optimize(parse(src), target="host", tune=0).after
+    text = generate(plan, None, "c")
+    assert narrow in text and ("_q[2]" in text) == (narrow.startswith("_q"))
+    check(plan, threads=1)
+    check(plan, threads=2)
+
+
 WINOGRAD_VARIANTS = {
     # name: (program, statements the store must apply)
     # odd output sizes (edge tiles and a padded tile row), no padding, two batch items, a bias and

@@ -24,7 +24,8 @@ from ..codegen.host_analysis import (BLOCK_CHANNELS, HOST_COPY_RUN, claimed_make
                                      direct_slab, GEMM_WHOLE_K, GEMM_MR, GEMM_NR, GEMM_PACK_MIN, _padding,
                                      _unit_stride_reads, direct_rows, host_copy_costs, packed_blocks,
                                      packed_contraction, packed_partition, partition_ranges, swapped_blocks,
-                                     window_rows, winograd, WINOGRAD_PANEL)
+                                     window_rows, winograd, WINOGRAD_PANEL, vector_rows, VECTOR_ROWS_PASS,
+                                     last_panel)
 from ..ir.program import Access
 from ..ir.schedule import Kernel
 from .target import Target
@@ -210,7 +211,7 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
             m_rows[rows] = min(M, part.chunk * mr)
     vfma = mr * math.ceil(nr / lanes)
     step = max(vfma / compute.fma_units / HOST_MICRO_EFFICIENCY, HOST_FMA_LATENCY)
-    micro = NB * mpan * npan * K * step
+    micro = NB * mpan * (npan - 1 + last_panel(pk)) * K * step    # a narrow last panel costs less
     kblocks = np.ceil(K / KC)
     epi_ops = sum(max(1, kernel.statements[s].expr.flops()) for s in pk.epilogue)
     # The fused epilogue's arithmetic issues at the rate the same statements would in a loop
@@ -362,7 +363,8 @@ def replay_packed(kernel: Kernel, schedule, target: Target) -> float | None:
                     mc = min(MC, m_hi - i0)
                     mpan = -(-mc // mr)
                     cycles += mpan * mr * kc * a_cost
-                    micro = mpan * npan * kc * step
+                    # the GEMM's last panel, where narrow, at its own cost (`last_panel`)
+                    micro = mpan * (npan - 1 + last_panel(pk) if j0 + nc == N else npan) * kc * step
                     cycles += micro * (1.0 + spill)
                     cycles += mpan * npan * (math.ceil(nr / lanes) * mr * store_vector + HOST_MICRO_CALL)
                     if last:
@@ -562,6 +564,28 @@ def _blocks_cycles(kernel: Kernel, pk, cb, epi_ops: float, lanes: int) -> float:
     return blocks * (pack + compute + back)
 
 
+# Vector rows (codegen/c.py `vector_rows`): per channel and output row pass, per input row of
+# the window inside the plane and tap column, one (masked) load per unit of the read's stride
+# (a stride-2 tap: two loads and a permute) and one FMA per output vector; then the row stored
+# with the epilogue (HOST_ROW_STORE per vector and op).
+HOST_VROW_TAP = 1.0             # one tap of one output vector, per unit of the read's stride
+
+
+def _vector_rows_cycles(pk, cb, epi_ops: float, lanes: int) -> float:
+    ext = dict(pk.extents)
+    H, _ = cb.image
+    Ho, Wo, KH, KW = ext[cb.h], ext[cb.w], ext[cb.r], ext[cb.s]
+    (sh, sw), (dh, _), (oh, _) = cb.stride, cb.dilation, cb.offset
+    ch = oh - cb.pads[0]
+    nv = math.ceil(Wo / BLOCK_CHANNELS)
+    rows_in = sum(1 for h in range(Ho) for r in range(KH) if 0 <= sh * h + dh * r + ch < H)
+    per_pass = max(1, min(Ho, VECTOR_ROWS_PASS // nv))
+    passes = math.ceil(Ho / per_pass) * math.ceil(nv / VECTOR_ROWS_PASS)
+    compute = rows_in * KW * nv * sw * HOST_VROW_TAP + passes * KH * per_pass * HOST_ROW_STEP
+    store = Ho * Wo * (1.0 + epi_ops) / lanes * HOST_ROW_STORE
+    return pk.size("batch") * (compute + store)
+
+
 def _tiled(model, tiles: np.ndarray, index_of_stmt: int) -> np.ndarray:
     """[n]: candidates that tile some loop of statement `index_of_stmt` (an untiled, naive
     schedule keeps the plain nest)."""
@@ -594,8 +618,11 @@ def _direct_rows_seconds(model, pk, dr, tiles: np.ndarray, parallel: np.ndarray)
     lanes = target.compute.vector_width("f32")
     NB, N, K = (float(pk.size(g)) for g in ("batch", "n", "k"))
     epi_ops = sum(max(1, kernel.statements[s].expr.flops()) for s in pk.epilogue)
+    vr = vector_rows(kernel, pk, dr)
     cb = channel_blocks(kernel, pk, dr)
-    if cb is not None:
+    if vr is not None:
+        work = _vector_rows_cycles(pk, vr, epi_ops, lanes)
+    elif cb is not None:
         work = _blocks_cycles(kernel, pk, cb, epi_ops, lanes)
     elif dr.dots:
         work = NB * N * (2 * HOST_ROW_STEP + K / dr.width * (HOST_ROW_STEP + math.ceil(dr.width / lanes)

@@ -94,7 +94,7 @@ from .host_analysis import (  # noqa: F401
     DIRECT_MIN_POINTS, DIRECT_STEP_MAX, PARTITION_THREADS, PARTITION_SLACK, PARTITION_REPACK_CYCLES, PARTITION_MACS_PER_CYCLE,
     PARTITION_UNIT_CYCLES, HOST_COPY_RUN, HOST_COPY_GATHER, HOST_COPY_STRIDED, Packed, DirectRows,
     Partition, claimed_makespan, gemv_split, WINDOW_SHARED_COPY_MIN, micro_shape, rows_outer, direct_rows, direct_slab, window_rows, packed_blocks, host_copy_costs,
-    packed_partition, partition_ranges, prepacked, prepacked_ahead, b_in_place, B_IN_PLACE_AHEAD, winograd, channel_blocks, ChannelBlocks, BLOCK_CHANNELS, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
+    packed_partition, partition_ranges, prepacked, prepacked_ahead, b_in_place, B_IN_PLACE_AHEAD, winograd, channel_blocks, ChannelBlocks, BLOCK_CHANNELS, vector_rows, VECTOR_ROWS_PASS, last_panel, Winograd, WINOGRAD_PANEL, _flat_offsets, _padding, _one_to_one, _in_range,
     _unit_stride_reads, _substitute, packed_contraction, epilogue_point, _epilogue)
 
 # Integer dtypes: the values a tensor can hold (stored in double buffers, saturating).
@@ -128,7 +128,7 @@ _Static_assert _Thread_local bool true false NULL asm typeof
 RESERVED = frozenset("""
 buffers seconds program_run program_run_profiled program_kernel_names ac_now main errno
 exp expf sqrt sqrtf tanh tanhf fabs fabsf fmax fmaxf fmin fminf
-INFINITY NAN HUGE_VAL size_t ptrdiff_t timespec clock_gettime memset malloc free aligned_alloc
+INFINITY NAN HUGE_VAL size_t ptrdiff_t timespec clock_gettime memset malloc free aligned_alloc madvise
 """.split())
 
 
@@ -252,10 +252,17 @@ def tensor_of(plan, name: str) -> Tensor:
 # --------------------------------------------------------------------------- generation
 
 _PRELUDE = r"""#define _POSIX_C_SOURCE 199309L
+#define _DEFAULT_SOURCE
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <time.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -304,6 +311,33 @@ static inline float ac_sigmoid(float x) { return 1.0f / (1.0f + ac_expf(-x)); }
 /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 static inline float ac_gelu(float x) {
     return 0.5f * x * (1.0f + ac_tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+/* Memory kept for all calls (weights packed once, Winograd's transformed weights), carved
+   from chunks aligned to 2 MiB and asked for as transparent huge pages: in 4 KiB pages a
+   network's packed weights (14 MB for MobileNetV2) need ~3500 TLB entries, more than the
+   second-level TLB holds, and each kernel's weight stream walked the page tables again.
+   Each kept copy has a size fixed at generation, is allocated on its first pack and packed
+   again in place (never freed); one thread packs (before its kernel's parallel region). */
+#define AC_KEPT_PAGE (2UL << 20)
+#define AC_KEPT_CHUNK (8UL << 20)
+static void* ac_kept(size_t bytes) {
+    static char* chunk = NULL;
+    static size_t left = 0;
+    bytes = (bytes + 63) / 64 * 64;
+    if (bytes > left) {
+        const size_t n = bytes > AC_KEPT_CHUNK ? (bytes + AC_KEPT_PAGE - 1) / AC_KEPT_PAGE * AC_KEPT_PAGE
+                                               : AC_KEPT_CHUNK;
+        chunk = aligned_alloc(AC_KEPT_PAGE, n);
+        left = chunk ? n : 0;
+        if (!chunk) return NULL;
+#ifdef MADV_HUGEPAGE
+        madvise(chunk, n, MADV_HUGEPAGE);
+#endif
+    }
+    void* p = chunk;
+    chunk += bytes;
+    left -= bytes;
+    return p;
 }
 /* Scratch memory kept between calls, per thread and slot (packed panels, padded copies):
    fresh pages from malloc/free each call cost page faults in every thread (~50 a call, on
@@ -812,10 +846,10 @@ class _KernelWriter:
                 if key in tables and 1 <= step <= DIRECT_STEP_MAX:
                     at = f"{c}" if step == 1 else f"{step} * {c}"
                     runs[access] = (tables[key], f"{name}[{base}{term(rowg, coeff, row)} + {tables[key]}[{j0} + {jr}] + {at}]",
-                                    step)
+                                    step, f"{name} + {base}{term(rowg, coeff, row)} + {tables[key]}[{j0} + {jr}]")
             return text, decls
 
-        runs: dict[Access, tuple[str, str, int]] = {}
+        runs: dict[Access, tuple[str, str, int, str]] = {}    # access -> (table, text, step, run start)
         sources: dict[str, str] = {}      # operand arrays the packing reads: name -> C parameter type
         # operands packed once, ahead (`prepacked`: a param, in range): name of the kept copy
         pre = {w: f(f"{self.cname[acc_.tensor]}_prepacked") if prepacked(self.kernel, pk, w) else ""
@@ -855,8 +889,7 @@ class _KernelWriter:
                      f"static {T}* {dst} = NULL;",
                      f"static const void* {seen} = NULL;",
                      f"if ({seen} != (const void*){src}) {{",
-                     f"    free({dst});",
-                     f"    {dst} = ({T}*)aligned_alloc(64, {-(-items * per_batch * size // 64) * 64}UL);",
+                     f"    if (!{dst}) {dst} = ({T}*)ac_kept({-(-items * per_batch * size // 64) * 64}UL);",
                      f"    for (long {bt} = 0; {bt} < {items}; ++{bt}) {{"]
             inner_div = 1
             for l in reversed(pk.batch):
@@ -985,14 +1018,31 @@ class _KernelWriter:
         e(6, f"for (long {jr} = 0; {jr} < {nc}; {jr} += {nr}) {{")
         d = 7
         if pk.b in runs and not pre["b"]:   # a panel whose NR columns are evenly spaced in B (step 1 or 2): a vector copy
-            table, run_text, run_step = runs[pk.b]
+            table, run_text, run_step, run_start = runs[pk.b]
             run_flag = f(f"{table}_run")
             run_flags.append((run_flag, table, run_step))
             e(7, f"if ({jr} + {nr} <= {nc} && {run_flag}[({j0} + {jr}) / {nr}]) {{")
+            wide2 = run_step == 2 and nr == 16 and T == "float" and self.ctype(pk.b.tensor) == "float"
+            if wide2:
+                # a stride-2 run (a stride-2 conv's input): two loads and one permute per k step
+                # (the compiler's own loop took a 256-bit permute, a 128-bit shuffle and four
+                # scalar inserts: MobileNetV2's stem 0.41 -> 0.37 ms)
+                q, ev = f("q"), f("ev")
+                e(8, "#if defined(__AVX512F__)")
+                e(8, f"const __m512i {ev} = _mm512_set_epi32({', '.join(str(x) for x in range(30, -1, -2))});")
+                e(8, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
+                e(9, f"const float* {q} = {run_start};")
+                e(9, f"_mm512_storeu_ps({Bp} + {jr} * {kc} + {p} * 16, _mm512_permutex2var_ps("
+                     f"_mm512_loadu_ps({q}), {ev}, _mm512_maskz_loadu_ps(0x7FFF, {q} + 16)));"
+                     f"    /* the run's last element is {q}[30] */")
+                e(8, "}")
+                e(8, "#else")
             e(8, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
             e(9, "#pragma omp simd")
             e(9, f"for (long {c} = 0; {c} < {nr}; ++{c}) {Bp}[{jr} * {kc} + {p} * {nr} + {c}] = {run_text};")
             e(8, "}")
+            if wide2:
+                e(8, "#endif")
             e(7, "} else {")
             d = 8
         # B's columns copied NR at a time for each k (a 16-row gather where they are rows apart,
@@ -1080,6 +1130,58 @@ class _KernelWriter:
                     e(10, "}")
             e(9, "}")
         e(9, f"{T} {acc}[{mr}][{nr}] = {{{{0.0f}}}};")
+        # A last panel of at most half its columns (a 14x14 map's 196 = 12 x 16 + 4) runs
+        # half-wide vectors, twice as many to an FMA cycle: its padded columns cost half
+        # (MobileNetV2's 576 -> 96 at 14x14 spent 6% of its time in that panel, all columns)
+        tail = last_panel(pk) if T == "float" else 1.0
+        half = nr // 2 if tail < 1 else 0
+        quarter = nr // 4 if tail < 0.5 else 0
+        if quarter:
+            # at most a quarter of the columns: the rows as the vector (an A panel's k step is
+            # mr contiguous floats), each column a broadcast of B, even and odd k steps summed
+            # apart (2 x quarter chains of FMAs in flight): a quarter of a full panel's time (the
+            # 576 -> 96 conv at 14x14 alone 0.2585 -> 0.2547 ms; with no last panel at all 0.2499)
+            acc_q, q = f(f"{acc}_q"), f("q")
+            e(9, f"if ({cols} <= {quarter}) {{")
+            e(10, f"{T} {acc_q}[2][{quarter}][{mr}] = {{{{{{0.0f}}}}}};")
+            e(10, f"long {p} = 0;")
+            e(10, f"for (; {p} + 2 <= {kc}; {p} += 2) {{")
+            e(11, "#pragma GCC unroll 2")
+            e(11, f"for (long {q} = 0; {q} < 2; ++{q}) {{")
+            e(12, f"#pragma GCC unroll {quarter}")
+            e(12, f"for (long {c} = 0; {c} < {quarter}; ++{c}) {{")
+            e(13, "#pragma omp simd")
+            e(13, f"for (long {r} = 0; {r} < {mr}; ++{r}) {acc_q}[{q}][{c}][{r}] += {av}[({p} + {q}) * {mr} + {r}] * "
+                  f"{bv}[({p} + {q}) * {ks or nr}{'L' if ks else ''} + {c}];")
+            e(12, "}")
+            e(11, "}")
+            e(10, "}")
+            e(10, f"if ({p} < {kc}) {{")
+            e(11, f"for (long {c} = 0; {c} < {quarter}; ++{c}) {{")
+            e(12, "#pragma omp simd")
+            e(12, f"for (long {r} = 0; {r} < {mr}; ++{r}) {acc_q}[0][{c}][{r}] += {av}[{p} * {mr} + {r}] * "
+                  f"{bv}[{p} * {ks or nr}{'L' if ks else ''} + {c}];")
+            e(11, "}")
+            e(10, "}")
+            e(10, f"for (long {r} = 0; {r} < {mr}; ++{r})")
+            e(11, f"for (long {c} = 0; {c} < {quarter}; ++{c}) "
+                  f"{acc}[{r}][{c}] = {acc_q}[0][{c}][{r}] + {acc_q}[1][{c}][{r}];")
+            e(9, "} else")
+        if half:
+            acc_h = f(f"{acc}_h")
+            e(9, f"if ({cols} <= {half}) {{")
+            e(10, f"{T} {acc_h}[{mr}][{half}] = {{{{0.0f}}}};")
+            e(10, f"for (long {p} = 0; {p} < {kc}; ++{p}) {{")
+            e(11, f"#pragma GCC unroll {mr}")
+            e(11, f"for (long {r} = 0; {r} < {mr}; ++{r}) {{")
+            e(12, "#pragma omp simd")
+            e(12, f"for (long {c} = 0; {c} < {half}; ++{c}) {acc_h}[{r}][{c}] += {av}[{p} * {mr} + {r}] * "
+                  f"{bv}[{p} * {ks or nr}{'L' if ks else ''} + {c}];")
+            e(11, "}")
+            e(10, "}")
+            e(10, f"for (long {r} = 0; {r} < {mr}; ++{r})")
+            e(11, f"for (long {c} = 0; {c} < {half}; ++{c}) {acc}[{r}][{c}] = {acc_h}[{r}][{c}];")
+            e(9, "} else {")
         # A prepacked operand (weights) comes from memory on its panels' first use, each panel
         # slice a short stream the hardware prefetcher starts late: on that first use (the
         # other operand's first panel) fetch the next panel's slice, one line per k step, while
@@ -1103,6 +1205,8 @@ class _KernelWriter:
             e(10, "}")
             e(9, "}")
         if ahead:
+            e(9, "}")
+        if half:
             e(9, "}")
         cases = [(True, True)] if single else [(True, True), (True, False), (False, True), (False, False)]
         for n_case, (first, last) in enumerate(cases):
@@ -1341,8 +1445,7 @@ class _KernelWriter:
         e(2, f"static float* {U} = NULL;")
         e(2, f"static const void* {Usrc} = NULL;")
         e(2, f"if ({Usrc} != (const void*){wname}) {{")
-        e(3, f"free({U});")
-        e(3, f"{U} = (float*)aligned_alloc(64, {16 * FP * C * 4}UL);")
+        e(3, f"if (!{U}) {U} = (float*)ac_kept({16 * FP * C * 4}UL);")
         e(3, f"for (long {fv} = 0; {fv} < {FP}; ++{fv})")
         e(4, f"for (long {cv} = 0; {cv} < {C}; ++{cv}) {{")
         e(5, "float g[3][3], t[4][3], u[4][4];")
@@ -1493,6 +1596,9 @@ class _KernelWriter:
         the statements `pk.epilogue` applied; or, `dr.dots`, each output one dot product."""
         if dr.dots:
             return self.dots(pk, dr)
+        vr = vector_rows(self.kernel, pk, dr)
+        if vr is not None:
+            return self.vector_rows(pk, dr, vr)
         cb = channel_blocks(self.kernel, pk, dr)
         if cb is not None:
             return self.blocked(pk, dr, cb)
@@ -1664,6 +1770,148 @@ class _KernelWriter:
         e(d, f"ac_team_waited({t_done}, {nth}, {t_start});")
         for x in range(d - 1, 1, -1):
             e(x, "}")
+        e(1, "}")
+
+    def vector_rows(self, pk: Packed, dr: DirectRows, cb: ChannelBlocks) -> None:
+        """Depthwise convolution `pk.index` as vector rows (`vector_rows`): per batch item
+        (a channel's plane), each output row's 16-wide vectors summed over the window straight
+        from the input plane, up to VECTOR_ROWS_PASS vectors a pass: a stride-2 tap's columns
+        two loads and one permute, the columns outside the plane (its padding, read as 0)
+        masked-off lanes, the rows outside it skipped; the row then stored with the epilogue.
+        Without AVX-512, the same sums in scalar C."""
+        k = self.kernel
+        stmt = k.statements[pk.index]
+        ext = dict(pk.extents)
+        f, e = self.namer.fresh, self.emit
+        cv = {l: f(l) for l in stmt.loop_names}
+        L = BLOCK_CHANNELS
+        bt, plane, row, wts, accrow, yv, xv, sv, v, ev = (f(n) for n in (
+            "bt", "plane", "row", "wts", "accrow", "y", "x", "s", "v", "ev"))
+        H, W = cb.image
+        Ho, Wo, KH, KW = ext[cb.h], ext[cb.w], ext[cb.r], ext[cb.s]
+        (sh, sw), (dh, dw), (oh, ow) = cb.stride, cb.dilation, cb.offset
+        ch, cw = oh - cb.pads[0], ow - cb.pads[1]       # input row, column of output (0, 0) at tap (0, 0)
+        nv = -(-Wo // L)
+        coeff, _ = _flat_offsets(k, pk.b)
+        base = _affine_c({cv[l]: c for l, c in coeff.items() if l in pk.batch}, 0)
+        h = cv[cb.h]
+
+        def flat(access: Access) -> str:
+            co, const = _flat_offsets(k, access)
+            return _affine_c({cv[l]: c for l, c in co.items()}, const)
+
+        e(1, f"/* {str(stmt).split('    #')[0]} */")
+        epi = ", ".join(str(k.statements[s]).split("    #")[0] for s in pk.epilogue)
+        e(1, f"/* vector rows: batch {' '.join(pk.batch)} ({pk.size('batch')} planes {H}x{W}), outputs {Ho}x{Wo} "
+             f"as {nv} vectors of {L} per row over {KH}x{KW} taps at stride {sh}x{sw}, read in place (masked at the "
+             f"edges)" + (f"; applied in its store: {epi}" if epi else "") + " */")
+        e(1, "{")
+        parallel = bool(set(self.parallel) & {k.loop_map(pk.index).get(l) for l in pk.batch + pk.n})
+        NB = pk.size("batch")
+        region = self.region_begin(2, f"dynamic, {DIRECT_CHUNK}") if parallel and NB > 1 else None
+        e(2, f"for (long {bt} = 0; {bt} < {NB}; ++{bt}) {{")
+        self.unflatten(3, bt, pk.batch, cv, ext)
+        for l in stmt.loop_names:       # loops of one trip (a depthwise conv as groups)
+            if ext[l] == 1 and l not in pk.batch:
+                e(3, f"const long {cv[l]} = 0;")
+        e(3, f"const float* restrict {plane} = {self.cname[pk.b.tensor]} + {base};")
+        e(3, f"float {wts}[{KH * KW}];")
+        e(3, f"for (long {cv[cb.r]} = 0; {cv[cb.r]} < {KH}; ++{cv[cb.r]})")
+        e(4, f"for (long {cv[cb.s]} = 0; {cv[cb.s]} < {KW}; ++{cv[cb.s]})")
+        e(5, f"{wts}[{KW} * {cv[cb.r]} + {cv[cb.s]}] = {self.cname[pk.a.tensor]}[{flat(pk.a)}];")
+        # a pass sums up to VECTOR_ROWS_PASS vectors (rows x vectors of a row), each its own
+        # chain of FMAs: a 28-wide row's 2 vectors alone waited on the FMA latency (MobileNetV2's
+        # 144 channels at 56x56 stride 2: 0.16 ms, 4 rows a pass 0.08)
+        R = max(1, min(Ho, VECTOR_ROWS_PASS // nv))
+        h0 = f("h0")
+        e(3, f"float {accrow}[{R}][{nv * L}] __attribute__((aligned(64)));")
+        e(3, f"for (long {h0} = 0; {h0} < {Ho}; {h0} += {R}) {{")
+        e(3, "#if defined(__AVX512F__)")
+        if sw == 2:
+            e(4, f"const __m512i {ev} = _mm512_set_epi32({', '.join(str(x) for x in range(30, -1, -2))});")
+
+        def load(i: int, s: int) -> str | None:
+            """The 16 inputs of output vector i at tap column s (None: all padding)."""
+            first = sw * L * i + dw * s + cw
+            lim = min(L, Wo - L * i)
+            masks = [0] * sw
+            for lane in range(sw * (lim - 1) + 1):      # lanes up to the last one used, inside the row
+                if 0 <= first + lane < W:
+                    masks[lane // L] |= 1 << (lane % L)
+            if not any(masks[j // L] >> (j % L) & 1 for j in range(0, sw * lim, sw)):
+                return None
+            loads = [(f"_mm512_loadu_ps({row} + {first + L * j})" if m == 0xFFFF else
+                      f"_mm512_maskz_loadu_ps({m:#x}, {row} + {first + L * j})" if m else "_mm512_setzero_ps()")
+                     for j, m in enumerate(masks)]
+            return loads[0] if sw == 1 else f"_mm512_permutex2var_ps({loads[0]}, {ev}, {loads[1]})"
+
+        def one_pass(depth: int, rows: int) -> None:
+            for p0 in range(0, nv, VECTOR_ROWS_PASS):
+                vecs = range(p0, min(nv, p0 + VECTOR_ROWS_PASS))
+                accs = {(j, i): f(f"a{j}_{i}") for j in range(rows) for i in vecs}
+                e(depth, "{")
+                for x in accs.values():
+                    e(depth + 1, f"__m512 {x} = _mm512_setzero_ps();")
+                for r in range(KH):
+                    for j in range(rows):
+                        lo_y, hi_y = ch + dh * r + sh * j, sh * (Ho - 1) + dh * r + ch
+                        e(depth + 1, f"{{ const long {yv} = {sh} * ({h0} + {j}) + {ch + dh * r};")
+                        cond = lo_y < 0 or hi_y >= H
+                        if cond:
+                            e(depth + 1, f"if ((unsigned long){yv} < {H}UL) {{")
+                        e(depth + 2, f"const float* restrict {row} = {plane} + {W} * {yv};")
+                        for s in range(KW):
+                            for i in vecs:
+                                x = load(i, s)
+                                if x is not None:
+                                    e(depth + 2, f"{accs[j, i]} = _mm512_fmadd_ps(_mm512_set1_ps({wts}[{KW * r + s}]), "
+                                                 f"{x}, {accs[j, i]});")
+                        if cond:
+                            e(depth + 1, "}")
+                        e(depth + 1, "}")
+                for (j, i), x in accs.items():
+                    e(depth + 1, f"_mm512_store_ps({accrow}[{j}] + {L * i}, {x});")
+                e(depth, "}")
+        if Ho % R:
+            e(4, f"if ({h0} + {R} <= {Ho}) {{")
+            one_pass(5, R)
+            e(4, "} else {")
+            one_pass(5, Ho % R)
+            e(4, "}")
+        else:
+            one_pass(4, R)
+        e(3, "#else")
+        jv = f("j")
+        e(4, f"for (long {jv} = 0; {jv} < {R} && {h0} + {jv} < {Ho}; ++{jv})")
+        e(4, f"for (long {xv} = 0; {xv} < {Wo}; ++{xv}) {{")
+        e(5, f"float {sv} = 0.0f;")
+        e(5, f"for (long {cv[cb.r]} = 0; {cv[cb.r]} < {KH}; ++{cv[cb.r]}) {{")
+        e(6, f"const long {yv} = {sh} * ({h0} + {jv}) + {dh} * {cv[cb.r]} + {ch};")
+        e(6, f"if ((unsigned long){yv} >= {H}UL) continue;")
+        e(6, f"for (long {cv[cb.s]} = 0; {cv[cb.s]} < {KW}; ++{cv[cb.s]}) {{")
+        col = f("col")
+        e(7, f"const long {col} = {sw} * {xv} + {dw} * {cv[cb.s]} + {cw};")
+        e(7, f"if ((unsigned long){col} < {W}UL) "
+             f"{sv} += {wts}[{KW} * {cv[cb.r]} + {cv[cb.s]}] * {plane}[{W} * {yv} + {col}];")
+        e(6, "}")
+        e(5, "}")
+        e(5, f"{accrow}[{jv}][{xv}] = {sv};")
+        e(4, "}")
+        e(3, "#endif")
+        w = cv[cb.w]
+        jv = f("j")
+        e(4, f"for (long {jv} = 0; {jv} < {R} && {h0} + {jv} < {Ho}; ++{jv}) {{")
+        e(5, f"const long {h} = {h0} + {jv};")
+        e(5, "#pragma omp simd")
+        e(5, f"for (long {w} = 0; {w} < {Wo}; ++{w}) {{")
+        e(6, f"const float {v} = {accrow}[{jv}][{w}];")
+        self.epilogue_store(pk, 6, v, lambda access: f"{self.cname[access.tensor]}[{flat(access)}]")
+        e(5, "}")
+        e(4, "}")
+        e(3, "}")
+        e(2, "}")
+        if region is not None:
+            self.region_end(2, region)
         e(1, "}")
 
     def blocked(self, pk: Packed, dr: DirectRows, cb: ChannelBlocks) -> None:

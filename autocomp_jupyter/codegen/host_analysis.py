@@ -14,6 +14,8 @@ writes C from and accel/host_model.py costs (so the model times the code that ru
   each reads one slab: `direct_slab`);
 - `channel_blocks`: a depthwise convolution of direct rows run in blocks of 16 channels
   (a blocked plane per block, one vector of channels per output);
+- `vector_rows`: a strided depthwise convolution of direct rows run per channel as rows of
+  16-wide vectors read straight from its unpadded input (masked loads at the edges);
 - `window_rows`: a window reduction (max / avg pooling) run the same way;
 - offsets and bounds of affine accesses (`flat_offsets`, `padding`, `in_range`,
   `unit_stride_reads`).
@@ -339,7 +341,7 @@ class ChannelBlocks:
     slot: int                     # a ring row's width: the padded row and its last transpose's slack
 
 
-def channel_blocks(kernel: Kernel, pk: "Packed", dr: DirectRows) -> ChannelBlocks | None:
+def channel_blocks(kernel: Kernel, pk: "Packed", dr: DirectRows, any_size: bool = False) -> ChannelBlocks | None:
     """The channel-blocked form (`ChannelBlocks`) of direct rows `dr`, or None. A depthwise
     convolution `Y[n, c, h, w] += A[c.., r, s] * X[n, c, sh h + dh r - ph, sw w + dw s - pw]`:
     X of rank 4 whose first two dimensions are batch loops (image, channel: the channel loop
@@ -366,7 +368,7 @@ def channel_blocks(kernel: Kernel, pk: "Packed", dr: DirectRows) -> ChannelBlock
     if len(b.indices) != 4 or len(out) != 4:
         return None
     c = batch[-1]
-    if ext[c] % BLOCK_CHANNELS or b.indices[1].single_loop != c or b.indices[1].const or \
+    if not any_size and ext[c] % BLOCK_CHANNELS or b.indices[1].single_loop != c or b.indices[1].const or \
             [i.single_loop for i in out[1:]] != [c, n[0], n[1]] or any(i.const for i in out):
         return None
     n0 = b.indices[0].single_loop if b.indices[0].terms else None
@@ -388,7 +390,8 @@ def channel_blocks(kernel: Kernel, pk: "Packed", dr: DirectRows) -> ChannelBlock
         return None
     if kernel.tensor(stmt.target).shape[2:] != (ext[pk.n[0]], ext[pk.n[1]]):
         return None
-    if ext[pk.n[1]] >= BLOCK_ROW_MIN and dict(b.indices[3].terms)[pk.n[1]] == 1:
+    if not any_size and (ext[pk.n[1]] >= BLOCK_ROW_MIN and dict(b.indices[3].terms)[pk.n[1]] == 1
+                         or vector_rows(kernel, pk, dr) is not None):
         return None
     # the output goes back to the channels' planes along flat positions (rows run on): each
     # access of the epilogue must move along a row as it does along the plane
@@ -413,12 +416,44 @@ def channel_blocks(kernel: Kernel, pk: "Packed", dr: DirectRows) -> ChannelBlock
     ring = dh * (kh - 1) + 1
     pl, W = pads[3][0], t.shape[3]
     slot = max(wp, pl + -(-W // BLOCK_CHANNELS) * BLOCK_CHANNELS)     # a row and its last transpose's slack
-    if ring * slot * BLOCK_CHANNELS > BLOCK_RING_MAX or Ho * ext[pk.n[1]] * BLOCK_CHANNELS > BLOCK_PLANE_MAX:
+    if not any_size and (ring * slot * BLOCK_CHANNELS > BLOCK_RING_MAX
+                         or Ho * ext[pk.n[1]] * BLOCK_CHANNELS > BLOCK_PLANE_MAX):
         return None
     rows = Ho * ring if sh >= ring else sh * (Ho - 1) + ring        # each padded row read, once
     return ChannelBlocks(c, pk.n[0], pk.n[1], geo[0][2], geo[1][2], (geo[0][0], geo[1][0]), (geo[0][1], geo[1][1]),
                          (geo[0][3] + pads[2][0], geo[1][3] + pads[3][0]), (hp, wp), (t.shape[2], t.shape[3]),
                          (pads[2][0], pads[3][0]), ring, rows, slot)
+
+
+# A depthwise convolution whose output rows are VECTOR_ROWS_MIN to VECTOR_ROWS_MAX wide and
+# read their input at stride VECTOR_ROWS_STRIDE runs as vector rows (`vector_rows`): per
+# channel, each output row's 16-wide vectors summed over the window straight from the
+# unpadded input plane, a tap's stride-2 columns two loads and one permute, the padding
+# masked-off lanes of those loads (no padded copy, no transposes). MobileNetV2's 96 channels
+# at 112x112 stride 2, alone on one thread: 0.37 ms as channel blocks, 0.52 as direct rows
+# (a padded slab per channel, the compiler's stride-2 loads), 0.25 as vector rows; in the
+# network 0.28-0.32 -> 0.19-0.21. Narrower rows stay channel blocks: 144 channels at 56x56
+# stride 2 (28-wide rows) were faster alone as vector rows (0.096 -> 0.076 ms) but slower in
+# the network (0.080 -> 0.128, both orders interleaved).
+VECTOR_ROWS_MIN = 32
+VECTOR_ROWS_MAX = 256
+VECTOR_ROWS_STRIDE = (1, 2)
+# Accumulators (16-wide vectors) of a row summed in one pass over the window.
+VECTOR_ROWS_PASS = 8
+
+
+def vector_rows(kernel: Kernel, pk: "Packed", dr: DirectRows) -> ChannelBlocks | None:
+    """The geometry (`ChannelBlocks`: loops, stride, offsets; its ring unused) of a depthwise
+    convolution of direct rows `dr` the host runs as vector rows, or None: f32 (direct rows
+    are), B's padding read as 0, unit dilation along the row, a row read at a stride of
+    VECTOR_ROWS_STRIDE, VECTOR_ROWS_MIN to VECTOR_ROWS_MAX outputs wide; any number of channels
+    (`channel_blocks`' geometry, without its block and size bounds: `any_size`)."""
+    if dr.dots or dr.plane or pk.b.pad != 0.0:
+        return None
+    cb = channel_blocks(kernel, pk, dr, any_size=True)
+    if cb is None or cb.dilation[1] != 1 or cb.stride[1] not in VECTOR_ROWS_STRIDE:
+        return None
+    return cb if VECTOR_ROWS_MIN <= dict(pk.extents)[cb.w] <= VECTOR_ROWS_MAX else None
 
 
 # A window reduction's padded copy of at least this many elements is filled by all the threads
@@ -488,10 +523,23 @@ def packed_blocks(pk: Packed, block_of) -> tuple[int, int, int]:
     return (min(-(-mc // mr) * mr, pk.size("m")) if mc >= mr else mc), -(-nc // nr) * nr, kc
 
 
+def last_panel(pk: Packed) -> float:
+    """The time of a plain packed GEMM's last N panel, in full panels (codegen/c.py's
+    microkernel): 1/4 when it holds at most a quarter of NR columns (the rows as the vector,
+    even and odd k steps apart), 1/2 at most half (half-wide vectors), else 1 (a 14x14 map:
+    196 = 12 x 16 + 4 columns, 12.25 panels' time instead of 13)."""
+    nr, tail = pk.micro[1], pk.size("n") % pk.micro[1]
+    if pk.swapped or nr != GEMM_NR or not tail or tail > nr // 2:
+        return 1.0
+    return 0.25 if tail <= nr // 4 else 0.5
+
+
 # A packed GEMM with at most this many reduction steps whose B block fits ROWS_OUTER_B_BLOCK bytes
-# runs its micro-tiles row panel by row panel (`rows_outer`).
+# runs its micro-tiles row panel by row panel (`rows_outer`): half of L2, where the B block is
+# read again for each row panel (MobileNetV2's stem, K = 27, its 331 KiB B block: column panels
+# outside 0.375 ms alone, row panels outside 0.323; 128 KiB kept it column panels outside).
 ROWS_OUTER_K = 64
-ROWS_OUTER_B_BLOCK = 128 * 1024
+ROWS_OUTER_B_BLOCK = 512 * 1024
 
 
 def rows_outer(pk: Packed, kc: int, ncp: int) -> bool:

@@ -16,10 +16,17 @@
  *   buffers[6] Z            workspace float[1, 64, 56, 56]
  */
 #define _POSIX_C_SOURCE 199309L
+#define _DEFAULT_SOURCE
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <time.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -68,6 +75,33 @@ static inline float ac_sigmoid(float x) { return 1.0f / (1.0f + ac_expf(-x)); }
 /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 static inline float ac_gelu(float x) {
     return 0.5f * x * (1.0f + ac_tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+/* Memory kept for all calls (weights packed once, Winograd's transformed weights), carved
+   from chunks aligned to 2 MiB and asked for as transparent huge pages: in 4 KiB pages a
+   network's packed weights (14 MB for MobileNetV2) need ~3500 TLB entries, more than the
+   second-level TLB holds, and each kernel's weight stream walked the page tables again.
+   Each kept copy has a size fixed at generation, is allocated on its first pack and packed
+   again in place (never freed); one thread packs (before its kernel's parallel region). */
+#define AC_KEPT_PAGE (2UL << 20)
+#define AC_KEPT_CHUNK (8UL << 20)
+static void* ac_kept(size_t bytes) {
+    static char* chunk = NULL;
+    static size_t left = 0;
+    bytes = (bytes + 63) / 64 * 64;
+    if (bytes > left) {
+        const size_t n = bytes > AC_KEPT_CHUNK ? (bytes + AC_KEPT_PAGE - 1) / AC_KEPT_PAGE * AC_KEPT_PAGE
+                                               : AC_KEPT_CHUNK;
+        chunk = aligned_alloc(AC_KEPT_PAGE, n);
+        left = chunk ? n : 0;
+        if (!chunk) return NULL;
+#ifdef MADV_HUGEPAGE
+        madvise(chunk, n, MADV_HUGEPAGE);
+#endif
+    }
+    void* p = chunk;
+    chunk += bytes;
+    left -= bytes;
+    return p;
 }
 /* Scratch memory kept between calls, per thread and slot (packed panels, padded copies):
    fresh pages from malloc/free each call cost page faults in every thread (~50 a call, on
@@ -148,8 +182,7 @@ static void kernel_Y_Z_R(const float* restrict X, const float* restrict W, const
         static float* W_winograd = NULL;
         static const void* W_winograd_src = NULL;
         if (W_winograd_src != (const void*)W) {
-            free(W_winograd);
-            W_winograd = (float*)aligned_alloc(64, 262144UL);
+            if (!W_winograd) W_winograd = (float*)ac_kept(262144UL);
             for (long f = 0; f < 64; ++f)
                 for (long c = 0; c < 64; ++c) {
                     float g[3][3], t[4][3], u[4][4];
