@@ -592,6 +592,14 @@ def _double(value: float) -> str:
     return text[:-1] if text.endswith("f") else text
 
 
+def _flat_reader(kernel, names):
+    """`access` -> its flat element offset in C, the kernel's loops written as `names`."""
+    def flat(access: Access) -> str:
+        coeff, const = _flat_offsets(kernel, access)
+        return _affine_c({names[l]: c for l, c in coeff.items()}, const)
+    return flat
+
+
 def _affine_c(terms: dict[str, int], const: int) -> str:
     parts = []
     for var, coeff in terms.items():
@@ -1796,9 +1804,7 @@ class _KernelWriter:
         base = _affine_c({cv[l]: c for l, c in coeff.items() if l in pk.batch}, 0)
         h = cv[cb.h]
 
-        def flat(access: Access) -> str:
-            co, const = _flat_offsets(k, access)
-            return _affine_c({cv[l]: c for l, c in co.items()}, const)
+        flat = _flat_reader(k, cv)
 
         e(1, f"/* {str(stmt).split('    #')[0]} */")
         epi = ", ".join(str(k.statements[s]).split("    #")[0] for s in pk.epilogue)
@@ -1940,9 +1946,7 @@ class _KernelWriter:
         xt = k.tensor(pk.b.tensor)
         xs = xt.shape
 
-        def flat(access: Access) -> str:
-            coeff, const = _flat_offsets(k, access)
-            return _affine_c({cv[l]: c for l, c in coeff.items()}, const)
+        flat = _flat_reader(k, cv)
 
         e(1, f"/* {str(stmt).split('    #')[0]} */")
         epi = ", ".join(str(k.statements[s]).split("    #")[0] for s in pk.epilogue)
@@ -2092,9 +2096,7 @@ class _KernelWriter:
         cv = {l: f(l) for l in stmt.loop_names}
         u, acc = f("u"), f("acc")
 
-        def flat(access: Access) -> str:
-            coeff, const = _flat_offsets(k, access)
-            return _affine_c({cv[l]: c for l, c in coeff.items()}, const)
+        flat = _flat_reader(k, cv)
         e(1, f"/* {str(stmt).split('    #')[0]} */")
         e(1, f"/* direct dot products: batch {' '.join(pk.batch) or '-'} x N {' '.join(pk.n)} ({pk.size('n')}) "
              f"outputs, each over K {' '.join(pk.k)} ({pk.size('k')}), vectorised along {dr.w} */")
