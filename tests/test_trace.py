@@ -36,7 +36,7 @@ def _cli(*args, cwd=None):
 @pytest.mark.parametrize("target", ["tpu", "host"])
 def test_every_kernel_of_every_plan_replays_to_the_same_nest_and_cost(target):
     for path in EXAMPLES:
-        res = autocomp.optimize(path, target=target, tune=20)
+        res = autocomp.optimize(path, target=target, tune=8)
         assert [k["trace"] for k in res.report["kernels"]] == [trace_of(s) for s in res.after.schedules]
         for plan in (res.after, res.library, res.before):
             for kernel, schedule in zip(plan.kernels, plan.schedules):
