@@ -128,6 +128,7 @@ class _Importer:
         self.errors: list[Diagnostic] = []
         self.poisoned: set[str] = set()
         self.consumers: dict[str, list] = {}
+        self.producers: dict[str, object] = {}
         self.skip_nodes: set[int] = set()
         self.dtype_of_view: dict[str, str] = {}
         self.versions: dict[str, int] = {}
@@ -292,6 +293,8 @@ class _Importer:
         for node in self.nodes:
             for i in node.input:
                 self.consumers.setdefault(i, []).append(node)
+            for o in node.output:
+                self.producers[o] = node
         for vi in self.graph.input:
             if vi.name in self.consts:
                 continue  # old exporters list initializers as inputs too
@@ -1020,7 +1023,7 @@ class _Importer:
 
     def _producer(self, name):
         """The node writing `name`, or None (an input or a constant)."""
-        return next((n for n in self.nodes if name in n.output), None)
+        return self.producers.get(name)
 
     def _const_value(self, name):
         """The value of a one-element constant, else None."""

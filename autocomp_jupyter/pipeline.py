@@ -389,11 +389,11 @@ def _illegal_groups_split_back(before: Plan, after: Plan, ctx: PassContext, entr
     the rules that made it are marked as undone, with isl's reason."""
     from .rules.fusion import split_back
 
-    illegal = {k: why for k, why in _illegal_schedules(after, ctx)
-               if len(next(x for x in after.kernels if x.name == k).ops) > 1}
+    kernels = {k.name: k for k in after.kernels}
+    illegal = {k: why for k, why in _illegal_schedules(after, ctx) if len(kernels[k].ops) > 1}
     if not illegal:
         return after
-    for kernel in [k for k in after.kernels if k.name in illegal]:
+    for kernel in [kernels[name] for name in illegal]:
         why = f"illegal schedule: {illegal[kernel.name]}: split back (the other groups stay fused)"
         rollbacks.append(rollback_entry("fusion", kernel.name, why))
         for i, entry in enumerate(entries):

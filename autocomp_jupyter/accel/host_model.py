@@ -438,15 +438,23 @@ def _host_strided_accesses(kernel: Kernel, si: int, index: dict) -> np.ndarray:
 def _host_warm_bandwidth(kernel: Kernel, target: Target, bw: np.ndarray) -> np.ndarray:
     """Host runs are timed warm (repeated calls on the same buffers): a kernel whose tensors
     all fit the last cache level reads and writes them there, not in DRAM."""
-    on_chip = [m for m in target.memory if m.size_bytes != float("inf")]
-    if len(on_chip) < 2 or len(on_chip) == len(target.memory):
-        return bw
-    total = sum(t.size * _host_buffer_bytes(t.dtype) for t in kernel.tensors)
-    if total > on_chip[-1].size_bytes / 2:
+    cache = _warm_cache(target)
+    if cache is None or not _fits_warm(kernel.tensors, cache):
         return bw
     out = np.array(bw, copy=True)
-    out[-1] = bw[len(on_chip) - 1]
+    out[-1] = bw[target.memory.index(cache)]
     return out
+
+
+def _warm_cache(target: Target):
+    """The last cache level before DRAM, where warm runs find what fits (None: no such level)."""
+    on_chip = [m for m in target.memory if m.size_bytes != float("inf")]
+    return on_chip[-1] if 2 <= len(on_chip) < len(target.memory) else None
+
+
+def _fits_warm(tensors, cache) -> bool:
+    """Whether the C buffers of `tensors` fit half of `cache` (they stay there between calls)."""
+    return sum(t.size * _host_buffer_bytes(t.dtype) for t in tensors) <= cache.size_bytes / 2
 
 
 # The host core issuing a generated loop nest (vector targets that run generated C).
@@ -672,19 +680,17 @@ def _window_rows_seconds(model, index: int, dr, tiles: np.ndarray, parallel: np.
 
 
 def warm_memory_floor(program, target: Target) -> float:
-    """Seconds no host run can beat to move the program's inputs, params and outputs once,
-    (`roofline.compulsory_traffic`), timed warm as the model times each kernel (`_host_warm_bandwidth`): a tensor whose C
-    buffer fits half the last cache level can be served from that cache (the model charges
-    a kernel whose tensors all fit there its bandwidth), a larger one only from DRAM. With
-    DRAM alone for every tensor, a program of cache-sized tensors read 3x past its limit."""
+    """Seconds no host run can beat to move what the program must move once
+    (`roofline.compulsory_traffic`), timed warm as the model times each kernel
+    (`_host_warm_bandwidth`): a tensor whose C buffer fits half the last cache level can be
+    served from that cache, a larger one only from DRAM. With DRAM alone for every tensor, a
+    program of cache-sized tensors read 3x past its limit."""
     from .roofline import compulsory_traffic
 
-    on_chip = [m for m in target.memory if m.size_bytes != float("inf")]
     dram = target.memory[-1].bandwidth_gbps * 1e9
-    cache = on_chip[-1] if len(on_chip) >= 2 and len(on_chip) < len(target.memory) else None
+    cache = _warm_cache(target)
     seconds = 0.0
     for name, nbytes in compulsory_traffic(program).items():
-        t = program.tensor(name)
-        warm = cache is not None and t.size * _host_buffer_bytes(t.dtype) <= cache.size_bytes / 2
+        warm = cache is not None and _fits_warm([program.tensor(name)], cache)
         seconds += nbytes / (cache.bandwidth_gbps * 1e9 if warm else dram)
     return seconds

@@ -4,11 +4,12 @@
                 for each datapath: the sum of its statements' work at the best fill,
                 for each port into the PE array: the operand bytes it must carry / its bandwidth)
 
-The compulsory bytes are every program input, param and output moved once
+The compulsory bytes are every program output and the input elements it reads, moved once
 (`roofline.compulsory_bytes`); on the host, whose runs are timed warm, a tensor that fits
-half the last cache level moves at that cache's bandwidth (`host_model.warm_memory_floor`). A statement's work runs on the datapath the cost model puts
-it on (`cost.datapath_of`: the PE array, the vector unit, SIMT lanes, cores), in passes of
-that datapath's width, on every compute unit at once: on the array, its mapped loops in
+half the last cache level moves at that cache's bandwidth (`host_model.warm_memory_floor`).
+A statement's work runs on the datapath the cost model puts it on (`cost.datapath_of`: the PE
+array, the vector unit, SIMT lanes, cores), in passes of that datapath's width, on every
+compute unit at once: on the array, its mapped loops in
 blocks of the PE units each takes (pe_rows x pe_cols, or with im2col several reduction loops
 sharing the rows: ceil(E / units) blocks each, the best fill those extents allow), and each
 distinct block of its stationary operand filled into the array once (`fill_cycles`; with

@@ -42,8 +42,12 @@ def compulsory_traffic(program: Program) -> dict[str, int]:
     memo = program.__dict__.get("_compulsory_traffic")
     if memo is not None:
         return memo
-    inputs = [t.name for t in program.inputs]
-    out = {name: _read_bytes(program, program.tensor(name)) for name in inputs}
+    reads: dict[str, list] = {}            # tensor -> [(access, its statement's extents)]
+    for st in program.statements:
+        ext = st.extents
+        for access in st.reads():
+            reads.setdefault(access.tensor, []).append((access, ext))
+    out = {t.name: _read_bytes(t, reads.get(t.name, [])) for t in program.inputs}
     for name in program.outputs:
         if name not in out:
             out[name] = program.tensor(name).nbytes
@@ -51,23 +55,19 @@ def compulsory_traffic(program: Program) -> dict[str, int]:
     return out
 
 
-def _read_bytes(program: Program, tensor) -> int:
-    """Bytes of `tensor` some statement of `program` reads (in-range elements only)."""
+def _read_bytes(tensor, reads) -> int:
+    """Bytes of `tensor` its `reads` [(access, statement extents)] touch (in range only)."""
     boxes, floor = [], 0
-    for st in program.statements:
-        ext = st.extents
-        for access in st.reads():
-            if access.tensor != tensor.name:
-                continue
-            values = [_index_values(idx, ext, n) for idx, n in zip(access.indices, tensor.shape)]
-            loops = [set(idx.loops) for idx in access.indices]
-            separable = all(not (a & b) for i, a in enumerate(loops) for b in loops[i + 1:])
-            if separable and all(v is not None for v in values):
-                boxes.append(values)
-                floor = max(floor, math.prod(len(v) for v in values))
-            else:   # dimensions tied by a loop (a diagonal): its largest projection, a floor
-                floor = max(floor, max((len(v) for v in values if v is not None), default=0))
-    if len(boxes) and tensor.size <= _MASK_ELEMENTS and len(boxes) == _reads(program, tensor.name):
+    for access, ext in reads:
+        values = [_index_values(idx, ext, n) for idx, n in zip(access.indices, tensor.shape)]
+        loops = [set(idx.loops) for idx in access.indices]
+        separable = all(not (a & b) for i, a in enumerate(loops) for b in loops[i + 1:])
+        if separable and all(v is not None for v in values):
+            boxes.append(values)
+            floor = max(floor, math.prod(len(v) for v in values))
+        else:   # dimensions tied by a loop (a diagonal): its largest projection, a floor
+            floor = max(floor, max((len(v) for v in values if v is not None), default=0))
+    if boxes and tensor.size <= _MASK_ELEMENTS and len(boxes) == len(reads):
         mask = np.zeros(tensor.shape, dtype=bool)
         for values in boxes:
             mask[np.ix_(*values)] = True
@@ -75,10 +75,6 @@ def _read_bytes(program: Program, tensor) -> int:
     else:
         count = floor
     return count * tensor.nbytes // max(tensor.size, 1)
-
-
-def _reads(program: Program, name: str) -> int:
-    return sum(1 for st in program.statements for a in st.reads() if a.tensor == name)
 
 
 def _index_values(index, extents, size: int) -> np.ndarray | None:

@@ -33,15 +33,11 @@ def kernel_twin(program: Program, op_names, max_extent: int) -> Program | None:
     ops = [program.producer(name) for name in op_names]
     if any(op is None for op in ops):
         return None
-    extents = _twin_extents([s for op in ops for s in op.statements], max_extent)
+    cuts = iter(_twin_extents([s for op in ops for s in op.statements], max_extent))
     new_ops, pairs = [], []            # pairs: (full-size statement, its cut copy)
-    n = 0
     for op in ops:
-        statements = []
-        for s in op.statements:
-            statements.append(replace(s, loops=tuple(Loop(l.name, extents[n][l.name]) for l in s.loops)))
-            n += 1
-        statements = tuple(statements)
+        statements = tuple(replace(s, loops=tuple(Loop(l.name, cut[l.name]) for l in s.loops))
+                           for s, cut in zip(op.statements, cuts))
         pairs.extend(zip(op.statements, statements))
         new_ops.append(replace(op, statements=statements))
     if all(full.loops == small.loops for full, small in pairs):

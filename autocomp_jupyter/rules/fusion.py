@@ -72,8 +72,8 @@ def groups_that_pay(before: Plan, after: Plan, ctx: PassContext, tiled):
     if not groups:
         return after, [], []
     program = after.program
-    alone = tuple(Kernel.from_ops(program, [op.name]) for op in program.ops)
-    unfused = Plan(program, alone, tuple(_inherited_schedule(program, k, ctx, before) for k in alone), "unfused")
+    by_op = _ops_alone(program, ctx, before)
+    unfused = Plan(program, tuple(k for k, _ in by_op.values()), tuple(s for _, s in by_op.values()), "unfused")
     fused_tiled, alone_tiled = tiled(after), tiled(unfused)
     fused_s = {k.name: c.time_s for k, c in zip(fused_tiled.kernels, ctx.cost(fused_tiled).kernels)}
     alone_s = {k.ops[0]: c.time_s for k, c in zip(alone_tiled.kernels, ctx.cost(alone_tiled).kernels)}
@@ -81,7 +81,6 @@ def groups_that_pay(before: Plan, after: Plan, ctx: PassContext, tiled):
                if fused_s[k.name] > sum(alone_s[op] for op in k.ops)]
     if not dropped:
         return after, [], []
-    by_op = {k.ops[0]: (k, s) for k, s in zip(unfused.kernels, unfused.schedules)}
     slower = {k.name for k, _, _ in dropped}
     # Each slower group's prefixes a rule matches, longest first; tried a round at a time
     # (one tiling of the whole plan per round) until one pays or none is left.
@@ -115,10 +114,16 @@ def groups_that_pay(before: Plan, after: Plan, ctx: PassContext, tiled):
 def split_back(before: Plan, after: Plan, names: set[str], ctx: PassContext) -> Plan:
     """`after` with the fusion groups named in `names` split back into their ops, each with
     the schedule it has in `before` (the others stay as they are)."""
-    program = after.program
-    alone = tuple(Kernel.from_ops(program, [op.name]) for op in program.ops)
-    by_op = {k.ops[0]: (k, _inherited_schedule(program, k, ctx, before)) for k in alone}
-    return _with_groups(after, program, names, {}, by_op, ctx, before)
+    return _with_groups(after, after.program, names, {}, _ops_alone(after.program, ctx, before), ctx, before)
+
+
+def _ops_alone(program: Program, ctx: PassContext, before: Plan) -> dict[str, tuple[Kernel, Schedule]]:
+    """{op: (its kernel alone, the schedule it inherits from `before`)}, in program order."""
+    out = {}
+    for op in program.ops:
+        kernel = Kernel.from_ops(program, [op.name])
+        out[op.name] = (kernel, _inherited_schedule(program, kernel, ctx, before))
+    return out
 
 
 def _rule_matching(program: Program, ops, ctx: PassContext):
