@@ -306,3 +306,43 @@ def test_a_layernorm_is_computed_at_the_contraction_that_reads_it(tmp_path):
     off = autocomp.optimize(src, target="npu", tune=0, rules=[str(rules)])
     assert len(off.after.kernels) == 2
     assert off.report["optimized"]["time_s"] > res.report["optimized"]["time_s"]
+
+
+ATTENTION_ROWS = """input  Q: f32[1, 512, 16]
+input  K: f32[1, 512, 16]
+input  V: f32[1, 512, 16]
+S[h, i, j] += Q[h, i, d] * K[h, j, d]
+M[h, i] max= S[h, i, j]
+E[h, i, j] = exp(S[h, i, j] - M[h, i])
+Z[h, i] += E[h, i, j]
+P[h, i, j] = E[h, i, j] / Z[h, i]
+O[h, i, d] += P[h, i, j] * V[h, j, d]
+output O
+"""
+
+
+def test_computed_at_score_rows_are_held_on_chip_and_overflow_it():
+    # Whole rows of scores computed at a row tile of the output live at the compute level:
+    # one buffer of rows x 512 (E and P written in place of S), plus the row max and sum.
+    # Too many rows for the level spill, so the search cannot pick them for free.
+    from autocomp_jupyter.accel.cost import kernel_model
+    program = parse(ATTENTION_ROWS)
+    kernel = Kernel.from_ops(program, [op.name for op in program.ops], anchor="O")
+    target = load_target("gemmini")
+    levels = target.tiling_levels
+    at = [{"primitive": "compute_at", "tensor": t, "loop": "i", "level": levels[0]} for t in "PZEMS"]
+
+    def schedule(rows):
+        return replay(kernel, [{"primitive": "tile", "loop": "i", "level": lv, "size": rows} for lv in levels] + at,
+                      levels)
+
+    def held(rows):
+        s = schedule(rows)
+        model = kernel_model(s.kernel, target)
+        tiles, orders, *_ = model.normalise(*model.schedule_arrays(s))
+        return model.capacity_footprints(tiles, orders)[0][0]
+
+    grown = held(64) - held(8)
+    assert 56 * 512 * 4 <= grown < 2 * 56 * 512 * 4      # one row buffer, not one per tensor
+    assert evaluate(schedule(8), target).spill_ratio == 0.0
+    assert evaluate(schedule(512), target).spill_ratio > 1.0   # 1 MiB of scores in 256 KiB

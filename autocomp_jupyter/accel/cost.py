@@ -40,7 +40,10 @@ The model (Timeloop / ZigZag style):
   rows the next tile shares with this one stay in its buffer, a line buffer: only new rows
   are computed, the halo once per sweep); where the loop is spread over several units it is
   recomputed in every tile (`_ProducerModel.carries`). Its tensor
-  is internal: no DRAM traffic, its region on chip where the consumer reads it. Producer
+  is internal: no DRAM traffic, its region on chip where the consumer reads it — held at the
+  compute point's level from its writer to its last reader, in that level's capacity
+  (`_held_regions`: a row of scores too long for the level spills; an elementwise step
+  over a region read last there overwrites it in place). Producer
   and consumer run one after the other in each tile: their times add.
 * Time. Levels whose tiles fit twice (double buffering) overlap their transfers with
   compute; others serialise with it. The first input tiles (cold start) and the last output
@@ -350,6 +353,7 @@ class KernelModel:
         # Statements computed at the anchor's tiles: each costed as its own nest (above).
         self.computed = kernel.computed_at()
         self.producers = [_ProducerModel(kernel, group, target, index) for group in _producer_groups(kernel)]
+        self.held = _held_regions(kernel, target, index, self.elem_bytes) if self.computed else []
         # Host C runs a tiled GEMM-like kernel as a packed BLIS-style GEMM, not the tile nest.
         self.host_packed = self.host_pk = self.host_scalar = None
         if host_c:
@@ -484,21 +488,24 @@ class KernelModel:
 
     # ------------------------------------------------------------------ evaluation
 
-    def capacity_footprints(self, tiles) -> np.ndarray:
+    def capacity_footprints(self, tiles, orders=None) -> np.ndarray:
         """Bytes the tiles of every held tensor take at each tiling level: [n, L]."""
-        tiles, *_ = self.normalise(tiles)
-        return self._capacity(tiles.astype(float))
+        tiles, orders, *_ = self.normalise(tiles, orders)
+        return self._capacity(tiles.astype(float), orders=orders)
 
-    def _capacity(self, T: np.ndarray, tile_bytes: dict | None = None) -> np.ndarray:
+    def _capacity(self, T: np.ndarray, tile_bytes: dict | None = None, orders=None) -> np.ndarray:
         """[n, L] bytes held per level; fills `tile_bytes[(statement, access)]` with each
-        access's full tile at the levels holding it ([n, L]) when given."""
+        access's full tile at the levels holding it ([n, L]) when given. A computed-at
+        tensor's region is held at its compute point's level while it is live (`_held_regions`);
+        the anchor's tiles of it are part of that region."""
         n, L = T.shape[0], self.n_levels
         per_tensor: dict[str, np.ndarray] = {}
+        held = {h.tensor for h in self.held}
         for si, st in enumerate(self.statements):
             if si in self.computed:
                 continue      # its own nest's buffers (`_ProducerModel`)
             for ai, a in enumerate(st.accesses):
-                skip = st.in_place and (a.internal or a.kind != "read")
+                skip = st.in_place and (a.internal or a.kind != "read") or a.tensor in held
                 if skip and tile_bytes is None:
                     continue  # reuses the buffer of the internal tile it reads
                 fp = np.zeros((n, L))
@@ -510,7 +517,10 @@ class KernelModel:
                     continue
                 prev = per_tensor.get(a.tensor)
                 per_tensor[a.tensor] = fp if prev is None else np.maximum(prev, fp)
-        return sum(per_tensor.values()) if per_tensor else np.zeros((n, L))
+        total = sum(per_tensor.values()) if per_tensor else np.zeros((n, L))
+        if self.held:
+            total = total + _held_peak(self.held, T, orders, self.extents)
+        return total
 
     def _as_packed(self, tiles, orders, vectorize):
         """What host C runs for a tiled GEMM-like kernel (codegen/c.py packed path): cache
@@ -587,7 +597,7 @@ class KernelModel:
         seq_trips = np.take_along_axis(rel, orders, axis=2).reshape(n, L * D)
 
         tile_bytes: dict = {}
-        capacity_fp = self._capacity(T, tile_bytes)           # [n, L]
+        capacity_fp = self._capacity(T, tile_bytes, orders)   # [n, L]
         overflow = np.clip(1.0 - self.capacity[None, :] / np.maximum(capacity_fp, 1e-30), 0.0, None)
         spill = np.clip(capacity_fp / self.capacity[None, :] - 1.0, 0.0, None).max(axis=1)
         double_buffered = 2.0 * capacity_fp <= self.capacity[None, :]
@@ -934,6 +944,111 @@ class KernelModel:
             drain_s=drain_total, stream_s=stream_total,
             compute_by_unit=compute_by_unit,
         )
+
+
+@dataclass(frozen=True)
+class _HeldRegion:
+    """A computed-at tensor's region, held on chip at its compute point's level `level` from
+    the statement that writes it (`start`) to its last reader (`end`, statement indices).
+    `dims`: per dimension, (anchor loop indices, their scales, fixed length) — its length in
+    a tile is sum(scale * tile) + fixed, clipped to [1, extent]. `buffer` names the tensor
+    whose buffer it overwrites (an elementwise step over a same-shaped region read last
+    there: exp(S - M) in place of S), or None."""
+
+    tensor: str
+    level: int
+    loop: int               # the compute loop (an anchor loop index)
+    start: int
+    end: int
+    dims: tuple[tuple[tuple[int, ...], tuple[int, ...], int, int], ...]
+    elem_bytes: int
+    buffer: str | None
+
+
+def _held_regions(kernel: Kernel, target: Target, index: Mapping[str, int], elem_bytes) -> list[_HeldRegion]:
+    """The computed-at tensors of `kernel` as regions held on chip (see `_HeldRegion`): where
+    a consumer reads a whole row of scores, that row stays on chip at the compute point, and
+    a tile too large for the level spills (the model's spill, the search's capacity bound)."""
+    from ..ir.loopnest import regions
+
+    levels = target.tiling_levels
+    computed = kernel.computed_at()
+    reach = regions(kernel)
+    statements = kernel.statements
+    last_read = {}
+    for c, st in enumerate(statements):
+        for a in st.reads():
+            last_read[a.tensor] = c
+    out: list[_HeldRegion] = []
+    owner: dict[str, str] = {}       # tensor -> the buffer it lives in
+    for si in sorted(computed):
+        st = statements[si]
+        if any(h.tensor == st.target for h in out):
+            continue
+        loop, level = computed[si]
+        h = levels.index(level) if level in levels else len(levels) - 1
+        dims = []
+        for idx in st.target_indices:
+            r = reach[si][idx.single_loop]
+            ext = st.extents[idx.single_loop]
+            if not r.terms:
+                dims.append(((), (), max(1, min(ext, r.hi) - max(0, r.lo)), ext))
+            else:
+                dims.append((tuple(index[a] for a, _ in r.terms), tuple(k for _, k in r.terms), r.hi - r.lo, ext))
+        buffer = None
+        if st.reduce is None:
+            for a in st.reads():
+                if a.tensor in owner and a.indices == st.target_indices and last_read.get(a.tensor) == si \
+                        and kernel.tensor(a.tensor).shape == kernel.tensor(st.target).shape:
+                    buffer = owner[a.tensor]
+                    break
+        owner[st.target] = buffer or st.target
+        out.append(_HeldRegion(st.target, h, index[loop], si, last_read.get(st.target, si), tuple(dims),
+                               elem_bytes(kernel.tensor(st.target).dtype), buffer))
+    return out
+
+
+def _held_peak(held: list[_HeldRegion], T: np.ndarray, orders, extents) -> np.ndarray:
+    """[n, L] the most bytes the held regions take at once at each level, statement by
+    statement (a region from its writer to its last reader; one written in place of another
+    takes no new bytes). A region's loop that comes after the compute point in the order at
+    its level spans the tile one level out (the producers run over all of it there)."""
+    n, D, L = T.shape
+    sizes: dict[str, np.ndarray] = {}
+    for r in held:
+        length = np.ones(n)
+        for loops, scales, fixed, ext in r.dims:
+            span = np.full(n, float(fixed))
+            for a, k in zip(loops, scales):
+                span = span + k * _tile_at_point(T, orders, r, a, extents)
+            length = length * np.clip(span, 1.0, ext)
+        sizes[r.tensor] = length * r.elem_bytes
+    out = np.zeros((n, L))
+    steps = sorted({r.start for r in held})
+    for s in steps:
+        live = [r for r in held if r.start <= s <= r.end]
+        buffers: dict[tuple[str, int], np.ndarray] = {}
+        for r in live:
+            key = (r.buffer or r.tensor, r.level)
+            buffers[key] = np.maximum(buffers.get(key, 0.0), sizes[r.tensor])
+        now = np.zeros((n, L))
+        for (_, level), b in buffers.items():
+            now[:, level] += b
+        out = np.maximum(out, now)
+    return out
+
+
+def _tile_at_point(T: np.ndarray, orders, region: _HeldRegion, a: int, extents) -> np.ndarray:
+    """[n] anchor loop `a`'s tile at the region's compute point: at its level where it comes
+    at or before the compute loop in the order there, else one level out (the whole loop
+    above the outermost level), as `_ProducerModel.region_tiles` has it."""
+    h = region.level
+    if orders is None:
+        return T[:, a, h]
+    position = np.argsort(orders[:, h, :], axis=1)
+    inside = position[:, a] <= position[:, region.loop]
+    outer = T[:, a, h - 1] if h else np.full(len(T), float(extents[a]))
+    return np.where(inside, T[:, a, h], outer)
 
 
 def _producer_groups(kernel: Kernel) -> list[tuple[int, ...]]:
