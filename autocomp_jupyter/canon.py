@@ -37,7 +37,9 @@ def canonical_kernel(kernel: Kernel) -> Kernel:
         return None
 
     statements = tuple(Statement(names.get(s.target, s.target), s.target_indices, s.reduce, s.loops,
-                                 substitute(s.expr, rename)) for s in kernel.statements)
+                                 substitute(s.expr, rename),
+                                 rescale=s.rescale and replace(s.rescale, tensor=names[s.rescale.tensor]))
+                       for s in kernel.statements)
     canon = Kernel(name="K", ops=tuple(f"op{i}" for i in range(len(kernel.ops))), statements=statements,
                    loops=kernel.loops, inputs=tuple(names[n] for n in kernel.inputs),
                    outputs=tuple(names[n] for n in kernel.outputs),

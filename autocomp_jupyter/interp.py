@@ -344,7 +344,8 @@ def run_kernel_tiled(schedule, env: Mapping[str, np.ndarray], max_boxes: int | N
     over its part of the domain there: loops that follow an anchor loop take its current
     tile (the whole extent when no tile loop around tiles it), local loops their full range,
     and a statement in the last-tile-only position (`Compute.last_of`) runs only there. A
-    reduction accumulates its partial results tile after tile (init 0 / -inf). Reads of
+    reduction accumulates its partial results tile after tile (init 0 / -inf); one computed
+    against a running max (`Rescale`) first rescales them by how much the max grew. Reads of
     tensors this kernel writes see whatever has been computed *so far*, rounded to their
     dtype (integer tensors saturate, as in `run`), so a nest that runs a consumer before its
     producer is complete gives wrong values, which the caller detects. Raises `TooManyTiles`
@@ -369,6 +370,7 @@ def run_kernel_tiled(schedule, env: Mapping[str, np.ndarray], max_boxes: int | N
                                    if kernel.tensor(t).dtype in ("i8", "i32")})
     maps = [kernel.loop_map(i) for i in range(len(kernel.statements))]
     extents = kernel.extents
+    seen: dict[int, np.ndarray] = {}     # per rescaled sum: the running max its terms are relative to
 
     def visit(nodes, box: dict[str, tuple[int, int]]) -> None:
         for node in nodes:
@@ -395,6 +397,8 @@ def run_kernel_tiled(schedule, env: Mapping[str, np.ndarray], max_boxes: int | N
                 reads.changed(st.target)
                 continue
             part = _evaluate_box(st, reads, ranges)
+            if st.rescale is not None and st.reduce == "+":
+                _rescale(st, values[st.target], values[st.rescale.tensor], seen, node.index)
             _store(st, values[st.target], part, ranges)
             reads.changed(st.target)
 
@@ -403,6 +407,19 @@ def run_kernel_tiled(schedule, env: Mapping[str, np.ndarray], max_boxes: int | N
         for name in written:
             values[name] = round_to_dtype(values[name], kernel.tensor(name).dtype)
     return values
+
+
+def _rescale(st: Statement, out: np.ndarray, running: np.ndarray, seen: dict, index: int) -> None:
+    """Online softmax (`ir.program.Rescale`): before a sum adds terms computed against the
+    running max as it is now, scale what it holds — terms against the max it saw last — by
+    exp(scale * (m_seen - m_now)) per element (1 where the max did not move)."""
+    rs = st.rescale
+    before = seen.get(index, np.full(running.shape, -math.inf))
+    factor = np.where(before == running, 1.0, np.exp(rs.scale * (before - running)))
+    grids = np.ix_(*[np.arange(n) for n in out.shape])
+    where = {idx.single_loop: g for idx, g in zip(st.target_indices, grids)}
+    out *= factor[tuple(np.broadcast_to(i.evaluate(where), out.shape) for i in rs.indices)]
+    seen[index] = running.copy()
 
 
 class _RoundedReads(dict):
@@ -486,6 +503,9 @@ def check_tiled(schedule, program: Program, seed: int = 0, max_boxes: int | None
     # A tensor computed at the anchor's tiles exists only tile by tile, over each tile's region
     # (the run poisons the rest): what it feeds is compared, not it.
     regional = {t for t, _, _ in kernel.compute_at}
+    # ... and one computed against a running max (`Rescale`, an `=` statement: exp(S - M)) is
+    # relative to the max as it was in its tile: the sums it feeds, rescaled, are compared.
+    regional |= {st.target for st in kernel.statements if st.rescale is not None and st.reduce is None}
     for name in [n for n in list(kernel.outputs) + list(kernel.internals) if n not in regional]:
         exp, act = reference[name], got[name]
         rtol, atol = TOLERANCE[kernel.tensor(name).dtype]

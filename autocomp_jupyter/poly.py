@@ -498,7 +498,7 @@ def check_schedule(schedule) -> "Legality":
         return verdict if verdict.ok else _renamed(verdict, names, tuple(t.name for t in schedule.kernel.tensors))
     try:
         computed = schedule.kernel.computed_at()
-        violations = _compute_at_violations(schedule) if computed else ()
+        violations = (_compute_at_violations(schedule) if computed else ()) + rescale_violations(schedule)
         if violations:
             verdict = Legality(False, violations)
         else:
@@ -828,8 +828,65 @@ def dependences(statements: Statements, *, reduction_reorderable: bool = False,
 
 def _dependences_of(poly: KernelPolyhedra, reduction_reorderable: bool) -> tuple[Dependence, ...]:
     if not reduction_reorderable:
-        return _exact_dependences(poly)
-    return tuple(d for d in _memory_dependences(poly) if not d.reduction)
+        return tuple(d for d in _exact_dependences(poly) if not _on_running_max(poly, d))
+    return tuple(d for d in _memory_dependences(poly) if not d.reduction and not _on_running_max(poly, d))
+
+
+def _on_running_max(poly: KernelPolyhedra, dep: Dependence) -> bool:
+    """A dependence between a `max=` statement and a statement computed against that running
+    max (`ir.program.Rescale`, the online softmax): it reads the max so far by design, so the
+    order that matters is the loop nest's (`rescale_violations`), not every update's."""
+    ends = (poly.statement(dep.source), poly.statement(dep.sink))
+    return any(a.reduce == "max" and a.target == dep.tensor and b.rescale is not None and b.rescale.tensor == dep.tensor
+               for a, b in (ends, ends[::-1]))
+
+
+def rescale_violations(schedule) -> tuple["Violation", ...]:
+    """Why statements computed against a running max (`Rescale`) are misplaced in `schedule`'s
+    loop nest (empty: placed right). Over the max's reduction (key) loops, either every one
+    of them runs in the max's own tile loops — after the max's update of each tile (program
+    order) and before the next, so each sum rescales by the growth it saw — or none does:
+    they run after the max is complete. Anything in between would add terms computed
+    against different maxima into one sum."""
+    from autocomp_jupyter.ir.loopnest import Compute, TileLoop, lower
+
+    kernel = schedule.kernel
+    groups: dict[int, list[int]] = {}
+    for c, st in enumerate(kernel.statements):
+        if st.rescale is not None:
+            writer = next((i for i, w in enumerate(kernel.statements)
+                           if w.target == st.rescale.tensor and w.reduce == "max"), None)
+            if writer is None:
+                return (Violation("schedule", statement_name(c), "", st.rescale.tensor,
+                                  message=f"{st.target} is rescaled by {st.rescale.tensor}, which no max= "
+                                          "statement of the kernel writes"),)
+            groups.setdefault(writer, []).append(c)
+    if not groups:
+        return ()
+    paths: dict[int, list] = {}
+
+    def walk(nodes, around):
+        for node in nodes:
+            if isinstance(node, TileLoop):
+                walk(node.body, around + [node])
+            elif isinstance(node, Compute):
+                paths[node.index] = around
+    walk(lower(schedule).body, [])
+    out = []
+    for m, members in groups.items():
+        keys = {kernel.loop_map(m)[l.name] for l in kernel.statements[m].reduction_loops
+                if l.name in kernel.loop_map(m)}
+        over = lambda i: tuple(id(t) for t in paths[i] if t.anchor in keys)    # noqa: E731
+        shared = [c for c in members if over(c) == over(m)]
+        mixed = [c for c in members if c not in shared and set(over(c)) & set(over(m))]
+        if (shared and len(shared) != len(members)) or mixed:
+            apart = [c for c in members if c not in shared]
+            out.append(Violation(
+                "schedule", statement_name(m), statement_name(apart[0]), kernel.statements[m].target,
+                message=f"{kernel.statements[apart[0]].target} is computed against the running "
+                        f"{kernel.statements[m].target} but runs outside its key tiles while "
+                        f"{', '.join(kernel.statements[c].target for c in shared)} run inside them"))
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------- legality

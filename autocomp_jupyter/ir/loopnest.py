@@ -32,7 +32,8 @@ earlier statement in the same loop whose tensor it reads) iff
 A producer that reduces over `a` (the row max of a softmax) is complete only after its last
 `a` tile, so a consumer following `a` cannot share that loop: it gets its own instance of
 the tile loop, after the producer's has finished (for i: {for j: max; for j: exp, sum;
-for j: divide}). Where a statement cannot join, it opens its own tile loops for the anchor
+for j: divide}) — unless the consumer is computed against the running max (`Rescale`, the
+online softmax): it then shares the max's tiles, reading the max so far. Where a statement cannot join, it opens its own tile loops for the anchor
 loops it follows and stops at the first one it does not. poly.py still proves every tree
 legal; this rule only makes the trees it builds legal to begin with.
 
@@ -532,6 +533,8 @@ def may_share(kernel: Kernel, producer: int, consumer: int, anchor: str) -> bool
     p_loops = [l for l, a in p_map.items() if a == anchor]
     if not p_loops:
         return False                      # the producer runs in the last tile only
+    if p_stmt.reduce == "max" and c_stmt.rescale is not None and c_stmt.rescale.tensor == p_stmt.target:
+        return True                       # it reads the max so far (online softmax, `Rescale`)
     (p_loop,), (c_loop,) = p_loops, c_loops
     dims = [d for d, idx in enumerate(p_stmt.target_indices) if p_loop in idx.loops]
     if len(dims) != 1 or p_stmt.target_indices[dims[0]].single_loop != p_loop:

@@ -246,6 +246,26 @@ REDUCE_INIT = {None: None, "+": 0.0, "max": -math.inf}
 
 
 @dataclass(frozen=True)
+class Rescale:
+    """A statement computed against a *running* maximum (online softmax, FlashAttention).
+
+    The statement reads `tensor` (written by a `max=` statement of the same kernel) at
+    `indices` (over the statement's loops), where its terms carry exp(scale * (x - m)).
+    Run after all of the max, it is the plain statement. Tiled along the max's reduction
+    loop, it sees the max so far: an `=` statement (exp(scale * (S - M))) is then relative
+    to it, and a `+=` statement rescales its partial sums by exp(scale * (m_old - m_new))
+    each time the max grows before it adds the new terms, so that after the last tile it
+    holds the plain sum. (`rules/online_softmax.py` writes these; the DSL has no syntax.)"""
+
+    tensor: str
+    indices: tuple[Affine, ...]
+    scale: float
+
+    def __str__(self) -> str:
+        return f"rescaled by running {self.tensor}[{', '.join(map(str, self.indices))}]"
+
+
+@dataclass(frozen=True)
 class Statement:
     """One comprehension: `target[target_indices] reduce= expr` over `loops`.
 
@@ -260,6 +280,7 @@ class Statement:
     loops: tuple[Loop, ...]
     expr: Expr
     span: Span | None = field(default=None, compare=False)
+    rescale: Rescale | None = None       # computed against a running max (see `Rescale`)
 
     @cached_property
     def loop_names(self) -> tuple[str, ...]:
@@ -296,7 +317,8 @@ class Statement:
         op = {None: "=", "+": "+=", "max": "max="}[self.reduce]
         lhs = f"{self.target}[{', '.join(map(str, self.target_indices))}]"
         bounds = ", ".join(f"{l.name} < {l.extent}" for l in self.loops)
-        return f"{lhs} {op} {self.expr}    # {bounds}"
+        note = f"; {self.rescale}" if self.rescale else ""
+        return f"{lhs} {op} {self.expr}    # {bounds}{note}"
 
 
 # --------------------------------------------------------------------------- program

@@ -229,7 +229,7 @@ def _inline_into(stmt: Statement, producer: Statement) -> Statement:
                 return None
             return substitute(producer.expr, rename)
         return None
-    return Statement(stmt.target, stmt.target_indices, stmt.reduce, stmt.loops, substitute(stmt.expr, fn), stmt.span)
+    return replace(stmt, expr=substitute(stmt.expr, fn))
 
 
 def inline(program: Program, op: Op) -> Program:
