@@ -309,6 +309,11 @@ class _StatementModel:
     reduce: bool = False     # accumulates into its target (a reduction)
     out_mask: np.ndarray | None = None  # [D] bool: anchor loops indexing the target
     contig_loop: int = -1    # anchor loop of the target's last (contiguous) dimension
+    # A sum against a running max (online softmax, `Rescale`): at every innermost tile along
+    # this anchor (key) loop it rescales the partial sums it holds, `rescale_per_elem`
+    # vector operations per element of its target (a multiply, and the max's exp per row).
+    rescale_key: int = -1
+    rescale_per_elem: float = 0.0
 
 
 class KernelModel:
@@ -424,7 +429,15 @@ class KernelModel:
             window = window if window.any() else None
         last_row = target_access.coeff[-1] if len(target_access.coeff) else np.zeros(D)
         contig = int(np.argmax(last_row)) if last_row.any() else -1
+        rescale_key, rescale_per_elem = -1, 0.0
+        if stmt.rescale is not None and stmt.reduce == "+":
+            keys = [index[m[l.name]] for l in stmt.reduction_loops if l.name in m]
+            if keys:
+                out_points = math.prod(l.extent for l in stmt.output_loops)
+                rescale_key = keys[0]
+                rescale_per_elem = 1.0 + kernel.tensor(stmt.rescale.tensor).size / max(1, out_points)
         return _StatementModel(in_place=in_place, present=present, reduce=bool(stmt.reduce),
+                               rescale_key=rescale_key, rescale_per_elem=rescale_per_elem,
                                out_mask=target_access.index_mask & present, contig_loop=contig,
                                local_points=math.prod(local.values()) if local else 1,
                                points=stmt.points, flops_per_point=stmt.expr.flops() + (1 if stmt.reduce else 0),
@@ -741,6 +754,12 @@ class KernelModel:
                                                                compute.fma_units, micro_k))
                 if pack_cycles is not None:
                     cycles = cycles + pack_cycles  # one element copied per cycle
+            if st.rescale_key >= 0:
+                # Online softmax: each innermost key tile first rescales the sums it holds
+                # (every element of the target once per key tile over the run).
+                elems = float(np.prod(E[0, np.asarray(st.out_mask, dtype=bool)]))
+                cycles = cycles + elems * st.rescale_per_elem * counts[:, L - 1, st.rescale_key] \
+                    / compute.vector_ops_per_cycle
             st_compute = cycles / active / clock
 
             for ai, a in enumerate(st.accesses):

@@ -327,8 +327,13 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
                     cycles += float(_fill_cycles(compute, np.float64(fills), np.float64(cycles)))
                 block_stream = stream / fills if fills else block_stream + stream
                 weights_streaming = True
+        rescale = 0.0
+        if st.rescale_key >= 0:    # online softmax: the sums this tile holds rescaled first (as the model)
+            rescale = float(np.prod([inner[d][1] for d in range(D) if st.out_mask[d]])) * st.rescale_per_elem \
+                / compute.vector_ops_per_cycle
+            cycles += rescale
         step_compute = cycles / clock / active
-        fill_s = (cycles - passes * dp.pass_cycles) / clock / active   # the array filling
+        fill_s = (cycles - rescale - passes * dp.pass_cycles) / clock / active   # the array filling
         operands = datapath_per_point * points
         moved += load + operands
         busy = fill_s + max(step_compute - fill_s, float(np.max(operands / bw)))   # no stream while it fills

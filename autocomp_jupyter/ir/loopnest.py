@@ -610,8 +610,11 @@ def regions(kernel: Kernel) -> dict[int, dict[str, Region]]:
             raise ComputeAtError(f"{where}: nothing in the kernel reads {tensor}")
         for c in consumers:
             # A statement after the anchor runs on the anchor's tile (an epilogue, a layernorm's
-            # variance after its mean): it reads the region over that tile, as the anchor does.
-            if c not in at and c < kernel.anchor:
+            # variance after its mean): it reads the region over that tile, as the anchor does;
+            # so does one computed against a running max (the online softmax's row max and exp,
+            # in the anchor's key tiles).
+            if c not in at and c < kernel.anchor and statements[c].rescale is None and not any(
+                    s.rescale is not None and s.rescale.tensor == statements[c].target for s in statements):
                 raise ComputeAtError(f"{where}: {tensor} is read by {statements[c].target}, which is neither "
                                      "the kernel's anchor nor computed at its tiles")
         dims: list[Region | None] = [None] * len(stmt.target_indices)

@@ -24,6 +24,7 @@ from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, rollback_entry, rule_entry
 from ..verify import verify_schedule
 from .fusion import _kernel_name
+from .online_softmax import online_softmax
 from .tiling import level_mapping, search_tiles
 
 PASS = "fusion"
@@ -50,15 +51,17 @@ POINT_SLACK = 0.15
 def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[dict]]:
     """(plan, log, rollbacks): `plan` with every chain the rules match that pays fused."""
     rules = [r for r in ctx.rules.fusion_rules if r.lower == "compute_at"]
+    online = [r for r in ctx.rules.fusion_rules if r.lower == "online_softmax"]
+    rules_all = rules + online
     log: list[dict] = []
     rollbacks: list[dict] = []
-    if not rules:
+    if not rules_all:
         return plan, log, rollbacks
     program = plan.program
     if runs_generated_c(ctx.target):
         # Host C runs a chain's tree as plain nests, its contractions off the packed paths
         # that make them fast there: not worth it until those paths take regions.
-        log.append(rule_entry(rules[0].name, PASS, [], False, "host C: chains stay per kernel (packed paths)"))
+        log.append(rule_entry(rules_all[0].name, PASS, [], False, "host C: chains stay per kernel (packed paths)"))
         return plan, log, rollbacks
     kernels, schedules = list(plan.kernels), list(plan.schedules)
     out_k: list[Kernel] = []
@@ -123,10 +126,58 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
                     log.append(rule_entry(rule.name, PASS, _ops(chain), False, f"rolled back: {problem}"))
                     break
                 best = (length, schedule.kernel, schedule, seconds, rule, alone)
+        rewritten = None
+        for rule in online:
+            lengths = _matched(rule, program, kernels[i:i + MAX_CHAIN])
+            if not lengths:
+                continue
+            n = lengths[-1]
+            if not rule.applies_to(ctx.target.name):
+                why = "disabled" if not rule.enabled else f"not for target '{ctx.target.name}' (targets: {rule.where()})"
+                log.append(rule_entry(rule.name, PASS, _ops(kernels[i:i + n]), False, why))
+                continue
+            alone = sum(times[:n])
+            floor = best[3] + sum(times[best[0]:n]) if best is not None else alone
+            found = _online(program, kernels[i:i + n], ctx, alone)
+            if isinstance(found, str):
+                log.append(rule_entry(rule.name, PASS, _ops(kernels[i:i + n]), False, found))
+                continue
+            new_program, schedule, seconds = found
+            if best is not None:
+                # Both lowerings fused: the pipeline then also asks the library's own search of
+                # the kept kernel (`pipeline._searched_as_well_as_the_library`): compare so.
+                seconds = _with_library_search(new_program, schedule, seconds, ctx)
+                floor = _with_library_search(program, best[2], best[3], ctx) + sum(times[best[0]:n])
+            if seconds >= floor * (1 - MIN_GAIN):
+                log.append(rule_entry(rule.name, PASS, _ops(kernels[i:i + n]), False,
+                                      f"no gain: {seconds * 1e6:.1f} us with the key loop tiled vs {floor * 1e6:.1f} us "
+                                      f"({'the chain computed at its tiles' if best else 'its kernels as they are'})"))
+                continue
+            problem = verify_schedule(schedule, new_program, ctx)
+            if problem:
+                rollbacks.append(rollback_entry(PASS, schedule.kernel.name, problem))
+                log.append(rule_entry(rule.name, PASS, _ops(kernels[i:i + n]), False, f"rolled back: {problem}"))
+                continue
+            if best is not None:
+                log.append(rule_entry(best[4].name, PASS, list(best[1].ops), False,
+                                      f"{rule.name} is faster: {seconds * 1e6:.1f} us vs {floor * 1e6:.1f} us"))
+            best, rewritten = (n, schedule.kernel, schedule, seconds, rule, alone), new_program
+            break
         if best is None:
             out_k.append(kernels[i])
             out_s.append(schedules[i])
             i += 1
+            continue
+        if rewritten is not None:
+            program = rewritten
+            length, kernel, schedule, seconds, rule, alone = best
+            log.append(rule_entry(rule.name, PASS, [op for k in kernels[i:i + length] for op in k.ops], True,
+                                  f"{length} kernels in one ({alone / seconds:.2f}x: {alone * 1e6:.1f} -> "
+                                  f"{seconds * 1e6:.1f} us): the softmax against a running max, the key loop "
+                                  f"tiled; no score row stays whole on chip"))
+            out_k.append(kernel)
+            out_s.append(schedule)
+            i += length
             continue
         length, kernel, schedule, seconds, rule, alone = best
         points = ", ".join(f"{t} at {loop}@{level}" for t, loop, level in kernel.compute_at)
@@ -272,6 +323,61 @@ def _search_chain(program: Program, kernel: Kernel, ctx: PassContext, alone: flo
     if best is None:
         return "no tiling of the fused chain fits on chip"
     return best[0], best[1], tried
+
+
+def _with_library_search(program: Program, schedule: Schedule, seconds: float, ctx: PassContext) -> float:
+    """The fused kernel's time, or its library search's where that is faster and keeps the
+    rows the kernel needs whole (as the pipeline takes it)."""
+    from ..baselines import library_schedule
+    from ..ir.loopnest import whole_loops
+
+    theirs = library_schedule(program, schedule.kernel, ctx)
+    sizes = theirs.tile_sizes()
+    kernel = schedule.kernel
+    if any(size != kernel.extents[loop] for loop in whole_loops(kernel) for size in sizes[loop]):
+        return seconds
+    return min(seconds, evaluate(theirs, ctx.target).time_s)
+
+
+def _online(program: Program, chain: list[Kernel], ctx: PassContext, alone: float):
+    """(rewritten program, schedule, seconds) of the chain as one kernel with its softmax
+    against a running max (`online_softmax`), searched and scheduled like any kernel; or why
+    it does not apply. The rewrite must compute what the program does (the interpreter)."""
+    ops = [op for k in chain for op in k.ops]
+    found = online_softmax(program, ops)
+    if isinstance(found, str):
+        return found
+    rewritten, merged = found
+    names = {op.name for op in rewritten.ops}
+    kernel_ops = [op for op in ops if op in names]
+    kernel = Kernel.from_ops(rewritten, kernel_ops, name=_kernel_name(kernel_ops), anchor=merged)
+    if kernel.anchor_statement.rescale is None:
+        return "the weighted sum is not the fused kernel's largest statement"
+    # The scores (and their epilogue) are computed at the anchor's tiles, each tile's block of
+    # Q·Kᵀ on the datapath of contractions; the max, the exp and the sums run in those tiles.
+    first = next(i for i, st in enumerate(kernel.statements)
+                 if st.rescale is not None or any(x.rescale and x.rescale.tensor == st.target
+                                                  for x in kernel.statements))
+    for st in reversed(kernel.statements[:first]):
+        kernel = kernel.with_compute_at(st.target, kernel.loop_names[0], "")
+    try:
+        regions(kernel)
+    except ComputeAtError as err:
+        return f"cannot compute the scores at the key tiles: {err}"
+    verdict = ctx.verify(rewritten)
+    if not verdict:
+        return f"the rewrite changes the result: {verdict.reason}"
+    # every compute point is searched (the first often keeps the key loop whole)
+    found = _search_chain(rewritten, kernel, ctx, float("inf")) if kernel.compute_at else None
+    if found is None:
+        mapping = level_mapping(ctx.rules.tiling.get("levels", ["L2", "L1", "vector"]), ctx.target.tiling_levels)
+        searched = search_tiles(kernel, ctx.target, None, mapping, ctx.rules.tiling, seed=ctx.seed,
+                                n_random=CHAIN_CANDIDATES, rounds=CHAIN_ROUNDS)
+        found = (searched[0], searched[1].time_s, 1) if searched is not None else "no tiling fits on chip"
+    if isinstance(found, str):
+        return found
+    schedule, seconds = _scheduled_chain(rewritten, found[0], ctx)
+    return rewritten, schedule, seconds
 
 
 def _scheduled_chain(program: Program, schedule: Schedule, ctx: PassContext):

@@ -180,7 +180,9 @@ class FusionRule:
     python: Callable | None = field(default=None, compare=False)
     # "epilogue": the chain's ops in one nest over the anchor's tiles (rules/fusion.py);
     # "compute_at": a chain of kernels whose anchors the match names, each computed at the
-    # next one's tiles over the region it reads (rules/chains.py).
+    # next one's tiles over the region it reads (rules/chains.py); "online_softmax": the
+    # same chain as one kernel whose softmax runs against a running max, its key loop tiled
+    # (rules/online_softmax.py).
     lower: str = "epilogue"
 
     def applies_to(self, target: str) -> bool:
@@ -243,7 +245,7 @@ SCHEMA: dict[str, Any] = {
     "tune": {"configs": _INT0, "top": _INT, "seed": _INT0},
 }
 RULE_KEYS = {"name", "match", "targets", "enabled", "doc", "lower"}
-LOWERINGS = ("epilogue", "compute_at")
+LOWERINGS = ("epilogue", "compute_at", "online_softmax")
 
 
 def _short(value: Any) -> str:
@@ -309,7 +311,8 @@ def _check_rules(value: Any, path: str, filename: str) -> None:
             raise RuleError(filename, f"{rp}.enabled", f"expected true or false, got {_short(rule['enabled'])}")
         if "lower" in rule and rule["lower"] not in LOWERINGS:
             raise RuleError(filename, f"{rp}.lower", f"expected one of {', '.join(LOWERINGS)}, got {_short(rule['lower'])}",
-                            "compute_at: a chain of contractions, each computed at the next one's tiles")
+                            "compute_at: a chain of contractions, each computed at the next one's tiles; "
+                            "online_softmax: attention with its key loop tiled (FlashAttention)")
         if "doc" in rule and not isinstance(rule["doc"], str):
             raise RuleError(filename, f"{rp}.doc", f"expected a string, got {_short(rule['doc'])}")
 
