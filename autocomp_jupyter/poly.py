@@ -863,6 +863,15 @@ def rescale_violations(schedule) -> tuple["Violation", ...]:
             groups.setdefault(writer, []).append(c)
     if not groups:
         return ()
+    for e, st in enumerate(kernel.statements):      # values relative to the running max ...
+        if st.rescale is None or st.reduce is not None:
+            continue
+        for c, reader in enumerate(kernel.statements):
+            if any(a.tensor == st.target for a in reader.reads()) and (
+                    reader.rescale is None or reader.rescale.tensor != st.rescale.tensor or reader.reduce != "+"):
+                return (Violation("schedule", statement_name(e), statement_name(c), st.target,
+                                  message=f"{reader.target} reads {st.target}, which is relative to the running "
+                                          f"{st.rescale.tensor}, without rescaling its sums as it grows"),)
     paths: dict[int, list] = {}
 
     def walk(nodes, around):

@@ -510,6 +510,12 @@ static inline float ac_round_bf16(float x) {
 def generate_c(plan, target=None) -> str:
     """The C translation unit for `plan` (deterministic text)."""
     program = plan.program
+    rescaled = [k.name for k in plan.kernels if any(st.rescale is not None for st in k.statements)]
+    if rescaled:
+        # The host never fuses attention chains (rules/chains.py: packed paths); an
+        # accelerator plan's online softmax has no C translation yet.
+        raise ValueError(f"no C translation for the online softmax of kernel(s) {', '.join(rescaled)} "
+                         "(an accelerator plan: host plans do not use it)")
     namer = Namer(C_KEYWORDS | RESERVED)
     layout = buffer_layout(plan)
     cname = {name: namer(name) for name, _ in layout}

@@ -265,6 +265,15 @@ class _KernelPseudo:
                              + (", from 0 each time" if node.recompute else "") + halo)
         call, unit = _engine(self.target, stmt)
         lhs = self.footprint(stmt.target, stmt.target_indices, si, state)
+        rs = stmt.rescale
+        if rs is not None:     # online softmax (ir.program.Rescale)
+            m = self.footprint(rs.tensor, rs.indices, si, state)
+            if stmt.reduce == "+":
+                self.emit(depth, f"vector({lhs} *= exp({rs.scale:g} * (seen_{rs.tensor} - {m})))    "
+                                 f"# online softmax: rescale the sums held to the running max, as it grew "
+                                 f"since they last saw it (seen_{rs.tensor})")
+            else:
+                self.emit(depth, f"# online softmax: against the running max {m} (the keys so far)")
         op = {None: "=", "+": "+=", "max": "max="}[stmt.reduce]
         rhs = self._expr(stmt.expr, si, state)
         reduction = [l.name for l in stmt.reduction_loops]

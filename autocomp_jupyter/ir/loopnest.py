@@ -296,6 +296,12 @@ class LoopNest:
             if any(p.region is not None for p in node.loops):
                 lines.append(f"{pad}# computed at this tile: the region of {node.statement.target} it reads"
                              + (" (restarts from 0)" if node.recompute else ""))
+            rs = node.statement.rescale
+            if rs is not None:       # online softmax (program.Rescale)
+                m = f"{rs.tensor}[{', '.join(map(str, rs.indices))}]"
+                lines.append("    " * depth + (
+                    f"# online softmax: first {node.statement.target} *= exp({rs.scale:g} * (last seen {m} - {m}))"
+                    if node.statement.reduce == "+" else f"# online softmax: against the running max {m}"))
             for p in node.loops:
                 notes = [n for n, on in (("parallel", p.parallel), ("vectorize", p.vectorize)) if on]
                 if p.unroll > 1:
