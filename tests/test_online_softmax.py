@@ -141,3 +141,13 @@ def test_long_attention_on_gemmini_runs_online_and_verifies():
     assert "online softmax" in result.code("pseudo")
     with pytest.raises(ValueError, match="online softmax"):      # said, not miscompiled
         result.code("c")
+
+
+def test_an_epilogue_after_the_weighted_sum_keeps_its_shape():
+    # ONNX exports end attention with a transpose/reshape of the heads: the deferred sum has
+    # the weighted sum's shape, not the epilogue's
+    source = LIBRARY.replace("output O", "Y[i, b, e] = O[b, i, e]\noutput Y")
+    program = parse(source)
+    rewritten, anchor = online_softmax(program, [op.name for op in program.ops])
+    assert rewritten.tensor("O_sum").shape == program.tensor("O").shape
+    assert equivalent(program, rewritten).ok

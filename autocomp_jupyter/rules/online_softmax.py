@@ -48,7 +48,7 @@ def online_softmax(program: Program, ops: list[str]) -> tuple[Program, str] | st
         first = owner[id(m)]
         if any(is_mac(s) for s in statements[:statements.index(m)] if owner[id(s)] == first):
             return "the scores and their max are one op"
-        return _merged(program, chain, first, rewritten)
+        return _merged(program, chain, first, *rewritten)
     return "no exp(x - running max) read only by sums in the chain"
 
 
@@ -132,12 +132,14 @@ def _per_output(s: Statement, indices: tuple[Affine, ...]) -> bool:
 
 
 def _rescaled(statements: list[Statement], m: Statement, e: Statement, scale: float, readers, outside
-              ) -> list[Statement] | str:
-    """The chain's statements with P = E / Z deferred past its sums and E's sums rescaled."""
+              ) -> tuple[list[Statement], dict[str, str]] | str:
+    """(the chain's statements with P = E / Z deferred past its sums and E's sums rescaled,
+    {each deferred sum's tensor: the tensor it is the sum for})."""
     m_read = next(a for a in e.reads() if a.tensor == m.target)
     out: list[Statement] = []
     deferred: dict[int, Statement] = {}        # id(sum over P) -> its divide, after it
     dropped: set[int] = set()
+    sums: dict[str, str] = {}
     for s in readers(e.target):
         read = _linear_in(s, e.target)
         if read is not None:
@@ -169,6 +171,7 @@ def _rescaled(statements: list[Statement], m: Statement, e: Statement, scale: fl
             e_read = Access(e.target, read.indices)
             expr = _swap(s.expr, read, e_read)
             total = _fresh(f"{s.target}_sum", {x.target for x in statements})
+            sums[total] = s.target
             r_idx = _through(e, e_read, m_read.indices)
             if not _per_output(s, r_idx):
                 return f"{s.target} sums over the loops of {m.target}"
@@ -187,7 +190,7 @@ def _rescaled(statements: list[Statement], m: Statement, e: Statement, scale: fl
             out.append(s)
     if not any(s.rescale and s.reduce == "+" and any(is_mac(x) for x in [s]) for s in out):
         return "no weighted sum of the probabilities follows the softmax"
-    return out
+    return out, sums
 
 
 def _swap(expr: Expr, old: Access, new: Access) -> Expr:
@@ -200,7 +203,8 @@ def _fresh(name: str, taken: set[str]) -> str:
     return name
 
 
-def _merged(program: Program, chain: list[Op], first: str, statements: list[Statement]) -> tuple[Program, str]:
+def _merged(program: Program, chain: list[Op], first: str, statements: list[Statement], sums: dict[str, str]
+            ) -> tuple[Program, str]:
     """`program` with the chain's ops from `first` on made one op running their part of the
     rewritten `statements` (the chain's, in order); tensors no statement uses any more (the
     probabilities P) are dropped, the deferred sums added as the op's temps."""
@@ -216,8 +220,6 @@ def _merged(program: Program, chain: list[Op], first: str, statements: list[Stat
     used = {t.name for t in program.inputs} | set(program.outputs)
     used |= {t for o in ops for s in o.statements for t in (s.target, *(a.tensor for a in s.reads()))}
     tensors = [t if t.name not in temps else replace(t, role="temp") for t in program.tensors if t.name in used]
-    out = program.tensor(last.output)
-    for s in own:
-        if not any(t.name == s.target for t in tensors):     # a deferred sum: the output's shape and dtype
-            tensors.append(Tensor(s.target, out.dtype, out.shape, "temp"))
+    for total, of in sums.items():         # a deferred sum: the shape and dtype of what it sums for
+        tensors.append(replace(program.tensor(of), name=total, role="temp", span=None))
     return replace(program, tensors=tuple(tensors), ops=ops), last.output
