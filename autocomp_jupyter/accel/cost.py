@@ -651,6 +651,9 @@ class KernelModel:
         overlap = self._epilogue_overlap(double_buffered)      # [n] bool
         beside: dict[str, np.ndarray] = {}    # in-place epilogues' compute on other datapaths
         beside_tail = np.zeros(n)             # ... their last output tile's, which nothing hides
+        apart: dict[str, np.ndarray] = {}     # nests of their own on other datapaths (online softmax's exp)
+        apart_compute: dict[str, np.ndarray] = {}
+        apart_total = np.zeros(n)
         for si, st in enumerate(self.statements):
             if si in self.computed:
                 continue      # costed as its own nest below
@@ -897,7 +900,12 @@ class KernelModel:
                 group_levels += st_bytes / bw
                 drain_total += drain
             else:
-                time_s += np.maximum(step + serial_time + cold + drain, st_level_time.max(axis=1))
+                st_time = np.maximum(step + serial_time + cold + drain, st_level_time.max(axis=1))
+                time_s += st_time
+                if dp.unit != anchor_unit:     # its own nest on another datapath (see `apart` below)
+                    apart[dp.unit] = apart.get(dp.unit, 0.0) + st_time
+                    apart_compute[dp.unit] = apart_compute.get(dp.unit, 0.0) + st_compute
+                    apart_total += st_time
                 stream_total += stream
                 cold_total += cold
                 drain_total += drain
@@ -919,11 +927,14 @@ class KernelModel:
             # up, or its busiest channel's traffic, whichever is longer (the simulator replays
             # each nest and combines them the same way).
             # ... and its statements on other datapaths (epilogues beside it or after it) keep
-            # those busy too: a producer there adds to them.
-            busy = {anchor_unit: anchor_only.copy()}
+            # those busy too: a producer there adds to them. A statement running a nest of its
+            # own in the tiles on another datapath (the max, exp and sums of an online softmax
+            # on the vector unit between the PE array's scores and weighted sum) is in that
+            # pipeline too: it keeps its datapath busy for its whole nest, not the anchor's.
+            busy = {anchor_unit: anchor_only - apart_total}
             for u, v in compute_by_unit.items():
                 if u != anchor_unit:
-                    busy[u] = busy.get(u, 0.0) + v
+                    busy[u] = busy.get(u, 0.0) + v - apart_compute.get(u, 0.0) + apart.get(u, 0.0)
         for producer in self.producers:      # computed at the anchor's tiles: its own nest, recomputed
             cost, mult = producer.evaluate(tiles, orders, counts, parallel)
             unit = datapath_of(compute, producer.model.statements[0]).unit

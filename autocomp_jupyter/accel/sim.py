@@ -121,6 +121,9 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
     beside: dict[str, float] = {}
     beside_tail = 0.0
     by_unit: dict[str, float] = {}
+    apart: dict[str, float] = {}
+    apart_compute: dict[str, float] = {}
+    apart_total = 0.0
     for si in range(len(model.statements)):
         if si in model.computed:
             continue         # computed at the anchor's tiles: its own nest, replayed below
@@ -146,6 +149,10 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
             group_bytes = group_bytes + r["bytes"]
         else:
             time_s += r["time_s"]
+            if unit != anchor_unit:      # a nest of its own on another datapath (as the model)
+                apart[unit] = apart.get(unit, 0.0) + r["time_s"]
+                apart_compute[unit] = apart_compute.get(unit, 0.0) + r["compute_s"]
+                apart_total += r["time_s"]
         compute_s += r["compute_s"]
         steps_done += r["steps"]
         total_steps += r["total_steps"]
@@ -158,10 +165,10 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
         # Each producer nest (compute_at) replayed over its region as a kernel of its own,
         # times its recompute; nests on different datapaths overlap tile by tile, so the
         # kernel takes its busiest datapath's replayed time, or its busiest channel's.
-        busy = {anchor_unit: anchor_only}         # its statements on other datapaths keep those busy
+        busy = {anchor_unit: anchor_only - apart_total}    # its statements on other datapaths keep those busy
         for u, v in by_unit.items():
             if u != anchor_unit:
-                busy[u] = busy.get(u, 0.0) + v
+                busy[u] = busy.get(u, 0.0) + v - apart_compute.get(u, 0.0) + apart.get(u, 0.0)
         for producer in model.producers:
             sub, mult = producer.region_tiles(tiles, orders, all_counts, parallel)
             r = simulate(producer.schedule(sub[0]), target, max_steps)
