@@ -47,7 +47,7 @@ LIBRARY_KINDS = ("matmul", "batch_matmul", "linear", "linear_bias", "conv2d", "d
                  "batchnorm", "layernorm", "softmax", "maxpool2d", "avgpool2d", "global_avgpool", "transpose",
                  "div", "erf", "reshape", "flatten", "concat")
 COMPREHENSION_KINDS = ("comp_map", "comp_transpose", "comp_sum", "comp_contract", "comp_max", "comp_bcast",
-                       "comp_pad", "comp_stride")
+                       "comp_pad", "comp_stride", "comp_attention")
 KINDS = LIBRARY_KINDS + COMPREHENSION_KINDS
 PRESETS = ("tpu", "gpu", "npu", "gemmini", "host")
 # Contractions carry the fusion and tiling decisions: drawn more often than the rest.
@@ -204,7 +204,7 @@ class _Generator:
         need = {"matmul": (2,), "linear": (2,), "linear_bias": (2,), "batch_matmul": (3,), "conv2d": (4,),
                 "depthwise_conv2d": (4,), "maxpool2d": (4,), "avgpool2d": (4,), "global_avgpool": (4,),
                 "batchnorm": (2, 3, 4), "comp_sum": (2, 3, 4), "comp_max": (2, 3, 4), "comp_bcast": (2, 3, 4),
-                "comp_transpose": (2, 3, 4), "transpose": (2, 3, 4)}
+                "comp_transpose": (2, 3, 4), "transpose": (2, 3, 4), "comp_attention": (2, 3, 4)}
         if kind in need and rank not in need[kind]:
             return False
         if kind == "exp" and math.exp(min(self.mag[x], 700)) > self.limit(x):
@@ -636,6 +636,51 @@ class _Generator:
         out = self.name("T")
         self.body.append(f"{out}[{', '.join(idx)}] = {self.acc(x, idx)} - {self.acc(red, lhs)} * 0.25")
         return self.result(out, shape, self.mag[x] * (1 + shape[axis] / 4), self.dtypes[x])
+
+    def op_comp_attention(self, x):
+        """Attention over `x` as queries [.., n, d]: scores against new keys, a softmax (the
+        library op, or spelled out with its scale in one of the forms people write) and the
+        weighted sum of new values; keys shared across heads now and then (multi-query)."""
+        shape = self.shape[x]
+        if len(shape) < 2 or len(shape) > 4 or self.dtypes[x] in ("i8", "i32"):
+            return None
+        batch = ["b", "c"][:len(shape) - 2]
+        n, d = shape[-2], shape[-1]
+        m, e = self.dim(2, 32), self.dim(1, 16)
+        heads = tuple(shape[:-2])
+        shared = bool(batch) and self.chance(0.3)
+        k_shape = ((m, d) if shared else heads + (m, d))
+        v_shape = ((m, e) if shared else heads + (m, e))
+        if not (self.fits(heads + (n, m)) and self.fits(k_shape) and self.fits(v_shape) and self.fits(heads + (n, e))):
+            return None
+        if math.prod(heads + (n, m, max(d, e))) > _MAX_POINTS:
+            return None
+        mag = self.contraction_ok(x, 3.0, d)
+        if mag is None:
+            return None
+        K = self.declare(k_shape, dtype=self.dtypes[x])
+        V = self.declare(v_shape, dtype=self.dtypes[x])
+        kv = [] if shared else batch
+        S, M, E, Z, P, O = (self.name("T") for _ in range(6))
+        rows, keys = batch + ["i"], batch + ["i", "j"]
+        self.body.append(f"{S}[{', '.join(keys)}] += {self.acc(x, batch + ['i', 'k'])} * {self.acc(K, kv + ['j', 'k'])}")
+        c = self.pick((1.0, 0.5, 0.125, 0.37))
+        if self.chance(0.3):
+            self.body.append(f"{P} = softmax({S})")
+        else:
+            s_, m_ = self.acc(S, keys), self.acc(M, rows)
+            form = self.pick((f"exp(({s_} - {m_}) * {c:g})", f"exp({s_} * {c:g} - {m_} * {c:g})",
+                              f"exp({c:g} * {s_} - {c:g} * {m_})"))
+            self.body.append(f"{M}[{', '.join(rows)}] max= {s_}")
+            self.body.append(f"{E}[{', '.join(keys)}] = {form}")
+            self.body.append(f"{Z}[{', '.join(rows)}] += {self.acc(E, keys)}")
+            self.body.append(f"{P}[{', '.join(keys)}] = {self.acc(E, keys)} / {m_.replace(M, Z)}")
+            for t, sh in ((M, heads + (n,)), (E, heads + (n, m)), (Z, heads + (n,))):
+                self.result(t, sh, 1.0, self.dtypes[x])
+        self.result(S, heads + (n, m), mag, self.dtypes[x])
+        self.result(P, heads + (n, m), 1.0, self.dtypes[x])
+        self.body.append(f"{O}[{', '.join(batch + ['i', 'q'])}] += {self.acc(P, keys)} * {self.acc(V, kv + ['j', 'q'])}")
+        return self.result(O, heads + (n, e), 3.0, self.dtypes[x])    # a weighted mean of V
 
     def op_comp_pad(self, x):
         """A 1-D window along the last axis with implicit zero padding: `i + r - p`."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..ir.program import Access, Affine, BinOp, Call, Const, Expr, Op, Program, Rescale, Statement, Tensor, substitute
+from ..ir.program import Access, Affine, BinOp, Call, Const, Expr, Op, Program, Rescale, Statement, substitute
 
 
 def online_softmax(program: Program, ops: list[str]) -> tuple[Program, str] | str:
@@ -42,6 +42,9 @@ def online_softmax(program: Program, ops: list[str]) -> tuple[Program, str] | st
         e, scale = found
         if e.target in outside:
             return f"{e.target} is read outside the chain"
+        if program.tensor(e.target).dtype in ("i8", "i32"):
+            # rounded to integers, exp against a smaller max rounds differently: not exact
+            return f"{e.target} is an integer tensor: its exp cannot be rescaled exactly"
         rewritten = _rescaled(statements, m, e, scale, readers, outside)
         if isinstance(rewritten, str):
             return rewritten
