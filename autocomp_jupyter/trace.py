@@ -382,7 +382,10 @@ def trace_of(schedule: Schedule) -> list[Step]:
     for level in schedule.levels:
         if level in schedule.order:
             steps.append({"primitive": "reorder", "level": level, "order": list(schedule.order[level])})
-    for tensor, loop, level in kernel.compute_at:
+    # consumers first, as `compute_at` asks (each region follows what the later ones read),
+    # whatever order the search or the tuner moved the compute points in
+    written = {st.target: i for i, st in enumerate(kernel.statements)}
+    for tensor, loop, level in sorted(kernel.compute_at, key=lambda c: -written[c[0]]):
         steps.append({"primitive": "compute_at", "tensor": tensor, "loop": loop, "level": level})
     ann = schedule.annotations
     for tensor, level in ann.get("stage", ()) or ():

@@ -19,7 +19,8 @@ with cold caches (`caches.clear_all`; `--warm` keeps them); `cpu_s` is this proc
 time (other users of the machine do not inflate it; with `--executor` the workers' is not
 in it), `twins` how the final check ran the kernels tile by tile: `55t/1n@16` = 55 on a
 scaled twin whose largest dimension is 16, 1 with no twin (isl's verdict alone), `p` on
-the program itself, `c` coarsened.
+the program itself, `c` coarsened; `chain` the smallest factor of the report's gain chain
+(library → fused → tiled → optimised: each step's time over the next's).
 
     python benchmarks/bench_onnx.py                          # all three, tpu and npu, rules only
     python benchmarks/bench_onnx.py --models resnet50 --targets tpu --profile 25
@@ -229,6 +230,13 @@ def clear_caches() -> None:
     caches.clear_all()
 
 
+def chain_floor(report: dict) -> float:
+    """The smallest factor of the gain chain library → fused → tiled → optimised."""
+    g = report["gain_chain_time_s"]
+    steps = [g["library"], g["fused"], g["fused_tiled"], g["optimized"]]
+    return min(a / b for a, b in zip(steps, steps[1:]))
+
+
 def twins(report: dict) -> str:
     """How the final verification ran the kernels tile by tile: on the program itself, on a
     scaled twin (its largest dimension), or not at all (isl's verdict alone)."""
@@ -256,8 +264,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     models = dict(MODELS)
     print(f"{'model':16} {'target':6} {'nodes':>5} {'ops':>4} {'kernels':>7} {'import_s':>8} {'optimize_s':>10} "
-          f"{'1-layer_s':>9} {'ratio':>6} {'vs_naive':>8} {'vs_lib':>6} {'limit':>5} {'verified':>8} {'ort_err':>8} {'cpu_s':>6} "
-          f"{'twins':>14}" + (f" {'replay_s':>8} {'replay':>6}" if args.replay else ""))
+          f"{'1-layer_s':>9} {'ratio':>6} {'vs_naive':>8} {'vs_lib':>6} {'limit':>5} {'chain':>5} {'verified':>8} {'ort_err':>8} "
+          f"{'cpu_s':>6} {'twins':>14}" + (f" {'replay_s':>8} {'replay':>6}" if args.replay else ""))
     profiled = False
     for name in args.models.split(","):
         model = models[name]()
@@ -297,7 +305,7 @@ def main(argv=None) -> int:
             print(f"{name:16} {target:6} {len(model.graph.node):5d} {len(program.ops):4d} {len(r['kernels']):7d} "
                   f"{import_s:8.2f} {seconds:10.2f} {one_s:9.2f} {seconds / one_s:6.1f} "
                   f"{r['speedup_vs_naive']:8.2f} {r['speedup_vs_library']:6.2f} {r['limit_fraction']:5.2f} "
-                  f"{str(r['verified']):>8} "
+                  f"{chain_floor(r):5.3f} {str(r['verified']):>8} "
                   f"{err:8.1e} {cpu:6.1f} {twins(r):>14}{replay}", flush=True)
     return 0
 

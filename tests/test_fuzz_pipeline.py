@@ -167,5 +167,5 @@ def test_every_fuzz_reproducer_stays_fixed(path):
     tune = 50 if path.stem.startswith("tune50") else 0
     presets = ["host"] if path.stem.startswith("host") else ["tpu", "gpu", "npu", "gemmini", "host"]
     for preset in presets:
-        outcome = fuzz.check_program(path.read_text(), preset, tune)
+        outcome = fuzz.check_program(path.read_text(), preset, tune, replay=path.stem.startswith("replay"))
         assert not outcome.problems, (preset, outcome.problems)

@@ -171,7 +171,7 @@ def _map_loops(statements: tuple[Statement, ...], anchor: int) -> list[dict[str,
 
     Tensor dimensions tie loops together: if the anchor writes Y[n, f, h, w] and a relu reads
     Y[a, b, c, d], then a→n, b→f, ... . Dimensions learnt from one statement carry to the
-    next (a chain of epilogues). Loops still free then match an unused anchor loop of the same
+    next (a chain of epilogues); tensors the kernel writes tie first, its inputs after. Loops still free then match an unused anchor loop of the same
     name and extent, then of the same extent; what remains is local to the statement.
     """
     anchor_stmt = statements[anchor]
@@ -190,21 +190,29 @@ def _map_loops(statements: tuple[Statement, ...], anchor: int) -> list[dict[str,
 
     learn(anchor)
     pending = [i for i in range(len(statements)) if i != anchor]
-    changed = True
-    while changed:
-        changed = False
-        for i in pending:
-            s, m = statements[i], maps[i]
-            ext = s.extents
-            for tensor, indices in [(s.target, s.target_indices)] + [(a.tensor, a.indices) for a in s.reads()]:
-                for dim, idx in enumerate(indices):
-                    loop = idx.single_loop
-                    target_loop = dim_loop.get((tensor, dim))
-                    if (loop and loop not in m and target_loop and target_loop not in m.values()
-                            and ext[loop] == anchor_ext[target_loop]):
-                        m[loop] = target_loop
-                        changed = True
-            learn(i)
+    # Tensors the kernel writes tie loops first (each is one producer's output read by its
+    # consumers); an input only after: one input read in several roles (a fused QKV
+    # projection's output read as queries, keys and values along the same dimension) would
+    # tie a query loop to the key loop.
+    written = {s.target for s in statements}
+    for ties in (written, None):
+        changed = True
+        while changed:
+            changed = False
+            for i in pending:
+                s, m = statements[i], maps[i]
+                ext = s.extents
+                for tensor, indices in [(s.target, s.target_indices)] + [(a.tensor, a.indices) for a in s.reads()]:
+                    if ties is not None and tensor not in ties:
+                        continue
+                    for dim, idx in enumerate(indices):
+                        loop = idx.single_loop
+                        target_loop = dim_loop.get((tensor, dim))
+                        if (loop and loop not in m and target_loop and target_loop not in m.values()
+                                and ext[loop] == anchor_ext[target_loop]):
+                            m[loop] = target_loop
+                            changed = True
+                learn(i)
     for i in pending:
         s, m = statements[i], maps[i]
         for l in s.loops:  # same name and extent
