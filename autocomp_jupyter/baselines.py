@@ -150,7 +150,11 @@ def _tune_alone(program: Program, kernel: Kernel, ctx) -> Schedule:
     exhaustive = _exhaustive(kernel, ctx)          # a space small enough to score whole
     if exhaustive is not None:
         candidates.append(Plan(program, (kernel,), (exhaustive,), "exhaustive"))
-    times = [evaluate_program(p.schedules, target).total.time_s for p in candidates]
+    # The textbook tiles' default annotations can be illegal on a fused kernel (a layernorm's
+    # row loop marked parallel across its mean): only legal schedules compete.
+    from . import poly
+    times = [evaluate_program(p.schedules, target).total.time_s if poly.check_schedule(p.schedules[0]).ok
+             else math.inf for p in candidates]
     best = min(range(len(candidates)), key=lambda i: (times[i], -i))
     return candidates[best].schedules[0]
 

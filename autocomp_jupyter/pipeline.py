@@ -243,9 +243,9 @@ def _searched_as_well_as_the_library(plan: Plan, ctx: PassContext, executor, log
     never schedules a kernel worse than the library would (the gain breakdown's F plan
     asks for the same schedules, cached)."""
     from .baselines import library_schedule
-    from .passes import rule_entry
-
     from .canon import evaluate
+    from .passes import rule_entry
+    from .verify import verify_schedule
 
     prefetch(plan.program, plan.kernels, ctx, executor)
     schedules = []
@@ -253,7 +253,9 @@ def _searched_as_well_as_the_library(plan: Plan, ctx: PassContext, executor, log
         own = evaluate(schedule, ctx.target).time_s               # remembered by canonical schedule
         alone = library_schedule(plan.program, kernel, ctx)
         theirs = evaluate(alone, ctx.target).time_s
-        if theirs < own * (1 - 1e-9) and _keeps_rows_whole(kernel, alone):
+        # (a legal schedule: `library_schedule` keeps only those; it may split a row whose
+        # tiles then run in their own nests, which the tiling pass keeps whole: checked here)
+        if theirs < own * (1 - 1e-9) and not verify_schedule(alone, plan.program, ctx):
             log.append(rule_entry("library_search", "tiling", kernel.ops, True,
                                   f"the library's own search of kernel {kernel.name} finds a faster schedule "
                                   f"({own * 1e6:.1f} -> {theirs * 1e6:.1f} us): taken"))
@@ -261,15 +263,6 @@ def _searched_as_well_as_the_library(plan: Plan, ctx: PassContext, executor, log
         else:
             schedules.append(schedule)
     return Plan(plan.program, plan.kernels, tuple(schedules), plan.label)
-
-
-def _keeps_rows_whole(kernel, schedule) -> bool:
-    """The schedule leaves every loop `ir.loopnest.whole_loops` names untiled (a softmax or
-    layernorm row in one tile, as the tiling pass and the tuner keep it)."""
-    from .ir.loopnest import whole_loops
-
-    sizes = schedule.tile_sizes()
-    return all(size == kernel.extents[loop] for loop in whole_loops(kernel) for size in sizes[loop])
 
 
 def _load_traces(schedule):

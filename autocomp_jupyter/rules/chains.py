@@ -326,16 +326,11 @@ def _search_chain(program: Program, kernel: Kernel, ctx: PassContext, alone: flo
 
 
 def _with_library_search(program: Program, schedule: Schedule, seconds: float, ctx: PassContext) -> float:
-    """The fused kernel's time, or its library search's where that is faster and keeps the
-    rows the kernel needs whole (as the pipeline takes it)."""
+    """The fused kernel's time, or its library search's where that is faster (as the
+    pipeline takes it where it verifies)."""
     from ..baselines import library_schedule
-    from ..ir.loopnest import whole_loops
 
     theirs = library_schedule(program, schedule.kernel, ctx)
-    sizes = theirs.tile_sizes()
-    kernel = schedule.kernel
-    if any(size != kernel.extents[loop] for loop in whole_loops(kernel) for size in sizes[loop]):
-        return seconds
     return min(seconds, evaluate(theirs, ctx.target).time_s)
 
 
