@@ -510,12 +510,6 @@ static inline float ac_round_bf16(float x) {
 def generate_c(plan, target=None) -> str:
     """The C translation unit for `plan` (deterministic text)."""
     program = plan.program
-    rescaled = [k.name for k in plan.kernels if any(st.rescale is not None for st in k.statements)]
-    if rescaled:
-        # The host never fuses attention chains (rules/chains.py: packed paths); an
-        # accelerator plan's online softmax has no C translation yet.
-        raise ValueError(f"no C translation for the online softmax of kernel(s) {', '.join(rescaled)} "
-                         "(an accelerator plan: host plans do not use it)")
     namer = Namer(C_KEYWORDS | RESERVED)
     layout = buffer_layout(plan)
     cname = {name: namer(name) for name, _ in layout}
@@ -725,6 +719,16 @@ class _KernelWriter:
                 init = 0.0 if s.reduce == "+" else -math.inf
                 self.emit(1, f"for (long {var} = 0; {var} < {t.size}L; ++{var}) {self.cname[t.name]}[{var}] = "
                              f"{_double(init) if self.ctype(t.name) == 'double' else _float(init)};")
+        # Online softmax (ir.program.Rescale): each rescaled sum keeps the running max it last
+        # saw, per element of the max, from -inf.
+        self.seen = {}
+        for index, s in enumerate(k.statements):
+            if s.rescale is not None and s.reduce == "+":
+                n = self.tensor(s.rescale.tensor).size
+                name = self.seen[index] = self.namer.fresh(f"seen_{self.cname[s.rescale.tensor]}")
+                var = self.namer.fresh("n")
+                self.emit(1, f"double* {name} = (double*)malloc({n}UL * sizeof(double));")
+                self.emit(1, f"for (long {var} = 0; {var} < {n}L; ++{var}) {name}[{var}] = -INFINITY;")
         copy = self.flat_copy() if pk is None and win is None and not k.compute_at else None
         if copy is not None:
             # a copy of a whole tensor, element for element in the same order (a reshape of a
@@ -749,6 +753,8 @@ class _KernelWriter:
                 t, var = self.tensor(s.target), self.namer.fresh("n")
                 self.emit(1, f"for (long {var} = 0; {var} < {t.size}L; ++{var}) "
                              f"{self.cname[t.name]}[{var}] = {self.rounded(t.name, f'{self.cname[t.name]}[{var}]')};")
+        for name in self.seen.values():
+            self.emit(1, f"free({name});")
         self.emit(0, "}")
         return "\n\n".join(self.helpers + ["\n".join(self.out)])
 
@@ -2363,6 +2369,8 @@ class _KernelWriter:
                 trip = next(iter(tile.lengths)) if len(tile.lengths) == 1 else None
                 bounds[p.name] = (tile.start, tile.end, trip)
         self.emit(depth, f"/* {str(stmt).split('    #')[0]} */")
+        if index in getattr(self, "seen", {}):
+            self.rescale_sums(index, stmt, depth, var, bounds)
         rank_out = [idx.single_loop for idx in stmt.target_indices]
         out_loops = [l for l in order if l in rank_out]
         red_loops = [l for l in order if l not in rank_out]
@@ -2387,6 +2395,29 @@ class _KernelWriter:
                 self.register_tiled(stmt, depth, var, bounds, out_loops, red_loops, scope)
         else:
             self.plain(node, depth, var, bounds)
+
+    def rescale_sums(self, index: int, stmt: Statement, depth: int, var: dict, bounds: dict) -> None:
+        """Online softmax: before a sum adds this tile's terms (computed against the running
+        max as it is now), what it holds for the tile's elements is scaled by
+        exp(c * (m_seen - m_now)); then the max it has seen is the max now (two passes: the
+        elements sharing one max must all see the old one)."""
+        rs, seen = stmt.rescale, self.seen[index]
+        out = [idx.single_loop for idx in stmt.target_indices]
+        used = [l for l in out if any(l in i.loops for i in rs.indices)]
+        m = self.access_c(rs.tensor, rs.indices, var, stmt, check=False)
+        was = m.replace(f"{self.cname[rs.tensor]}[", f"{seen}[", 1)
+        target = self.access_c(stmt.target, stmt.target_indices, var, stmt, check=False)
+        self.emit(depth, "/* online softmax: rescale the sums held to the running max as it grew */")
+        for loops, body in ((out, f"if ({was} != {m}) {target} *= exp({_double(rs.scale)} * ({was} - {m}));"),
+                            (used, f"{was} = {m};")):
+            d = depth
+            for l in loops:
+                start, end, trip = bounds[l]
+                self._for(d, var[l], start, end, trip)
+                d += 1
+            self.emit(d, body)
+            for dd in range(d - 1, depth - 1, -1):
+                self.emit(dd, "}")
 
     def _for(self, depth: int, v: str, start: str, end: str, trip: int | None) -> None:
         if trip is not None and start != "0":
