@@ -234,6 +234,13 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     # block, reused by every NR-wide panel): the microkernel streams them from L3.
     cycles = cycles + micro * share * HOST_BLOCK_SPILL * ((KC * NC * 4 > l2 / 2) + 1.0 * (MC * KC * 4 > l2 / 2))
     seconds = (cycles + _packed_serial_cycles(kernel, pk, lanes)) / (target.clock_ghz * 1e9)
+    import os
+    if os.environ.get("FFN9_DEBUG") and n == 1:
+        hz = target.clock_ghz * 1e9
+        print("DBG", kernel.name, "T", T, "share", share, "MC NC KC", MC, NC, KC, "micro", micro * share / hz * 1e3, "store", store * share / hz * 1e3,
+              "a", a_copies * a_cost * share / hz * 1e3, "b", b_copies * b_cost * share / hz * 1e3, "extra", extra * share / hz * 1e3,
+              "spill", micro * share * HOST_BLOCK_SPILL * ((KC * NC * 4 > l2 / 2) + 1.0 * (MC * KC * 4 > l2 / 2)) / hz * 1e3,
+              "serial", _packed_serial_cycles(kernel, pk, lanes) / hz * 1e3, "a_cost", a_cost, "b_cost", b_cost, "step", step)
     return packed, seconds
 
 
