@@ -213,22 +213,20 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     step = max(vfma / compute.fma_units / HOST_MICRO_EFFICIENCY, HOST_FMA_LATENCY)
     micro = NB * mpan * (npan - 1 + last_panel(pk)) * K * step    # a narrow last panel costs less
     kblocks = np.ceil(K / KC)
-    epi_ops = sum(max(1, kernel.statements[s].expr.flops()) for s in pk.epilogue)
-    # The fused epilogue's arithmetic issues at the rate the same statements would in a loop
-    # nest (vector_ops_per_cycle), so fusing never looks dearer than the separate passes.
+    # The fused epilogue's arithmetic and calls issue as the same statements would in a loop
+    # nest (`_epilogue_cycles`), so fusing never looks dearer than the separate passes.
     # The output micro-tile is read and written once per kc block; between two visits the
     # code sweeps this thread's M share x nc of the output: from L2 when that fits, else
     # from L3 (measured: the tall GEMM's C, 4096 x 256, costs ~1 ms per extra kc block).
     c_region = m_rows * NC * 4
     store_vector = np.where(c_region > l2 / 2, HOST_STORE_VECTOR_FAR, HOST_STORE_VECTOR)
-    epi_calls = _epilogue_call_cycles(kernel, pk)
+    epi = _epilogue_cycles(kernel, pk, compute)
     store = NB * mpan * npan * kblocks * (math.ceil(nr / lanes) * mr * store_vector + HOST_MICRO_CALL) \
-        + NB * M * N * (epi_ops / compute.vector_ops_per_cycle * (1.0 if pk.n_contiguous or pk.swapped else lanes)
-                        + epi_calls)
+        + NB * M * N * epi
     if pk.swapped:      # partial sums in a tile-shaped buffer (near stores); the last block's store by columns
         store = NB * mpan * npan * (kblocks * (math.ceil(nr / lanes) * mr * HOST_STORE_VECTOR + HOST_MICRO_CALL)
                                     + mr * nr * HOST_STORE_TRANSPOSED) \
-            + NB * M * N * (epi_ops / compute.vector_ops_per_cycle + epi_calls)
+            + NB * M * N * epi
     b_copies = NB * K * npan * nr
     a_copies = NB * mpan * mr * K * np.ceil(N / NC)
     cycles = (micro + store + a_copies * a_cost + b_copies * b_cost + extra) * share
@@ -346,9 +344,7 @@ def replay_packed(kernel: Kernel, schedule, target: Target) -> float | None:
     units = partition_ranges(pk, part)
     vfma = mr * math.ceil(nr / lanes)
     step = max(vfma / compute.fma_units / HOST_MICRO_EFFICIENCY, HOST_FMA_LATENCY)
-    epi_ops = sum(max(1, kernel.statements[s].expr.flops()) for s in pk.epilogue)
-    epi = epi_ops / compute.vector_ops_per_cycle * (1.0 if pk.n_contiguous or pk.swapped else lanes) \
-        + _epilogue_call_cycles(kernel, pk)
+    epi = _epilogue_cycles(kernel, pk, compute)
     spill = HOST_BLOCK_SPILL * ((KC * NC * 4 > l2 / 2) + 1.0 * (MC * KC * 4 > l2 / 2))
 
     def unit_cycles(m_lo, m_hi, n_lo, n_hi) -> float:
@@ -386,7 +382,7 @@ def replay_packed(kernel: Kernel, schedule, target: Target) -> float | None:
 # sigmoid and GELU are the prelude's inline polynomial forms, vectorised with the loop
 # (codegen/c.py `ac_expf`, `ac_exp_sat`: ~20-30 vector ops per 16 lanes; measured alone in a
 # vectorised loop over 128 x 3072 points, with its load and store: exp 1.19, tanh 1.29, sigmoid
-# 0.79, GELU 1.29 cycles a point; in a packed GEMM's store, `_epilogue_call_cycles`); erf stays a scalar libm call (sqrt
+# 0.79, GELU 1.29 cycles a point; in a packed GEMM's store, `_epilogue_cycles`); erf stays a scalar libm call (sqrt
 # is an instruction under -fno-math-errno); and one step of a reduction chained along its
 # innermost loop (a row max or sum read across rows, which the generator keeps out of the
 # vectorised register tile: `host_analysis._unit_stride_reads`).
@@ -400,21 +396,25 @@ HOST_CHAINED_REDUCE = {"max": 1.4, "+": 1.9}
 HOST_CALL_STREAM = 0.3
 
 
-def _epilogue_call_cycles(kernel: Kernel, pk) -> float:
-    """Cycles per output point of packed contraction `pk`'s fused epilogue calls (GELU,
-    tanh, ...), issued per output in the microkernel's store: `HOST_LIBM_CYCLES` less
-    HOST_CALL_STREAM, the load and store of the loop of its own that those figures were
-    measured in (here the value is in a register)."""
+def _epilogue_cycles(kernel: Kernel, pk, compute) -> float:
+    """Cycles per output point of packed contraction `pk`'s fused epilogue, issued per output
+    in the microkernel's store: per statement, its arithmetic at the rate the same statement
+    would issue in a loop nest (vector_ops_per_cycle; a lane per op where the output's
+    columns are not contiguous) or its calls (GELU, exp, ...: `HOST_LIBM_CYCLES` less
+    HOST_CALL_STREAM, the load and store of the loop those figures were measured in: here
+    the value is in a register), whichever is larger, as the nest model takes them, so that
+    fusing never looks dearer than the separate passes."""
     from ..ir.program import Call
 
+    per_op = (1.0 if pk.n_contiguous or pk.swapped else compute.vector_width("f32")) / compute.vector_ops_per_cycle
     points = max(1, pk.size("batch") * pk.size("m") * pk.size("n"))
     cycles = 0.0
     for s in pk.epilogue:
         st = kernel.statements[s]
-        calls = sum(max(0.0, HOST_LIBM_CYCLES.get(e.fn, 0.0) - HOST_CALL_STREAM)
+        calls = sum(max(0.0, HOST_LIBM_CYCLES[e.fn] - HOST_CALL_STREAM)
                     for e in st.expr.walk() if isinstance(e, Call) and e.fn in HOST_LIBM_CYCLES)
-        cycles += st.points * calls
-    return cycles / points
+        cycles += st.points / points * max(max(1, st.expr.flops()) * per_op, calls)
+    return cycles
 
 
 def _host_scalar_cycles(stmt) -> float:
