@@ -72,7 +72,7 @@ class HostModel:
         if self.window is not None:
             tiled, seconds = _window_rows_seconds(model, *self.window, tiles, parallel)
             return np.where(tiled, seconds, time_s)
-        return time_s
+        return time_s + _narrow_lanes_seconds(model, tiles, parallel)
 
 
 def compute_model(kernel: Kernel, target: Target, index: dict) -> HostModel | None:
@@ -459,6 +459,39 @@ def _host_strided_accesses(kernel: Kernel, si: int, index: dict) -> np.ndarray:
                 if c and loop in m and not any(dict(i2.terms).get(loop) for i2 in access.indices[last:]):
                     out[index[m[loop]]] += 1
     return out
+
+
+def _narrow_lanes_seconds(model, tiles: np.ndarray, parallel: np.ndarray) -> np.ndarray:
+    """[n]: the seconds a plain nest's elementwise statements lose to register tiles narrower
+    than a vector along the output's contiguous loop. The shared model streams an elementwise
+    tile through the lanes as one flat run; the C vectorises the register tile's innermost
+    loop (codegen/c.py: `#pragma omp simd`), so a tile t wide fills t / ceil(t / lanes) lanes,
+    its ops (2 a cycle) and its calls (HOST_LIBM_CYCLES, per point at full lanes) alike.
+    Measured: the BERT FFN library's GELU alone, its tile 1 wide along the 3072 columns
+    (modelled 0.2 ms as a flat run), 3.3 ms on one thread; BERT's erf GELU alone at 2 wide
+    (0.18 modelled) 4.9 ms."""
+    from ..ir.program import Call
+
+    kernel, target = model.kernel, model.target
+    compute = target.compute
+    lanes = compute.vector_width("f32")
+    n = tiles.shape[0]
+    cycles = np.zeros(n)
+    for si, st in enumerate(model.statements):
+        if st.reduce or st.mac or st.contig_loop < 0 or si in getattr(model, "computed", ()):
+            continue
+        stmt = kernel.statements[si]
+        t = np.maximum(1.0, tiles[:, st.contig_loop, -1].astype(float))
+        filled = np.minimum(t / np.ceil(t / lanes), lanes)
+        ops = 1 + stmt.expr.flops()
+        calls = sum(HOST_LIBM_CYCLES.get(e.fn, 0.0) for e in stmt.expr.walk() if isinstance(e, Call))
+        per_point = ops * (1.0 / (2.0 * filled) - lanes / compute.vector_ops_per_cycle / lanes) \
+            + calls * (lanes / filled - 1.0)
+        cycles += stmt.points * np.maximum(per_point, 0.0)
+    if not cycles.any():
+        return cycles
+    threads = np.where(parallel.any(axis=1), compute.units, 1)
+    return cycles / threads / (target.clock_ghz * 1e9)
 
 
 def _host_warm_bandwidth(kernel: Kernel, target: Target, bw: np.ndarray) -> np.ndarray:
