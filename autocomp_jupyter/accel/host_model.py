@@ -6,7 +6,8 @@ from one analysis shared with the generator (`codegen.host_analysis`): which ker
 a packed GEMM (its microkernel, cache blocks, packing copies, thread partition), which as
 Winograd F(2x2, 3x3) (`winograd_cycles`: its transforms and 16 GEMMs), which as
 direct rows (depthwise convolutions, pooling: a local row per output row, no packing), and
-for the plain loop nest, the issue rate, scalar work and strided accesses of the code.
+for the plain loop nest, the issue rate, scalar work and strided accesses of the code and the
+lanes an elementwise register tile narrower than a vector leaves empty.
 `HostModel` is what the shared cost model (`cost.py`) asks at its hook points: the bytes of
 an element, the warm bandwidth, the issue-rate bound of a statement and, last, the seconds of
 the paths that replace the nest. `replay_packed` walks one schedule's packed code block by
@@ -381,8 +382,9 @@ def replay_packed(kernel: Kernel, schedule, target: Target) -> float | None:
 # Host C's function and scalar work (cycles at the target's clock, per point): exp, tanh,
 # sigmoid and GELU are the prelude's inline polynomial forms, vectorised with the loop
 # (codegen/c.py `ac_expf`, `ac_exp_sat`: ~20-30 vector ops per 16 lanes; measured alone in a
-# vectorised loop over 128 x 3072 points, with its load and store: exp 1.19, tanh 1.29, sigmoid
-# 0.79, GELU 1.29 cycles a point; in a packed GEMM's store, `_epilogue_cycles`); erf stays a scalar libm call (sqrt
+# vectorised loop over 128 x 3072 points, with its load and store: exp 1.19 (charged 1.0, as
+# calibrated before), tanh 1.29, sigmoid 0.79, GELU 1.29 cycles a point; in a packed GEMM's
+# store, `_epilogue_cycles`); erf stays a scalar libm call (sqrt
 # is an instruction under -fno-math-errno); and one step of a reduction chained along its
 # innermost loop (a row max or sum read across rows, which the generator keeps out of the
 # vectorised register tile: `host_analysis._unit_stride_reads`).
