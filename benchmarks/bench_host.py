@@ -2,6 +2,16 @@
 
     python benchmarks/bench_host.py [--quick] [--tune N] [--threads N] [--rounds N]
     python benchmarks/bench_host.py --networks [resnet50,mobilenetv2,bert] [--tune N] [--rounds N]
+    python benchmarks/bench_host.py --workloads A.acir[,B.acir] [--against DIR] [--rounds N]
+
+`--workloads`: each workload's rules-only (or --tune) plan, its generated C timed on one thread
+and all cores with, per kernel, the host model's time, the measured time (`measure_plan`'s
+per-kernel medians) and the kernel's FMA floor (its flops at the FMA rate a core sustains,
+`host_peak`, as the physical limit counts a contraction), then the program's physical limit
+over the optimised time (`limit_fraction`) by the model and as measured. `--against DIR`: the
+same workloads planned and compiled by another checkout's package (DIR holds its
+`autocomp_jupyter/` and `rules/`, e.g. `git worktree add DIR main`), in a process of its
+own; both builds' C run interleaved round by round in one worker (old vs new).
 
 `--networks`: whole networks from ONNX (ResNet-50, MobileNetV2, a BERT-base layer, built as
 `bench_onnx.py` builds them, random weights): the generated C (`optimize(model, target="host")`,
@@ -371,7 +381,20 @@ def parse_args(argv):
                         help="whole networks instead of kernels (default all three: resnet50,mobilenetv2,bert)")
     parser.add_argument("--rounds", type=int, default=None, metavar="N",
                         help="side-by-side rounds per table (default 11, 5 with --quick)")
+    parser.add_argument("--workloads", default=None, metavar="PATHS",
+                        help="comma-separated .acir files: their plans' C per kernel against the model and "
+                             "the FMA floor, and the limit fraction modelled and measured")
+    parser.add_argument("--against", default=None, metavar="DIR",
+                        help="with --workloads: also the plans another checkout (DIR/autocomp_jupyter, "
+                             "DIR/rules) makes, run interleaved with this checkout's")
     args = parser.parse_args(argv)
+    if args.against is not None and args.workloads is None:
+        parser.error("--against needs --workloads")
+    if args.against is not None and not os.path.isdir(os.path.join(args.against, "autocomp_jupyter")):
+        parser.error(f"--against: {args.against!r} holds no autocomp_jupyter/ package")
+    for path in (args.workloads or "").split(","):
+        if path and not os.path.isfile(path):
+            parser.error(f"--workloads: no such file {path!r}")
     for flag in ("tune", "threads", "rounds"):
         value = getattr(args, flag)
         if value is not None and value < (0 if flag == "tune" else 1):
@@ -396,6 +419,8 @@ def main(argv) -> None:
     args = parse_args(argv)
     if args.networks is not None:
         return networks_main(args)
+    if args.workloads is not None:
+        return workloads_main(args)
     quick = args.quick
     tune = args.tune if args.tune is not None else (50 if quick else 300)
     cores = args.threads or host.default_threads()
@@ -465,6 +490,115 @@ def main(argv) -> None:
             if one["numpy"] and many["numpy"]:
                 line += f", numpy {one['numpy'] / many['numpy']:.2f}x"
         print(line)
+
+
+# --------------------------------------------------------------------------- workloads, old vs new
+
+def workload_build(path: str, tune: int) -> dict:
+    """The plan `optimize(path, target="host", tune=tune)` makes with the package this process
+    imports, compiled: {"library", "shapes", "kernels", "report": limit fraction, speedup, the
+    limit, "model": {threads: {kernel: s}}, "flops": {kernel: flops}} (JSON-ready: what
+    `--against` reads back from the other checkout's process)."""
+    import autocomp_jupyter as autocomp
+    from autocomp_jupyter import host
+    from autocomp_jupyter.accel.target import load_target
+    from autocomp_jupyter.codegen.c import buffer_layout, tensor_of
+
+    target = load_target("host")
+    result = autocomp.optimize(path, target="host", tune=tune, seed=0)
+    plan = result.after
+    compiled = host.compile_plan(plan, target)
+    cores = host.default_threads()
+    model = {str(t): {k.name: c.time_s for k, c in zip(plan.kernels, _costs(plan, target, t))}
+             for t in dict.fromkeys([1, cores])}
+    return {"library": str(compiled.library_path), "source": str(compiled.source_path),
+            "shapes": [list(tensor_of(plan, t).shape) for t, _ in buffer_layout(plan)],
+            "kernels": [k.name for k in plan.kernels], "model": model,
+            "flops": {k["name"]: k["metrics"]["flops"] for k in result.report["kernels"]},
+            "limit": result.report["limit"], "limit_fraction": result.report["limit_fraction"],
+            "speedup_vs_library": result.report["speedup_vs_library"], "package": autocomp.__file__}
+
+
+def _limit_on(limit: dict, units: int, threads: int) -> float:
+    """The report's physical limit (`limit.physical_limit`, for the target's `units` cores)
+    on `threads` threads: each datapath's floor scaled to that many cores, the memory floor
+    as it is."""
+    scale = units / threads
+    return max([limit["dram_s"]] + [s * scale for s in limit["datapaths_s"].values()]
+               + list(limit.get("ports_s", {}).values()))
+
+
+def workloads_main(args) -> None:
+    import tempfile
+
+    import autocomp_jupyter as autocomp
+    from autocomp_jupyter import host
+    from autocomp_jupyter.accel.host_peak import measured_flops
+    from autocomp_jupyter.accel.target import load_target
+
+    paths = [p for p in args.workloads.split(",") if p]
+    tune = args.tune or 0
+    cores = args.threads or host.default_threads()
+    rounds = args.rounds or 11
+    target = load_target("host")
+    rate = measured_flops(max(4, min(16, target.compute.lanes))) or target.peak_flops("f32") / target.compute.units
+    print(f"# bench_host --workloads  {time.strftime('%Y-%m-%dT%H:%M:%S')}  cores usable: {host.default_threads()}  "
+          f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  tune={tune}  "
+          f"FMA rate a core sustains {rate / 1e9:.1f} GFLOP/s")
+    builds = {}     # (path, "this" | "against") -> workload_build
+    for path in paths:
+        builds[(path, "this")] = workload_build(path, tune)
+        if args.against:
+            env = dict(os.environ, PYTHONPATH=os.path.abspath(args.against))
+            # run from DIR, its package imported first: bench_host puts this checkout on sys.path
+            code = (f"import sys, json, autocomp_jupyter; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
+                    f"import bench_host; print(json.dumps(bench_host.workload_build({os.path.abspath(path)!r}, {tune})))")
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                                 cwd=os.path.abspath(args.against))
+            if out.returncode:
+                raise SystemExit(f"--against {args.against}: planning {path} failed:\n{out.stderr[-2000:]}")
+            builds[(path, "against")] = json.loads(out.stdout.strip().splitlines()[-1])
+    label = {"this": os.path.dirname(os.path.dirname(os.path.abspath(autocomp.__file__))),
+             "against": os.path.abspath(args.against) if args.against else ""}
+    names = {key: f"{os.path.basename(key[0])} ({key[1]})" for key in builds}
+    job = {"generated": [{"name": names[key], "library": b["library"], "shapes": b["shapes"]} for key, b in builds.items()]}
+    print("builds: " + "; ".join(f"{which} = {label[which]}" for which in ("this", "against") if label[which]))
+    for threads in dict.fromkeys([1, cores]):
+        libs = run_side_by_side(threads, rounds, job, libraries=("generated",), names=list(names.values()))
+        gen = libs.get("generated", {})
+        print(f"\n## {threads} thread{'s' if threads > 1 else ''}  (ms, medians of {rounds} interleaved rounds; "
+              f"{others_note(libs)})\n")
+        print("| workload | build | measured | fastest | model | model / fastest | limit | limit fraction: model, "
+              "measured (fastest) | speedup vs library (model) |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for key, b in builds.items():
+            run = gen.get(names[key])
+            if run is None:
+                continue
+            model = sum(b["model"][str(threads)].values())
+            limit = _limit_on(b["limit"], target.compute.units, threads)
+            print(f"| {os.path.basename(key[0])} | {key[1]} | {run['median'] * 1e3:.3f} | {run['fastest'] * 1e3:.3f} "
+                  f"| {model * 1e3:.3f} | {model / run['fastest']:.2f} | {limit * 1e3:.3f} "
+                  f"| {limit / model:.3f}, {limit / run['fastest']:.3f} | {b['speedup_vs_library']:.3f} |")
+        if args.against:
+            for path in paths:
+                a, t = gen.get(names[(path, "against")]), gen.get(names[(path, "this")])
+                if a and t:
+                    print(f"- {os.path.basename(path)}: this / against {t['median'] / a['median']:.3f} (medians), "
+                          f"{t['fastest'] / a['fastest']:.3f} (fastest)")
+        for path in paths:
+            b = builds[(path, "this")]
+            plan_report = host.measure_plan(autocomp.optimize(path, target="host", tune=tune, seed=0).after, target,
+                                            repeats=5, threads=threads)
+            print(f"\n{os.path.basename(path)} (this build), per kernel on {threads} thread{'s' if threads > 1 else ''} "
+                  f"(matches interpreter: {plan_report['matches_interpreter']}):\n")
+            print("| kernel | measured ms | model ms | FMA floor ms | floor / measured | floor / model |")
+            print("|---|---|---|---|---|---|")
+            for k in b["kernels"]:
+                meas, mod = plan_report["per_kernel"][k], b["model"][str(threads)][k]
+                floor = b["flops"].get(k, 0.0) / (rate * threads)
+                print(f"| {k} | {meas * 1e3:.3f} | {mod * 1e3:.3f} | {floor * 1e3:.3f} | {floor / meas:.3f} "
+                      f"| {floor / mod:.3f} |")
 
 
 # --------------------------------------------------------------------------- whole networks

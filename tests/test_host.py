@@ -639,3 +639,71 @@ def test_many_rows_read_a_small_b_in_place_and_match_interpreter():
         if in_place:
             assert "B read in place" in generate(plan, None, "c")
             check(plan, threads=2)
+
+
+def test_a_row_major_activation_packs_as_rows_side_by_side():
+    """A[i, k] with k contiguous (an activation times weights) packs its MR-row panels as MR
+    straight runs (HOST_COPY_ROWS), not as a strided copy; A[k, i] is one straight run; a
+    prepacked A (a param) costs no copy."""
+    from autocomp_jupyter.codegen.host_analysis import (HOST_COPY_ROWS, HOST_COPY_RUN, host_copy_costs,
+                                                        packed_contraction)
+    from autocomp_jupyter.ir.schedule import kernels_unfused
+
+    def a_cost(src):
+        kernel = kernels_unfused(parse(src))[0]
+        return host_copy_costs(kernel, packed_contraction(kernel))[0]
+    assert a_cost("input X: f32[128, 256]\nparam W: f32[256, 512]\nY = matmul(X, W)\n") == HOST_COPY_ROWS
+    assert a_cost("input X: f32[256, 128]\nparam W: f32[256, 512]\nY[i, j] += X[k, i] * W[k, j]\n") \
+        == HOST_COPY_RUN
+    assert a_cost("param X: f32[128, 256]\ninput W: f32[256, 512]\nY = matmul(X, W)\n") == 0.0
+
+
+def test_a_fused_epilogue_charges_its_calls_and_still_beats_the_separate_pass():
+    """The packed GEMM's store charges a fused GELU its calls (HOST_LIBM_CYCLES less the
+    loop's own load and store) on top of the GEMM alone, and per statement no more than the
+    same statement costs in a nest of its own: the linear + GELU and a linear + the erf GELU
+    an ONNX export writes out (an exp inside) both stay fused on host."""
+    from autocomp_jupyter.accel import host_model
+    from autocomp_jupyter.accel.cost import evaluate
+    from autocomp_jupyter.codegen.host_analysis import packed_contraction
+
+    target = load_target("host")
+    src = ("input X: f32[128, 256]\nparam W: f32[256, 512]\nparam b: f32[512]\nH = linear(X, W, b)\n"
+           "G = gelu(H)\noutput G\n")
+    result = autocomp.optimize(src, target="host", tune=0)
+    (kernel,), (schedule,) = result.after.kernels, result.after.schedules
+    assert kernel.ops == ("H", "G")
+    pk = packed_contraction(kernel)
+    want = host_model.HOST_LIBM_CYCLES["gelu"] - host_model.HOST_CALL_STREAM
+    per_point = host_model._epilogue_cycles(kernel, pk, target.compute)
+    # the bias add (one op at vector_ops_per_cycle) and GELU's calls
+    assert per_point == pytest.approx(1 / target.compute.vector_ops_per_cycle + want)
+    lib = {k.ops: evaluate(s, target).time_s for k, s in zip(result.library.kernels, result.library.schedules)}
+    fused = evaluate(schedule, target).time_s
+    assert fused < sum(lib.values())
+    erf_gelu = ("input X: f32[128, 256]\nparam W: f32[256, 512]\nparam b: f32[512]\nH = linear(X, W, b)\n"
+                "T[i, j] = 1 / (1 + 0.3275911 * abs(H[i, j] * 0.70710678))\n"
+                "G[i, j] = 0.5 * H[i, j] * (1 + (1 - T[i, j] * (0.254829592 + T[i, j] * (-0.284496736 + T[i, j] "
+                "* 1.421413741))) * exp(-(H[i, j] * H[i, j] * 0.5)))\noutput G\n")
+    kernels = autocomp.optimize(erf_gelu, target="host", tune=0).after.kernels
+    assert len(kernels) == 1 and packed_contraction(kernels[0]).epilogue
+
+
+def test_an_elementwise_register_tile_narrower_than_a_vector_runs_that_many_lanes():
+    """A plain nest's elementwise statement runs the C's innermost register-tile loop as its
+    vector: 1 wide along the contiguous loop, its GELU calls are charged per point as if
+    scalar (lanes x), so the model ranks it far below a 16-wide tile, and the plan it picks
+    for a lone GELU is at least a vector wide there."""
+    src = "input H: f32[128, 3072]\nG = gelu(H)\noutput G\n"
+    result = autocomp.optimize(src, target="host", tune=0)
+    (kernel,), (schedule,) = result.after.kernels, result.after.schedules
+    inner = kernel.loops[-1].name            # the contiguous loop (G's last index)
+    assert schedule.tile_sizes()[inner][-1] >= 16
+
+    def time_with(width):
+        tiles = {loop: dict(zip(("L3", "L2", "L1", "registers"), sizes)) for loop, sizes in schedule.tile_sizes().items()}
+        tiles[inner] = {"L3": 256, "L2": 64, "L1": 32, "registers": width}
+        variant = result.evaluate_variant(kernel.name, tiles=tiles)
+        assert variant["legal"], variant["reason"]
+        return variant["time_s"]
+    assert time_with(1) > 5 * time_with(16)

@@ -6,7 +6,8 @@ from one analysis shared with the generator (`codegen.host_analysis`): which ker
 a packed GEMM (its microkernel, cache blocks, packing copies, thread partition), which as
 Winograd F(2x2, 3x3) (`winograd_cycles`: its transforms and 16 GEMMs), which as
 direct rows (depthwise convolutions, pooling: a local row per output row, no packing), and
-for the plain loop nest, the issue rate, scalar work and strided accesses of the code.
+for the plain loop nest, the issue rate, scalar work and strided accesses of the code and the
+lanes an elementwise register tile narrower than a vector leaves empty.
 `HostModel` is what the shared cost model (`cost.py`) asks at its hook points: the bytes of
 an element, the warm bandwidth, the issue-rate bound of a statement and, last, the seconds of
 the paths that replace the nest. `replay_packed` walks one schedule's packed code block by
@@ -72,7 +73,7 @@ class HostModel:
         if self.window is not None:
             tiled, seconds = _window_rows_seconds(model, *self.window, tiles, parallel)
             return np.where(tiled, seconds, time_s)
-        return time_s
+        return time_s + _narrow_lanes_seconds(model, tiles, parallel)
 
 
 def compute_model(kernel: Kernel, target: Target, index: dict) -> HostModel | None:
@@ -213,20 +214,20 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     step = max(vfma / compute.fma_units / HOST_MICRO_EFFICIENCY, HOST_FMA_LATENCY)
     micro = NB * mpan * (npan - 1 + last_panel(pk)) * K * step    # a narrow last panel costs less
     kblocks = np.ceil(K / KC)
-    epi_ops = sum(max(1, kernel.statements[s].expr.flops()) for s in pk.epilogue)
-    # The fused epilogue's arithmetic issues at the rate the same statements would in a loop
-    # nest (vector_ops_per_cycle), so fusing never looks dearer than the separate passes.
+    # The fused epilogue's arithmetic and calls issue as the same statements would in a loop
+    # nest (`_epilogue_cycles`), so fusing never looks dearer than the separate passes.
     # The output micro-tile is read and written once per kc block; between two visits the
     # code sweeps this thread's M share x nc of the output: from L2 when that fits, else
     # from L3 (measured: the tall GEMM's C, 4096 x 256, costs ~1 ms per extra kc block).
     c_region = m_rows * NC * 4
     store_vector = np.where(c_region > l2 / 2, HOST_STORE_VECTOR_FAR, HOST_STORE_VECTOR)
+    epi = _epilogue_cycles(kernel, pk, compute)
     store = NB * mpan * npan * kblocks * (math.ceil(nr / lanes) * mr * store_vector + HOST_MICRO_CALL) \
-        + NB * M * N * epi_ops / compute.vector_ops_per_cycle * (1.0 if pk.n_contiguous or pk.swapped else lanes)
+        + NB * M * N * epi
     if pk.swapped:      # partial sums in a tile-shaped buffer (near stores); the last block's store by columns
         store = NB * mpan * npan * (kblocks * (math.ceil(nr / lanes) * mr * HOST_STORE_VECTOR + HOST_MICRO_CALL)
                                     + mr * nr * HOST_STORE_TRANSPOSED) \
-            + NB * M * N * epi_ops / compute.vector_ops_per_cycle
+            + NB * M * N * epi
     b_copies = NB * K * npan * nr
     a_copies = NB * mpan * mr * K * np.ceil(N / NC)
     cycles = (micro + store + a_copies * a_cost + b_copies * b_cost + extra) * share
@@ -344,8 +345,7 @@ def replay_packed(kernel: Kernel, schedule, target: Target) -> float | None:
     units = partition_ranges(pk, part)
     vfma = mr * math.ceil(nr / lanes)
     step = max(vfma / compute.fma_units / HOST_MICRO_EFFICIENCY, HOST_FMA_LATENCY)
-    epi_ops = sum(max(1, kernel.statements[s].expr.flops()) for s in pk.epilogue)
-    epi = epi_ops / compute.vector_ops_per_cycle * (1.0 if pk.n_contiguous or pk.swapped else lanes)
+    epi = _epilogue_cycles(kernel, pk, compute)
     spill = HOST_BLOCK_SPILL * ((KC * NC * 4 > l2 / 2) + 1.0 * (MC * KC * 4 > l2 / 2))
 
     def unit_cycles(m_lo, m_hi, n_lo, n_hi) -> float:
@@ -381,14 +381,42 @@ def replay_packed(kernel: Kernel, schedule, target: Target) -> float | None:
 
 # Host C's function and scalar work (cycles at the target's clock, per point): exp, tanh,
 # sigmoid and GELU are the prelude's inline polynomial forms, vectorised with the loop
-# (codegen/c.py `ac_expf`, `ac_tanhf`: ~20-40 vector ops per 16 lanes; measured, the FFN's
-# linear + GELU epilogue costs ~0.1 ms over 393K outputs); erf stays a scalar libm call (sqrt
+# (codegen/c.py `ac_expf`, `ac_exp_sat`: ~20-30 vector ops per 16 lanes; measured alone in a
+# vectorised loop over 128 x 3072 points, with its load and store: exp 1.19 (charged 1.0, as
+# calibrated before), tanh 1.29, sigmoid 0.79, GELU 1.29 cycles a point; in a packed GEMM's
+# store, `_epilogue_cycles`); erf stays a scalar libm call (sqrt
 # is an instruction under -fno-math-errno); and one step of a reduction chained along its
 # innermost loop (a row max or sum read across rows, which the generator keeps out of the
 # vectorised register tile: `host_analysis._unit_stride_reads`).
-HOST_LIBM_CYCLES = {"exp": 1.0, "sigmoid": 1.3, "tanh": 1.6, "gelu": 2.0, "erf": 20.0,
+HOST_LIBM_CYCLES = {"exp": 1.0, "sigmoid": 0.8, "tanh": 1.3, "gelu": 1.3, "erf": 20.0,
                     "log": 8.0, "pow": 30.0}   # log, pow: scalar libm calls (estimates)
 HOST_CHAINED_REDUCE = {"max": 1.4, "+": 1.9}
+# Of a HOST_LIBM_CYCLES figure, the loop's own load and store (a plain copy of the same 1.5 MB
+# measured 0.21 cycles a point): fused into a packed GEMM's store, the BERT FFN's 768 -> 3072
+# linear + GELU ran 5.87 ms against 5.72 for the linear alone (one thread, 393K outputs):
+# 0.98 cycles a point, the table's 1.3 less 0.3.
+HOST_CALL_STREAM = 0.3
+
+
+def _epilogue_cycles(kernel: Kernel, pk, compute) -> float:
+    """Cycles per output point of packed contraction `pk`'s fused epilogue, issued per output
+    in the microkernel's store: per statement, its arithmetic at the rate the same statement
+    would issue in a loop nest (vector_ops_per_cycle; a lane per op where the output's
+    columns are not contiguous) or its calls (GELU, exp, ...: `HOST_LIBM_CYCLES` less
+    HOST_CALL_STREAM, the load and store of the loop those figures were measured in: here
+    the value is in a register), whichever is larger, as the nest model takes them, so that
+    fusing never looks dearer than the separate passes."""
+    from ..ir.program import Call
+
+    per_op = (1.0 if pk.n_contiguous or pk.swapped else compute.vector_width("f32")) / compute.vector_ops_per_cycle
+    points = max(1, pk.size("batch") * pk.size("m") * pk.size("n"))
+    cycles = 0.0
+    for s in pk.epilogue:
+        st = kernel.statements[s]
+        calls = sum(max(0.0, HOST_LIBM_CYCLES[e.fn] - HOST_CALL_STREAM)
+                    for e in st.expr.walk() if isinstance(e, Call) and e.fn in HOST_LIBM_CYCLES)
+        cycles += st.points / points * max(max(1, st.expr.flops()) * per_op, calls)
+    return cycles
 
 
 def _host_scalar_cycles(stmt) -> float:
@@ -433,6 +461,39 @@ def _host_strided_accesses(kernel: Kernel, si: int, index: dict) -> np.ndarray:
                 if c and loop in m and not any(dict(i2.terms).get(loop) for i2 in access.indices[last:]):
                     out[index[m[loop]]] += 1
     return out
+
+
+def _narrow_lanes_seconds(model, tiles: np.ndarray, parallel: np.ndarray) -> np.ndarray:
+    """[n]: the seconds a plain nest's elementwise statements lose to register tiles narrower
+    than a vector along the output's contiguous loop. The shared model streams an elementwise
+    tile through the lanes as one flat run; the C vectorises the register tile's innermost
+    loop (codegen/c.py: `#pragma omp simd`), so a tile t wide fills t / ceil(t / lanes) lanes,
+    its ops (2 a cycle) and its calls (HOST_LIBM_CYCLES, per point at full lanes) alike.
+    Measured: the BERT FFN library's GELU alone, its tile 1 wide along the 3072 columns
+    (modelled 0.2 ms as a flat run), 3.3 ms on one thread; BERT's erf GELU alone at 2 wide
+    (0.18 modelled) 4.9 ms."""
+    from ..ir.program import Call
+
+    kernel, target = model.kernel, model.target
+    compute = target.compute
+    lanes = compute.vector_width("f32")
+    n = tiles.shape[0]
+    cycles = np.zeros(n)
+    for si, st in enumerate(model.statements):
+        if st.reduce or st.mac or st.contig_loop < 0 or si in getattr(model, "computed", ()):
+            continue
+        stmt = kernel.statements[si]
+        t = np.maximum(1.0, tiles[:, st.contig_loop, -1].astype(float))
+        filled = np.minimum(t / np.ceil(t / lanes), lanes)
+        ops = 1 + stmt.expr.flops()
+        calls = sum(HOST_LIBM_CYCLES.get(e.fn, 0.0) for e in stmt.expr.walk() if isinstance(e, Call))
+        per_point = ops * (1.0 / (2.0 * filled) - lanes / compute.vector_ops_per_cycle / lanes) \
+            + calls * (lanes / filled - 1.0)
+        cycles += stmt.points * np.maximum(per_point, 0.0)
+    if not cycles.any():
+        return cycles
+    threads = np.where(parallel.any(axis=1), compute.units, 1)
+    return cycles / threads / (target.clock_ghz * 1e9)
 
 
 def _host_warm_bandwidth(kernel: Kernel, target: Target, bw: np.ndarray) -> np.ndarray:
