@@ -98,7 +98,12 @@ def test_transformer_blocks_fuse_row_wise_and_verify(target):
             whole = whole_loops(kernel)
             assert whole, kernel.name
             sizes = schedule.tile_sizes()
-            assert all(size == kernel.extents[loop] for loop in whole for size in sizes[loop])
+            if not all(size == kernel.extents[loop] for loop in whole for size in sizes[loop]):
+                # the tiling pass keeps the row whole; only the library's own search of the fused
+                # kernel may split it (its row reductions then complete in nests of their own),
+                # taken where it is faster and verifies
+                assert any(e["rule"] == "library_search" and e["applied"] and set(fused) <= set(e["ops"])
+                           for e in res.report["rules"]), kernel.name
         assert res.report["speedup_vs_library"] > 1.0
 
 
