@@ -72,17 +72,13 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
         times = [evaluate(s, ctx.target).time_s for s in schedules[i:i + MAX_CHAIN]]
         tried = None
         for rule in rules:
-            lengths = _matched(rule, program, kernels[i:i + MAX_CHAIN])
+            lengths = _applicable(rule, program, kernels[i:i + MAX_CHAIN], ctx, log)
             if not lengths:
-                continue
-            n = lengths[-1]
-            if not rule.applies_to(ctx.target.name):
-                why = "disabled" if not rule.enabled else f"not for target '{ctx.target.name}' (targets: {rule.where()})"
-                log.append(rule_entry(rule.name, PASS, _ops(kernels[i:i + n]), False, why))
                 continue
             if tried is not None:      # the first rule that matches decides (the rules' order)
                 continue
             tried = rule.name
+            n = lengths[-1]
             if not any(_anchor_op(program, k).op_class == "contraction" for k in kernels[i:i + n]):
                 # A normalisation written out (mean, centre, variance, divide): its first steps
                 # save almost nothing fused, so step-by-step pruning would stop before the
@@ -128,14 +124,10 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
                 best = (length, schedule.kernel, schedule, seconds, rule, alone)
         rewritten = None
         for rule in online:
-            lengths = _matched(rule, program, kernels[i:i + MAX_CHAIN])
+            lengths = _applicable(rule, program, kernels[i:i + MAX_CHAIN], ctx, log)
             if not lengths:
                 continue
             n = lengths[-1]
-            if not rule.applies_to(ctx.target.name):
-                why = "disabled" if not rule.enabled else f"not for target '{ctx.target.name}' (targets: {rule.where()})"
-                log.append(rule_entry(rule.name, PASS, _ops(kernels[i:i + n]), False, why))
-                continue
             alone = sum(times[:n])
             floor = best[3] + sum(times[best[0]:n]) if best is not None else alone
             found = _online(program, kernels[i:i + n], ctx, alone)
@@ -188,6 +180,17 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
         out_s.append(schedule)
         i += length
     return Plan(program, tuple(out_k), tuple(out_s), plan.label), log, rollbacks
+
+
+def _applicable(rule, program: Program, kernels: list[Kernel], ctx: PassContext, log: list) -> list[int]:
+    """The chain lengths `rule` matches from the first of `kernels` (`_matched`), or none
+    where it is disabled or not for this target (logged so)."""
+    lengths = _matched(rule, program, kernels)
+    if lengths and not rule.applies_to(ctx.target.name):
+        why = "disabled" if not rule.enabled else f"not for target '{ctx.target.name}' (targets: {rule.where()})"
+        log.append(rule_entry(rule.name, PASS, _ops(kernels[:lengths[-1]]), False, why))
+        return []
+    return lengths
 
 
 def _floor(chain: list[Kernel], schedules, ctx: PassContext) -> tuple[float, str]:
