@@ -49,25 +49,26 @@ def online_softmax(program: Program, ops: list[str]) -> tuple[Program, str] | st
         if isinstance(rewritten, str):
             return rewritten
         first = owner[id(m)]
-        if any(is_mac(s) for s in statements[:statements.index(m)] if owner[id(s)] == first):
+        if any(_is_mac(s) for s in statements[:statements.index(m)] if owner[id(s)] == first):
             return "the scores and their max are one op"
         return _merged(program, chain, first, *rewritten)
     return "no exp(x - running max) read only by sums in the chain"
 
 
-def is_mac(s: Statement) -> bool:
+def _is_mac(s: Statement) -> bool:
     return s.reduce == "+" and isinstance(s.expr, BinOp) and s.expr.op == "*"
 
 
 def _exp_of_running_max(m: Statement, readers: list[Statement]) -> tuple[Statement, float] | None:
-    """The exp(c * (x - M)) reading max statement `m` (c > 0), and c."""
-    for e in readers:
-        if e.reduce is None and isinstance(e.expr, Call) and e.expr.fn == "exp":
-            c = _coefficient(e.expr.args[0], m.target)
-            if c is not None and c < 0 and all(idx.single_loop for idx in e.target_indices):
-                if len(readers) == 1:
-                    return e, -c
-    return None
+    """(E, c) where the max statement `m`'s only reader is E = exp(c * (x - M)), c > 0."""
+    if len(readers) != 1:
+        return None
+    (e,) = readers
+    if e.reduce is not None or not isinstance(e.expr, Call) or e.expr.fn != "exp" \
+            or not all(idx.single_loop for idx in e.target_indices):
+        return None
+    c = _coefficient(e.expr.args[0], m.target)
+    return (e, -c) if c is not None and c < 0 else None
 
 
 def _coefficient(expr: Expr, tensor: str) -> float | None:
@@ -140,7 +141,7 @@ def _rescaled(statements: list[Statement], m: Statement, e: Statement, scale: fl
     {each deferred sum's tensor: the tensor it is the sum for})."""
     m_read = next(a for a in e.reads() if a.tensor == m.target)
     out: list[Statement] = []
-    deferred: dict[int, Statement] = {}        # id(sum over P) -> its divide, after it
+    deferred: dict[int, tuple] = {}    # id(a sum over P) -> (P's statement, its read of P, Z's indices there)
     dropped: set[int] = set()
     sums: dict[str, str] = {}
     for s in readers(e.target):
@@ -191,7 +192,7 @@ def _rescaled(statements: list[Statement], m: Statement, e: Statement, scale: fl
             out.append(replace(s, rescale=Rescale(m.target, r_idx, scale)))
         else:
             out.append(s)
-    if not any(s.rescale and s.reduce == "+" and any(is_mac(x) for x in [s]) for s in out):
+    if not any(s.rescale and _is_mac(s) for s in out):
         return "no weighted sum of the probabilities follows the softmax"
     return out, sums
 
