@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .errors import UserError
 from .ir.plan import Plan
 from .ir.program import Program
 from .ir.schedule import Kernel
@@ -87,21 +88,26 @@ class Result:
         return {k.name: trace_of(s) for k, s in zip(self.after.kernels, self.after.schedules)}
 
     def code(self, lang: str = "c") -> str:
-        """Generated code for the optimised plan: 'c', 'pseudo' (computed by the pipeline;
-        generated here only for a Result built without it) or 'schedule' (every kernel's
-        trace as Python calls that rebuild it)."""
+        """Generated code for the optimised plan: 'c', 'pseudo' (the pipeline makes the
+        pseudo-kernel, and the C on host; the rest is made here when first asked for and
+        kept) or 'schedule' (every kernel's trace as Python calls that rebuild it)."""
         if lang == "schedule":
             from .trace import python_of
 
             return "\n\n".join(python_of(name, trace) for name, trace in self.traces().items())
-        if lang in self.codes:
-            code = self.codes[lang]
-            if isinstance(code, BaseException):
-                raise code
-            return code
-        from . import codegen
+        if lang not in self.codes:
+            from . import codegen
 
-        return codegen.generate(self.after, self.target, lang)
+            try:
+                self.codes[lang] = codegen.generate(self.after, self.target, lang)
+            except UserError:
+                raise                    # an unknown language: the caller's mistake, not the plan's
+            except Exception as err:     # codegen refusing this plan: said again on every ask
+                self.codes[lang] = err
+        code = self.codes[lang]
+        if isinstance(code, BaseException):
+            raise code
+        return code
 
     def to_tvm(self):
         """The optimised plan in TVM's tensor expressions with its schedule applied
