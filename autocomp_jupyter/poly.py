@@ -481,7 +481,9 @@ def check_schedule(schedule) -> "Legality":
     every pass, the tuner, variant evaluation and the final verification: its loop nest must
     keep every dependence (reductions may be reassociated: '+' and 'max' are treated as
     associative and commutative), and every loop marked parallel must carry no dependence in
-    any statement, reductions included (a parallel reduction is a race). A schedule isl
+    any statement, reductions included (a parallel reduction is a race). Statements computed
+    against a running max (`Rescale`) are ordered by their placement in the loop nest
+    (`rescale_violations`), every other dependence by isl. A schedule isl
     cannot even represent (ValueError) is illegal, with that reason.
 
     Verdicts are remembered by the schedule's canonical form (`canon.schedule_key`: tensor

@@ -9,6 +9,8 @@ A *statement* is one tensor comprehension over a box iteration domain:
 Index expressions are affine (`Affine`), so every domain is an isl box set and every
 access an isl affine map (see `poly.py`); reads outside a tensor's bounds yield the
 access's `pad` value (0 unless a lowering says otherwise, e.g. -inf for max pooling).
+A statement may be marked `Rescale`: computed against a running max (the online softmax a
+rewrite makes, `rules/online_softmax.py`), the same statement untiled.
 """
 from __future__ import annotations
 
