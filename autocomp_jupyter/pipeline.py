@@ -205,17 +205,12 @@ def _codes(plan: Plan, target: Target) -> dict:
     """{'c' | 'pseudo': the generated code, or the exception codegen raised for this plan
     (the Code tab shows why; `Result.code` re-raises it)}: the pseudo-kernel (the Code tab's
     first view), and the C where the target runs it (host); an accelerator plan's C is made
-    when first asked for (`Result.code`: a tenth of a network's optimise time otherwise)."""
+    when first asked for (`Result.code`: 1.6 s of ResNet-50's 43 profiled otherwise)."""
     from . import codegen
     from .accel.host_model import runs_generated_c
 
-    out = {}
-    for lang in ("pseudo", "c") if runs_generated_c(target) else ("pseudo",):
-        try:
-            out[lang] = codegen.generate(plan, target, lang)
-        except Exception as err:  # codegen refusing a plan is information for the Code tab, not a failed run
-            out[lang] = err
-    return out
+    return {lang: codegen.generate_or_reason(plan, target, lang)
+            for lang in (("pseudo", "c") if runs_generated_c(target) else ("pseudo",))}
 
 
 def _tune(plan: Plan, ctx: PassContext, configs: int, top: int, budget, progress, executor):

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import UserError
 from .ir.plan import Plan
 from .ir.program import Program
 from .ir.schedule import Kernel
@@ -98,12 +97,7 @@ class Result:
         if lang not in self.codes:
             from . import codegen
 
-            try:
-                self.codes[lang] = codegen.generate(self.after, self.target, lang)
-            except UserError:
-                raise                    # an unknown language: the caller's mistake, not the plan's
-            except Exception as err:     # codegen refusing this plan: said again on every ask
-                self.codes[lang] = err
+            self.codes[lang] = codegen.generate_or_reason(self.after, self.target, lang)
         code = self.codes[lang]
         if isinstance(code, BaseException):
             raise code

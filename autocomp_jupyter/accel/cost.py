@@ -651,8 +651,9 @@ class KernelModel:
         overlap = self._epilogue_overlap(double_buffered)      # [n] bool
         beside: dict[str, np.ndarray] = {}    # in-place epilogues' compute on other datapaths
         beside_tail = np.zeros(n)             # ... their last output tile's, which nothing hides
-        apart: dict[str, np.ndarray] = {}     # nests of their own on other datapaths (online softmax's exp)
-        apart_compute: dict[str, np.ndarray] = {}
+        # nests of their own on other datapaths (online softmax's exp): their time beyond their
+        # compute per datapath, and their whole time
+        apart: dict[str, np.ndarray] = {}
         apart_total = np.zeros(n)
         for si, st in enumerate(self.statements):
             if si in self.computed:
@@ -903,8 +904,7 @@ class KernelModel:
                 st_time = np.maximum(step + serial_time + cold + drain, st_level_time.max(axis=1))
                 time_s += st_time
                 if dp.unit != anchor_unit:     # its own nest on another datapath (see `apart` below)
-                    apart[dp.unit] = apart.get(dp.unit, 0.0) + st_time
-                    apart_compute[dp.unit] = apart_compute.get(dp.unit, 0.0) + st_compute
+                    apart[dp.unit] = apart.get(dp.unit, 0.0) + st_time - st_compute
                     apart_total += st_time
                 stream_total += stream
                 cold_total += cold
@@ -934,7 +934,7 @@ class KernelModel:
             busy = {anchor_unit: anchor_only - apart_total}
             for u, v in compute_by_unit.items():
                 if u != anchor_unit:
-                    busy[u] = busy.get(u, 0.0) + v - apart_compute.get(u, 0.0) + apart.get(u, 0.0)
+                    busy[u] = busy.get(u, 0.0) + v + apart.get(u, 0.0)
         for producer in self.producers:      # computed at the anchor's tiles: its own nest, recomputed
             cost, mult = producer.evaluate(tiles, orders, counts, parallel)
             unit = datapath_of(compute, producer.model.statements[0]).unit
@@ -1011,10 +1011,8 @@ def _held_regions(kernel: Kernel, target: Target, index: Mapping[str, int], elem
             last_read[a.tensor] = c
     out: list[_HeldRegion] = []
     owner: dict[str, str] = {}       # tensor -> the buffer it lives in
-    for si in sorted(computed):
+    for si in sorted(computed):         # one writer each (`regions` refuses more)
         st = statements[si]
-        if any(h.tensor == st.target for h in out):
-            continue
         loop, level = computed[si]
         h = levels.index(level) if level in levels else len(levels) - 1
         dims = []
@@ -1045,12 +1043,18 @@ def _held_peak(held: list[_HeldRegion], T: np.ndarray, orders, extents) -> np.nd
     its level spans the tile one level out (the producers run over all of it there)."""
     n, D, L = T.shape
     sizes: dict[str, np.ndarray] = {}
+    at_point: dict[tuple[int, int], np.ndarray] = {}     # (level, compute loop) -> [n, D] tiles there
     for r in held:
+        if (r.level, r.loop) not in at_point:
+            at_point[r.level, r.loop] = (T[:, :, r.level] if orders is None
+                                         else _tiles_at_point(T, _inside_point(orders, r.level, r.loop), r.level,
+                                                              extents))
+        point = at_point[r.level, r.loop]
         length = np.ones(n)
         for loops, scales, fixed, ext in r.dims:
             span = np.full(n, float(fixed))
             for a, k in zip(loops, scales):
-                span = span + k * _tile_at_point(T, orders, r, a, extents)
+                span = span + k * point[:, a]
             length = length * np.clip(span, 1.0, ext)
         sizes[r.tensor] = length * r.elem_bytes
     out = np.zeros((n, L))
@@ -1068,17 +1072,18 @@ def _held_peak(held: list[_HeldRegion], T: np.ndarray, orders, extents) -> np.nd
     return out
 
 
-def _tile_at_point(T: np.ndarray, orders, region: _HeldRegion, a: int, extents) -> np.ndarray:
-    """[n] anchor loop `a`'s tile at the region's compute point: at its level where it comes
-    at or before the compute loop in the order there, else one level out (the whole loop
-    above the outermost level), as `_ProducerModel.region_tiles` has it."""
-    h = region.level
-    if orders is None:
-        return T[:, a, h]
-    position = np.argsort(orders[:, h, :], axis=1)
-    inside = position[:, a] <= position[:, region.loop]
-    outer = T[:, a, h - 1] if h else np.full(len(T), float(extents[a]))
-    return np.where(inside, T[:, a, h], outer)
+def _inside_point(orders: np.ndarray, at: int, loop: int) -> np.ndarray:
+    """[n, D] each anchor loop comes at or before the compute loop `loop` in the order at level `at`."""
+    position = np.argsort(orders[:, at, :], axis=1)
+    return position <= position[:, [loop]]
+
+
+def _tiles_at_point(tiles: np.ndarray, inside: np.ndarray, at: int, extents) -> np.ndarray:
+    """[n, D] each anchor loop's tile at a compute point at level `at`: its tile at that level
+    where it comes at or before the compute loop in the order there (`inside`, from
+    `_inside_point`), else one level out (its whole extent above the outermost level)."""
+    outer = tiles[:, :, at - 1] if at else np.asarray(extents, dtype=float)[None, :]
+    return np.where(inside, tiles[:, :, at], outer)
 
 
 def _producer_groups(kernel: Kernel) -> list[tuple[int, ...]]:
@@ -1199,10 +1204,9 @@ class _ProducerModel:
         loop = self.anchor_index[self.loop]
         # Each anchor loop's tile (and tile count) at the compute point: at its level when it
         # comes at or before the compute loop in the order there, else one level out.
-        position = np.argsort(orders[:, at, :], axis=1)                       # [n, D] place in the order
-        inside = position <= position[:, [loop]]
+        inside = _inside_point(orders, at, loop)                               # [n, D]
         outer = max(at - 1, 0)
-        T_point = np.where(inside, tiles[:, :, at], tiles[:, :, outer] if at else self.anchor_extents[None, :])
+        T_point = _tiles_at_point(tiles, inside, at, self.anchor_extents)
         n_point = np.where(inside, counts[:, at, :], counts[:, outer, :] if at else 1.0)
         sub = np.empty((n, len(self.spans), L))
         mult = np.ones(n)

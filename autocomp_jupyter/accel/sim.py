@@ -121,8 +121,7 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
     beside: dict[str, float] = {}
     beside_tail = 0.0
     by_unit: dict[str, float] = {}
-    apart: dict[str, float] = {}
-    apart_compute: dict[str, float] = {}
+    apart: dict[str, float] = {}      # nests of their own on other datapaths: time beyond compute
     apart_total = 0.0
     for si in range(len(model.statements)):
         if si in model.computed:
@@ -150,8 +149,7 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
         else:
             time_s += r["time_s"]
             if unit != anchor_unit:      # a nest of its own on another datapath (as the model)
-                apart[unit] = apart.get(unit, 0.0) + r["time_s"]
-                apart_compute[unit] = apart_compute.get(unit, 0.0) + r["compute_s"]
+                apart[unit] = apart.get(unit, 0.0) + r["time_s"] - r["compute_s"]
                 apart_total += r["time_s"]
         compute_s += r["compute_s"]
         steps_done += r["steps"]
@@ -168,7 +166,7 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
         busy = {anchor_unit: anchor_only - apart_total}    # its statements on other datapaths keep those busy
         for u, v in by_unit.items():
             if u != anchor_unit:
-                busy[u] = busy.get(u, 0.0) + v - apart_compute.get(u, 0.0) + apart.get(u, 0.0)
+                busy[u] = busy.get(u, 0.0) + v + apart.get(u, 0.0)
         for producer in model.producers:
             sub, mult = producer.region_tiles(tiles, orders, all_counts, parallel)
             r = simulate(producer.schedule(sub[0]), target, max_steps)

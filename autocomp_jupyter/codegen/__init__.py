@@ -13,6 +13,17 @@ from ..errors import UserError
 LANGUAGES = ("c", "pseudo")
 
 
+def generate_or_reason(plan, target=None, lang: str = "c"):
+    """`generate(...)`, or the exception codegen raised refusing this plan (what the Code tab
+    shows; `Result.code` raises it again). An unknown `lang` still raises."""
+    try:
+        return generate(plan, target, lang)
+    except UserError:
+        raise
+    except Exception as err:  # codegen refusing a plan is information for the Code tab, not a failed run
+        return err
+
+
 def generate(plan, target=None, lang: str = "c") -> str:
     """Source text for `plan` on `target` in `lang` ('c' or 'pseudo')."""
     if lang == "c":

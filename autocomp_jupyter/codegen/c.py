@@ -662,6 +662,7 @@ class _KernelWriter:
         self.out: list[str] = []
         self.helpers: list[str] = []    # static functions the kernel calls (written before it)
         self.fn = ""
+        self.seen: dict[int, str] = {}  # rescaled sum (online softmax) -> its last-seen-max buffer
 
     # ------------------------------------------------------------------ helpers
 
@@ -741,7 +742,6 @@ class _KernelWriter:
                              f"{_double(init) if self.ctype(t.name) == 'double' else _float(init)};")
         # Online softmax (ir.program.Rescale): each rescaled sum keeps the running max it last
         # saw, per element of the max, from -inf.
-        self.seen = {}
         for index, s in enumerate(k.statements):
             if s.rescale is not None and s.reduce == "+":
                 n = self.tensor(s.rescale.tensor).size
@@ -2389,7 +2389,7 @@ class _KernelWriter:
                 trip = next(iter(tile.lengths)) if len(tile.lengths) == 1 else None
                 bounds[p.name] = (tile.start, tile.end, trip)
         self.emit(depth, f"/* {str(stmt).split('    #')[0]} */")
-        if index in getattr(self, "seen", {}):
+        if index in self.seen:
             self.rescale_sums(index, stmt, depth, var, bounds)
         rank_out = [idx.single_loop for idx in stmt.target_indices]
         out_loops = [l for l in order if l in rank_out]

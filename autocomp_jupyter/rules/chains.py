@@ -130,7 +130,7 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
             n = lengths[-1]
             alone = sum(times[:n])
             floor = best[3] + sum(times[best[0]:n]) if best is not None else alone
-            found = _online(program, kernels[i:i + n], ctx, alone)
+            found = _online(program, kernels[i:i + n], ctx)
             if isinstance(found, str):
                 log.append(rule_entry(rule.name, PASS, _ops(kernels[i:i + n]), False, found))
                 continue
@@ -337,7 +337,7 @@ def _with_library_search(program: Program, schedule: Schedule, seconds: float, c
     return min(seconds, evaluate(theirs, ctx.target).time_s)
 
 
-def _online(program: Program, chain: list[Kernel], ctx: PassContext, alone: float):
+def _online(program: Program, chain: list[Kernel], ctx: PassContext):
     """(rewritten program, schedule, seconds) of the chain as one kernel with its softmax
     against a running max (`online_softmax`), searched and scheduled like any kernel; or why
     it does not apply. The rewrite must compute what the program does (the interpreter)."""
@@ -358,6 +358,8 @@ def _online(program: Program, chain: list[Kernel], ctx: PassContext, alone: floa
                                                   for x in kernel.statements))
     for st in reversed(kernel.statements[:first]):
         kernel = kernel.with_compute_at(st.target, kernel.loop_names[0], "")
+    if not kernel.compute_at:
+        return "no scores before the softmax to compute at the key tiles"
     try:
         regions(kernel)
     except ComputeAtError as err:
@@ -366,12 +368,7 @@ def _online(program: Program, chain: list[Kernel], ctx: PassContext, alone: floa
     if not verdict:
         return f"the rewrite changes the result: {verdict.reason}"
     # every compute point is searched (the first often keeps the key loop whole)
-    found = _search_chain(rewritten, kernel, ctx, float("inf")) if kernel.compute_at else None
-    if found is None:
-        mapping = level_mapping(ctx.rules.tiling.get("levels", ["L2", "L1", "vector"]), ctx.target.tiling_levels)
-        searched = search_tiles(kernel, ctx.target, None, mapping, ctx.rules.tiling, seed=ctx.seed,
-                                n_random=CHAIN_CANDIDATES, rounds=CHAIN_ROUNDS)
-        found = (searched[0], searched[1].time_s, 1) if searched is not None else "no tiling fits on chip"
+    found = _search_chain(rewritten, kernel, ctx, float("inf"))
     if isinstance(found, str):
         return found
     schedule, seconds = _scheduled_chain(rewritten, found[0], ctx)

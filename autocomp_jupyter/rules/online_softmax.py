@@ -100,8 +100,9 @@ def _coefficient(expr: Expr, tensor: str) -> float | None:
                     return b * x.lhs.value
                 return 0.0 if a == 0.0 and b == 0.0 else None
             if x.op == "/":
-                return a / x.rhs.value if isinstance(x.rhs, Const) and x.rhs.value and b == 0.0 else (
-                    0.0 if a == 0.0 and b == 0.0 else None)
+                if a == 0.0 and b == 0.0:
+                    return 0.0
+                return a / x.rhs.value if b == 0.0 and isinstance(x.rhs, Const) and x.rhs.value else None
         return None
     return walk(expr)
 
