@@ -480,15 +480,14 @@ def _narrow_lanes_seconds(model, tiles: np.ndarray, parallel: np.ndarray) -> np.
     n = tiles.shape[0]
     cycles = np.zeros(n)
     for si, st in enumerate(model.statements):
-        if st.reduce or st.mac or st.contig_loop < 0 or si in getattr(model, "computed", ()):
+        if st.reduce or st.mac or st.contig_loop < 0 or si in model.computed:
             continue
         stmt = kernel.statements[si]
         t = np.maximum(1.0, tiles[:, st.contig_loop, -1].astype(float))
         filled = np.minimum(t / np.ceil(t / lanes), lanes)
         ops = 1 + stmt.expr.flops()
         calls = sum(HOST_LIBM_CYCLES.get(e.fn, 0.0) for e in stmt.expr.walk() if isinstance(e, Call))
-        per_point = ops * (1.0 / (2.0 * filled) - lanes / compute.vector_ops_per_cycle / lanes) \
-            + calls * (lanes / filled - 1.0)
+        per_point = ops * (1.0 / (2.0 * filled) - 1.0 / compute.vector_ops_per_cycle) + calls * (lanes / filled - 1.0)
         cycles += stmt.points * np.maximum(per_point, 0.0)
     if not cycles.any():
         return cycles
