@@ -707,7 +707,11 @@ def placement(kernel: Kernel, steps: Sequence[_TileStep], at_depth: dict[int, in
 def whole_loops(kernel: Kernel) -> frozenset[str]:
     """Anchor loops that, tiled, would split the kernel into several tile loops (a later
     statement reads a reduction over them, or reads across their tiles): kept whole by the
-    tiling search and the tuner."""
+    tiling search and the tuner. Remembered on the (immutable) kernel: the searches ask it
+    of every kernel they score."""
+    cached = kernel.__dict__.get("_whole_loops")
+    if cached is not None:
+        return cached
     out = set()
     for anchor in kernel.loop_names:
         steps = [_TileStep(anchor, "", 1)]
@@ -718,7 +722,8 @@ def whole_loops(kernel: Kernel) -> frozenset[str]:
         instances = sum(1 for j, d in users if d > j)
         if instances > 1:
             out.add(anchor)
-    return frozenset(out)
+    object.__setattr__(kernel, "_whole_loops", frozenset(out))
+    return kernel.__dict__["_whole_loops"]
 
 
 def lower(schedule: Schedule) -> LoopNest:

@@ -240,7 +240,8 @@ def _search(kernel: Kernel, target, current: Schedule | None, levels: dict[str, 
             continue
         seeds_t.append(t)
         seeds_o.append(o)
-    whole = np.array([l.name in whole_loops(kernel) for l in kernel.loops])
+    kept_whole = whole_loops(kernel)
+    whole = np.array([l.name in kept_whole for l in kernel.loops])
     # Random candidates: each (loop, level) from its list; levels not tiled inherit. They
     # depend on the kernel's structure, not on the schedule it has now: searches of one
     # kernel from different schedules (the library's, the pipeline's) draw and score them once.
