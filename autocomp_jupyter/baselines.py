@@ -40,10 +40,10 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from .accel.cost import evaluate_program, naive_schedule, textbook_schedule
+from .accel.cost import naive_schedule, textbook_schedule
 from .accel.target import Target
 from .caches import LRU
-from .canon import canonical_kernel
+from .canon import canonical_kernel, evaluate_program
 from .ir.program import Program
 from .ir.schedule import Kernel, Schedule, kernels_unfused
 from .result import Plan

@@ -10,7 +10,9 @@ names; two kernels with equal canonical forms are the same computation on differ
 named data. Loop names are kept (schedules are written in them).
 
 The caches keyed by these forms are `caches.LRU`s (registered in `caches`, which clears them
-all at once). `evaluate` is the cost model's `evaluate` remembered by canonical schedule.
+all at once). `evaluate` is the cost model's `evaluate` remembered by canonical schedule;
+`evaluate_program` a plan's kernels so (a network's repeated layers, and the kernels plans
+share, are costed once).
 """
 from __future__ import annotations
 
@@ -83,3 +85,13 @@ def evaluate(schedule: Schedule, target):
         _COSTS.put(key, cost)
     return replace(cost, kernel=schedule.kernel.name, bytes=dict(cost.bytes),
                    level_time_s=dict(cost.level_time_s), limits=dict(cost.limits))
+
+
+def evaluate_program(schedules, target):
+    """`accel.cost.evaluate_program`, each kernel's cost from `evaluate` (remembered)."""
+    from .accel.cost import ProgramCost, combine
+    from .accel.target import load_target
+
+    target = load_target(target)
+    kernels = [evaluate(s, target) for s in schedules]
+    return ProgramCost(target=target.name, kernels=kernels, total=combine(kernels, target))

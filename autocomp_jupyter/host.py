@@ -272,7 +272,7 @@ def predicted_time(plan, target=None, threads: int | None = None) -> float:
     thread, as the generated code runs (codegen/c.py: units cut for the thread count)."""
     import dataclasses
 
-    from .accel.cost import evaluate_program
+    from .canon import evaluate_program
     from .accel.target import load_target
 
     target = load_target("host") if target is None else target

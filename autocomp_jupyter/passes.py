@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .accel.cost import ProgramCost, evaluate_program
+from .accel.cost import ProgramCost
 from .accel.target import Target
+from .canon import evaluate_program
 from .interp import Equivalence, equivalent
 from .ir.program import Program
 from .ir.plan import Plan

@@ -14,7 +14,8 @@ from dataclasses import replace
 from numbers import Integral
 from typing import Mapping
 
-from .accel.cost import evaluate, evaluate_program
+from .accel.cost import evaluate
+from .canon import evaluate_program
 from .accel.target import Target
 from .ir.plan import Plan
 from .ir.schedule import Schedule
