@@ -710,8 +710,13 @@ class KernelModel:
                 ts_rel = np.where(wmask, 1.0, dp_rel)
                 ts_mean = E / ts_counts
             dp_trips = np.concatenate([trips, np.take_along_axis(ts_rel, inner_order, axis=1)], axis=1)
-            dp_prefix = np.ones((n, dp_trips.shape[1] + 1))      # products of its first trips
-            np.cumprod(dp_trips, axis=1, out=dp_prefix[:, 1:])
+            # Laid out [loop sequence, n]: the running products and maxima over the sequence
+            # (`_fetches_by_prefix`) then run over whole rows of candidates.
+            trips_seq = np.ascontiguousarray(dp_trips.T)
+            dp_prefix = np.ones((trips_seq.shape[0] + 1, n))      # products of its first trips
+            np.cumprod(trips_seq, axis=0, out=dp_prefix[1:])
+            dp_moving = trips_seq > 1.0                          # loops of one trip don't count
+            dp_loops_seq = np.ascontiguousarray(dp_loops.T)
             cycles = passes * dp.pass_cycles
             fill = 0.0                        # cycles the array fills, nothing streaming
             if st.mac:
@@ -733,7 +738,7 @@ class KernelModel:
                             / sum(piece_mult)
                         single = np.prod(np.where(weight, one, 1.0), axis=1)
                         kept = np.minimum(inner_tiles, _fetches_by_prefix(
-                            stationary.index_mask[dp_loops], dp_trips, dp_prefix, [L * D])[0])
+                            stationary.index_mask[dp_loops_seq], dp_moving, dp_prefix, [L * D])[:, 0])
                         fills = inner_tiles * np.maximum(blocks - single, 0.0) + kept * single
                     fill = _fill_cycles(compute, fills, cycles)
                     cycles = cycles + fill
@@ -771,12 +776,12 @@ class KernelModel:
                 fits, fetch_counts, read_share = [], [], []
                 fps = _footprint(a, mean_tile[:, list(a.chain), :].transpose(0, 2, 1)) if a.chain else None
                 # the tile fetches into each holding level (the loops outside it), then the datapath
-                by_level = _fetches_by_prefix(a.index_mask[dp_loops], dp_trips, dp_prefix,
+                by_level = _fetches_by_prefix(a.index_mask[dp_loops_seq], dp_moving, dp_prefix,
                                               [(h + 1) * D for h in a.chain] + [dp_trips.shape[1]])
                 # its distinct tiles at each holding level
                 distinct_at = np.prod(np.where(a.index_mask & st.present, counts[:, list(a.chain), :], 1.0), axis=2)
                 for pos, h in enumerate(a.chain):
-                    fetches = by_level[pos]
+                    fetches = by_level[:, pos]
                     distinct = distinct_at[:, pos]
                     fp = fps[:, pos]
                     moved = _traffic(a.kind, fp, fetches, distinct)
@@ -794,7 +799,7 @@ class KernelModel:
                     fetch_counts.append(np.where(double_buffered[:, h], np.maximum(loads, 0.0), fetches))
                     read_share.append(1.0 if a.kind == "read" else np.maximum(loads, 0.0) / np.maximum(
                         2.0 * fetches - distinct, 1e-30) if a.kind == "accumulate" else 0.0)
-                fetches = by_level[-1]
+                fetches = by_level[:, -1]
                 distinct = np.prod(np.where(a.index_mask & st.present, ts_counts, 1.0), axis=1)
                 # A systolic array's partial sums are added into its accumulator as they arrive
                 # (the banks read-modify-write in place: Gemmini's accumulate-on-write, the MXU's
@@ -1382,18 +1387,28 @@ def _stationary_operand(st: "_StatementModel") -> "_AccessModel | None":
                  and a.index_mask[st.col_loop]), None)
 
 
-def _fetches_by_prefix(index_seq: np.ndarray, trips: np.ndarray, upto: np.ndarray,
-                       prefixes: list[int]) -> list[np.ndarray]:
+def _fetches_by_prefix(index_seq: np.ndarray, moving: np.ndarray, upto: np.ndarray,
+                       prefixes: list[int]) -> np.ndarray:
     """Times a tile is fetched at the level holding each prefix of the loop sequence (its first
     S loops, for each S in `prefixes`): the product of the prefix's trips except the innermost
     run of loops that do not index the tensor (loops of one trip don't count), i.e. its trips
-    up to its last loop indexing the tensor (`upto[:, k]`: the product of the first k trips,
-    shared by a statement's accesses)."""
-    n, S = trips.shape
-    breaker = index_seq & (trips > 1.0)
-    last = np.maximum.accumulate(np.where(breaker, np.arange(1, S + 1), 0), axis=1)    # [n, S]
-    rows = np.arange(n)
-    return [upto[rows, last[:, p - 1]] if p else np.ones(n) for p in prefixes]
+    up to its last loop indexing the tensor. All [sequence, n]: `index_seq` whether each loop
+    indexes the tensor, `moving` whether its trip exceeds one, `upto[k]` the product of the
+    first k trips (shared by a statement's accesses). Returns [n, len(prefixes)]."""
+    S, n = moving.shape
+    position = np.where(index_seq & moving, np.arange(1, S + 1)[:, None], 0)
+    out = np.ones((n, len(prefixes)))
+    last = np.zeros(n, dtype=np.int64)     # the last breaking loop (1-based) seen so far
+    seen = 0
+    candidates = np.arange(n)
+    for k in sorted(range(len(prefixes)), key=prefixes.__getitem__):
+        p = prefixes[k]
+        if p > seen:
+            last = np.maximum(last, position[seen:p].max(axis=0))
+            seen = p
+        if p:
+            out[:, k] = upto[last, candidates]
+    return out
 
 
 def _footprint(a: _AccessModel, tile: np.ndarray) -> np.ndarray:
