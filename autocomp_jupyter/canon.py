@@ -31,7 +31,7 @@ def canonical_kernel(kernel: Kernel) -> Kernel:
     cached = kernel.__dict__.get("_canonical")     # memo on the (immutable) kernel itself
     if cached is not None:
         return cached
-    names = {t.name: f"T{i}" for i, t in enumerate(kernel.tensors)}
+    names = canonical_names(kernel)
 
     def rename(e):
         if isinstance(e, Access):
@@ -56,6 +56,11 @@ def canonical_kernel(kernel: Kernel) -> Kernel:
         shared = canon
     object.__setattr__(kernel, "_canonical", shared)
     return shared
+
+
+def canonical_names(kernel: Kernel) -> dict[str, str]:
+    """The renaming `canonical_kernel` applies: each tensor's name → T<its position>."""
+    return {t.name: f"T{i}" for i, t in enumerate(kernel.tensors)}
 
 
 def schedule_key(schedule: Schedule) -> tuple:

@@ -57,13 +57,14 @@ The model (Timeloop / ZigZag style):
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..caches import cached
+from ..caches import LRU, cached
 from ..ir.program import DTYPE_BYTES, Access, Program
 from ..ir.schedule import Kernel, Schedule, is_mac_statement, kernels_unfused
 from .host_model import (HOST_L1_WAYS, HOST_STRIDED_CONFLICT, HOST_STRIDED_POINT, _GEMM_MIN_BLOCK, _GEMM_MR,
@@ -1552,8 +1553,26 @@ def datapath_of(compute, st: "_StatementModel") -> Datapath:
 @cached("cost.kernel_model", 256)
 def kernel_model(kernel: Kernel, target: Target, staged: tuple[tuple[str, str], ...] = ()) -> KernelModel:
     """The compiled cost model of `kernel` on `target` (cached); `staged`: a schedule's
-    `stage` annotation, (tensor, level) pairs held at levels their role would bypass."""
-    return KernelModel(kernel, target, tuple(staged))
+    `stage` annotation, (tensor, level) pairs held at levels their role would bypass.
+
+    The model reads the kernel's structure, not its names: kernels equal up to tensor names
+    (a network's repeated layers, a kernel rebuilt by another pass) share one compiled model,
+    handed out with `kernel` set to the caller's (ResNet-50 built 754 models of 133 forms)."""
+    from ..canon import canonical_kernel, canonical_names   # (a layer above: the structure's key)
+
+    names = canonical_names(kernel)
+    key = (canonical_kernel(kernel), target, tuple(sorted((names.get(t, t), lv) for t, lv in staged)))
+    model = _MODELS.get(key)
+    if model is None:
+        model = KernelModel(kernel, target, tuple(staged))
+        _MODELS.put(key, model)
+    elif model.kernel is not kernel:
+        model = copy.copy(model)       # shares the compiled arrays, which nothing changes
+        model.kernel = kernel
+    return model
+
+
+_MODELS = LRU("cost.kernel_model_by_structure", 512)
 
 
 def evaluate_batch(kernel: Kernel, target, tiles, orders=None, parallel=None, vectorize=None) -> BatchCost:
