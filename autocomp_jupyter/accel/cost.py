@@ -317,6 +317,9 @@ class _StatementModel:
     rescale_per_elem: float = 0.0
 
 
+SINGLE_SCHEDULES = 1024    # single-schedule costs a kernel model remembers
+
+
 class KernelModel:
     """A kernel compiled against a target: the constant parts of the cost model."""
 
@@ -362,6 +365,7 @@ class KernelModel:
         self.held = _held_regions(kernel, target, index, self.elem_bytes) if self.computed else []
         # Host C runs a tiled GEMM-like kernel as a packed BLIS-style GEMM, not the tile nest.
         self.host_packed = self.host_pk = self.host_scalar = None
+        self._single: dict = {}       # one schedule's cost by its arrays (`evaluate_batch`)
         if host_c:
             self.host_packed, self.host_pk = self.host.packed_gemm, self.host.pk
             self.host_scalar, self.host_strided = self.host.scalar, self.host.strided
@@ -592,6 +596,20 @@ class KernelModel:
 
     def evaluate_batch(self, tiles, orders=None, parallel=None, vectorize=None) -> BatchCost:
         tiles, orders, parallel, vectorize = self.normalise(tiles, orders, parallel, vectorize)
+        if len(tiles) > 1:
+            return self._evaluate(tiles, orders, parallel, vectorize)
+        # One schedule: the passes ask the same one again (its tiles under other annotations,
+        # a plan re-costed); each is costed once (shared by the kernels sharing this model).
+        key = (tiles.tobytes(), orders.tobytes(), parallel.tobytes(), vectorize.tobytes())
+        cost = self._single.get(key)
+        if cost is None:
+            if len(self._single) >= SINGLE_SCHEDULES:
+                self._single.clear()
+            cost = self._single[key] = self._evaluate(tiles, orders, parallel, vectorize)
+        return cost
+
+    def _evaluate(self, tiles, orders, parallel, vectorize) -> BatchCost:
+        """`evaluate_batch` of normalised arrays."""
         target, compute = self.target, self.target.compute
         n, D, L = tiles.shape
         pack_cycles = micro_k = None
