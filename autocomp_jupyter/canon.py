@@ -19,48 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .caches import LRU
-from .ir.program import Access, Statement, substitute
-from .ir.schedule import Kernel, Schedule
-
-_CANON = LRU("canonical_kernel", 4096)
-
-
-def canonical_kernel(kernel: Kernel) -> Kernel:
-    """`kernel` with tensors renamed T0, T1, ... (by position in `kernel.tensors`), ops
-    op0, op1, ... and the kernel itself K. Equal for kernels equal up to those names."""
-    cached = kernel.__dict__.get("_canonical")     # memo on the (immutable) kernel itself
-    if cached is not None:
-        return cached
-    names = canonical_names(kernel)
-
-    def rename(e):
-        if isinstance(e, Access):
-            return replace(e, tensor=names.get(e.tensor, e.tensor), span=None)
-        return None
-
-    statements = tuple(Statement(names.get(s.target, s.target), s.target_indices, s.reduce, s.loops,
-                                 substitute(s.expr, rename),
-                                 rescale=s.rescale and replace(s.rescale, tensor=names[s.rescale.tensor]))
-                       for s in kernel.statements)
-    canon = Kernel(name="K", ops=tuple(f"op{i}" for i in range(len(kernel.ops))), statements=statements,
-                   loops=kernel.loops, inputs=tuple(names[n] for n in kernel.inputs),
-                   outputs=tuple(names[n] for n in kernel.outputs),
-                   internals=tuple(names[n] for n in kernel.internals),
-                   tensors=tuple(replace(t, name=names[t.name], span=None) for t in kernel.tensors),
-                   anchor=kernel.anchor, loop_maps=kernel.loop_maps,
-                   compute_at=tuple((names[t], loop, level) for t, loop, level in kernel.compute_at))
-    # One object per canonical form: later equality tests are identity tests.
-    shared = _CANON.get(canon)
-    if shared is None:
-        _CANON.put(canon, canon)
-        shared = canon
-    object.__setattr__(kernel, "_canonical", shared)
-    return shared
-
-
-def canonical_names(kernel: Kernel) -> dict[str, str]:
-    """The renaming `canonical_kernel` applies: each tensor's name → T<its position>."""
-    return {t.name: f"T{i}" for i, t in enumerate(kernel.tensors)}
+from .ir.schedule import Schedule, canonical_kernel, canonical_names  # noqa: F401 (the forms live with Kernel)
 
 
 def schedule_key(schedule: Schedule) -> tuple:

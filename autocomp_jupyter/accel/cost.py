@@ -66,7 +66,7 @@ import numpy as np
 
 from ..caches import LRU, cached
 from ..ir.program import DTYPE_BYTES, Access, Program
-from ..ir.schedule import Kernel, Schedule, is_mac_statement, kernels_unfused
+from ..ir.schedule import Kernel, Schedule, canonical_kernel, canonical_names, is_mac_statement, kernels_unfused
 from .host_model import (HOST_L1_WAYS, HOST_STRIDED_CONFLICT, HOST_STRIDED_POINT, _GEMM_MIN_BLOCK, _GEMM_MR,
                          _GEMM_NR, _host_issue_cycles, compute_model)
 from .target import Target, load_target
@@ -1575,9 +1575,8 @@ def kernel_model(kernel: Kernel, target: Target, staged: tuple[tuple[str, str], 
 
     The model reads the kernel's structure, not its names: kernels equal up to tensor names
     (a network's repeated layers, a kernel rebuilt by another pass) share one compiled model,
-    handed out with `kernel` set to the caller's (ResNet-50 built 754 models of 133 forms)."""
-    from ..canon import canonical_kernel, canonical_names   # (a layer above: the structure's key)
-
+    handed out with `kernel` set to the caller's (ResNet-50 built 754 models of 133 forms);
+    not on host C, whose model reads the kernel's tensors by name."""
     names = canonical_names(kernel)
     key = (canonical_kernel(kernel), target, tuple(sorted((names.get(t, t), lv) for t, lv in staged)))
     model = _MODELS.get(key)
@@ -1585,6 +1584,8 @@ def kernel_model(kernel: Kernel, target: Target, staged: tuple[tuple[str, str], 
         model = KernelModel(kernel, target, tuple(staged))
         _MODELS.put(key, model)
     elif model.kernel is not kernel:
+        if model.host is not None:     # host C's model reads the kernel's tensors by name
+            return KernelModel(kernel, target, tuple(staged))
         model = copy.copy(model)       # shares the compiled arrays, which nothing changes
         model.kernel = kernel
     return model
