@@ -139,7 +139,10 @@ def _tune_alone(program: Program, kernel: Kernel, ctx) -> Schedule:
     from .tune import tune_plan
 
     target = ctx.target
-    ctx = replace(ctx, explain=False)             # the passes' logs are not kept here
+    # The passes' logs are not kept here, and the schedules they keep are proved legal by isl
+    # without tiled runs: the baseline is costed, never run or shown as optimised (a library
+    # schedule the pipeline takes is verified whole: `pipeline._searched_as_well_as_the_library`).
+    ctx = replace(ctx, explain=False, tiled_checks=False)
     plan = Plan(program, (kernel,), (textbook_schedule(kernel, target),), "textbook")
     candidates = [Plan(program, (kernel,), (naive_schedule(kernel, target),), "naive"), plan]
     for run in (tiling_pass, scheduling_pass):   # each pass checks (isl, tiled execution) what it keeps

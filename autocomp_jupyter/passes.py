@@ -29,6 +29,10 @@ class PassContext:
     rules: RuleSet
     seed: int = 0
     explain: bool = True    # False: the log is discarded (the library baseline), refusals are not explained
+    # False: a pass proves the schedules it keeps legal (isl) but does not also run them tile by
+    # tile (the library baseline's own searches: costed, never shown as optimised; a library
+    # schedule the pipeline takes is verified whole there)
+    tiled_checks: bool = True
     _costs: dict = field(default_factory=dict, repr=False)
     _verdicts: dict = field(default_factory=dict, repr=False)
 
