@@ -286,6 +286,7 @@ class _AccessModel:
     chain: tuple[int, ...]   # tiling levels (outer → inner) that hold it
     internal: bool
     terms: tuple = ()        # per index row: ((loop, |coeff|), ...) of its nonzero coefficients
+    counted: np.ndarray | None = None   # anchor loops indexing it that its statement iterates
 
     def __post_init__(self):
         self.terms = tuple(tuple((int(d), float(c)) for d, c in enumerate(row) if c != 0.0) for row in self.coeff)
@@ -294,6 +295,7 @@ class _AccessModel:
 @dataclass
 class _StatementModel:
     present: np.ndarray      # [D] bool: anchor loops this statement iterates
+    present_loops: np.ndarray  # their indices
     local_points: int        # product of local loop extents
     points: int
     flops_per_point: int
@@ -406,7 +408,8 @@ class KernelModel:
                 tensor=tensor, coeff=coeff, local_add=local_add,
                 dims=np.array(t.shape if len(t.shape) == len(indices) else [1 << 62] * len(indices), dtype=float),
                 elem_bytes=self.elem_bytes(t.dtype), kind=akind, index_mask=coeff.sum(axis=0) > 0,
-                chain=chain, internal=tensor in kernel.internals))
+                chain=chain, internal=tensor in kernel.internals,
+                counted=np.nonzero((coeff.sum(axis=0) > 0) & present)[0]))
         reads = stmt.reads()
         dtype = kernel.tensor(reads[0].tensor).dtype if reads else kernel.tensor(stmt.target).dtype
         row = col = -1
@@ -441,7 +444,8 @@ class KernelModel:
                 out_points = math.prod(l.extent for l in stmt.output_loops)
                 rescale_key = keys[0]
                 rescale_per_elem = 1.0 + kernel.tensor(stmt.rescale.tensor).size / max(1, out_points)
-        return _StatementModel(in_place=in_place, present=present, reduce=bool(stmt.reduce),
+        return _StatementModel(in_place=in_place, present=present, present_loops=np.nonzero(present)[0],
+                               reduce=bool(stmt.reduce),
                                rescale_key=rescale_key, rescale_per_elem=rescale_per_elem,
                                out_mask=target_access.index_mask & present, contig_loop=contig,
                                local_points=math.prod(local.values()) if local else 1,
@@ -685,7 +689,7 @@ class KernelModel:
             drain_bytes = np.zeros((n, M))    # last output tiles out of them, per destination
             event_src = {}
             present_seq = st.present[seq_loops]
-            tiles_at = np.prod(np.where(st.present, counts, 1.0), axis=2)       # [n, L] its tiles per level
+            tiles_at = np.prod(counts[:, :, st.present_loops], axis=2)       # [n, L] its tiles per level
             trips = np.where(present_seq, seq_trips, 1.0)
             # The datapath tile: PE array on the mapped loops, or one vector on the
             # vectorised loop (the innermost present loop unless annotated).
@@ -798,7 +802,7 @@ class KernelModel:
                 by_level = _fetches_by_prefix(a.index_mask[dp_loops_seq], dp_moving, dp_prefix,
                                               [(h + 1) * D for h in a.chain] + [dp_trips.shape[1]])
                 # its distinct tiles at each holding level
-                distinct_at = np.prod(np.where(a.index_mask & st.present, counts[:, list(a.chain), :], 1.0), axis=2)
+                distinct_at = np.prod(counts[:, list(a.chain), :][:, :, a.counted], axis=2)
                 for pos, h in enumerate(a.chain):
                     fetches = by_level[:, pos]
                     distinct = distinct_at[:, pos]
@@ -819,7 +823,7 @@ class KernelModel:
                     read_share.append(1.0 if a.kind == "read" else np.maximum(loads, 0.0) / np.maximum(
                         2.0 * fetches - distinct, 1e-30) if a.kind == "accumulate" else 0.0)
                 fetches = by_level[:, -1]
-                distinct = np.prod(np.where(a.index_mask & st.present, ts_counts, 1.0), axis=1)
+                distinct = np.prod(ts_counts[:, a.counted], axis=1)
                 # A systolic array's partial sums are added into its accumulator as they arrive
                 # (the banks read-modify-write in place: Gemmini's accumulate-on-write, the MXU's
                 # result buffers): one transfer each on the port, none read back out.
@@ -1415,9 +1419,9 @@ def _fetches_by_prefix(index_seq: np.ndarray, moving: np.ndarray, upto: np.ndarr
     indexes the tensor, `moving` whether its trip exceeds one, `upto[k]` the product of the
     first k trips (shared by a statement's accesses). Returns [n, len(prefixes)]."""
     S, n = moving.shape
-    position = np.where(index_seq & moving, np.arange(1, S + 1)[:, None], 0)
+    position = np.where(index_seq & moving, np.arange(1, S + 1, dtype=np.int32)[:, None], np.int32(0))
     out = np.ones((n, len(prefixes)))
-    last = np.zeros(n, dtype=np.int64)     # the last breaking loop (1-based) seen so far
+    last = np.zeros(n, dtype=np.int32)     # the last breaking loop (1-based) seen so far
     seen = 0
     candidates = np.arange(n)
     for k in sorted(range(len(prefixes)), key=prefixes.__getitem__):
