@@ -53,9 +53,6 @@ def evaluate(schedule: Schedule, target):
 
 def evaluate_program(schedules, target):
     """`accel.cost.evaluate_program`, each kernel's cost from `evaluate` (remembered)."""
-    from .accel.cost import ProgramCost, combine
-    from .accel.target import load_target
+    from .accel.cost import evaluate_program as model_evaluate_program
 
-    target = load_target(target)
-    kernels = [evaluate(s, target) for s in schedules]
-    return ProgramCost(target=target.name, kernels=kernels, total=combine(kernels, target))
+    return model_evaluate_program(schedules, target, evaluate)

@@ -426,8 +426,7 @@ def main(argv) -> None:
     cores = args.threads or host.default_threads()
     rounds = args.rounds or (5 if quick else 11)
     target = load_target("host")
-    print(f"# bench_host  {time.strftime('%Y-%m-%dT%H:%M:%S')}  cores usable: {host.default_threads()}  "
-          f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  tune={tune}")
+    _banner("", tune)
     plans, naive_plans = {}, {}
     for name, (src, flops) in KERNELS.items():
         plans[name] = autocomp.optimize(src, target="host", tune=tune, seed=0).after
@@ -519,6 +518,16 @@ def workload_build(path: str, tune: int) -> dict:
             "speedup_vs_library": result.report["speedup_vs_library"], "package": autocomp.__file__}
 
 
+def _banner(mode: str, tune: int, extra: str = "") -> None:
+    """The run's first line: mode, time, usable cores, load average, tune (and `extra`)."""
+    from autocomp_jupyter import host
+
+    print(f"# bench_host{' ' + mode if mode else ''}  {time.strftime('%Y-%m-%dT%H:%M:%S')}  "
+          f"cores usable: {host.default_threads()}  "
+          f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  tune={tune}"
+          + (f"  {extra}" if extra else ""))
+
+
 def _limit_on(limit: dict, units: int, threads: int) -> float:
     """The report's physical limit (`limit.physical_limit`, for the target's `units` cores)
     on `threads` threads: each datapath's floor scaled to that many cores, the memory floor
@@ -542,9 +551,7 @@ def workloads_main(args) -> None:
     rounds = args.rounds or 11
     target = load_target("host")
     rate = measured_flops(max(4, min(16, target.compute.lanes))) or target.peak_flops("f32") / target.compute.units
-    print(f"# bench_host --workloads  {time.strftime('%Y-%m-%dT%H:%M:%S')}  cores usable: {host.default_threads()}  "
-          f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  tune={tune}  "
-          f"FMA rate a core sustains {rate / 1e9:.1f} GFLOP/s")
+    _banner("--workloads", tune, f"FMA rate a core sustains {rate / 1e9:.1f} GFLOP/s")
     builds = {}     # (path, "this" | "against") -> workload_build
     for path in paths:
         builds[(path, "this")] = workload_build(path, tune)
@@ -707,8 +714,7 @@ def networks_main(args) -> None:
     cores = args.threads or host.default_threads()
     rounds = args.rounds or 7
     target = load_target("host")
-    print(f"# bench_host --networks  {time.strftime('%Y-%m-%dT%H:%M:%S')}  cores usable: {host.default_threads()}  "
-          f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  tune={tune}")
+    _banner("--networks", tune)
     plans, entries = {}, []
     with tempfile.TemporaryDirectory(prefix="bench_networks_") as tmp:
         for name in names:

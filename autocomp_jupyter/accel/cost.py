@@ -404,12 +404,12 @@ class KernelModel:
                         local_add[r] += abs(c) * (local[loop] - 1)
             # Levels that do not hold the access's role are bypassed (target.ROLES).
             chain = tuple(h for h, lv in enumerate(on_chip) if role in lv.roles or (tensor, lv.name) in self.staged)
+            index_mask = coeff.sum(axis=0) > 0
             accesses.append(_AccessModel(
                 tensor=tensor, coeff=coeff, local_add=local_add,
                 dims=np.array(t.shape if len(t.shape) == len(indices) else [1 << 62] * len(indices), dtype=float),
-                elem_bytes=self.elem_bytes(t.dtype), kind=akind, index_mask=coeff.sum(axis=0) > 0,
-                chain=chain, internal=tensor in kernel.internals,
-                counted=np.nonzero((coeff.sum(axis=0) > 0) & present)[0]))
+                elem_bytes=self.elem_bytes(t.dtype), kind=akind, index_mask=index_mask,
+                chain=chain, internal=tensor in kernel.internals, counted=np.nonzero(index_mask & present)[0]))
         reads = stmt.reads()
         dtype = kernel.tensor(reads[0].tensor).dtype if reads else kernel.tensor(stmt.target).dtype
         row = col = -1
@@ -1616,10 +1616,11 @@ def evaluate(schedule: Schedule, target) -> KernelCost:
     return model.evaluate_batch(*model.schedule_arrays(schedule)).row(0, schedule.kernel.name)
 
 
-def evaluate_program(schedules: Sequence[Schedule], target) -> ProgramCost:
-    """Costs of kernels run in sequence, and their total."""
+def evaluate_program(schedules: Sequence[Schedule], target, evaluate_kernel=None) -> ProgramCost:
+    """Costs of kernels run in sequence, and their total (each kernel's from
+    `evaluate_kernel(schedule, target)`, default `evaluate`)."""
     target = load_target(target)
-    kernels = [evaluate(s, target) for s in schedules]
+    kernels = [(evaluate_kernel or evaluate)(s, target) for s in schedules]
     return ProgramCost(target=target.name, kernels=kernels, total=combine(kernels, target))
 
 

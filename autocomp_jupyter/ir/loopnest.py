@@ -722,8 +722,9 @@ def whole_loops(kernel: Kernel) -> frozenset[str]:
         instances = sum(1 for j, d in users if d > j)
         if instances > 1:
             out.add(anchor)
-    object.__setattr__(kernel, "_whole_loops", frozenset(out))
-    return kernel.__dict__["_whole_loops"]
+    found = frozenset(out)
+    object.__setattr__(kernel, "_whole_loops", found)
+    return found
 
 
 def lower(schedule: Schedule) -> LoopNest:
