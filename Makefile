@@ -46,10 +46,11 @@ demo: setup
 	  && echo "wrote demo-output/01_quick_start.html"; fi
 
 # TVM (the optional bridge) is installed where its wheel is available; its test skips otherwise.
+# The tests run on every core (pytest-xdist): each test is independent of the others.
 test: setup
 	@$(PY) -c 'import tvm' 2>/dev/null || $(PY) -m pip install -q "apache-tvm>=0.27" \
 	  || echo "apache-tvm did not install: the TVM bridge test will be skipped"
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $$(nproc)
 
 lab: setup
 	$(PY) -m jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) tutorials/
