@@ -19,7 +19,9 @@ from typing import Mapping
 
 import numpy as np
 
-from .ir.program import Access, BinOp, Call, Const, Expr, Program, Statement, Tensor
+from dataclasses import replace
+
+from .ir.program import Access, BinOp, Call, Const, Expr, IndexValue, Program, Statement, Tensor
 
 # Largest number of points one vectorised evaluation may touch (float64: 8 bytes each).
 MAX_BOX_POINTS = 1 << 22
@@ -175,8 +177,56 @@ def _product_terms(expr: Expr):
     return None
 
 
+def _domain_mask(st: Statement, ranges) -> np.ndarray:
+    """Where the statement's domain holds over a sub-box: a boolean array broadcastable to
+    the box (a size-1 axis for each loop no relation names)."""
+    names, rank = st.loop_names, len(ranges)
+    mask = np.ones((1,) * rank, dtype=bool)
+    for a in st.domain:
+        mask = mask & (_affine_values(a, names, ranges, rank) >= 0)
+    return mask
+
+
+def _affine_values(index, names, ranges, rank: int):
+    """An affine combination of loops over a sub-box, broadcastable to it."""
+    value = np.full((1,) * rank, index.const, dtype=np.int64)
+    for k, c in index.terms:
+        axis = names.index(k)
+        shape = [1] * rank
+        shape[axis] = ranges[axis][1] - ranges[axis][0]
+        value = value + c * np.arange(*ranges[axis]).reshape(shape)
+    return value
+
+
+def _evaluate_in_domain(st: Statement, env, ranges) -> np.ndarray:
+    """`_evaluate_box` for a statement whose domain is cut by relations: a sub-box wholly
+    outside gives the identity without evaluating anything, one wholly inside is a plain box;
+    relations on output loops only mask the plain result, relations that reach a reduction
+    loop fold into the expression (`select(inside, expr, identity)`, never multiplying a
+    value by 0, which an inf would turn into NaN)."""
+    mask = _domain_mask(st, ranges)
+    n_out = len(st.output_loops)
+    out_shape = tuple(b - a for a, b in ranges[:n_out])
+    memo = st.__dict__
+    if not mask.any():
+        return np.full(out_shape, st.identity)
+    if mask.all():
+        boxed = memo.get("_interp_box") or memo.setdefault("_interp_box", replace(st, domain=()))
+        return _evaluate_box(boxed, env, ranges)
+    if all(mask.shape[a] == 1 for a in range(n_out, len(ranges))):
+        boxed = memo.get("_interp_box") or memo.setdefault("_interp_box", replace(st, domain=()))
+        result = _evaluate_box(boxed, env, ranges)
+        inside = mask.reshape(mask.shape[:n_out])
+        return np.where(np.broadcast_to(inside, out_shape), result, st.identity)
+    guarded = memo.get("_interp_guarded") or memo.setdefault(
+        "_interp_guarded", replace(st, domain=(), expr=st.guarded_expr))
+    return _evaluate_box(guarded, env, ranges)
+
+
 def _evaluate_box(st: Statement, env, ranges) -> np.ndarray:
     """The statement's reduced values over the output loops of a sub-box of its domain."""
+    if st.domain:
+        return _evaluate_in_domain(st, env, ranges)
     n_out = len(st.output_loops)
     product = _product_terms(st.expr) if st.reduce == "+" else None
     if product is not None and product[0]:
@@ -263,6 +313,8 @@ def _eval_expr(e: Expr, st: Statement, env, ranges, rank: int):
         for a in axes:
             shape[a] = ranges[a][1] - ranges[a][0]
         return values.reshape(shape)
+    if isinstance(e, IndexValue):
+        return _affine_values(e.index, st.loop_names, ranges, rank).astype(np.float64)
     if isinstance(e, BinOp):
         lhs = _eval_expr(e.lhs, st, env, ranges, rank)
         rhs = _eval_expr(e.rhs, st, env, ranges, rank)

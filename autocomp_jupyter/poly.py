@@ -86,7 +86,9 @@ def _tuple_str(name: str, loops: Sequence[str]) -> str:
 
 
 def _bounds_str(statement: Statement) -> str:
-    return " and ".join(f"0 <= {l.name} < {l.extent}" for l in statement.loops) or "true"
+    """The statement's iteration domain in isl syntax: its box, cut by its `where` relations."""
+    box = [f"0 <= {l.name} < {l.extent}" for l in statement.loops]
+    return " and ".join(box + [f"{_affine_str(a)} >= 0" for a in statement.domain]) or "true"
 
 
 @dataclass(frozen=True, eq=False)

@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from .errors import UserError
-from .ir.program import Access, BinOp, Call, Const, Expr
+from .ir.program import Access, BinOp, Call, Const, Expr, IndexValue
 
 
 def available() -> bool:
@@ -78,7 +78,7 @@ def _body(st, red, n_out, env, T, te):
             var = {l.name: v for l, v in zip(st.loops[:n_out], out_vars)}
             var.update({l.name: a for l, a in zip(red, raxes)})
             ext = st.extents
-            value = _expr(st.expr, var, env, ext, T, te)
+            value = _expr(st.guarded_expr, var, env, ext, T, te)
             if not raxes:
                 return value
             if st.reduce == "max":
@@ -116,6 +116,8 @@ def _expr(e: Expr, var, env, ext, T, te):
             return tensor[tuple(idx)]
         pad = _expr(Const(e.pad), var, env, ext, T, te)
         return te.if_then_else(T.all(*conds) if len(conds) > 1 else conds[0], tensor[tuple(idx)], pad)
+    if isinstance(e, IndexValue):
+        return T.Cast("float32", _index(e.index, var))
     if isinstance(e, BinOp):
         a, b = _expr(e.lhs, var, env, ext, T, te), _expr(e.rhs, var, env, ext, T, te)
         return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b}[e.op]()
@@ -228,7 +230,7 @@ def affine_module(plan):
         bounds = affine_point_bounds(node, spans, T.floordiv, T.max, T.min, symbol)
         var = {b.name: b.value for b in bounds}
         ext = stmt.extents
-        value = _expr(stmt.expr, var, buffers, ext, T, te)
+        value = _expr(stmt.guarded_expr, var, buffers, ext, T, te)
         target = buffers[stmt.target]
         index = [_index(i, var) for i in stmt.target_indices]
         if stmt.reduce == "+":

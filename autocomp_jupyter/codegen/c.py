@@ -85,7 +85,7 @@ from pathlib import Path
 import re
 from dataclasses import dataclass
 
-from ..ir.program import Access, BinOp, Call, Const, Expr, Statement, Tensor
+from ..ir.program import Access, BinOp, Call, Const, Expr, IndexValue, Statement, Tensor
 from ..ir.schedule import Kernel, Schedule
 # The host analysis (what runs packed, as direct rows, ...) lives in host_analysis.py; its names are
 # re-exported here for the generator's callers.
@@ -1378,7 +1378,8 @@ class _KernelWriter:
             return None
         st = k.statements[0]
         reads = st.reads()
-        if st.reduce is not None or len(reads) != 1 or not isinstance(st.expr, Access) or st.expr != reads[0]:
+        if st.reduce is not None or len(reads) != 1 or not isinstance(st.expr, Access) or st.expr != reads[0] \
+                or st.domain:
             return None
         src, dst = reads[0], Access(st.target, st.target_indices)
         t_dst, t_src = self.tensor(dst.tensor), self.tensor(src.tensor)
@@ -2394,7 +2395,7 @@ class _KernelWriter:
         register_tile = math.prod(full[l] or REGISTER_TILE_MAX + 1 for l in out_loops) if out_loops else 1
         if any(p.affine for p in node.loops):      # skewed or reversed: the plain nest, affine bounds
             self.plain_affine(node, depth, var, bounds)
-        elif (stmt.reduce is not None and red_loops and rank_out and None not in rank_out
+        elif (stmt.reduce is not None and red_loops and rank_out and None not in rank_out and not stmt.domain
                 and len(set(rank_out)) == len(rank_out) and register_tile <= REGISTER_TILE_MAX
                 and _unit_stride_reads(stmt, stmt.target_indices[-1].single_loop)):
             partial = [l for l in out_loops if bounds[l][2] is None]
@@ -2474,7 +2475,7 @@ class _KernelWriter:
 
         stmt = node.statement
         target = self.access_c(stmt.target, stmt.target_indices, var, stmt, check=False)
-        expr = self.expr_c(stmt.expr, var, stmt)
+        expr = self.expr_c(stmt.guarded_expr, var, stmt)
         d = depth
         spans = {p.name: (bounds[p.name][0], f"{bounds[p.name][0]} + {bounds[p.name][2]}"
                           if bounds[p.name][2] is not None and bounds[p.name][0] != "0" else bounds[p.name][1])
@@ -2513,7 +2514,7 @@ class _KernelWriter:
         store per point measured 4.6 ns a point on 12 x 128 rows of 128)."""
         stmt = node.statement
         target = self.access_c(stmt.target, stmt.target_indices, var, stmt, check=False)
-        expr = self.expr_c(stmt.expr, var, stmt)
+        expr = self.expr_c(stmt.guarded_expr, var, stmt)
         loops = [p for p in node.loops if bounds[p.name][2] == 1] + [p for p in node.loops if bounds[p.name][2] != 1]
         moved = any(p.vectorize for p in loops if bounds[p.name][2] == 1)
         reordered = False
@@ -2571,7 +2572,7 @@ class _KernelWriter:
         local = {l: f"({var[l]} - {bounds[l][0]})" if bounds[l][0] != "0" else var[l] for l in out_loops}
         acc_index = " + ".join(f"{local[l]} * {st}" if st != 1 else local[l] for l, st in zip(out_loops, strides))
         target = self.access_c(stmt.target, stmt.target_indices, var, stmt, check=False)
-        expr = self.expr_c(stmt.expr, var, stmt)
+        expr = self.expr_c(stmt.guarded_expr, var, stmt)
         d = depth
         self.emit(d, "{")
         d += 1
@@ -2652,6 +2653,9 @@ class _KernelWriter:
             if e.tensor in self.rounded_accumulators:   # read once complete: rounded
                 return self.rounded(e.tensor, text)
             return text
+        if isinstance(e, IndexValue):        # a loop's value as a number of the statement's type
+            text = _affine_c({var[l]: c for l, c in e.index.terms}, e.index.const)
+            return f"(({'double' if self.in_double(stmt) else 'float'})({text}))"
         if isinstance(e, BinOp):
             return f"({self.expr_c(e.lhs, var, stmt, access)} {e.op} {self.expr_c(e.rhs, var, stmt, access)})"
         if isinstance(e, Call):

@@ -470,6 +470,8 @@ def window_rows(kernel: Kernel, schedule: Schedule | None = None) -> tuple[int, 
     schedule) a tiled one. Each output row of `w` accumulates in a local array (vectorised:
     a bounds-checked read per point measured 0.8 GFLOP/s on ResNet-50's 3x3 stride-2 max
     pool). None otherwise."""
+    if _reads_loop_values(kernel):
+        return None
     if (schedule is not None and not schedule.tile_sizes()) or keeps_point_order(schedule):
         return None
     for index, stmt in enumerate(kernel.statements):
@@ -968,6 +970,12 @@ def keeps_point_order(schedule: Schedule | None) -> bool:
     return schedule is not None and bool(schedule.annotations.get("skew") or schedule.annotations.get("reverse"))
 
 
+def _reads_loop_values(kernel: Kernel) -> bool:
+    """A statement cut by a `where` domain or reading a loop's value: the host's packed and
+    direct forms move points between loops, so such kernels keep the plain nest."""
+    return any(st.uses_index_values for st in kernel.statements)
+
+
 def packed_contraction(kernel: Kernel, schedule: Schedule | None = None) -> Packed | None:
     """The kernel's statement the host runs as a packed GEMM, or None. Eligibility is read
     from the accesses, never from op names: a `+=` of a product of two tensor reads whose
@@ -979,7 +987,7 @@ def packed_contraction(kernel: Kernel, schedule: Schedule | None = None) -> Pack
     out-of-range reads included (padding: checked while packing, never in the microkernel).
     GEMM, batched GEMM, convolutions (stride, dilation, padding, groups, depthwise) and
     transposed operands all match."""
-    if keeps_point_order(schedule):
+    if keeps_point_order(schedule) or _reads_loop_values(kernel):
         return None
     for index, stmt in enumerate(kernel.statements):
         e = stmt.expr

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..ir.program import Access, BinOp, Call, Const, Expr, Statement
+from ..ir.program import Access, BinOp, Call, Const, Expr, Statement, relation_text
 from ..ir.schedule import Kernel, Schedule, is_mac_statement
 
 
@@ -278,6 +278,8 @@ class _KernelPseudo:
         rhs = self._expr(stmt.expr, si, state)
         reduction = [l.name for l in stmt.reduction_loops]
         note = f"on the {unit}" + (f"; reduces over {', '.join(reduction)}" if reduction else "")
+        if stmt.domain:
+            note += f"; only where {', '.join(relation_text(a) for a in stmt.domain)}"
         self.emit(depth, f"{call}({lhs} {op} {rhs})    # {note}")
         if any(p.affine for p in node.loops):        # the user's point order inside the tile
             from ..ir.loopnest import affine_point_bounds

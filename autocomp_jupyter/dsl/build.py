@@ -14,11 +14,12 @@ attributes (a `padding=1000000` would make a 4x4 image a 2-million-wide one).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from ..errors import Diagnostic, UserError, did_you_mean
 from ..limits import ATTRIBUTE, ELEMENTS, EXTENT, LOOPS, POINTS, RANK
-from ..ir.program import (DTYPES, FUNCTIONS, Access, Affine, BinOp, Call, Const, Loop, Op, Program, Span,
-                          Statement, Tensor)
+from ..ir.program import (DTYPES, FUNCTIONS, Access, Affine, BinOp, Call, Const, IndexValue, Loop, Op, Program,
+                          Span, Statement, Tensor)
 from . import syntax as S
 from .library import LIBRARY, Operand, OpError
 
@@ -42,6 +43,7 @@ class Builder:
         self.outputs: list[str] | None = None
         # Names whose definition had an error: later uses stay quiet instead of cascading.
         self.poisoned: set[str] = set()
+        self.index_values: list[S.Ref] = []   # indices the current comprehension reads as numbers
 
     def error(self, at: S.Where | None, message: str, hint: str = "") -> None:
         if at is None:
@@ -314,9 +316,11 @@ class Builder:
             if ref.name in self.tensors:
                 self.error(ref.at, f"'{ref.name}' is a tensor name, not an index", "pick another index name")
                 raise _Skip
-        # expression, with accesses' affine indices
+        # expression, with accesses' affine indices and the indices it reads as numbers
         accesses: list[tuple[Access, S.Where, Tensor]] = []
+        self.index_values: list[S.Ref] = []
         expr = self.expression(node.expr, accesses)
+        domain = tuple(c for r in node.relations for c in self.relation(r))
         # index ranges
         extents: dict[str, int] = {}
         origin: dict[str, str] = {}
@@ -354,10 +358,25 @@ class Builder:
                 for loop in idx.loops:
                     if loop not in used:
                         used.append(loop)
+        bounded = {ref.name for ref, _, _ in node.bounds}
+        for ref in self.index_values:
+            if ref.name not in lhs and ref.name not in used and ref.name not in bounded:
+                self.error(ref.at, f"unknown name '{ref.name}'", did_you_mean(ref.name, self.tensors) or
+                           "an index read as a value must also index a tensor, be on the left-hand side, "
+                           f"or be bounded with 'where {ref.name} < N'")
+                raise _Skip
+            if ref.name not in used:
+                used.append(ref.name)
         for ref, _, _ in node.bounds:
             if ref.name not in lhs and ref.name not in used:
                 self.error(ref.at, f"'where' bounds index '{ref.name}', which the statement does not use")
                 raise _Skip
+        for r in node.relations:
+            for name in sorted({k for c in self.relation(r) for k in c.loops}):
+                if name not in lhs and name not in used:
+                    self.error(r.at, f"'where' relation names '{name}', which is not an index of the statement",
+                               did_you_mean(name, lhs + used) or f"the statement's indices: {', '.join(lhs + used)}")
+                    raise _Skip
         missing = [n for n in lhs + used if n not in extents]
         if missing:
             at = next((r.at for r in node.indices if r.name == missing[0]), node.at)
@@ -377,7 +396,8 @@ class Builder:
         shape = tuple(extents[n] for n in lhs)
         self.check_shape(node.target, shape, node.at)
         loops = tuple(Loop(n, extents[n]) for n in lhs + reduction)
-        st = Statement(node.target, tuple(Affine.var(n) for n in lhs), node.reduce, loops, expr, _span(node.at))
+        st = Statement(node.target, tuple(Affine.var(n) for n in lhs), node.reduce, loops, expr, _span(node.at),
+                       domain=domain)
         self.check_loops(st, node.at)
         dtype = accesses[0][2].dtype if accesses else "f32"
         self.define(node.target, dtype, shape, node.at)
@@ -423,14 +443,15 @@ class Builder:
             if e.name in self.tensors:
                 self.error(e.at, f"tensor '{e.name}' needs indices here",
                            f"write {e.name}[...] with {len(self.tensors[e.name].shape)} indices")
-            else:
-                self.error(e.at, f"unknown name '{e.name}'", did_you_mean(e.name, self.tensors) or
-                           "index names may only appear inside brackets")
-            raise _Skip
+                raise _Skip
+            # an index read as a number; the statement checks that it is one of its indices
+            self.index_values.append(e)
+            return IndexValue(Affine.var(e.name))
         raise _Skip  # unreachable: the parser produces only the nodes above
 
-    def affine(self, e) -> Affine:
-        """An index expression as `Affine`, or a diagnostic if it is not affine."""
+    def affine(self, e, what: str = "index expression") -> Affine:
+        """An index expression (or one side of a `where` relation) as `Affine`, or a
+        diagnostic if it is not affine."""
         if isinstance(e, S.Ref):
             if e.name in self.tensors:
                 self.error(e.at, f"tensor '{e.name}' used as an index", "indices are loop names like i, j, k")
@@ -442,20 +463,30 @@ class Builder:
                 raise _Skip
             return Affine.constant(int(e.value))
         if isinstance(e, S.Negate):
-            return self.affine(e.operand) * -1
+            return self.affine(e.operand, what) * -1
         if isinstance(e, S.Binary) and e.op in "+-":
-            lhs, rhs = self.affine(e.lhs), self.affine(e.rhs)
+            lhs, rhs = self.affine(e.lhs, what), self.affine(e.rhs, what)
             return lhs + rhs if e.op == "+" else lhs - rhs
         if isinstance(e, S.Binary) and e.op == "*":
-            lhs, rhs = self.affine(e.lhs), self.affine(e.rhs)
+            lhs, rhs = self.affine(e.lhs, what), self.affine(e.rhs, what)
             if not lhs.terms:
                 return rhs * lhs.const
             if not rhs.terms:
                 return lhs * rhs.const
         at = getattr(e, "at", None)
-        self.error(at, "index expression is not affine",
+        self.error(at, f"{what} is not affine",
                    "indices are sums of loop names times integers plus a constant, e.g. 2*h + r - 1")
         raise _Skip
+
+    def relation(self, r: S.Relation) -> tuple[Affine, ...]:
+        """A `where` relation as constraints `a >= 0` (two for `==`)."""
+        what = "a 'where' relation"
+        lhs, rhs = self.affine(r.lhs, what), self.affine(r.rhs, what)
+        if r.op in ("<", "<="):
+            return (rhs - lhs - (1 if r.op == "<" else 0),)
+        if r.op in (">", ">="):
+            return (lhs - rhs - (1 if r.op == ">" else 0),)
+        return (rhs - lhs, lhs - rhs)
 
 
 def _number(value: int | float) -> str:
@@ -491,12 +522,11 @@ def _rename_tensors(st: Statement, renames: dict[str, str]) -> Statement:
         if isinstance(e, Access) and e.tensor in renames:
             return Access(renames[e.tensor], e.indices, e.pad, e.span)
         return None
-    return Statement(renames.get(st.target, st.target), st.target_indices, st.reduce, st.loops,
-                     substitute(st.expr, fn), st.span)
+    return replace(st, target=renames.get(st.target, st.target), expr=substitute(st.expr, fn))
 
 
 def _with_span(st: Statement, span: Span) -> Statement:
-    return Statement(st.target, st.target_indices, st.reduce, st.loops, st.expr, span)
+    return replace(st, span=span)
 
 
 def build_program(source: str, filename: str = "<program>", max_extent: int | None = None) -> Program:

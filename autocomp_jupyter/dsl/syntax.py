@@ -9,7 +9,9 @@ Grammar (one statement per line):
     output := 'output' NAME (',' NAME)*
     call   := NAME '=' NAME '(' [arg (',' arg)*] ')'          arg := NAME | NAME '=' value
     comp   := NAME '[' NAME (',' NAME)* ']' ('=' | '+=' | 'max=') expr
-              ['where' NAME '<' INT ((',' | 'and') NAME '<' INT)*]
+              ['where' cond ((',' | 'and') cond)*]
+    cond   := NAME '<' INT                       (a bound: the index runs over 0 .. INT-1)
+            | expr ('<' | '<=' | '>' | '>=' | '==') expr    (an affine relation cutting the domain)
     expr   := term (('+' | '-') term)*        term := unary (('*' | '/') unary)*
     unary  := '-' unary | NUMBER | NAME '[' expr, ... ']' | NAME '(' expr, ... ')' | '(' expr ')'
 
@@ -44,7 +46,7 @@ _TOKEN_RE = re.compile(
     r"(?P<SPACE>[ \t\r\f]+)|(?P<COMMENT>#[^\n]*)|(?P<NEWLINE>\n)"
     r"|(?P<NUMBER>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)"
     r"|(?P<NAME>[A-Za-z_][A-Za-z_0-9]*)"
-    r"|(?P<OP>\+=|<=|==|[-+*/=\[\](),:<])"
+    r"|(?P<OP>\+=|<=|>=|==|[-+*/=\[\](),:<>])"
 )
 
 
@@ -179,9 +181,23 @@ class Comprehension:
     indices: tuple  # of Ref
     reduce: str | None
     expr: object
-    bounds: tuple  # of (Ref, int)
+    bounds: tuple  # of (Ref, int, Where): 'where r < 3'
     at: Where
+    relations: tuple = ()  # of Relation: 'where t <= s' 
     text: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class Relation:
+    """`lhs op rhs` in a `where` clause, op one of < <= > >= ==."""
+
+    lhs: object
+    op: str
+    rhs: object
+    at: Where
+
+
+RELATIONS = ("<", "<=", ">", ">=", "==")
 
 
 class _Syntax(Exception):
@@ -442,18 +458,36 @@ class Parser:
         if size > EXPR_NODES.value():
             raise _Syntax(target, f"the expression has {size:,} terms, over the {EXPR_NODES.name} limit of "
                           f"{EXPR_NODES.value():,}", "split it into several statements, or " + EXPR_NODES.hint())
-        bounds = []
+        bounds, relations = [], []
         if self.accept("where"):
             while True:
-                idx = self.expect_name("an index name")
-                self.expect("<", f" after '{idx.text}' (bounds read 'where r < 3')")
-                bound = self.expect_int("a bound")
-                bounds.append((Ref(idx.text, self.where(idx)), bound[0], bound[1]))
+                self.condition(bounds, relations)
                 if not (self.accept(",") or self.accept("and")):
                     break
         return Comprehension(target.text, tuple(Ref(i.text, self.where(i)) for i in indices),
                              {"=": None, "+=": "+", "max=": "max"}[op.text], expr, tuple(bounds),
-                             self.where(target))
+                             self.where(target), relations=tuple(relations))
+
+    def condition(self, bounds: list, relations: list) -> None:
+        """One `where` condition: `r < 3` bounds an index; any other comparison of two
+        expressions is a relation between indices."""
+        start = self.tok
+        if start.kind == "NAME" and self.peek().text == "<" and self.peek(2).kind == "NUMBER" \
+                and self.peek(3).text in (",", "and", "\n", ""):
+            self.next()
+            self.next()
+            bound = self.expect_int("a bound")
+            bounds.append((Ref(start.text, self.where(start)), bound[0], bound[1]))
+            return
+        lhs = self.expression()
+        op = self.tok
+        if op.kind != "OP" or op.text not in RELATIONS:
+            raise _Syntax(op, f"expected a comparison (<, <=, >, >=, ==) in the 'where' clause, found "
+                          f"{_describe(op)}", "conditions read 'where r < 3' or 'where t <= s'")
+        self.next()
+        rhs = self.expression()
+        length = max(1, op.col - start.col + op.length) if op.line == start.line else start.length
+        relations.append(Relation(lhs, op.text, rhs, Where(start.line, start.col, length)))
 
     # expressions
     def expression(self):

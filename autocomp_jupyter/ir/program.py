@@ -9,6 +9,9 @@ A *statement* is one tensor comprehension over a box iteration domain:
 Index expressions are affine (`Affine`), so every domain is an isl box set and every
 access an isl affine map (see `poly.py`); reads outside a tensor's bounds yield the
 access's `pad` value (0 unless a lowering says otherwise, e.g. -inf for max pooling).
+A statement's domain may be cut by affine relations between its loops (`where t <= s`:
+`Statement.domain`, each `a >= 0`): a reduction reduces over the domain only, an `=` statement's
+element outside it is 0. A loop's value may appear in an expression (`IndexValue`).
 A statement may be marked `Rescale`: computed against a running max (the online softmax a
 rewrite makes, `rules/online_softmax.py`), the same statement untiled.
 """
@@ -197,6 +200,18 @@ class Access(Expr):
 
 
 @dataclass(frozen=True)
+class IndexValue(Expr):
+    """The value of an affine combination of the statement's loops, as a number (`t * 0.5`,
+    `select(less_equal(t, s), x, y)`)."""
+
+    index: Affine
+
+    def __str__(self) -> str:
+        text = str(self.index)
+        return text if self.index.single_loop or not self.index.terms else f"({text})"
+
+
+@dataclass(frozen=True)
 class BinOp(Expr):
     op: str  # one of + - * /
     lhs: Expr
@@ -223,6 +238,18 @@ class Call(Expr):
         return f"{self.fn}({', '.join(map(str, self.args))})"
 
 
+def rename_loops(expr: Expr, mapping: Mapping[str, Affine]) -> Expr:
+    """`expr` with loops substituted by affine expressions, in every tensor index and every
+    index value (loops absent from `mapping` stay)."""
+    def fn(e):
+        if isinstance(e, Access):
+            return replace(e, indices=tuple(i.rename(mapping) for i in e.indices))
+        if isinstance(e, IndexValue):
+            return IndexValue(e.index.rename(mapping))
+        return None
+    return substitute(expr, fn)
+
+
 def substitute(expr: Expr, fn) -> Expr:
     """Rebuild `expr` bottom-up, replacing each node `e` by `fn(e)` (or `e` if None)."""
     if isinstance(expr, BinOp):
@@ -245,6 +272,57 @@ class Loop:
 
 
 REDUCE_INIT = {None: None, "+": 0.0, "max": -math.inf}
+
+
+def relation_text(constraint: Affine) -> str:
+    """`constraint >= 0` as the user writes it: `t <= s`, `t <= s + 1`, `r >= 2`."""
+    small = Affine.of({k: -v for k, v in constraint.terms if v < 0})
+    large = Affine.of({k: v for k, v in constraint.terms if v > 0})
+    if not small.terms:                          # a + c >= 0  ->  a >= -c
+        return f"{large} >= {-constraint.const}"
+    return f"{small} <= {large + constraint.const}"
+
+
+def domain_points(extents: Mapping[str, int], domain: tuple[Affine, ...]) -> int:
+    """The number of integer points of the box `0 <= loop < extent` cut by `domain` (each
+    constraint `a >= 0`), exactly: the loops no constraint names multiply; of the constrained
+    ones, all but the last are enumerated and the last one's interval is solved per point."""
+    import numpy as np
+
+    if any(not a.terms and a.const < 0 for a in domain):
+        return 0                                    # a constant relation that never holds
+    domain = tuple(a for a in domain if a.terms)
+    if not domain:
+        return math.prod(extents.values())
+    named = sorted({k for a in domain for k in a.loops}, key=list(extents).index)
+    free = math.prod(e for k, e in extents.items() if k not in named)
+    last, rest = named[-1], named[:-1]
+    total = 0
+    outer = [np.arange(extents[k]) for k in rest]
+    per_first = math.prod(extents[k] for k in rest[1:])     # points per value of the first loop
+    chunk = max(1, 4_000_000 // per_first)
+    first_values = outer[0] if outer else np.zeros(1, dtype=np.int64)
+    for start in range(0, len(first_values), chunk):
+        grids = np.meshgrid(first_values[start:start + chunk], *outer[1:], indexing="ij") if outer else []
+        env = {k: g.ravel() for k, g in zip(rest, grids)}
+        n = len(next(iter(env.values()))) if env else 1
+        lo = np.zeros(n, dtype=np.int64)
+        hi = np.full(n, extents[last] - 1, dtype=np.int64)
+        ok = np.ones(n, dtype=bool)
+        for a in domain:
+            c = a.coeff(last)
+            other = np.full(n, a.const, dtype=np.int64)
+            for k, v in a.terms:
+                if k != last:
+                    other = other + v * env[k]
+            if c > 0:                               # c*L + other >= 0  ->  L >= ceil(-other / c)
+                lo = np.maximum(lo, -((other) // c))
+            elif c < 0:                             # L <= floor(other / -c)
+                hi = np.minimum(hi, other // (-c))
+            else:
+                ok &= other >= 0
+        total += int(np.where(ok, np.maximum(hi - lo + 1, 0), 0).sum())
+    return total * free
 
 
 @dataclass(frozen=True)
@@ -283,6 +361,7 @@ class Statement:
     expr: Expr
     span: Span | None = field(default=None, compare=False)
     rescale: Rescale | None = None       # computed against a running max (see `Rescale`)
+    domain: tuple[Affine, ...] = ()      # the box cut by these relations, each `a >= 0`
 
     @cached_property
     def loop_names(self) -> tuple[str, ...]:
@@ -302,9 +381,42 @@ class Statement:
         used = {n for a in self.target_indices for n in a.loops}
         return tuple(l for l in self.loops if l.name not in used)
 
-    @property
+    @cached_property
     def points(self) -> int:
+        """Points of the iteration domain: the box, or the part of it `domain` keeps."""
+        return domain_points(self.extents, self.domain)
+
+    @property
+    def box_points(self) -> int:
         return math.prod(l.extent for l in self.loops)
+
+    @property
+    def identity(self) -> float:
+        """What a point outside the domain contributes: 0 to a sum or an `=`, -inf to a max."""
+        return -math.inf if self.reduce == "max" else 0.0
+
+    def domain_condition(self) -> Expr | None:
+        """The domain's relations as one expression (1 inside, 0 outside), or None for a box."""
+        condition = None
+        for a in self.domain:
+            term = Call("less_equal", (Const(0.0), IndexValue(a)))
+            condition = term if condition is None else BinOp("*", condition, term)
+        return condition
+
+    @property
+    def guarded_expr(self) -> Expr:
+        """The expression with the domain folded in: `select(inside, expr, identity)` — what a
+        reader that runs the whole box computes (the same values; no point skipped)."""
+        condition = self.domain_condition()
+        if condition is None:
+            return self.expr
+        return Call("select", (condition, self.expr, Const(self.identity)))
+
+    @property
+    def uses_index_values(self) -> bool:
+        """True where the statement's values depend on its loop values themselves (a domain,
+        or an index read as a number): a code path that moves points around must keep them."""
+        return bool(self.domain) or any(isinstance(e, IndexValue) for e in self.expr.walk())
 
     def reads(self) -> list[Access]:
         return self.expr.accesses()
@@ -320,7 +432,8 @@ class Statement:
         lhs = f"{self.target}[{', '.join(map(str, self.target_indices))}]"
         bounds = ", ".join(f"{l.name} < {l.extent}" for l in self.loops)
         note = f"; {self.rescale}" if self.rescale else ""
-        return f"{lhs} {op} {self.expr}    # {bounds}{note}"
+        where = f" where {', '.join(relation_text(a) for a in self.domain)}" if self.domain else ""
+        return f"{lhs} {op} {self.expr}{where}    # {bounds}{note}"
 
 
 # --------------------------------------------------------------------------- program

@@ -356,9 +356,8 @@ def canonical_kernel(kernel: Kernel) -> Kernel:
             return replace(e, tensor=names.get(e.tensor, e.tensor), span=None)
         return None
 
-    statements = tuple(Statement(names.get(s.target, s.target), s.target_indices, s.reduce, s.loops,
-                                 substitute(s.expr, rename),
-                                 rescale=s.rescale and replace(s.rescale, tensor=names[s.rescale.tensor]))
+    statements = tuple(replace(s, target=names.get(s.target, s.target), expr=substitute(s.expr, rename), span=None,
+                               rescale=s.rescale and replace(s.rescale, tensor=names[s.rescale.tensor]))
                        for s in kernel.statements)
     canon = Kernel(name="K", ops=tuple(f"op{i}" for i in range(len(kernel.ops))), statements=statements,
                    loops=kernel.loops, inputs=tuple(names[n] for n in kernel.inputs),

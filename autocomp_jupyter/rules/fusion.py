@@ -29,7 +29,7 @@ import numpy as np
 
 from ..accel.cost import kernel_model, library_schedule
 from ..ir.loopnest import whole_loops
-from ..ir.program import Access, Op, Program, Statement, substitute
+from ..ir.program import Access, Op, Program, Statement, rename_loops, substitute
 from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
 from ..result import Plan
@@ -221,13 +221,8 @@ def _inline_into(stmt: Statement, producer: Statement) -> Statement:
 
     def fn(e):
         if isinstance(e, Access) and e.tensor == producer.target:
-            mapping = dict(zip(lhs, e.indices))
-
-            def rename(x):
-                if isinstance(x, Access):
-                    return Access(x.tensor, tuple(i.rename(mapping) for i in x.indices), x.pad, x.span)
-                return None
-            return substitute(producer.expr, rename)
+            # the producer's domain goes along (its element outside it is 0)
+            return rename_loops(producer.guarded_expr, dict(zip(lhs, e.indices)))
         return None
     return replace(stmt, expr=substitute(stmt.expr, fn))
 

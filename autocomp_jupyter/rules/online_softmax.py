@@ -180,7 +180,12 @@ def _rescaled(statements: list[Statement], m: Statement, e: Statement, scale: fl
             r_idx = _through(e, e_read, m_read.indices)
             if not _per_output(s, r_idx):
                 return f"{s.target} sums over the loops of {m.target}"
-            out.append(replace(s, target=total, expr=expr, rescale=Rescale(m.target, r_idx, scale), span=None))
+            # P's domain, seen from the sum's points: P is 0 outside it, so the deferred sum
+            # adds only the terms inside it
+            seen = dict(zip((i.single_loop for i in p.target_indices), read.indices))
+            domain = s.domain + tuple(c.rename(seen) for c in p.domain if c.rename(seen) not in s.domain)
+            out.append(replace(s, target=total, expr=expr, rescale=Rescale(m.target, r_idx, scale), span=None,
+                               domain=domain))
             z = p.expr.rhs
             outs = s.output_loops
             out.append(Statement(s.target, s.target_indices, None, outs,
