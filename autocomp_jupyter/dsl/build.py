@@ -13,6 +13,7 @@ attributes (a `padding=1000000` would make a 4x4 image a 2-million-wide one).
 """
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import replace
 
@@ -320,7 +321,7 @@ class Builder:
         accesses: list[tuple[Access, S.Where, Tensor]] = []
         self.index_values: list[S.Ref] = []
         expr = self.expression(node.expr, accesses)
-        domain = tuple(c for r in node.relations for c in self.relation(r))
+        domain = tuple(dict.fromkeys(c for r in node.relations for c in self.relation(r)))
         # index ranges
         extents: dict[str, int] = {}
         origin: dict[str, str] = {}
@@ -347,7 +348,10 @@ class Builder:
                 extent = tensor.shape[dim]
                 if loop not in extents:
                     extents[loop], origin[loop] = extent, f"'{tensor.name}' {list(tensor.shape)} (axis {dim})"
-                elif extents[loop] != extent and loop not in {r.name for r, _, _ in node.bounds}:
+                elif extents[loop] != extent and loop not in {r.name for r, _, _ in node.bounds} \
+                        and not (declared is not None and loop in lhs and extents[loop] < extent):
+                    # (a declared shape may read a sub-range of a larger dimension: A[s, e] = Q[s, e]
+                    # with e over a declared 32 of Q's 64)
                     self.error(at, f"index '{loop}' ranges over {extents[loop]} from {origin[loop]} but over "
                                f"{extent} in '{tensor.name}' {list(tensor.shape)} (axis {dim})",
                                f"shape mismatch: {extents[loop]} vs {extent}")
@@ -361,7 +365,8 @@ class Builder:
         bounded = {ref.name for ref, _, _ in node.bounds}
         for ref in self.index_values:
             if ref.name not in lhs and ref.name not in used and ref.name not in bounded:
-                self.error(ref.at, f"unknown name '{ref.name}'", did_you_mean(ref.name, self.tensors) or
+                close = difflib.get_close_matches(ref.name, list(self.tensors) + lhs + used, n=1, cutoff=0.6)
+                self.error(ref.at, f"unknown name '{ref.name}'", f"did you mean '{close[0]}'?" if close else
                            "an index read as a value must also index a tensor, be on the left-hand side, "
                            f"or be bounded with 'where {ref.name} < N'")
                 raise _Skip

@@ -1,0 +1,145 @@
+"""Statements over domains cut by affine relations (`where t <= s`) and indices read as
+values: parsing and errors, the interpreter against numpy, isl's view of the domain, the
+generated C, and a property test against numpy's masked reductions."""
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import autocomp_jupyter as autocomp
+from autocomp_jupyter import interp
+from autocomp_jupyter.dsl import parse
+from autocomp_jupyter.errors import UserError
+from autocomp_jupyter.ir.program import Affine, domain_points, relation_text
+from autocomp_jupyter.poly import kernel_polyhedra
+
+CAUSAL = """
+input Q: f32[2, 12, 8]
+input K: f32[2, 12, 8]
+input V: f32[2, 12, 8]
+S[h, s, t] += Q[h, s, d] * K[h, t, d] * 0.35 where t <= s
+M[h, s] max= S[h, s, t] where t <= s
+E[h, s, t] = exp(S[h, s, t] - M[h, s]) where t <= s
+Z[h, s] += E[h, s, t]
+O[h, s, d] += E[h, s, t] * V[h, t, d] where t <= s
+Y[h, s, d] = O[h, s, d] / Z[h, s]
+output Y
+"""
+
+
+def causal_attention(q, k, v, scale=0.35):
+    scores = np.einsum("hsd,htd->hst", q, k) * scale
+    n = q.shape[1]
+    scores = np.where(np.tril(np.ones((n, n), bool)), scores, -np.inf)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    return np.einsum("hst,htd->hsd", p / p.sum(-1, keepdims=True), v)
+
+
+def test_relations_become_the_statements_domain():
+    p = parse(CAUSAL)
+    s = p.statements[0]
+    assert s.domain == (Affine.of({"s": 1, "t": -1}),)
+    assert "where t <= s" in str(s)
+    assert s.points == 2 * (12 * 13 // 2) * 8            # the triangle, not the box
+    assert s.box_points == 2 * 12 * 12 * 8
+    assert p.statements[3].domain == ()                   # Z sums E, which is 0 outside
+    eq = parse("input X: f32[6, 6]\nY[s, t] = X[s, t] where t < s + 1, s == t + 0, t >= 1\n").statements[0]
+    assert [relation_text(a) for a in eq.domain] == ["t <= s", "s <= t", "t >= 1"]
+    assert eq.points == 5                                 # the diagonal without (0, 0)
+
+
+def test_the_interpreter_reduces_over_the_domain_only():
+    p = parse(CAUSAL)
+    env = interp.run(p)
+    np.testing.assert_allclose(env["Y"], causal_attention(env["Q"], env["K"], env["V"]), rtol=1e-5, atol=1e-6)
+    # an '=' statement's element outside its domain is 0; a max over nothing is -inf
+    assert env["E"][0, 0, 1] == 0.0
+    q = parse("input X: f32[4, 5]\nM[s] max= X[s, t] where t < s\n")
+    m = interp.run(q)["M"]
+    assert m[0] == -np.inf and m[3] == q_max(interp.run(q)["X"][3, :3])
+
+
+def q_max(row):
+    return row.max()
+
+
+def test_indices_are_values():
+    p = parse("tensor W: f32[5, 4]\nW[s, t] = select(less_equal(t, s), t * 0.5 + s, 0 - 1)\n")
+    w = interp.run(p)["W"]
+    s, t = np.meshgrid(np.arange(5), np.arange(4), indexing="ij")
+    np.testing.assert_array_equal(w, np.where(t <= s, t * 0.5 + s, -1.0))
+
+
+def test_a_declared_shape_reads_a_sub_range():
+    p = parse("input Q: f32[8, 64]\ntensor A: f32[8, 32]\ntensor B: f32[8, 32]\n"
+              "A[s, e] = Q[s, e + 32]\nB[s, e] = Q[s, e]\n")
+    env = interp.run(p)
+    np.testing.assert_array_equal(env["A"], env["Q"][:, 32:])
+    np.testing.assert_array_equal(env["B"], env["Q"][:, :32])
+
+
+@pytest.mark.parametrize("line, message, column", [
+    ("Y[s, t] = X[s, t] where t * s <= 3", "a 'where' relation is not affine", 27),
+    ("Y[s, t] = X[s, t] where t <= q", "'where' relation names 'q', which is not an index", 25),
+    ("Y[s, t] = X[s, t] where t <= X", "tensor 'X' used as an index", 30),
+    ("Y[s, t] = X[s, t] where t", "expected a comparison (<, <=, >, >=, ==)", 26),
+    ("Y[s, t] = X[s, t] + u", "unknown name 'u'", 21),
+])
+def test_bad_relations_and_index_values_are_errors_at_their_place(line, message, column):
+    with pytest.raises(UserError) as err:
+        parse("input X: f32[8, 8]\n" + line + "\n")
+    d = err.value.diagnostics[0]
+    assert message in d.message and (d.line, d.col) == (2, column)
+
+
+def test_isl_sees_the_triangle():
+    s = parse(CAUSAL).statements[0]
+    points = []
+    kernel_polyhedra([s]).domain.foreach_point(lambda p: points.append(p))
+    assert len(points) == s.points
+
+
+@pytest.mark.parametrize("target", ["host", "npu"])
+def test_causal_attention_optimises_verified(target):
+    res = autocomp.optimize(CAUSAL, target=target, tune=0)
+    assert res.report["verified"]
+    if target == "host":                 # the C ran and matched the interpreter
+        assert "c" in res.codes and "<=" in res.code("c")
+
+
+relation_terms = st.dictionaries(st.sampled_from("ijk"), st.integers(-2, 2), min_size=1, max_size=3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(extents=st.tuples(st.integers(1, 5), st.integers(1, 5), st.integers(1, 5)),
+       relations=st.lists(st.tuples(relation_terms, st.integers(-4, 4)), min_size=1, max_size=3),
+       reduce=st.sampled_from(["+=", "max=", "="]))
+def test_random_domains_reduce_as_numpy_masked_reductions(extents, relations, reduce):
+    constraints = []
+    for terms, const in relations:
+        if not any(terms.values()):
+            continue
+        constraints.append(Affine.of(terms, const))
+    if not constraints:
+        return
+    where = ", ".join(f"0 <= {a}" for a in constraints)
+    lhs = "Y[i, j, k]" if reduce == "=" else "Y[i]"
+    src = f"input X: f32[{extents[0]}, {extents[1]}, {extents[2]}]\n{lhs} {reduce} X[i, j, k] * 2 where {where}\n"
+    p = parse(src)
+    env = interp.run(p)
+    x = env["X"] * 2
+    i, j, k = np.meshgrid(*[np.arange(e) for e in extents], indexing="ij")
+    mask = np.ones(extents, bool)
+    for a in constraints:
+        mask &= a.evaluate({"i": i, "j": j, "k": k}) >= 0
+    if reduce == "+=":
+        expected = np.where(mask, x, 0).sum(axis=(1, 2))
+    elif reduce == "max=":
+        expected = np.where(mask, x, -np.inf).max(axis=(1, 2))
+    else:
+        expected = np.where(mask, x, 0)
+    np.testing.assert_allclose(env["Y"], interp.round_to_dtype(expected, "f32"), rtol=1e-6)
+    brute = sum(all(a.evaluate(dict(zip("ijk", pt))) >= 0 for a in constraints)
+                for pt in itertools.product(*[range(e) for e in extents]))
+    assert p.statements[0].points == brute == domain_points(dict(zip("ijk", extents)), tuple(constraints))
