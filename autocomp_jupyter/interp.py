@@ -47,12 +47,35 @@ def round_to_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
     raise ValueError(f"unknown dtype {dtype}")
 
 
+def index_ranges(program: Program) -> dict[str, int]:
+    """Integer tensors read as indices, each with the number of rows it may address (the
+    smallest dimension it indexes)."""
+    ranges: dict[str, int] = {}
+    for st in program.statements:
+        for acc in st.reads():
+            for dim, read in acc.indirect:
+                size = program.tensor(acc.tensor).shape[dim]
+                ranges[read.tensor] = min(ranges.get(read.tensor, size), size)
+    # an integer tensor an index is computed from (a gather's ids, wrapped from the end into
+    # range) addresses the same rows
+    for st in reversed(program.statements):
+        if st.target in ranges:
+            for acc in st.reads():
+                if program.tensor(acc.tensor).dtype in ("i8", "i32"):
+                    ranges[acc.tensor] = min(ranges.get(acc.tensor, ranges[st.target]), ranges[st.target])
+    return ranges
+
+
 def random_inputs(program: Program, seed: int = 0) -> dict[str, np.ndarray]:
-    """Reproducible random values for every input and param (small ints for integer dtypes)."""
+    """Reproducible random values for every input and param (small ints for integer dtypes;
+    an index tensor's within the dimension it indexes)."""
     rng = np.random.default_rng(seed)
     values = {}
+    as_index = index_ranges(program)
     for t in program.inputs:
-        if t.dtype in ("i8", "i32"):
+        if t.name in as_index:
+            values[t.name] = rng.integers(0, as_index[t.name], size=t.shape).astype(np.float64)
+        elif t.dtype in ("i8", "i32"):
             values[t.name] = rng.integers(-3, 4, size=t.shape).astype(np.float64)
         else:
             values[t.name] = round_to_dtype(rng.standard_normal(t.shape), t.dtype)
@@ -106,14 +129,18 @@ def _gather(acc: Access, st: Statement, env: Mapping[str, np.ndarray], ranges) -
     names = st.loop_names
     used = sorted({k for idx in acc.indices for k in idx.loops}, key=names.index)
     axes = tuple(names.index(n) for n in used)
-    window = _window(acc, data, names, ranges, used)
+    window = None if acc.indirect else _window(acc, data, names, ranges, used)
     if window is not None:
         return window, axes
     grids = np.ix_(*[np.arange(*ranges[a]) for a in axes]) if axes else ()
     loop_env = dict(zip(used, grids))
     bounds = {n: ranges[a] for n, a in zip(used, axes)}
     index, valid = [], None
+    through = acc.indirect_dims
     for dim, idx in enumerate(acc.indices):
+        if dim in through:                       # the index is an integer tensor's element
+            index.append(_indirect_index(acc, dim, through[dim], env, loop_env, data.shape[dim]))
+            continue
         raw = idx.evaluate(loop_env)
         # Only a dimension the index can leave needs the mask and the clamp (the tiled runs
         # gather thousands of small boxes).
@@ -130,6 +157,25 @@ def _gather(acc: Access, st: Statement, env: Mapping[str, np.ndarray], ranges) -
     if valid is not None:
         values = np.where(valid, values, acc.pad)
     return np.asarray(values, dtype=np.float64), axes
+
+
+class IndexOutOfRange(ValueError):
+    """An index tensor's element outside the dimension it indexes (never clamped)."""
+
+
+def _indirect_index(acc: Access, dim: int, read: Access, env, loop_env, size: int) -> np.ndarray:
+    """The values of `read` (an integer tensor's elements) as indices into dimension `dim` of
+    `acc.tensor`, over the loops in `loop_env`; an error naming the tensor, the position and
+    the range if one is outside [0, size)."""
+    ids = env[read.tensor]
+    position = tuple(np.asarray(i.evaluate(loop_env)) for i in read.indices)
+    values = np.rint(ids[position] if position else ids).astype(np.int64)
+    bad = (values < 0) | (values >= size)
+    if bad.any():
+        where = tuple(int(np.broadcast_to(p, values.shape)[bad][0]) for p in position)
+        raise IndexOutOfRange(f"index {int(values[bad][0])} read from {read.tensor}[{', '.join(map(str, where))}] is "
+                              f"outside dimension {dim} of '{acc.tensor}' (0 to {size - 1})")
+    return values
 
 
 def _window(acc: Access, data: np.ndarray, names, ranges, used) -> np.ndarray | None:

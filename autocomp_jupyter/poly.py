@@ -132,12 +132,15 @@ def _written_shapes(statements: Sequence[Statement]) -> dict[str, tuple[int, ...
 
 
 def _access_map(stmt_tuple: str, bounds: str, tensor: str, indices: Sequence[Affine],
-                shape: tuple[int, ...] | None) -> isl.Map:
-    element = f"{tensor}[{', '.join(_affine_str(i) for i in indices)}]"
+                shape: tuple[int, ...] | None, indirect: Sequence[int] = ()) -> isl.Map:
+    """The access relation; an indirect dimension (`W[ids[s], c]`) may be any element of the
+    dimension, so it is an unconstrained variable within the tensor's bounds."""
+    coords = [f"ind{d}_" if d in indirect else _affine_str(i) for d, i in enumerate(indices)]
+    element = f"{tensor}[{', '.join(coords)}]"
     constraints = [bounds]
     if shape is not None:
         # Out-of-range reads yield the pad value: they touch no memory, so no dependence.
-        constraints += [f"0 <= {_affine_str(i)} < {n}" for i, n in zip(indices, shape)]
+        constraints += [f"0 <= {c} < {n}" for c, n in zip(coords, shape)]
     return isl.Map(f"{{ {stmt_tuple} -> {element} : {' and '.join(constraints)} }}")
 
 
@@ -165,7 +168,7 @@ def _polyhedra(statements: tuple[Statement, ...],
             _check_name(access.tensor, "tensor")
             shape = tensor_shapes.get(access.tensor)
             reads = reads.union(isl.UnionMap(
-                _access_map(stmt_tuple, bounds, access.tensor, access.indices, shape)))
+                _access_map(stmt_tuple, bounds, access.tensor, access.indices, shape, access.indirect_dims)))
     original = original_schedule(statements)
     return KernelPolyhedra(statements, names, domain, reads, writes, original,
                            original.to_isl(), tensor_shapes)

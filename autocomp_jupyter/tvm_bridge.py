@@ -105,9 +105,13 @@ def _expr(e: Expr, var, env, ext, T, te):
     if isinstance(e, Access):
         tensor = env[e.tensor]
         shape = [int(s) for s in tensor.shape]
-        idx = [_index(i, var) for i in e.indices]
+        through = e.indirect_dims            # W[ids[s], c]: the index is ids' element
+        idx = [T.Cast("int32", _expr(through[d], var, env, ext, T, te)) if d in through else _index(i, var)
+               for d, i in enumerate(e.indices)]
         conds = []
         for d, i in enumerate(e.indices):
+            if d in through:
+                continue
             lo = i.const + sum(min(0, c * (ext[l] - 1)) for l, c in i.terms)
             hi = i.const + sum(max(0, c * (ext[l] - 1)) for l, c in i.terms)
             if lo < 0 or hi >= shape[d]:

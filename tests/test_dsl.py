@@ -49,10 +49,11 @@ def test_every_library_op_lowers():
               "mul": ("X", "X"), "div": ("X", "X"), "bias_add": ("X", "b4"), "batchnorm": ("X", "b4", "b4"),
               "layernorm": ("X", "b8", "b8"), "softmax": ("X",), "maxpool2d": ("X",), "avgpool2d": ("X",),
               "global_avgpool": ("X",), "transpose": ("X",), "reshape": ("X", "shape=[8, -1]"),
-              "concat": ("X", "X", "axis=1")}
+              "concat": ("X", "X", "axis=1"), "gather": ("X", "ids"), "scatter": ("X", "ids4", "U4")}
     head = ("input X: f32[2, 4, 8, 8]\ninput A2: f32[8, 4]\ninput B2: f32[4, 16]\ninput A3: f32[2, 8, 4]\n"
             "input B3: f32[2, 4, 16]\nparam W: f32[6, 4, 3, 3]\nparam Wd: f32[4, 1, 3, 3]\nparam b16: f32[16]\n"
-            "param b4: f32[4]\nparam b8: f32[8]\n")
+            "param b4: f32[4]\nparam b8: f32[8]\ninput ids: i32[3]\ninput ids4: i32[1, 4, 8, 8]\n"
+            "input U4: f32[1, 4, 8, 8]\n")
     for op in LIBRARY:
         args = shapes.get(op, ("X",))
         p = parse(head + f"Y = {op}({', '.join(args)})")

@@ -351,11 +351,16 @@ class KernelModel:
         self.default_parallel = np.array([n in out_loops and target.compute.implicit_parallel
                                           for n in self.loop_names])
         self.flops = float(kernel.flops)
-        # What must cross the DRAM boundary at least once: the kernel's inputs and outputs.
-        self.compulsory_bytes = float(sum(kernel.tensor(t).nbytes for t in kernel.inputs + kernel.outputs))
         index = {n: i for i, n in enumerate(self.loop_names)}
         self.host = compute_model(kernel, target, index)
         host_c = self.host is not None
+        if host_c:
+            # What host C must move across the DRAM boundary at least once: the kernel's
+            # outputs, and of its inputs the elements it reads (a gather's rows, not its table).
+            from .roofline import statements_read_bytes
+            self.compulsory_bytes = float(sum(statements_read_bytes(kernel.tensor(t), kernel.statements)
+                                              for t in kernel.inputs)
+                                          + sum(kernel.tensor(t).nbytes for t in kernel.outputs))
         # Bytes an element of each tensor moves: its dtype's on an accelerator; on host, its C
         # buffer's (codegen/c.py holds integer tensors in doubles, f16/bf16 in floats).
         self.elem_bytes = self.host.elem_bytes if host_c else DTYPE_BYTES.__getitem__

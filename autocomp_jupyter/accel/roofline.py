@@ -55,6 +55,12 @@ def compulsory_traffic(program: Program) -> dict[str, int]:
     return out
 
 
+def statements_read_bytes(tensor, statements) -> int:
+    """Bytes of `tensor` that `statements` read (in range; each element once): what a kernel
+    must bring in at least once. A gather reads the rows its ids select, not the table."""
+    return _read_bytes(tensor, [(a, st.extents) for st in statements for a in st.reads() if a.tensor == tensor.name])
+
+
 def _read_bytes(tensor, reads) -> int:
     """Bytes of `tensor` its `reads` [(access, statement extents)] touch (in range only)."""
     boxes, floor = [], 0

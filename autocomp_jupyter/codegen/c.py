@@ -522,6 +522,22 @@ static inline float ac_round_bf16(float x) {
 """
 
 
+# Only where a plan reads through an index tensor (W[ids[s], c]).
+_PRELUDE_INDEX = r"""
+#include <stdio.h>
+/* An index read from an integer tensor: checked against the dimension's range, never
+   clamped; out of range stops the program with a message naming the tensor. */
+static long ac_index(double value, long size, const char* tensor, int dim) {
+    long i = (long)value;
+    if (i < 0 || i >= size) {
+        fprintf(stderr, "index %ld is outside dimension %d of '%s' (0 to %ld)\n", i, dim, tensor, size - 1);
+        exit(3);
+    }
+    return i;
+}
+"""
+
+
 def generate_c(plan, target=None) -> str:
     """The C translation unit for `plan` (deterministic text)."""
     program = plan.program
@@ -554,7 +570,8 @@ def generate_c(plan, target=None) -> str:
         functions += [_KernelWriter(plan, kernel, schedule, cname, namer.child()).function(fn), ""]
     prelude = _PRELUDE + (_PRELUDE_INT if dtypes & set(INT_RANGE) else "") \
         + (_PRELUDE_F16 if "f16" in dtypes else "") + (_PRELUDE_BF16 if "bf16" in dtypes else "") \
-        + (_PRELUDE_BLOCK16 if any("ac_transpose16(" in text for text in functions) else "")
+        + (_PRELUDE_BLOCK16 if any("ac_transpose16(" in text for text in functions) else "") \
+        + (_PRELUDE_INDEX if any("ac_index(" in text for text in functions) else "")
     lines += [" */", prelude, f"#define PROGRAM_NUM_BUFFERS {len(layout)}",
               f"#define PROGRAM_NUM_KERNELS {len(plan.kernels)}", ""]
     lines += functions
@@ -2608,15 +2625,23 @@ class _KernelWriter:
 
     # ------------------------------------------------------------------ expressions
 
-    def access_c(self, tensor: str, indices, var, stmt: Statement, check=True, pad: float = 0.0) -> str:
+    def access_c(self, tensor: str, indices, var, stmt: Statement, check=True, pad: float = 0.0,
+                 indirect: "dict[int, Access] | None" = None) -> str:
         t = self.tensor(tensor)
         shape = t.shape
         strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
         terms: dict[str, int] = {}
         const = 0
         conditions = []
+        gathered = []                    # indirect dimensions: the index tensor's element, checked
         ext = stmt.extents
         for d, idx in enumerate(indices):
+            if indirect and d in indirect:
+                read = indirect[d]
+                value = self.access_c(read.tensor, read.indices, var, stmt, check=False)
+                index = f'ac_index({value}, {shape[d]}, "{tensor}", {d})'
+                gathered.append(index if strides[d] == 1 else f"{strides[d]} * {index}")
+                continue
             for loop, coeff in idx.terms:
                 terms[var[loop]] = terms.get(var[loop], 0) + coeff * strides[d]
             const += idx.const * strides[d]
@@ -2625,7 +2650,7 @@ class _KernelWriter:
             if check and (lo < 0 or hi >= shape[d]):
                 dim_c = _affine_c({var[l]: c for l, c in idx.terms}, idx.const)
                 conditions.append(f"(unsigned long)({dim_c}) < {shape[d]}UL")
-        flat = _affine_c(terms, const)
+        flat = " + ".join([_affine_c(terms, const)] + gathered) if gathered else _affine_c(terms, const)
         text = f"{self.cname[tensor]}[{flat}]"
         if conditions:
             return f"({' && '.join(conditions)} ? {text} : {self.literal(stmt, pad)})"
@@ -2649,7 +2674,7 @@ class _KernelWriter:
         if isinstance(e, Access) and access is not None:
             return access(e)
         if isinstance(e, Access):
-            text = self.access_c(e.tensor, e.indices, var, stmt, check=True, pad=e.pad)
+            text = self.access_c(e.tensor, e.indices, var, stmt, check=True, pad=e.pad, indirect=e.indirect_dims)
             if e.tensor in self.rounded_accumulators:   # read once complete: rounded
                 return self.rounded(e.tensor, text)
             return text

@@ -283,7 +283,7 @@ class Builder:
                 at = kw_at.get(err.arg, node.op_at)
             self.error(at, err.message, err.hint)
             raise _Skip
-        for name, shape in ((out, lowered.shape), *lowered.temps):
+        for name, shape, *_ in ((out, lowered.shape), *lowered.temps):
             self.check_shape(name, tuple(shape), node.at)
         for st in lowered.statements:
             self.check_loops(st, node.at)
@@ -294,14 +294,14 @@ class Builder:
             raise _Skip
         dtype = self.tensors[operands[0].name].dtype
         # temporaries get collision-free names before the op is recorded
-        renames = {t: self.temp_name(t) for t, _ in lowered.temps}
+        renames = {t: self.temp_name(t) for t, *_ in lowered.temps}
         statements = tuple(_rename_tensors(st, renames) for st in lowered.statements)
         statements = tuple(_with_span(st, _span(node.at)) for st in statements)
         self.define(out, dtype, lowered.shape, node.at)
-        for t, shape in lowered.temps:
-            self.tensors[renames[t]] = Tensor(renames[t], dtype, shape, "temp", _span(node.at))
+        for t, shape, *own in lowered.temps:           # a temp's own dtype (an index's i32), else the op's
+            self.tensors[renames[t]] = Tensor(renames[t], own[0] if own else dtype, shape, "temp", _span(node.at))
         self.ops.append(Op(node.op, lowered.op_class, tuple(o.name for o in operands), out,
-                           tuple(sorted(attrs.items())), statements, tuple(renames[t] for t, _ in lowered.temps),
+                           tuple(sorted(attrs.items())), statements, tuple(renames[t] for t, *_ in lowered.temps),
                            _span(node.at)))
 
     # ---------------------------------------------------------------- comprehensions
@@ -343,7 +343,7 @@ class Builder:
         for acc, at, tensor in accesses:
             for dim, idx in enumerate(acc.indices):
                 loop = idx.single_loop
-                if loop is None:
+                if loop is None or dim in acc.indirect_dims:   # an indirect index ranges over its tensor's
                     continue
                 extent = tensor.shape[dim]
                 if loop not in extents:
@@ -404,7 +404,12 @@ class Builder:
         st = Statement(node.target, tuple(Affine.var(n) for n in lhs), node.reduce, loops, expr, _span(node.at),
                        domain=domain)
         self.check_loops(st, node.at)
-        dtype = accesses[0][2].dtype if accesses else "f32"
+        index_reads = {id(r) for acc, _, _ in accesses for _, r in acc.indirect}
+        valued = [t for acc, _, t in accesses if id(acc) not in index_reads]   # not the ids of a gather
+        # the first value read sets the type; a float's wins over an integer compared or selected
+        # on (K2 = select(equal(t, pos[0]), kn, Kc) is a float tensor)
+        floats = [t for t in valued if t.dtype not in ("i8", "i32")]
+        dtype = (floats or valued)[0].dtype if valued else "f32"
         self.define(node.target, dtype, shape, node.at)
         inputs = []
         for acc, _, _ in accesses:
@@ -440,8 +445,15 @@ class Builder:
                            f"{len(e.indices)} ind{'ex' if len(e.indices) == 1 else 'ices'}",
                            f"'{e.tensor}' is {tensor.dtype}{list(tensor.shape)}")
                 raise _Skip
-            indices = tuple(self.affine(i) for i in e.indices)
-            acc = Access(e.tensor, indices, 0.0, _span(e.at))
+            indices, indirect = [], []
+            for dim, i in enumerate(e.indices):
+                if isinstance(i, S.Index):              # an integer tensor's element is the index
+                    flat, read = self.indirect_index(i, accesses)
+                    indices.append(flat)
+                    indirect.append((dim, read))
+                else:
+                    indices.append(self.affine(i))
+            acc = Access(e.tensor, tuple(indices), 0.0, _span(e.at), indirect=tuple(indirect))
             accesses.append((acc, e.at, tensor))
             return acc
         if isinstance(e, S.Ref):
@@ -483,6 +495,25 @@ class Builder:
                    "indices are sums of loop names times integers plus a constant, e.g. 2*h + r - 1")
         raise _Skip
 
+    def indirect_index(self, e: S.Index, accesses: list) -> tuple[Affine, Access]:
+        """`ids[s]` used as an index: (its flat position in `ids`, the read). The index tensor
+        must be an integer tensor read at affine indices."""
+        tensor = self.lookup(e.tensor, e.at)
+        if tensor.dtype not in ("i32", "i8"):
+            self.error(e.at, f"index tensor '{e.tensor}' must have an integer type (i32 or i8), "
+                       f"not {tensor.dtype}", f"declare it as '{e.tensor}: i32[...]'")
+            raise _Skip
+        if any(isinstance(i, S.Index) for i in e.indices):
+            self.error(e.at, f"'{e.tensor}' is read through another index tensor",
+                       "an index tensor's own indices are affine, e.g. W[ids[s], c]")
+            raise _Skip
+        read = self.expression(e, accesses)
+        strides = [math.prod(tensor.shape[d + 1:]) for d in range(len(tensor.shape))]
+        flat = Affine.constant(0)
+        for index, stride in zip(read.indices, strides):
+            flat = flat + index * stride
+        return flat, read
+
     def relation(self, r: S.Relation) -> tuple[Affine, ...]:
         """A `where` relation as constraints `a >= 0` (two for `==`)."""
         what = "a 'where' relation"
@@ -500,6 +531,8 @@ def _number(value: int | float) -> str:
 
 def _comprehension_class(st: Statement) -> str:
     reads = st.reads()
+    if any(a.indirect for a in reads):
+        return "injective"           # a gather: each point reads where an index tensor says
     if st.reduce is not None:
         products = [e for e in st.expr.walk() if isinstance(e, BinOp) and e.op == "*"
                     and e.lhs.accesses() and e.rhs.accesses()]
@@ -525,7 +558,7 @@ def _rename_tensors(st: Statement, renames: dict[str, str]) -> Statement:
 
     def fn(e):
         if isinstance(e, Access) and e.tensor in renames:
-            return Access(renames[e.tensor], e.indices, e.pad, e.span)
+            return replace(e, tensor=renames[e.tensor])
         return None
     return replace(st, target=renames.get(st.target, st.target), expr=substitute(st.expr, fn))
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from ..ir.program import Access, Affine, BinOp, Call, Const, Expr, Loop, Statement
+from ..ir.program import Access, Affine, BinOp, Call, Const, Expr, IndexValue, Loop, Statement
 
 A = Affine.var
 
@@ -36,7 +36,7 @@ class Lowered:
     op_class: str
     shape: tuple[int, ...]
     statements: tuple[Statement, ...]
-    temps: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    temps: tuple[tuple, ...] = ()        # (name, shape) or (name, shape, dtype): the op's own tensors
 
 
 @dataclass(frozen=True)
@@ -512,6 +512,88 @@ def lower_concat(out, xs, attrs):
     return Lowered("injective", shape, (st,))
 
 
+# --------------------------------------------------------------------------- gathers
+
+
+def _index_operand(idx: Operand, arg: int, op: str) -> None:
+    if idx.dtype not in ("i32", "i8"):
+        raise OpError(f"{op} indices '{idx.name}' must have an integer type (i32 or i8), not {idx.dtype}",
+                      f"declare '{idx.name}' as i32", arg=arg)
+
+
+def _gather_axis(x: Operand, attrs, op: str) -> int:
+    rank = len(x.shape)
+    axis = attrs["axis"]
+    if not isinstance(axis, int) or isinstance(axis, bool) or not -rank <= axis < rank:
+        raise OpError(f"{op} axis {axis!r} is out of range for '{x.name}' of rank {rank}", arg="axis")
+    return axis % rank
+
+
+def _wrapped(idx: Access, size: int) -> Expr:
+    """An ONNX index: a negative one counts from the end (`i + size` where i < 0)."""
+    return BinOp("+", idx, BinOp("*", Const(float(size)), Call("less", (idx, Const(0.0)))))
+
+
+def _flat(indices, shape) -> Affine:
+    """The flat (row-major) position of `indices` in a tensor of `shape`."""
+    flat = Affine.constant(0)
+    for index, stride in zip(indices, (math.prod(shape[d + 1:]) for d in range(len(shape)))):
+        flat = flat + index * stride
+    return flat
+
+
+def lower_gather(out, xs, attrs):
+    """ONNX Gather: Y[p.., q.., r..] = X[p.., idx[q..], r..] (idx may count from the end).
+    The index is an indirect read (`ir.program.Access.indirect`) of a temp holding idx
+    wrapped into range: the gather moves the rows it reads, nothing else."""
+    x, idx = xs
+    _index_operand(idx, 1, "gather")
+    axis = _gather_axis(x, attrs, "gather")
+    pre = [(f"p{d}", e) for d, e in enumerate(x.shape[:axis])]
+    mid = [(f"q{d}", e) for d, e in enumerate(idx.shape)]
+    post = [(f"r{d}", e) for d, e in enumerate(x.shape[axis + 1:])]
+    wrapped = f"{idx.name}_wrapped"
+    q = [A(n) for n, _ in mid]
+    s0 = _statement(wrapped, mid, _wrapped(_acc(idx.name, *q), x.shape[axis]))
+    read = _acc(wrapped, *q)
+    indices = [A(n) for n, _ in pre] + [_flat(q, idx.shape)] + [A(n) for n, _ in post]
+    value = Access(x.name, tuple(indices), indirect=((axis, read),))
+    shape = x.shape[:axis] + idx.shape + x.shape[axis + 1:]
+    s1 = _statement(out, pre + mid + post, value)
+    return Lowered("injective", shape, (s0, s1), ((wrapped, idx.shape, "i32"),))
+
+
+def lower_scatter(out, xs, attrs):
+    """ONNX ScatterElements (no reduction): Y = X, then Y[.., idx[p], ..] = U[p] along `axis`
+    (where two updates hit one element, the last wins). As three statements: the last update
+    hitting each element (`hit`, -1 for none), that clamped to a valid row, and the select."""
+    x, idx, u = xs
+    _index_operand(idx, 1, "scatter")
+    axis = _gather_axis(x, attrs, "scatter")
+    if idx.shape != u.shape or len(idx.shape) != len(x.shape):
+        raise OpError(f"scatter indices '{idx.name}' {_fmt(idx.shape)} and updates '{u.name}' {_fmt(u.shape)} must "
+                      f"have one shape, of the rank of '{x.name}' {_fmt(x.shape)}", arg=2)
+    if any(a > b for d, (a, b) in enumerate(zip(idx.shape, x.shape)) if d != axis):
+        raise OpError(f"scatter indices '{idx.name}' {_fmt(idx.shape)} are larger than '{x.name}' {_fmt(x.shape)}",
+                      arg=1)
+    names = [f"i{d}" for d in range(len(x.shape))]
+    loops = _loops(x.shape, names)
+    n, k = x.shape[axis], idx.shape[axis]
+    at_k = [A("k") if d == axis else A(nm) for d, nm in enumerate(names)]
+    # an index read past idx's shape (an element no update covers) reads -(n + 1): never a row
+    where = BinOp("+", _acc(idx.name, *at_k, pad=-(n + 1.0)),
+                  BinOp("*", Const(float(n)), Call("less", (_acc(idx.name, *at_k, pad=-(n + 1.0)), Const(0.0)))))
+    hit, row = f"{out}_hit", f"{out}_row"
+    s0 = _statement(hit, loops, Call("select", (Call("equal", (where, IndexValue(A(names[axis])))),
+                                                 IndexValue(A("k")), Const(-1.0))), "max", [("k", k)])
+    s1 = _statement(row, loops, Call("max", (_acc(hit, *names), Const(0.0))))
+    rows = [A(nm) for nm in names]
+    update = Access(u.name, tuple(rows), indirect=((axis, _acc(row, *names)),))
+    s2 = _statement(out, loops, Call("select", (Call("less", (_acc(hit, *names), Const(0.0))),
+                                                 _acc(x.name, *names), update)))
+    return Lowered("injective", x.shape, (s0, s1, s2), ((hit, x.shape, "i32"), (row, x.shape, "i32")))
+
+
 # A&S 7.1.26 rational approximation of erf (|error| <= 1.5e-7, below f32 tolerance):
 # erf(z) = sign(z) (1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) e^(-z^2)), t = 1 / (1 + p |z|).
 _ERF_P = 0.3275911
@@ -592,4 +674,8 @@ LIBRARY: dict[str, LibraryOp] = {op.name: op for op in [
     LibraryOp("reshape", (1, 1), {"shape": None}, lower_reshape, "row-major reshape (one -1 allowed)"),
     LibraryOp("flatten", (1, 1), {"axis": 1}, lower_flatten, "[d0..dk-1, dk..] -> [prod, prod] at axis"),
     LibraryOp("concat", (2, 256), {"axis": 0}, lower_concat, "join along axis"),
+    LibraryOp("gather", (2, 2), {"axis": 0}, lower_gather,
+              "X, idx (i32) -> X's rows along axis that idx names (ONNX Gather)"),
+    LibraryOp("scatter", (3, 3), {"axis": 0}, lower_scatter,
+              "X, idx (i32), U -> X with U written along axis at idx (ONNX ScatterElements)"),
 ]}

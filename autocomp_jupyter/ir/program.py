@@ -188,15 +188,32 @@ class Const(Expr):
 
 @dataclass(frozen=True)
 class Access(Expr):
-    """A read of `tensor` at affine `indices`; out-of-range reads give `pad`."""
+    """A read of `tensor` at affine `indices`; out-of-range reads give `pad`.
+
+    An *indirect* dimension takes its index from an integer tensor's element (`W[ids[s], c]`,
+    `Kc[h, pos[0], d]`): `indirect` maps the dimension to that read, checked against the
+    dimension's range when it runs (an id out of range is an error, never clamped). There
+    `indices` holds the index read's flat position in its tensor (`s` for `ids[s]`, `2*s + k`
+    for `ids[s, k]` of shape [S, 2], `0` for `pos[0]`): which loops move the index and how many
+    distinct rows a tile can gather, what a footprint or a tiling needs; isl sees the whole
+    dimension read (`poly.py`), and the interpreter, C and TVM read through the index tensor."""
 
     tensor: str
     indices: tuple[Affine, ...]
     pad: float = 0.0
     span: Span | None = field(default=None, compare=False)
+    indirect: tuple[tuple[int, "Access"], ...] = ()      # (dimension, the integer read giving its index)
+
+    def children(self) -> tuple["Expr", ...]:
+        return tuple(a for _, a in self.indirect)
+
+    @property
+    def indirect_dims(self) -> dict[int, "Access"]:
+        return dict(self.indirect)
 
     def __str__(self) -> str:
-        return f"{self.tensor}[{', '.join(map(str, self.indices))}]"
+        through = self.indirect_dims
+        return f"{self.tensor}[{', '.join(str(through.get(d, i)) for d, i in enumerate(self.indices))}]"
 
 
 @dataclass(frozen=True)
@@ -242,7 +259,7 @@ def rename_loops(expr: Expr, mapping: Mapping[str, Affine]) -> Expr:
     """`expr` with loops substituted by affine expressions, in every tensor index and every
     index value (loops absent from `mapping` stay)."""
     def fn(e):
-        if isinstance(e, Access):
+        if isinstance(e, Access):                   # (its index reads are renamed already)
             return replace(e, indices=tuple(i.rename(mapping) for i in e.indices))
         if isinstance(e, IndexValue):
             return IndexValue(e.index.rename(mapping))
@@ -256,6 +273,8 @@ def substitute(expr: Expr, fn) -> Expr:
         expr = BinOp(expr.op, substitute(expr.lhs, fn), substitute(expr.rhs, fn))
     elif isinstance(expr, Call):
         expr = Call(expr.fn, tuple(substitute(a, fn) for a in expr.args))
+    elif isinstance(expr, Access) and expr.indirect:
+        expr = replace(expr, indirect=tuple((d, substitute(a, fn)) for d, a in expr.indirect))
     out = fn(expr)
     return expr if out is None else out
 
@@ -415,8 +434,10 @@ class Statement:
     @property
     def uses_index_values(self) -> bool:
         """True where the statement's values depend on its loop values themselves (a domain,
-        or an index read as a number): a code path that moves points around must keep them."""
-        return bool(self.domain) or any(isinstance(e, IndexValue) for e in self.expr.walk())
+        an index read as a number, or a read through an index tensor): a code path that moves
+        points around or reads operands as dense tiles must keep them."""
+        return bool(self.domain) or any(isinstance(e, IndexValue) or (isinstance(e, Access) and e.indirect)
+                                        for e in self.expr.walk())
 
     def reads(self) -> list[Access]:
         return self.expr.accesses()
