@@ -264,9 +264,44 @@ def _evaluate_in_domain(st: Statement, env, ranges) -> np.ndarray:
         result = _evaluate_box(boxed, env, ranges)
         inside = mask.reshape(mask.shape[:n_out])
         return np.where(np.broadcast_to(inside, out_shape), result, st.identity)
+    product = _product_terms(st.expr) if st.reduce == "+" else None
+    if product is not None and product[0]:
+        names = st.loop_names
+        sizes = [math.prod(ranges[names.index(k)][1] - ranges[names.index(k)][0]
+                           for k in {k for idx in a.indices for k in idx.loops}) for a in product[0]]
+        if max(sizes + [mask.size, _box_points(ranges[:n_out])]) > MAX_BOX_POINTS:
+            return _split(st, env, ranges)        # halves, each wholly in, out, or masked again
+        masked = _masked_contraction(st, env, ranges, mask, product)
+        if masked is not None:
+            return masked
+    elif _box_points(ranges) > MAX_BOX_POINTS:
+        return _split(st, env, ranges)
     guarded = memo.get("_interp_guarded") or memo.setdefault(
         "_interp_guarded", replace(st, domain=(), expr=st.guarded_expr))
     return _evaluate_box(guarded, env, ranges)
+
+
+def _masked_contraction(st: Statement, env, ranges, mask: np.ndarray, product) -> np.ndarray | None:
+    """A sum of products over a domain that reaches its reduction loops, as one einsum with the
+    domain as a 0/1 operand, where every operand is finite (0 x inf would be NaN, not 0);
+    None otherwise."""
+    letters = string.ascii_letters
+    operands, subscripts = [], []
+    for acc in product[0]:
+        values, axes = _gather(acc, st, env, ranges)
+        if not np.isfinite(values).all():
+            return None
+        operands.append(values)
+        subscripts.append("".join(letters[a] for a in axes))
+    axes = [a for a in range(len(ranges)) if mask.shape[a] > 1]
+    operands.append(mask.reshape([mask.shape[a] for a in axes]).astype(np.float64))
+    subscripts.append("".join(letters[a] for a in axes))
+    used = set("".join(subscripts))
+    if any(letters[a] not in used for a in range(len(ranges))):
+        return None        # a loop no operand reads: the general path counts its points
+    n_out = len(st.output_loops)
+    spec = ",".join(subscripts) + "->" + "".join(letters[a] for a in range(n_out))
+    return np.einsum(spec, *operands, optimize=True) * product[1]
 
 
 def _evaluate_box(st: Statement, env, ranges) -> np.ndarray:

@@ -317,6 +317,54 @@ class _StatementModel:
     # vector operations per element of its target (a multiply, and the max's exp per row).
     rescale_key: int = -1
     rescale_per_elem: float = 0.0
+    # A domain cut by `where` relations: each as (coefficients on anchor loops [D], constant
+    # with the statement's local loops at their most favourable value); `TileDomain` counts
+    # the tiles it leaves non-empty, which are the only ones computed and fetched.
+    domain: "TileDomain | None" = None
+
+
+class TileDomain:
+    """The tiles of a statement's `where` domain (`Statement.domain`) that are not empty.
+
+    A tile of T[d] points along each anchor loop d (tile b covers x_d = T_d b_d + r_d with
+    0 <= r_d < T_d) meets a relation sum a_d x_d + c >= 0 iff sum a_d T_d b_d + c + sum over
+    a_d > 0 of a_d (T_d - 1) >= 0: a relation on the tile coordinates, whose points
+    `ir.program.domain_points` counts exactly (several relations: each checked on its own,
+    an upper bound). Empty tiles are skipped: the model charges the work and fetches of the
+    non-empty ones, as the simulator replays and the C runs them."""
+
+    def __init__(self, relations: list[tuple[np.ndarray, float]], extents: np.ndarray):
+        self.relations = relations
+        self.loops = sorted({int(d) for coeff, _ in relations for d in np.nonzero(coeff)[0]})
+        self.extents = extents
+        self._kept: dict[tuple, float] = {}
+
+    def kept_fraction(self, sizes: tuple[int, ...]) -> float:
+        """The fraction of tiles of `sizes` (along `self.loops`) that meet the domain."""
+        cached = self._kept.get(sizes)
+        if cached is not None:
+            return cached
+        from ..ir.program import Affine, domain_points
+
+        tiles = {f"b{d}": int(math.ceil(self.extents[d] / t)) for d, t in zip(self.loops, sizes)}
+        size = dict(zip(self.loops, sizes))
+        constraints = []
+        for coeff, const in self.relations:
+            terms = {f"b{d}": int(round(coeff[d] * size[d])) for d in self.loops if coeff[d]}
+            slack = sum(coeff[d] * (size[d] - 1) for d in self.loops if coeff[d] > 0)
+            constraints.append(Affine.of(terms, int(math.floor(const + slack))))
+        kept = domain_points(tiles, tuple(constraints)) / max(1, math.prod(tiles.values()))
+        self._kept[sizes] = kept
+        return kept
+
+    def kept(self, T: np.ndarray) -> np.ndarray:
+        """[n, L]: the kept fraction of each level's tiles, for full tiles T [n, D, L]."""
+        n, _, L = T.shape
+        sizes = np.clip(T[:, self.loops, :], 1, None).astype(np.int64).transpose(0, 2, 1)   # [n, L, k]
+        flat = sizes.reshape(n * L, len(self.loops))
+        unique, inverse = np.unique(flat, axis=0, return_inverse=True)
+        values = np.array([self.kept_fraction(tuple(int(v) for v in row)) for row in unique])
+        return values[inverse.reshape(-1)].reshape(n, L)
 
 
 SINGLE_SCHEDULES = 1024    # single-schedule costs a kernel model remembers
@@ -449,7 +497,22 @@ class KernelModel:
                 out_points = math.prod(l.extent for l in stmt.output_loops)
                 rescale_key = keys[0]
                 rescale_per_elem = 1.0 + kernel.tensor(stmt.rescale.tensor).size / max(1, out_points)
+        domain = None
+        if stmt.domain:
+            relations = []
+            for a in stmt.domain:
+                coeff = np.zeros(D)
+                const = float(a.const)
+                for loop, c in a.terms:
+                    if loop in m:
+                        coeff[index[m[loop]]] += c
+                    elif c > 0:                 # a local loop runs whole in every tile
+                        const += c * (local[loop] - 1)
+                relations.append((coeff, const))
+            if any(coeff.any() for coeff, _ in relations):
+                domain = TileDomain(relations, np.asarray(self.extents, dtype=float))
         return _StatementModel(in_place=in_place, present=present, present_loops=np.nonzero(present)[0],
+                               domain=domain,
                                reduce=bool(stmt.reduce),
                                rescale_key=rescale_key, rescale_per_elem=rescale_per_elem,
                                out_mask=target_access.index_mask & present, contig_loop=contig,
@@ -721,6 +784,10 @@ class KernelModel:
                 inner_counts = np.where(st.present, counts[:, L - 1, :], 1.0)
                 tile_points = np.prod(np.where(st.present, E / inner_counts, 1.0), axis=1)
                 passes = np.prod(inner_counts, axis=1) * np.ceil(tile_points / width - 1e-9) * st.local_points
+            # A `where` domain: only its non-empty tiles run (their fraction per level)
+            kept = st.domain.kept(T) if st.domain is not None else None
+            if kept is not None:
+                passes = passes * kept[:, L - 1]
             dp_rel = dp_counts / np.where(st.present, counts[:, L - 1, :], 1.0)
             dp_loops = np.concatenate([seq_loops, inner_order], axis=1)
             dp_mean = E / dp_counts
@@ -765,9 +832,11 @@ class KernelModel:
                         one = sum(m * (x <= unit + 1e-9) for x, m in zip(piece_len, piece_mult)) \
                             / sum(piece_mult)
                         single = np.prod(np.where(weight, one, 1.0), axis=1)
-                        kept = np.minimum(inner_tiles, _fetches_by_prefix(
+                        kept_blocks = np.minimum(inner_tiles, _fetches_by_prefix(
                             stationary.index_mask[dp_loops_seq], dp_moving, dp_prefix, [L * D])[:, 0])
-                        fills = inner_tiles * np.maximum(blocks - single, 0.0) + kept * single
+                        fills = inner_tiles * np.maximum(blocks - single, 0.0) + kept_blocks * single
+                    if kept is not None:
+                        fills = fills * kept[:, L - 1]
                     fill = _fill_cycles(compute, fills, cycles)
                     cycles = cycles + fill
                 mac_points += st.points
@@ -796,7 +865,7 @@ class KernelModel:
                 # (every element of the target once per key tile over the run).
                 elems = float(np.prod(E[0, np.asarray(st.out_mask, dtype=bool)]))
                 cycles = cycles + elems * st.rescale_per_elem * counts[:, L - 1, st.rescale_key] \
-                    / compute.vector_ops_per_cycle
+                    / compute.vector_ops_per_cycle * (kept[:, L - 1] if kept is not None else 1.0)
             st_compute = cycles / active / clock
 
             for ai, a in enumerate(st.accesses):
@@ -813,6 +882,8 @@ class KernelModel:
                     distinct = distinct_at[:, pos]
                     fp = fps[:, pos]
                     moved = _traffic(a.kind, fp, fetches, distinct)
+                    if kept is not None:
+                        moved = moved * _kept_share(a, st.domain, kept[:, h], fetches, distinct)
                     if a.internal and (not fits or a.kind != "accumulate"):
                         # Internal tensors never cross the DRAM boundary; an epilogue reads (and
                         # a non-accumulating statement writes) them where the anchor left them,
@@ -834,6 +905,8 @@ class KernelModel:
                 # result buffers): one transfer each on the port, none read back out.
                 dp_kind = "write" if a.kind == "accumulate" and compute.kind == "systolic" else a.kind
                 datapath = _traffic(dp_kind, _footprint(a, ts_mean), fetches, distinct)
+                if kept is not None:
+                    datapath = datapath * _kept_share(a, st.domain, kept[:, L - 1], fetches, distinct)
                 # Spill: blend each level's traffic toward what streams through it.
                 through = datapath
                 eff = [None] * len(a.chain)
@@ -1459,6 +1532,17 @@ def _footprint(a: _AccessModel, tile: np.ndarray) -> np.ndarray:
     if out is None:
         return np.full(tile.shape[:1] + tile.shape[2:], float(a.elem_bytes))
     return out * a.elem_bytes
+
+
+def _kept_share(a: _AccessModel, domain: TileDomain, kept: np.ndarray, fetches, distinct) -> np.ndarray:
+    """The share of an access's traffic that the non-empty tiles of a `where` domain move.
+    An access indexed by every loop the domain cuts fetches only non-empty tiles; one
+    missing some of them keeps its distinct tiles (a query row meets some key tile) and
+    loses only its re-fetches across the missing loops in empty tiles."""
+    if all(a.index_mask[d] for d in domain.loops):
+        return kept
+    fetches = np.maximum(fetches, 1e-30)
+    return np.minimum(1.0, (distinct + np.maximum(fetches - distinct, 0.0) * kept) / fetches)
 
 
 def _traffic(kind: str, footprint, fetches, distinct):

@@ -4,6 +4,7 @@
                 for each datapath: the sum of its statements' work at the best fill,
                 for each port into the PE array: the operand bytes it must carry / its bandwidth)
 
+A statement over a `where` domain counts its points, not its box (a causal mask's triangle).
 The compulsory bytes are every program output and the input elements it reads, moved once
 (`roofline.compulsory_bytes`); on the host, whose runs are timed warm, a tensor that fits
 half the last cache level moves at that cache's bandwidth (`host_model.warm_memory_floor`).
@@ -74,11 +75,17 @@ def physical_limit(program: Program, target) -> dict:
                 passes = min(along, flat)
                 if winograd and si == kernel.anchor:
                     passes *= 16 / 36
+            if st.domain is not None:
+                # a `where` domain: its points, not its box (the best tiles skip the rest)
+                box = math.prod(present) * st.local_points
+                passes *= st.points / box if box else 1.0
+                fill *= st.points / box if box else 1.0
             seconds = (passes * st.local_points * dp.pass_cycles + fill) / compute.units / clock
             datapaths[dp.unit] = datapaths.get(dp.unit, 0.0) + float(seconds)
             if dp.on_array and st.mac:
+                share = st.points / (math.prod(present) * st.local_points) if st.domain is not None else 1.0
                 for level, nbytes in _array_operands(model, st, extents, compute).items():
-                    ports[level] = ports.get(level, 0.0) + nbytes
+                    ports[level] = ports.get(level, 0.0) + nbytes * share
     if runs_generated_c(target):
         # The host's cores at what they sustain, measured (`host_peak`), not its description.
         ceiling = compute_ceiling(target)
