@@ -357,6 +357,15 @@ class TileDomain:
         self._kept[sizes] = kept
         return kept
 
+    def meets(self, box) -> bool:
+        """Whether a tile, box[d] = (first point, points) along each anchor loop d, holds a
+        point of the domain (each relation checked on its own, as `kept_fraction`)."""
+        for coeff, const in self.relations:
+            top = const + sum(c * (box[d][0] + (box[d][1] - 1 if c > 0 else 0)) for d, c in enumerate(coeff) if c)
+            if top < 0:
+                return False
+        return True
+
     def kept(self, T: np.ndarray) -> np.ndarray:
         """[n, L]: the kept fraction of each level's tiles, for full tiles T [n, D, L]."""
         n, _, L = T.shape

@@ -247,6 +247,8 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
             box = list(parent_box)
             for d, piece in zip(order, combo):
                 box[d] = piece
+            if st.domain is not None and not st.domain.meets(box):
+                continue            # a tile the `where` domain leaves empty: skipped, as in the model
             yield from walk(level + 1, box, boxes + [box])
 
     # resident[(access, level)] = (tile key, box): the tile that level's buffer holds;
@@ -264,8 +266,10 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
     points_done = 0.0
     steps = 0
     full_box = [(0, int(E[d])) if present[d] else (0, 1) for d in range(D)]
+    cut = False
     for boxes in walk(0, full_box, []):
         if steps >= max_steps:
+            cut = True
             break
         steps += 1
         load = np.zeros(M)
@@ -389,8 +393,10 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
     # An inner level's last tile reaches its parent before the parent's can leave.
     drain_s = float(np.sum(drain / bw))
     end = max([prev_end] + [c.free for c in channels]) + drain_s   # after write-backs still queued
-    sampled = steps < total_steps
+    sampled = cut
     all_points = float(np.prod([E[d] for d in range(D) if present[d]]))
+    if st.domain is not None:     # the points of the tiles the domain leaves non-empty
+        all_points *= st.domain.kept_fraction(tuple(int(tiles[d, L - 1]) for d in st.domain.loops))
     scale = all_points / points_done if sampled and points_done else 1.0
     return {"bytes": moved * scale, "time_s": end * scale, "compute_s": compute_total * scale, "drain_s": drain_s,
             "steps": steps, "total_steps": total_steps, "sampled": sampled}

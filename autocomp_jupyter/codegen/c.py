@@ -83,7 +83,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..ir.program import Access, BinOp, Call, Const, Expr, IndexValue, Statement, Tensor
 from ..ir.schedule import Kernel, Schedule
@@ -2410,6 +2410,10 @@ class _KernelWriter:
         # a full tile's size per output loop (remainder tiles take the plain nest)
         full = {l: bounds[l][2] or (max(tiles[l].lengths) if tiles[l] is not None else None) for l in out_loops}
         register_tile = math.prod(full[l] or REGISTER_TILE_MAX + 1 for l in out_loops) if out_loops else 1
+        skip = self.empty_tile_test(stmt, bounds, tiles)
+        if skip:      # a tile the `where` domain leaves empty runs nothing (the per-point guard stays)
+            self.emit(depth, f"if ({skip}) {{    /* the tile meets the domain */")
+            depth += 1
         if any(p.affine for p in node.loops):      # skewed or reversed: the plain nest, affine bounds
             self.plain_affine(node, depth, var, bounds)
         elif (stmt.reduce is not None and red_loops and rank_out and None not in rank_out and not stmt.domain
@@ -2428,6 +2432,35 @@ class _KernelWriter:
                 self.register_tiled(stmt, depth, var, bounds, out_loops, red_loops, scope)
         else:
             self.plain(node, depth, var, bounds)
+        if skip and stmt.reduce is None:
+            # an '=' statement's element outside its domain is 0: an empty tile is zeroed
+            self.emit(depth - 1, "} else {")
+            target = self.access_c(stmt.target, stmt.target_indices, var, stmt, check=False)
+            d = depth
+            for p in node.loops:
+                start, end, trip = bounds[p.name]
+                self._for(d, var[p.name], start, end, trip)
+                d += 1
+            self._store_and_close(replace(stmt, domain=()), target, self.literal(stmt, 0.0), d, depth)
+        if skip:
+            self.emit(depth - 1, "}")
+
+    def empty_tile_test(self, stmt: Statement, bounds: dict, tiles: dict) -> str:
+        """C condition that the current tile meets the statement's `where` domain (each
+        relation's largest value over the tile >= 0), or "" where no relation names a tiled
+        loop (the per-point guard then decides alone)."""
+        tiled = {l for l, t in tiles.items() if t is not None}
+        tests = []
+        for a in stmt.domain:
+            if not any(l in tiled for l in a.loops):
+                continue
+            parts = [str(a.const)]
+            for loop, c in a.terms:
+                start, end, trip = bounds[loop]
+                last = f"({start} + {trip - 1})" if trip is not None and start != "0" else f"({end} - 1)"
+                parts.append(f"{c} * {last if c > 0 else f'({start})'}")
+            tests.append(f"{' + '.join(parts)} >= 0")
+        return " && ".join(tests)
 
     def rescale_sums(self, index: int, stmt: Statement, depth: int, var: dict, bounds: dict) -> None:
         """Online softmax: before a sum adds this tile's terms (computed against the running
