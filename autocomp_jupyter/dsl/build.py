@@ -94,6 +94,7 @@ class Builder:
 
     def build(self, nodes: list) -> Program:
         for node in nodes:
+            skipped = False
             try:
                 n_errors = len(self.errors)
                 if isinstance(node, S.Decl):
@@ -105,8 +106,8 @@ class Builder:
                 elif isinstance(node, S.Comprehension):
                     self.comprehension(node)
             except _Skip:
-                pass
-            if len(self.errors) > n_errors:
+                skipped = True      # (quietly, where it reads a name already in error)
+            if skipped or len(self.errors) > n_errors:
                 name = getattr(node, "name", None) or getattr(node, "target", None)
                 if name and name not in self.tensors:
                     self.poisoned.add(name)
