@@ -175,8 +175,20 @@ def design_points(sweeps: Sequence[Sweep]) -> list[dict[str, Any]]:
     return points
 
 
+# What sizes a compute fabric's MAC datapaths, per kind: an explicit `peak_macs_per_cycle`
+# written for the preset's array follows these when a sweep changes them.
+_ARRAY_FIELDS = {"systolic": ("pe_rows", "pe_cols"), "simt": ("lanes", "fma_units"), "vector": ("lanes", "fma_units")}
+
+
+def _datapaths(compute: Mapping) -> int:
+    return math.prod(int(compute.get(f, 1)) if isinstance(compute.get(f, 1), int) else 1
+                     for f in _ARRAY_FIELDS.get(compute.get("kind"), ()))
+
+
 def edited(raw: Mapping, params: Mapping[str, Any]) -> dict:
-    """A copy of the target mapping with every `params` path set."""
+    """A copy of the target mapping with every `params` path set. Derived fields follow: a
+    swept array (pe_rows x pe_cols, lanes x fma_units) scales the peak MACs per cycle the file
+    writes out per dtype, unless a sweep sets those too."""
     out = copy.deepcopy(dict(raw))
     for path, value in params.items():
         keys = path.split(".")
@@ -187,6 +199,12 @@ def edited(raw: Mapping, params: Mapping[str, Any]) -> dict:
         for key in keys[:-1]:
             node = node.setdefault(key, {})
         node[keys[-1]] = value
+    peaks = out["compute"].get("peak_macs_per_cycle")
+    before, after = _datapaths(raw["compute"]), _datapaths(out["compute"])
+    if isinstance(peaks, dict) and after != before and before > 0:
+        swept = {p.rsplit(".", 1)[-1] for p in params if p.startswith("compute.peak_macs_per_cycle.")}
+        out["compute"]["peak_macs_per_cycle"] = {
+            d: v if d in swept or not isinstance(v, (int, float)) else v * after / before for d, v in peaks.items()}
     return out
 
 

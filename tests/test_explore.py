@@ -122,3 +122,16 @@ def test_over_a_thousand_points_needs_max_points_and_the_cli_writes_json_and_csv
     assert set(out) >= {"points", "pareto", "seconds"} and out["pareto"] == brute_force_front(out["points"])
     lines = csv.read_text().splitlines()
     assert lines[0].startswith("index,memory.scratchpad.size_bytes,valid,verified,time_s") and len(lines) == 3
+
+
+def test_a_swept_array_scales_the_peak_macs_a_preset_writes_out():
+    import yaml
+
+    from autocomp_jupyter.accel.target import parse_target
+    from autocomp_jupyter.explore import edited, target_mapping
+
+    raw, _ = target_mapping("npu")  # 32x32 with peak_macs_per_cycle {f16: 1024, f32: 256, ...}
+    small = parse_target(yaml.safe_dump(edited(raw, {"compute.pe_rows": 16, "compute.pe_cols": 16})))
+    assert small.compute.macs("f16") == 256 and small.compute.macs("f32") == 64
+    pinned = parse_target(yaml.safe_dump(edited(raw, {"compute.pe_rows": 16, "compute.peak_macs_per_cycle.f32": 100})))
+    assert pinned.compute.macs("f16") == 512 and pinned.compute.macs("f32") == 100
