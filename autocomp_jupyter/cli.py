@@ -301,7 +301,7 @@ def add_explore_parser(sub) -> None:
 def cmd_explore(args) -> int:
     import json
 
-    from .explore import explore
+    from .dse import explore
 
     progress = None
     if sys.stderr.isatty() and not args.json:

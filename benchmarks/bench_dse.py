@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_onnx import MODELS  # noqa: E402
 
-from autocomp_jupyter.explore import explore  # noqa: E402
+from autocomp_jupyter.dse import explore  # noqa: E402
 from autocomp_jupyter.onnx_import import from_onnx  # noqa: E402
 
 DEFAULT_SWEEPS = ["compute.pe_rows,compute.pe_cols=16x16,32x32", "memory.SRAM.size_bytes=1MiB,4MiB"]

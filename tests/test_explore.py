@@ -6,7 +6,7 @@ import random
 import pytest
 
 from autocomp_jupyter.cli import main
-from autocomp_jupyter.explore import explore, pareto_front
+from autocomp_jupyter.dse import explore, pareto_front
 
 SRC = """input A: f32[64, 64]
 input B: f32[64, 64]
@@ -128,10 +128,43 @@ def test_a_swept_array_scales_the_peak_macs_a_preset_writes_out():
     import yaml
 
     from autocomp_jupyter.accel.target import parse_target
-    from autocomp_jupyter.explore import edited, target_mapping
+    from autocomp_jupyter.dse import edited, target_mapping
 
     raw, _ = target_mapping("npu")  # 32x32 with peak_macs_per_cycle {f16: 1024, f32: 256, ...}
     small = parse_target(yaml.safe_dump(edited(raw, {"compute.pe_rows": 16, "compute.pe_cols": 16})))
     assert small.compute.macs("f16") == 256 and small.compute.macs("f32") == 64
     pinned = parse_target(yaml.safe_dump(edited(raw, {"compute.pe_rows": 16, "compute.peak_macs_per_cycle.f32": 100})))
     assert pinned.compute.macs("f16") == 512 and pinned.compute.macs("f32") == 100
+
+
+def test_the_explore_tab_draws_every_valid_design_and_joins_the_front():
+    from autocomp_jupyter.ui.explore import explore_static_html
+
+    res = explore(SRC, "npu", ["compute.pe_rows,compute.pe_cols=8x8,16x16", "memory.SRAM.size_bytes=64KiB,0"])
+    html = explore_static_html(res)
+    assert html.count("<circle") == 2 and 'data-tab="Explore"' in html
+    assert ("autocomp-pareto" in html) == (len(res.pareto) > 1)
+    assert "compute.pe_rows=16, compute.pe_cols=16" in html and "memory[1].size_bytes" in html  # hover, invalid row
+    # a design's full report is the pipeline's on that design: the same numbers as its point
+    assert res.result(0).report["optimized"]["time_s"] == res.points[0]["time_s"]
+
+
+def test_the_magic_explores_and_keeps_the_sweep_in_out():
+    from IPython.utils.capture import capture_output
+    from test_ui import ipython_shell
+
+    from autocomp_jupyter.dse import Exploration
+
+    ip = ipython_shell()
+    ip.display_formatter.active_types = list(ip.display_formatter.format_types)  # as a notebook kernel
+    ip.run_line_magic("load_ext", "autocomp_jupyter")
+    with capture_output() as cap:
+        ip.run_cell_magic("autocomp", '--target npu --static --out ex --explore '
+                          '"compute.pe_rows,compute.pe_cols=8x8,16x16; clock_ghz=1.0"', SRC)
+    assert isinstance(ip.user_ns["ex"], Exploration) and len(ip.user_ns["ex"].points) == 2
+    html = "".join(o.data.get("text/html", "") for o in cap.outputs)
+    assert 'data-tab="Explore"' in html
+    with capture_output() as cap:
+        ip.run_cell_magic("autocomp", '--target npu --explore "compute.pe_rowz=8"', SRC)
+    text = "".join(o.data.get("text/plain", "") for o in cap.outputs)
+    assert "unknown path 'compute.pe_rowz'" in text and "Traceback" not in text

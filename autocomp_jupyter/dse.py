@@ -266,6 +266,42 @@ class Exploration:
     seconds: float
     reports: list[dict | None] = field(default_factory=list, repr=False)
     cached: int = 0
+    # what a design's full result is rebuilt from (program, target mapping, its file, tune, seed)
+    context: tuple = field(default=(), repr=False)
+    _results: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def paths(self) -> list[str]:
+        return [p for s in self.sweeps for p in s.paths]
+
+    def design_target(self, i: int) -> Target:
+        """Design i's target (a TargetError for an invalid design)."""
+        _, raw, filename, _, _ = self.context
+        return parse_target(yaml.safe_dump(edited(raw, self.points[i]["params"])), filename=Path(filename).name)
+
+    def result(self, i: int):
+        """Design i's full `Result` (graphs, tiles, profile, roofline): optimised again on
+        its target, which gives the point's numbers (the pipeline is deterministic)."""
+        if i not in self._results:
+            from .pipeline import optimize
+
+            program, _, _, tune, seed = self.context
+            self._results[i] = optimize(program, target=self.design_target(i), tune=tune, seed=seed)
+        return self._results[i]
+
+    def _repr_html_(self) -> str:
+        from .ui.explore import explore_static_html
+
+        return explore_static_html(self)
+
+    def _repr_mimebundle_(self, **kwargs):
+        """In a notebook: the live Explore tab (static HTML inside for a reopened notebook)."""
+        try:
+            from .ui.explore import ExploreView
+
+            return ExploreView(self)._repr_mimebundle_(**kwargs)
+        except ImportError:  # no ipywidgets: the static tab
+            return {"text/html": self._repr_html_()}
 
     def to_json(self) -> dict:
         return {"target": self.target, "sweeps": [s.text for s in self.sweeps], "points": self.points,
@@ -277,7 +313,7 @@ class Exploration:
         import csv
         import io
 
-        paths = [p for s in self.sweeps for p in s.paths]
+        paths = self.paths
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(["index", *paths, *self.CSV_FIELDS, "pareto", "reason"])
@@ -398,7 +434,7 @@ def explore(src, target="npu", sweeps: Sequence[str | Sweep] = (), tune: int = 0
         _run_on_dask(program, raw, filename, designs, pending, tune, seed, workers, scheduler, finish)
     reports = [p.pop("report", None) for p in points]
     return Exploration(str(raw.get("name")), parsed, points, pareto_front(points), time.perf_counter() - started,
-                       reports, cached)
+                       reports, cached, (program, raw, filename, tune, seed))
 
 
 def _run_on_dask(program, raw, filename, designs, pending, tune, seed, workers, scheduler, finish) -> None:
