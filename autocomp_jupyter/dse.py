@@ -16,7 +16,8 @@ Every point runs the whole pipeline (`pipeline.optimize`: rules, tiling, schedul
 asked) on a target built by the validator from the edited YAML, and is verified like any run.
 Points run serially, on a Dask LocalCluster (`workers=N`) or on an existing scheduler
 (`scheduler=ADDRESS`) with the serial results; with `cache=DIR` each finished point is written
-as JSON keyed by the program, the design and the options, so an interrupted sweep resumes.
+as JSON keyed by the program, the design and the options, so an interrupted sweep resumes (the
+cache resumes one sweep with one build: after an upgrade, start from an empty directory).
 """
 from __future__ import annotations
 
@@ -386,7 +387,8 @@ def explore(src, target="npu", sweeps: Sequence[str | Sweep] = (), tune: int = 0
             cache: str | Path | None = None, progress: Callable[[int, int, dict], None] | None = None) -> Exploration:
     """Optimise `src` (DSL text, a .acir/.onnx path, a Program) on every design of `sweeps`.
 
-    target: a preset name or a target YAML; sweeps: `PATH=V1,V2` strings (or `Sweep`s);
+    target: a preset name or a target YAML; sweeps: `PATH=V1,V2` strings (or `Sweep`s), or one
+    string of them joined by ';' as the magic's --explore takes them;
     tune: configurations the tuner evaluates per point; workers / scheduler: run points on a
     Dask LocalCluster of that many processes / on the scheduler at that address; max_points:
     allow more than 1,000 points; cache: a directory of finished points (resume);
@@ -399,6 +401,8 @@ def explore(src, target="npu", sweeps: Sequence[str | Sweep] = (), tune: int = 0
         raise UserError("give --workers or --scheduler, not both", filename="--workers")
     raw, filename = target_mapping(target)
     kinds = path_kinds(raw)
+    if isinstance(sweeps, (str, Sweep)):
+        sweeps = [s.strip() for s in sweeps.split(";") if s.strip()] if isinstance(sweeps, str) else [sweeps]
     parsed = tuple(typed_sweep(s if isinstance(s, Sweep) else parse_sweep(s), kinds) for s in sweeps)
     if not parsed:
         raise UserError("explore needs at least one --sweep PATH=V1,V2,...", filename="--sweep")

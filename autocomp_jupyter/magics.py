@@ -332,8 +332,7 @@ class AutocompMagics(Magics):
             text = args.explore
             if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":  # IPython keeps a value's quotes
                 text = text[1:-1]
-            sweeps = [s.strip() for s in text.split(";") if s.strip()]
-            result = explore(_cell_program(cell), args.target, sweeps, tune=args.tune or 0, seed=args.seed,
+            result = explore(_cell_program(cell), args.target, text, tune=args.tune or 0, seed=args.seed,
                              progress=progress)
         except user_error_types() as err:
             user_error = as_user_error(err)
