@@ -22,6 +22,7 @@ cache resumes one sweep with one build: after an upgrade, start from an empty di
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import hashlib
 import itertools
@@ -34,6 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
+from .accel.area import REFERENCE_NM
 from .accel.target import (_SIZE_RE, COMPUTE_SCHEMA, KIND_FIELDS, MEMORY_SCHEMA, TOP_SCHEMA, Target, TargetError,
                            _resolve_auto, parse_size, parse_target)
 from .errors import UserError
@@ -220,6 +222,25 @@ def _dominant_bound(report: Mapping) -> str:
     return max(kernels, key=lambda k: (k.get("metrics") or {}).get("time_s") or 0.0).get("bound", "")
 
 
+def performance_view(target: Target) -> Target:
+    """`target` with its area-only fields at their defaults: two designs with equal views get
+    the same schedules, times and energies (accel/cost.py reads none of those fields), so a
+    sweep runs the pipeline once for them."""
+    memory = tuple(dataclasses.replace(m, ports=1) for m in target.memory)
+    return dataclasses.replace(target, technology_nm=REFERENCE_NM, memory=memory,
+                               compute=dataclasses.replace(target.compute, pe_dtype=""))
+
+
+def _design_target(raw: Mapping, filename: str, params: Mapping[str, Any]) -> Target:
+    return parse_target(yaml.safe_dump(edited(raw, params)), filename=Path(filename).name)
+
+
+def _same_performance(point: dict, raw: Mapping, filename: str, params: Mapping[str, Any]) -> dict:
+    """The point of a design whose performance view equals `point`'s: its numbers, its own area."""
+    area = _design_target(raw, filename, params).area_mm2
+    return {**point, "params": dict(params), "area_mm2": area, "report": {**point["report"], "area_mm2": area}}
+
+
 def run_point(program, raw: Mapping, filename: str, params: Mapping[str, Any], tune: int, seed: int | None) -> dict:
     """Build the design and optimise `program` on it: the point's JSON (and its report under
     `report`), or an invalid point with `reason`. Module-level so that Dask can ship it."""
@@ -227,11 +248,10 @@ def run_point(program, raw: Mapping, filename: str, params: Mapping[str, Any], t
 
     point: dict[str, Any] = {"params": dict(params)}
     try:
-        target = parse_target(yaml.safe_dump(edited(raw, params)), filename=Path(filename).name)
-        result = optimize(program, target=target, tune=tune, seed=seed)
+        target = _design_target(raw, filename, params)
+        report = optimize(program, target=target, tune=tune, seed=seed).report
     except UserError as err:
         return {**point, "valid": False, "verified": False, "reason": err.format()}
-    report = result.report
     opt = report["optimized"]
     point.update(valid=True, verified=bool(report["verified"]), time_s=opt["time_s"], energy_j=opt["energy_j"],
                  area_mm2=target.area_mm2, edp=opt["time_s"] * opt["energy_j"],
@@ -278,7 +298,7 @@ class Exploration:
     def design_target(self, i: int) -> Target:
         """Design i's target (a TargetError for an invalid design)."""
         _, raw, filename, _, _ = self.context
-        return parse_target(yaml.safe_dump(edited(raw, self.points[i]["params"])), filename=Path(filename).name)
+        return _design_target(raw, filename, self.points[i]["params"])
 
     def result(self, i: int):
         """Design i's full `Result` (graphs, tiles, profile, roofline): optimised again on
@@ -421,24 +441,40 @@ def explore(src, target="npu", sweeps: Sequence[str | Sweep] = (), tune: int = 0
     points: list[dict | None] = [store.get(k) for k in keys]
     cached = sum(p is not None for p in points)
     done = cached
-    pending = [i for i, p in enumerate(points) if p is None]
+    groups = _performance_groups(raw, filename, designs, [i for i, p in enumerate(points) if p is None])
 
     def finish(i: int, point: dict) -> None:
         nonlocal done
-        store.put(keys[i], point)
-        points[i] = point
-        done += 1
-        if progress:
-            progress(done, total, point)
+        for j in groups[i]:  # the design run, then those that share its performance
+            shared = point if j == i else _same_performance(point, raw, filename, designs[j])
+            store.put(keys[j], shared)
+            points[j] = shared
+            done += 1
+            if progress:
+                progress(done, total, shared)
 
     if workers is None and scheduler is None:
-        for i in pending:
+        for i in groups:
             finish(i, run_point(program, raw, filename, designs[i], tune, seed))
     else:
-        _run_on_dask(program, raw, filename, designs, pending, tune, seed, workers, scheduler, finish)
+        _run_on_dask(program, raw, filename, designs, list(groups), tune, seed, workers, scheduler, finish)
     reports = [p.pop("report", None) for p in points]
     return Exploration(str(raw.get("name")), parsed, points, pareto_front(points), time.perf_counter() - started,
                        reports, cached, (program, raw, filename, tune, seed))
+
+
+def _performance_groups(raw: Mapping, filename: str, designs: list[dict], pending: list[int]) -> dict[int, list[int]]:
+    """{the design to run: every pending design sharing its performance view (itself first)};
+    an invalid design is its own group (run_point reports why)."""
+    first: dict[Any, int] = {}
+    groups: dict[int, list[int]] = {}
+    for i in pending:
+        try:
+            key = performance_view(_design_target(raw, filename, designs[i]))
+        except UserError:
+            key = ("invalid", i)
+        groups.setdefault(first.setdefault(key, i), []).append(i)
+    return groups
 
 
 def _run_on_dask(program, raw, filename, designs, pending, tune, seed, workers, scheduler, finish) -> None:

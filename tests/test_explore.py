@@ -168,3 +168,16 @@ def test_the_magic_explores_and_keeps_the_sweep_in_out():
         ip.run_cell_magic("autocomp", '--target npu --explore "compute.pe_rowz=8"', SRC)
     text = "".join(o.data.get("text/plain", "") for o in cap.outputs)
     assert "unknown path 'compute.pe_rowz'" in text and "Traceback" not in text
+
+
+def test_designs_differing_only_in_area_fields_share_one_pipeline_run(monkeypatch):
+    import autocomp_jupyter.pipeline as pipeline
+
+    runs = []
+    real = pipeline.optimize
+    monkeypatch.setattr(pipeline, "optimize", lambda *a, **k: runs.append(k["target"]) or real(*a, **k))
+    res = explore(SRC, "npu", ["technology_nm=7,16,28", "memory.SRAM.ports=1,2"])
+    assert len(runs) == 1 and len(res.points) == 6
+    assert len({p["time_s"] for p in res.points}) == 1 and len({p["area_mm2"] for p in res.points}) == 6
+    assert res.pareto == [0]  # 7 nm, one port: the smallest, as fast and as frugal as the others
+    assert [r["area_mm2"] for r in res.reports] == [p["area_mm2"] for p in res.points]
