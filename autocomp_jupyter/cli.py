@@ -280,7 +280,7 @@ def check_with_values(args) -> int:
 def add_explore_parser(sub) -> None:
     exp = sub.add_parser("explore", help="sweep the target's fields, optimise on every design, print the Pareto front")
     exp.add_argument("file", help="a .acir program or an .onnx model")
-    exp.add_argument("--target", default="npu", help="a preset or a target .yaml (the design swept from)")
+    exp.add_argument("--target", default="tpu", help="a preset or a target .yaml (the design swept from)")
     exp.add_argument("--sweep", action="append", default=[], metavar="PATH=V1,V2,...",
                      help="a dotted path into the target and its values (memory.SRAM.size_bytes=256KiB,1MiB); "
                           "tied paths: 'compute.pe_rows,compute.pe_cols=16x16,32x32' (repeatable: a grid)")

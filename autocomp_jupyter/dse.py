@@ -402,7 +402,7 @@ def _open_dask(workers: int | None, scheduler: str | None):
     return client, [client, cluster]
 
 
-def explore(src, target="npu", sweeps: Sequence[str | Sweep] = (), tune: int = 0, *, seed: int | None = None,
+def explore(src, target="tpu", sweeps: Sequence[str | Sweep] = (), tune: int = 0, *, seed: int | None = None,
             workers: int | None = None, scheduler: str | None = None, max_points: int | None = None,
             cache: str | Path | None = None, progress: Callable[[int, int, dict], None] | None = None) -> Exploration:
     """Optimise `src` (DSL text, a .acir/.onnx path, a Program) on every design of `sweeps`.
