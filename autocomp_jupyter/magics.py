@@ -196,7 +196,7 @@ def _value_error_on_line(err: UserError, line: str, args) -> UserError | None:
 
 
 FLAGS = ("--target", "--rules", "--tune", "--top", "--seed", "--budget", "--passes", "--vis-graph",
-         "--out", "--static", "--code", "--explore")
+         "--out", "--static", "--code", "--explore", "--workers", "--scheduler")
 
 
 def user_error_types() -> tuple[type, ...]:
@@ -283,6 +283,9 @@ class AutocompMagics(Magics):
     @argument("--schedule", metavar="REPORT.json", help="replay the kernels' traces from a report instead of searching")
     @argument("--explore", metavar="PATH=V,...; PATH=V,...",
               help="sweep the target's fields (a grid; tied paths P1,P2=AxB) and show the Explore tab")
+    @argument("--workers", type=int_at_least(1, "a positive integer"), metavar="N",
+              help="with --explore: run the designs on a local Dask cluster of N processes")
+    @argument("--scheduler", metavar="ADDRESS", help="with --explore: run the designs on this Dask scheduler")
     @cell_magic
     def autocomp(self, line: str, cell: str):
         """Optimise the tensor program in the cell for a simulated accelerator (DESIGN §2)."""
@@ -295,6 +298,10 @@ class AutocompMagics(Magics):
 
         if args.explore is not None:
             return self._explore(args, line, cell)
+        if args.workers is not None or args.scheduler is not None:
+            show_error(_flag_error("argument --workers/--scheduler: runs the designs of --explore; add --explore "
+                                   "\"PATH=V,...\" (optimize's tuner takes no Dask flag here)", line))
+            return None
         errors = user_error_types()
         # The first output after tuning takes the progress bar's place (progress.py).
         progress = ui.TuningProgress(widgets=not args.static)
@@ -333,7 +340,7 @@ class AutocompMagics(Magics):
             if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":  # IPython keeps a value's quotes
                 text = text[1:-1]
             result = explore(_cell_program(cell), args.target, text, tune=args.tune or 0, seed=args.seed,
-                             progress=progress)
+                             workers=args.workers, scheduler=args.scheduler, progress=progress)
         except user_error_types() as err:
             user_error = as_user_error(err)
             show_error(_value_error_on_line(user_error, line, args) or user_error, progress.show)
