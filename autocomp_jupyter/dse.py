@@ -27,6 +27,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -397,7 +398,9 @@ def _open_dask(workers: int | None, scheduler: str | None):
         except (OSError, TimeoutError, ValueError) as err:
             raise UserError(f"cannot reach the Dask scheduler {scheduler!r}: {err}", filename="--scheduler") from None
         return client, [client]
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+    # silence_logs: a worker slow to exit at close (large caches) is killed with a warning, not news
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                           silence_logs=logging.ERROR)
     client = Client(cluster)
     return client, [client, cluster]
 
