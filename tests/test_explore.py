@@ -147,6 +147,9 @@ def test_the_explore_tab_draws_every_valid_design_and_joins_the_front():
     assert "compute.pe_rows=16, compute.pe_cols=16" in html and "memory[1].size_bytes" in html  # hover, invalid row
     # a design's full report is the pipeline's on that design: the same numbers as its point
     assert res.result(0).report["optimized"]["time_s"] == res.points[0]["time_s"]
+    # without a live frontend the view is the static tab only (as a reopened notebook shows it)
+    bundle = res._repr_mimebundle_()
+    assert 'data-tab="Explore"' in bundle["text/html"] and "application/vnd.jupyter.widget-view+json" not in bundle
 
 
 def test_the_magic_explores_and_keeps_the_sweep_in_out():

@@ -192,8 +192,14 @@ class ExploreView:
                                 shown.widget if hasattr(shown, "widget") else W.HTML(shown.data))
 
     def _repr_mimebundle_(self, **kwargs):
+        """The widget for a live frontend (as ResultView decides), and the static tab always:
+        what a reopened notebook or nbconvert shows."""
+        from .live import WIDGET_VIEW_MIME, widget_view_wanted
+
         bundle = self.widget._repr_mimebundle_(**kwargs)
         data = dict(bundle[0] if isinstance(bundle, tuple) else bundle)
+        if not widget_view_wanted():
+            data.pop(WIDGET_VIEW_MIME, None)
         data["text/html"] = explore_static_html(self.exploration)
         data["text/plain"] = f"<autocomp explore: {len(self.exploration.points)} designs of {self.exploration.target}>"
         return data
