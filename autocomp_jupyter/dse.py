@@ -253,6 +253,9 @@ def run_point(program, raw: Mapping, filename: str, params: Mapping[str, Any], t
         report = optimize(program, target=target, tune=tune, seed=seed).report
     except UserError as err:
         return {**point, "valid": False, "verified": False, "reason": err.format()}
+    except Exception as err:  # a design the pipeline cannot map: say so, and the sweep goes on
+        return {**point, "valid": False, "verified": False,
+                "reason": f"the pipeline failed on this design: {type(err).__name__}: {err}"}
     opt = report["optimized"]
     point.update(valid=True, verified=bool(report["verified"]), time_s=opt["time_s"], energy_j=opt["energy_j"],
                  area_mm2=target.area_mm2, edp=opt["time_s"] * opt["energy_j"],

@@ -184,3 +184,19 @@ def test_designs_differing_only_in_area_fields_share_one_pipeline_run(monkeypatc
     assert len({p["time_s"] for p in res.points}) == 1 and len({p["area_mm2"] for p in res.points}) == 6
     assert res.pareto == [0]  # 7 nm, one port: the smallest, as fast and as frugal as the others
     assert [r["area_mm2"] for r in res.reports] == [p["area_mm2"] for p in res.points]
+
+
+def test_a_design_the_pipeline_fails_on_is_kept_with_its_reason(monkeypatch):
+    import autocomp_jupyter.pipeline as pipeline
+
+    real = pipeline.optimize
+
+    def no_mapping_on_8x8(program, target, **kwargs):
+        if target.compute.pe_rows == 8:
+            raise RuntimeError("no legal mapping")
+        return real(program, target=target, **kwargs)
+
+    monkeypatch.setattr(pipeline, "optimize", no_mapping_on_8x8)
+    first, second = explore(SRC, "npu", ["compute.pe_rows=8,16"]).points
+    assert not first["valid"] and first["reason"].endswith("RuntimeError: no legal mapping")
+    assert second["valid"] and second["verified"]
