@@ -2,11 +2,12 @@
 __version__ = "0.1.0"
 
 from .errors import UserError  # noqa: E402
+from .dse import explore  # noqa: E402
 from .onnx_import import from_onnx  # noqa: E402  (onnx itself is imported on first use)
 from .pipeline import optimize  # noqa: E402
 from .rules.engine import Fuse, Replace, adrs_rule  # noqa: E402
 
-__all__ = ["optimize", "from_onnx", "adrs_rule", "Fuse", "Replace", "UserError", "__version__"]
+__all__ = ["optimize", "explore", "from_onnx", "adrs_rule", "Fuse", "Replace", "UserError", "__version__"]
 
 
 def load_ipython_extension(ipython):

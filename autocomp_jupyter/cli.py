@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--threads", type=int_at_least(1, "an integer >= 1"), default=None, metavar="N",
                      help="threads for --measure (default: the cores this process may use)")
     add_import_parser(sub)
+    add_explore_parser(sub)
     sub.add_parser("targets", help="list the accelerator presets")
     rules = sub.add_parser("rules", help="list the rules and where they apply")
     rules.add_argument("--target", default=None, help="show the rule set as this target sees it")
@@ -273,8 +274,70 @@ def check_with_values(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- design-space exploration
+
+
+def add_explore_parser(sub) -> None:
+    exp = sub.add_parser("explore", help="sweep the target's fields, optimise on every design, print the Pareto front")
+    exp.add_argument("file", help="a .acir program or an .onnx model")
+    exp.add_argument("--target", default="tpu", help="a preset or a target .yaml (the design swept from)")
+    exp.add_argument("--sweep", action="append", default=[], metavar="PATH=V1,V2,...",
+                     help="a dotted path into the target and its values (memory.SRAM.size_bytes=256KiB,1MiB); "
+                          "tied paths: 'compute.pe_rows,compute.pe_cols=16x16,32x32' (repeatable: a grid)")
+    exp.add_argument("--tune", type=int_at_least(0, "an integer >= 0"), default=0, metavar="N",
+                     help="configurations the tuner evaluates per design (default 0: rules only)")
+    exp.add_argument("--seed", type=int_at_least(0, "an integer >= 0"), default=None, metavar="S", help="tuner seed")
+    where = exp.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=int_at_least(1, "an integer >= 1"), default=None, metavar="N",
+                       help="run designs on a local Dask cluster of N processes")
+    where.add_argument("--scheduler", default=None, metavar="ADDRESS", help="run designs on this Dask scheduler")
+    exp.add_argument("--max-points", type=int_at_least(1, "an integer >= 1"), default=None, metavar="N",
+                     help="allow up to N designs (default 1000)")
+    exp.add_argument("--cache", default=None, metavar="DIR", help="keep finished designs here; a rerun resumes")
+    exp.add_argument("--json", action="store_true", help="print points, pareto and seconds as JSON")
+    exp.add_argument("--csv", default=None, metavar="FILE", help="also write the points as CSV")
+
+
+def cmd_explore(args) -> int:
+    import json
+
+    from .dse import explore
+
+    progress = None
+    if sys.stderr.isatty() and not args.json:
+        def progress(done, total, point):
+            print(f"\r{done}/{total} designs", end="" if done < total else "\n", file=sys.stderr, flush=True)
+    source = args.file if args.file.endswith(".onnx") else Path(args.file)
+    result = explore(source, args.target, args.sweep, tune=args.tune, seed=args.seed, workers=args.workers,
+                     scheduler=args.scheduler, max_points=args.max_points, cache=args.cache, progress=progress)
+    if args.csv:
+        _write(args.csv, result.to_csv())
+    if args.json:
+        print(json.dumps(_finite(result.to_json()), indent=2, default=_json_default, allow_nan=False))
+    else:
+        _print_explore(result)
+    return 0 if all(p["verified"] for p in result.points if p["valid"]) else 1
+
+
+def _print_explore(result) -> None:
+    paths = [p for s in result.sweeps for p in s.paths]
+    front = set(result.pareto)
+    rows = []
+    for i, p in enumerate(result.points):
+        row = {"#": i, "pareto": "*" if i in front else "", **{k: p["params"][k] for k in paths}}
+        if p["valid"]:
+            row.update(time_us=f"{p['time_s'] * 1e6:.3g}", energy_uj=f"{p['energy_j'] * 1e6:.3g}",
+                       area_mm2=f"{p['area_mm2']:.3g}", verified=p["verified"], bound=p["bound"])
+        else:
+            row.update(time_us="invalid", bound=p["reason"].splitlines()[0])
+        rows.append(row)
+    _print_table(rows, ["#", "pareto", *paths, "time_us", "energy_uj", "area_mm2", "verified", "bound"])
+    print(f"{len(result.points)} designs ({result.cached} from the cache), Pareto front {result.pareto}, "
+          f"{result.seconds:.1f} s")
+
+
 COMMANDS = {"check": cmd_check, "optimize": cmd_optimize, "targets": cmd_targets, "rules": cmd_rules,
-            "import": cmd_import}
+            "import": cmd_import, "explore": cmd_explore}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,9 @@ DSL, a target or rule YAML, the flags themselves — is shown as the formatted m
     input A: f32[1024, 1024]
     ...
 
+With `--explore "compute.pe_rows=16,32; memory.SRAM.size_bytes=256KiB,1MiB"` the cell sweeps
+the target instead (dse.py) and shows the Explore tab (ui/explore.py).
+
 DSL line numbers count the `%%autocomp` line as line 1, as the notebook editor does. A
 cell holding just a path to an `.acir` (or `.onnx`) file optimises that file.
 """
@@ -193,7 +196,7 @@ def _value_error_on_line(err: UserError, line: str, args) -> UserError | None:
 
 
 FLAGS = ("--target", "--rules", "--tune", "--top", "--seed", "--budget", "--passes", "--vis-graph",
-         "--out", "--static", "--code")
+         "--out", "--static", "--code", "--explore", "--workers", "--scheduler")
 
 
 def user_error_types() -> tuple[type, ...]:
@@ -278,6 +281,11 @@ class AutocompMagics(Magics):
     @argument("--static", action="store_true", help="static HTML only (no live widgets)")
     @argument("--code", type=_code_lang, metavar="c|pseudo", help="open the Code tab in this language")
     @argument("--schedule", metavar="REPORT.json", help="replay the kernels' traces from a report instead of searching")
+    @argument("--explore", metavar="PATH=V,...; PATH=V,...",
+              help="sweep the target's fields (a grid; tied paths P1,P2=AxB) and show the Explore tab")
+    @argument("--workers", type=int_at_least(1, "a positive integer"), metavar="N",
+              help="with --explore: run the designs on a local Dask cluster of N processes")
+    @argument("--scheduler", metavar="ADDRESS", help="with --explore: run the designs on this Dask scheduler")
     @cell_magic
     def autocomp(self, line: str, cell: str):
         """Optimise the tensor program in the cell for a simulated accelerator (DESIGN §2)."""
@@ -288,6 +296,12 @@ class AutocompMagics(Magics):
             return None
         from . import ui
 
+        if args.explore is not None:
+            return self._explore(args, line, cell)
+        if args.workers is not None or args.scheduler is not None:
+            show_error(_flag_error("argument --workers/--scheduler: runs the designs of --explore; add --explore "
+                                   "\"PATH=V,...\" (optimize's tuner takes no Dask flag here)", line))
+            return None
         errors = user_error_types()
         # The first output after tuning takes the progress bar's place (progress.py).
         progress = ui.TuningProgress(widgets=not args.static)
@@ -313,6 +327,27 @@ class AutocompMagics(Magics):
                                   first_tab="Code" if args.code else "Graph"))
         finally:
             progress.close()
+        return None
+
+    def _explore(self, args, line: str, cell: str):
+        """--explore: every design of the sweep optimised, the Explore tab shown (live or static)."""
+        from .dse import explore
+        from .ui.explore import ExploreProgress, ExploreView, explore_static_html
+
+        progress = ExploreProgress()
+        try:
+            text = args.explore
+            if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":  # IPython keeps a value's quotes
+                text = text[1:-1]
+            result = explore(_cell_program(cell), args.target, text, tune=args.tune or 0, seed=args.seed,
+                             workers=args.workers, scheduler=args.scheduler, progress=progress)
+        except user_error_types() as err:
+            user_error = as_user_error(err)
+            show_error(_value_error_on_line(user_error, line, args) or user_error, progress.show)
+            return None
+        if args.out:
+            self.shell.user_ns[args.out] = result
+        progress.show(HTML(explore_static_html(result)) if args.static else ExploreView(result))
         return None
 
     def _vis_graph(self, result, path: str, out=display) -> None:

@@ -271,6 +271,7 @@ class Report:
     measured: Mapping[str, Any] | None = None  # host.measure_plan's result, with --measure
     verification: Mapping[str, Any] | None = None  # how the final check ran kernels tile by tile (pipeline._verify)
     limit: Mapping[str, Any] | None = None    # the physical limit: time_s, bound, dram_s, datapaths_s, ports_s
+    area_mm2: float | None = None             # the target's on-chip area (accel/area.py)
 
     def kernel(self, name: str) -> KernelReport:
         for k in self.kernels:
@@ -286,7 +287,7 @@ class Report:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("measured", "verification", "limit", "limit_fraction") and value is None:
+            if f.name in ("measured", "verification", "limit", "limit_fraction", "area_mm2") and value is None:
                 continue
             if value is None and f.name in ("textbook", "speedup_vs_textbook", "roofline", "program"):
                 continue
@@ -322,7 +323,7 @@ class Report:
             roofline=Roofline.from_json(d["roofline"]) if d.get("roofline") else None,
             program=ProgramInfo.from_json(d["program"]) if d.get("program") else None,
             seconds=d.get("seconds", 0.0), fell_back=d.get("fell_back"), measured=d.get("measured"),
-            verification=d.get("verification"), limit=d.get("limit"))
+            verification=d.get("verification"), limit=d.get("limit"), area_mm2=d.get("area_mm2"))
 
 
 def build_report(program: Program, target: Target, costs: Mapping[str, ProgramCost], optimized: Plan, *,
@@ -361,7 +362,8 @@ def build_report(program: Program, target: Target, costs: Mapping[str, ProgramCo
         program=ProgramInfo(program.filename, program.flops, tuple(program.outputs)),
         seconds=seconds, fell_back=fell_back, measured=measured,
         limit={"time_s": limit["time_s"], "bound": limit["bound"], "dram_s": limit["dram_s"],
-               "datapaths_s": dict(limit["datapaths_s"]), "ports_s": dict(limit["ports_s"])})
+               "datapaths_s": dict(limit["datapaths_s"]), "ports_s": dict(limit["ports_s"])},
+        area_mm2=target.area_mm2)
 
 
 # --------------------------------------------------------------------------- footprints

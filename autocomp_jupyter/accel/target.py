@@ -15,6 +15,11 @@ Loading follows ZigZag's accelerator validator in three steps, each of which may
 
 The `host` preset writes `auto` for what this machine decides (cores, SIMD width from
 /proc/cpuinfo, cache sizes from /sys); those are resolved before validation.
+
+Area fields (accel/area.py owns the model and cites its sources): `technology_nm` (default 45,
+the node of the published tables), `compute.pe_dtype` (the datapath a PE is built for; default
+the widest dtype at the full MAC rate), a memory level's `ports` (default 1), and
+`energy_pj_per_byte: auto` on an on-chip level, which follows its capacity (CACTI-like).
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ from ..caches import hash_once, state_without_hash
 from ..errors import Diagnostic, UserError
 from ..limits import YAML_BYTES, YAMLLimitError, is_plain_name, load_yaml, read_text_file
 from ..ir.program import DTYPE_BYTES, DTYPES
+from .area import REFERENCE_NM, sram_energy_pj_per_byte
 
 PRESET_DIR = Path(__file__).parent / "presets"
 COMPUTE_KINDS = ("systolic", "simt", "vector")
@@ -85,6 +91,7 @@ class MemoryLevel:
     energy_pj_per_byte: float
     per_unit: bool = False
     roles: tuple[str, ...] = ROLES
+    ports: int = 1                       # read/write ports: area and (auto) energy grow with them
 
     @property
     def is_unbounded(self) -> bool:
@@ -134,6 +141,8 @@ class ComputeSpec:
     # input through the window, as Gemmini's im2col unit and TPU convolution emitters do).
     # Without it a 3-channel stem conv fills 3 of 32 rows; with it 27.
     im2col: bool = True
+    # The dtype each PE's datapath is built for (its area); "" = the widest at the full rate.
+    pe_dtype: str = ""
 
     def macs(self, dtype: str) -> float:
         """MACs per cycle per unit for `dtype`."""
@@ -170,6 +179,7 @@ class Target:
     energy_pj_per_mac: float
     description: str = ""
     source: str = field(default="<target>", compare=False)
+    technology_nm: float = REFERENCE_NM   # scales area (and `auto` energies): accel/area.py
 
     # a key of every cache, hashed per lookup: hashed once (the target is immutable)
     __hash__ = hash_once
@@ -216,6 +226,22 @@ class Target:
     @property
     def sm_count(self) -> int:
         return self.compute.units
+
+    @property
+    def pe_dtype(self) -> str:
+        """The dtype a PE is sized for: `compute.pe_dtype`, else the widest dtype at the top MAC rate."""
+        if self.compute.pe_dtype:
+            return self.compute.pe_dtype
+        rates = dict(self.compute.macs_per_cycle)
+        top = max(rates.values())
+        return max((d for d, r in rates.items() if r == top), key=lambda d: (DTYPE_BYTES[d], d))
+
+    @property
+    def area_mm2(self) -> float:
+        """On-chip area in mm² (accel/area.py: MAC datapaths and memory levels)."""
+        from .area import target_area
+
+        return target_area(self).total_mm2
 
     def summary_row(self) -> dict:
         """One row of `list_targets()`."""
@@ -306,15 +332,16 @@ COMPUTE_SCHEMA: dict[str, Any] = {
     "vector_ops_per_cycle": "pos",
     "max_blocks_per_core": "posint",
     "implicit_parallel": "bool",
+    "pe_dtype": ("enum", DTYPES),
 }
 MEMORY_SCHEMA: dict[str, Any] = {
     "name": "str", "size_bytes": "size", "bandwidth_gbps": "pos", "latency_cycles": "nonneg",
-    "energy_pj_per_byte": "nonneg", "per_unit": "bool", "holds": ("enum_list", HOLDS),
-    "description": "str",
+    "energy_pj_per_byte": "nonneg_or_auto", "per_unit": "bool", "holds": ("enum_list", HOLDS),
+    "description": "str", "ports": "posint",
 }
 TOP_SCHEMA: dict[str, Any] = {
     "name": "name", "description": "str", "clock_ghz": "pos", "compute": COMPUTE_SCHEMA,
-    "memory": [MEMORY_SCHEMA], "energy_pj_per_mac": "nonneg",
+    "memory": [MEMORY_SCHEMA], "energy_pj_per_mac": "nonneg", "technology_nm": "pos",
 }
 REQUIRED_TOP = ("name", "clock_ghz", "compute", "memory", "energy_pj_per_mac")
 REQUIRED_MEMORY = ("name", "bandwidth_gbps", "latency_cycles", "energy_pj_per_byte")
@@ -398,6 +425,9 @@ def _check_value(value: Any, spec: Any, key_path: str, filename: str) -> None:
     elif spec == "pos":
         if not is_number or not math.isfinite(value) or not value > 0:
             fail("a positive number")
+    elif spec == "nonneg_or_auto":
+        if value != "auto" and (not is_number or not math.isfinite(value) or value < 0):
+            fail("a number >= 0, or 'auto' (an on-chip level's energy following its capacity)")
     elif spec == "nonneg":
         if not is_number or not math.isfinite(value) or value < 0:
             fail("a number >= 0")
@@ -437,16 +467,18 @@ def _check_value(value: Any, spec: Any, key_path: str, filename: str) -> None:
 
 # --------------------------------------------------------------------------- step 2: meaning
 
+TECHNOLOGY_NM = (3.0, 180.0)   # nodes the area curve extends to (accel/area.py interpolates 5-65 nm)
+
 KIND_FIELDS = {
     "systolic": {"required": ("pe_rows", "pe_cols"),
                  "allowed": ("kind", "pe_rows", "pe_cols", "arrays", "dataflow", "double_buffered_weights", "im2col",
-                             "fill_cycles", "peak_macs_per_cycle", "vector_ops_per_cycle", "vector_lanes")},
+                             "fill_cycles", "peak_macs_per_cycle", "vector_ops_per_cycle", "vector_lanes", "pe_dtype")},
     "simt": {"required": ("cores", "lanes"),
              "allowed": ("kind", "cores", "lanes", "fma_units", "peak_macs_per_cycle",
-                         "vector_ops_per_cycle", "max_blocks_per_core")},
+                         "vector_ops_per_cycle", "max_blocks_per_core", "pe_dtype")},
     "vector": {"required": ("lanes",),
                "allowed": ("kind", "cores", "lanes", "fma_units", "peak_macs_per_cycle",
-                           "vector_ops_per_cycle", "implicit_parallel")},
+                           "vector_ops_per_cycle", "implicit_parallel", "pe_dtype")},
 }
 
 
@@ -480,6 +512,12 @@ def _check_meaning(raw: dict, filename: str) -> None:
             raise TargetError(filename, f"memory[{i}].holds", "the last level (DRAM) holds every tensor")
         if last and level.get("per_unit"):
             raise TargetError(filename, f"memory[{i}].per_unit", "the last level (DRAM) is shared, not per unit")
+        if last and level.get("energy_pj_per_byte") == "auto":
+            raise TargetError(filename, f"memory[{i}].energy_pj_per_byte",
+                              "'auto' follows an on-chip SRAM's capacity; give DRAM's energy per byte as a number")
+    if not TECHNOLOGY_NM[0] <= raw.get("technology_nm", REFERENCE_NM) <= TECHNOLOGY_NM[1]:
+        raise TargetError(filename, "technology_nm", f"expected a process node between {TECHNOLOGY_NM[0]:g} and "
+                          f"{TECHNOLOGY_NM[1]:g} nm (the published scaling curve's range), got {raw['technology_nm']!r}")
     # Levels that hold the same tensors must grow outward; a level holding only outputs
     # (an accumulator) may sit inside a larger input scratchpad, not the reverse, and a
     # weights-only register file beside an output one of any size.
@@ -527,21 +565,29 @@ def _build(raw: dict, filename: str) -> Target:
         max_blocks_per_unit=c.get("max_blocks_per_core", 1),
         implicit_parallel=bool(c.get("implicit_parallel", True)),
         double_buffered_weights=bool(c.get("double_buffered_weights", False)),
-        im2col=bool(c.get("im2col", True)),
+        im2col=bool(c.get("im2col", True)), pe_dtype=c.get("pe_dtype", ""),
         fill_cycles=float(c.get("fill_cycles", c.get("pe_rows", 1) + c.get("pe_cols", 1))),
     )
+    nm = float(raw.get("technology_nm", REFERENCE_NM))
     memory = tuple(
         MemoryLevel(
             name=m["name"], size_bytes=parse_size(m.get("size_bytes")),
             bandwidth_gbps=float(m["bandwidth_gbps"]), latency_cycles=float(m["latency_cycles"]),
-            energy_pj_per_byte=float(m["energy_pj_per_byte"]), per_unit=bool(m.get("per_unit", False)),
-            roles=roles_of(m.get("holds", HOLDS)),
+            energy_pj_per_byte=_level_energy(m, nm), per_unit=bool(m.get("per_unit", False)),
+            roles=roles_of(m.get("holds", HOLDS)), ports=int(m.get("ports", 1)),
         )
         for m in raw["memory"]
     )
     return Target(name=raw["name"], clock_ghz=float(raw["clock_ghz"]), compute=compute, memory=memory,
                   energy_pj_per_mac=float(raw["energy_pj_per_mac"]),
-                  description=raw.get("description", ""), source=filename)
+                  description=raw.get("description", ""), source=filename, technology_nm=nm)
+
+
+def _level_energy(level: dict, technology_nm: float) -> float:
+    """pJ per byte: the number given, or for `auto` the CACTI-like curve of the level's size."""
+    if level["energy_pj_per_byte"] == "auto":
+        return sram_energy_pj_per_byte(parse_size(level["size_bytes"]), int(level.get("ports", 1)), technology_nm)
+    return float(level["energy_pj_per_byte"])
 
 
 # --------------------------------------------------------------------------- host detection

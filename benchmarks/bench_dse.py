@@ -1,0 +1,201 @@
+"""Design-space exploration of a whole network: seconds per design, and the table of designs.
+
+Builds ResNet-50 (or another `bench_onnx.py` model) with onnx.helper (random weights, no
+downloads), imports it once, and runs `autocomp_jupyter.explore` over a sweep of the target:
+by default the npu's PE array (16x16, 32x32) by its SRAM (1 MiB, 4 MiB), rules only. Every
+design runs the whole pipeline and is verified. Prints one row per design (time, energy, area,
+EDP, limit fraction, what bounds it, whether it is on the Pareto front) and the wall seconds
+per design; `--workers N` runs the designs on a local Dask cluster of N processes.
+
+    python benchmarks/bench_dse.py
+    python benchmarks/bench_dse.py --workers 2
+    python benchmarks/bench_dse.py --model mobilenetv2 --target gemmini \\
+        --sweep "compute.pe_rows,compute.pe_cols=8x8,16x16,32x32" --sweep "memory.scratchpad.size_bytes=128KiB,512KiB"
+    python benchmarks/bench_dse.py --zigzag       # the same sweep in ZigZag (optional extra `zigzag`)
+
+`--zigzag` sweeps ZigZag's bundled tpu_like (PE array 16x16, 32x32, 64x64 by SRAM 512 KiB,
+2 MiB, 8 MiB) over five ResNet-50 layers in both tools — ZigZag from its own hardware and
+mapping YAML with the array, its spatial unrolling and the SRAM edited, autocomp from
+benchmarks/targets/tpu_like.yaml through `explore` (the per-PE register files tied to the
+array) — sums each design's latency and energy over the layers, and prints both rankings and
+their Spearman rank correlations.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_onnx import MODELS  # noqa: E402
+
+from autocomp_jupyter.dse import explore  # noqa: E402
+from autocomp_jupyter.onnx_import import from_onnx  # noqa: E402
+
+DEFAULT_SWEEPS = ["compute.pe_rows,compute.pe_cols=16x16,32x32", "memory.SRAM.size_bytes=1MiB,4MiB"]
+
+
+ARRAYS = (16, 32, 64)
+SRAM_KIB = (512, 2048, 8192)
+# (name, kind, sizes) as bench_zigzag.py writes layers: conv (K, C, OY, OX) 3x3, gemm (M, K, N).
+ZIGZAG_LAYERS = [("conv2 3x3", "conv", (64, 64, 56, 56)), ("conv3 3x3", "conv", (128, 128, 28, 28)),
+                 ("conv4 3x3", "conv", (256, 256, 14, 14)), ("conv5 3x3", "conv", (512, 512, 7, 7)),
+                 ("conv2 1x1 256->64", "gemm", (3136, 256, 64))]
+
+
+def _unrolled(item: str, n: int) -> str:
+    """'K, 32' -> 'K, n': a spatial unrolling of ZigZag's mapping file over an n-wide array."""
+    dim, size = (x.strip() for x in item.split(","))
+    return f"{dim}, {n if int(size) == 32 else size}"
+
+
+def zigzag_design(n: int, sram_kib: int, kind: str, sizes) -> tuple[float, float]:
+    """(cycles, pJ) of one layer on ZigZag's tpu_like with an n x n array and the SRAM resized."""
+    import logging
+    import tempfile
+
+    import yaml
+    import zigzag
+    from bench_zigzag import _zigzag_layer
+    from zigzag.api import get_hardware_performance_zigzag
+
+    inputs = Path(zigzag.__file__).parent / "inputs"
+    hardware = yaml.safe_load((inputs / "hardware" / "tpu_like.yaml").read_text())
+    hardware["operational_array"]["sizes"] = [n, n]
+    hardware["memories"]["sram_2MB"]["size"] = sram_kib * 1024 * 8      # ZigZag sizes are bits
+    mapping = yaml.safe_load((inputs / "mapping" / "tpu_like.yaml").read_text())
+    for entry in mapping:  # the unrolling over the 32-wide dimensions follows the array
+        entry["spatial_mapping"] = {d: [_unrolled(item, n) for item in dims] for d, dims in entry["spatial_mapping"].items()}
+    logging.disable(logging.CRITICAL)
+    with tempfile.TemporaryDirectory() as tmp:
+        hw, mp = Path(tmp) / "hw.yaml", Path(tmp) / "map.yaml"
+        hw.write_text(yaml.safe_dump(hardware, sort_keys=False))  # memories innermost first
+        mp.write_text(yaml.safe_dump(mapping, sort_keys=False))
+        energy, latency, _ = get_hardware_performance_zigzag(_zigzag_layer(kind, sizes), str(hw), str(mp),
+                                                             opt="latency", dump_folder=str(Path(tmp) / "dump"),
+                                                             loma_show_progress_bar=False)
+    return float(latency), float(energy)
+
+
+def autocomp_designs(kind: str, sizes) -> list[dict]:
+    """One layer through `explore` on benchmarks/targets/tpu_like.yaml, the same 3 x 3 designs:
+    the per-PE register files (2 B of outputs, 128 B of weights per PE) follow the array."""
+    from bench_zigzag import TARGET, _program
+
+    tied = ",".join(f"{n}x{n}x{n * n * 2}x{n * n * 128}x{n * n * 2}x{n * n}" for n in ARRAYS)
+    sweeps = ["compute.pe_rows,compute.pe_cols,memory.rf_O.size_bytes,memory.rf_W.size_bytes,"
+              "memory.rf_O.bandwidth_gbps,memory.rf_W.bandwidth_gbps=" + tied,
+              "memory.SRAM.size_bytes=" + ",".join(f"{k}KiB" for k in SRAM_KIB)]
+    return explore(_program(kind, sizes), str(TARGET), sweeps).points
+
+
+def ranks(values: list[float]) -> list[float]:
+    """1-based ranks, ties sharing their mean rank (Spearman's convention)."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    var = math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
+    return cov / var if var else 1.0
+
+
+def zigzag_side_by_side() -> int:
+    try:
+        import zigzag.api  # noqa: F401
+    except ImportError:
+        print("ZigZag comparison skipped: zigzag-dse is not installed (pip install 'autocomp-jupyter[zigzag]').")
+        return 0
+    designs = [(n, k) for n in ARRAYS for k in SRAM_KIB]           # explore's order: array outer, SRAM inner
+    ours = {"cycles": [0.0] * len(designs), "pj": [0.0] * len(designs)}
+    theirs = {"cycles": [0.0] * len(designs), "pj": [0.0] * len(designs)}
+    seconds = {"autocomp": 0.0, "zigzag": 0.0}
+    for name, kind, sizes in ZIGZAG_LAYERS:
+        started = time.perf_counter()
+        points = autocomp_designs(kind, sizes)
+        seconds["autocomp"] += time.perf_counter() - started
+        started = time.perf_counter()
+        for d, (n, k) in enumerate(designs):
+            assert points[d]["valid"] and points[d]["verified"], (name, n, k, points[d].get("reason"))
+            ours["cycles"][d] += points[d]["time_s"] * 1e9              # tpu_like runs at 1 GHz
+            ours["pj"][d] += points[d]["energy_j"] * 1e12
+            cycles, pj = zigzag_design(n, k, kind, sizes)
+            theirs["cycles"][d] += cycles
+            theirs["pj"][d] += pj
+        seconds["zigzag"] += time.perf_counter() - started
+        print(f"  {name}: done", file=sys.stderr, flush=True)
+    print(f"PE array x SRAM on tpu_like over {len(ZIGZAG_LAYERS)} ResNet-50 layers "
+          f"(autocomp {seconds['autocomp']:.0f} s, ZigZag {seconds['zigzag']:.0f} s)")
+    print("| array | SRAM | autocomp cycles | ZigZag cycles | rank a/z | autocomp µJ | ZigZag µJ | rank a/z |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    rc = [ranks(ours["cycles"]), ranks(theirs["cycles"]), ranks(ours["pj"]), ranks(theirs["pj"])]
+    for d, (n, k) in enumerate(designs):
+        print(f"| {n}x{n} | {k} KiB | {ours['cycles'][d]:,.0f} | {theirs['cycles'][d]:,.0f} | "
+              f"{rc[0][d]:g}/{rc[1][d]:g} | {ours['pj'][d] / 1e6:,.1f} | {theirs['pj'][d] / 1e6:,.1f} | "
+              f"{rc[2][d]:g}/{rc[3][d]:g} |")
+    print(f"Spearman by latency {spearman(ours['cycles'], theirs['cycles']):.3f}, "
+          f"by energy {spearman(ours['pj'], theirs['pj']):.3f}")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="resnet50", choices=sorted(MODELS))
+    ap.add_argument("--target", default="npu")
+    ap.add_argument("--sweep", action="append", default=None, metavar="PATH=V1,V2,...")
+    ap.add_argument("--tune", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--cache", default=None, metavar="DIR")
+    ap.add_argument("--zigzag", action="store_true", help="the PE array x SRAM sweep side by side with ZigZag")
+    args = ap.parse_args(argv)
+    if args.zigzag:
+        return zigzag_side_by_side()
+    started = time.perf_counter()
+    program = from_onnx(MODELS[args.model]())
+    imported = time.perf_counter() - started
+    times: list[float] = []
+    last = [time.perf_counter()]
+
+    def progress(done, total, point):
+        now = time.perf_counter()
+        times.append(now - last[0])
+        last[0] = now
+        print(f"  design {done}/{total}: {times[-1]:.1f} s", file=sys.stderr, flush=True)
+
+    res = explore(program, args.target, args.sweep or DEFAULT_SWEEPS, tune=args.tune, workers=args.workers,
+                  cache=args.cache, progress=progress)
+    paths = [p for s in res.sweeps for p in s.paths]
+    front = set(res.pareto)
+    print(f"{args.model} on {args.target} (tune {args.tune}, workers {args.workers or 'serial'}): "
+          f"import {imported:.1f} s, {len(res.points)} designs in {res.seconds:.1f} s, "
+          f"{res.seconds / max(1, len(res.points) - res.cached):.1f} s per design")
+    header = ["#", *paths, "time_ms", "energy_mJ", "area_mm2", "edp_uJs", "limit", "verified", "pareto", "bound"]
+    print(" | ".join(header))
+    for i, p in enumerate(res.points):
+        if not p["valid"]:
+            print(" | ".join([str(i), *(str(p["params"][k]) for k in paths), "invalid: " + p["reason"].splitlines()[0]]))
+            continue
+        print(" | ".join([str(i), *(str(p["params"][k]) for k in paths), f"{p['time_s'] * 1e3:.3f}",
+                          f"{p['energy_j'] * 1e3:.3f}", f"{p['area_mm2']:.2f}", f"{p['edp'] * 1e6:.4g}",
+                          f"{p['limit_fraction']:.2f}", str(p["verified"]), "*" if i in front else "", p["bound"]]))
+    return 0 if all(p["verified"] for p in res.points if p["valid"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
