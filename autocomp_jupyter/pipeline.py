@@ -26,6 +26,7 @@ from .ir.plan import Plan
 from .result import Result
 from .rules.engine import load_rules
 from .rules.fusion import fusion_pass
+from .rules.in_place import mark_in_place_updates
 
 
 try:    # the tiling search also schedules compute_at producers for the cost model (it registers itself)
@@ -119,13 +120,14 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     seed = tune_cfg.get("seed", 0) if seed is None else seed
     _check_flags(tune, top, seed, budget)
     traces = _load_traces(schedule)                              # --schedule: checked before any work
+    program, in_place_log = mark_in_place_updates(program)      # KV-cache updates: one row, in place
     ctx = PassContext(program, target, ruleset, seed)
 
     naive = baseline_plan(program, target, naive_schedule, "naive")          # per-op, untiled
     textbook = textbook_plan(program, target)                                # per-op, fixed textbook tiles
     library = library_plan(program, ctx, executor)                           # per-op, each tuned alone (cached)
 
-    plan, log, rollbacks = library, [], []                       # the passes start from the library
+    plan, log, rollbacks = library, list(in_place_log), []       # the passes start from the library
     selected = _select_passes(passes)
     runs = _PassRuns()
     judged: set[str] = set()                                     # passes whose gain an earlier pass was judged with

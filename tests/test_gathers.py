@@ -128,3 +128,18 @@ def test_host_c_reads_through_index_tensors_as_the_interpreter(source):
     assert res.report["verified"]
     measured = measure_plan(res.after, load_target("host"), repeats=0, threads=1)
     assert measured["matches_interpreter"], measured["reason"]
+
+
+def test_a_cache_update_nothing_else_reads_is_priced_as_one_row_in_place():
+    src = KV_CACHE.replace("R[h, d] = Kc[h, pos[0], d]\noutput S, R", "output S, K2")
+    res = autocomp.optimize(src, target="npu", tune=0)
+    assert res.report["verified"]
+    (entry,) = [r for r in res.report["rules"] if r["rule"] == "in_place_update"]
+    assert entry["applied"] and "K2 is Kc with one row of t replaced" in entry["why"]
+    cache = 2 * 16 * 8 * 4                         # Kc: f32[2, 16, 8]
+    # the cache is read once (by the scores), the new row written: no copy of the cache
+    assert res.report["optimized"]["bytes"]["DRAM"] < 1.5 * cache
+    assert "in place of Kc" in res.code("pseudo")
+    # where the old cache is read by another statement too, there is no in-place update
+    assert not [r for r in autocomp.optimize(KV_CACHE, target="npu", tune=0).report["rules"]
+                if r["rule"] == "in_place_update"]

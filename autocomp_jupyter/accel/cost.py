@@ -320,7 +320,7 @@ class _StatementModel:
     # A domain cut by `where` relations: each as (coefficients on anchor loops [D], constant
     # with the statement's local loops at their most favourable value); `TileDomain` counts
     # the tiles it leaves non-empty, which are the only ones computed and fetched.
-    domain: "TileDomain | None" = None
+    domain: "TileDomain | RowTiles | None" = None
 
 
 class TileDomain:
@@ -374,6 +374,26 @@ class TileDomain:
         unique, inverse = np.unique(flat, axis=0, return_inverse=True)
         values = np.array([self.kept_fraction(tuple(int(v) for v in row)) for row in unique])
         return values[inverse.reshape(-1)].reshape(n, L)
+
+
+class RowTiles:
+    """What an in-place row update (`ir.program.InPlace`) runs: the one row it writes,
+    addressed directly (which row is known when it runs), whatever the tiles along its loop;
+    `TileDomain`'s interface, so the model, the limit and the simulator charge that row alone
+    (the simulator replays the first tile's first row for it)."""
+
+    def __init__(self, loop: int, extent: int):
+        self.loops = [loop]
+        self.extent = extent
+
+    def kept_fraction(self, sizes: tuple[int, ...]) -> float:
+        return 1.0 / self.extent
+
+    def meets(self, box) -> bool:
+        return box[self.loops[0]][0] == 0
+
+    def kept(self, T: np.ndarray) -> np.ndarray:
+        return np.full((T.shape[0], T.shape[2]), 1.0 / self.extent)
 
 
 SINGLE_SCHEDULES = 1024    # single-schedule costs a kernel model remembers
@@ -520,13 +540,18 @@ class KernelModel:
                 relations.append((coeff, const))
             if any(coeff.any() for coeff, _ in relations):
                 domain = TileDomain(relations, np.asarray(self.extents, dtype=float))
+        points = stmt.points
+        if stmt.in_place is not None and stmt.in_place.loop in m:
+            extent = stmt.extents[stmt.in_place.loop]
+            domain = RowTiles(index[m[stmt.in_place.loop]], extent)
+            points = points // max(1, extent)          # one row is written
         return _StatementModel(in_place=in_place, present=present, present_loops=np.nonzero(present)[0],
                                domain=domain,
                                reduce=bool(stmt.reduce),
                                rescale_key=rescale_key, rescale_per_elem=rescale_per_elem,
                                out_mask=target_access.index_mask & present, contig_loop=contig,
                                local_points=math.prod(local.values()) if local else 1,
-                               points=stmt.points, flops_per_point=stmt.expr.flops() + (1 if stmt.reduce else 0),
+                               points=points, flops_per_point=stmt.expr.flops() + (1 if stmt.reduce else 0),
                                mac=mac, dtype=dtype, row_loop=row, col_loop=col, accesses=accesses,
                                array_units=array_units, window=window)
 

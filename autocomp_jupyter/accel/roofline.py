@@ -51,6 +51,9 @@ def compulsory_traffic(program: Program) -> dict[str, int]:
     for name in program.outputs:
         if name not in out:
             out[name] = program.tensor(name).nbytes
+            writer = next((st for st in program.statements if st.target == name), None)
+            if writer is not None and writer.in_place is not None:    # one row written in place
+                out[name] //= max(1, writer.extents[writer.in_place.loop])
     object.__setattr__(program, "_compulsory_traffic", out)
     return out
 

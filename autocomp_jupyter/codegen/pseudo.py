@@ -280,6 +280,8 @@ class _KernelPseudo:
         note = f"on the {unit}" + (f"; reduces over {', '.join(reduction)}" if reduction else "")
         if stmt.domain:
             note += f"; only where {', '.join(relation_text(a) for a in stmt.domain)}"
+        if stmt.in_place is not None:
+            note += f"; {stmt.in_place}"
         self.emit(depth, f"{call}({lhs} {op} {rhs})    # {note}")
         if any(p.affine for p in node.loops):        # the user's point order inside the tile
             from ..ir.loopnest import affine_point_bounds

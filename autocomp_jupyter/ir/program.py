@@ -365,6 +365,18 @@ class Rescale:
 
 
 @dataclass(frozen=True)
+class InPlace:
+    """A statement that is `source` with one row of `loop` replaced, written in `source`'s
+    storage (a KV-cache update: `rules/in_place.py`): the same values, one row of traffic."""
+
+    source: str
+    loop: str
+
+    def __str__(self) -> str:
+        return f"in place of {self.source}: one row of {self.loop} written"
+
+
+@dataclass(frozen=True)
 class Statement:
     """One comprehension: `target[target_indices] reduce= expr` over `loops`.
 
@@ -381,6 +393,7 @@ class Statement:
     span: Span | None = field(default=None, compare=False)
     rescale: Rescale | None = None       # computed against a running max (see `Rescale`)
     domain: tuple[Affine, ...] = ()      # the box cut by these relations, each `a >= 0`
+    in_place: InPlace | None = None      # one row of another tensor's storage (see `InPlace`)
 
     @cached_property
     def loop_names(self) -> tuple[str, ...]:
@@ -452,7 +465,7 @@ class Statement:
         op = {None: "=", "+": "+=", "max": "max="}[self.reduce]
         lhs = f"{self.target}[{', '.join(map(str, self.target_indices))}]"
         bounds = ", ".join(f"{l.name} < {l.extent}" for l in self.loops)
-        note = f"; {self.rescale}" if self.rescale else ""
+        note = "".join(f"; {mark}" for mark in (self.rescale, self.in_place) if mark)
         where = f" where {', '.join(relation_text(a) for a in self.domain)}" if self.domain else ""
         return f"{lhs} {op} {self.expr}{where}    # {bounds}{note}"
 
