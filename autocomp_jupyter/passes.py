@@ -9,11 +9,15 @@ names or such functions (the ADRS `rewrite_pass` hook).
 Every rule, pass and pipeline step runs as a transaction (`transaction`): an internal fault
 inside one (any exception but a `UserError`, which is the user's input and reaches the
 user) becomes a rollback entry naming the step, its kernel and the exception, and the
-caller goes on from the state before the step.
+caller goes on from the state before the step. The fault's traceback goes to the
+`autocomp_jupyter` logger (debug); inside `with raise_faults():` (a fuzzer, a developer
+chasing one) faults propagate instead, traceback and all.
 """
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -92,6 +96,22 @@ def fault_reason(what: str, kernel: str, err: BaseException) -> str:
     return f"{where}: {type(err).__name__}: {message}" if message else f"{where}: {type(err).__name__}"
 
 
+_RAISE_FAULTS: ContextVar[bool] = ContextVar("autocomp_raise_faults", default=False)
+_LOG = logging.getLogger("autocomp_jupyter")
+
+
+@contextmanager
+def raise_faults() -> Iterator[None]:
+    """Inside this block transactions do not catch internal faults: they propagate as they
+    were raised (the differential fuzzer counts them as crashes; a developer gets the
+    traceback)."""
+    token = _RAISE_FAULTS.set(True)
+    try:
+        yield
+    finally:
+        _RAISE_FAULTS.reset(token)
+
+
 @dataclass
 class Step:
     """A transaction's state: what runs and on which kernel (the body may name the kernel
@@ -124,6 +144,9 @@ def transaction(rollbacks: list, pass_name: str, what: str, kernel: str = "", th
     except UserError:
         raise
     except Exception as err:       # noqa: BLE001 - an internal fault: rolled back, never fatal
+        if _RAISE_FAULTS.get():
+            raise
         step.failed = True
         reason = fault_reason(step.what, step.kernel, err)
+        _LOG.debug("rolled back: %s", reason, exc_info=True)
         rollbacks.append(rollback_entry(step.pass_name, step.kernel, f"{reason}; {step.then}" if step.then else reason))

@@ -24,7 +24,7 @@ from .dsl import load, parse
 from .errors import UserError
 from .ir.program import Program
 from .ir.schedule import kernels_unfused
-from .passes import Pass, PassContext, PassOutcome, fault_reason, rollback_entry, rule_entry, transaction
+from .passes import Pass, PassContext, PassOutcome, rollback_entry, rule_entry, transaction
 from .ir.plan import Plan
 from .result import Result
 from .rules.engine import load_rules
@@ -542,12 +542,10 @@ def _illegal_schedules(plan: Plan, ctx: PassContext) -> list[tuple[str, str]]:
 
 def _verify(plan: Plan, ctx: PassContext, notes: dict | None = None) -> tuple[bool, str]:
     """`_verify_plan`; a check that raises an internal fault does not verify the plan."""
-    try:
+    faults: list[dict] = []
+    with transaction(faults, "verify", "the check raised"):
         return _verify_plan(plan, ctx, notes)
-    except UserError:
-        raise
-    except Exception as err:       # noqa: BLE001 - an internal fault: the plan is not shown
-        return False, fault_reason("the check raised", "", err)
+    return False, faults[0]["reason"]
 
 
 def _verify_plan(plan: Plan, ctx: PassContext, notes: dict | None = None) -> tuple[bool, str]:

@@ -158,3 +158,16 @@ def test_a_verification_fault_falls_back_to_a_plan_that_verifies(monkeypatch):
     assert res.report["verified"] is True and res.report["fell_back"] == "library"
     assert any(r["pass"] == "verify" and "the check raised: ValueError: could not broadcast" in r["reason"]
                for r in res.report["rollbacks"])
+
+
+def test_inside_raise_faults_a_fault_propagates_with_its_traceback(monkeypatch):
+    from autocomp_jupyter import tune
+    from autocomp_jupyter.passes import raise_faults
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no candidates")
+
+    monkeypatch.setattr(tune, "tune_plan", broken)
+    with raise_faults(), pytest.raises(RuntimeError, match="no candidates"):
+        autocomp.optimize(CONV_RELU, target="tpu", tune=8)
+    assert autocomp.optimize(CONV_RELU, target="tpu", tune=8).report["verified"] is True   # caught again after
