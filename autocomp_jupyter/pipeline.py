@@ -151,6 +151,7 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
                                         f"{ctx.cost(library).total.time_s * 1e6:.1f} us): keeping the baseline"))
         plan = library
     plan = _searched_as_well_as_the_library(plan, ctx, executor, log, rollbacks)   # fused kernels: never below the library's own search
+    plan = _fusions_that_beat_the_library(plan, ctx, log, rollbacks)   # each fused kernel: faster than its ops in the library
     replayed: set[str] = set()
     if traces is not None:                                       # the user's traces replace the search
         plan, replayed = _replay(traces, (plan, library, naive), target, schedule, log)
@@ -290,6 +291,54 @@ def _searched_as_well_as_the_library(plan: Plan, ctx: PassContext, executor, log
                                       f"the library's own search of kernel {kernel.name} finds a faster schedule "
                                       f"({own * 1e6:.1f} -> {theirs * 1e6:.1f} us): taken"))
     return Plan(plan.program, plan.kernels, tuple(schedules), plan.label)
+
+
+# A fused kernel the library's own schedule runs this much slower than its ops (as the
+# library schedules each) is explained in the log: the gain chain's fusion step reads below 1.
+LIBRARY_QUALITY_SLACK = 0.01
+
+
+def _fusions_that_beat_the_library(plan: Plan, ctx: PassContext, log: list, rollbacks: list) -> Plan:
+    """Each fused kernel judged against its ops as the library schedules each alone
+    (`baselines.library_schedule`, the gain chain's measure). Where the plan's schedule of
+    the fused kernel is no faster than those ops, the fusion is not kept: the kernel is split
+    back into its ops on their library schedules (verified with the plan). Where only the
+    library's own schedule of the fused kernel is slower (its search from textbook tiles
+    misses tiles the tiling pass finds from the anchor's), the fusion is kept and the log
+    says so, with the three times: the gain chain's fusion step then reads below 1 and its
+    tiling step makes up for it."""
+    from .baselines import library_schedule
+    from .canon import evaluate
+    from .ir.schedule import Kernel
+
+    kernels, schedules = [], []
+    for kernel, schedule in zip(plan.kernels, plan.schedules):
+        kernels.append(kernel)
+        schedules.append(schedule)
+        if len(kernel.ops) < 2:
+            continue
+        with transaction(rollbacks, "fusion", "judging the fusion against the library", kernel=kernel.name,
+                         then="kept as it is"):
+            ops = [Kernel.from_ops(plan.program, [op]) for op in kernel.ops]
+            alone = [library_schedule(plan.program, k, ctx) for k in ops]
+            t_alone = sum(evaluate(s, ctx.target).time_s for s in alone)
+            t_own = evaluate(schedule, ctx.target).time_s
+            t_library = evaluate(library_schedule(plan.program, kernel, ctx), ctx.target).time_s
+            times = (f"{t_own * 1e6:.1f} us as scheduled here, {t_library * 1e6:.1f} us as the library schedules it, "
+                     f"{t_alone * 1e6:.1f} us for its ops in the library")
+            if t_own >= t_alone * (1 - 1e-9):
+                why = f"fused, it is no faster than its ops as the library schedules them ({times}): split back"
+                kernels[-1:], schedules[-1:] = ops, alone
+                rollbacks.append(rollback_entry("fusion", kernel.name, why))
+                log.append(rule_entry("library_check", "fusion", kernel.ops, False, why))
+            elif t_library > t_alone * (1 + LIBRARY_QUALITY_SLACK):
+                log.append(rule_entry("library_check", "fusion", kernel.ops, True,
+                                      f"kept although the library's own schedule of the fused kernel is slower than "
+                                      f"its ops ({times}): the library's search misses the tiles found here, so the "
+                                      f"gain chain counts this fusion below 1 and its tiling above"))
+    if len(kernels) == len(plan.kernels):
+        return plan
+    return Plan(plan.program, tuple(kernels), tuple(schedules), plan.label)
 
 
 def _load_traces(schedule):

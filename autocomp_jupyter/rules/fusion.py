@@ -60,7 +60,7 @@ def fusion_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
     if kernels is None:
         rollbacks.append(rollback_entry(PASS, "", "the fused kernel graph has a cycle: back to the unfused baseline"))
         return PassOutcome(plan, tuple(log), tuple(rollbacks))
-    schedules = tuple(_inherited_schedule(program, k, ctx, plan) for k in kernels)
+    schedules = tuple(inherited_schedule(program, k, ctx, plan) for k in kernels)
     return PassOutcome(Plan(program, kernels, schedules, "fused"), tuple(log), tuple(rollbacks))
 
 
@@ -127,7 +127,7 @@ def _ops_alone(program: Program, ctx: PassContext, before: Plan) -> dict[str, tu
     out = {}
     for op in program.ops:
         kernel = Kernel.from_ops(program, [op.name])
-        out[op.name] = (kernel, _inherited_schedule(program, kernel, ctx, before))
+        out[op.name] = (kernel, inherited_schedule(program, kernel, ctx, before))
     return out
 
 
@@ -150,7 +150,7 @@ def _with_groups(after: Plan, program: Program, slower: set[str], prefixes: dict
         if k.name in prefixes:
             ops = list(prefixes[k.name][0])
             head = Kernel.from_ops(program, ops, name=_kernel_name(ops))
-            pieces = [(head, _inherited_schedule(program, head, ctx, before))] + [by_op[op] for op in k.ops[len(ops):]]
+            pieces = [(head, inherited_schedule(program, head, ctx, before))] + [by_op[op] for op in k.ops[len(ops):]]
         elif k.name in slower:
             pieces = [by_op[op] for op in k.ops]
         else:
@@ -160,7 +160,7 @@ def _with_groups(after: Plan, program: Program, slower: set[str], prefixes: dict
     return Plan(program, tuple(kernels), tuple(schedules), after.label)
 
 
-def _inherited_schedule(program: Program, kernel: Kernel, ctx: PassContext, plan: Plan) -> Schedule:
+def inherited_schedule(program: Program, kernel: Kernel, ctx: PassContext, plan: Plan) -> Schedule:
     """A fused kernel keeps its anchor op's schedule in the plan being fused (the library's,
     each op tuned alone), so the fusion's gain is the DRAM traffic it removes, not a change
     of tiling (the tiling pass re-tiles it next); textbook tiles where there is none."""
