@@ -145,11 +145,7 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     names = [n for n, _ in selected]
     if "fusion" in names and "tiling" in names:                  # across layers: compute_at chains
         plan = _chains(plan, ctx, log, rollbacks)
-    if ctx.cost(plan).total.time_s > ctx.cost(library).total.time_s:   # never worse than the baseline
-        rollbacks.append(rollback_entry("pipeline", "", "the passes' plan is slower than the library baseline "
-                                        f"({ctx.cost(plan).total.time_s * 1e6:.1f} us vs "
-                                        f"{ctx.cost(library).total.time_s * 1e6:.1f} us): keeping the baseline"))
-        plan = library
+    plan = _never_slower_than(library, plan, ctx, rollbacks)      # never worse than the baseline
     plan = _searched_as_well_as_the_library(plan, ctx, executor, log, rollbacks)   # fused kernels: never below the library's own search
     plan = _fusions_that_beat_the_library(plan, ctx, log, rollbacks)   # each fused kernel: faster than its ops in the library
     replayed: set[str] = set()
@@ -246,6 +242,17 @@ def _baseline(label: str, build: Callable[[], Plan], fallback: Plan, rollbacks: 
                      then=f"the {fallback.label} plan stands in for it"):
         return build()
     return fallback
+
+
+def _never_slower_than(library: Plan, plan: Plan, ctx: PassContext, rollbacks: list) -> Plan:
+    """`plan`, or `library` where the passes' plan is slower (or cannot be costed)."""
+    with transaction(rollbacks, "pipeline", "costing the passes' plan", then="keeping the library baseline"):
+        if ctx.cost(plan).total.time_s <= ctx.cost(library).total.time_s:
+            return plan
+        rollbacks.append(rollback_entry("pipeline", "", "the passes' plan is slower than the library baseline "
+                                        f"({ctx.cost(plan).total.time_s * 1e6:.1f} us vs "
+                                        f"{ctx.cost(library).total.time_s * 1e6:.1f} us): keeping the baseline"))
+    return library
 
 
 def _chains(plan: Plan, ctx: PassContext, log: list, rollbacks: list) -> Plan:
