@@ -171,3 +171,20 @@ def test_inside_raise_faults_a_fault_propagates_with_its_traceback(monkeypatch):
     with raise_faults(), pytest.raises(RuntimeError, match="no candidates"):
         autocomp.optimize(CONV_RELU, target="tpu", tune=8)
     assert autocomp.optimize(CONV_RELU, target="tpu", tune=8).report["verified"] is True   # caught again after
+
+
+def test_a_fused_kernel_that_cannot_be_built_leaves_its_ops_one_kernel_each(monkeypatch):
+    from autocomp_jupyter.rules import fusion
+
+    inherited = fusion.inherited_schedule
+
+    def fails_when_fused(program, kernel, ctx, plan):
+        if len(kernel.ops) > 1:
+            raise AssertionError("no anchor schedule")
+        return inherited(program, kernel, ctx, plan)
+
+    monkeypatch.setattr(fusion, "inherited_schedule", fails_when_fused)
+    res = autocomp.optimize(CONV_RELU, target="tpu", tune=0)
+    assert {"pass": "fusion", "kernel": "Y_R", "reason": "building the fused kernel on kernel Y_R: AssertionError: "
+            "no anchor schedule; its ops stay one kernel each"} in res.report["rollbacks"]
+    assert [k["name"] for k in res.report["kernels"]] == ["Y", "R"] and res.report["verified"] is True

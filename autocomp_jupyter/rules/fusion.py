@@ -56,12 +56,25 @@ def fusion_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
             program = _fold_views(program, ctx, log, rollbacks, taken)
     groups = _chain_groups(program, ctx, fixed_groups, log, rollbacks)
 
-    kernels = _in_dependence_order(tuple(Kernel.from_ops(program, g, name=_kernel_name(g)) for g in groups))
+    scheduled = dict(pair for g in groups for pair in _group_kernels(program, g, ctx, plan, rollbacks))
+    kernels = _in_dependence_order(tuple(scheduled))
     if kernels is None:
         rollbacks.append(rollback_entry(PASS, "", "the fused kernel graph has a cycle: back to the unfused baseline"))
         return PassOutcome(plan, tuple(log), tuple(rollbacks))
-    schedules = tuple(inherited_schedule(program, k, ctx, plan) for k in kernels)
+    schedules = tuple(scheduled[k] for k in kernels)
     return PassOutcome(Plan(program, kernels, schedules, "fused"), tuple(log), tuple(rollbacks))
+
+
+def _group_kernels(program: Program, group: list[str], ctx: PassContext, plan: Plan,
+                   rollbacks) -> list[tuple[Kernel, Schedule]]:
+    """The group as one kernel with the schedule it inherits (`inherited_schedule`), or its
+    ops one kernel each where building that kernel faults."""
+    name = _kernel_name(group)
+    with transaction(rollbacks, PASS, "building the fused kernel", kernel=name, then="its ops stay one kernel each"):
+        kernel = Kernel.from_ops(program, group, name=name)
+        return [(kernel, inherited_schedule(program, kernel, ctx, plan))]
+    alone = [Kernel.from_ops(program, [op]) for op in group]
+    return [(k, inherited_schedule(program, k, ctx, plan)) for k in alone]
 
 
 def groups_that_pay(before: Plan, after: Plan, ctx: PassContext, tiled):
