@@ -6,6 +6,9 @@
 
 Every pass takes an immutable Plan and returns a new one plus its log; the checks that
 decide whether a pass's result is kept live here, in `_check_pass`, so no pass can skip them.
+Every stage is a transaction (`passes.transaction`): a baseline, a pass, its check, the
+chains, the library's search of a kernel, the tuner. An internal fault in one is a rollback
+entry and the pipeline goes on from the plan before it; the plan shown is still verified.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from .dsl import load, parse
 from .errors import UserError
 from .ir.program import Program
 from .ir.schedule import kernels_unfused
-from .passes import Pass, PassContext, PassOutcome, rollback_entry, rule_entry
+from .passes import Pass, PassContext, PassOutcome, rollback_entry, rule_entry, transaction
 from .ir.plan import Plan
 from .result import Result
 from .rules.engine import load_rules
@@ -122,19 +125,21 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     traces = _load_traces(schedule)                              # --schedule: checked before any work
     program, in_place_log = mark_in_place_updates(program)      # KV-cache updates: one row, in place
     ctx = PassContext(program, target, ruleset, seed)
+    log: list[dict] = list(in_place_log)
+    rollbacks: list[dict] = []
 
     naive = baseline_plan(program, target, naive_schedule, "naive")          # per-op, untiled
-    textbook = textbook_plan(program, target)                                # per-op, fixed textbook tiles
-    library = library_plan(program, ctx, executor)                           # per-op, each tuned alone (cached)
+    textbook = _baseline("textbook", lambda: textbook_plan(program, target), naive, rollbacks)   # fixed textbook tiles
+    library = _baseline("library", lambda: library_plan(program, ctx, executor), textbook, rollbacks)  # each op tuned alone
 
-    plan, log, rollbacks = library, list(in_place_log), []       # the passes start from the library
+    plan = library                                               # the passes start from the library
     selected = _select_passes(passes)
     runs = _PassRuns()
     judged: set[str] = set()                                     # passes whose gain an earlier pass was judged with
     for i, (name, run_pass) in enumerate(selected):              # fusion → tiling → scheduling
         outcome = runs.run(name, run_pass, plan, ctx)
         retile = next(((n, fn) for n, fn in selected[i + 1:] if n == "tiling"), None)
-        kept = _check_pass(name, plan, outcome, ctx, log, rollbacks, runs, retile, gain_judged=name in judged)
+        kept = _checked(name, plan, outcome, ctx, log, rollbacks, runs, retile, gain_judged=name in judged)
         if retile is not None and kept is not plan:
             judged.add(retile[0])    # fusion was kept for its gain after tiling: tiling is part of that gain
         plan = kept
@@ -142,12 +147,9 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     names = [n for n, _ in selected]
     if "fusion" in names and "tiling" in names:                  # across layers: compute_at chains
         plan = _chains(plan, ctx, log, rollbacks)
-    if ctx.cost(plan).total.time_s > ctx.cost(library).total.time_s:   # never worse than the baseline
-        rollbacks.append(rollback_entry("pipeline", "", "the passes' plan is slower than the library baseline "
-                                        f"({ctx.cost(plan).total.time_s * 1e6:.1f} us vs "
-                                        f"{ctx.cost(library).total.time_s * 1e6:.1f} us): keeping the baseline"))
-        plan = library
-    plan = _searched_as_well_as_the_library(plan, ctx, executor, log)   # fused kernels: never below the library's own search
+    plan = _never_slower_than(library, plan, ctx, rollbacks)      # never worse than the baseline
+    plan = _searched_as_well_as_the_library(plan, ctx, executor, log, rollbacks)   # fused kernels: never below the library's own search
+    plan = _fusions_that_beat_the_library(plan, ctx, log, rollbacks)   # each fused kernel: faster than its ops in the library
     replayed: set[str] = set()
     if traces is not None:                                       # the user's traces replace the search
         plan, replayed = _replay(traces, (plan, library, naive), target, schedule, log)
@@ -155,7 +157,8 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     if replayed and replayed >= {k.name for k in plan.kernels}:
         configs = 0                                              # every kernel's schedule was given
     given = {k.name: s for k, s in zip(plan.kernels, plan.schedules) if k.name in replayed}
-    plan, versions, tuning = _tune(plan, ctx, configs, top or tune_cfg.get("top", 3), budget, progress, executor)
+    plan, versions, tuning = _tune(plan, ctx, configs, top or tune_cfg.get("top", 3), budget, progress, executor,
+                                   rollbacks)
     if given:                                                    # the tuner never overrides a given schedule
         plan, versions = _keep_replayed(plan, given, versions)
 
@@ -175,7 +178,8 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     if measured is not None and not measured["matches_interpreter"]:
         verified = False
 
-    prefetch(program, plan.kernels, ctx, executor)               # the gain breakdown's per-kernel library tuning
+    with transaction(rollbacks, "pipeline", "the gain breakdown's library tuning"):
+        prefetch(program, plan.kernels, ctx, executor)           # the gain breakdown's per-kernel library tuning
     result = _result(program, target, ruleset, ctx, naive, textbook, library, plan, versions, log, rollbacks,  # DESIGN §8
                      tuning, verified, fell_back, measured, started)
     # How the tiled runs were done (twins, kernels checked by isl alone): report["verification"].
@@ -194,8 +198,13 @@ def _result(program: Program, target: Target, ruleset, ctx: PassContext, naive: 
 
     costs = {"naive": ctx.cost(naive), "textbook": ctx.cost(textbook), "library": ctx.cost(library),
              "optimized": ctx.cost(plan)}
+    t_library, t_plan = costs["library"].total.time_s, costs["optimized"].total.time_s
+    breakdown = {"fusion": t_library / t_plan if t_plan > 0 else 1.0, "tiling": 1.0, "scheduling": 1.0,
+                 "plans_time_s": {"library": t_library, "optimized": t_plan}}
+    with transaction(rollbacks, "pipeline", "the gain breakdown", then="the whole gain is shown as fusion's"):
+        breakdown = gain_breakdown(library, plan, ctx)
     report = build_report(program, target, costs, plan, monitor=ruleset.monitor,
-                          gain_breakdown=gain_breakdown(library, plan, ctx), rules=log, rollbacks=rollbacks,
+                          gain_breakdown=breakdown, rules=log, rollbacks=rollbacks,
                           tuning=tuning, verified=verified, seconds=time.perf_counter() - started,
                           fell_back=fell_back, measured=measured)
     return Result(program=program, target=target, before=naive, library=library, after=plan,
@@ -215,28 +224,53 @@ def _codes(plan: Plan, target: Target) -> dict:
             for lang in (("pseudo", "c") if runs_generated_c(target) else ("pseudo",))}
 
 
-def _tune(plan: Plan, ctx: PassContext, configs: int, top: int, budget, progress, executor):
-    """The auto-tuner (tune.py) over the plan's kernels; with no configurations, the plan as
-    the rules left it."""
+def _tune(plan: Plan, ctx: PassContext, configs: int, top: int, budget, progress, executor, rollbacks: list):
+    """The auto-tuner (tune.py) over the plan's kernels; with no configurations, or where
+    the tuner fails (a rollback entry), the plan as the rules left it."""
+    untuned = plan, {}, {"configs_evaluated": 0, "seconds": 0.0, "top": [], "interrupted": False,
+                         "budget_exhausted": False}
     if configs <= 0:
-        return plan, {}, {"configs_evaluated": 0, "seconds": 0.0, "top": [], "interrupted": False,
-                          "budget_exhausted": False}
+        return untuned
     from .tune import tune_plan
 
-    return tune_plan(plan, ctx, configs=configs, top=top, budget=budget, progress=progress, executor=executor)
+    with transaction(rollbacks, "tuning", "the tuner", then="the plan as the rules left it"):
+        return tune_plan(plan, ctx, configs=configs, top=top, budget=budget, progress=progress, executor=executor)
+    return untuned
+
+
+def _baseline(label: str, build: Callable[[], Plan], fallback: Plan, rollbacks: list) -> Plan:
+    """The `label` baseline plan, or `fallback` in its place where building it fails."""
+    with transaction(rollbacks, "baseline", f"the {label} baseline",
+                     then=f"the {fallback.label} plan stands in for it"):
+        return build()
+    return fallback
+
+
+def _never_slower_than(library: Plan, plan: Plan, ctx: PassContext, rollbacks: list) -> Plan:
+    """`plan`, or `library` where the passes' plan is slower (or cannot be costed)."""
+    with transaction(rollbacks, "pipeline", "costing the passes' plan", then="keeping the library baseline"):
+        if ctx.cost(plan).total.time_s <= ctx.cost(library).total.time_s:
+            return plan
+        rollbacks.append(rollback_entry("pipeline", "", "the passes' plan is slower than the library baseline "
+                                        f"({ctx.cost(plan).total.time_s * 1e6:.1f} us vs "
+                                        f"{ctx.cost(library).total.time_s * 1e6:.1f} us): keeping the baseline"))
+    return library
 
 
 def _chains(plan: Plan, ctx: PassContext, log: list, rollbacks: list) -> Plan:
     """`rules.chains.chain_fusion` on the scheduled plan, its entries in the rule log."""
     from .rules.chains import chain_fusion
 
-    chained, entries, undone = chain_fusion(plan, ctx)
-    log.extend(entries)
-    rollbacks.extend(undone)
-    return chained
+    with transaction(rollbacks, "fusion", "chain fusion", then="the kernels stay as they were"):
+        chained, entries, undone = chain_fusion(plan, ctx)    # each chain rule is a transaction inside
+        log.extend(entries)
+        rollbacks.extend(undone)
+        return chained
+    return plan
 
 
-def _searched_as_well_as_the_library(plan: Plan, ctx: PassContext, executor, log: list) -> Plan:
+def _searched_as_well_as_the_library(plan: Plan, ctx: PassContext, executor, log: list,
+                                     rollbacks: list | None = None) -> Plan:
     """Each kernel's schedule, or the one the library's own procedure finds for that same
     (fused) kernel where that is faster (`baselines.library_schedule`: textbook tiles, the
     tiling and scheduling passes and a short tune on the kernel alone), so the pipeline
@@ -247,22 +281,73 @@ def _searched_as_well_as_the_library(plan: Plan, ctx: PassContext, executor, log
     from .passes import rule_entry
     from .verify import verify_schedule
 
-    prefetch(plan.program, plan.kernels, ctx, executor)
+    rollbacks = [] if rollbacks is None else rollbacks
+    with transaction(rollbacks, "tiling", "the library's search of the plan's kernels"):
+        prefetch(plan.program, plan.kernels, ctx, executor)     # (each kernel's own search is retried below)
     schedules = []
     for kernel, schedule in zip(plan.kernels, plan.schedules):
-        own = evaluate(schedule, ctx.target).time_s               # remembered by canonical schedule
-        alone = library_schedule(plan.program, kernel, ctx)
-        theirs = evaluate(alone, ctx.target).time_s
-        # (a legal schedule: `library_schedule` keeps only those; it may split a row whose
-        # tiles then run in their own nests, which the tiling pass keeps whole: checked here)
-        if theirs < own * (1 - 1e-9) and not verify_schedule(alone, plan.program, ctx):
-            log.append(rule_entry("library_search", "tiling", kernel.ops, True,
-                                  f"the library's own search of kernel {kernel.name} finds a faster schedule "
-                                  f"({own * 1e6:.1f} -> {theirs * 1e6:.1f} us): taken"))
-            schedules.append(alone)
-        else:
-            schedules.append(schedule)
+        schedules.append(schedule)
+        with transaction(rollbacks, "tiling", "the library's search", kernel=kernel.name,
+                         then="the kernel's schedule kept"):
+            own = evaluate(schedule, ctx.target).time_s           # remembered by canonical schedule
+            alone = library_schedule(plan.program, kernel, ctx)
+            theirs = evaluate(alone, ctx.target).time_s
+            # (a legal schedule: `library_schedule` keeps only those; it may split a row whose
+            # tiles then run in their own nests, which the tiling pass keeps whole: checked here)
+            if theirs < own * (1 - 1e-9) and not verify_schedule(alone, plan.program, ctx):
+                schedules[-1] = alone
+                log.append(rule_entry("library_search", "tiling", kernel.ops, True,
+                                      f"the library's own search of kernel {kernel.name} finds a faster schedule "
+                                      f"({own * 1e6:.1f} -> {theirs * 1e6:.1f} us): taken"))
     return Plan(plan.program, plan.kernels, tuple(schedules), plan.label)
+
+
+# A fused kernel the library's own schedule runs this much slower than its ops (as the
+# library schedules each) is explained in the log: the gain chain's fusion step reads below 1.
+LIBRARY_QUALITY_SLACK = 0.01
+
+
+def _fusions_that_beat_the_library(plan: Plan, ctx: PassContext, log: list, rollbacks: list) -> Plan:
+    """Each fused kernel judged against its ops as the library schedules each alone
+    (`baselines.library_schedule`, the gain chain's measure). Where the plan's schedule of
+    the fused kernel is no faster than those ops, the fusion is not kept: the kernel is split
+    back into its ops on their library schedules (verified with the plan). Where only the
+    library's own schedule of the fused kernel is slower (its search from textbook tiles
+    misses tiles the tiling pass finds from the anchor's), the fusion is kept and the log
+    says so, with the three times: the gain chain's fusion step then reads below 1 and its
+    tiling step makes up for it."""
+    from .baselines import library_schedule
+    from .canon import evaluate
+    from .ir.schedule import Kernel
+
+    kernels, schedules = [], []
+    for kernel, schedule in zip(plan.kernels, plan.schedules):
+        kernels.append(kernel)
+        schedules.append(schedule)
+        if len(kernel.ops) < 2:
+            continue
+        with transaction(rollbacks, "fusion", "judging the fusion against the library", kernel=kernel.name,
+                         then="kept as it is"):
+            ops = [Kernel.from_ops(plan.program, [op]) for op in kernel.ops]
+            alone = [library_schedule(plan.program, k, ctx) for k in ops]
+            t_alone = sum(evaluate(s, ctx.target).time_s for s in alone)
+            t_own = evaluate(schedule, ctx.target).time_s
+            t_library = evaluate(library_schedule(plan.program, kernel, ctx), ctx.target).time_s
+            times = (f"{t_own * 1e6:.1f} us as scheduled here, {t_library * 1e6:.1f} us as the library schedules it, "
+                     f"{t_alone * 1e6:.1f} us for its ops in the library")
+            if t_own >= t_alone * (1 - 1e-9):
+                why = f"fused, it is no faster than its ops as the library schedules them ({times}): split back"
+                kernels[-1:], schedules[-1:] = ops, alone
+                rollbacks.append(rollback_entry("fusion", kernel.name, why))
+                log.append(rule_entry("library_check", "fusion", kernel.ops, False, why))
+            elif t_library > t_alone * (1 + LIBRARY_QUALITY_SLACK):
+                log.append(rule_entry("library_check", "fusion", kernel.ops, True,
+                                      f"kept although the library's own schedule of the fused kernel is slower than "
+                                      f"its ops ({times}): the library's search misses the tiles found here, so the "
+                                      f"gain chain counts this fusion below 1 and its tiling above"))
+    if len(kernels) == len(plan.kernels):
+        return plan
+    return Plan(plan.program, tuple(kernels), tuple(schedules), plan.label)
 
 
 def _load_traces(schedule):
@@ -328,7 +413,7 @@ def _check_flags(tune, top, seed, budget) -> None:
 
 class _PassRuns:
     """Pass outcomes by (pass, input plan): a look-ahead run is reused when the pipeline
-    reaches that pass with the same plan."""
+    reaches that pass with the same plan. Each run is a transaction (`_run_pass`)."""
 
     def __init__(self):
         self._done: dict[tuple[str, int], tuple[Plan, PassOutcome]] = {}
@@ -336,8 +421,58 @@ class _PassRuns:
     def run(self, name: str, fn: Pass, plan: Plan, ctx: PassContext) -> PassOutcome:
         key = (name, id(plan))
         if key not in self._done:
-            self._done[key] = (plan, fn(plan, ctx))
+            self._done[key] = (plan, _run_pass(name, fn, plan, ctx))
         return self._done[key][1]
+
+
+# Passes that decide each kernel on its own (rules/tiling.py, rules/scheduling.py): a fault
+# in one is retried kernel by kernel, so that it rolls back only the kernels it happens on.
+KERNEL_LOCAL_PASSES = ("tiling", "scheduling")
+
+
+def _run_pass(name: str, fn: Pass, plan: Plan, ctx: PassContext) -> PassOutcome:
+    """The pass's outcome, or, where the pass raises an internal fault, `plan` unchanged
+    with a rollback entry naming the fault; a kernel-local pass is then run again kernel by
+    kernel, and only the kernels it fails on keep their schedules."""
+    faults: list[dict] = []
+    with transaction(faults, name, f"the {name} pass", then="pass rolled back"):
+        return fn(plan, ctx)
+    if name not in KERNEL_LOCAL_PASSES:
+        return PassOutcome(plan, (), tuple(faults))
+    log: list[dict] = []
+    rollbacks: list[dict] = []
+    schedules, label, failed = [], plan.label, False
+    for kernel, schedule in zip(plan.kernels, plan.schedules):
+        schedules.append(schedule)
+        with transaction(rollbacks, name, f"the {name} pass", kernel=kernel.name, then="its schedule kept") as step:
+            one = fn(Plan(plan.program, (kernel,), (schedule,), plan.label), ctx)
+            if one.plan.kernels != (kernel,) or one.plan.program != plan.program:
+                raise ValueError("a kernel-local pass changed the kernels or the program")
+            schedules[-1], label = one.plan.schedules[0], one.plan.label
+            log.extend(one.log)
+            rollbacks.extend(one.rollbacks)
+        failed = failed or step.failed
+    if not failed:
+        rollbacks = faults + rollbacks     # the whole pass failed where no kernel alone does: say so
+    return PassOutcome(Plan(plan.program, plan.kernels, tuple(schedules), label), tuple(log), tuple(rollbacks))
+
+
+def _checked(name: str, before: Plan, outcome: PassOutcome, ctx: PassContext, log: list, rollbacks: list,
+             runs: _PassRuns, retile: tuple[str, Pass] | None = None, gain_judged: bool = False) -> Plan:
+    """`_check_pass` as a transaction: where checking a pass's plan raises an internal fault,
+    the pass is rolled back, the rules it fired marked so."""
+    entries: list[dict] = []
+    undone: list[dict] = []
+    with transaction(rollbacks, name, f"checking the {name} pass", then="pass rolled back"):
+        kept = _check_pass(name, before, outcome, ctx, entries, undone, runs, retile, gain_judged)
+        log.extend(entries)
+        rollbacks.extend(undone)
+        return kept
+    reason = rollbacks[-1]["reason"]
+    rollbacks.extend(outcome.rollbacks)
+    log.extend(dict(e, applied=False, why=f"rolled back with the {name} pass ({reason}); {e['why']}")
+               if e["applied"] else e for e in outcome.log)
+    return before
 
 
 def _check_pass(name: str, before: Plan, outcome: PassOutcome, ctx: PassContext, log: list, rollbacks: list,
@@ -464,6 +599,14 @@ def _illegal_schedules(plan: Plan, ctx: PassContext) -> list[tuple[str, str]]:
 
 
 def _verify(plan: Plan, ctx: PassContext, notes: dict | None = None) -> tuple[bool, str]:
+    """`_verify_plan`; a check that raises an internal fault does not verify the plan."""
+    faults: list[dict] = []
+    with transaction(faults, "verify", "the check raised"):
+        return _verify_plan(plan, ctx, notes)
+    return False, faults[0]["reason"]
+
+
+def _verify_plan(plan: Plan, ctx: PassContext, notes: dict | None = None) -> tuple[bool, str]:
     """(verified, why not): the plan's program computes the original's (interpreter), its
     kernels run every op once, each after the kernels it reads (`Plan.order_problem`), every
     kernel's schedule is legal (isl) and, run tile by tile (on a scaled twin of a large

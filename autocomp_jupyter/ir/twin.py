@@ -33,7 +33,8 @@ def kernel_twin(program: Program, op_names, max_extent: int) -> Program | None:
     ops = [program.producer(name) for name in op_names]
     if any(op is None for op in ops):
         return None
-    cuts = iter(_twin_extents([s for op in ops for s in op.statements], max_extent))
+    everything = [s for op in ops for s in op.statements]
+    cuts = iter(_twin_extents(everything, max_extent, _written_shapes(program, everything)))
     new_ops, pairs = [], []            # pairs: (full-size statement, its cut copy)
     for op in ops:
         statements = tuple(replace(s, loops=tuple(Loop(l.name, cut[l.name]) for l in s.loops))
@@ -44,6 +45,7 @@ def kernel_twin(program: Program, op_names, max_extent: int) -> Program | None:
         return None
     written = {small.target for _, small in pairs}
     reach: dict[str, list[tuple[int, int]]] = {}      # tensor -> per dim (full-size high, twin high)
+    writes: dict[str, list[int]] = {}                 # tensor -> per dim, the twin's highest write
     for full, small in pairs:
         full_box = {l.name: (0, l.extent) for l in full.loops}
         small_box = {l.name: (0, l.extent) for l in small.loops}
@@ -51,6 +53,8 @@ def kernel_twin(program: Program, op_names, max_extent: int) -> Program | None:
             highs = reach.setdefault(tensor, [(-1, -1)] * len(indices))
             reach[tensor] = [(max(h_full, i.bounds(full_box)[1]), max(h_small, i.bounds(small_box)[1]))
                              for (h_full, h_small), i in zip(highs, indices)]
+        writes[small.target] = [max(h, i.bounds(small_box)[1]) for h, i in
+                                zip(writes.get(small.target, [-1] * len(small.target_indices)), small.target_indices)]
     tensors = []
     for name, highs in reach.items():
         if program.has_tensor(name):
@@ -61,6 +65,8 @@ def kernel_twin(program: Program, op_names, max_extent: int) -> Program | None:
             return None
         shape = tuple(max(1, min(dim, h_small + 1 - (h_full + 1 - dim))) for dim, (h_full, h_small)
                       in zip(original.shape, highs))
+        if name in written:      # at least what the twin writes (a padded read's overhang would cut it)
+            shape = tuple(min(dim, max(size, high + 1)) for dim, size, high in zip(original.shape, shape, writes[name]))
         if name in written:
             role = original.role if original.role == "temp" else "intermediate"
         else:
@@ -78,35 +84,87 @@ def kernel_twin(program: Program, op_names, max_extent: int) -> Program | None:
     return Program(tuple(tensors), tuple(new_ops), outputs, filename=f"{program.filename} (kernel twin)")
 
 
-def _twin_extents(statements: list[Statement], max_extent: int) -> list[dict[str, int]]:
-    """Per statement, its loops' extents in the twin: each cut to `max_extent`, but for the
-    digits of a mixed-radix index into a tensor the kernel writes. A folded reshape reads
-    y[i, 64*h + d] with d < 64: cut, d would read columns the cut matmul never wrote, so d
-    keeps its extent, and the loop writing that dimension of y (the matmul's j) grows to what
-    the cut reads reach."""
+def _written_shapes(program: Program, statements: list[Statement]) -> dict[str, tuple[int, ...]]:
+    """The full-size shape of each tensor `statements` write: declared, or (an undeclared
+    temp) what its statements write."""
+    dims: dict[str, tuple[int, ...]] = {}
+    for s in statements:
+        if program.has_tensor(s.target):
+            dims[s.target] = program.tensor(s.target).shape
+            continue
+        box = {l.name: (0, l.extent) for l in s.loops}
+        highs = [i.bounds(box)[1] + 1 for i in s.target_indices]
+        dims[s.target] = tuple(max(a, b) for a, b in zip(dims.get(s.target, highs), highs))
+    return dims
+
+
+def _twin_extents(statements: list[Statement], max_extent: int, dims: dict[str, tuple[int, ...]]) -> list[dict[str, int]]:
+    """Per statement, its loops' extents in the twin: each cut to `max_extent`, then grown
+    where the kernel's own reads need more (`_pin_digits`, `_cover_reads`). `dims`: the
+    full-size shape of each tensor the statements write."""
     cut = [{l.name: min(l.extent, max_extent) for l in s.loops} for s in statements]
+    _pin_digits(statements, cut)
+    _cover_reads(statements, cut, dims)
+    return cut
+
+
+def _pin_digits(statements: list[Statement], cut: list[dict[str, int]]) -> None:
+    """The digits of a mixed-radix index into a tensor the kernel writes keep their full
+    extent. A folded reshape reads y[i, 64*h + d] with d < 64: cut, d would read columns the
+    cut matmul never wrote (and index them differently)."""
     written = {s.target for s in statements}
-    pinned_reads: dict[tuple[str, int], int] = {}      # (tensor, dim) -> highest twin index read
     for k, s in enumerate(statements):
         full = s.extents
         for access in s.reads():
             if access.tensor not in written:
                 continue      # an input is sized to what the twin reads: cut digits read a subset
-            for d, index in enumerate(access.indices):
+            for index in access.indices:
                 terms = dict(index.terms)
-                digits = [l for l, c in terms.items() if c == 1 and
-                          any(m != l and abs(c2) == full[l] for m, c2 in terms.items())]
-                for l in digits:
-                    cut[k][l] = full[l]
-                if digits:
-                    high = index.bounds({l: (0, cut[k][l]) for l in index.loops})[1]
-                    pinned_reads[(access.tensor, d)] = max(pinned_reads.get((access.tensor, d), -1), high)
-    for k, s in enumerate(statements):
+                for l, c in terms.items():
+                    if c == 1 and any(m != l and abs(c2) == full[l] for m, c2 in terms.items()):
+                        cut[k][l] = full[l]
+
+
+def _cover_reads(statements: list[Statement], cut: list[dict[str, int]], dims: dict[str, tuple[int, ...]]) -> None:
+    """Grow each statement's output loops until it writes all that the kernel's later
+    statements read of its target in the twin, as at full size. Cutting each statement on
+    its own breaks that wherever a reader's index grows faster than the writer's: a
+    stride-2 convolution with 14 output rows (uncut) reads 28 rows of a producer cut to 16;
+    a folded reshape's digits (`_pin_digits`) read a whole row. Consumers come after their
+    producers, so one backward sweep settles each writer after all its readers."""
+    reach: dict[tuple[str, int], tuple[int, int]] = {}    # (tensor, dim) -> (full-size high, twin high) read
+    for k in range(len(statements) - 1, -1, -1):
+        s = statements[k]
+        shape = dims.get(s.target)
         for d, index in enumerate(s.target_indices):
-            loop = index.single_loop
-            if loop is not None and (s.target, d) in pinned_reads:
-                cut[k][loop] = min(s.extents[loop], max(cut[k][loop], pinned_reads[(s.target, d)] + 1))
-    return cut
+            if (s.target, d) not in reach or shape is None or not index.terms:
+                continue
+            full_high, small_high = reach[(s.target, d)]
+            overhang = max(full_high + 1 - shape[d], 0)           # padding read past the end at full size
+            need = min(shape[d], small_high + 1 - overhang)      # the twin's size of that dimension
+            _grow_to_write(index, s.extents, cut[k], need)
+        full_box = {l.name: (0, l.extent) for l in s.loops}
+        small_box = {name: (0, extent) for name, extent in cut[k].items()}
+        for access in s.reads():
+            if access.tensor not in dims:
+                continue
+            for d, index in enumerate(access.indices):
+                high_full, high_small = reach.get((access.tensor, d), (-1, -1))
+                reach[(access.tensor, d)] = (max(high_full, index.bounds(full_box)[1]),
+                                             max(high_small, index.bounds(small_box)[1]))
+
+
+def _grow_to_write(index, full: dict[str, int], cut: dict[str, int], need: int) -> None:
+    """Grow the loop of write index `index` with the largest coefficient (the outer digit of
+    a mixed-radix write, the one loop of a plain one) until the index reaches `need` - 1,
+    at most to its full extent."""
+    loop, coeff = max(index.terms, key=lambda term: term[1])
+    if coeff <= 0:
+        return
+    rest = {l: (0, cut[l]) for l in index.loops if l != loop}
+    rest_high = index.bounds({**rest, loop: (0, 1)})[1]       # the index with `loop` at 0
+    extent = -(-(need - 1 - rest_high) // coeff) + 1
+    cut[loop] = min(full[loop], max(cut[loop], extent))
 
 
 __all__ = ["kernel_twin"]

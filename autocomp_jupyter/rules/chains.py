@@ -21,7 +21,7 @@ from ..ir.loopnest import ComputeAtError, regions
 from ..ir.plan import Plan
 from ..ir.program import Program
 from ..ir.schedule import Kernel, Schedule
-from ..passes import PassContext, rollback_entry, rule_entry
+from ..passes import PassContext, rollback_entry, rule_entry, transaction
 from ..verify import verify_schedule
 from .fusion import _kernel_name
 from .online_softmax import online_softmax
@@ -49,7 +49,10 @@ POINT_SLACK = 0.15
 
 
 def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[dict]]:
-    """(plan, log, rollbacks): `plan` with every chain the rules match that pays fused."""
+    """(plan, log, rollbacks): `plan` with every chain the rules match that pays fused.
+    Each chain a rule tries is a transaction: an internal fault while searching, scheduling
+    or verifying it is a rollback entry naming the rule and the chain, and the kernels stay
+    as the chains tried before it left them."""
     rules = [r for r in ctx.rules.fusion_rules if r.lower == "compute_at"]
     online = [r for r in ctx.rules.fusion_rules if r.lower == "online_softmax"]
     rules_all = rules + online
@@ -68,118 +71,156 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
     out_s: list[Schedule] = []
     i = 0
     while i < len(kernels):
-        best = None          # (length, kernel, schedule, time, rule, time unfused)
         times = [evaluate(s, ctx.target).time_s for s in schedules[i:i + MAX_CHAIN]]
-        tried = None
-        for rule in rules:
-            lengths = _applicable(rule, program, kernels[i:i + MAX_CHAIN], ctx, log)
-            if not lengths:
-                continue
-            if tried is not None:      # the first rule that matches decides (the rules' order)
-                continue
-            tried = rule.name
-            n = lengths[-1]
-            if not any(_anchor_op(program, k).op_class == "contraction" for k in kernels[i:i + n]):
-                # A normalisation written out (mean, centre, variance, divide): its first steps
-                # save almost nothing fused, so step-by-step pruning would stop before the
-                # whole row pays; only the whole chain is tried.
-                lengths = lengths[-1:]
-            for length in lengths:
-                chain = kernels[i:i + length]
-                alone = sum(times[:length])
-                bound, why = _floor(chain, schedules[i:i + length], ctx)
-                if bound >= alone * (1 - MIN_GAIN):
-                    # fused, the work still runs on the same datapaths (recomputed halos only
-                    # add) and only the intermediates' DRAM traffic goes: not enough to gain
-                    log.append(rule_entry(rule.name, PASS, _ops(chain), False,
-                                          f"no gain possible: fused it still needs {bound * 1e6:.1f} us ({why}) "
-                                          f"of its kernels' {alone * 1e6:.1f} us"))
-                    if best is not None:
-                        break
-                    continue
-                found = _fused(program, chain, ctx, alone)
-                if isinstance(found, str):
-                    log.append(rule_entry(rule.name, PASS, _ops(chain), False, found))
-                    break
-                schedule, seconds, searched = found
-                # against the best so far: the shorter chain fused, the rest as they are
-                floor = best[3] + sum(times[best[0]:length]) if best is not None else alone
-                if seconds < floor * (1 + UNSCHEDULED_SLACK):
-                    schedule, seconds = _scheduled_chain(program, schedule, ctx)
-                if seconds >= floor * (1 - MIN_GAIN):
-                    log.append(rule_entry(rule.name, PASS, _ops(chain), False,
-                                          f"no gain: {seconds * 1e6:.1f} us fused vs {floor * 1e6:.1f} us "
-                                          f"({'the shorter chain' if best else 'its kernels as they are'}; "
-                                          f"{searched} compute points searched)"))
-                    if best is not None or seconds >= floor * (1 + LONGER_SLACK):
-                        # a longer chain is tried only while each step pays, or came close: it
-                        # recomputes more (wider halos) and only removes what the shorter did and more
-                        break
-                    continue
-                problem = verify_schedule(schedule, program, ctx)
-                if problem:
-                    rollbacks.append(rollback_entry(PASS, schedule.kernel.name, problem))
-                    log.append(rule_entry(rule.name, PASS, _ops(chain), False, f"rolled back: {problem}"))
-                    break
-                best = (length, schedule.kernel, schedule, seconds, rule, alone)
-        rewritten = None
-        for rule in online:
-            lengths = _applicable(rule, program, kernels[i:i + MAX_CHAIN], ctx, log)
-            if not lengths:
-                continue
-            n = lengths[-1]
-            alone = sum(times[:n])
-            floor = best[3] + sum(times[best[0]:n]) if best is not None else alone
-            found = _online(program, kernels[i:i + n], ctx)
-            if isinstance(found, str):
-                log.append(rule_entry(rule.name, PASS, _ops(kernels[i:i + n]), False, found))
-                continue
-            new_program, schedule, seconds = found
-            if best is not None:
-                # Both lowerings fused: the pipeline then also asks the library's own search of
-                # the kept kernel (`pipeline._searched_as_well_as_the_library`): compare so.
-                seconds = _with_library_search(new_program, schedule, seconds, ctx)
-                floor = _with_library_search(program, best[2], best[3], ctx) + sum(times[best[0]:n])
-            if seconds >= floor * (1 - MIN_GAIN):
-                log.append(rule_entry(rule.name, PASS, _ops(kernels[i:i + n]), False,
-                                      f"no gain: {seconds * 1e6:.1f} us with the key loop tiled vs {floor * 1e6:.1f} us "
-                                      f"({'the chain computed at its tiles' if best else 'its kernels as they are'})"))
-                continue
-            problem = verify_schedule(schedule, new_program, ctx)
-            if problem:
-                rollbacks.append(rollback_entry(PASS, schedule.kernel.name, problem))
-                log.append(rule_entry(rule.name, PASS, _ops(kernels[i:i + n]), False, f"rolled back: {problem}"))
-                continue
-            if best is not None:
-                log.append(rule_entry(best[4].name, PASS, list(best[1].ops), False,
-                                      f"{rule.name} is faster: {seconds * 1e6:.1f} us vs {floor * 1e6:.1f} us"))
-            best, rewritten = (n, schedule.kernel, schedule, seconds, rule, alone), new_program
-            break
+        # best: (length, kernel, schedule, time, rule, time unfused)
+        best = _best_compute_at(program, kernels[i:i + MAX_CHAIN], schedules[i:i + MAX_CHAIN], times, rules, ctx,
+                                log, rollbacks)
+        best, rewritten = _best_online(program, kernels[i:i + MAX_CHAIN], times, best, online, ctx, log, rollbacks)
         if best is None:
             out_k.append(kernels[i])
             out_s.append(schedules[i])
             i += 1
             continue
+        length, kernel, schedule, seconds, rule, alone = best
         if rewritten is not None:
             program = rewritten
-            length, kernel, schedule, seconds, rule, alone = best
             log.append(rule_entry(rule.name, PASS, [op for k in kernels[i:i + length] for op in k.ops], True,
                                   f"{length} kernels in one ({alone / seconds:.2f}x: {alone * 1e6:.1f} -> "
                                   f"{seconds * 1e6:.1f} us): the softmax against a running max, the key loop "
                                   f"tiled; no score row stays whole on chip"))
-            out_k.append(kernel)
-            out_s.append(schedule)
-            i += length
-            continue
-        length, kernel, schedule, seconds, rule, alone = best
-        points = ", ".join(f"{t} at {loop}@{level}" for t, loop, level in kernel.compute_at)
-        log.append(rule_entry(rule.name, PASS, list(kernel.ops), True,
-                              f"{length} kernels in one ({alone / seconds:.2f}x: {alone * 1e6:.1f} -> "
-                              f"{seconds * 1e6:.1f} us): {points}; no intermediate leaves the chip"))
+        else:
+            points = ", ".join(f"{t} at {loop}@{level}" for t, loop, level in kernel.compute_at)
+            log.append(rule_entry(rule.name, PASS, list(kernel.ops), True,
+                                  f"{length} kernels in one ({alone / seconds:.2f}x: {alone * 1e6:.1f} -> "
+                                  f"{seconds * 1e6:.1f} us): {points}; no intermediate leaves the chip"))
         out_k.append(kernel)
         out_s.append(schedule)
         i += length
     return Plan(program, tuple(out_k), tuple(out_s), plan.label), log, rollbacks
+
+
+def _best_compute_at(program: Program, kernels: list[Kernel], schedules: list[Schedule], times: list[float],
+                     rules, ctx: PassContext, log: list, rollbacks: list):
+    """The best chain from the first of `kernels` computed at its last kernel's tiles, as
+    (length, kernel, schedule, seconds, rule, seconds unfused), or None where none pays."""
+    best = None
+    tried = None
+    for rule in rules:
+        with transaction(rollbacks, PASS, f"chain rule {rule.name}", kernel=kernels[0].name,
+                         then="the kernels stay as they were") as step:
+            lengths = _applicable(rule, program, kernels, ctx, log)
+        if step.failed or not lengths:
+            continue
+        if tried is not None:      # the first rule that matches decides (the rules' order)
+            continue
+        tried = rule.name
+        if not any(_anchor_op(program, k).op_class == "contraction" for k in kernels[:lengths[-1]]):
+            # A normalisation written out (mean, centre, variance, divide): its first steps
+            # save almost nothing fused, so step-by-step pruning would stop before the
+            # whole row pays; only the whole chain is tried.
+            lengths = lengths[-1:]
+        for length in lengths:
+            chain = kernels[:length]
+            # The state before this chain is `best`: a fault leaves it, and tries no longer chain.
+            with transaction(rollbacks, PASS, f"chain rule {rule.name}", kernel=_kernel_name(_ops(chain)),
+                             then="the chain is not fused") as step:
+                found, stop = _tried_chain(program, chain, schedules[:length], times, best, rule, ctx, log, rollbacks)
+            if step.failed:
+                break
+            if found is not None:
+                best = found
+            if stop:
+                break
+    return best
+
+
+def _tried_chain(program: Program, chain: list[Kernel], schedules: list[Schedule], times: list[float], best, rule,
+                 ctx: PassContext, log: list, rollbacks: list):
+    """(the chain as a new best or None, whether to stop trying longer chains): `chain`
+    searched, scheduled and verified, kept where it beats `best` (the shorter chain fused,
+    the rest as they are) or its kernels as they are."""
+    length = len(chain)
+    alone = sum(times[:length])
+    bound, why = _floor(chain, schedules, ctx)
+    if bound >= alone * (1 - MIN_GAIN):
+        # fused, the work still runs on the same datapaths (recomputed halos only
+        # add) and only the intermediates' DRAM traffic goes: not enough to gain
+        log.append(rule_entry(rule.name, PASS, _ops(chain), False,
+                              f"no gain possible: fused it still needs {bound * 1e6:.1f} us ({why}) "
+                              f"of its kernels' {alone * 1e6:.1f} us"))
+        return None, best is not None
+    found = _fused(program, chain, ctx, alone)
+    if isinstance(found, str):
+        log.append(rule_entry(rule.name, PASS, _ops(chain), False, found))
+        return None, True
+    schedule, seconds, searched = found
+    # against the best so far: the shorter chain fused, the rest as they are
+    floor = best[3] + sum(times[best[0]:length]) if best is not None else alone
+    if seconds < floor * (1 + UNSCHEDULED_SLACK):
+        schedule, seconds = _scheduled_chain(program, schedule, ctx)
+    if seconds >= floor * (1 - MIN_GAIN):
+        log.append(rule_entry(rule.name, PASS, _ops(chain), False,
+                              f"no gain: {seconds * 1e6:.1f} us fused vs {floor * 1e6:.1f} us "
+                              f"({'the shorter chain' if best else 'its kernels as they are'}; "
+                              f"{searched} compute points searched)"))
+        # a longer chain is tried only while each step pays, or came close: it recomputes
+        # more (wider halos) and only removes what the shorter did and more
+        return None, best is not None or seconds >= floor * (1 + LONGER_SLACK)
+    problem = verify_schedule(schedule, program, ctx)
+    if problem:
+        rollbacks.append(rollback_entry(PASS, schedule.kernel.name, problem))
+        log.append(rule_entry(rule.name, PASS, _ops(chain), False, f"rolled back: {problem}"))
+        return None, True
+    return (length, schedule.kernel, schedule, seconds, rule, alone), False
+
+
+def _best_online(program: Program, kernels: list[Kernel], times: list[float], best, online, ctx: PassContext,
+                 log: list, rollbacks: list):
+    """(best, rewritten program or None): the first online-softmax rule whose rewrite of the
+    chain from the first of `kernels` beats `best` (or its kernels as they are)."""
+    for rule in online:
+        with transaction(rollbacks, PASS, f"chain rule {rule.name}", kernel=kernels[0].name,
+                         then="the kernels stay as they were") as step:
+            found = _online_chain(program, kernels, times, best, rule, ctx, log, rollbacks)
+        if not step.failed and found is not None:
+            return found
+    return best, None
+
+
+def _online_chain(program: Program, kernels: list[Kernel], times: list[float], best, rule, ctx: PassContext,
+                  log: list, rollbacks: list):
+    """(best, rewritten program) where `rule` rewrites the chain from the first of `kernels`
+    with its softmax against a running max and that beats `best`; else None."""
+    lengths = _applicable(rule, program, kernels, ctx, log)
+    if not lengths:
+        return None
+    n = lengths[-1]
+    alone = sum(times[:n])
+    floor = best[3] + sum(times[best[0]:n]) if best is not None else alone
+    found = _online(program, kernels[:n], ctx)
+    if isinstance(found, str):
+        log.append(rule_entry(rule.name, PASS, _ops(kernels[:n]), False, found))
+        return None
+    new_program, schedule, seconds = found
+    if best is not None:
+        # Both lowerings fused: the pipeline then also asks the library's own search of
+        # the kept kernel (`pipeline._searched_as_well_as_the_library`): compare so.
+        seconds = _with_library_search(new_program, schedule, seconds, ctx)
+        floor = _with_library_search(program, best[2], best[3], ctx) + sum(times[best[0]:n])
+    if seconds >= floor * (1 - MIN_GAIN):
+        log.append(rule_entry(rule.name, PASS, _ops(kernels[:n]), False,
+                              f"no gain: {seconds * 1e6:.1f} us with the key loop tiled vs {floor * 1e6:.1f} us "
+                              f"({'the chain computed at its tiles' if best else 'its kernels as they are'})"))
+        return None
+    problem = verify_schedule(schedule, new_program, ctx)
+    if problem:
+        rollbacks.append(rollback_entry(PASS, schedule.kernel.name, problem))
+        log.append(rule_entry(rule.name, PASS, _ops(kernels[:n]), False, f"rolled back: {problem}"))
+        return None
+    if best is not None:
+        log.append(rule_entry(best[4].name, PASS, list(best[1].ops), False,
+                              f"{rule.name} is faster: {seconds * 1e6:.1f} us vs {floor * 1e6:.1f} us"))
+    return (n, schedule.kernel, schedule, seconds, rule, alone), new_program
 
 
 def _applicable(rule, program: Program, kernels: list[Kernel], ctx: PassContext, log: list) -> list[int]:

@@ -19,6 +19,10 @@ Steps, each logged into the report:
    buffer) and its tensors stay under `fusion_threshold_gb`; a fusion whose memory
    pressure exceeds `max_occupancy_after_fusion` is undone.
 4. The kernel graph must stay acyclic; a cycle returns the unfused baseline.
+
+Each rewrite, inline, fold and chain match is a transaction (`passes.transaction`): an
+internal fault in one is a rollback entry naming the rule and the kernel it was making, and
+the pass goes on from the program before it.
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ from ..accel.cost import kernel_model, library_schedule
 from ..ir.loopnest import whole_loops
 from ..ir.program import Access, Op, Program, Statement, rename_loops, substitute
 from ..ir.schedule import Kernel, Schedule
-from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
+from ..passes import PassContext, PassOutcome, fault_reason, rollback_entry, rule_entry, transaction
 from ..result import Plan
 from .engine import Fuse, FusionRule, Replace, chain_from, closed_prefix, sole_reader
 
@@ -48,15 +52,29 @@ def fusion_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
     taken = {n for g in fixed_groups for n in g}
     program = _inline_small(program, ctx, params.get("inline_threshold", 0), log, rollbacks, taken)
     if params.get("fold_views", True):
-        program = _fold_views(program, ctx, log, rollbacks, taken)
+        with transaction(rollbacks, PASS, "folding the views", then="views kept as copies"):
+            program = _fold_views(program, ctx, log, rollbacks, taken)
     groups = _chain_groups(program, ctx, fixed_groups, log, rollbacks)
 
-    kernels = _in_dependence_order(tuple(Kernel.from_ops(program, g, name=_kernel_name(g)) for g in groups))
+    scheduled = dict(pair for g in groups for pair in _group_kernels(program, g, ctx, plan, rollbacks))
+    kernels = _in_dependence_order(tuple(scheduled))
     if kernels is None:
         rollbacks.append(rollback_entry(PASS, "", "the fused kernel graph has a cycle: back to the unfused baseline"))
         return PassOutcome(plan, tuple(log), tuple(rollbacks))
-    schedules = tuple(_inherited_schedule(program, k, ctx, plan) for k in kernels)
+    schedules = tuple(scheduled[k] for k in kernels)
     return PassOutcome(Plan(program, kernels, schedules, "fused"), tuple(log), tuple(rollbacks))
+
+
+def _group_kernels(program: Program, group: list[str], ctx: PassContext, plan: Plan,
+                   rollbacks) -> list[tuple[Kernel, Schedule]]:
+    """The group as one kernel with the schedule it inherits (`inherited_schedule`), or its
+    ops one kernel each where building that kernel faults."""
+    name = _kernel_name(group)
+    with transaction(rollbacks, PASS, "building the fused kernel", kernel=name, then="its ops stay one kernel each"):
+        kernel = Kernel.from_ops(program, group, name=name)
+        return [(kernel, inherited_schedule(program, kernel, ctx, plan))]
+    alone = [Kernel.from_ops(program, [op]) for op in group]
+    return [(k, inherited_schedule(program, k, ctx, plan)) for k in alone]
 
 
 def groups_that_pay(before: Plan, after: Plan, ctx: PassContext, tiled):
@@ -122,7 +140,7 @@ def _ops_alone(program: Program, ctx: PassContext, before: Plan) -> dict[str, tu
     out = {}
     for op in program.ops:
         kernel = Kernel.from_ops(program, [op.name])
-        out[op.name] = (kernel, _inherited_schedule(program, kernel, ctx, before))
+        out[op.name] = (kernel, inherited_schedule(program, kernel, ctx, before))
     return out
 
 
@@ -145,7 +163,7 @@ def _with_groups(after: Plan, program: Program, slower: set[str], prefixes: dict
         if k.name in prefixes:
             ops = list(prefixes[k.name][0])
             head = Kernel.from_ops(program, ops, name=_kernel_name(ops))
-            pieces = [(head, _inherited_schedule(program, head, ctx, before))] + [by_op[op] for op in k.ops[len(ops):]]
+            pieces = [(head, inherited_schedule(program, head, ctx, before))] + [by_op[op] for op in k.ops[len(ops):]]
         elif k.name in slower:
             pieces = [by_op[op] for op in k.ops]
         else:
@@ -155,7 +173,7 @@ def _with_groups(after: Plan, program: Program, slower: set[str], prefixes: dict
     return Plan(program, tuple(kernels), tuple(schedules), after.label)
 
 
-def _inherited_schedule(program: Program, kernel: Kernel, ctx: PassContext, plan: Plan) -> Schedule:
+def inherited_schedule(program: Program, kernel: Kernel, ctx: PassContext, plan: Plan) -> Schedule:
     """A fused kernel keeps its anchor op's schedule in the plan being fused (the library's,
     each op tuned alone), so the fusion's gain is the DRAM traffic it removes, not a change
     of tiling (the tiling pass re-tiles it next); textbook tiles where there is none."""
@@ -299,7 +317,8 @@ def _fold_views(program: Program, ctx: PassContext, log, rollbacks, keep: set[st
             continue
         if not is_view(folded, op):
             continue
-        if any(isinstance(_call_rule(rule, op, r, []), Fuse) for rule in _python_rules(ctx) for r in folded.readers(name)):
+        if any(isinstance(_call_rule(rule, op, r, [], rollbacks), Fuse)
+               for rule in _python_rules(ctx) for r in folded.readers(name)):
             continue          # a rule the user named fuses it: theirs goes first
         readers = [r.name for r in folded.readers(name)]
         entries.append(rule_entry("fold_views", PASS, [op.name] + readers, True,
@@ -322,41 +341,42 @@ def _inline_small(program: Program, ctx: PassContext, threshold: int, log, rollb
     if threshold <= 0:
         return program
     for op in program.ops:
-        if program.producer(op.output) is not op:
-            continue  # already inlined away by an earlier step
-        if op.name in keep or any(r.name in keep for r in program.readers(op.output)):
-            continue
-        t = program.tensor(op.output)
-        readers = program.readers(op.output)
-        if (op.op_class not in ("elementwise", "broadcast") or len(op.statements) != 1 or t.size > threshold
-                or op.output in program.outputs or not readers):
-            continue
-        producer = op.statements[0]
-        if producer.reduce or any(i.single_loop is None for i in producer.target_indices):
-            continue
-        if t.dtype != "f32":
-            # Its values are rounded (integers saturate) when stored; recomputed inside the
-            # reader they would not be, and the DSL has no rounding to write around it.
-            log.append(rule_entry("inline", PASS, [op.name] + [r.name for r in readers], False,
-                                  f"'{op.output}' is {t.dtype}: its stored values are rounded to {t.dtype}, "
-                                  "which inlining would skip"))
-            continue
-        if not all(_in_bounds(a, s.extents, t.shape) for r in readers for s in r.statements
-                   for a in s.reads() if a.tensor == op.output):
-            log.append(rule_entry("inline", PASS, [op.name] + [r.name for r in readers], False,
-                                  f"'{op.output}' is read out of bounds (padding) by a reader; inlining would change it"))
-            continue
-        candidate = inline(program, op)
-        verdict = ctx.verify(candidate)
-        ops = [op.name] + [r.name for r in readers]
-        if verdict:
-            log.append(rule_entry("inline", PASS, ops, True,
-                                  f"'{op.output}' has {t.size} elements (<= inline_threshold {threshold}): "
-                                  f"recomputed in {', '.join(r.name for r in readers)}"))
-            program = candidate
-        else:
-            log.append(rule_entry("inline", PASS, ops, False, f"rolled back: {verdict.reason}"))
-            rollbacks.append(rollback_entry(PASS, op.name, f"inline of '{op.output}' changed the result: {verdict.reason}"))
+        with transaction(rollbacks, PASS, "inline", kernel=op.name, then="not inlined"):
+            if program.producer(op.output) is not op:
+                continue  # already inlined away by an earlier step
+            if op.name in keep or any(r.name in keep for r in program.readers(op.output)):
+                continue
+            t = program.tensor(op.output)
+            readers = program.readers(op.output)
+            if (op.op_class not in ("elementwise", "broadcast") or len(op.statements) != 1 or t.size > threshold
+                    or op.output in program.outputs or not readers):
+                continue
+            producer = op.statements[0]
+            if producer.reduce or any(i.single_loop is None for i in producer.target_indices):
+                continue
+            if t.dtype != "f32":
+                # Its values are rounded (integers saturate) when stored; recomputed inside the
+                # reader they would not be, and the DSL has no rounding to write around it.
+                log.append(rule_entry("inline", PASS, [op.name] + [r.name for r in readers], False,
+                                      f"'{op.output}' is {t.dtype}: its stored values are rounded to {t.dtype}, "
+                                      "which inlining would skip"))
+                continue
+            if not all(_in_bounds(a, s.extents, t.shape) for r in readers for s in r.statements
+                       for a in s.reads() if a.tensor == op.output):
+                log.append(rule_entry("inline", PASS, [op.name] + [r.name for r in readers], False,
+                                      f"'{op.output}' is read out of bounds (padding) by a reader; inlining would change it"))
+                continue
+            candidate = inline(program, op)
+            verdict = ctx.verify(candidate)
+            ops = [op.name] + [r.name for r in readers]
+            if verdict:
+                log.append(rule_entry("inline", PASS, ops, True,
+                                      f"'{op.output}' has {t.size} elements (<= inline_threshold {threshold}): "
+                                      f"recomputed in {', '.join(r.name for r in readers)}"))
+                program = candidate
+            else:
+                log.append(rule_entry("inline", PASS, ops, False, f"rolled back: {verdict.reason}"))
+                rollbacks.append(rollback_entry(PASS, op.name, f"inline of '{op.output}' changed the result: {verdict.reason}"))
     return program
 
 
@@ -367,12 +387,20 @@ def _python_rules(ctx: PassContext) -> list[FusionRule]:
     return [r for r in ctx.rules.fusion_rules if r.python is not None and r.applies_to(ctx.target.name)]
 
 
-def _call_rule(rule: FusionRule, producer: Op, consumer: Op, log) -> object:
+def _call_rule(rule: FusionRule, producer: Op, consumer: Op, log, rollbacks) -> object:
+    """The rule's verdict on producer → consumer. A rule that raises (any exception: a user's
+    rule must not take the pipeline down) leaves the edge alone: None, logged as not applied
+    and rolled back, once per rule and edge."""
     try:
         return rule.python(producer, consumer)
-    except Exception as err:  # a user's rule must not take the pipeline down
-        log.append(rule_entry(rule.name, PASS, [producer.name, consumer.name], False,
-                              f"the rule raised {type(err).__name__}: {err}"))
+    except Exception as err:  # noqa: BLE001
+        ops = [producer.name, consumer.name]
+        entry = rule_entry(rule.name, PASS, ops, False, f"the rule raised {type(err).__name__}: {err}")
+        kernel = _kernel_name(ops)
+        fault = rollback_entry(PASS, kernel, fault_reason(f"fusion rule {rule.name}", kernel, err))
+        if fault not in rollbacks:
+            log.append(entry)
+            rollbacks.append(fault)
         return None
 
 
@@ -386,29 +414,38 @@ def _python_rewrites(program: Program, ctx: PassContext, log, rollbacks) -> tupl
             consumer = sole_reader(program, producer)
             if consumer is None or any(producer.name in g or consumer.name in g for g in groups):
                 continue
-            rewrite = _call_rule(rule, producer, consumer, log)
+            rewrite = _call_rule(rule, producer, consumer, log, rollbacks)
             if not isinstance(rewrite, Replace):
                 continue
-            ops_named = [producer.name, consumer.name]
-            problem = _check_replacement(program, producer, consumer, rewrite)
-            if problem:
-                log.append(rule_entry(rule.name, PASS, ops_named, False, problem))
-                rollbacks.append(rollback_entry(PASS, "_".join(ops_named), f"rule '{rule.name}': {problem}"))
-                continue
-            candidate = _replace(program, producer, consumer, rewrite)
-            verdict = ctx.verify(candidate)
-            if not verdict:
-                why = f"rolled back: the rewrite changes the result ({verdict.reason})"
-                log.append(rule_entry(rule.name, PASS, ops_named, False, why))
-                rollbacks.append(rollback_entry(PASS, "_".join(ops_named),
-                                                f"rule '{rule.name}' failed verification: {verdict.reason}"))
-                continue
-            program = candidate
-            log.append(rule_entry(rule.name, PASS, ops_named, True,
-                                  rewrite.why or "rewritten by the Python rule; verified by the interpreter"))
-            if rewrite.fuse:
-                groups.append([o.name for o in rewrite.ops])
+            kernel = _kernel_name([producer.name, consumer.name])
+            with transaction(rollbacks, PASS, f"fusion rule {rule.name}", kernel=kernel, then="rewrite rolled back"):
+                program = _checked_rewrite(program, producer, consumer, rule, rewrite, ctx, log, rollbacks, groups)
     return program, groups
+
+
+def _checked_rewrite(program: Program, producer: Op, consumer: Op, rule: FusionRule, rewrite: Replace,
+                     ctx: PassContext, log, rollbacks, groups: list[list[str]]) -> Program:
+    """`program` with `rewrite` of producer → consumer where it is well formed and computes
+    what the program does (the interpreter); else `program`, the reason logged."""
+    ops_named = [producer.name, consumer.name]
+    problem = _check_replacement(program, producer, consumer, rewrite)
+    if problem:
+        log.append(rule_entry(rule.name, PASS, ops_named, False, problem))
+        rollbacks.append(rollback_entry(PASS, "_".join(ops_named), f"rule '{rule.name}': {problem}"))
+        return program
+    candidate = _replace(program, producer, consumer, rewrite)
+    verdict = ctx.verify(candidate)
+    if not verdict:
+        why = f"rolled back: the rewrite changes the result ({verdict.reason})"
+        log.append(rule_entry(rule.name, PASS, ops_named, False, why))
+        rollbacks.append(rollback_entry(PASS, "_".join(ops_named),
+                                        f"rule '{rule.name}' failed verification: {verdict.reason}"))
+        return program
+    log.append(rule_entry(rule.name, PASS, ops_named, True,
+                          rewrite.why or "rewritten by the Python rule; verified by the interpreter"))
+    if rewrite.fuse:
+        groups.append([o.name for o in rewrite.ops])
+    return candidate
 
 
 def _check_replacement(program: Program, producer: Op, consumer: Op, rewrite: Replace) -> str:
@@ -490,29 +527,33 @@ def _chain_groups(program: Program, ctx: PassContext, fixed: list[list[str]], lo
     for op in program.ops:
         if op.name in taken:
             continue
-        chain = chain_from(program, op, depth, taken - {op.name})
-        if len(chain) == 1:
-            _log_blocked(program, op, ctx, log)
-        matches: list[tuple[FusionRule, int]] = []
-        for rule in ctx.rules.fusion_rules:
-            if rule.lower != "epilogue":
-                continue                      # chains of kernels: rules/chains.py
-            n = closed_prefix(program, chain, _rule_match(rule, chain, log))
-            if n < 2:
-                continue
-            if not rule.applies_to(target):
-                why = "disabled" if not rule.enabled else f"not for target '{target}' (targets: {rule.where()})"
-                log.append(rule_entry(rule.name, PASS, [o.name for o in chain[:n]], False, why))
-                continue
-            matches.append((rule, n))
         group = [op.name]
-        if matches:
-            matches.sort(key=lambda m: (-m[1], order_index[m[0].name]))
-            winner, n = matches[0]
-            for rule, m in matches[1:]:
-                log.append(rule_entry(rule.name, PASS, [o.name for o in chain[:m]], False,
-                                      f"subsumed by '{winner.name}' ({n} ops)"))
-            group = _fit(program, chain[:n], winner, ctx, threshold_bytes, fast_limit, max_pressure, log, rollbacks)
+        with transaction(rollbacks, PASS, "fusion rules", kernel=op.name, then="the op stays alone") as step:
+            chain = chain_from(program, op, depth, taken - {op.name})
+            if len(chain) == 1:
+                _log_blocked(program, op, ctx, log)
+            matches: list[tuple[FusionRule, int]] = []
+            for rule in ctx.rules.fusion_rules:
+                if rule.lower != "epilogue":
+                    continue                      # chains of kernels: rules/chains.py
+                step.what = f"fusion rule {rule.name}"
+                n = closed_prefix(program, chain, _rule_match(rule, chain, log, rollbacks))
+                if n < 2:
+                    continue
+                if not rule.applies_to(target):
+                    why = "disabled" if not rule.enabled else f"not for target '{target}' (targets: {rule.where()})"
+                    log.append(rule_entry(rule.name, PASS, [o.name for o in chain[:n]], False, why))
+                    continue
+                matches.append((rule, n))
+            if matches:
+                matches.sort(key=lambda m: (-m[1], order_index[m[0].name]))
+                winner, n = matches[0]
+                for rule, m in matches[1:]:
+                    log.append(rule_entry(rule.name, PASS, [o.name for o in chain[:m]], False,
+                                          f"subsumed by '{winner.name}' ({n} ops)"))
+                step.what, step.kernel = f"fusion rule {winner.name}", _kernel_name([o.name for o in chain[:n]])
+                group = _fit(program, chain[:n], winner, ctx, threshold_bytes, fast_limit, max_pressure, log,
+                             rollbacks)
         taken.update(group)
         groups_by_first[group[0]] = group
     # kernels in program order of their first op
@@ -535,12 +576,12 @@ def _log_blocked(program: Program, op: Op, ctx: PassContext, log) -> None:
                 return
 
 
-def _rule_match(rule: FusionRule, chain: list[Op], log) -> int:
+def _rule_match(rule: FusionRule, chain: list[Op], log, rollbacks) -> int:
     if rule.match is not None:
         return rule.match.match_chain(chain)
     if len(chain) < 2:
         return 0
-    return 2 if isinstance(_call_rule(rule, chain[0], chain[1], log), Fuse) else 0
+    return 2 if isinstance(_call_rule(rule, chain[0], chain[1], log, rollbacks), Fuse) else 0
 
 
 def _fit(program: Program, chain: list[Op], rule: FusionRule, ctx: PassContext, threshold_bytes: float,
