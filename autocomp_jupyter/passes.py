@@ -44,6 +44,10 @@ class PassContext:
     # tile (the library baseline's own searches: costed, never shown as optimised; a library
     # schedule the pipeline takes is verified whole there)
     tiled_checks: bool = True
+    # How a rewritten program is checked against the original: (original, candidate, seed)
+    # -> Equivalence; the pipeline's checks large programs on their scaled twins
+    # (`verify.equivalent_at_scale`), the default runs both whole.
+    equivalence: Callable = equivalent
     _costs: dict = field(default_factory=dict, repr=False)
     _verdicts: dict = field(default_factory=dict, repr=False)
 
@@ -55,12 +59,12 @@ class PassContext:
         return self._costs[key][1]
 
     def verify(self, candidate: Program) -> Equivalence:
-        """Does `candidate` compute what the original program computes? (reference interpreter)"""
+        """Does `candidate` compute what the original program computes? (`equivalence`)"""
         if candidate is self.program or candidate == self.program:
             return Equivalence(True, 0.0, "")
         key = id(candidate)
         if key not in self._verdicts:
-            self._verdicts[key] = (candidate, equivalent(self.program, candidate, seed=self.seed))
+            self._verdicts[key] = (candidate, self.equivalence(self.program, candidate, seed=self.seed))
         return self._verdicts[key][1]
 
 

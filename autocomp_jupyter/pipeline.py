@@ -30,6 +30,7 @@ from .result import Result
 from .rules.engine import load_rules
 from .rules.fusion import fusion_pass
 from .rules.in_place import mark_in_place_updates
+from .verify import equivalent_at_scale
 
 
 try:    # the tiling search also schedules compute_at producers for the cost model (it registers itself)
@@ -124,7 +125,7 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     _check_flags(tune, top, seed, budget)
     traces = _load_traces(schedule)                              # --schedule: checked before any work
     program, in_place_log = mark_in_place_updates(program)      # KV-cache updates: one row, in place
-    ctx = PassContext(program, target, ruleset, seed)
+    ctx = PassContext(program, target, ruleset, seed, equivalence=equivalent_at_scale)  # large: on twins
     log: list[dict] = list(in_place_log)
     rollbacks: list[dict] = []
 

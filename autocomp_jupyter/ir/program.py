@@ -543,6 +543,9 @@ class Program:
     # Values of params known at import (an ONNX model's weights), name -> numpy array.
     # Not part of the program's identity; the interpreter takes them as given inputs.
     param_values: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False)
+    # Structural rewrites made after the fusion pass's inlines, in order ((name, op names), ...),
+    # so that a scaled twin of the source can replay them (`verify.equivalent_at_scale`).
+    rewrites: tuple = field(default=(), compare=False, repr=False)
 
     @cached_property
     def _tensor_index(self) -> dict[str, Tensor]:

@@ -232,4 +232,6 @@ def _merged(program: Program, chain: list[Op], first: str, statements: list[Stat
     tensors = [t if t.name not in temps else replace(t, role="temp") for t in program.tensors if t.name in used]
     for total, of in sums.items():         # a deferred sum: the shape and dtype of what it sums for
         tensors.append(replace(program.tensor(of), name=total, role="temp", span=None))
-    return replace(program, tensors=tuple(tensors), ops=ops), last.output
+    # (recorded, so that a scaled twin of the source can replay it: `verify.equivalent_at_scale`)
+    rewrites = program.rewrites + (("online_softmax", tuple(op.name for op in chain)),)
+    return replace(program, tensors=tuple(tensors), ops=ops, rewrites=rewrites), last.output
