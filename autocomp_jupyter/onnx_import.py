@@ -45,6 +45,7 @@ import numpy as np
 from .errors import Diagnostic, UserError
 from .ir.program import Program
 from .limits import EXTENT
+from .onnx_validate import NodeChecker, initializer_arrays, model_problems, node_label, unsupported_ops_diagnostic
 
 __all__ = ["from_onnx", "run_with_values", "sanitize", "SUPPORTED_OPS"]
 
@@ -81,6 +82,13 @@ class _View:
 
 class _Skip(Exception):
     """This node has an error already recorded (or reads one that had)."""
+
+
+def _type_name(onnx, code: int) -> str:
+    try:
+        return onnx.TensorProto.DataType.Name(code)
+    except ValueError:
+        return f"an unknown element type (code {code})"
 
 
 def _fmt_num(value: float) -> str:
@@ -132,6 +140,7 @@ class _Importer:
         self.skip_nodes: set[int] = set()
         self.dtype_of_view: dict[str, str] = {}
         self.versions: dict[str, int] = {}
+        self.unsupported: dict[str, list[str]] = {}   # op label → names of its nodes
 
     # ---------------------------------------------------------------- names
 
@@ -284,64 +293,85 @@ class _Importer:
     # ---------------------------------------------------------------- the walk
 
     def run(self) -> Program:
-        onnx = self.onnx
-        from onnx import numpy_helper
-
+        """Validate the model, read its inputs, walk its nodes, and parse the written program."""
         self.base_shapes = {}
-        for init in self.graph.initializer:
-            self.consts[init.name] = numpy_helper.to_array(init)
+        problems = model_problems(self.model)
+        if problems:
+            raise UserError(problems, filename=self.filename)
+        arrays, problems = initializer_arrays(self.graph)
+        self.errors.extend(problems)
+        self.consts.update(arrays)
+        self.checker = NodeChecker(self.model, self.opset)
+        self.checker.seed(self.graph, arrays)
         for node in self.nodes:
             for i in node.input:
                 self.consumers.setdefault(i, []).append(node)
             for o in node.output:
                 self.producers[o] = node
         for vi in self.graph.input:
-            if vi.name in self.consts:
-                continue  # old exporters list initializers as inputs too
-            tt = vi.type.tensor_type
-            dtype = _DTYPES.get(tt.elem_type)
-            if not vi.type.HasField("tensor_type"):
-                self.errors.append(Diagnostic(f"graph input '{vi.name}' is not a tensor (sequences, maps and "
-                                              "optional values are not supported)"))
-                continue
-            if dtype is None:
-                self.errors.append(Diagnostic(
-                    f"graph input '{vi.name}' has element type {onnx.TensorProto.DataType.Name(tt.elem_type)}",
-                    hint="inputs must be float32, float16, bfloat16, an integer type or bool"
-                         + (" (the DSL's widest float is f32: export the model in float32)"
-                            if tt.elem_type == 11 else "")))
-                continue
-            dims = []
-            for k, d in enumerate(tt.shape.dim):
-                dims.append(d.dim_value if d.HasField("dim_value") else None)
-            if vi.name in self.input_shapes and vi.name not in self.consts:
-                given = self.input_shapes[vi.name]
-                if len(given) != len(dims) or any(a is not None and a != b for a, b in zip(dims, given)):
-                    self.errors.append(Diagnostic(f"input_shapes['{vi.name}'] = {list(given)} does not fit the "
-                                                  f"model's {['?' if d is None else d for d in dims]}"))
-                    continue
-                dims = list(given)
-            if not tt.HasField("shape"):
-                self.errors.append(Diagnostic(f"graph input '{vi.name}' has no shape",
-                                              hint=f"give it one: from_onnx(model, input_shapes={{'{vi.name}': [...]}})"))
-                continue
-            if any(d is not None and d > EXTENT.value() for d in dims):
-                self.errors.append(Diagnostic(f"graph input '{vi.name}' {dims}: "
-                                              + EXTENT.exceeded(max(d for d in dims if d), "a dimension"),
-                                              hint=EXTENT.hint()))
-                continue
-            if any(d is None or d <= 0 for d in dims):
-                sym = [d.dim_param or "?" for d in tt.shape.dim if not d.HasField("dim_value")]
-                self.errors.append(Diagnostic(
-                    f"graph input '{vi.name}' has symbolic dimensions ({', '.join(sym)})",
-                    hint=f"give static shapes: from_onnx(model, input_shapes={{'{vi.name}': [1, ...]}}) "
-                         f"or `autocomp import --shape {vi.name}=1,...`"))
-                continue
-            dsl = self.fresh(vi.name)
-            self.values[vi.name] = (dsl, tuple(dims), dtype)
-            self.decls.append(f"input  {dsl}: {dtype}{_shape_text(dims)}")
+            if vi.name not in self.consts:   # old exporters list initializers as inputs too
+                self._graph_input(vi)
         if self.errors:
             raise UserError(self.errors, filename=self.filename)
+        self._walk()
+        outputs = self._graph_outputs()
+        if self.unsupported:
+            self.errors.insert(0, unsupported_ops_diagnostic(self.unsupported, SUPPORTED_OPS))
+        if self.errors:
+            raise UserError(self.errors, filename=self.filename)
+        return self._parse(outputs)
+
+    def _graph_input(self, vi) -> None:
+        """Declare graph input `vi` (static shape, a readable type), or record why not."""
+        onnx = self.onnx
+        if not vi.type.HasField("tensor_type"):
+            self.errors.append(Diagnostic(f"graph input '{vi.name}' is not a tensor (sequences, maps and "
+                                          "optional values are not supported)"))
+            return
+        tt = vi.type.tensor_type
+        dtype = _DTYPES.get(tt.elem_type)
+        if dtype is None:
+            self.errors.append(Diagnostic(
+                f"graph input '{vi.name}' has element type {_type_name(onnx, tt.elem_type)}",
+                hint="inputs must be float32, float16, bfloat16, an integer type or bool"
+                     + (" (the DSL's widest float is f32: export the model in float32)" if tt.elem_type == 11 else "")))
+            return
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        if vi.name in self.input_shapes:
+            given = self.input_shapes[vi.name]
+            if len(given) != len(dims) or any(a is not None and a != b for a, b in zip(dims, given)):
+                self.errors.append(Diagnostic(f"input_shapes['{vi.name}'] = {list(given)} does not fit the "
+                                              f"model's {['?' if d is None else d for d in dims]}"))
+                return
+            dims = list(given)
+        if not tt.HasField("shape"):
+            self.errors.append(Diagnostic(f"graph input '{vi.name}' has no shape",
+                                          hint=f"give it one: from_onnx(model, input_shapes={{'{vi.name}': [...]}})"))
+            return
+        if any(d is not None and d > EXTENT.value() for d in dims):
+            self.errors.append(Diagnostic(f"graph input '{vi.name}' {dims}: "
+                                          + EXTENT.exceeded(max(d for d in dims if d), "a dimension"),
+                                          hint=EXTENT.hint()))
+            return
+        if any(d is None or d <= 0 for d in dims):
+            if any(d is not None and d <= 0 for d in dims):
+                self.errors.append(Diagnostic(f"graph input '{vi.name}' has an empty dimension: {dims}",
+                                              hint="every dimension of an input must be at least 1"))
+                return
+            sym = [d.dim_param or "?" for d in tt.shape.dim if not d.HasField("dim_value")]
+            self.errors.append(Diagnostic(
+                f"graph input '{vi.name}' has symbolic dimensions ({', '.join(sym)})",
+                hint=f"give static shapes: from_onnx(model, input_shapes={{'{vi.name}': [1, ...]}}) "
+                     f"or `autocomp import --shape {vi.name}=1,...`"))
+            return
+        dsl = self.fresh(vi.name)
+        self.values[vi.name] = (dsl, tuple(dims), dtype)
+        self.decls.append(f"input  {dsl}: {dtype}{_shape_text(dims)}")
+        if self.input_shapes.get(vi.name):   # onnx's inference follows the static shape given
+            self.checker.types[vi.name] = self.onnx.helper.make_tensor_type_proto(tt.elem_type, list(dims))
+
+    def _walk(self) -> None:
+        """Each node in graph order; an error poisons the node's outputs (its readers are skipped)."""
         for index, node in enumerate(self.nodes):
             if index in self.skip_nodes:
                 continue
@@ -355,11 +385,13 @@ class _Importer:
             except UserError:
                 raise
             except Exception as err:  # a bug of this importer: name the node, never a traceback
-                label = node.name or (node.output[0] if node.output else "?")
                 self.errors.append(Diagnostic(
-                    f"ONNX node '{label}' ({node.op_type}): internal error of the importer "
+                    f"ONNX node '{node_label(node)}' ({node.op_type}): internal error of the importer "
                     f"({type(err).__name__}: {err})", hint="please report it with the model"))
                 self.poisoned.update(node.output)
+
+    def _graph_outputs(self) -> list[str]:
+        """The DSL names of the graph's outputs (errors recorded for those not computed)."""
         outputs = []
         input_names = {v[0] for k, v in self.values.items() if k in {i.name for i in self.graph.input}
                        and not isinstance(v, _View)}
@@ -374,6 +406,12 @@ class _Importer:
                 self.errors.append(Diagnostic(f"graph output '{vi.name}' is a constant (the whole computation "
                                               "folds away): nothing to optimise"))
                 continue
+            declared, inferred = vi.type.tensor_type.elem_type, self.checker.types.get(vi.name)
+            if declared and inferred is not None and inferred.tensor_type.elem_type not in (0, declared):
+                self.errors.append(Diagnostic(
+                    f"graph output '{vi.name}' is declared {_type_name(self.onnx, declared)}, but its node computes "
+                    f"{_type_name(self.onnx, inferred.tensor_type.elem_type)}"))
+                continue
             v = self.values[vi.name]
             if not isinstance(v, _View) and v[0] in input_names:
                 # an input passed straight through: a copy makes it a computed tensor
@@ -381,8 +419,9 @@ class _Importer:
                 outputs.append(self.comp(vi.name + "_out", v[1], v[2], names, "=", f"{v[0]}[{', '.join(names)}]"))
                 continue
             outputs.append(self.operand(vi.name))
-        if self.errors:
-            raise UserError(self.errors, filename=self.filename)
+        return outputs
+
+    def _parse(self, outputs: list[str]) -> Program:
         name = Path(self.filename).name
         header = [f"# imported from {name} (ONNX opset {self.opset}) by autocomp import",
                   f"# {len(self.nodes)} ONNX nodes -> {sum(1 for l in self.body if not l.startswith(('tensor', '#')))}"
@@ -401,20 +440,35 @@ class _Importer:
         return replace(program, param_values=dict(self.params))
 
     def node(self, index: int, node) -> None:
+        """Check `node` (its inputs defined, its schema, its input types), then fold or import it."""
         op = node.op_type
         if node.domain not in ("", "ai.onnx"):
-            self.fail(node, f"custom domain '{node.domain}' is not supported", "only the default ONNX domain is")
+            self._unsupported(node, f"{op} (custom domain '{node.domain}')")
         for name in node.input:
             if name and name not in self.consts and name not in self.values:
                 self.fail(node, f"its input '{name}' is not a graph input, an initializer or an earlier node's "
                                 "output", "the graph has a dangling input, a cycle or nodes out of order")
+        problem = self.checker.schema_problem(node)
+        if problem is not None:
+            self.fail(node, *problem)
+        inferred = self.checker.infer(node, self.consts)
+        if inferred is not None and inferred[0] == "type":
+            self.fail(node, f"an input's element type is outside the op's type constraints: {inferred[1]}")
         if all(self.is_const(i) for i in node.input) and op not in ("Dropout",):
-            return self.fold(node)
-        handler = getattr(self, f"op_{op}", None)
-        if handler is None:
-            self.fail(node, "op type not supported",
-                      "supported: " + ", ".join(SUPPORTED_OPS))
-        handler(index, node)
+            self.fold(node)
+        else:
+            handler = getattr(self, f"op_{op}", None)
+            if handler is None:
+                self._unsupported(node, op)
+            handler(index, node)
+        if inferred is not None:   # onnx's inference found a conflict the import did not
+            self.fail(node, f"onnx's shape inference refuses the node: {inferred[1]}")
+
+    def _unsupported(self, node, label: str) -> None:
+        ins = ", ".join(f"'{i}' {list(self.shape(i)) if (i in self.consts or i in self.values) else '?'}"
+                        for i in node.input if i)
+        self.unsupported.setdefault(label, []).append(f"'{node_label(node)}' (inputs: {ins or 'none'})")
+        raise _Skip
 
     def attrs(self, node) -> dict:
         from onnx import helper

@@ -70,10 +70,11 @@ def test_huge_dimensions():
 
 
 def test_unknown_domain_and_op():
-    refused(net(domain="com.example"), "ONNX node 'pool'", "custom domain 'com.example'")
+    refused(net(domain="com.example"), "ReduceMean (custom domain 'com.example'): node 'pool'",
+            "the default ONNX domain's ReduceMean is supported")
     m = net()
     m.graph.node[1].op_type = "Frobnicate"
-    refused(m, "ONNX node 'relu' (Frobnicate", "op type not supported")
+    refused(m, "Frobnicate: node 'relu'", "op type not supported")
 
 
 def test_missing_graph_output():
@@ -94,5 +95,5 @@ def test_one_error_does_not_cascade():
     """A refused node poisons what reads it: one error, not one per reader."""
     m = net()
     m.graph.node[0].op_type = "Frobnicate"
-    text = refused(m, "ONNX node 'conv' (Frobnicate")
-    assert "relu" not in text and "pool" not in text
+    text = refused(m, "Frobnicate: node 'conv'")
+    assert "'relu'" not in text and "'pool'" not in text
