@@ -355,7 +355,7 @@ class _Importer:
             return
         if any(d is None or d <= 0 for d in dims):
             if any(d is not None and d <= 0 for d in dims):
-                self.errors.append(Diagnostic(f"graph input '{vi.name}' has an empty dimension: {dims}",
+                self.errors.append(Diagnostic(f"graph input '{vi.name}' has a dimension below 1: {dims}",
                                               hint="every dimension of an input must be at least 1"))
                 return
             sym = [d.dim_param or "?" for d in tt.shape.dim if not d.HasField("dim_value")]
@@ -373,7 +373,8 @@ class _Importer:
     def _walk(self) -> None:
         """Each node in graph order; an error poisons the node's outputs (its readers are skipped)."""
         for index, node in enumerate(self.nodes):
-            if index in self.skip_nodes:
+            if index in self.skip_nodes:   # folded into an earlier node's op: its types still flow on
+                self.checker.infer(node, self.consts)
                 continue
             if any(i in self.poisoned for i in node.input if i):
                 self.poisoned.update(node.output)
@@ -463,6 +464,15 @@ class _Importer:
             handler(index, node)
         if inferred is not None:   # onnx's inference found a conflict the import did not
             self.fail(node, f"onnx's shape inference refuses the node: {inferred[1]}")
+        for name in node.output:
+            want = self.checker.static_shape(name)
+            if want is None or not (name in self.consts or name in self.values):
+                continue
+            have = tuple(self.shape(name))
+            if have != want and not (want == () and have == (1,)):
+                self.fail(node, f"its output '{name}' has shape {list(want)} by the ONNX definition of the op, "
+                                f"but {list(have)} by its inputs and attributes here",
+                          "an attribute disagrees with the inputs' shapes (kernel_shape, output_shape, ...)")
 
     def _unsupported(self, node, label: str) -> None:
         ins = ", ".join(f"'{i}' {list(self.shape(i)) if (i in self.consts or i in self.values) else '?'}"

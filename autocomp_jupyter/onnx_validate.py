@@ -81,10 +81,26 @@ def model_problems(model) -> list[Diagnostic]:
                               hint="IR version 3 and later name the opset they are written against"))
     if not graph.output:
         out.append(Diagnostic("the graph has no outputs: nothing to compute"))
-    out += _names_defined_once(graph)
+    out += _value_info_problems(graph) + _names_defined_once(graph)
     if graph.sparse_initializer:
         out.append(Diagnostic(f"sparse initializer '{graph.sparse_initializer[0].values.name}': sparse "
                               "initializers are not supported", hint="store the weights dense"))
+    return out
+
+
+def _value_info_problems(graph) -> list[Diagnostic]:
+    """Graph inputs and outputs must declare a tensor type with a known element type."""
+    from onnx import TensorProto
+
+    out = []
+    for kind, infos in (("input", graph.input), ("output", graph.output)):
+        for vi in infos:
+            if not vi.type.HasField("tensor_type"):
+                continue   # the importer names sequences and maps itself
+            code = vi.type.tensor_type.elem_type
+            if code == 0 or code not in TensorProto.DataType.values():
+                out.append(Diagnostic(f"graph {kind} '{vi.name}' has no element type ({_type_name(code)})"
+                                      if code else f"graph {kind} '{vi.name}' has no element type"))
     return out
 
 
@@ -259,6 +275,16 @@ class NodeChecker:
             if name:
                 self.types[name] = value
         return None
+
+    def static_shape(self, name: str) -> tuple[int, ...] | None:
+        """The shape onnx inferred for `name`, when every dimension is known."""
+        t = self.types.get(name)
+        if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+            return None
+        dims = t.tensor_type.shape.dim
+        if not all(d.HasField("dim_value") for d in dims):
+            return None
+        return tuple(int(d.dim_value) for d in dims)
 
 
 _FIRST_VERSION: dict = {}
