@@ -45,6 +45,7 @@ import numpy as np
 from .errors import Diagnostic, UserError
 from .ir.program import Program
 from .limits import EXTENT
+from .onnx_index_ops import IndexOps
 from .onnx_validate import NodeChecker, initializer_arrays, model_problems, node_label, unsupported_ops_diagnostic
 
 __all__ = ["from_onnx", "run_with_values", "sanitize", "SUPPORTED_OPS"]
@@ -67,6 +68,7 @@ _DTYPES = {1: "f32", 10: "f16", 16: "bf16", 3: "i8", 6: "i32", 7: "i32", 2: "i32
 # Folding a constant computation may build at most this many elements (a mutated
 # ConstantOfShape or Expand must not exhaust memory).
 _FOLD_ELEMENTS = 1 << 27
+_F32_MAX = float(np.finfo(np.float32).max)
 _NP_DTYPE = {"f32": np.float32, "f16": np.float16, "bf16": np.float32, "i8": np.int8, "i32": np.int32}
 _RESERVED = {"input", "param", "tensor", "output", "where", "and"}
 _INDEX_NAME = re.compile(r"^(?:[ijkbu]\d*|n|c|h|w|r|s|f|g|fo|a\d+)$")  # index names the importer and library use
@@ -91,10 +93,14 @@ def _type_name(onnx, code: int) -> str:
         return f"an unknown element type (code {code})"
 
 
+class _NotFinite(ValueError):
+    """A constant the op's written form needs as a number is inf or NaN."""
+
+
 def _fmt_num(value: float) -> str:
     value = float(value)
     if math.isnan(value) or math.isinf(value):
-        raise ValueError(value)
+        raise _NotFinite(value)
     text = repr(value)
     return text if not text.startswith("-") else f"({text})"
 
@@ -117,7 +123,7 @@ def sanitize(name: str) -> str:
     return out
 
 
-class _Importer:
+class _Importer(IndexOps):
     def __init__(self, model, input_shapes: dict | None, filename: str):
         self.onnx = _onnx()
         self.model = model
@@ -385,6 +391,11 @@ class _Importer:
                 self.poisoned.update(node.output)
             except UserError:
                 raise
+            except _NotFinite as err:
+                self.errors.append(Diagnostic(
+                    f"ONNX node '{node_label(node)}' ({node.op_type}): a constant or attribute is {err}, where the "
+                    "op needs a finite number"))
+                self.poisoned.update(node.output)
             except Exception as err:  # a bug of this importer: name the node, never a traceback
                 self.errors.append(Diagnostic(
                     f"ONNX node '{node_label(node)}' ({node.op_type}): internal error of the importer "
@@ -432,11 +443,11 @@ class _Importer:
 
         try:
             program = parse(text, self.filename + ".acir")
-        except UserError as err:  # a limit, or a bug of this importer: the first error (the rest follow from it)
-            d = err.diagnostics[0]
+        except UserError as err:  # a limit, or a bug of this importer: each error with its line
+            lines = text.splitlines()
             raise UserError([Diagnostic(f"the program imported from '{self.filename}' does not check: "
-                                        f"{d.message} (line {d.line}: "
-                                        f"{text.splitlines()[d.line - 1] if d.line else ''})", hint=d.hint)],
+                                        f"{d.message} (line {d.line}: {lines[d.line - 1] if d.line else ''})",
+                                        hint=d.hint) for d in err.diagnostics],
                             filename=self.filename) from None
         return replace(program, param_values=dict(self.params))
 
@@ -585,6 +596,10 @@ class _Importer:
         shape = self.shape(node.input[0])
         start, end = a.get("start", 0), a.get("end", None)
         self.consts[node.output[0]] = np.array(shape[start:end], dtype=np.int64)
+
+    def op_Range(self, index, node):   # folded when its inputs are constants (the usual case)
+        self.fail(node, "its start, limit and delta must be constants: the length of its output depends on their "
+                        "values", "give the model static shapes (the exporter then folds the Range)")
 
     def op_Size(self, index, node):
         self.consts[node.output[0]] = np.array(math.prod(self.shape(node.input[0])), dtype=np.int64)
@@ -742,11 +757,14 @@ class _Importer:
         expr = f"{num} {op} {xs}" if reverse else f"{xs} {op} {num}"
         return self.comp(out, shape, self.dtype(src), names, "=", expr)
 
+    def _finite_scalar(self, name: str) -> bool:
+        """A one-element finite constant (written as a literal; inf and NaN stay params)."""
+        return name in self.consts and self.consts[name].size == 1 and bool(np.isfinite(self.consts[name]).all())
+
     def _binary(self, node, op_name: str, symbol: str):
         a, b = node.input[0], self.legacy_broadcast(node)
         for first, second, reverse in ((a, b, False), (b, a, True)):
-            if self.is_const(second) and self.consts[second].size == 1 \
-                    and self.consts[second].ndim <= len(self.shape(first)):
+            if self._finite_scalar(second) and self.consts[second].ndim <= len(self.shape(first)):
                 return self._scalar(node, node.output[0], first, symbol, float(self.consts[second].reshape(())),
                                     reverse)
         return self.lib(node, node.output[0], op_name, [a, b])
@@ -762,7 +780,7 @@ class _Importer:
 
     def op_Div(self, index, node):
         a, b = node.input[0], self.legacy_broadcast(node)
-        if self.is_const(b) and self.consts[b].size == 1 and self.consts[b].ndim <= len(self.shape(a)):
+        if self._finite_scalar(b) and self.consts[b].ndim <= len(self.shape(a)):
             return self._scalar(node, node.output[0], a, "/", float(self.consts[b].reshape(())))
         self._binary(node, "div", "/")
 
@@ -834,8 +852,8 @@ class _Importer:
     def read(self, name: str, out_shape, names) -> str:
         """`name` read at the point `names` of a (numpy-)broadcast result of `out_shape`:
         a literal for a one-element constant, else an access (size-1 dimensions at 0)."""
-        if name in self.consts and self.consts[name].size == 1:
-            return _fmt_num(self.consts[name].reshape(()))
+        if name in self.consts and self.consts[name].size == 1 and np.isfinite(self.consts[name]).all():
+            return _fmt_num(self.consts[name].reshape(()))   # inf and NaN stay params: no DSL literal
         shape = tuple(self.shape(name))
         off = len(out_shape) - len(shape)
         idx = ["0" if (e == 1 and out_shape[off + d] != 1) else names[off + d] for d, e in enumerate(shape)]
@@ -938,6 +956,15 @@ class _Importer:
     def op_Sign(self, index, node):
         self._unary_fn(node, "less(0, X) - less(X, 0)")
 
+    def op_IsNaN(self, index, node):   # NaN is the one value not equal to itself
+        self._unary_fn(node, "1 - equal(X, X)", "i8")
+
+    def op_IsInf(self, index, node):   # beyond the largest finite f32 (the f16 and bf16 ones are smaller)
+        a = self.attrs(node)
+        tests = ([f"less({_F32_MAX!r}, X)"] if a.get("detect_positive", 1) else []) \
+            + ([f"less(X, -{_F32_MAX!r})"] if a.get("detect_negative", 1) else [])
+        self._unary_fn(node, " + ".join(tests) or "0 * equal(X, X)", "i8")
+
     def op_Not(self, index, node):
         self._unary_fn(node, "1 - X")
 
@@ -1006,6 +1033,8 @@ class _Importer:
             lo = float(self.const(node, 1, "min").reshape(()))
         if len(node.input) > 2 and node.input[2]:
             hi = float(self.const(node, 2, "max").reshape(()))
+        lo = None if lo is not None and float(lo) == -math.inf else lo   # an infinite bound is no bound
+        hi = None if hi is not None and float(hi) == math.inf else hi
         if lo == 0.0 and hi == 6.0:
             return self.lib(node, node.output[0], "relu6", [node.input[0]])
         if lo == 0.0 and hi is None:
@@ -1361,48 +1390,6 @@ class _Importer:
         self.consts[node.output[0] + "_mask"] = mask.astype(np.float32)
         self.ew(node, node.output[0], [node.output[0] + "_mask", node.input[0]], "select({0}, {1}, 0)",
                 dtype=self.dtype(node.input[0]), note="Trilu")
-
-    # ---------------------------------------------------------------- gathering
-
-    def op_Gather(self, index, node):
-        shape = self.shape(node.input[0])
-        axis = self.attrs(node).get("axis", 0) % len(shape)
-        idx_name = node.input[1]
-        size = shape[axis]
-        data = self.operand(node.input[0])
-        if idx_name in self.consts:
-            indices = self.consts[idx_name].astype(np.int64)
-            if ((indices < -size) | (indices >= size)).any():
-                self.fail(node, f"an index is out of range for axis {axis} of size {size}")
-            indices = indices % size
-            flat = indices.reshape(-1)
-            step = int(flat[1] - flat[0]) if flat.size > 1 else 1
-            if indices.ndim <= 1 and (flat.size == 1 or (step > 0 and (np.diff(flat) == step).all())):
-                # a scalar, or an arithmetic run: an affine read
-                start = int(flat[0])
-                names = [f"i{d}" for d in range(len(shape))]
-                at = str(start) if indices.ndim == 0 else (f"{step}*j0 + {start}" if (step, start) != (1, 0) else "j0")
-                src = [at if d == axis else names[d] for d in range(len(shape))]
-                lhs = [names[d] if d != axis else "j0" for d in range(len(shape)) if d != axis or indices.ndim == 1]
-                out_shape = [e if d != axis else flat.size for d, e in enumerate(shape) if d != axis or indices.ndim == 1]
-                bound = f" where j0 < {flat.size}" if at == "j0" and flat.size != size else ""
-                self.comp(node.output[0], out_shape, self.dtype(node.input[0]), lhs, "=",
-                          f"{data}[{', '.join(src)}]{bound}", "Gather")
-                return
-        # Runtime (or irregular) indices: a one-hot sum over the gathered axis,
-        # out[.., j.., ..] = sum_k (I[j..] == k) * X[.., k, ..]; negative indices count from the end.
-        ishape = tuple(self.shape(idx_name))
-        pre = [f"i{d}" for d in range(axis)]
-        post = [f"i{d}" for d in range(axis + 1, len(shape))]
-        jn = [f"j{d}" for d in range(len(ishape))]
-        ref = f"{self.operand(idx_name)}[{', '.join(jn) or '0'}]"
-        self.consts[node.output[0] + "_iota"] = np.arange(size, dtype=np.int32)
-        iota = self.operand(node.output[0] + "_iota")
-        src = pre + ["k0"] + post
-        out_shape = list(shape[:axis]) + list(ishape) + list(shape[axis + 1:])
-        self.comp(node.output[0], out_shape, self.dtype(node.input[0]), pre + jn + post, "+=",
-                  f"equal({ref} + {size} * less({ref}, 0), {iota}[k0]) * {data}[{', '.join(src)}]",
-                  "Gather, runtime indices (one-hot)")
 
     # ---------------------------------------------------------------- contractions (any rank)
 

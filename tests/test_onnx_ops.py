@@ -340,3 +340,120 @@ def test_vgg_flatten_width_is_within_the_limits():
     m = model(nodes, [("X", (1, 512, 7, 7))], [("Y", (1, 4))],
               [("s", np.array([1, 25088], np.int64)), ("w", rand(4, 25088, scale=0.01))])
     assert "shape=[1, 25088]" in check(m).source
+
+
+# --------------------------------------------------------------------------- what transformers' exports add (issue 36)
+
+def test_isnan_isinf():
+    x = np.array([[1.0, np.nan, -np.inf], [np.inf, 0.0, -2.5]], np.float32)
+    nodes = [helper.make_node("IsNaN", ["X"], ["b"]), helper.make_node("Cast", ["b"], ["Y"], to=F)]
+    check(model(nodes, [("X", (2, 3))], [("Y", (2, 3))]), {"X": x})
+    for pos, neg in ((1, 1), (1, 0), (0, 1)):
+        nodes = [helper.make_node("IsInf", ["X"], ["b"], detect_positive=pos, detect_negative=neg),
+                 helper.make_node("Cast", ["b"], ["Y"], to=F)]
+        check(model(nodes, [("X", (2, 3))], [("Y", (2, 3))], opset=20), {"X": x})
+
+
+@pytest.mark.parametrize("attrs", [{}, {"exclusive": 1}, {"reverse": 1}, {"exclusive": 1, "reverse": 1}])
+def test_cumsum(attrs):
+    check(one("CumSum", [(3, 5, 2)], (3, 5, 2), [("axis", np.array(-2, np.int64))], **attrs))
+
+
+def test_cumsum_of_an_attention_mask_gives_position_ids():
+    """transformers' `position_ids = attention_mask.long().cumsum(-1) - 1` on an int64 mask."""
+    nodes = [helper.make_node("CumSum", ["mask", "axis"], ["c"]), helper.make_node("Sub", ["c", "one"], ["p"]),
+             helper.make_node("Cast", ["p"], ["Y"], to=F)]
+    m = model(nodes, [("mask", (2, 6), I64)], [("Y", (2, 6))],
+              [("axis", np.array(1, np.int64)), ("one", np.array(1, np.int64))])
+    check(m, {"mask": np.array([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]], np.int64)})
+
+
+@pytest.mark.parametrize("axis, largest", [(-1, 1), (1, 0), (0, 1)])
+def test_topk_values_and_indices(axis, largest):
+    x = np.round(rand(4, 6) * 2) / 2                 # ties: the lower index comes first
+    nodes = [helper.make_node("TopK", ["X", "k"], ["V", "I"], axis=axis, largest=largest),
+             helper.make_node("Cast", ["I"], ["Ic"], to=F)]
+    out = [4, 6]
+    out[axis] = 3
+    m = model(nodes, [("X", (4, 6))], [("V", out), ("Ic", out)], [("k", np.array([3], np.int64))])
+    check(m, {"X": x.astype(np.float32)})
+
+
+def test_topk_router_top2_of_8_experts():
+    """Mixtral's router: softmax over 8 experts, the top 2 with their expert ids."""
+    nodes = [helper.make_node("Softmax", ["logits"], ["p"], axis=-1),
+             helper.make_node("TopK", ["p", "k"], ["w", "ids"], axis=-1)]
+    m = model(nodes, [("logits", (5, 8))], [("w", (5, 2)), ("ids", (5, 2), I64)], [("k", np.array([2], np.int64))])
+    check(m)
+
+
+def test_gather_elements_with_negative_indices():
+    idx = np.array([[0, -1, 2], [1, 0, -3]], np.int64)
+    nodes = [helper.make_node("GatherElements", ["X", "idx"], ["Y"], axis=1)]
+    m = model(nodes, [("X", (2, 4)), ("idx", (2, 3), I64)], [("Y", (2, 3))])
+    check(m, {"X": rand(2, 4), "idx": idx})
+    check(one("GatherElements", [(3, 2)], (2, 2), [("i", np.array([[2, 0], [-1, 1]], np.int64))], axis=0))
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "max", "min"])
+def test_scatter_elements(reduction):
+    idx = np.array([[1, 3], [0, 0], [2, -1]], np.int64) if reduction != "none" else \
+        np.array([[1, 3], [0, 2], [2, -1]], np.int64)
+    nodes = [helper.make_node("ScatterElements", ["X", "idx", "U"], ["Y"], axis=1, reduction=reduction)]
+    m = model(nodes, [("X", (3, 4)), ("idx", (3, 2), I64), ("U", (3, 2))], [("Y", (3, 4))], opset=18)
+    check(m, {"X": rand(3, 4), "idx": idx, "U": rand(3, 2)})
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "max", "min"])
+def test_scatter_nd(reduction):
+    idx = np.array([[0, 2], [1, -1], [0, 2]], np.int64)[: 2 if reduction == "none" else 3]
+    nodes = [helper.make_node("ScatterND", ["X", "idx", "U"], ["Y"], reduction=reduction)]
+    m = model(nodes, [("X", (2, 4, 3)), ("idx", idx.shape, I64), ("U", (len(idx), 3))], [("Y", (2, 4, 3))],
+              opset=18)
+    check(m, {"X": rand(2, 4, 3), "idx": idx, "U": rand(len(idx), 3)})
+
+
+def test_scatter_nd_kv_cache_update():
+    """A decode step's cache write as torch exports `cache.index_copy_(2, pos, k)`: ScatterND
+    of one row per head at a runtime position."""
+    nodes = [helper.make_node("ScatterND", ["cache", "where", "k"], ["Y"])]
+    where = np.array([[[0, 0, 5], [0, 1, 5]]], np.int64)          # [1, 2 heads, (b, h, t)]
+    m = model(nodes, [("cache", (1, 2, 8, 4)), ("where", (1, 2, 3), I64), ("k", (1, 2, 4))], [("Y", (1, 2, 8, 4))])
+    check(m, {"cache": rand(1, 2, 8, 4), "where": where, "k": rand(1, 2, 4)})
+
+
+def test_a_causal_mask_as_transformers_writes_it():
+    """SDPA's mask in a dynamo export: Range → Unsqueeze → LessOrEqual → Where(mask, 0, -inf)
+    added to the scores, Softmax, and Where(IsNaN(p), 0, p) for rows masked whole."""
+    s = 5
+    nodes = [helper.make_node("Range", ["zero", "len", "one"], ["ar"]),
+             helper.make_node("Unsqueeze", ["ar", "ax1"], ["cols"]),
+             helper.make_node("Unsqueeze", ["ar", "ax0"], ["rows"]),
+             helper.make_node("LessOrEqual", ["rows", "cols"], ["keep"]),
+             helper.make_node("Where", ["keep", "fzero", "ninf"], ["bias"]),
+             helper.make_node("Add", ["scores", "bias"], ["masked"]),
+             helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+             helper.make_node("IsNaN", ["p"], ["bad"]),
+             helper.make_node("Where", ["bad", "fzero", "p"], ["Y"])]
+    inits = [("zero", np.array(0, np.int64)), ("len", np.array(s, np.int64)), ("one", np.array(1, np.int64)),
+             ("ax0", np.array([0], np.int64)), ("ax1", np.array([1], np.int64)),
+             ("fzero", np.array(0.0, np.float32)), ("ninf", np.array(-np.inf, np.float32))]
+    m = model(nodes, [("scores", (2, s, s))], [("Y", (2, s, s))], inits, opset=18)
+    check(m)
+    # runtime scores with a row masked whole: NaN from the softmax, 0 after the Where
+    nodes = [helper.make_node("Add", ["scores", "bias"], ["masked"]),
+             helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+             helper.make_node("IsNaN", ["p"], ["bad"]),
+             helper.make_node("Where", ["bad", "fzero", "p"], ["Y"])]
+    bias = np.zeros((s, s), np.float32)
+    bias[2] = -np.inf
+    m = model(nodes, [("scores", (2, s, s))], [("Y", (2, s, s))],
+              [("bias", bias), ("fzero", np.array(0.0, np.float32))], opset=18)
+    check(m)
+
+
+def test_a_runtime_range_is_refused_clearly():
+    nodes = [helper.make_node("Range", ["a", "b", "d"], ["Y"], name="rng")]
+    m = model(nodes, [("a", (), F), ("b", (), F), ("d", (), F)], [("Y", None)])
+    with pytest.raises(UserError, match="ONNX node 'rng'.*start, limit and delta must be constants"):
+        from_onnx(m)
