@@ -370,6 +370,7 @@ class _Importer(IndexOps):
                 hint=f"give static shapes: from_onnx(model, input_shapes={{'{vi.name}': [1, ...]}}) "
                      f"or `autocomp import --shape {vi.name}=1,...`"))
             return
+        dims = dims or [1]   # a scalar input is held as [1] (the DSL has no scalars)
         dsl = self.fresh(vi.name)
         self.values[vi.name] = (dsl, tuple(dims), dtype)
         self.decls.append(f"input  {dsl}: {dtype}{_shape_text(dims)}")
@@ -1381,17 +1382,34 @@ class _Importer(IndexOps):
         self.view(node, node.output[0], node.output[0] + "_tiled", [r * e for r, e in zip(repeats, shape)])
 
     def op_Trilu(self, index, node):
-        shape = self.shape(node.input[0])
-        k = int(self.const(node, 1, "k").reshape(-1)[0]) if len(node.input) > 1 and node.input[1] else 0
+        """The upper (or lower) triangle from diagonal k: a constant 0/1 mask when k is a
+        constant, else the comparison j - i >= k (<= k) of two iotas and the runtime k."""
+        x = node.input[0]
+        shape = self.shape(x)
+        if len(shape) < 2:
+            self.fail(node, f"Trilu needs a matrix (rank 2 or more), got {list(shape)}")
         upper = self.attrs(node).get("upper", 1)
         rows, cols = shape[-2:]
-        i, j = np.arange(rows)[:, None], np.arange(cols)[None, :]
-        mask = (j - i >= k) if upper else (j - i <= k)
-        self.consts[node.output[0] + "_mask"] = mask.astype(np.float32)
-        self.ew(node, node.output[0], [node.output[0] + "_mask", node.input[0]], "select({0}, {1}, 0)",
-                dtype=self.dtype(node.input[0]), note="Trilu")
-
-    # ---------------------------------------------------------------- contractions (any rank)
+        has_k = len(node.input) > 1 and node.input[1]
+        if not has_k or node.input[1] in self.consts:
+            k = int(self.const(node, 1, "k").reshape(-1)[0]) if has_k else 0
+            i, j = np.arange(rows)[:, None], np.arange(cols)[None, :]
+            mask = (j - i >= k) if upper else (j - i <= k)
+            self.consts[node.output[0] + "_mask"] = mask.astype(np.float32)
+            return self.ew(node, node.output[0], [node.output[0] + "_mask", x], "select({0}, {1}, 0)",
+                           dtype=self.dtype(x), note="Trilu")
+        kname = node.input[1]
+        if math.prod(self.shape(kname)) != 1 or self.dtype(kname) not in ("i32", "i8"):
+            self.fail(node, f"its k '{kname}' must be one integer")
+        self.consts[node.output[0] + "_rows"] = np.arange(rows, dtype=np.int32)
+        self.consts[node.output[0] + "_cols"] = np.arange(cols, dtype=np.int32)
+        r, c = self.operand(node.output[0] + "_rows"), self.operand(node.output[0] + "_cols")
+        names = [f"i{d}" for d in range(len(shape))]
+        ki = f"{self.operand(kname)}[{', '.join(['0'] * max(1, len(self.shape(kname))))}]"
+        a, b = names[-2], names[-1]
+        keep = f"less_equal({ki} + {r}[{a}], {c}[{b}])" if upper else f"less_equal({c}[{b}], {ki} + {r}[{a}])"
+        self.comp(node.output[0], shape, self.dtype(x), names, "=",
+                  f"select({keep}, {self.operand(x)}[{', '.join(names)}], 0)", "Trilu, runtime k")
 
     def _conv_generic(self, node, out: str, x: str, w: str, strides, dil, begin, end, groups: int,
                       note: str = "Conv") -> str:
@@ -2177,6 +2195,8 @@ def run_with_values(program: Program, inputs: dict | None = None, seed: int = 0)
             known = ", ".join(t.name for t in program.inputs if t.role == "input")
             raise UserError(f"'{name}' is not an input of the program (inputs: {known})")
         value = np.asarray(value, dtype=np.float64)
+        if value.ndim == 0 and program.tensor(name).shape == (1,):   # an ONNX scalar, held as [1]
+            value = value.reshape(1)
         if value.shape != program.tensor(name).shape:
             raise UserError(f"'{name}' has shape {list(value.shape)}, the program expects "
                             f"{list(program.tensor(name).shape)}")

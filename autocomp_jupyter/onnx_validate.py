@@ -224,6 +224,7 @@ class NodeChecker:
 
     def schema_problem(self, node) -> tuple[str, str] | None:
         """(message, hint) when `node` does not exist at the model's opset or breaks its schema."""
+        import onnx
         from onnx import defs
 
         try:
@@ -234,6 +235,8 @@ class NodeChecker:
                 return (f"{node.op_type} does not exist at opset {self.opset} (it was added in opset {first})",
                         f"import opset {first} or later, or export with an op of opset {self.opset}")
             return None   # not an ONNX op: the importer lists it with the unsupported ones
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            return None   # a subgraph reads the outer scope, which a node alone does not have (Loop, If, Scan)
         try:
             from onnx import checker
 
@@ -249,8 +252,8 @@ class NodeChecker:
         None when it passes (its outputs' types then recorded) or an input's type is unknown."""
         from onnx import defs, numpy_helper, shape_inference
 
-        if any(i and i not in self.types for i in node.input):
-            return None
+        if any(i and i not in self.types for i in node.input) or any(a.type in (5, 10) for a in node.attribute):
+            return None   # an input of unknown type, or a subgraph (GRAPH, GRAPHS attributes) reading the outer scope
         try:
             schema = defs.get_schema(node.op_type, self.opset, node.domain)
         except Exception:
