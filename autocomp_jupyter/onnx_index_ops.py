@@ -17,8 +17,10 @@ count from the end (`i + n * less(i, 0)`), as ONNX says. An index out of range r
 - CumSum: a sum over a triangle of the axis, written as the box with a constant 0/1 table
   (inclusive or exclusive, forward or reversed).
 - ScatterElements / ScatterND: each output point counts the updates aimed at it and sums
-  them; the result is the update (reduction none), the data plus the sum (add), or the max or
-  min of the data and the updates (max, min).
+  them; the result is the update (reduction none), the data plus the sum (add), the max or
+  min of the data and the updates (max, min), or the data times the product of the updates
+  (mul: one factor per update position, at most 64). ScatterElements' indices must span the
+  data off the scatter axis (shorter ones would need a read of a sub-range).
 """
 from __future__ import annotations
 
@@ -176,44 +178,53 @@ class IndexOps:
 
     # ------------------------------------------------------------ scattering
 
-    def _scatter_result(self, node, out: str, hits: str, sums: str, extreme: str | None, reduction: str) -> None:
-        """out = data where no update lands, else the updates combined by `reduction`."""
+    def _reduction(self, node) -> str:
+        reduction = self.attrs(node).get("reduction", "none")
+        if reduction not in ("none", "add", "mul", "max", "min"):
+            self.fail(node, f"reduction '{reduction}' is not one of ONNX's", "none, add, mul, max, min")
+        return reduction
+
+    def _scatter(self, node, match, read, sources: list[str], extents: list[int], reduction: str) -> None:
+        """Write the scatter's result. `match(u)` is 1 where the update at position `u` (a list
+        of index expressions over the updates' own axes) lands on the output point i0, i1 ..,
+        `read(u)` that update; `sources` are the updates' own index names (reduced over, of
+        `extents`)."""
+        out = node.output[0]
         data = node.input[0]
         shape = self.shape(data)
+        dtype = self.dtype(data)
         names = [f"i{d}" for d in range(len(shape))]
         at = ", ".join(names)
         d = f"{self.operand(data)}[{at}]"
-        landed = f"less(0, {hits}[{at}])"
-        value = {"none": f"{sums}[{at}]", "add": f"{d} + {sums}[{at}]",
-                 "max": f"max({d}, {extreme}[{at}])" if extreme else "",
-                 "min": f"min({d}, -{extreme}[{at}])" if extreme else ""}[reduction]
-        self.comp(out, shape, self.dtype(data), names, "=", f"select({landed}, {value}, {d})",
-                  f"{node.op_type} (reduction {reduction})")
-
-    def _reduction(self, node) -> str:
-        reduction = self.attrs(node).get("reduction", "none")
-        if reduction not in ("none", "add", "max", "min"):
-            self.fail(node, f"reduction '{reduction}' is not supported", "supported: none, add, max, min")
-        return reduction
-
-    def _scatter_parts(self, node, match: str, lhs, reads: list[str], reduction: str):
-        """The count of updates landing on each output point, their sum, and (max/min) their
-        extreme, as comprehensions over the data's shape reducing over the updates' indices."""
-        out = node.output[0]
-        shape = self.shape(node.input[0])
-        dtype = self.dtype(node.input[0])
-        upd = self.operand(node.input[2])
-        u = f"{upd}[{', '.join(reads)}]"
-        hits = self.comp(out + "_hits", shape, "i32", lhs, "+=", match, f"{node.op_type}: updates per point")
-        sums = self.comp(out + "_sum", shape, dtype, lhs, "+=", f"select({match}, {u}, 0)", "summed")
-        extreme = None
-        if reduction in ("max", "min"):
+        if reduction == "mul":   # the product of the updates landing here: one factor per update position
+            count = int(np.prod(extents)) if extents else 1
+            if count > 64:
+                self.fail(node, f"reduction 'mul' over {count} update positions (at most 64 are written out)")
+            factors = []
+            for position in np.ndindex(*extents) if extents else [()]:
+                u = [str(v) for v in position]
+                factors.append(f"select({match(u)}, {read(u)}, 1)")
+            product = self.comp(out + "_product", shape, dtype, names, "=", " * ".join(factors),
+                                f"{node.op_type}: the product of the updates")
+            self.comp(out, shape, dtype, names, "=", f"{d} * {product}[{at}]", f"{node.op_type} (reduction mul)")
+            return
+        hits = self.comp(out + "_hits", shape, "i32", names, "+=", match(sources),
+                         f"{node.op_type}: updates per point")
+        value = ""
+        if reduction in ("none", "add"):
+            sums = self.comp(out + "_sum", shape, dtype, names, "+=",
+                             f"select({match(sources)}, {read(sources)}, 0)", "summed")
+            value = f"{sums}[{at}]" if reduction == "none" else f"{d} + {sums}[{at}]"
+        else:   # max, min: the largest (negated smallest) update, -inf where none lands
             self.consts[out + "_neg_inf"] = np.array([-np.inf], np.float32)
             lowest = f"{self.operand(out + '_neg_inf')}[0]"
             sign = "" if reduction == "max" else "-"
-            extreme = self.comp(out + "_extreme", shape, dtype, lhs, "max=", f"select({match}, {sign}{u}, {lowest})",
+            extreme = self.comp(out + "_extreme", shape, dtype, names, "max=",
+                                f"select({match(sources)}, {sign}{read(sources)}, {lowest})",
                                 f"the {reduction} update")
-        return hits, sums, extreme
+            value = f"max({d}, {extreme}[{at}])" if reduction == "max" else f"min({d}, -{extreme}[{at}])"
+        self.comp(out, shape, dtype, names, "=", f"select(less(0, {hits}[{at}]), {value}, {d})",
+                  f"{node.op_type} (reduction {reduction})")
 
     def op_ScatterElements(self, index, node):
         shape = self.shape(node.input[0])
@@ -225,16 +236,20 @@ class IndexOps:
         if tuple(self.shape(node.input[2])) != ishape or len(ishape) != rank \
                 or any(ishape[d] != shape[d] for d in range(rank) if d != axis):
             self.fail(node, f"indices {list(ishape)} and updates {list(self.shape(node.input[2]))} must have one "
-                            f"shape, the data's {list(shape)} off axis {axis}")
+                            f"shape, the data's {list(shape)} off axis {axis}",
+                      "indices shorter than the data off the scatter axis are not supported")
         size = shape[axis]
         self._check_const_indices(node, idx_name, size, axis)
         names = [f"i{d}" for d in range(rank)]
-        reads = ["k0" if d == axis else names[d] for d in range(rank)]
-        ref = f"{self.operand(idx_name)}[{', '.join(reads)}]"
+        iv, uv = self.operand(idx_name), self.operand(node.input[2])
         iota = self._iota(node.output[0] + "_iota", size)
-        match = f"equal({self._wrapped(ref, size)}, {iota}[{names[axis]}])"
-        hits, sums, extreme = self._scatter_parts(node, match, names, reads, reduction)
-        self._scatter_result(node, node.output[0], hits, sums, extreme, reduction)
+
+        def at(u):   # the updates' point: its own position along the axis, the output's elsewhere
+            return ", ".join(u[0] if d == axis else names[d] for d in range(rank))
+
+        def match(u):
+            return f"equal({self._wrapped(f'{iv}[{at(u)}]', size)}, {iota}[{names[axis]}])"
+        self._scatter(node, match, lambda u: f"{uv}[{at(u)}]", ["k0"], [ishape[axis]], reduction)
 
     def op_Scatter(self, index, node):   # opset 9-10: ScatterElements without reduction
         self.op_ScatterElements(index, node)
@@ -255,14 +270,16 @@ class IndexOps:
             if any(((idx[..., d] < -shape[d]) | (idx[..., d] >= shape[d])).any() for d in range(q)):
                 self.fail(node, "an index is out of range of the data")
         names = [f"i{d}" for d in range(rank)]
-        us = [f"k{d}" for d in range(len(ishape) - 1)]
-        iv = self.operand(idx_name)
-        terms = []
-        for d in range(q):
-            ref = f"{iv}[{', '.join(us + [str(d)])}]"
-            terms.append(f"equal({self._wrapped(ref, shape[d])}, {self._iota(f'{node.output[0]}_iota{d}', shape[d])}"
-                         f"[{names[d]}])")
-        match = " * ".join(terms)
-        reads = us + names[q:]
-        hits, sums, extreme = self._scatter_parts(node, match, names, reads, reduction)
-        self._scatter_result(node, node.output[0], hits, sums, extreme, reduction)
+        iv, uv = self.operand(idx_name), self.operand(node.input[2])
+        iotas = [self._iota(f"{node.output[0]}_iota{d}", shape[d]) for d in range(q)]
+
+        def match(u):   # every coordinate of update u's index tuple names this point
+            terms = []
+            for d in range(q):
+                ref = f"{iv}[{', '.join(u + [str(d)])}]"
+                terms.append(f"equal({self._wrapped(ref, shape[d])}, {iotas[d]}[{names[d]}])")
+            return " * ".join(terms)
+
+        def read(u):
+            return f"{uv}[{', '.join(u + names[q:])}]"
+        self._scatter(node, match, read, [f"k{d}" for d in range(len(ishape) - 1)], list(ishape[:-1]), reduction)

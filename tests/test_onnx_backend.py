@@ -111,7 +111,6 @@ NODE_MODULES = ("isnan", "isinf", "trilu", "rangeop", "cumsum", "topk", "gathere
 BOUND = {"TopK": (1,), "CumSum": (1,)}
 _EMPTY = "has a dimension below 1"            # the DSL has no empty tensors
 _RUNTIME_RANGE = "start, limit and delta must be constants"
-_MUL = "reduction 'mul' is not supported"
 NODE_REFUSED = {
     "test_triu_zero": _EMPTY, "test_tril_zero": _EMPTY,
     **{f"test_range_{t}": _RUNTIME_RANGE for t in ("float_type_positive_delta", "float16_type_positive_delta",
@@ -120,7 +119,6 @@ NODE_REFUSED = {
                                                            "bfloat16_type_positive_delta", "int32_type_negative_delta")},
     **{f"test_cumsum_{t}": _DOUBLE for t in ("1d", "1d_exclusive", "1d_reverse", "1d_reverse_exclusive",
                                              "2d_axis_0", "2d_axis_1", "2d_negative_axis")},
-    "test_scatter_elements_with_reduction_mul": _MUL, "test_scatternd_multiply": _MUL,
 }
 
 

@@ -395,7 +395,7 @@ def test_gather_elements_with_negative_indices():
     check(one("GatherElements", [(3, 2)], (2, 2), [("i", np.array([[2, 0], [-1, 1]], np.int64))], axis=0))
 
 
-@pytest.mark.parametrize("reduction", ["none", "add", "max", "min"])
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
 def test_scatter_elements(reduction):
     idx = np.array([[1, 3], [0, 0], [2, -1]], np.int64) if reduction != "none" else \
         np.array([[1, 3], [0, 2], [2, -1]], np.int64)
@@ -404,13 +404,20 @@ def test_scatter_elements(reduction):
     check(m, {"X": rand(3, 4), "idx": idx, "U": rand(3, 2)})
 
 
-@pytest.mark.parametrize("reduction", ["none", "add", "max", "min"])
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
 def test_scatter_nd(reduction):
     idx = np.array([[0, 2], [1, -1], [0, 2]], np.int64)[: 2 if reduction == "none" else 3]
     nodes = [helper.make_node("ScatterND", ["X", "idx", "U"], ["Y"], reduction=reduction)]
     m = model(nodes, [("X", (2, 4, 3)), ("idx", idx.shape, I64), ("U", (len(idx), 3))], [("Y", (2, 4, 3))],
               opset=18)
     check(m, {"X": rand(2, 4, 3), "idx": idx, "U": rand(len(idx), 3)})
+
+
+def test_scatter_elements_with_indices_shorter_than_the_data_is_refused_clearly():
+    m = one("ScatterElements", [(3, 4)], (3, 4), [("i", np.array([[2, 0], [1, 2]], np.int64)),
+                                                  ("u", np.ones((2, 2), np.float32))], opset=18, axis=0)
+    with pytest.raises(UserError, match="indices shorter than the data off the scatter axis are not supported"):
+        from_onnx(m)
 
 
 def test_scatter_nd_kv_cache_update():
