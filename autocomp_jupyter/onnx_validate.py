@@ -79,6 +79,9 @@ def model_problems(model) -> list[Diagnostic]:
     if "ai.onnx" not in seen and uses_default and model.ir_version >= 3:
         out.append(Diagnostic("the model has no opset_import for the default ONNX domain, which its nodes use",
                               hint="IR version 3 and later name the opset they are written against"))
+    text = _not_text(model)
+    if text:
+        return out + [Diagnostic(f"{text} is not valid UTF-8 text (a damaged model)")]
     if not graph.output:
         out.append(Diagnostic("the graph has no outputs: nothing to compute"))
     out += _value_info_problems(graph) + _names_defined_once(graph)
@@ -86,6 +89,28 @@ def model_problems(model) -> list[Diagnostic]:
         out.append(Diagnostic(f"sparse initializer '{graph.sparse_initializer[0].values.name}': sparse "
                               "initializers are not supported", hint="store the weights dense"))
     return out
+
+
+def _not_text(model) -> str:
+    """The first name, op type or domain protobuf could not decode as UTF-8 (it hands those
+    over as bytes), described; '' when all are text."""
+    graph = model.graph
+    for o in model.opset_import:
+        if not isinstance(o.domain, str):
+            return f"an opset_import domain ({o.domain!r})"
+    for kind, infos in (("graph input", graph.input), ("graph output", graph.output),
+                        ("initializer", graph.initializer)):
+        for vi in infos:
+            if not isinstance(vi.name, str):
+                return f"the name of a {kind} ({vi.name!r})"
+    for k, node in enumerate(graph.node):
+        for what, value in (("op type", node.op_type), ("domain", node.domain), ("name", node.name)):
+            if not isinstance(value, str):
+                return f"the {what} of node {k} ({value!r})"
+        for name in list(node.input) + list(node.output):
+            if not isinstance(name, str):
+                return f"an input or output name of node {k} ({name!r})"
+    return ""
 
 
 def _value_info_problems(graph) -> list[Diagnostic]:

@@ -5,7 +5,7 @@ The seed is a MobileNetV2 as torch exports it (`bench_onnx.mobilenetv2`, random 
 CI test uses `small_mobilenet`, the same blocks, fewer of them). Each mutant changes one thing
 (`MUTATIONS`): an initializer's or a graph input's dims, an element type, an attribute's value,
 type or presence, a node input dropped or renamed, a node removed, an op type, the opset, the
-serialized bytes cut short or flipped. Each is written to a file and checked as a user would
+serialized bytes cut short, or bytes of its structure (nodes, inputs, outputs, opsets) flipped. Each is written to a file and checked as a user would
 (`autocomp check FILE`, in this process) and classified:
 
 - `refused`: exit 2 with a message (the message's first line is kept for the table);
@@ -214,9 +214,13 @@ def mutate_truncate(rng, m):
 
 
 def mutate_flip_bytes(rng, m):
+    """Random bytes of the structure overwritten: the nodes (serialized first in the graph) or
+    the tail (graph inputs, outputs, opsets); the weights between them hold only numbers."""
     data = bytearray(m.SerializeToString())
+    head = min(len(data), 64 + sum(n.ByteSize() + 4 for n in m.graph.node))
     for _ in range(int(rng.integers(1, 8))):
-        data[int(rng.integers(len(data)))] = int(rng.integers(256))
+        at = int(rng.integers(head)) if rng.random() < 0.6 else len(data) - 1 - int(rng.integers(min(256, len(data))))
+        data[at] = int(rng.integers(256))
     return bytes(data)
 
 
@@ -294,7 +298,10 @@ def against_onnxruntime(path: str) -> tuple[str, str]:
         feeds = {name: np.random.default_rng(0).standard_normal(s).astype(np.float32) for name, s in shapes.items()}
         want = session.run(None, feeds)
     except Exception as exc:
-        return "accepted-invalid", f"onnxruntime: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        text = " ".join(str(exc).split())
+        if any(w in text for w in ("bfc_arena", "Failed to allocate", "Unable to allocate")):
+            return "accepted", "not run: onnxruntime runs out of memory (a huge, valid shape)"
+        return "accepted-invalid", f"onnxruntime: {type(exc).__name__}: {text[:200]}"
     program = from_onnx(path)
     names = [t.name for t in program.inputs if t.role == "input"]
     got = run_with_values(program, dict(zip(names, feeds.values())))
