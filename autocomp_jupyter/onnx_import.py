@@ -406,8 +406,8 @@ class _Importer(IndexOps):
     def _graph_outputs(self) -> list[str]:
         """The DSL names of the graph's outputs (errors recorded for those not computed)."""
         outputs = []
-        input_names = {v[0] for k, v in self.values.items() if k in {i.name for i in self.graph.input}
-                       and not isinstance(v, _View)}
+        graph_inputs = {i.name for i in self.graph.input}
+        input_names = {v[0] for k, v in self.values.items() if k in graph_inputs and not isinstance(v, _View)}
         for vi in self.graph.output:
             if vi.name in self.poisoned:
                 continue

@@ -197,17 +197,20 @@ def initializer_arrays(graph) -> tuple[dict, list[Diagnostic]]:
                                       "does not read", hint="float32, float16, bfloat16, double, integers and bool "
                                                             "are read"))
             continue
-        want = math.prod(dims)
-        count, stored = _stored_count(init)
-        if count != want:
-            out.append(Diagnostic(f"{where}: dims {dims} ({_type_name(init.data_type)}) need {want:,} elements, "
-                                  f"but it stores {stored}",
-                                  hint="the initializer's dims and data disagree (a damaged or hand-edited model)"))
-            continue
-        try:
+        try:   # numpy's reshape refuses data that disagrees with the dims: described below
             value = numpy_helper.to_array(init)
-        except Exception as err:   # onnx's own decoding refuses what is left
-            out.append(Diagnostic(f"{where}: its data cannot be read ({type(err).__name__}: {err})"))
+        except Exception as err:
+            want = math.prod(dims)
+            count, stored = _stored_count(init)
+            if count != want:
+                out.append(Diagnostic(f"{where}: dims {dims} ({_type_name(init.data_type)}) need {want:,} elements, "
+                                      f"but it stores {stored}",
+                                      hint="the initializer's dims and data disagree (a damaged or hand-edited model)"))
+            else:
+                out.append(Diagnostic(f"{where}: its data cannot be read ({type(err).__name__}: {err})"))
+            continue
+        if value.size != math.prod(dims):
+            out.append(Diagnostic(f"{where}: dims {dims} need {math.prod(dims):,} elements, but it stores {value.size:,}"))
             continue
         if value.dtype.kind not in "fiub":   # bfloat16 (ml_dtypes) computes as float32
             value = value.astype(np.float32)
