@@ -45,6 +45,7 @@ import numpy as np
 from .errors import Diagnostic, UserError
 from .ir.program import Program
 from .limits import EXTENT
+from .onnx_attention_ops import AttentionOps
 from .onnx_index_ops import IndexOps
 from .onnx_validate import NodeChecker, initializer_arrays, model_problems, node_label, unsupported_ops_diagnostic
 
@@ -123,7 +124,7 @@ def sanitize(name: str) -> str:
     return out
 
 
-class _Importer(IndexOps):
+class _Importer(IndexOps, AttentionOps):
     def __init__(self, model, input_shapes: dict | None, filename: str):
         self.onnx = _onnx()
         self.model = model
@@ -556,7 +557,9 @@ class _Importer(IndexOps):
             self.fail(node, f"cannot fold this constant computation: {err}")
         for name, value in zip(node.output, results):
             if name:
-                self.consts[name] = np.asarray(value)
+                value = np.asarray(value)
+                # bfloat16 and the float8s (ml_dtypes, not numpy kinds) compute as float32
+                self.consts[name] = value if value.dtype.kind in "fiub" else value.astype(np.float32)
 
     def evaluate(self, node, feeds: dict, opset: int | None = None) -> list:
         """`node` run by onnx's reference evaluator on `feeds`, as an op of the model's opset

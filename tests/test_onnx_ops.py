@@ -464,3 +464,35 @@ def test_a_runtime_range_is_refused_clearly():
     m = model(nodes, [("a", (), F), ("b", (), F), ("d", (), F)], [("Y", None)])
     with pytest.raises(UserError, match="ONNX node 'rng'.*start, limit and delta must be constants"):
         from_onnx(m)
+
+
+# --------------------------------------------------------------------------- opset 23's Attention and RotaryEmbedding
+
+def _attention(q, k, v, extra_inputs=(), outputs=None, inits=(), **attrs):
+    names = ["Q", "K", "V"] + [n for n, _, _ in extra_inputs]
+    node = helper.make_node("Attention", names, ["Y"] + ([n for n, _ in outputs[1:]] if outputs else []), **attrs)
+    ins = [("Q", q), ("K", k), ("V", v)] + [(n, s, t) for n, s, t in extra_inputs if n]
+    outs = outputs or [("Y", None)]
+    return model([node], ins, outs, inits, opset=23)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"is_causal": 1}, {"scale": 0.3, "softcap": 2.0}, {"is_causal": 1, "softcap": 5.0}])
+def test_attention_4d_grouped_query_heads(attrs):
+    check(_attention((2, 4, 5, 8), (2, 2, 6, 8), (2, 2, 6, 3), **attrs))
+
+
+@pytest.mark.parametrize("kind", [F, BOOL])
+def test_attention_with_a_mask(kind):
+    mask_shape = (1, 4, 5, 6) if kind == F else (5, 6)
+    m = _attention((1, 4, 5, 8), (1, 4, 6, 8), (1, 4, 6, 8), [("M", mask_shape, kind)])
+    feeds = feeds_for(m)
+    if kind == BOOL:
+        feeds["M"][:, 0] = True           # no row masked whole (onnxruntime leaves those NaN)
+    check(m, feeds)
+
+
+def test_attention_3d_with_a_kv_cache_and_causal_offset():
+    m = _attention((1, 3, 16), (1, 3, 8), (1, 3, 8), [("", None, F), ("pk", (1, 2, 4, 4), F), ("pv", (1, 2, 4, 4), F)],
+                   outputs=[("Y", None), ("present_k", None), ("present_v", None)],
+                   is_causal=1, q_num_heads=4, kv_num_heads=2)
+    check(m)
