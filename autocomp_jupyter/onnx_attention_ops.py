@@ -155,3 +155,77 @@ class AttentionOps:
             return inputs[0]
         self.ew(node, out + "_bias", inputs, " + ".join(terms), dtype="f32", note="Attention: mask + causal")
         return out + "_bias"
+
+    # ------------------------------------------------------------ rotary embedding
+
+    def _rotary_table(self, node, k: int, half: int, b: int, s: int) -> str:
+        """cos (k = 1) or sin (k = 2) at each [batch, position]: [B, S, half]."""
+        cache = node.input[k]
+        pos = self._optional(node, 3)
+        out = f"{node.output[0]}_{'cos' if k == 1 else 'sin'}"
+        if pos is None:
+            if tuple(self.shape(cache)) != (b, s, half):
+                self.fail(node, f"without position_ids, '{cache}' must be [B, S, rotary_dim/2] = {[b, s, half]}")
+            return cache
+        rows, width = self.shape(cache) if len(self.shape(cache)) == 2 else (0, 0)
+        if width != half or tuple(self.shape(pos)) != (b, s):
+            self.fail(node, f"'{cache}' {list(self.shape(cache))} and position_ids {list(self.shape(pos))} do not fit "
+                            f"(expected [max_position, {half}] and [{b}, {s}])")
+        if cache in self.consts and pos in self.consts:
+            ids = self.consts[pos].astype(np.int64)
+            if ((ids < 0) | (ids >= rows)).any():
+                self.fail(node, f"a position id is outside 0 .. {rows - 1}")
+            self.consts[out] = self.consts[cache][ids].astype(np.float32)
+            return out
+        iota = self._iota(out + "_iota", rows)
+        self.comp(out, (b, s, half), "f32", ["b0", "i0", "i1"], "+=",
+                  f"equal({self.operand(pos)}[b0, i0], {iota}[k0]) * {self.operand(cache)}[k0, i1]",
+                  "RotaryEmbedding: the cache at the position ids (one-hot)")
+        return out
+
+    def op_RotaryEmbedding(self, index, node):
+        a = self.attrs(node)
+        x = node.input[0]
+        shape = tuple(self.shape(x))
+        out = node.output[0]
+        if len(shape) == 3:
+            heads = int(a.get("num_heads", 0))
+            if heads <= 0 or shape[2] % heads:
+                self.fail(node, f"a 3-D input {list(shape)} needs num_heads dividing {shape[2]}")
+            self.view(node, x + "__heads", x, shape[:2] + (heads, shape[2] // heads))
+            x4, s_axis = x + "__heads", 1        # [B, S, H, D]
+        elif len(shape) == 4:
+            x4, s_axis = x, 2                    # [B, H, S, D]
+        else:
+            self.fail(node, f"the input must be 3-D or 4-D, got {list(shape)}")
+        dims = tuple(self.shape(x4))
+        d = dims[3]
+        rd = int(a.get("rotary_embedding_dim", 0)) or d
+        if rd > d or rd % 2:
+            self.fail(node, f"rotary_embedding_dim {rd} must be even and at most the head size {d}")
+        half = rd // 2
+        cos = self.operand(self._rotary_table(node, 1, half, dims[0], dims[s_axis]))
+        sin = self.operand(self._rotary_table(node, 2, half, dims[0], dims[s_axis]))
+        xs = self.operand(x4)
+        n = ["i0", "i1", "i2"]
+        lead = ", ".join(n)
+        trig = f"[{n[0]}, {n[s_axis]}, j0]"
+        interleaved = a.get("interleaved", 0)
+        if interleaved:   # pairs (2j, 2j + 1)
+            x1, x2, lhs, pair = f"{xs}[{lead}, 2*j0]", f"{xs}[{lead}, 2*j0 + 1]", n + ["j0", "j1"], dims[:3] + (half, 2)
+            where = ""
+        else:             # pairs (j, j + rd/2)
+            x1, x2, lhs, pair = f"{xs}[{lead}, j0]", f"{xs}[{lead}, j0 + {half}]", n + ["j1", "j0"], dims[:3] + (2, half)
+            where = f" where j0 < {half}" if half != d else ""
+        first = self._iota(out + "_pair", 2)
+        self.comp(out + "_rotated", pair, self.dtype(x), lhs, "=",
+                  f"select(equal({first}[j1], 0), {cos}{trig} * {x1} - {sin}{trig} * {x2}, "
+                  f"{sin}{trig} * {x1} + {cos}{trig} * {x2}){where}", "RotaryEmbedding")
+        self.view(node, out + "_rot", out + "_rotated", dims[:3] + (rd,))
+        full = out + "_rot"
+        if rd < d:   # the features past rotary_embedding_dim pass through
+            self._sliced(node, out + "_pass", x4, [0, 0, 0, rd], [1, 1, 1, 1], list(dims[:3]) + [d - rd],
+                         "RotaryEmbedding: not rotated")
+            self.lib(node, out + "_all", "concat", [out + "_rot", out + "_pass"], axis=3)
+            full = out + "_all"
+        self.view(node, out, full, shape)

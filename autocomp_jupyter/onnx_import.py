@@ -1272,13 +1272,15 @@ class _Importer(IndexOps, AttentionOps):
             parts = a.get("num_outputs", len(outs))
             each = -(-shape[axis] // parts)
             sizes = [min(each, shape[axis] - k * each) for k in range(parts)]
-        if sum(sizes) != shape[axis] or len(sizes) != len(outs) or min(sizes) <= 0:
+        if sum(sizes) != shape[axis] or len(sizes) != len(outs) or min(sizes) < 0:
             self.fail(node, f"split sizes {sizes} do not cut axis {axis} ({shape[axis]}) into {len(outs)} parts")
         offset = 0
         for name, size in zip(outs, sizes):
-            if name:
+            out_shape = [size if d == axis else e for d, e in enumerate(shape)]
+            if name and size == 0:   # an empty part (a function body's "nothing left over"): a constant
+                self.consts[name] = np.zeros(out_shape, np.float32)
+            elif name:
                 lo = [offset if d == axis else 0 for d in range(len(shape))]
-                out_shape = [size if d == axis else e for d, e in enumerate(shape)]
                 self._sliced(node, name, node.input[0], lo, [1] * len(shape), out_shape, "Split")
             offset += size
 

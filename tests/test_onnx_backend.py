@@ -5,7 +5,7 @@
   compared with the case's outputs; a case passes, or is on `REFUSED` with the message it
   gets. Nothing crashes, nothing is silently wrong.
 - onnx's node test cases of the ops LLM exports add (IsNaN, IsInf, Trilu, Range, CumSum, TopK,
-  GatherElements, Scatter*, Where, opset 23's Attention): each passes or is on `NODE_REFUSED`
+  GatherElements, Scatter*, Where, opset 23's Attention and RotaryEmbedding): each passes or is on `NODE_REFUSED`
   with its message.
 - backend/test/data/light: the model zoo's classic networks (opset 9, IR 3, weights as
   ConstantOfShape nodes): all nine import; the smaller ones, their weights made random,
@@ -106,7 +106,7 @@ def test_onnxruntime_passes_none_of_the_refused_cases():
 # wheel ships no data files for them) of the ops transformers' exports add: each passes, or is
 # a documented refusal below.
 NODE_MODULES = ("isnan", "isinf", "trilu", "rangeop", "cumsum", "topk", "gatherelements", "scatter",
-                "scatterelements", "scatternd", "where", "attention")
+                "scatterelements", "scatternd", "where", "attention", "rotaryembedding")
 # Inputs that fix a shape or an axis (TopK's K, CumSum's axis) are graph inputs in these cases;
 # the importer needs them constant, as an export with static shapes has them: bound to the
 # case's values as initializers.
@@ -168,7 +168,7 @@ def _node_cases() -> list:
         for name in NODE_MODULES:
             importlib.import_module(f"onnx.backend.test.case.node.{name}")
     prefixes = ("test_isnan", "test_isinf", "test_triu", "test_tril", "test_range", "test_cumsum", "test_top_k",
-                "test_gather_elements", "test_scatter", "test_where", "test_attention")
+                "test_gather_elements", "test_scatter", "test_where", "test_attention", "test_rotary")
     return [c for c in node_cases._NodeTestCases if c.name.startswith(prefixes)]
 
 

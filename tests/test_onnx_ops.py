@@ -496,3 +496,23 @@ def test_attention_3d_with_a_kv_cache_and_causal_offset():
                    outputs=[("Y", None), ("present_k", None), ("present_v", None)],
                    is_causal=1, q_num_heads=4, kv_num_heads=2)
     check(m)
+
+
+@pytest.mark.parametrize("interleaved, rd", [(0, 0), (1, 0), (0, 4), (1, 6)])
+def test_rotary_embedding_4d_with_runtime_positions(interleaved, rd):
+    attrs = {"interleaved": interleaved} | ({"rotary_embedding_dim": rd} if rd else {})
+    half = (rd or 8) // 2
+    node = helper.make_node("RotaryEmbedding", ["X", "cos", "sin", "pos"], ["Y"], **attrs)
+    angles = np.arange(16)[:, None] * (0.3 ** np.arange(half))[None, :]
+    m = model([node], [("X", (2, 3, 5, 8)), ("pos", (2, 5), I64)], [("Y", (2, 3, 5, 8))],
+              [("cos", np.cos(angles).astype(np.float32)), ("sin", np.sin(angles).astype(np.float32))], opset=23)
+    check(m, {"X": rand(2, 3, 5, 8), "pos": np.array([[0, 1, 2, 3, 4], [7, 8, 9, 10, 15]], np.int64)})
+
+
+def test_rotary_embedding_3d_with_constant_positions():
+    node = helper.make_node("RotaryEmbedding", ["X", "cos", "sin", "pos"], ["Y"], num_heads=2)
+    angles = np.arange(6)[:, None] * (0.5 ** np.arange(2))[None, :]
+    m = model([node], [("X", (1, 4, 8))], [("Y", (1, 4, 8))],
+              [("cos", np.cos(angles).astype(np.float32)), ("sin", np.sin(angles).astype(np.float32)),
+               ("pos", np.array([[2, 3, 4, 5]], np.int64))], opset=23)
+    check(m)
