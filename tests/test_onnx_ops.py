@@ -516,3 +516,34 @@ def test_rotary_embedding_3d_with_constant_positions():
               [("cos", np.cos(angles).astype(np.float32)), ("sin", np.sin(angles).astype(np.float32)),
                ("pos", np.array([[2, 3, 4, 5]], np.int64))], opset=23)
     check(m)
+
+
+def _decoder_step(s=8, heads=4, kv_heads=2, d=8):
+    """What a transformers export at opset 23 strings together: position ids from the
+    attention mask's CumSum, RotaryEmbedding of Q and K, causal GQA Attention, the SDPA NaN
+    guard (IsNaN, Where), an output projection and a top-2 router (TopK)."""
+    angles = np.arange(32)[:, None] * (0.3 ** np.arange(d // 2))[None, :]
+    inits = [("cos", np.cos(angles).astype(np.float32)), ("sin", np.sin(angles).astype(np.float32)),
+             ("wo", rand(heads * d, heads * d, scale=0.1)), ("axis", np.array(-1, np.int64)),
+             ("one", np.array(1, np.int64)), ("k2", np.array([2], np.int64)), ("zero", np.array(0.0, np.float32))]
+    nodes = [helper.make_node("CumSum", ["mask", "axis"], ["cs"]), helper.make_node("Sub", ["cs", "one"], ["pos"]),
+             helper.make_node("RotaryEmbedding", ["q", "cos", "sin", "pos"], ["qr"], num_heads=heads),
+             helper.make_node("RotaryEmbedding", ["k", "cos", "sin", "pos"], ["kr"], num_heads=kv_heads),
+             helper.make_node("Attention", ["qr", "kr", "v"], ["a"], is_causal=1, q_num_heads=heads,
+                              kv_num_heads=kv_heads),
+             helper.make_node("IsNaN", ["a"], ["bad"]), helper.make_node("Where", ["bad", "zero", "a"], ["a2"]),
+             helper.make_node("MatMul", ["a2", "wo"], ["o"]),
+             helper.make_node("TopK", ["o", "k2"], ["tv", "ti"], axis=-1)]
+    ins = [("mask", (1, s), I64), ("q", (1, s, heads * d)), ("k", (1, s, kv_heads * d)), ("v", (1, s, kv_heads * d))]
+    return model(nodes, ins, [("tv", (1, s, 2)), ("ti", (1, s, 2), I64)], inits, opset=23)
+
+
+def test_a_decoder_step_matches_onnxruntime_and_optimises_verified():
+    import autocomp_jupyter as autocomp
+
+    m = _decoder_step()
+    feeds = feeds_for(m)
+    feeds["mask"] = np.ones((1, 8), np.int64)          # position ids 0 .. 7
+    program = check(m, feeds)
+    res = autocomp.optimize(program, target="npu", tune=0)
+    assert res.report["verified"] and res.report["speedup_vs_library"] >= 1.0
