@@ -1,6 +1,6 @@
 """ONNX model validation: what a model must satisfy before the importer reads it.
 
-The importer (`onnx_import`) trusts nothing this module has not checked. It checks what onnx's
+The importer (`importer.py`) trusts nothing this module has not checked. It checks what onnx's
 checker and onnxruntime check when they load a model, and turns each failure into a
 `Diagnostic` naming the model field, the initializer, the graph input or the node, and what
 was expected:
@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from .errors import Diagnostic
+from ..errors import Diagnostic
 
 # Element types the importer reads (the DSL's f32/f16/bf16/i8/i32, double as f32).
 READABLE_TYPES = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 16}
