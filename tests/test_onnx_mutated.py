@@ -74,7 +74,7 @@ def test_unknown_domain_and_op():
             "the default ONNX domain's ReduceMean is supported")
     m = net()
     m.graph.node[1].op_type = "Frobnicate"
-    refused(m, "Frobnicate: node 'relu'", "op type not supported")
+    refused(m, "Frobnicate (not an ONNX op): node 'relu'", "op type not supported")
 
 
 def test_missing_graph_output():
@@ -95,7 +95,7 @@ def test_one_error_does_not_cascade():
     """A refused node poisons what reads it: one error, not one per reader."""
     m = net()
     m.graph.node[0].op_type = "Frobnicate"
-    text = refused(m, "Frobnicate: node 'conv'")
+    text = refused(m, "Frobnicate (not an ONNX op): node 'conv'")
     assert "'relu'" not in text and "'pool'" not in text
 
 

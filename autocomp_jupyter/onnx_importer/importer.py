@@ -406,7 +406,7 @@ class _Importer(ElementwiseOps, LayoutOps, LinearOps, ConvOps, NormalizeOps, Res
         else:
             handler = getattr(self, f"op_{op}", None)
             if handler is None:
-                self._unsupported(node, op)
+                self._unsupported(node, op if self.onnx.defs.has(op) else f"{op} (not an ONNX op)")
             handler(index, node)
         if inferred is not None:   # onnx's inference found a conflict the import did not
             self.fail(node, f"onnx's shape inference refuses the node: {inferred[1]}")

@@ -357,6 +357,21 @@ _ALTERNATIVES = {
     "MeanVarianceNormalization": "ReduceMean, Sub, Mul, ReduceMean, Sqrt, Div",
     "Attention": "MatMul, Softmax and MatMul (opset 23's Attention written out)",
     "OneHot": "Equal against a Range constant, then Cast",
+    "Hardmax": "ArgMax, then Equal against a Range constant (a one-hot of the maximum)",
+    "Compress": "its output length depends on the data: not expressible with static shapes",
+    "QLinearConv": "export in QDQ form (QuantizeLinear/DequantizeLinear around a float Conv)",
+    "QLinearMatMul": "export in QDQ form (QuantizeLinear/DequantizeLinear around a float MatMul)",
+    "ConvInteger": "export in QDQ form (QuantizeLinear/DequantizeLinear around a float Conv)",
+    "MatMulInteger": "export in QDQ form (QuantizeLinear/DequantizeLinear around a float MatMul)",
+    "DynamicQuantizeLinear": "export with static quantisation (QuantizeLinear with a constant scale)",
+    "RandomNormal": "random ops have no reproducible result: export in eval mode",
+    "RandomUniform": "random ops have no reproducible result: export in eval mode",
+    "RandomNormalLike": "random ops have no reproducible result: export in eval mode",
+    "RandomUniformLike": "random ops have no reproducible result: export in eval mode",
+    "Bernoulli": "random ops have no reproducible result: export in eval mode",
+    "SequenceConstruct": "sequences are not tensors: export with the sequence unrolled",
+    "SplitToSequence": "sequences are not tensors: export with the sequence unrolled",
+    "ConcatFromSequence": "sequences are not tensors: export with the sequence unrolled",
 }
 
 
