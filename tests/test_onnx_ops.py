@@ -547,3 +547,36 @@ def test_a_decoder_step_matches_onnxruntime_and_optimises_verified():
     program = check(m, feeds)
     res = autocomp.optimize(program, target="npu", tune=0)
     assert res.report["verified"] and res.report["speedup_vs_library"] >= 1.0
+
+
+def test_sdpa_masks_from_a_runtime_padding_mask_and_a_causal_range():
+    """transformers' SDPA mask at export: the causal part from two Ranges (LessOrEqual), the
+    padding part from the runtime attention_mask (Cast to bool, Unsqueeze), And, Expand;
+    torch's SDPA lowering then adds Where(mask, 0, -inf), softmaxes, and zeroes the NaN rows
+    a left-padded token leaves (Where(IsNaN(p), 0, p)) before the value product."""
+    s, d = 6, 4
+    nodes = [helper.make_node("Range", ["zero", "len", "one"], ["ar"]),
+             helper.make_node("Unsqueeze", ["ar", "ax1"], ["q_idx"]),
+             helper.make_node("LessOrEqual", ["ar", "q_idx"], ["causal"]),            # kv <= q: [s, s]
+             helper.make_node("Cast", ["attention_mask"], ["pad"], to=BOOL),
+             helper.make_node("Unsqueeze", ["pad", "ax12"], ["pad4"]),               # [b, 1, 1, s]
+             helper.make_node("And", ["causal", "pad4"], ["keep"]),
+             helper.make_node("Expand", ["keep", "shape4"], ["keep4"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["qk"]),
+             helper.make_node("Mul", ["qk", "scale"], ["scores"]),
+             helper.make_node("Where", ["keep4", "fzero", "ninf"], ["bias"]),
+             helper.make_node("Add", ["scores", "bias"], ["masked"]),
+             helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+             helper.make_node("IsNaN", ["p"], ["nan"]),
+             helper.make_node("Where", ["nan", "fzero", "p"], ["p2"]),
+             helper.make_node("MatMul", ["p2", "v"], ["Y"])]
+    inits = [("zero", np.array(0, np.int64)), ("len", np.array(s, np.int64)), ("one", np.array(1, np.int64)),
+             ("ax1", np.array([1], np.int64)), ("ax12", np.array([1, 2], np.int64)),
+             ("shape4", np.array([2, 1, s, s], np.int64)), ("scale", np.array(0.5, np.float32)),
+             ("fzero", np.array(0.0, np.float32)), ("ninf", np.array(-np.inf, np.float32))]
+    m = model(nodes, [("attention_mask", (2, s), I64), ("q", (2, 2, s, d)), ("k", (2, 2, s, d)), ("v", (2, 2, s, d))],
+              [("Y", (2, 2, s, d))], inits, opset=18)
+    feeds = feeds_for(m)
+    feeds["attention_mask"] = np.array([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]], np.int64)   # the first left-padded
+    check(m, feeds)
