@@ -2,7 +2,8 @@
 onnxruntime agrees with; never a Python traceback, never a hang.
 
 The seed is a MobileNetV2 as torch exports it (`bench_onnx.mobilenetv2`, random weights; the
-CI test uses `small_mobilenet`, the same blocks, fewer of them). Each mutant changes one thing
+CI test uses `small_mobilenet`, the same blocks, fewer of them), or `small_decoder`, a decoder
+step with the ops LLM exports use (Gather, CumSum, RotaryEmbedding, Attention, ScatterND ...). Each mutant changes one thing
 (`MUTATIONS`): an initializer's or a graph input's dims, an element type, an attribute's value,
 type or presence, a node input dropped or renamed, a node removed, an op type, the opset, the
 serialized bytes cut short, or bytes of its structure (nodes, inputs, outputs, opsets) flipped. Each is written to a file and checked as a user would
@@ -18,6 +19,7 @@ serialized bytes cut short, or bytes of its structure (nodes, inputs, outputs, o
 
     python benchmarks/fuzz_onnx.py                      # 1,000 mutants of MobileNetV2 at 32x32
     python benchmarks/fuzz_onnx.py --count 200 --seed 3 --image 64 --show refused
+    python benchmarks/fuzz_onnx.py --model small_decoder --count 500      # the LLM ops' handlers
 """
 from __future__ import annotations
 
@@ -61,6 +63,40 @@ def small_mobilenet(image: int = 16, classes: int = 4) -> onnx.ModelProto:
     x = g.op("Flatten", [g.op("GlobalAveragePool", [relu6(g.conv(x, 16, 32, 1))])], axis=1)
     out = g.op("Gemm", [x, g.weight("fc_w", (classes, 32)), g.weight("fc_b", (classes,), 0.01)], "logits", transB=1)
     return g.model("input", (1, 3, image, image), out, (1, classes))
+
+
+def small_decoder(seq: int = 8, heads: int = 4, kv_heads: int = 2, dim: int = 8) -> onnx.ModelProto:
+    """A decoder step as an opset-23 export writes it: an embedding (Gather), position ids from
+    the attention mask (CumSum), RotaryEmbedding, causal grouped-query Attention, the SDPA NaN
+    guard (IsNaN, Where), a KV-cache write (ScatterND), GatherElements and a top-2 (TopK)."""
+    g = bench_onnx._Graph(seed=2)
+    hidden = heads * dim
+    angles = np.arange(32)[:, None] * (0.3 ** np.arange(dim // 2))[None, :]
+    cos, sin = g.const("cos", np.cos(angles).astype(np.float32)), g.const("sin", np.sin(angles).astype(np.float32))
+    x = g.op("Gather", [g.weight("embed", (50, hidden), 0.1), "ids"], axis=0)
+    pos = g.op("Sub", [g.op("CumSum", ["mask", g.const("axis", np.array(-1, np.int64))]),
+                       g.const("one", np.array(1, np.int64))])
+    q = g.op("RotaryEmbedding", [g.op("MatMul", [x, g.weight("wq", (hidden, hidden), 0.1)]), cos, sin, pos],
+             num_heads=heads)
+    k = g.op("RotaryEmbedding", [g.op("MatMul", [x, g.weight("wk", (hidden, kv_heads * dim), 0.1)]), cos, sin, pos],
+             num_heads=kv_heads)
+    v = g.op("MatMul", [x, g.weight("wv", (hidden, kv_heads * dim), 0.1)])
+    a = g.op("Attention", [q, k, v], is_causal=1, q_num_heads=heads, kv_num_heads=kv_heads)
+    a = g.op("Where", [g.op("IsNaN", [a]), g.const("zero", np.array(0.0, np.float32)), a])
+    cache = g.op("ScatterND", [a, g.const("row", np.array([[0, 3]], np.int64)), g.weight("upd", (1, hidden), 0.1)])
+    picked = g.op("GatherElements", [cache, g.const("perm", np.tile(np.arange(hidden)[::-1], (1, seq, 1)))], axis=2)
+    values, ids = g.name("top"), g.name("top_ids")
+    g.nodes.append(helper.make_node("TopK", [picked, g.const("k2", np.array([2], np.int64))], [values, ids],
+                                    name=values, axis=-1))
+    graph = helper.make_graph(g.nodes, "decoder", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, seq]),
+                                                   helper.make_tensor_value_info("mask", TensorProto.INT64, [1, seq])],
+                              [helper.make_tensor_value_info(values, TensorProto.FLOAT, [1, seq, 2])], g.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 10
+    return model
+
+
+SEEDS = {"mobilenetv2": None, "small_mobilenet": small_mobilenet, "small_decoder": small_decoder}
 
 
 # --------------------------------------------------------------------------- mutations
@@ -295,7 +331,7 @@ def against_onnxruntime(path: str) -> tuple[str, str]:
         shapes = {i.name: [d if isinstance(d, int) else 1 for d in i.shape] for i in session.get_inputs()}
         if sum(math.prod(s) for s in shapes.values()) > _RUN_ELEMENTS:
             return "accepted", "not run: its inputs are too large"
-        feeds = {name: np.random.default_rng(0).standard_normal(s).astype(np.float32) for name, s in shapes.items()}
+        feeds = _feeds(session)
         want = session.run(None, feeds)
     except Exception as exc:
         text = " ".join(str(exc).split())
@@ -315,6 +351,26 @@ def against_onnxruntime(path: str) -> tuple[str, str]:
     return "accepted", ""
 
 
+def _feeds(session) -> dict:
+    """Inputs for each of the session's graph inputs, of its element type: floats from a normal
+    distribution, integers 1 .. 3 (valid ids, positions and mask values), bools at random."""
+    rng = np.random.default_rng(0)
+    out = {}
+    for i in session.get_inputs():
+        shape = [d if isinstance(d, int) else 1 for d in i.shape]
+        if "int" in i.type:
+            out[i.name] = rng.integers(1, 4, size=shape).astype(np.dtype(i.type[len("tensor("):-1]))
+        elif i.type == "tensor(bool)":
+            out[i.name] = rng.integers(0, 2, size=shape).astype(bool)
+        elif i.type == "tensor(float16)":
+            out[i.name] = rng.standard_normal(shape).astype(np.float16)
+        elif i.type == "tensor(double)":
+            out[i.name] = rng.standard_normal(shape)
+        else:
+            out[i.name] = rng.standard_normal(shape).astype(np.float32)
+    return out
+
+
 def _onnxruntime_runs(path: str) -> bool:
     import onnxruntime as ort
 
@@ -323,9 +379,10 @@ def _onnxruntime_runs(path: str) -> bool:
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        feeds = {i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32)
-                 for i in session.get_inputs()}
-        session.run(None, feeds)
+        if sum(math.prod(d if isinstance(d, int) else 1 for d in i.shape) for i in session.get_inputs()) \
+                > _RUN_ELEMENTS:
+            return True   # it loads; too large to run here
+        session.run(None, _feeds(session))
     except Exception:
         return False
     return True
@@ -354,13 +411,14 @@ def main(argv=None) -> int:
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0, help="the first mutant's number")
     parser.add_argument("--image", type=int, default=32, help="MobileNetV2's input size")
-    parser.add_argument("--small", action="store_true", help="the CI test's three-block network instead")
+    parser.add_argument("--model", default="mobilenetv2", choices=sorted(SEEDS),
+                        help="the seed: MobileNetV2 (at --image), the CI test's three-block one, or a decoder step")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds before a check counts as a hang")
     parser.add_argument("--no-ort", action="store_true", help="skip onnxruntime's cross-check of accepted mutants")
     parser.add_argument("--show", default="traceback,hang,accepted-invalid,wrong",
                         help="outcomes whose mutants are listed one per line")
     args = parser.parse_args(argv)
-    seed_model = small_mobilenet() if args.small else bench_onnx.mobilenetv2(args.image, 10)
+    seed_model = SEEDS[args.model]() if SEEDS[args.model] else bench_onnx.mobilenetv2(args.image, 10)
     start = time.perf_counter()
     rows = run(seed_model, args.count, args.seed, args.timeout, not args.no_ort)
     seconds = time.perf_counter() - start
@@ -375,7 +433,7 @@ def main(argv=None) -> int:
         print(f"{kind:<22}" + "".join(f"{by_kind[kind, o]:>17}" for o in _OUTCOMES))
     total = Counter(outcome for _, _, outcome, _ in rows)
     print(f"{'total':<22}" + "".join(f"{total[o]:>17}" for o in _OUTCOMES))
-    print(f"{len(rows)} mutants of {'small_mobilenet' if args.small else f'MobileNetV2 at {args.image}x{args.image}'}"
+    print(f"{len(rows)} mutants of {args.model if SEEDS[args.model] else f'MobileNetV2 at {args.image}x{args.image}'}"
           f" in {seconds:.1f} s ({seconds / max(len(rows), 1) * 1000:.0f} ms each)")
     bad = total["traceback"] + total["hang"] + total["accepted-invalid"] + total["wrong"]
     return 1 if bad else 0

@@ -90,7 +90,7 @@ class AttentionOps:
             self.comp(out + "_capped", (b, hkv, g, s, t), "f32", names, "=",
                       f"{softcap!r} * tanh({at} / {softcap!r})", "Attention: soft cap")
             scores_name = out + "_capped"
-        bias = self._attention_bias(node, (b, hq, hkv, g, s, t), past, bool(a.get("is_causal", 0)))
+        bias = self._attention_bias(node, (b, hq, hkv, g, s, t), past, bool(self.flag(node, "is_causal", 0)))
         logits = scores_name
         if bias is not None:
             self.ew(node, out + "_logits", [scores_name, bias], "{0} + {1}", dtype="f32", note="Attention: + mask")
@@ -210,7 +210,7 @@ class AttentionOps:
         n = ["i0", "i1", "i2"]
         lead = ", ".join(n)
         trig = f"[{n[0]}, {n[s_axis]}, j0]"
-        interleaved = a.get("interleaved", 0)
+        interleaved = self.flag(node, "interleaved", 0)
         if interleaved:   # pairs (2j, 2j + 1)
             x1, x2, lhs, pair = f"{xs}[{lead}, 2*j0]", f"{xs}[{lead}, 2*j0 + 1]", n + ["j0", "j1"], dims[:3] + (half, 2)
             where = ""

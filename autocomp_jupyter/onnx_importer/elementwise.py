@@ -184,9 +184,8 @@ class ElementwiseOps:
         self._unary_fn(node, "1 - equal(X, X)", "i8")
 
     def op_IsInf(self, index, node):   # beyond the largest finite f32 (the f16 and bf16 ones are smaller)
-        a = self.attrs(node)
-        tests = ([f"less({_F32_MAX!r}, X)"] if a.get("detect_positive", 1) else []) \
-            + ([f"less(X, -{_F32_MAX!r})"] if a.get("detect_negative", 1) else [])
+        tests = ([f"less({_F32_MAX!r}, X)"] if self.flag(node, "detect_positive", 1) else []) \
+            + ([f"less(X, -{_F32_MAX!r})"] if self.flag(node, "detect_negative", 1) else [])
         self._unary_fn(node, " + ".join(tests) or "0 * equal(X, X)", "i8")
 
     def op_Not(self, index, node):

@@ -435,6 +435,14 @@ class _Importer(ElementwiseOps, LayoutOps, LinearOps, ConvOps, NormalizeOps, Res
             out[a.name] = value.decode() if isinstance(value, bytes) else value
         return out
 
+    def flag(self, node, name: str, default: int) -> int:
+        """A 0/1 attribute (is_causal, largest, reverse ...): another value is refused, as
+        runtimes read it differently."""
+        value = self.attrs(node).get(name, default)
+        if value not in (0, 1):
+            self.fail(node, f"attribute {name}={value!r} must be 0 or 1")
+        return int(value)
+
     def version(self, node) -> int:
         """The op version `node` means: the newest version of its op at the model's opset."""
         if node.op_type not in self.versions:

@@ -138,7 +138,8 @@ class IndexOps:
         n = shape[axis]
         if not 1 <= k <= n:
             self.fail(node, f"K = {k} is outside 1 .. {n} (the axis' extent)")
-        largest = a.get("largest", 1)
+        largest = self.flag(node, "largest", 1)
+        self.flag(node, "sorted", 1)
         out = node.output[0] or node.output[1] + "_values"
         names = [f"i{d}" for d in range(rank)]
         at_j = [names[d] if d != axis else "j0" for d in range(rank)]
@@ -166,7 +167,7 @@ class IndexOps:
         axis = self._const_axis(node, rank, 1)
         n = shape[axis]
         i, k = np.arange(n)[:, None], np.arange(n)[None, :]
-        reverse, exclusive = a.get("reverse", 0), a.get("exclusive", 0)
+        reverse, exclusive = self.flag(node, "reverse", 0), self.flag(node, "exclusive", 0)
         keep = (k >= i if reverse else k <= i) & ~((k == i) if exclusive else np.zeros((n, n), bool))
         table = node.output[0] + "_triangle"
         self.consts[table] = keep.astype(np.int8)

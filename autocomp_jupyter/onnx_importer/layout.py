@@ -286,7 +286,7 @@ class LayoutOps:
         shape = self.shape(x)
         if len(shape) < 2:
             self.fail(node, f"Trilu needs a matrix (rank 2 or more), got {list(shape)}")
-        upper = self.attrs(node).get("upper", 1)
+        upper = self.flag(node, "upper", 1)
         rows, cols = shape[-2:]
         has_k = len(node.input) > 1 and node.input[1]
         if not has_k or node.input[1] in self.consts:
