@@ -1,7 +1,10 @@
 """Broken ONNX models end in a clear error (a `UserError` naming what is wrong), never a traceback.
 
 Each mutation starts from a small valid network: wrong shapes, dangling inputs, cycles, huge
-dimensions, unknown domains, truncated or empty files, a missing graph output.
+dimensions, unknown domains, truncated or empty files, a missing graph output; then what onnx's
+checker and onnxruntime refuse (initializer data against dims, input element types against an
+op's type constraints, opsets and IR versions, schemas, a value defined twice); then a lean run
+of `benchmarks/fuzz_onnx.py`'s random mutations (its 1,000-mutant run is the benchmark).
 """
 from __future__ import annotations
 
@@ -181,3 +184,13 @@ def test_mutated_mobilenets_end_in_a_clear_error_or_agree_with_onnxruntime():
     assert "refused" in outcomes and "accepted" in outcomes
     kinds = {kind for kind, outcome in ((r[1], r[2]) for r in rows) if outcome.startswith("refused")}
     assert {"initializer_dims", "input_type", "truncate", "node_remove", "attribute_type"} <= kinds
+
+
+def test_mutated_decoder_steps_end_in_a_clear_error_or_agree_with_onnxruntime():
+    """The same, 2 of each kind, of a decoder step with the ops LLM exports use (Gather, CumSum,
+    RotaryEmbedding, Attention, IsNaN, ScatterND, GatherElements, TopK)."""
+    pytest.importorskip("onnxruntime")
+    fuzz = _fuzz_onnx()
+    rows = fuzz.run(fuzz.small_decoder(), 2 * len(fuzz.MUTATIONS), first_seed=100, timeout=20.0)
+    bad = [row for row in rows if row[2] in ("traceback", "hang", "accepted-invalid", "wrong")]
+    assert not bad, bad
