@@ -125,18 +125,14 @@ NODE_REFUSED = {
 
 
 # Attention: opset 24's external cache (nonpad_kv_seqlen) and opset 25's sliding windows are not
-# read; some of their function-expanded forms pad the bias with -inf (Pad's form needs a finite
-# value) or slice by the runtime cache lengths. The other expanded forms import and pass.
+# read; one function-expanded form slices by the runtime cache lengths. The other expanded forms
+# (composed of plain ops) import and pass.
 _NONPAD = "its nonpad_kv_seqlen input is not supported"
 _WINDOW = "sliding-window attention (left/right_window_size) is not supported"
-_NEG_INF_PAD = "is -inf, where the op needs a finite number"
 NODE_REFUSED.update({
     "test_attention_4d_diff_heads_mask4d_padded_kv": _NONPAD,
-    "test_attention_4d_diff_heads_mask4d_padded_kv_expanded": _NEG_INF_PAD,
     "test_attention_4d_padded_kv_bf16": _NONPAD,
-    "test_attention_4d_padded_kv_bf16_expanded": _NEG_INF_PAD,
     "test_attention_4d_causal_padded_kv_bf16": _NONPAD,
-    "test_attention_4d_causal_padded_kv_bf16_expanded": _NEG_INF_PAD,
     "test_attention_4d_gqa_causal_nonpad_decode": _NONPAD,
     "test_attention_4d_gqa_causal_nonpad_decode_fp16": _NONPAD,
     "test_attention_4d_causal_nonpad_continued_prefill": _NONPAD,

@@ -580,3 +580,11 @@ def test_sdpa_masks_from_a_runtime_padding_mask_and_a_causal_range():
     feeds = feeds_for(m)
     feeds["attention_mask"] = np.array([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]], np.int64)   # the first left-padded
     check(m, feeds)
+
+
+def test_pad_with_minus_infinity():
+    """An attention bias padded to the keys' length with -inf (Attention's function body)."""
+    inits = [("p", np.array([0, 1, 0, 3], np.int64)), ("v", np.array(-np.inf, np.float32))]
+    nodes = [helper.make_node("Pad", ["X", "p", "v"], ["b"], mode="constant"),
+             helper.make_node("Softmax", ["b"], ["Y"], axis=-1)]
+    check(model(nodes, [("X", (3, 4))], [("Y", (3, 8))], inits, opset=18))

@@ -213,6 +213,8 @@ class LayoutOps:
             return self.alias(node, node.output[0], x)
         out = node.output[0]
         names = [f"i{d}" for d in range(rank)]
+        if mode == "constant" and not math.isfinite(value):   # -inf (an attention bias): select by position
+            return self._pad_select(node, out, x, begin, out_shape, value)
         if mode == "constant":
             src = x
             if value != 0.0:    # reads outside give 0: pad (x - v), then add v back
@@ -258,6 +260,26 @@ class LayoutOps:
             nxt = out if all(not begin[k] and not end[k] for k in range(d + 1, rank)) else f"{out}_pad{d}"
             self.lib(node, nxt, "concat", parts, axis=d)
             cur = nxt
+
+    def _pad_select(self, node, out: str, x: str, begin, out_shape, value: float) -> None:
+        """Constant padding with a value no literal holds (inf, NaN): each padded axis has a
+        0/1 table of the positions inside the input, and the fill is a param."""
+        shape = self.shape(x)
+        names = [f"i{d}" for d in range(len(shape))]
+        inside = []
+        for d, (b, n) in enumerate(zip(begin, out_shape)):
+            if (b, n) == (0, shape[d]):
+                continue
+            pos = np.arange(n) - b
+            self.consts[f"{out}_inside{d}"] = ((pos >= 0) & (pos < shape[d])).astype(np.int8)
+            inside.append(f"{self.operand(f'{out}_inside{d}')}[{names[d]}]")
+        self.consts[out + "_fill"] = np.array([value], np.float32)
+        idx = [f"{n} - {b}" if b > 0 else (f"{n} + {-b}" if b < 0 else n) for n, b in zip(names, begin)]
+        bounds = [f"{names[d]} < {out_shape[d]}" for d in range(len(shape)) if begin[d] == 0 and out_shape[d] != shape[d]]
+        self.comp(out, out_shape, self.dtype(x), names, "=",
+                  f"select({' * '.join(inside) or '1'}, {self.operand(x)}[{', '.join(idx)}], "
+                  f"{self.operand(out + '_fill')}[0])" + (f" where {', '.join(bounds)}" if bounds else ""),
+                  "Pad with a non-finite value")
 
     def op_Tile(self, index, node):
         repeats = [int(r) for r in self.const(node, 1, "repeats").reshape(-1)]
