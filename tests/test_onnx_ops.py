@@ -588,3 +588,10 @@ def test_pad_with_minus_infinity():
     nodes = [helper.make_node("Pad", ["X", "p", "v"], ["b"], mode="constant"),
              helper.make_node("Softmax", ["b"], ["Y"], axis=-1)]
     check(model(nodes, [("X", (3, 4))], [("Y", (3, 8))], inits, opset=18))
+
+
+def test_gather_elements_with_indices_shorter_than_the_data_off_the_axis():
+    idx = np.array([[3, 0, 1], [2, 2, -1]], np.int64)             # data [3, 5]: rows 0-1, columns 0-2
+    nodes = [helper.make_node("GatherElements", ["X", "idx"], ["Y"], axis=1)]
+    m = model(nodes, [("X", (3, 5)), ("idx", (2, 3), I64)], [("Y", (2, 3))])
+    check(m, {"X": rand(3, 5), "idx": idx})
