@@ -413,11 +413,12 @@ def test_scatter_nd(reduction):
     check(m, {"X": rand(2, 4, 3), "idx": idx, "U": rand(len(idx), 3)})
 
 
-def test_scatter_elements_with_indices_shorter_than_the_data_is_refused_clearly():
-    m = one("ScatterElements", [(3, 4)], (3, 4), [("i", np.array([[2, 0], [1, 2]], np.int64)),
-                                                  ("u", np.ones((2, 2), np.float32))], opset=18, axis=0)
-    with pytest.raises(UserError, match="indices shorter than the data off the scatter axis are not supported"):
-        from_onnx(m)
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max"])
+def test_scatter_elements_with_indices_shorter_than_the_data(reduction):
+    idx = np.array([[2, 0], [1, 2]], np.int64)            # data [3, 4]: columns 0-1 only
+    nodes = [helper.make_node("ScatterElements", ["X", "idx", "U"], ["Y"], axis=0, reduction=reduction)]
+    m = model(nodes, [("X", (3, 4)), ("idx", (2, 2), I64), ("U", (2, 2))], [("Y", (3, 4))], opset=18)
+    check(m, {"X": rand(3, 4), "idx": idx, "U": rand(2, 2)})
 
 
 def test_scatter_nd_kv_cache_update():

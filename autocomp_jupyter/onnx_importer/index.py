@@ -19,8 +19,8 @@ count from the end (`i + n * less(i, 0)`), as ONNX says. An index out of range r
 - ScatterElements / ScatterND: each output point counts the updates aimed at it and sums
   them; the result is the update (reduction none), the data plus the sum (add), the max or
   min of the data and the updates (max, min), or the data times the product of the updates
-  (mul: one factor per update position, at most 64). ScatterElements' indices must span the
-  data off the scatter axis (shorter ones would need a read of a sub-range).
+  (mul: one factor per update position, at most 64). ScatterElements' indices shorter than
+  the data off the scatter axis reach only their own extent (a 0/1 table per such axis).
 """
 from __future__ import annotations
 
@@ -185,11 +185,12 @@ class IndexOps:
             self.fail(node, f"reduction '{reduction}' is not one of ONNX's", "none, add, mul, max, min")
         return reduction
 
-    def _scatter(self, node, match, read, sources: list[str], extents: list[int], reduction: str) -> None:
+    def _scatter(self, node, match, read, sources: list[str], extents: list[int], reduction: str,
+                 where: str = "") -> None:
         """Write the scatter's result. `match(u)` is 1 where the update at position `u` (a list
         of index expressions over the updates' own axes) lands on the output point i0, i1 ..,
         `read(u)` that update; `sources` are the updates' own index names (reduced over, of
-        `extents`)."""
+        `extents`); `where` gives the output's extents where the updates' are shorter."""
         out = node.output[0]
         data = node.input[0]
         shape = self.shape(data)
@@ -205,23 +206,23 @@ class IndexOps:
             for position in np.ndindex(*extents) if extents else [()]:
                 u = [str(v) for v in position]
                 factors.append(f"select({match(u)}, {read(u)}, 1)")
-            product = self.comp(out + "_product", shape, dtype, names, "=", " * ".join(factors),
+            product = self.comp(out + "_product", shape, dtype, names, "=", " * ".join(factors) + where,
                                 f"{node.op_type}: the product of the updates")
             self.comp(out, shape, dtype, names, "=", f"{d} * {product}[{at}]", f"{node.op_type} (reduction mul)")
             return
-        hits = self.comp(out + "_hits", shape, "i32", names, "+=", match(sources),
+        hits = self.comp(out + "_hits", shape, "i32", names, "+=", match(sources) + where,
                          f"{node.op_type}: updates per point")
         value = ""
         if reduction in ("none", "add"):
             sums = self.comp(out + "_sum", shape, dtype, names, "+=",
-                             f"select({match(sources)}, {read(sources)}, 0)", "summed")
+                             f"select({match(sources)}, {read(sources)}, 0){where}", "summed")
             value = f"{sums}[{at}]" if reduction == "none" else f"{d} + {sums}[{at}]"
         else:   # max, min: the largest (negated smallest) update, -inf where none lands
             self.consts[out + "_neg_inf"] = np.array([-np.inf], np.float32)
             lowest = f"{self.operand(out + '_neg_inf')}[0]"
             sign = "" if reduction == "max" else "-"
             extreme = self.comp(out + "_extreme", shape, dtype, names, "max=",
-                                f"select({match(sources)}, {sign}{read(sources)}, {lowest})",
+                                f"select({match(sources)}, {sign}{read(sources)}, {lowest}){where}",
                                 f"the {reduction} update")
             value = f"max({d}, {extreme}[{at}])" if reduction == "max" else f"min({d}, -{extreme}[{at}])"
         self.comp(out, shape, dtype, names, "=", f"select(less(0, {hits}[{at}]), {value}, {d})",
@@ -235,10 +236,9 @@ class IndexOps:
         idx_name = self._index_input(node, 1)
         ishape = tuple(self.shape(idx_name))
         if tuple(self.shape(node.input[2])) != ishape or len(ishape) != rank \
-                or any(ishape[d] != shape[d] for d in range(rank) if d != axis):
+                or any(ishape[d] > shape[d] for d in range(rank) if d != axis):
             self.fail(node, f"indices {list(ishape)} and updates {list(self.shape(node.input[2]))} must have one "
-                            f"shape, the data's {list(shape)} off axis {axis}",
-                      "indices shorter than the data off the scatter axis are not supported")
+                            f"shape, of the data's rank and no longer than the data {list(shape)} off axis {axis}")
         size = shape[axis]
         self._check_const_indices(node, idx_name, size, axis)
         names = [f"i{d}" for d in range(rank)]
@@ -248,9 +248,17 @@ class IndexOps:
         def at(u):   # the updates' point: its own position along the axis, the output's elsewhere
             return ", ".join(u[0] if d == axis else names[d] for d in range(rank))
 
+        # off the axis, indices shorter than the data reach only their own extent (reads past
+        # it are 0, a valid index): a 0/1 table per such axis keeps them out
+        short = [d for d in range(rank) if d != axis and ishape[d] < shape[d]]
+        for d in short:
+            self.consts[f"{node.output[0]}_reach{d}"] = (np.arange(shape[d]) < ishape[d]).astype(np.int8)
+        reach = "".join(f" * {self.operand(f'{node.output[0]}_reach{d}')}[{names[d]}]" for d in short)
+
         def match(u):
-            return f"equal({self._wrapped(f'{iv}[{at(u)}]', size)}, {iota}[{names[axis]}])"
-        self._scatter(node, match, lambda u: f"{uv}[{at(u)}]", ["k0"], [ishape[axis]], reduction)
+            return f"equal({self._wrapped(f'{iv}[{at(u)}]', size)}, {iota}[{names[axis]}]){reach}"
+        where = f" where {', '.join(f'{names[d]} < {shape[d]}' for d in short)}" if short else ""
+        self._scatter(node, match, lambda u: f"{uv}[{at(u)}]", ["k0"], [ishape[axis]], reduction, where)
 
     def op_Scatter(self, index, node):   # opset 9-10: ScatterElements without reduction
         self.op_ScatterElements(index, node)
