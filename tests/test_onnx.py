@@ -454,16 +454,25 @@ def test_imported_text_reparses_to_the_same_program(tmp_path):
 # --------------------------------------------------------------------------- errors
 
 
-def test_unsupported_nodes_are_all_named_with_op_type_and_inputs():
+def test_unsupported_ops_are_refused_once_each_with_its_nodes_and_alternatives():
+    """Every unsupported op of the model in one diagnostic: op type, each node with its inputs,
+    a close supported op or what to do instead; a refused node's readers are not reported."""
     nodes = [helper.make_node("Relu", ["X"], ["r"]),
              helper.make_node("Hardmax", ["r"], ["h"], name="my_hardmax"),
-             helper.make_node("TopK", ["X", "k"], ["Y", "idx"], name="top")]
-    m = model_of(nodes, [("X", (3, 4))], [("Y", (3, 2))], [("k", np.array([2], np.int64))])
+             helper.make_node("Hardmax", ["X"], ["h2"], name="second_hardmax"),
+             helper.make_node("LpNormalization", ["X"], ["l"], name="lp"),
+             helper.make_node("Add", ["h", "l"], ["s"], name="reader"),
+             helper.make_node("Relu", ["X"], ["Y"], name="fine")]
+    m = model_of(nodes, [("X", (3, 4))], [("Y", (3, 4)), ("s", (3, 4)), ("h2", (3, 4))])
     with pytest.raises(UserError) as err:
         from_onnx(m)
+    assert len(err.value.diagnostics) == 1
     text = err.value.format()
-    assert "ONNX node 'my_hardmax' (Hardmax, inputs: 'r' [3, 4])" in text and "op type not supported" in text
-    assert "ONNX node 'top' (TopK, inputs: 'X' [3, 4], 'k' [1])" in text and "2 errors" in text
+    assert "2 op types the importer does not support" in text
+    assert "Hardmax: 2 nodes 'my_hardmax' (inputs: 'r' [3, 4]), 'second_hardmax' (inputs: 'X' [3, 4])" in text
+    assert "-- ArgMax, then Equal against a Range constant" in text
+    assert "LpNormalization: node 'lp' (inputs: 'X' [3, 4]) -- ReduceL2 (or ReduceL1) then Div" in text
+    assert "'reader'" not in text and "'fine'" not in text
 
 
 def test_symbolic_input_dimension_needs_a_shape():
@@ -522,7 +531,7 @@ def test_cli_import_errors_exit_2_without_traceback(tmp_path, capsys):
     onnx.save(model_of(nodes, [("X", (3, 4))], [("Y", (3, 4))]), str(path))
     assert main(["import", str(path)]) == 2
     err = capsys.readouterr().err
-    assert "ONNX node 'hm' (Hardmax, inputs: 'X' [3, 4])" in err and "Traceback" not in err
+    assert "Hardmax: node 'hm' (inputs: 'X' [3, 4])" in err and "Traceback" not in err
 
 
 def test_optimize_and_the_magic_take_an_onnx_path(tmp_path):

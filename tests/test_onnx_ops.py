@@ -340,3 +340,259 @@ def test_vgg_flatten_width_is_within_the_limits():
     m = model(nodes, [("X", (1, 512, 7, 7))], [("Y", (1, 4))],
               [("s", np.array([1, 25088], np.int64)), ("w", rand(4, 25088, scale=0.01))])
     assert "shape=[1, 25088]" in check(m).source
+
+
+# --------------------------------------------------------------------------- what transformers' exports add (issue 36)
+
+def test_isnan_isinf():
+    x = np.array([[1.0, np.nan, -np.inf], [np.inf, 0.0, -2.5]], np.float32)
+    nodes = [helper.make_node("IsNaN", ["X"], ["b"]), helper.make_node("Cast", ["b"], ["Y"], to=F)]
+    check(model(nodes, [("X", (2, 3))], [("Y", (2, 3))]), {"X": x})
+    for pos, neg in ((1, 1), (1, 0), (0, 1)):
+        nodes = [helper.make_node("IsInf", ["X"], ["b"], detect_positive=pos, detect_negative=neg),
+                 helper.make_node("Cast", ["b"], ["Y"], to=F)]
+        check(model(nodes, [("X", (2, 3))], [("Y", (2, 3))], opset=20), {"X": x})
+
+
+@pytest.mark.parametrize("attrs", [{}, {"exclusive": 1}, {"reverse": 1}, {"exclusive": 1, "reverse": 1}])
+def test_cumsum(attrs):
+    check(one("CumSum", [(3, 5, 2)], (3, 5, 2), [("axis", np.array(-2, np.int64))], **attrs))
+
+
+def test_cumsum_of_an_attention_mask_gives_position_ids():
+    """transformers' `position_ids = attention_mask.long().cumsum(-1) - 1` on an int64 mask."""
+    nodes = [helper.make_node("CumSum", ["mask", "axis"], ["c"]), helper.make_node("Sub", ["c", "one"], ["p"]),
+             helper.make_node("Cast", ["p"], ["Y"], to=F)]
+    m = model(nodes, [("mask", (2, 6), I64)], [("Y", (2, 6))],
+              [("axis", np.array(1, np.int64)), ("one", np.array(1, np.int64))])
+    check(m, {"mask": np.array([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]], np.int64)})
+
+
+@pytest.mark.parametrize("axis, largest", [(-1, 1), (1, 0), (0, 1)])
+def test_topk_values_and_indices(axis, largest):
+    x = np.round(rand(4, 6) * 2) / 2                 # ties: the lower index comes first
+    nodes = [helper.make_node("TopK", ["X", "k"], ["V", "I"], axis=axis, largest=largest),
+             helper.make_node("Cast", ["I"], ["Ic"], to=F)]
+    out = [4, 6]
+    out[axis] = 3
+    m = model(nodes, [("X", (4, 6))], [("V", out), ("Ic", out)], [("k", np.array([3], np.int64))])
+    check(m, {"X": x.astype(np.float32)})
+
+
+def test_topk_router_top2_of_8_experts():
+    """Mixtral's router: softmax over 8 experts, the top 2 with their expert ids."""
+    nodes = [helper.make_node("Softmax", ["logits"], ["p"], axis=-1),
+             helper.make_node("TopK", ["p", "k"], ["w", "ids"], axis=-1)]
+    m = model(nodes, [("logits", (5, 8))], [("w", (5, 2)), ("ids", (5, 2), I64)], [("k", np.array([2], np.int64))])
+    check(m)
+
+
+def test_gather_elements_with_negative_indices():
+    idx = np.array([[0, -1, 2], [1, 0, -3]], np.int64)
+    nodes = [helper.make_node("GatherElements", ["X", "idx"], ["Y"], axis=1)]
+    m = model(nodes, [("X", (2, 4)), ("idx", (2, 3), I64)], [("Y", (2, 3))])
+    check(m, {"X": rand(2, 4), "idx": idx})
+    check(one("GatherElements", [(3, 2)], (2, 2), [("i", np.array([[2, 0], [-1, 1]], np.int64))], axis=0))
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_scatter_elements(reduction):
+    idx = np.array([[1, 3], [0, 0], [2, -1]], np.int64) if reduction != "none" else \
+        np.array([[1, 3], [0, 2], [2, -1]], np.int64)
+    nodes = [helper.make_node("ScatterElements", ["X", "idx", "U"], ["Y"], axis=1, reduction=reduction)]
+    m = model(nodes, [("X", (3, 4)), ("idx", (3, 2), I64), ("U", (3, 2))], [("Y", (3, 4))], opset=18)
+    check(m, {"X": rand(3, 4), "idx": idx, "U": rand(3, 2)})
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_scatter_nd(reduction):
+    idx = np.array([[0, 2], [1, -1], [0, 2]], np.int64)[: 2 if reduction == "none" else 3]
+    nodes = [helper.make_node("ScatterND", ["X", "idx", "U"], ["Y"], reduction=reduction)]
+    m = model(nodes, [("X", (2, 4, 3)), ("idx", idx.shape, I64), ("U", (len(idx), 3))], [("Y", (2, 4, 3))],
+              opset=18)
+    check(m, {"X": rand(2, 4, 3), "idx": idx, "U": rand(len(idx), 3)})
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max"])
+def test_scatter_elements_with_indices_shorter_than_the_data(reduction):
+    idx = np.array([[2, 0], [1, 2]], np.int64)            # data [3, 4]: columns 0-1 only
+    nodes = [helper.make_node("ScatterElements", ["X", "idx", "U"], ["Y"], axis=0, reduction=reduction)]
+    m = model(nodes, [("X", (3, 4)), ("idx", (2, 2), I64), ("U", (2, 2))], [("Y", (3, 4))], opset=18)
+    check(m, {"X": rand(3, 4), "idx": idx, "U": rand(2, 2)})
+
+
+def test_scatter_nd_kv_cache_update():
+    """A decode step's cache write as torch exports `cache.index_copy_(2, pos, k)`: ScatterND
+    of one row per head at a runtime position."""
+    nodes = [helper.make_node("ScatterND", ["cache", "where", "k"], ["Y"])]
+    where = np.array([[[0, 0, 5], [0, 1, 5]]], np.int64)          # [1, 2 heads, (b, h, t)]
+    m = model(nodes, [("cache", (1, 2, 8, 4)), ("where", (1, 2, 3), I64), ("k", (1, 2, 4))], [("Y", (1, 2, 8, 4))])
+    check(m, {"cache": rand(1, 2, 8, 4), "where": where, "k": rand(1, 2, 4)})
+
+
+def test_a_causal_mask_as_transformers_writes_it():
+    """SDPA's mask in a dynamo export: Range → Unsqueeze → LessOrEqual → Where(mask, 0, -inf)
+    added to the scores, Softmax, and Where(IsNaN(p), 0, p) for rows masked whole."""
+    s = 5
+    nodes = [helper.make_node("Range", ["zero", "len", "one"], ["ar"]),
+             helper.make_node("Unsqueeze", ["ar", "ax1"], ["cols"]),
+             helper.make_node("Unsqueeze", ["ar", "ax0"], ["rows"]),
+             helper.make_node("LessOrEqual", ["rows", "cols"], ["keep"]),
+             helper.make_node("Where", ["keep", "fzero", "ninf"], ["bias"]),
+             helper.make_node("Add", ["scores", "bias"], ["masked"]),
+             helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+             helper.make_node("IsNaN", ["p"], ["bad"]),
+             helper.make_node("Where", ["bad", "fzero", "p"], ["Y"])]
+    inits = [("zero", np.array(0, np.int64)), ("len", np.array(s, np.int64)), ("one", np.array(1, np.int64)),
+             ("ax0", np.array([0], np.int64)), ("ax1", np.array([1], np.int64)),
+             ("fzero", np.array(0.0, np.float32)), ("ninf", np.array(-np.inf, np.float32))]
+    m = model(nodes, [("scores", (2, s, s))], [("Y", (2, s, s))], inits, opset=18)
+    check(m)
+    # runtime scores with a row masked whole: NaN from the softmax, 0 after the Where
+    nodes = [helper.make_node("Add", ["scores", "bias"], ["masked"]),
+             helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+             helper.make_node("IsNaN", ["p"], ["bad"]),
+             helper.make_node("Where", ["bad", "fzero", "p"], ["Y"])]
+    bias = np.zeros((s, s), np.float32)
+    bias[2] = -np.inf
+    m = model(nodes, [("scores", (2, s, s))], [("Y", (2, s, s))],
+              [("bias", bias), ("fzero", np.array(0.0, np.float32))], opset=18)
+    check(m)
+
+
+def test_a_runtime_range_is_refused_clearly():
+    nodes = [helper.make_node("Range", ["a", "b", "d"], ["Y"], name="rng")]
+    m = model(nodes, [("a", (), F), ("b", (), F), ("d", (), F)], [("Y", None)])
+    with pytest.raises(UserError, match="ONNX node 'rng'.*start, limit and delta must be constants"):
+        from_onnx(m)
+
+
+# --------------------------------------------------------------------------- opset 23's Attention and RotaryEmbedding
+
+def _attention(q, k, v, extra_inputs=(), outputs=None, inits=(), **attrs):
+    names = ["Q", "K", "V"] + [n for n, _, _ in extra_inputs]
+    node = helper.make_node("Attention", names, ["Y"] + ([n for n, _ in outputs[1:]] if outputs else []), **attrs)
+    ins = [("Q", q), ("K", k), ("V", v)] + [(n, s, t) for n, s, t in extra_inputs if n]
+    outs = outputs or [("Y", None)]
+    return model([node], ins, outs, inits, opset=23)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"is_causal": 1}, {"scale": 0.3, "softcap": 2.0}, {"is_causal": 1, "softcap": 5.0}])
+def test_attention_4d_grouped_query_heads(attrs):
+    check(_attention((2, 4, 5, 8), (2, 2, 6, 8), (2, 2, 6, 3), **attrs))
+
+
+@pytest.mark.parametrize("kind", [F, BOOL])
+def test_attention_with_a_mask(kind):
+    mask_shape = (1, 4, 5, 6) if kind == F else (5, 6)
+    m = _attention((1, 4, 5, 8), (1, 4, 6, 8), (1, 4, 6, 8), [("M", mask_shape, kind)])
+    feeds = feeds_for(m)
+    if kind == BOOL:
+        feeds["M"][:, 0] = True           # no row masked whole (onnxruntime leaves those NaN)
+    check(m, feeds)
+
+
+def test_attention_3d_with_a_kv_cache_and_causal_offset():
+    m = _attention((1, 3, 16), (1, 3, 8), (1, 3, 8), [("", None, F), ("pk", (1, 2, 4, 4), F), ("pv", (1, 2, 4, 4), F)],
+                   outputs=[("Y", None), ("present_k", None), ("present_v", None)],
+                   is_causal=1, q_num_heads=4, kv_num_heads=2)
+    check(m)
+
+
+@pytest.mark.parametrize("interleaved, rd", [(0, 0), (1, 0), (0, 4), (1, 6)])
+def test_rotary_embedding_4d_with_runtime_positions(interleaved, rd):
+    attrs = {"interleaved": interleaved} | ({"rotary_embedding_dim": rd} if rd else {})
+    half = (rd or 8) // 2
+    node = helper.make_node("RotaryEmbedding", ["X", "cos", "sin", "pos"], ["Y"], **attrs)
+    angles = np.arange(16)[:, None] * (0.3 ** np.arange(half))[None, :]
+    m = model([node], [("X", (2, 3, 5, 8)), ("pos", (2, 5), I64)], [("Y", (2, 3, 5, 8))],
+              [("cos", np.cos(angles).astype(np.float32)), ("sin", np.sin(angles).astype(np.float32))], opset=23)
+    check(m, {"X": rand(2, 3, 5, 8), "pos": np.array([[0, 1, 2, 3, 4], [7, 8, 9, 10, 15]], np.int64)})
+
+
+def test_rotary_embedding_3d_with_constant_positions():
+    node = helper.make_node("RotaryEmbedding", ["X", "cos", "sin", "pos"], ["Y"], num_heads=2)
+    angles = np.arange(6)[:, None] * (0.5 ** np.arange(2))[None, :]
+    m = model([node], [("X", (1, 4, 8))], [("Y", (1, 4, 8))],
+              [("cos", np.cos(angles).astype(np.float32)), ("sin", np.sin(angles).astype(np.float32)),
+               ("pos", np.array([[2, 3, 4, 5]], np.int64))], opset=23)
+    check(m)
+
+
+def _decoder_step(s=8, heads=4, kv_heads=2, d=8):
+    """What a transformers export at opset 23 strings together: position ids from the
+    attention mask's CumSum, RotaryEmbedding of Q and K, causal GQA Attention, the SDPA NaN
+    guard (IsNaN, Where), an output projection and a top-2 router (TopK)."""
+    angles = np.arange(32)[:, None] * (0.3 ** np.arange(d // 2))[None, :]
+    inits = [("cos", np.cos(angles).astype(np.float32)), ("sin", np.sin(angles).astype(np.float32)),
+             ("wo", rand(heads * d, heads * d, scale=0.1)), ("axis", np.array(-1, np.int64)),
+             ("one", np.array(1, np.int64)), ("k2", np.array([2], np.int64)), ("zero", np.array(0.0, np.float32))]
+    nodes = [helper.make_node("CumSum", ["mask", "axis"], ["cs"]), helper.make_node("Sub", ["cs", "one"], ["pos"]),
+             helper.make_node("RotaryEmbedding", ["q", "cos", "sin", "pos"], ["qr"], num_heads=heads),
+             helper.make_node("RotaryEmbedding", ["k", "cos", "sin", "pos"], ["kr"], num_heads=kv_heads),
+             helper.make_node("Attention", ["qr", "kr", "v"], ["a"], is_causal=1, q_num_heads=heads,
+                              kv_num_heads=kv_heads),
+             helper.make_node("IsNaN", ["a"], ["bad"]), helper.make_node("Where", ["bad", "zero", "a"], ["a2"]),
+             helper.make_node("MatMul", ["a2", "wo"], ["o"]),
+             helper.make_node("TopK", ["o", "k2"], ["tv", "ti"], axis=-1)]
+    ins = [("mask", (1, s), I64), ("q", (1, s, heads * d)), ("k", (1, s, kv_heads * d)), ("v", (1, s, kv_heads * d))]
+    return model(nodes, ins, [("tv", (1, s, 2)), ("ti", (1, s, 2), I64)], inits, opset=23)
+
+
+def test_a_decoder_step_matches_onnxruntime_and_optimises_verified():
+    import autocomp_jupyter as autocomp
+
+    m = _decoder_step()
+    feeds = feeds_for(m)
+    feeds["mask"] = np.ones((1, 8), np.int64)          # position ids 0 .. 7
+    program = check(m, feeds)
+    res = autocomp.optimize(program, target="npu", tune=0)
+    assert res.report["verified"] and res.report["speedup_vs_library"] >= 1.0
+
+
+def test_sdpa_masks_from_a_runtime_padding_mask_and_a_causal_range():
+    """transformers' SDPA mask at export: the causal part from two Ranges (LessOrEqual), the
+    padding part from the runtime attention_mask (Cast to bool, Unsqueeze), And, Expand;
+    torch's SDPA lowering then adds Where(mask, 0, -inf), softmaxes, and zeroes the NaN rows
+    a left-padded token leaves (Where(IsNaN(p), 0, p)) before the value product."""
+    s, d = 6, 4
+    nodes = [helper.make_node("Range", ["zero", "len", "one"], ["ar"]),
+             helper.make_node("Unsqueeze", ["ar", "ax1"], ["q_idx"]),
+             helper.make_node("LessOrEqual", ["ar", "q_idx"], ["causal"]),            # kv <= q: [s, s]
+             helper.make_node("Cast", ["attention_mask"], ["pad"], to=BOOL),
+             helper.make_node("Unsqueeze", ["pad", "ax12"], ["pad4"]),               # [b, 1, 1, s]
+             helper.make_node("And", ["causal", "pad4"], ["keep"]),
+             helper.make_node("Expand", ["keep", "shape4"], ["keep4"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["qk"]),
+             helper.make_node("Mul", ["qk", "scale"], ["scores"]),
+             helper.make_node("Where", ["keep4", "fzero", "ninf"], ["bias"]),
+             helper.make_node("Add", ["scores", "bias"], ["masked"]),
+             helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+             helper.make_node("IsNaN", ["p"], ["nan"]),
+             helper.make_node("Where", ["nan", "fzero", "p"], ["p2"]),
+             helper.make_node("MatMul", ["p2", "v"], ["Y"])]
+    inits = [("zero", np.array(0, np.int64)), ("len", np.array(s, np.int64)), ("one", np.array(1, np.int64)),
+             ("ax1", np.array([1], np.int64)), ("ax12", np.array([1, 2], np.int64)),
+             ("shape4", np.array([2, 1, s, s], np.int64)), ("scale", np.array(0.5, np.float32)),
+             ("fzero", np.array(0.0, np.float32)), ("ninf", np.array(-np.inf, np.float32))]
+    m = model(nodes, [("attention_mask", (2, s), I64), ("q", (2, 2, s, d)), ("k", (2, 2, s, d)), ("v", (2, 2, s, d))],
+              [("Y", (2, 2, s, d))], inits, opset=18)
+    feeds = feeds_for(m)
+    feeds["attention_mask"] = np.array([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]], np.int64)   # the first left-padded
+    check(m, feeds)
+
+
+def test_pad_with_minus_infinity():
+    """An attention bias padded to the keys' length with -inf (Attention's function body)."""
+    inits = [("p", np.array([0, 1, 0, 3], np.int64)), ("v", np.array(-np.inf, np.float32))]
+    nodes = [helper.make_node("Pad", ["X", "p", "v"], ["b"], mode="constant"),
+             helper.make_node("Softmax", ["b"], ["Y"], axis=-1)]
+    check(model(nodes, [("X", (3, 4))], [("Y", (3, 8))], inits, opset=18))
+
+
+def test_gather_elements_with_indices_shorter_than_the_data_off_the_axis():
+    idx = np.array([[3, 0, 1], [2, 2, -1]], np.int64)             # data [3, 5]: rows 0-1, columns 0-2
+    nodes = [helper.make_node("GatherElements", ["X", "idx"], ["Y"], axis=1)]
+    m = model(nodes, [("X", (3, 5)), ("idx", (2, 3), I64)], [("Y", (2, 3))])
+    check(m, {"X": rand(3, 5), "idx": idx})
