@@ -143,3 +143,24 @@ def test_a_cache_update_nothing_else_reads_is_priced_as_one_row_in_place():
     # where the old cache is read by another statement too, there is no in-place update
     assert not [r for r in autocomp.optimize(KV_CACHE, target="npu", tune=0).report["rules"]
                 if r["rule"] == "in_place_update"]
+
+
+def test_an_onnx_embedding_imports_as_a_gather():
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = np.random.default_rng(0).standard_normal((1000, 64)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("Gather", ["W", "ids"], ["y"], axis=0)], "embedding",
+                              [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8, 64])],
+                              [numpy_helper.from_array(table, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    program = autocomp.from_onnx(model)
+    assert any(a.indirect for st in program.statements for a in st.reads())      # not a one-hot contraction
+    ids = np.random.default_rng(1).integers(-1000, 1000, size=(2, 8))
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, {"ids": ids})[0]
+    inputs = {**interp.random_inputs(program), **program.param_values, program.inputs[0].name: ids.astype(float)}
+    np.testing.assert_allclose(interp.run(program, inputs)[program.outputs[0]], expected, rtol=1e-6)
+    report = autocomp.optimize(model, target="npu", tune=0).report
+    assert report["verified"] and report["optimized"]["bytes"]["DRAM"] < 3 * 16 * 64 * 4

@@ -87,19 +87,21 @@ class IndexOps:
                 self.comp(node.output[0], out_shape, self.dtype(node.input[0]), lhs, "=",
                           f"{data}[{', '.join(src)}]{bound}", "Gather")
                 return
-        # Runtime (or irregular) indices: a one-hot contraction over the gathered axis,
-        # out[.., j.., ..] = sum_k (I[j..] == k) * X[.., k, ..]
+        # Runtime (or irregular) indices: a read through the index tensor (an embedding moves
+        # the rows it looks up), its values wrapped from the end first (ONNX counts negative
+        # ones from the end); an index still out of range stops the run with an error.
         ishape = tuple(self.shape(idx_name))
         pre = [f"i{d}" for d in range(axis)]
         post = [f"i{d}" for d in range(axis + 1, len(shape))]
         jn = [f"j{d}" for d in range(len(ishape))]
         ref = f"{self.operand(idx_name)}[{', '.join(jn) or '0'}]"
-        iota = self._iota(node.output[0] + "_iota", size)
-        src = pre + ["k0"] + post
+        wrapped = self.comp(node.output[0] + "_index", list(ishape) or [1], "i32", jn or ["j0"],
+                            "=", self._wrapped(ref.replace("[0]", "[j0]") if not jn else ref, size),
+                            "Gather's indices, counted from the end where negative")
+        src = pre + [f"{wrapped}[{', '.join(jn) or '0'}]"] + post
         out_shape = list(shape[:axis]) + list(ishape) + list(shape[axis + 1:])
-        self.comp(node.output[0], out_shape, self.dtype(node.input[0]), pre + jn + post, "+=",
-                  f"equal({self._wrapped(ref, size)}, {iota}[k0]) * {data}[{', '.join(src)}]",
-                  "Gather, runtime indices (one-hot)")
+        self.comp(node.output[0], out_shape, self.dtype(node.input[0]), pre + jn + post, "=",
+                  f"{data}[{', '.join(src)}]", "Gather, runtime indices (read through them)")
 
     def op_GatherElements(self, index, node):
         shape = self.shape(node.input[0])
