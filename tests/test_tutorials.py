@@ -63,10 +63,10 @@ CHAIN = ("input A: f32[64, 64]\ninput B: f32[64, 64]\ninput b: f32[64]\nC = matm
 # --------------------------------------------------------------------------- the notebooks
 
 
-def test_the_course_has_eight_notebooks_in_order():
+def test_the_course_has_its_notebooks_in_order():
     names = [p.name for p in NOTEBOOKS]
-    assert [n[:2] for n in names] == ["01", "02", "03", "04", "05", "06", "07", "08"], names
-    assert names[0] == "01_quick_start.ipynb" and names[-1] == "08_onnx_models.ipynb"
+    assert [n[:2] for n in names] == ["01", "02", "03", "04", "05", "06", "07", "08", "09"], names
+    assert names[0] == "01_quick_start.ipynb" and names[-1] == "09_attention_and_llm_inference.ipynb"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -426,3 +426,41 @@ def test_check_slowest_kernel_and_share(gemm_res):
     accepted(checks.check_share_of_time, gemm_res, kernels[0]["name"], share)
     with refused("percentage"):
         checks.check_share_of_time(gemm_res, kernels[0]["name"], 100 * share)
+
+
+# --------------------------------------------------------------------------- 09
+
+
+ATTENTION = ("input Q: f32[2, 64, 16]\ninput K: f32[2, 64, 16]\ninput V: f32[2, 64, 16]\n"
+             "S[h, s, t] += Q[h, s, d] * K[h, t, d]\nM[h, s] max= S[h, s, t]\nE[h, s, t] = exp(S[h, s, t] - M[h, s])\n"
+             "Z[h, s] += E[h, s, t]\nO[h, s, d] += E[h, s, t] * V[h, t, d]\nY[h, s, d] = O[h, s, d] / Z[h, s]\n")
+
+
+def test_check_attention_fused():
+    res = autocomp.optimize(ATTENTION, target="npu", tune=0)
+    fired = [r["rule"] for r in res.report["rules"] if r["pass"] == "fusion" and r["applied"]]
+    accepted(checks.check_attention_fused, res, len(res.report["kernels"]), fired[-1])
+    with refused("kernel"):
+        checks.check_attention_fused(res, 6, fired[-1])
+    with refused("not a fusion rule that fired"):
+        checks.check_attention_fused(res, len(res.report["kernels"]), "conv_relu")
+
+
+def test_check_causal_share():
+    accepted(checks.check_causal_share, 512, sum(s + 1 for s in range(512)) / 512 ** 2)
+    with refused("diagonal"):
+        checks.check_causal_share(512, 0.5)
+    with refused("not the share"):
+        checks.check_causal_share(512, 0.25)
+
+
+def test_check_decode_floor():
+    src = ("input q: f32[2, 2, 16]\ninput Kc: f32[2, 128, 16]\ninput Vc: f32[2, 128, 16]\n"
+           "S[g, r, t] += q[g, r, d] * Kc[g, t, d]\nO[g, r, d] += S[g, r, t] * Vc[g, t, d]\n")
+    res = autocomp.optimize(src, target="npu", tune=0)
+    right = 2 * 2 * 128 * 16 * 4
+    accepted(checks.check_decode_floor, res, right, right / res.target.dram_bandwidth)
+    with refused("one of the two caches"):
+        checks.check_decode_floor(res, right / 2, right / 2 / res.target.dram_bandwidth)
+    with refused("DRAM bandwidth"):
+        checks.check_decode_floor(res, right, right / 1e9)

@@ -425,3 +425,48 @@ def check_share_of_time(res, kernel: str, answer) -> None:
     assert math.isclose(a, truth, rel_tol=1e-2), \
         f"{a:g} is not {kernel}'s share. Hint: its time over the sum of every kernel's time"
     return (f"{kernel} takes {truth:.1%} of the time")
+
+
+# --------------------------------------------------------------------------- 09 attention and LLM inference
+
+
+@check
+def check_attention_fused(res, kernels, rule) -> None:
+    """Tutorial 09: how many kernels the attention became, and the rule that fused it."""
+    n = _number(kernels, "the number of kernels")
+    truth = len(res.report["kernels"])
+    assert n == truth, f"the optimised plan has {truth} kernel(s), not {n:g}. Hint: len(res.report['kernels'])"
+    fired = [r["rule"] for r in res.report["rules"] if r["pass"] == "fusion" and r["applied"]]
+    _name(rule, "a fusion rule that fired", fired)
+    return f"{truth} kernel: {', '.join(res.report['kernels'][0]['ops'])} fused by {rule}"
+
+
+@check
+def check_causal_share(tokens, answer) -> None:
+    """Tutorial 09: the share of the score matrix a causal domain keeps (t <= s of n x n)."""
+    n = int(_number(tokens, "the number of tokens"))
+    a = _number(answer, "the share")
+    truth = (n + 1) / (2 * n)
+    assert not math.isclose(a, 0.5, rel_tol=1e-9) or math.isclose(truth, 0.5), \
+        "close, but the diagonal (t == s) is inside the domain too: count the points with t <= s exactly"
+    assert math.isclose(a, truth, rel_tol=1e-6), \
+        f"{a:g} is not the share. Hint: row s keeps s + 1 keys (t = 0 .. s); add them up over s and divide by n * n"
+    return f"{truth:.4f} of the {n} x {n} scores: a bit over half, as the optimised times show"
+
+
+@check
+def check_decode_floor(res, cache_bytes, seconds) -> None:
+    """Tutorial 09: the bytes one decode step must read and the time they take at DRAM bandwidth."""
+    program = res.program
+    truth_bytes = sum(program.tensor(n).nbytes for n in ("Kc", "Vc"))
+    b = _number(cache_bytes, "the cache's bytes")
+    assert b != truth_bytes / 2, "that is one of the two caches: the step reads the keys and the values"
+    assert math.isclose(b, truth_bytes, rel_tol=1e-6), \
+        f"{b:g} bytes is not what the caches hold. Hint: heads x positions x width x 4 bytes, for K and for V"
+    s = _number(seconds, "the time")
+    truth_s = truth_bytes / res.target.dram_bandwidth
+    assert math.isclose(s, truth_s, rel_tol=1e-3), \
+        f"{s:g} s is not those bytes at DRAM bandwidth. Hint: divide by res.target.dram_bandwidth (bytes per second)"
+    limit = res.report["limit"]
+    return (f"{truth_s * 1e6:.1f} µs; the limit is {limit['time_s'] * 1e6:.1f} µs, bound by {limit['bound']}: "
+            f"decode waits on memory, not on the PE array")
