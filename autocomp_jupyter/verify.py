@@ -157,7 +157,7 @@ def equivalent_at_scale(original: Program, candidate: Program, seed: int = 0):
     small = _scaled_source(original)
     if small is None:
         return equivalent(original, candidate, seed=seed)
-    rewritten = replay_inlines(small, candidate)
+    rewritten = replay_inlines(small, candidate, keep={op for _, ops in candidate.rewrites for op in ops})
     for name, ops in candidate.rewrites:
         replayed = _REPLAYS[name](rewritten, list(ops)) if name in _REPLAYS else "unknown rewrite"
         if isinstance(replayed, str):

@@ -30,7 +30,7 @@ from .online_softmax import online_softmax
 from .tiling import level_mapping, search_tiles
 
 PASS = "fusion"
-MAX_CHAIN = 6            # kernels in one chain (attention as comprehensions: six)
+MAX_CHAIN = 8            # kernels in one chain (attention as comprehensions: six; with a mask table and a scale, eight)
 MAX_POINTS = 2           # compute points searched per chain (the longest loops, outer levels first)
 CHAIN_CANDIDATES = 40    # random tile candidates per compute point (then the local search)
 CHAIN_ROUNDS = 2         # rounds of the tiling search's local refinement per compute point

@@ -265,22 +265,22 @@ def inline(program: Program, op: Op) -> Program:
     return replace(program, tensors=tuple(x for x in program.tensors if x.name != op.output), ops=tuple(new_ops))
 
 
-def replay_inlines(program: Program, fused: Program) -> Program:
+def replay_inlines(program: Program, fused: Program, keep=()) -> Program:
     """`program` (the original, or its scaled twin) with the inlines and view folds that made
     `fused` from it replayed: every single-statement elementwise op whose output `fused` no
     longer has is substituted into its readers, in program order (as step 2 did), then every
     view `fused` no longer has. Lets a fused program's kernels be rebuilt on the twin of its
-    source."""
+    source. Ops in `keep` stay (a later rewrite, `Program.rewrites`, removed them)."""
     for name in [op.output for op in program.ops]:
         op = program.producer(name)         # as rewritten by the inlines before it
-        if (not fused.has_tensor(name) and op is not None and op.op_class in ("elementwise", "broadcast")
+        if (not fused.has_tensor(name) and name not in keep and op is not None and op.op_class in ("elementwise", "broadcast")
                 and len(op.statements) == 1 and not op.statements[0].reduce
                 and all(i.single_loop is not None for i in op.statements[0].target_indices)
                 and program.readers(name)):
             program = inline(program, op)
     for name in [op.output for op in program.ops]:
         op = program.producer(name)
-        if not fused.has_tensor(name) and op is not None and is_view(program, op):
+        if not fused.has_tensor(name) and name not in keep and op is not None and is_view(program, op):
             program = inline(program, op)
     return program
 
