@@ -45,7 +45,7 @@ DTYPES = ("f32", "f16", "bf16", "i8", "i32")
 LIBRARY_KINDS = ("matmul", "batch_matmul", "linear", "linear_bias", "conv2d", "depthwise_conv2d",
                  "relu", "relu6", "gelu", "sigmoid", "tanh", "exp", "add", "sub", "mul", "bias_add",
                  "batchnorm", "layernorm", "softmax", "maxpool2d", "avgpool2d", "global_avgpool", "transpose",
-                 "div", "erf", "reshape", "flatten", "concat")
+                 "div", "erf", "reshape", "flatten", "concat", "gather", "scatter")
 COMPREHENSION_KINDS = ("comp_map", "comp_transpose", "comp_sum", "comp_contract", "comp_max", "comp_bcast",
                        "comp_pad", "comp_stride", "comp_attention")
 KINDS = LIBRARY_KINDS + COMPREHENSION_KINDS
@@ -505,6 +505,31 @@ class _Generator:
         self.body.append(f"{out} = concat({first}, {second}, axis={axis})")
         new = tuple(n + e if d == axis else n for d, (n, e) in enumerate(zip(shape, extra)))
         return self.result(out, new, max(self.mag[x], 3.0), self.dtypes[x])
+
+    def op_gather(self, x):
+        """X's slices along an axis named by an integer input (ONNX Gather; random ids stay
+        within the axis, negative ones count from its end)."""
+        shape = self.shape[x]
+        axis = int(self.rng.integers(0, len(shape)))
+        count = self.dim(1, 6)
+        new = shape[:axis] + (count,) + shape[axis + 1:]
+        if not self.fits(new):
+            return None
+        ids = self.declare((count,), role="input", dtype="i32", prefix="I")
+        out = self.name("T")
+        self.body.append(f"{out} = gather({x}, {ids}, axis={axis})")
+        return self.result(out, new, self.mag[x], self.dtypes[x])
+
+    def op_scatter(self, x):
+        """X with updates written along an axis at integer positions (ONNX ScatterElements)."""
+        shape = self.shape[x]
+        axis = int(self.rng.integers(0, len(shape)))
+        at = tuple(self.dim(1, 4) if d == axis else int(self.rng.integers(1, n + 1)) for d, n in enumerate(shape))
+        idx = self.declare(at, role="input", dtype="i32", prefix="I")
+        updates = self.declare(at, role=self.pick(("param", "input")), dtype=self.dtypes[x])
+        out = self.name("T")
+        self.body.append(f"{out} = scatter({x}, {idx}, {updates}, axis={axis})")
+        return self.result(out, shape, max(self.mag[x], 3.0), self.dtypes[x])
 
     # ------------------------------------------------------------ comprehensions
     def expression(self, leaves: list[tuple[str, float]], depth: int, limit: float) -> tuple[str, float]:

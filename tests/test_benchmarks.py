@@ -34,7 +34,8 @@ def smoke(run_suite, tmp_path_factory):
 @pytest.mark.parametrize("path", sorted((BENCH / "workloads").glob("*.acir")), ids=lambda p: p.stem)
 def test_every_workload_parses(path):
     program = load(path)
-    assert program.flops > 0 and program.outputs
+    moves_only = all(op.op_class == "injective" for op in program.ops)     # a gather: data, no arithmetic
+    assert (program.flops > 0 or moves_only) and program.outputs
 
 
 def test_json_has_every_column_with_numbers(smoke):
