@@ -577,10 +577,22 @@ class _Generator:
             return f"select({test}({a}, {b}), {a}, {b})", max(ma, mb)
         return f"{fn}({a})", (1.0 if fn in ("tanh", "sigmoid") else ma)
 
+    def where(self, loops) -> str:
+        """Sometimes a `where` relation between two of `loops` (`j <= i + 1`): the statement's
+        domain cut to it (an `=` statement's elements outside are 0, a sum skips them)."""
+        loops = list(loops)
+        if len(loops) < 2 or not self.chance(0.25):
+            return ""
+        a, b = (loops[int(k)] for k in self.rng.choice(len(loops), 2, replace=False))
+        shift = int(self.rng.integers(-1, 3))
+        return f" where {a} <= {b}" + (f" + {shift}" if shift > 0 else f" - {-shift}" if shift < 0 else "")
+
     def op_comp_map(self, x):
         shape = self.shape[x]
         idx = _INDEX[:len(shape)]
         leaves = [(self.acc(x, idx), self.mag[x])]
+        if self.chance(0.2):       # an index read as a number
+            leaves.append((f"{self.pick(idx)} * 0.5", max(shape) * 0.5))
         if self.chance(0.5):  # a vector broadcast along one axis
             axis = int(self.rng.integers(len(shape)))
             v = self.declare((shape[axis],))
@@ -592,7 +604,7 @@ class _Generator:
         if mag > self.limit(x) / 10:
             return None
         out = self.name("T")
-        self.body.append(f"{out}[{', '.join(idx)}] = {expr}")
+        self.body.append(f"{out}[{', '.join(idx)}] = {expr}{self.where(idx)}")
         return self.result(out, shape, mag, self.dtypes[x])
 
     def op_comp_transpose(self, x):
@@ -620,7 +632,7 @@ class _Generator:
             return None
         factor = self.pick(("", " * 0.5", f" * {1 / shape[axis]:.6g}"))
         out = self.name("T")
-        self.body.append(f"{out}[{', '.join(lhs)}] += {self.acc(x, idx)}{factor}")
+        self.body.append(f"{out}[{', '.join(lhs)}] += {self.acc(x, idx)}{factor}{self.where(idx)}")
         return self.result(out, tuple(d for k, d in enumerate(shape) if k != axis), mag, self.dtypes[x])
 
     def op_comp_contract(self, x):
@@ -634,7 +646,7 @@ class _Generator:
         p = self.declare((shape[-1], n))
         lhs = idx[:-1] + ["q"]
         out = self.name("T")
-        self.body.append(f"{out}[{', '.join(lhs)}] += {self.acc(x, idx)} * {p}[k, q]")
+        self.body.append(f"{out}[{', '.join(lhs)}] += {self.acc(x, idx)} * {p}[k, q]{self.where(lhs + ['k'])}")
         return self.result(out, out_shape, mag, self.dtypes[x])
 
     def op_comp_max(self, x):

@@ -46,6 +46,11 @@ def kernel_twin(program: Program, op_names, max_extent: int) -> Program | None:
     written = {small.target for _, small in pairs}
     reach: dict[str, list[tuple[int, int]]] = {}      # tensor -> per dim (full-size high, twin high)
     writes: dict[str, list[int]] = {}                 # tensor -> per dim, the twin's highest write
+    indirect: dict[str, set[int]] = {}                # tensor -> its dimensions read through index tensors
+    for full, _ in pairs:
+        for access in full.reads():
+            if access.indirect:
+                indirect.setdefault(access.tensor, set()).update(access.indirect_dims)
     for full, small in pairs:
         full_box = {l.name: (0, l.extent) for l in full.loops}
         small_box = {l.name: (0, l.extent) for l in small.loops}
@@ -65,6 +70,9 @@ def kernel_twin(program: Program, op_names, max_extent: int) -> Program | None:
             return None
         shape = tuple(max(1, min(dim, h_small + 1 - (h_full + 1 - dim))) for dim, (h_full, h_small)
                       in zip(original.shape, highs))
+        through = indirect.get(name, set())   # a dimension read through an index tensor stays whole:
+        shape = tuple(dim if d in through else size     # its ids may name any of its rows
+                      for d, (dim, size) in enumerate(zip(original.shape, shape)))
         if name in written:      # at least what the twin writes (a padded read's overhang would cut it)
             shape = tuple(min(dim, max(size, high + 1)) for dim, size, high in zip(original.shape, shape, writes[name]))
         if name in written:
