@@ -19,12 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
-import autocomp_jupyter
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_onnx  # noqa: E402
+import bench_onnx  # noqa: E402  (puts this checkout's package first on the path)
 from bench_onnx import _Graph  # noqa: E402
+
+import autocomp_jupyter  # noqa: E402
 
 
 def _head(g: _Graph, x: str, cin: int, classes: int, image: int):
