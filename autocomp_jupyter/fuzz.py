@@ -843,6 +843,7 @@ def check_program(src: str, preset: str, tune: int = 0, seed: int = 0, fresh_see
     whole check counts as a crash (a hang), where SIGALRM is available.
     """
     from . import interp, optimize
+    from .passes import raise_faults
     from .dsl import parse
     from .errors import UserError
 
@@ -860,7 +861,9 @@ def check_program(src: str, preset: str, tune: int = 0, seed: int = 0, fresh_see
     try:
         program = parse(src, "<fuzz>")
         try:
-            res = optimize(src, target=preset, tune=tune, seed=seed)
+            # internal faults propagate (a transaction would make them rollbacks): a crash here
+            with raise_faults():
+                res = optimize(src, target=preset, tune=tune, seed=seed)
         except UserError as err:
             outcome.add("refused", _describe(err), _where(err))
             return outcome
