@@ -117,6 +117,7 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     `trace.ScheduleError` naming the step, its loop and the dependence).
     """
     started = time.perf_counter()
+    lap = _Laps(started)                                         # report["seconds_by_pass"]
     program = _as_program(src)                                   # parse and shape-check
     target = load_target(target)                                 # preset or YAML (validated)
     ruleset = load_rules(list(rules or []), target.name)         # default.yaml ← target ← user
@@ -128,10 +129,12 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     ctx = PassContext(program, target, ruleset, seed, equivalence=equivalent_at_scale)  # large: on twins
     log: list[dict] = list(in_place_log)
     rollbacks: list[dict] = []
+    lap("parse")
 
     naive = baseline_plan(program, target, naive_schedule, "naive")          # per-op, untiled
     textbook = _baseline("textbook", lambda: textbook_plan(program, target), naive, rollbacks)   # fixed textbook tiles
     library = _baseline("library", lambda: library_plan(program, ctx, executor), textbook, rollbacks)  # each op tuned alone
+    lap("baselines")
 
     plan = library                                               # the passes start from the library
     selected = _select_passes(passes)
@@ -144,13 +147,16 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
         if retile is not None and kept is not plan:
             judged.add(retile[0])    # fusion was kept for its gain after tiling: tiling is part of that gain
         plan = kept
+        lap(name)
 
     names = [n for n, _ in selected]
     if "fusion" in names and "tiling" in names:                  # across layers: compute_at chains
         plan = _chains(plan, ctx, log, rollbacks)
+    lap("chains")
     plan = _never_slower_than(library, plan, ctx, rollbacks)      # never worse than the baseline
     plan = _searched_as_well_as_the_library(plan, ctx, executor, log, rollbacks)   # fused kernels: never below the library's own search
     plan = _fusions_that_beat_the_library(plan, ctx, log, rollbacks)   # each fused kernel: faster than its ops in the library
+    lap("library checks")
     replayed: set[str] = set()
     if traces is not None:                                       # the user's traces replace the search
         plan, replayed = _replay(traces, (plan, library, naive), target, schedule, log)
@@ -162,6 +168,7 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
                                    rollbacks)
     if given:                                                    # the tuner never overrides a given schedule
         plan, versions = _keep_replayed(plan, given, versions)
+    lap("tuning")
 
     versions = {name: v for name, v in versions.items() if _verify(v, ctx)[0]}   # only verified versions
     checks: dict = {}                                            # how the tiled runs were done
@@ -175,6 +182,7 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
         plan, versions, fell_back = fallback, {}, fallback.label
         verified, reason = _verify(plan, ctx, checks)
 
+    lap("verify")
     measured = _measure(plan, target, threads) if measure else None      # the generated C, run on host
     if measured is not None and not measured["matches_interpreter"]:
         verified = False
@@ -183,10 +191,24 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
         prefetch(program, plan.kernels, ctx, executor)           # the gain breakdown's per-kernel library tuning
     result = _result(program, target, ruleset, ctx, naive, textbook, library, plan, versions, log, rollbacks,  # DESIGN §8
                      tuning, verified, fell_back, measured, started)
+    lap("report")
     # How the tiled runs were done (twins, kernels checked by isl alone): report["verification"].
-    result.typed_report = replace(result.typed_report, verification=checks)
+    result.typed_report = replace(result.typed_report, verification=checks, seconds_by_pass=lap.seconds)
     result.report = result.typed_report.to_json()
     return result
+
+
+class _Laps:
+    """Seconds per stage of `optimize` (report["seconds_by_pass"]): each call closes the stage
+    that ran since the previous one (a stage met twice adds up)."""
+
+    def __init__(self, started: float):
+        self.last, self.seconds = started, {}
+
+    def __call__(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + (now - self.last)
+        self.last = now
 
 
 def _result(program: Program, target: Target, ruleset, ctx: PassContext, naive: Plan, textbook: Plan,

@@ -272,6 +272,7 @@ class Report:
     verification: Mapping[str, Any] | None = None  # how the final check ran kernels tile by tile (pipeline._verify)
     limit: Mapping[str, Any] | None = None    # the physical limit: time_s, bound, dram_s, datapaths_s, ports_s
     area_mm2: float | None = None             # the target's on-chip area (accel/area.py)
+    seconds_by_pass: Mapping[str, float] | None = None   # optimize's seconds per stage (parse, baselines, passes, ...)
 
     def kernel(self, name: str) -> KernelReport:
         for k in self.kernels:
@@ -287,7 +288,8 @@ class Report:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("measured", "verification", "limit", "limit_fraction", "area_mm2") and value is None:
+            if f.name in ("measured", "verification", "limit", "limit_fraction", "area_mm2",
+                          "seconds_by_pass") and value is None:
                 continue
             if value is None and f.name in ("textbook", "speedup_vs_textbook", "roofline", "program"):
                 continue
@@ -323,7 +325,8 @@ class Report:
             roofline=Roofline.from_json(d["roofline"]) if d.get("roofline") else None,
             program=ProgramInfo.from_json(d["program"]) if d.get("program") else None,
             seconds=d.get("seconds", 0.0), fell_back=d.get("fell_back"), measured=d.get("measured"),
-            verification=d.get("verification"), limit=d.get("limit"), area_mm2=d.get("area_mm2"))
+            verification=d.get("verification"), limit=d.get("limit"), area_mm2=d.get("area_mm2"),
+            seconds_by_pass=d.get("seconds_by_pass"))
 
 
 def build_report(program: Program, target: Target, costs: Mapping[str, ProgramCost], optimized: Plan, *,
@@ -439,4 +442,6 @@ def summary_text(report: Mapping) -> str:
         lines += [f"  {e['pass']} {e['kernel']}: {e['reason']}" for e in r["rollbacks"]]
     if r["tuning"].get("configs_evaluated"):
         lines.append(f"tuning: {r['tuning']['configs_evaluated']} configurations in {r['tuning']['seconds']:.2f} s")
+    if r.get("seconds_by_pass"):
+        lines.append("seconds by pass: " + ", ".join(f"{k} {v:.2f}" for k, v in r["seconds_by_pass"].items()))
     return "\n".join(lines)

@@ -55,7 +55,7 @@ def test_report_has_the_design_contract():
 TOP_LEVEL_ORDER = ["version", "target", "verified", "naive", "textbook", "library", "optimized", "gain_breakdown",
                    "gain_chain_time_s", "speedup_vs_naive", "speedup_vs_textbook", "speedup_vs_library",
                    "roofline_fraction", "limit_fraction", "kernels", "rules", "rollbacks", "tuning", "monitor", "roofline", "program",
-                   "seconds", "fell_back", "verification", "limit", "area_mm2"]
+                   "seconds", "fell_back", "verification", "limit", "area_mm2", "seconds_by_pass"]
 
 
 def test_report_is_typed_data_whose_json_is_res_report():
@@ -287,3 +287,12 @@ def test_library_baseline_is_the_exhaustive_per_op_optimum():
     again = baselines.library_plan(other, PassContext(other, target, load_rules([], target.name), 0))
     assert baselines.cache_info()["entries"] == entries
     assert again.schedules[0].tiles == chosen.tiles and again.kernels[0].name == "Z"
+
+
+def test_seconds_by_pass_add_up_to_the_run():
+    r = ac.optimize("input A: f32[32, 32]\ninput B: f32[32, 32]\nC = matmul(A, B)\nD = relu(C)\n",
+                          target="npu", tune=0).report
+    stages = r["seconds_by_pass"]
+    assert list(stages)[:5] == ["parse", "baselines", "fusion", "tiling", "scheduling"]
+    assert {"chains", "tuning", "verify", "report"} <= set(stages) and all(v >= 0 for v in stages.values())
+    assert sum(stages.values()) >= r["seconds"] * 0.9
