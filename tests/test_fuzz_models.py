@@ -12,7 +12,7 @@ pytest.importorskip("onnx")
 from autocomp_jupyter import fuzz_models  # noqa: E402
 from autocomp_jupyter.dsl import parse  # noqa: E402
 
-SLICE = ((3, "npu"), (5, "gemmini"), (12, "tpu"))
+SLICE = ((0, "npu"), (5, "gemmini"), (10, "tpu"))     # shuffle unit, inverted residual + SE, ConvNeXt
 
 
 @pytest.fixture(scope="module")
