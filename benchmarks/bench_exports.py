@@ -19,7 +19,8 @@ Model names are `tv:<torchvision name>` (every classification model of
 downloaded). `--models` takes names, `tv`, `timm`, `hf` or `all` (the default: the three lists).
 
 One row per model x preset: `numerics` is max |interpreter - onnxruntime| / max |y| on the
-example input (`ok` when <= 1e-4); `verified`, `seconds` (the rules-only `optimize`, cold
+example input (`!` above 1e-4; `const` when the output does not depend on the input: the
+random weights let every activation die, as GoogLeNet's initialisation does); `verified`, `seconds` (the rules-only `optimize`, cold
 caches), `vs_lib` (speedup_vs_library), `limit` (limit_fraction) and `chain` (the smallest
 factor of the report's gain chain library -> fused -> tiled -> optimised, as in bench_onnx.py)
 from the report; `error` the first line of an export, import or optimise failure with the
@@ -206,7 +207,9 @@ def ensure_exported(name: str, args) -> tuple[Path | None, str, float]:
 
 
 def numerics(path: Path, program) -> float:
-    """max |interpreter - onnxruntime| / max |y| on the cached example inputs."""
+    """max |interpreter - onnxruntime| / max |y| on the cached example inputs; -1 when the
+    output does not depend on the input (onnxruntime gives the same y for another input: the
+    random weights let every activation die, and the check would prove nothing)."""
     import onnxruntime as ort
 
     from autocomp_jupyter.onnx_import import run_with_values
@@ -217,6 +220,9 @@ def numerics(path: Path, program) -> float:
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     feeds = {i.name: example[i.name] for i in session.get_inputs() if i.name in example}
     want = session.run(None, feeds)[0].astype(np.float64)
+    other = {k: (v * 2 + 1 if v.dtype.kind == "f" else (v + 1) % max(int(v.max()) + 1, 2)) for k, v in feeds.items()}
+    if np.array_equal(session.run(None, other)[0], want.astype(np.float32)):
+        return -1.0
     program_inputs = [t.name for t in program.inputs if t.role == "input"]
     values = {p: example[o] for p, o in zip(program_inputs, feeds)}
     got = np.asarray(run_with_values(program, values)[program.outputs[0]], np.float64).reshape(want.shape)
@@ -269,7 +275,8 @@ def row_text(name, target, nodes, err, row) -> str:
     def num(key, fmt):
         v = row.get(key)
         return format(v, fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"
-    numer = "-" if err is None or math.isnan(err) else f"{err:.1e}" + ("" if err <= NUMERICS_TOLERANCE else "!")
+    numer = "-" if err is None or math.isnan(err) else "const" if err < 0 else \
+        f"{err:.1e}" + ("" if err <= NUMERICS_TOLERANCE else "!")
     verified = {True: "yes", False: "NO", None: "-"}[row.get("verified")]
     return (f"| {name:38} | {target:7} | {nodes:>5} | {numer:>8} | {verified:>8} | {num('seconds', '.1f'):>7} | "
             f"{num('vs_lib', '.2f'):>6} | {num('limit', '.2f'):>5} | {num('chain', '.3f'):>5} | {row.get('error', '')} |")
