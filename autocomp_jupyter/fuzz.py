@@ -22,7 +22,8 @@ kept version disagrees with the reference on fresh inputs: program-level equival
 every kernel run tile by tile in the interpreter), and on host `host_c_1t` / `host_c_2t`
 (the generated C, run with 1 or 2 OpenMP threads, disagrees with the interpreter); with
 `replay=True`, `replay` (the report's kernel traces, replayed, are refused, do not verify
-or cost another time).
+or cost another time). Class `import` is `fuzz_models`' (an imported model that disagrees with
+onnxruntime).
 
 `shrink` owns minimisation: it drops statements (with what depends on them), cuts a chain
 by turning an intermediate into an input, lowers dimensions and dtypes, keeping each step

@@ -309,8 +309,9 @@ class _ModelGenerator:
             left, right = self.split_halves(x)
             branch = self.shuffle_branch(right, c // 2, 1)
         else:
-            left = self.conv(x, c, 3, stride=2, groups=c)
-            left = left and self.act(self.conv(self.batchnorm(left), c, 1) or left, "relu")
+            left = self.conv(x, c, 3, stride=2, groups=c)            # branch 1: depthwise s2, 1x1
+            left = left and self.conv(self.batchnorm(left), c, 1)
+            left = left and self.act(left, "relu")
             branch = self.shuffle_branch(x, c, 2)
         if left is None or branch is None:
             return None
