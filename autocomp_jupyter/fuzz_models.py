@@ -264,7 +264,8 @@ class _ModelGenerator:
     def block_conv_act(self, x):
         c = self.g.shape[x][1]
         k, stride = self.pick((1, 1, 3, 3, 5)), self.pick((1, 1, 1, 2))
-        y = self.conv(x, self.channels(c, self.pick((0.5, 1.0, 1.0, 2.0))), k, stride, bias=self.chance(0.5))
+        # x4: the 1x1 up to a classifier's width (MobileNet's 320 -> 1280 at 7x7)
+        y = self.conv(x, self.channels(c, self.pick((0.5, 1.0, 1.0, 2.0, 4.0))), k, stride, bias=self.chance(0.5))
         if y is None:
             return None
         if self.chance(0.5):
