@@ -412,10 +412,10 @@ class _ModelGenerator:
         if h % win or w % win or n != 1:
             return None
         nw, tokens, d = (h // win) * (w // win), win * win, c // heads
-        macs = 4 * h * w * c * c + 2 * nw * heads * tokens * tokens * d
-        if not self.fits((nw * heads, tokens, tokens), macs):
+        attention = 2 * nw * heads * tokens * tokens * d
+        if not self.fits((nw * heads, tokens, tokens), attention + 4 * h * w * c * c):
             return None
-        self.g.macs += macs
+        self.g.macs += attention    # the projections' (4 h w c^2) are counted by matmul_add
         y = self.layernorm(self.transpose(x, (0, 2, 3, 1)))
         shift = win // 2 if win > 1 and self.chance(0.4) else 0
         if shift:

@@ -52,7 +52,7 @@ def test_imported_programs_parse(small):
 
 
 def test_torchvision_sizes():
-    gens = [fuzz_models.generate_model(seed, "torchvision") for seed in range(8)]
+    gens = [fuzz_models.generate_model(seed, "torchvision") for seed in range(24)]
     shapes = [[d.dim_value for d in g.model.graph.input[0].type.tensor_type.shape.dim] for g in gens]
     assert all(s[1] >= 16 and s[2] in (7, 14, 28, 56, 112) for s in shapes), shapes
     assert max(s[2] for s in shapes) >= 56
