@@ -22,7 +22,8 @@ kept version disagrees with the reference on fresh inputs: program-level equival
 every kernel run tile by tile in the interpreter), and on host `host_c_1t` / `host_c_2t`
 (the generated C, run with 1 or 2 OpenMP threads, disagrees with the interpreter); with
 `replay=True`, `replay` (the report's kernel traces, replayed, are refused, do not verify
-or cost another time).
+or cost another time). Class `import` is `fuzz_models`' (an imported model that disagrees with
+onnxruntime).
 
 `shrink` owns minimisation: it drops statements (with what depends on them), cuts a chain
 by turning an intermediate into an input, lowers dimensions and dtypes, keeping each step
@@ -53,7 +54,7 @@ PRESETS = ("tpu", "gpu", "npu", "gemmini", "host")
 # Contractions carry the fusion and tiling decisions: drawn more often than the rest.
 _WEIGHT = {"matmul": 4, "batch_matmul": 3, "linear": 3, "linear_bias": 3, "conv2d": 4, "depthwise_conv2d": 3,
            "comp_contract": 3, "maxpool2d": 2, "avgpool2d": 2, "global_avgpool": 2}
-CLASSES = ("crash", "refused", "not_verified", "fell_back", "wrong", "host_c_1t", "host_c_2t", "replay")
+CLASSES = ("crash", "refused", "not_verified", "fell_back", "wrong", "host_c_1t", "host_c_2t", "replay", "import")
 
 # Dimension pool: tiny, primes, and sizes no power-of-two tile divides.
 _DIMS = (1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 16, 17, 19, 23, 24, 29, 31, 32)

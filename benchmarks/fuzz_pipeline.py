@@ -3,7 +3,13 @@
     python benchmarks/fuzz_pipeline.py --programs 200 --seed 0
     python benchmarks/fuzz_pipeline.py --programs 40 --seed 0 --tune 50 --presets tpu,host --out /tmp/fz
 
-Program k is `autocomp_jupyter.fuzz.generate(seed + k)`; each runs through `optimize` on every
+    python benchmarks/fuzz_pipeline.py --generator models --size mixed --programs 100 --presets npu,tpu --tune 0,20
+
+Program k is `autocomp_jupyter.fuzz.generate(seed + k)` (`--generator ops`, the default), or with
+`--generator models` `autocomp_jupyter.fuzz_models.generate_model(seed + k, size)`: a network
+shaped as the exporters write them (ONNX built with onnx.helper, imported; `--size small`,
+`torchvision` or `mixed`, alternating by seed), whose import is also checked against onnxruntime
+(class `import`). Each runs through `optimize` on every
 preset at every tune budget and is classified by `fuzz.check_program` (crash, refused,
 not verified, fell back, verified-but-wrong, host C mismatch with 1 / 2 threads). Every
 failure is written to `--out` as `<program>-<preset>-t<tune>-<class>.acir` with a JSON line in
@@ -27,24 +33,50 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, not an installed one
 
-from autocomp_jupyter import fuzz  # noqa: E402
+from autocomp_jupyter import fuzz, fuzz_models  # noqa: E402
+
+try:
+    import onnx
+except ImportError:          # only --generator models needs it
+    onnx = None
 
 COLUMNS = (("programs", None), ("crash", "crash"), ("refused", "refused"), ("not verified", "not_verified"),
            ("verified-but-wrong", "wrong"), ("fell back", "fell_back"), ("host C 1t", "host_c_1t"),
-           ("host C 2t", "host_c_2t"), ("replay", "replay"))
+           ("host C 2t", "host_c_2t"), ("replay", "replay"), ("import", "import"))
 
 
-def run_one(job: tuple[int, tuple[str, ...], tuple[int, ...]]) -> list[dict]:
+def generated(seed: int, generator: str, size: str):
+    """Program `seed` of `generator` ("ops" or "models"; `size` for models: small,
+    torchvision, or mixed: torchvision for odd seeds)."""
+    if generator == "ops":
+        return fuzz.generate(seed)
+    if size == "mixed":
+        size = "torchvision" if seed % 2 else "small"
+    return fuzz_models.generate_model(seed, size)
+
+
+def run_one(job: tuple) -> list[dict]:
     """Program `seed` on every preset x tune: one record per run (its classes and messages)."""
-    seed, presets, tunes, replay = job
-    gen = fuzz.generate(seed)
+    seed, presets, tunes, replay, generator, size = job
+    gen = generated(seed, generator, size)
+    if getattr(gen, "refused", ""):          # the importer refused the generated model
+        return [{"seed": seed, "preset": preset, "tune": tune, "dtype": "f32", "kinds": list(gen.kinds),
+                 "seconds": 0.0, "verified": None, "text": "", "size": gen.size,
+                 "problems": {"refused": [gen.refused, "onnx_import"]}, "notes": []}
+                for tune in tunes for preset in presets]
     records = []
+    first = True
     for tune in tunes:
         for preset in presets:
-            outcome = fuzz.check_program(gen.text, preset, tune=tune, seed=seed % 1000, replay=replay)
+            if generator == "ops":
+                outcome = fuzz.check_program(gen.text, preset, tune=tune, seed=seed % 1000, replay=replay)
+            else:     # the onnxruntime check of the import once per program
+                outcome = fuzz_models.check_model(gen, preset, tune=tune, seed=seed % 1000, replay=replay,
+                                                  check_onnx=first)
+            first = False
             records.append({"seed": seed, "preset": preset, "tune": tune, "dtype": gen.dtype,
                             "kinds": list(gen.kinds), "seconds": round(outcome.seconds, 3),
-                            "verified": outcome.verified, "text": gen.text,
+                            "verified": outcome.verified, "text": gen.text, "size": getattr(gen, "size", ""),
                             "problems": {c: list(v) for c, v in outcome.problems.items()},
                             "notes": outcome.notes})
     return records
@@ -76,6 +108,8 @@ def shrink_job(job: tuple[dict, str, float]) -> tuple[str, str]:
     """(smallest program, its failure message) for one record's failure class."""
     record, cls, seconds = job
     message, where = record["problems"][cls]
+    if cls == "import" or not record["text"]:     # an ONNX-level failure: the model is the reproducer
+        return record["text"], message
     test = still_fails(record["preset"], record["tune"], record["seed"] % 1000, cls, where)
     text = fuzz.shrink(record["text"], test, max_seconds=seconds)
     if text != record["text"]:
@@ -107,6 +141,10 @@ def main(argv=None) -> int:
     ap.add_argument("--tune", default="0", help="comma-separated tuning budgets, e.g. 0,50")
     ap.add_argument("--out", default="benchmarks/results/fuzz", help="directory for reproducers + failures.jsonl")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
+    ap.add_argument("--generator", choices=("ops", "models"), default="ops",
+                    help="ops: random op chains (fuzz.generate); models: exporter-shaped networks (fuzz_models)")
+    ap.add_argument("--size", choices=("small", "torchvision", "mixed"), default="small",
+                    help="sizes of --generator models (mixed: torchvision for odd seeds)")
     ap.add_argument("--kernel-twins", action="store_true",
                     help="run every tiled check on the kernel's own twin (ir/twin.py), never the program's")
     ap.add_argument("--shrink-seconds", type=float, default=60.0, help="shrinking time per distinct failure")
@@ -133,7 +171,7 @@ def main(argv=None) -> int:
         # Workers are forked from here, so they inherit it.
         from autocomp_jupyter import verify
         verify._program_twin = lambda program: None
-    jobs = [(args.seed + k, presets, tunes, args.replay) for k in range(args.programs)]
+    jobs = [(args.seed + k, presets, tunes, args.replay, args.generator, args.size) for k in range(args.programs)]
     records: list[dict] = []
     if args.jobs == 1:
         for k, job in enumerate(jobs):
@@ -175,6 +213,8 @@ def main(argv=None) -> int:
             path = fuzz.write_reproducer(out, stem, text, {
                 "seed": r["seed"], "preset": r["preset"], "tune": r["tune"], "class": cls, "dtype": r["dtype"],
                 "message": message, "where": where, "signature": sig, "shrunk": i == 0 and sig in smallest})
+            if args.generator == "models" and (cls == "import" or not text):
+                onnx.save(generated(r["seed"], "models", args.size).model, str(path.with_suffix(".onnx")))
             if i == 0:
                 repro_of[sig] = str(path)
 

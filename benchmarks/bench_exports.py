@@ -1,0 +1,350 @@
+"""Models as today's exporters write them: torchvision, timm and transformers, exported by
+torch.onnx (dynamo, opset 18) with random weights, checked against onnxruntime and optimised
+on every preset.
+
+Torch is never a dependency of the project: the export runs in a separate environment that
+has torch (`--torch-python`, a subprocess running this file with `--export-only`), the check
+and the optimisation in this one. Exported files are cached (`--cache`, default
+~/.cache/autocomp-exports: `<model>.onnx`, its weights, `<model>.inputs.npz` with the example
+inputs), so a second run only optimises.
+
+    python3 -m venv /work/torchenv && /work/torchenv/bin/pip install torch torchvision timm transformers onnx onnxscript
+    python benchmarks/bench_exports.py --torch-python /work/torchenv/bin/python --targets npu
+    python benchmarks/bench_exports.py --torch-python /work/torchenv/bin/python --models tv:resnet18,timm:efficientnet_b0
+    python benchmarks/bench_exports.py --list                  # every model name the script knows
+
+Model names are `tv:<torchvision name>` (every classification model of
+`torchvision.models.list_models(module=torchvision.models)`), `timm:<name>` (TIMM_MODELS) and
+`hf:<name>` (TRANSFORMERS_MODELS: built from their Config classes, random weights, nothing
+downloaded). `--models` takes names, `tv`, `timm`, `hf` or `all` (the default: the three lists).
+
+One row per model x preset: `numerics` is max |interpreter - onnxruntime| / max |y| on the
+example input (`!` above 1e-4; `const` when the output does not depend on the input: the
+random weights let every activation die, as GoogLeNet's initialisation does); `verified`, `seconds` (the rules-only `optimize`, cold
+caches), `vs_lib` (speedup_vs_library), `limit` (limit_fraction) and `chain` (the smallest
+factor of the report's gain chain library -> fused -> tiled -> optimised, as in bench_onnx.py)
+from the report; `error` the first line of an export, import or optimise failure with the
+innermost place in the package.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+TARGETS = ("tpu", "gpu", "npu", "gemmini", "host")
+TIMM_MODELS = ("efficientnet_b0", "mobilenetv3_large_100", "convnext_tiny", "swin_tiny_patch4_window7_224",
+               "regnety_004", "vit_tiny_patch16_224", "resnet18")
+# name -> (Config class, its arguments, model class); default configs are the named checkpoints' shapes.
+TRANSFORMERS_MODELS = {
+    "bert-base-uncased": ("BertConfig", {}, "BertModel"),
+    "distilbert-base-uncased": ("DistilBertConfig", {}, "DistilBertModel"),
+    "gpt2": ("GPT2Config", {}, "GPT2LMHeadModel"),
+    "tiny-llama": ("LlamaConfig", dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
+                                       max_position_embeddings=256), "LlamaForCausalLM"),
+    "tiny-qwen2": ("Qwen2Config", dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
+                                       max_position_embeddings=256), "Qwen2ForCausalLM"),
+}
+IMAGE_SIZE = {"tv:inception_v3": 299}
+NUMERICS_TOLERANCE = 1e-4
+
+
+# --------------------------------------------------------------------------- export (torch's environment)
+
+
+def torchvision_names() -> list[str]:
+    import torchvision
+
+    return sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+def build(name: str, seq: int):
+    """(torch module in eval mode, tuple of example inputs) for a model name; random weights."""
+    import torch
+
+    torch.manual_seed(0)
+    source, _, model = name.partition(":")
+    if source in ("tv", "timm"):
+        size = IMAGE_SIZE.get(name, 224)
+        if source == "tv":
+            import torchvision
+            module = torchvision.models.get_model(model, weights=None)
+        else:
+            import timm
+            module = timm.create_model(model, pretrained=False)
+        return _FirstOutput(module.eval()), (torch.randn(1, 3, size, size),)
+    if source == "hf":
+        import transformers
+
+        config_name, kwargs, model_name = TRANSFORMERS_MODELS[model]
+        config = getattr(transformers, config_name)(**kwargs)
+        config._attn_implementation = "eager"         # plain MatMul/Softmax, not an SDPA kernel
+        if hasattr(config, "use_cache"):
+            config.use_cache = False
+        module = getattr(transformers, model_name)(config).eval()
+        ids = torch.randint(0, min(config.vocab_size, 1000), (1, seq))
+        return _FirstOutput(module), (ids,)
+    raise SystemExit(f"unknown model {name!r}: names are tv:<name>, timm:<name> or hf:<name>")
+
+
+def _FirstOutput(module):
+    """The module with its first output only (logits or the last hidden state)."""
+    import torch
+
+    class First(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = module
+
+        def forward(self, x):
+            out = self.inner(x)
+            if hasattr(out, "to_tuple"):
+                out = out.to_tuple()
+            return out[0] if isinstance(out, (tuple, list)) else out
+
+    return First().eval()
+
+
+def export_one(name: str, cache: Path, seq: int) -> None:
+    """Export `name` to `cache/<stem>.onnx` with its example inputs in `<stem>.inputs.npz`."""
+    import torch
+
+    module, example = build(name, seq)
+    path = cache / f"{stem(name)}.onnx"
+    with torch.no_grad():
+        torch.onnx.export(module, example, str(path), input_names=[f"input{i}" for i in range(len(example))],
+                          output_names=["output"], opset_version=18, dynamo=True)
+    np.savez(cache / f"{stem(name)}.inputs.npz", **{f"input{i}": t.numpy() for i, t in enumerate(example)})
+
+
+def stem(name: str) -> str:
+    return name.replace(":", "__").replace("/", "_")
+
+
+def export_main(args) -> int:
+    cache = Path(args.cache).expanduser()
+    cache.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for name in args.models.split(","):
+        t0 = time.perf_counter()
+        try:
+            export_one(name, cache, args.seq)
+            print(f"exported {name} in {time.perf_counter() - t0:.1f} s", flush=True)
+        except Exception as err:  # noqa: BLE001 - one model's failure is its row, not the end of the run
+            failed += 1
+            (cache / f"{stem(name)}.export_error.txt").write_text(traceback.format_exc())
+            print(f"export of {name} failed: {type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}",
+                  flush=True)
+    return 1 if failed else 0
+
+
+# --------------------------------------------------------------------------- check and optimise (this environment)
+
+
+def model_names(spec: str, torch_python: str | None) -> list[str]:
+    """The names `spec` asks for: model names, or the groups tv, timm, hf and all."""
+    names = []
+    for part in (p.strip() for p in spec.split(",")):
+        if part in ("tv", "all"):
+            names += _torchvision_list(torch_python)
+        if part in ("timm", "all"):
+            names += [f"timm:{m}" for m in TIMM_MODELS]
+        if part in ("hf", "all"):
+            names += [f"hf:{m}" for m in TRANSFORMERS_MODELS]
+        if part and part not in ("tv", "timm", "hf", "all"):
+            names.append(part)
+    return list(dict.fromkeys(names))
+
+
+def _torchvision_list(torch_python: str | None) -> list[str]:
+    try:
+        names = torchvision_names()
+    except ImportError:
+        if not torch_python:
+            raise SystemExit("torchvision is not importable here: pass --torch-python PATH (a python with torch)")
+        out = subprocess.run([torch_python, "-c", "import torchvision, json; print(json.dumps(sorted("
+                              "torchvision.models.list_models(module=torchvision.models))))"],
+                             capture_output=True, text=True, check=True).stdout
+        names = json.loads(out)
+    return [f"tv:{n}" for n in names]
+
+
+def ensure_exported(name: str, args) -> tuple[Path | None, str, float]:
+    """(path of the cached .onnx or None, the export error, export seconds; 0 when cached)."""
+    cache = Path(args.cache).expanduser()
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"{stem(name)}.onnx"
+    if path.exists() and (cache / f"{stem(name)}.inputs.npz").exists() and not args.reexport:
+        return path, "", 0.0
+    t0 = time.perf_counter()
+    command = [args.torch_python or sys.executable, str(Path(__file__).resolve()), "--export-only",
+               "--models", name, "--cache", str(cache), "--seq", str(args.seq)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.export_timeout)
+        message = (done.stdout + done.stderr).strip().splitlines()
+    except subprocess.TimeoutExpired:
+        return None, f"export: no result within {args.export_timeout:g} s", time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    if path.exists():
+        return path, "", seconds
+    failure = next((m for m in message if "failed" in m), message[-1] if message else "no output")
+    return None, f"export: {failure[:300]}", seconds
+
+
+def numerics(path: Path, program) -> float:
+    """max |interpreter - onnxruntime| / max |y| on the cached example inputs; -1 when the
+    output does not depend on the input (onnxruntime gives the same y for another input: the
+    random weights let every activation die, and the check would prove nothing)."""
+    import onnxruntime as ort
+
+    from autocomp_jupyter.onnx_import import run_with_values
+
+    example = dict(np.load(str(path).replace(".onnx", ".inputs.npz")))
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    feeds = {i.name: example[i.name] for i in session.get_inputs() if i.name in example}
+    want = session.run(None, feeds)[0].astype(np.float64)
+    other = {k: (v * 2 + 1 if v.dtype.kind == "f" else (v + 1) % max(int(v.max()) + 1, 2)) for k, v in feeds.items()}
+    if np.array_equal(session.run(None, other)[0], want.astype(np.float32)):
+        return -1.0
+    program_inputs = [t.name for t in program.inputs if t.role == "input"]
+    values = {p: example[o] for p, o in zip(program_inputs, feeds)}
+    got = np.asarray(run_with_values(program, values)[program.outputs[0]], np.float64).reshape(want.shape)
+    return float(np.abs(got - want).max() / max(float(np.abs(want).max()), 1e-30))
+
+
+def one_line(err: BaseException) -> str:
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if "autocomp_jupyter" in f.filename]
+    where = ""
+    if frames:
+        f = frames[-1]
+        where = f" [{f.filename[f.filename.rindex('autocomp_jupyter'):]}:{f.name}:{f.lineno}]"
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:240] if text else ''}{where}"
+
+
+class _Timeout(Exception):
+    pass
+
+
+def optimise_row(program, target: str, tune: int, timeout: float) -> dict:
+    from autocomp_jupyter import optimize
+    from bench_onnx import chain_floor, clear_caches
+
+    clear_caches()
+
+    def on_alarm(signum, frame):
+        raise _Timeout(f"no result within {timeout:g} s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    t0 = time.perf_counter()
+    try:
+        r = optimize(program, target=target, tune=tune).report
+        return {"verified": bool(r["verified"]), "seconds": time.perf_counter() - t0,
+                "vs_lib": r["speedup_vs_library"], "limit": r["limit_fraction"], "chain": chain_floor(r),
+                "kernels": len(r["kernels"]), "error": ""}
+    except Exception as err:  # noqa: BLE001 - the traceback is the finding: one line in the table
+        return {"verified": None, "seconds": time.perf_counter() - t0, "error": f"optimize: {one_line(err)}"}
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+HEADER = (f"| {'model':38} | {'target':7} | {'nodes':>5} | {'numerics':>8} | {'verified':>8} | {'seconds':>7} | "
+          f"{'vs_lib':>6} | {'limit':>5} | {'chain':>5} | error |")
+
+
+def row_text(name, target, nodes, err, row) -> str:
+    def num(key, fmt):
+        v = row.get(key)
+        return format(v, fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"
+    numer = "-" if err is None or math.isnan(err) else "const" if err < 0 else \
+        f"{err:.1e}" + ("" if err <= NUMERICS_TOLERANCE else "!")
+    verified = {True: "yes", False: "NO", None: "-"}[row.get("verified")]
+    return (f"| {name:38} | {target:7} | {nodes:>5} | {numer:>8} | {verified:>8} | {num('seconds', '.1f'):>7} | "
+            f"{num('vs_lib', '.2f'):>6} | {num('limit', '.2f'):>5} | {num('chain', '.3f'):>5} | {row.get('error', '')} |")
+
+
+def run_model(name: str, targets, args, results: list) -> None:
+    import onnx
+
+    from autocomp_jupyter import from_onnx
+
+    path, error, _ = ensure_exported(name, args)
+    if path is None:
+        print(row_text(name, "-", "-", None, {"error": error}), flush=True)
+        results.append({"model": name, "error": error})
+        return
+    nodes = len(onnx.load(str(path), load_external_data=False).graph.node)
+    try:
+        program = from_onnx(str(path))
+    except Exception as err:  # noqa: BLE001 - a refusal (UserError) or a traceback: one line either way
+        error = f"import: {one_line(err)}"
+        print(row_text(name, "-", nodes, None, {"error": error}), flush=True)
+        results.append({"model": name, "nodes": nodes, "error": error})
+        return
+    try:
+        err = numerics(path, program)
+    except Exception as exc:  # noqa: BLE001
+        err, error = float("nan"), f"numerics: {one_line(exc)}"
+    for target in targets:
+        row = optimise_row(program, target, args.tune, args.timeout)
+        if error and not row["error"]:
+            row["error"] = error
+        print(row_text(name, target, nodes, err, row), flush=True)
+        results.append({"model": name, "target": target, "nodes": nodes, "numerics": err, **row})
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="all", help="names, or tv / timm / hf / all (comma-separated)")
+    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--tune", type=int, default=0)
+    ap.add_argument("--torch-python", default=None, help="a python that has torch (runs the exports)")
+    ap.add_argument("--cache", default="~/.cache/autocomp-exports", help="where exported models are kept")
+    ap.add_argument("--seq", type=int, default=64, help="sequence length of the transformers models")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per optimise before it counts as a hang")
+    ap.add_argument("--export-timeout", type=float, default=1800.0, help="seconds per export")
+    ap.add_argument("--reexport", action="store_true", help="export again even when cached")
+    ap.add_argument("--json", default="", help="also write the rows to this JSON file")
+    ap.add_argument("--list", action="store_true", help="print the model names and stop")
+    ap.add_argument("--export-only", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.export_only:
+        return export_main(args)
+    names = model_names(args.models, args.torch_python)
+    if args.list:
+        print("\n".join(names))
+        return 0
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    print(f"# {len(names)} models x {', '.join(targets)}, tune {args.tune}, cache {args.cache}")
+    print(HEADER)
+    print("|" + "|".join("-" * len(c) for c in HEADER.split("|")[1:-1]) + "|")
+    results: list[dict] = []
+    for name in names:
+        run_model(name, targets, args, results)
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
+    bad = [r for r in results if r.get("error") or r.get("verified") is False]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
