@@ -7,6 +7,7 @@ compares every graph output with onnxruntime on the same random inputs.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import autocomp_jupyter as autocomp  # noqa: E402
+from autocomp_jupyter import interp  # noqa: E402
 from autocomp_jupyter.errors import UserError  # noqa: E402
 from autocomp_jupyter.onnx_import import from_onnx, run_with_values  # noqa: E402
 
@@ -613,3 +615,20 @@ def test_a_cnn_tail_as_torchs_default_exporter_writes_it_imports_and_verifies_ti
     assert res.report["verified"] is True
     # Every kernel ran tile by tile on a small twin: none rests on isl's verdict alone.
     assert checks["isl_only"] == [] and checks["twin_max_extent"] <= 64
+
+
+def test_two_channel_shuffles_in_a_row_import():
+    """A reshape of a view that is affine only through that view (the fuzzer's two channel
+    shuffles in a row; torchvision's MaxViT-T) writes the view out and imports."""
+    import onnxruntime as ort
+
+    model = onnx.load(Path(__file__).parent / "fuzz_repros" / "onnx_two_channel_shuffles_refused_not_affine.onnx")
+    program = from_onnx(model)
+    initialized = {i.name for i in model.graph.initializer}
+    feeds = {i.name: np.random.default_rng(0).standard_normal(
+        [d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+        for i in model.graph.input if i.name not in initialized}
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    inputs = {**interp.random_inputs(program), **program.param_values, **{k: v.astype(float) for k, v in feeds.items()}}
+    np.testing.assert_allclose(interp.run(program, inputs)[program.outputs[0]].reshape(expected.shape), expected,
+                               rtol=1e-5, atol=1e-6)
