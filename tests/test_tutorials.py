@@ -65,8 +65,8 @@ CHAIN = ("input A: f32[64, 64]\ninput B: f32[64, 64]\ninput b: f32[64]\nC = matm
 
 def test_the_course_has_its_notebooks_in_order():
     names = [p.name for p in NOTEBOOKS]
-    assert [n[:2] for n in names] == ["01", "02", "03", "04", "05", "06", "07", "08", "09"], names
-    assert names[0] == "01_quick_start.ipynb" and names[-1] == "09_attention_and_llm_inference.ipynb"
+    assert [n[:2] for n in names] == ["01", "02", "03", "04", "05", "06", "07", "08", "09", "10"], names
+    assert names[0] == "01_quick_start.ipynb" and names[-1] == "10_design_space.ipynb"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -464,3 +464,101 @@ def test_check_decode_floor():
         checks.check_decode_floor(res, right / 2, right / 2 / res.target.dram_bandwidth)
     with refused("DRAM bandwidth"):
         checks.check_decode_floor(res, right, right / 1e9)
+
+
+# --------------------------------------------------------------------------- 10
+
+
+@pytest.fixture(scope="module")
+def flows():
+    """Four designs of a small GEMM: two dataflows by two arrays."""
+    return autocomp.explore(GEMM_RELU, "npu", ["compute.dataflow=weight_stationary,output_stationary",
+                                               "compute.pe_rows,compute.pe_cols=8x8,16x16"], tune=0)
+
+
+def fake_exploration(rows):
+    """An exploration-shaped object from (time_s, energy_j, area_mm2) rows (None: an invalid design)."""
+    from types import SimpleNamespace
+
+    points = [{"params": {"compute.pe_rows": i}, "valid": False, "verified": False, "reason": "zero-byte SRAM"}
+              if r is None else {"params": {"compute.pe_rows": i}, "valid": True, "verified": True,
+                                 "time_s": r[0], "energy_j": r[1], "area_mm2": r[2], "edp": r[0] * r[1], "bound": ""}
+              for i, r in enumerate(rows)]
+    return SimpleNamespace(points=points)
+
+
+def test_check_pareto_front(flows):
+    accepted(checks.check_pareto_front, flows, list(flows.pareto))
+    ex = fake_exploration([(1, 1, 1), (2, 2, 2), (1, 3, 0.5), None, (1, 1, 1)])  # 4 ties 0; 1 is beaten
+    accepted(checks.check_pareto_front, ex, [0, 2, 4])
+    with refused("design 1 .* is beaten by design 0"):
+        checks.check_pareto_front(ex, [0, 1, 2, 4])
+    with refused("you missed design 4"):
+        checks.check_pareto_front(ex, [0, 2])
+    with refused("design 3 .* did not run"):
+        checks.check_pareto_front(ex, [0, 2, 3, 4])
+    with refused("not an index"):
+        checks.check_pareto_front(ex, [0, 2, 9])
+    with refused("list of indices"):
+        checks.check_pareto_front(ex, 0)
+
+
+def test_check_array_speedup(flows):
+    small, big = 0, 1  # weight-stationary 8x8, 16x16
+    right = flows.points[small]["time_s"] / flows.points[big]["time_s"]
+    assert right > 1.5
+    text = accepted(checks.check_array_speedup, flows, small, big, right)
+    assert "for 4x the MACs per cycle" in text
+    with refused("upside down"):
+        checks.check_array_speedup(flows, small, big, 1 / right)
+    with refused("not the speedup"):
+        checks.check_array_speedup(flows, small, big, right * 1.2)
+
+
+def test_check_dataflows(flows):
+    on8 = {p["params"]["compute.dataflow"]: p for p in flows.points if p["params"]["compute.pe_rows"] == 8}
+    faster = min(on8, key=lambda d: on8[d]["time_s"])
+    frugal = min(on8, key=lambda d: on8[d]["energy_j"])
+    accepted(checks.check_dataflows, flows, 8, faster, frugal)
+    other = {"weight_stationary": "output_stationary", "output_stationary": "weight_stationary"}
+    assert on8[faster]["time_s"] < on8[other[faster]]["time_s"] and on8[frugal]["energy_j"] < on8[other[frugal]]["energy_j"]
+    with refused("not the faster dataflow"):
+        checks.check_dataflows(flows, 8, other[faster], frugal)
+    with refused("does not use the least energy"):
+        checks.check_dataflows(flows, 8, faster, other[frugal])
+    with refused("not a dataflow of this sweep"):
+        checks.check_dataflows(flows, 8, "row_stationary", frugal)
+    with refused("no two verified dataflows on a 64-row array"):
+        checks.check_dataflows(flows, 64, faster, frugal)
+    with refused("does not vary compute.dataflow"):
+        checks.check_dataflows(fake_exploration([(1, 1, 1)]), 0, faster, frugal)
+
+
+def test_check_budget_design(flows):
+    # 0 fastest, 1 most frugal, 2 the lowest EDP within budget, 3 over the area budget, 4 invalid
+    ex = fake_exploration([(1.0, 9.0, 1.0), (5.0, 1.5, 1.0), (2.0, 3.0, 1.0), (0.5, 0.5, 5.0), None])
+    budget = dict(max_time_s=6.0, max_energy_j=10.0, max_area_mm2=2.0)
+    text = accepted(checks.check_budget_design, ex, 2, **budget)
+    assert "lowest EDP of the 3 design(s)" in text
+    accepted(checks.check_budget_design, ex, ex.points[2], **budget)  # the point itself counts
+    with refused("breaks the area budget: 5 mm² > 2 mm²"):
+        checks.check_budget_design(ex, 3, **budget)
+    with refused("design 2 .* has a lower energy-delay product.*best on time alone"):
+        checks.check_budget_design(ex, 0, **budget)
+    with refused("best on energy alone"):
+        checks.check_budget_design(ex, 1, **budget)
+    with refused("breaks the latency budget"):
+        checks.check_budget_design(ex, 1, max_time_s=4.0, max_energy_j=10.0, max_area_mm2=2.0)
+    with refused("did not run or is not verified: zero-byte SRAM"):
+        checks.check_budget_design(ex, 4, **budget)
+    with refused("None is not right"):
+        checks.check_budget_design(ex, None, **budget)
+    accepted(checks.check_budget_design, ex, None, max_time_s=0.1, max_energy_j=10.0, max_area_mm2=2.0)
+    with refused("index into ex.points"):
+        checks.check_budget_design(ex, "design 2", **budget)
+    with refused("the energy budget should be a number"):
+        checks.check_budget_design(ex, 2, max_time_s=6.0, max_energy_j="10 J", max_area_mm2=2.0)
+    # on a real sweep: the lowest-EDP design under loose budgets is accepted
+    loose = dict(max_time_s=1.0, max_energy_j=1.0, max_area_mm2=100.0)
+    best = min(range(len(flows.points)), key=lambda i: flows.points[i]["edp"])
+    accepted(checks.check_budget_design, flows, best, **loose)

@@ -470,3 +470,136 @@ def check_decode_floor(res, cache_bytes, seconds) -> None:
     limit = res.report["limit"]
     return (f"{truth_s * 1e6:.1f} µs; the limit is {limit['time_s'] * 1e6:.1f} µs, bound by {limit['bound']}: "
             f"decode waits on memory, not on the PE array")
+
+
+# --------------------------------------------------------------------------- 10 design space
+
+
+def _design_points(ex) -> list:
+    points = getattr(ex, "points", None)
+    assert isinstance(points, list) and points, \
+        "pass the result of autocomp.explore(...) (or a %%autocomp --explore --out NAME cell)"
+    return points
+
+
+def _usable(ex) -> list[int]:
+    """Indices of the designs that ran and were verified: the only ones a choice may fall on."""
+    return [i for i, p in enumerate(_design_points(ex)) if p.get("valid") and p.get("verified")]
+
+
+def _index(ex, answer, what: str = "your design") -> int:
+    """`answer` as an index of ex.points (an int, or one of the point dicts itself)."""
+    points = _design_points(ex)
+    if isinstance(answer, dict):
+        assert answer in points, f"{what} is a dict that is not one of ex.points. Hint: answer with its index"
+        return points.index(answer)
+    assert isinstance(answer, int) and not isinstance(answer, bool), \
+        f"{what} is an index into ex.points (an integer 0..{len(points) - 1}), got {answer!r}"
+    assert 0 <= answer < len(points), f"{answer} is not an index of ex.points (0..{len(points) - 1})"
+    return answer
+
+
+def _design(ex, i: int) -> str:
+    return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in ex.points[i]["params"].items())
+
+
+def _beats(a: dict, b: dict) -> bool:
+    """a is at least as good as b on time, energy and area, and better on one."""
+    pairs = [(a[k], b[k]) for k in ("time_s", "energy_j", "area_mm2")]
+    return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
+
+
+@check
+def check_pareto_front(ex, answer) -> None:
+    """Tutorial 10: the indices of the designs no other design beats on time, energy and area."""
+    assert isinstance(answer, (list, tuple, set)), f"answer with a list of indices into ex.points, got {answer!r}"
+    mine = {_index(ex, a, "each entry") for a in answer}
+    usable = _usable(ex)
+    points = ex.points
+    for i in sorted(mine):
+        assert i in usable, f"design {i} ({_design(ex, i)}) did not run or is not verified: it cannot be on the front"
+        winner = next((j for j in usable if _beats(points[j], points[i])), None)
+        assert winner is None, \
+            f"design {i} ({_design(ex, i)}) is beaten by design {winner} ({_design(ex, winner)}), which is at least " \
+            "as fast, as frugal and as small, and better on one"
+    missed = [i for i in usable if i not in mine and not any(_beats(points[j], points[i]) for j in usable)]
+    assert not missed, \
+        f"you missed design {missed[0]} ({_design(ex, missed[0])}): no other design beats it on all three at once. " \
+        "Hint: a design is on the front unless ONE other design is no worse on time, energy and area together"
+    return f"front {sorted(mine)}, as ex.pareto says: every other design is beaten on all three by one of these"
+
+
+@check
+def check_array_speedup(ex, small, big, answer) -> None:
+    """Tutorial 10: how many times faster design `big` is than design `small` (within 1%)."""
+    i, j = _index(ex, small, "small"), _index(ex, big, "big")
+    usable = _usable(ex)
+    assert i in usable and j in usable, "both designs must have run and been verified"
+    a = _number(answer, "the speedup")
+    truth = ex.points[i]["time_s"] / ex.points[j]["time_s"]
+    assert not math.isclose(a, 1 / truth, rel_tol=1e-2) or math.isclose(truth, 1.0, rel_tol=1e-2), \
+        "upside down: a speedup is the small design's time over the big design's time"
+    assert math.isclose(a, truth, rel_tol=1e-2), \
+        f"{a:g} is not the speedup. Hint: ex.points[small]['time_s'] / ex.points[big]['time_s']"
+    macs = [ex.design_target(k).compute.macs("f32") for k in (i, j)] if hasattr(ex, "design_target") else None
+    more = f" for {macs[1] / macs[0]:g}x the MACs per cycle" if macs and macs[0] else ""
+    return f"{truth:.2f}x faster{more}, bound by {ex.points[j]['bound']!r} on the big design"
+
+
+@check
+def check_dataflows(ex, rows, faster, frugal) -> None:
+    """Tutorial 10: on the `rows`-row array, which swept dataflow is faster, which uses less energy."""
+    points = _design_points(ex)
+    assert all("compute.dataflow" in p["params"] for p in points), \
+        "this sweep does not vary compute.dataflow: sweep compute.dataflow=weight_stationary,output_stationary"
+    mine = {p["params"]["compute.dataflow"]: p for p in points
+            if p["params"].get("compute.pe_rows") == rows and p.get("valid") and p.get("verified")}
+    assert len(mine) >= 2, f"the sweep has no two verified dataflows on a {rows}-row array (compute.pe_rows={rows})"
+    names = sorted(mine)
+    _name(faster, "a dataflow of this sweep", names)
+    _name(frugal, "a dataflow of this sweep", names)
+    fastest = min(mine, key=lambda d: mine[d]["time_s"])
+    least = min(mine, key=lambda d: mine[d]["energy_j"])
+    assert math.isclose(mine[faster]["time_s"], mine[fastest]["time_s"], rel_tol=1e-9), \
+        f"{faster} is not the faster dataflow on the {rows}-row array. Hint: compare time_s of the points whose " \
+        f"params have compute.pe_rows == {rows}"
+    assert math.isclose(mine[frugal]["energy_j"], mine[least]["energy_j"], rel_tol=1e-9), \
+        f"{frugal} does not use the least energy on the {rows}-row array. Hint: compare energy_j, not time_s"
+    same = faster == frugal
+    return (f"{faster} is faster ({mine[faster]['time_s'] * 1e6:.1f} µs), {frugal} uses less energy "
+            f"({mine[frugal]['energy_j'] * 1e6:.1f} µJ)" + ("" if same else ": neither dataflow wins on both"))
+
+
+@check
+def check_budget_design(ex, answer, max_time_s, max_energy_j, max_area_mm2) -> None:
+    """Tutorial 10: the design with the lowest energy-delay product of those within all three
+    budgets (time, energy, area); None if no design meets them."""
+    budgets = {"time_s": (_number(max_time_s, "the latency budget"), "latency", 1e6, "µs"),
+               "energy_j": (_number(max_energy_j, "the energy budget"), "energy", 1e6, "µJ"),
+               "area_mm2": (_number(max_area_mm2, "the area budget"), "area", 1.0, "mm²")}
+    points = _design_points(ex)
+    fits = [i for i in _usable(ex) if all(points[i][k] <= limit for k, (limit, *_) in budgets.items())]
+    if answer is None:
+        assert not fits, f"design {fits[0]} ({_design(ex, fits[0])}) meets all three budgets: None is not right"
+        return "no design meets all three budgets"
+    i = _index(ex, answer)
+    assert i in _usable(ex), f"design {i} ({_design(ex, i)}) did not run or is not verified: " \
+                             f"{points[i].get('reason', 'not verified')}"
+    for key, (limit, what, scale, unit) in budgets.items():
+        assert points[i][key] <= limit, \
+            f"design {i} ({_design(ex, i)}) breaks the {what} budget: {points[i][key] * scale:.4g} {unit} > " \
+            f"{limit * scale:.4g} {unit}. Hint: keep only the points within all three budgets first"
+    best = min(points[j]["edp"] for j in fits)
+    if not math.isclose(points[i]["edp"], best, rel_tol=1e-9):
+        j = min(fits, key=lambda k: points[k]["edp"])
+        by = "time" if i == min(fits, key=lambda k: points[k]["time_s"]) else \
+             "energy" if i == min(fits, key=lambda k: points[k]["energy_j"]) else \
+             "area" if i == min(fits, key=lambda k: points[k]["area_mm2"]) else ""
+        raise AssertionError(
+            f"design {i} is within budget but design {j} ({_design(ex, j)}) has a lower energy-delay product "
+            f"({points[j]['edp']:.3g} vs {points[i]['edp']:.3g} J·s)" +
+            (f"; yours is the best on {by} alone" if by else "") +
+            ". Hint: of the designs within all three budgets, take the one with the smallest 'edp'")
+    p = points[i]
+    return (f"design {i} ({_design(ex, i)}): {p['time_s'] * 1e6:.1f} µs, {p['energy_j'] * 1e6:.1f} µJ, "
+            f"{p['area_mm2']:.2f} mm², the lowest EDP of the {len(fits)} design(s) within budget")
