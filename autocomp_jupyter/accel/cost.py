@@ -1604,13 +1604,15 @@ def _systolic_mapping(stmt, loop_map, index, compute) -> tuple[tuple[tuple[int, 
     need its own input stream — systolic accelerators run it on their vector unit.
     """
     ext = stmt.extents
-    outs = {l.name for l in stmt.output_loops}
+    # (ordered: on a tie in extent the first loop in program order wins, in every process —
+    # a set's order follows the string hash seed)
+    outs = dict.fromkeys(l.name for l in stmt.output_loops)
     reads = stmt.reads()
     weight_idx = _weight_read(stmt)
     if weight_idx is None:
         return None
     weight_loops = [l for a in reads[weight_idx].indices for l in a.loops]
-    other_loops = {l for a in reads[1 - weight_idx].indices for l in a.loops}
+    other_loops = dict.fromkeys(l for a in reads[1 - weight_idx].indices for l in a.loops)
     col_choices = [l for l in weight_loops if l in outs and l not in other_loops]
     shared_reductions = [l for l in weight_loops if l not in outs and l in other_loops]
     if not col_choices or not shared_reductions:
