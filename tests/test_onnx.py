@@ -632,3 +632,31 @@ def test_two_channel_shuffles_in_a_row_import():
     inputs = {**interp.random_inputs(program), **program.param_values, **{k: v.astype(float) for k, v in feeds.items()}}
     np.testing.assert_allclose(interp.run(program, inputs)[program.outputs[0]].reshape(expected.shape), expected,
                                rtol=1e-5, atol=1e-6)
+
+
+def test_a_reshape_merged_then_split_another_way_imports():
+    """[.., 8, 7, ..] -> [.., 7, 8, ..] (MaxViT's window partition): 8 x 7 merged to 56 and split
+    as 7 x 8, each step affine; and BERT's constant GatherElements of token type ids folds."""
+    import onnxruntime as ort
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 7, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 7, 8, 3])
+    w = helper.make_tensor_value_info("w", TensorProto.FLOAT, [1, 6])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 6])
+    shape = numpy_helper.from_array(np.array([2, 7, 8, 3], np.int64), "shape")
+    data = numpy_helper.from_array(np.arange(12, dtype=np.int64).reshape(1, 12), "data")
+    idx = numpy_helper.from_array(np.array([[0, 1, 2, 3, 4, -1]], np.int64), "idx")
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Reshape", ["r", "shape"], ["y"]),
+                               helper.make_node("GatherElements", ["data", "idx"], ["g"], axis=1),
+                               helper.make_node("Cast", ["g"], ["gf"], to=TensorProto.FLOAT),
+                               helper.make_node("Add", ["w", "gf"], ["z"])],
+                              "g", [x, w], [y, z], [shape, data, idx])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    program = from_onnx(model)
+    feed = np.random.default_rng(0).standard_normal((2, 8, 7, 3)).astype(np.float32)
+    feed_w = np.zeros((1, 6), np.float32)
+    want_y, want_z = ort.InferenceSession(model.SerializeToString()).run(None, {"x": feed, "w": feed_w})
+    env = interp.run(program, {**interp.random_inputs(program), **program.param_values,
+                               program.inputs[0].name: feed.astype(float), program.inputs[1].name: feed_w.astype(float)})
+    np.testing.assert_allclose(env[program.outputs[0]], want_y, rtol=1e-6)
+    np.testing.assert_array_equal(env[program.outputs[1]].reshape(want_z.shape), want_z)

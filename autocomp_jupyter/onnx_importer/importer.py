@@ -62,6 +62,27 @@ from .validate import NodeChecker, initializer_arrays, model_problems, node_labe
 __all__ = ["from_onnx", "run_with_values", "sanitize", "SUPPORTED_OPS"]
 
 
+def _common_coarsening(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The finest shape both `a` and `b` refine by merging contiguous dimensions ([8, 7, 8, 7]
+    and [7, 8, 7, 8] -> [56, 56]), or None when it is the whole tensor in one dimension (no
+    coarser step helps)."""
+    out, pa, pb, i, j, size = [], 1, 1, 0, 0, 1
+    while i < len(a) or j < len(b):
+        if pa <= pb and i < len(a):
+            pa *= a[i]
+            i += 1
+        elif j < len(b):
+            pb *= b[j]
+            j += 1
+        else:
+            pa *= a[i]
+            i += 1
+        if pa == pb:
+            out.append(pa // size)
+            size = pa
+    return tuple(out) if len(out) > 1 else None
+
+
 class _Importer(ElementwiseOps, LayoutOps, LinearOps, ConvOps, NormalizeOps, ResampleOps, IndexOps, AttentionOps):
     """One model's import: the values it has read, the DSL it has written, the errors it
     found. The op handlers are the mixins' (one module per op family)."""
@@ -225,6 +246,15 @@ class _Importer(ElementwiseOps, LayoutOps, LinearOps, ConvOps, NormalizeOps, Res
             # a view of a view that is affine only through the first (two channel shuffles in a
             # row; MaxViT's 8x7 merged to 56 and split as 7x8): the first is written out
             base, base_shape = self.operand(src), own
+        coarse = _common_coarsening(base_shape, shape)
+        if reshape_plan(base_shape, shape) is None and coarse is not None:
+            # merged then split another way (8 x 7 -> 56 -> 7 x 8): the merge is written out,
+            # then split as a view (each step alone is affine)
+            merged = out + "_merged"
+            self.values[merged] = _View(base, coarse)
+            self.base_shapes[base] = base_shape
+            self.dtype_of_view[merged] = dtype
+            base, base_shape = self.operand(merged), coarse
         if reshape_plan(base_shape, shape) is None:
             self.fail(node, f"reshape {list(base_shape)} -> {list(shape)} is not affine (no dimension of one shape "
                             "is a contiguous product of the other's)")
@@ -495,6 +525,15 @@ class _Importer(ElementwiseOps, LayoutOps, LinearOps, ConvOps, NormalizeOps, Res
             value = (x.astype(np.float64) - zp.astype(np.float64).reshape(shape)) * scale.astype(np.float64).reshape(shape)
             self.consts[node.output[0]] = value.astype(np.float32)
             return
+        if node.op_type == "GatherElements":
+            # np.take_along_axis is GatherElements (onnx's reference evaluator fails on
+            # transformers' BERT: data [1, 512] gathered by [1, 64] along axis 1)
+            data, idx = (self.consts[i] for i in node.input[:2])
+            axis = self.attrs(node).get("axis", 0) % max(data.ndim, 1)
+            idx = np.where(idx < 0, idx + data.shape[axis], idx)
+            if data.ndim == idx.ndim and ((idx >= 0) & (idx < data.shape[axis])).all():
+                self.consts[node.output[0]] = np.take_along_axis(data, idx.astype(np.int64), axis)
+                return
         try:
             results = self.evaluate(node, feeds)
         except Exception as err:  # the reference evaluator rejects what onnx does not define
