@@ -281,18 +281,19 @@ def _rebuild(kernel: Kernel, genome: tuple) -> Schedule:
 
 def _tiles_annotated(program: Program, optimized: Schedule, fused: Schedule, ctx) -> Schedule:
     """T's schedule of a kernel: the optimised tiles and orders with F's annotations, or,
-    where those do not fit these tiles (slower than both F and the optimised schedule: F
-    vectorised a loop these tiles cut short), annotated as the library's scheduling pass
-    annotates these tiles."""
+    where those do not fit these tiles (slower than F: F vectorised a loop these tiles cut
+    short), the faster of that and these tiles annotated as the library's scheduling pass
+    annotates them."""
     from .rules.scheduling import scheduling_pass
 
     transplanted = replace(optimized, annotations=fused.annotations)
     time_s = lambda s: evaluate_program((s,), ctx.target).total.time_s
-    if time_s(transplanted) <= max(time_s(fused), time_s(optimized)):
+    if time_s(transplanted) <= time_s(fused):
         return transplanted
     bare = replace(optimized, annotations={})
     ctx = replace(ctx, explain=False, tiled_checks=False)
-    return scheduling_pass(Plan(program, (optimized.kernel,), (bare,), "tiled"), ctx).plan.schedules[0]
+    annotated = scheduling_pass(Plan(program, (optimized.kernel,), (bare,), "tiled"), ctx).plan.schedules[0]
+    return min((transplanted, annotated), key=time_s)
 
 
 def gain_breakdown(library: Plan, optimized: Plan, ctx) -> dict:
