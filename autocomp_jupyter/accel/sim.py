@@ -220,6 +220,11 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
         if present[d]:
             total_steps *= int(_chunks(np.int64(E[d]), tiles[d, :L - 1], np.int64(tiles[d, L - 1])))
     mapped_points = st.points / st.local_points
+    if st.domain is not None:
+        # the model's datapath traffic is that of the non-empty tiles, each run whole: per point
+        # of those tiles (a domain's own points are fewer: charging them would count the cut twice)
+        mapped_points = float(np.prod([E[d] for d in range(D) if present[d]])) \
+            * st.domain.kept_fraction(tuple(int(tiles[d, L - 1]) for d in st.domain.loops))
     datapath_per_point = datapath / max(mapped_points, 1.0)
 
     def footprint(a, box) -> float:
