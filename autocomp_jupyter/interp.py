@@ -253,14 +253,13 @@ def _evaluate_in_domain(st: Statement, env, ranges) -> np.ndarray:
     mask = _domain_mask(st, ranges)
     n_out = len(st.output_loops)
     out_shape = tuple(b - a for a, b in ranges[:n_out])
-    memo = st.__dict__
+    memo = st.__dict__          # the statement's domain-free forms, made once (it is immutable)
     if not mask.any():
         return np.full(out_shape, st.identity)
+    boxed = memo.get("_interp_box") or memo.setdefault("_interp_box", replace(st, domain=()))
     if mask.all():
-        boxed = memo.get("_interp_box") or memo.setdefault("_interp_box", replace(st, domain=()))
         return _evaluate_box(boxed, env, ranges)
     if all(mask.shape[a] == 1 for a in range(n_out, len(ranges))):
-        boxed = memo.get("_interp_box") or memo.setdefault("_interp_box", replace(st, domain=()))
         result = _evaluate_box(boxed, env, ranges)
         inside = mask.reshape(mask.shape[:n_out])
         return np.where(np.broadcast_to(inside, out_shape), result, st.identity)

@@ -75,15 +75,12 @@ def physical_limit(program: Program, target) -> dict:
                 passes = min(along, flat)
                 if winograd and si == kernel.anchor:
                     passes *= 16 / 36
-            if st.domain is not None:
-                # a `where` domain: its points, not its box (the best tiles skip the rest)
-                box = math.prod(present) * st.local_points
-                passes *= st.points / box if box else 1.0
-                fill *= st.points / box if box else 1.0
-            seconds = (passes * st.local_points * dp.pass_cycles + fill) / compute.units / clock
+            # a `where` domain: its points, not its box (the best tiles skip the rest)
+            box = math.prod(present) * st.local_points
+            share = st.points / box if st.domain is not None and box else 1.0
+            seconds = (passes * share * st.local_points * dp.pass_cycles + fill * share) / compute.units / clock
             datapaths[dp.unit] = datapaths.get(dp.unit, 0.0) + float(seconds)
             if dp.on_array and st.mac:
-                share = st.points / (math.prod(present) * st.local_points) if st.domain is not None else 1.0
                 for level, nbytes in _array_operands(model, st, extents, compute).items():
                     ports[level] = ports.get(level, 0.0) + nbytes * share
     if runs_generated_c(target):

@@ -24,7 +24,7 @@ from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, rollback_entry, rule_entry, transaction
 from ..interp import equivalent
 from ..ir.twin import kernel_twin
-from ..verify import TWIN_EXTENT, verify_schedule
+from ..verify import EQUIVALENCE_POINTS, TWIN_EXTENT, verify_schedule
 from .fusion import _kernel_name
 from .online_softmax import online_softmax
 from .tiling import level_mapping, search_tiles
@@ -418,17 +418,13 @@ def _online(program: Program, chain: list[Kernel], ctx: PassContext):
     return rewritten, schedule, seconds
 
 
-# Above this many points (all statements' boxes) the online-softmax rewrite is checked on a
-# twin of the chain's ops: attention at 2,048 tokens in 16 heads ran 60 s in the interpreter.
-REWRITE_CHECK_POINTS = 1 << 26
-
-
 def _rewrite_verdict(program: Program, ops: list[str], rewritten: Program, ctx: PassContext):
-    """Whether the online-softmax rewrite computes what the program does: on the program where
-    it is small; else the same rewrite of the chain's ops alone, cut to a small twin
-    (`ir.twin.kernel_twin`) — the rewrite reads only the chain's structure, which the twin
-    keeps — falling back to the whole program where no twin has that structure."""
-    if sum(st.box_points for st in program.statements) <= REWRITE_CHECK_POINTS:
+    """Whether the online-softmax rewrite computes what the program does: `ctx.verify` where
+    the program is small or has a source (its scaled twin replays the rewrite:
+    `verify.equivalent_at_scale`); else (a large imported model) the same rewrite of the
+    chain's ops alone, cut to a small twin (`ir.twin.kernel_twin`) — the rewrite reads only the
+    chain's structure, which the twin keeps — or the whole program where no twin has it."""
+    if program.source or sum(st.box_points for st in program.statements) <= EQUIVALENCE_POINTS:
         return ctx.verify(rewritten)
     small = kernel_twin(program, ops, TWIN_EXTENT)
     found = online_softmax(small, ops) if small is not None else "no twin"
