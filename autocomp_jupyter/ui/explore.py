@@ -28,7 +28,8 @@ def _label(point: Mapping) -> str:
 def _axis(values: Sequence[float]) -> tuple[float, float]:
     lo, hi = min(values), max(values)
     pad = (hi - lo) * 0.08 or abs(hi) * 0.05 or 1.0
-    return lo - pad, hi + pad
+    # times, energies and areas are never negative: the axis does not pad below 0
+    return (max(lo - pad, 0.0) if lo >= 0 else lo - pad), hi + pad
 
 
 def explore_svg(points: Sequence[Mapping], pareto: Sequence[int], width: int = 520, height: int = 320,
