@@ -1,0 +1,104 @@
+"""The report numbers a refactor must not change: the cases, what is kept of a report, and the comparison.
+
+A case is a program text (an example, a fuzz reproducer or a generated program, stored in the
+golden file itself so that a change to the generator cannot move it), a preset and a tuning
+budget. What is kept of its report is every number a user reads and every schedule it shows:
+the four versions' time, energy and bytes, the gain chain, the speedups and fractions, and each
+kernel's ops, loops, tiles, orders, annotations, trace, metrics, bound and limits. Wall-clock
+fields (`seconds`, `seconds_by_pass`, tuning times) are left out.
+
+Regenerate with `UPDATE_GOLDEN=1 python -m pytest tests/test_golden_reports.py` (or run this file)
+and review the diff: a report number moves only when a change means it to.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).parent / "golden" / "reports.json"
+
+PRESETS = ("npu", "tpu", "gpu", "gemmini", "host")
+# Large examples cost seconds each: they are checked on two presets, the rest on all five.
+_SLOW_EXAMPLES = {"llama_decoder_layer", "moe_decode", "resnet_basic_block"}
+_GENERATED_SEEDS = range(1000, 1024)
+
+
+def cases() -> list[dict]:
+    """Every case: {id, source, preset, tune}. Sources are read now, stored in the golden file."""
+    from autocomp_jupyter.fuzz import generate
+
+    out = []
+    for path in sorted((ROOT / "examples").glob("*.acir")):
+        presets = ("npu", "host") if path.stem in _SLOW_EXAMPLES else PRESETS
+        for preset in presets:
+            out.append({"id": f"example-{path.stem}-{preset}-t0", "source": path.read_text(), "preset": preset, "tune": 0})
+        if path.stem not in _SLOW_EXAMPLES:
+            out.append({"id": f"example-{path.stem}-tpu-t24", "source": path.read_text(), "preset": "tpu", "tune": 24})
+    for path in sorted((Path(__file__).parent / "fuzz_repros").glob("*.acir")):
+        for preset in ("npu", "host"):
+            out.append({"id": f"repro-{path.stem}-{preset}-t0", "source": path.read_text(), "preset": preset, "tune": 0})
+    for seed in _GENERATED_SEEDS:
+        text = generate(seed).text
+        preset = PRESETS[seed % len(PRESETS)]
+        out.append({"id": f"generated-{seed}-{preset}-t0", "source": text, "preset": preset, "tune": 0})
+        if seed % 4 == 0:
+            out.append({"id": f"generated-{seed}-npu-t16", "source": text, "preset": "npu", "tune": 16})
+    return out
+
+
+_VERSION_KEYS = ("time_s", "cycles", "energy_j", "bytes")
+_TOP_KEYS = ("verified", "gain_breakdown", "gain_chain_time_s", "speedup_vs_naive", "speedup_vs_textbook",
+             "speedup_vs_library", "roofline_fraction", "limit_fraction", "area_mm2", "fell_back")
+_KERNEL_KEYS = ("name", "ops", "loops", "extents", "order", "order_by_level", "annotations", "tiles", "metrics",
+                "bound", "limits_s", "trace")
+
+
+def kept(report: dict) -> dict:
+    """The part of a report the golden file holds (every number and schedule; no wall-clock time)."""
+    out = {key: report.get(key) for key in _TOP_KEYS}
+    for version in ("naive", "textbook", "library", "optimized"):
+        out[version] = {key: report[version].get(key) for key in _VERSION_KEYS} if report.get(version) else None
+    out["kernels"] = [{key: kernel.get(key) for key in _KERNEL_KEYS} for kernel in report["kernels"]]
+    out["rollbacks"] = len(report.get("rollbacks") or [])
+    return json.loads(json.dumps(out))
+
+
+def run_case(case: dict) -> dict:
+    from autocomp_jupyter.pipeline import optimize
+
+    return kept(optimize(case["source"], target=case["preset"], tune=case["tune"], seed=0).report)
+
+
+def differences(expected, actual, path: str = "", rel: float = 1e-9) -> list[str]:
+    """Where `actual` departs from `expected` (numbers within `rel` relative error agree)."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        out = [f"{path}.{k}: missing" for k in expected if k not in actual]
+        out += [f"{path}.{k}: unexpected" for k in actual if k not in expected]
+        for key in expected:
+            if key in actual:
+                out += differences(expected[key], actual[key], f"{path}.{key}", rel)
+        return out
+    if isinstance(expected, list) and isinstance(actual, list):
+        if len(expected) != len(actual):
+            return [f"{path}: {len(expected)} items, now {len(actual)}: {expected!r} -> {actual!r}"[:400]]
+        return [d for i, (e, a) in enumerate(zip(expected, actual)) for d in differences(e, a, f"{path}[{i}]", rel)]
+    numbers = (int, float)
+    if isinstance(expected, numbers) and isinstance(actual, numbers) and not isinstance(expected, bool):
+        if expected == actual or math.isclose(expected, actual, rel_tol=rel, abs_tol=1e-300):
+            return []
+        return [f"{path}: {expected!r} -> {actual!r}"]
+    return [] if expected == actual else [f"{path}: {expected!r} -> {actual!r}"[:400]]
+
+
+def write_golden() -> None:
+    records = {}
+    for case in cases():
+        records[case["id"]] = {**case, "report": run_case(case)}
+    GOLDEN.parent.mkdir(exist_ok=True)
+    GOLDEN.write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    write_golden()
