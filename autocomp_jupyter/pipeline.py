@@ -112,9 +112,9 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     the generated C on this CPU (target 'host'), with `threads` OpenMP threads (default: the
     cores this process may use); schedule: kernels' schedules to replay instead of searching
     for them — a report (dict, or a JSON file's path) whose kernels carry `trace`, or
-    {kernel name: trace | ScheduleBuilder} (trace.py); each is replayed step by step,
+    {kernel name: trace | ScheduleBuilder} (schedule/); each is replayed step by step,
     checked, then verified like any plan. Bad input raises `UserError` (a refused step: a
-    `trace.ScheduleError` naming the step, its loop and the dependence).
+    `schedule.ScheduleError` naming the step, its loop and the dependence).
     """
     started = time.perf_counter()
     lap = _Laps(started)                                         # report["seconds_by_pass"]
@@ -376,7 +376,7 @@ def _fusions_that_beat_the_library(plan: Plan, ctx: PassContext, log: list, roll
 def _load_traces(schedule):
     if schedule is None:
         return None
-    from .trace import load_traces
+    from .schedule import load_traces
 
     return load_traces(schedule)
 
@@ -385,7 +385,7 @@ def _replay(traces: dict, plans: Sequence[Plan], target: Target, source, log: li
     """The first of `plans` (the passes', the library's, the naive one) naming every kernel
     in `traces`, with those kernels' schedules replayed from their traces."""
     from .passes import rule_entry
-    from .trace import replay_plan
+    from .schedule import replay_plan
 
     where = str(source) if isinstance(source, (str, Path)) else "--schedule"
     plan, replayed = replay_plan(plans, traces, target.tiling_levels, filename=where)

@@ -90,11 +90,11 @@ class KernelReport:
     metrics: Mapping[str, float]                     # the cost model's METRIC_NAMES
     bound: str                                       # which term of the time formula binds
     limits_s: Mapping[str, float]                    # every term `bound` compares
-    trace: tuple[Mapping[str, Any], ...] = ()        # the primitives that build the schedule (trace.py)
+    trace: tuple[Mapping[str, Any], ...] = ()        # the primitives that build the schedule (schedule/)
 
     @classmethod
     def of(cls, kernel, schedule, cost: KernelCost) -> "KernelReport":
-        from .trace import schedule_json
+        from .schedule import schedule_json
 
         spec = schedule_json(schedule)
         return cls(

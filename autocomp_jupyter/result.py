@@ -73,16 +73,16 @@ class Result:
         return evaluate_variant(self.after, self.target, kernel, tiles, order, annotations)
 
     def schedule(self, kernel: str):
-        """A `trace.ScheduleBuilder` for `kernel`, from its untiled nest: call primitives on
+        """A `schedule.ScheduleBuilder` for `kernel`, from its untiled nest: call primitives on
         it (`s.tile(loop="i", level="VMEM", size=128)`, each checked at once), then pass it
         to `optimize(..., schedule={kernel: s})`."""
-        from .trace import ScheduleBuilder
+        from .schedule import ScheduleBuilder
 
         return ScheduleBuilder(self.kernel(kernel), self.target.tiling_levels)
 
     def traces(self) -> dict:
         """{kernel name: its trace} for the optimised plan (what `schedule=` replays)."""
-        from .trace import trace_of
+        from .schedule import trace_of
 
         return {k.name: trace_of(s) for k, s in zip(self.after.kernels, self.after.schedules)}
 
@@ -91,7 +91,7 @@ class Result:
         pseudo-kernel, and the C on host; the rest is made here when first asked for and
         kept) or 'schedule' (every kernel's trace as Python calls that rebuild it)."""
         if lang == "schedule":
-            from .trace import python_of
+            from .schedule import python_of
 
             return "\n\n".join(python_of(name, trace) for name, trace in self.traces().items())
         if lang not in self.codes:

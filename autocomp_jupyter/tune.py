@@ -832,7 +832,7 @@ def _kernel_moves(entry: tuple[float, Schedule], target, score_fn, max_spill: fl
 
 
 def _kernel_entry(schedule: Schedule) -> dict:
-    from .trace import schedule_json
+    from .schedule import schedule_json
 
     return schedule_json(schedule)
 

@@ -20,7 +20,7 @@ from autocomp_jupyter.interp import random_inputs, run, run_kernel_tiled
 from autocomp_jupyter.ir.loopnest import Region, lower, regions
 from autocomp_jupyter.ir.plan import Plan
 from autocomp_jupyter.ir.schedule import Kernel
-from autocomp_jupyter.trace import BadArgumentError, IllegalStepError, UnknownLoopError, replay, trace_of
+from autocomp_jupyter.schedule import BadArgumentError, IllegalStepError, UnknownLoopError, replay, trace_of
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -18,7 +18,7 @@ from autocomp_jupyter.interp import check_tiled, equivalent
 from autocomp_jupyter.ir.loopnest import lower, whole_loops
 from autocomp_jupyter.ir.schedule import Kernel
 from autocomp_jupyter.rules.online_softmax import online_softmax
-from autocomp_jupyter.trace import IllegalStepError, replay
+from autocomp_jupyter.schedule import IllegalStepError, replay
 
 COMPREHENSIONS = """input Q: f32[2, 48, 16]
 input K: f32[2, 40, 16]

@@ -16,7 +16,7 @@ from autocomp_jupyter.dsl import parse
 from autocomp_jupyter.ir.loopnest import lower
 from autocomp_jupyter.ir.schedule import Kernel, Schedule
 from autocomp_jupyter.result import Plan
-from autocomp_jupyter.trace import (PRIMITIVES, BadArgumentError, IllegalStepError, ScheduleError,
+from autocomp_jupyter.schedule import (PRIMITIVES, BadArgumentError, IllegalStepError, ScheduleError,
                                     UnknownLoopError, replay, trace_of)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -157,7 +157,7 @@ def _times(schedules: list[Schedule], ctx: PassContext) -> list[float]:
 def try_interchange(schedule: Schedule, ctx: PassContext, log: list) -> Schedule:
     """Apply the best legal adjacent swap at any level (the `interchange` primitive) while
     it saves time."""
-    from ..trace import apply_step
+    from ..schedule import apply_step
 
     kernel = schedule.kernel
     current = _time(schedule, ctx)
@@ -216,7 +216,7 @@ def try_reverse(schedule: Schedule, ctx: PassContext, log: list) -> Schedule:
 def _try_steps(name: str, schedule: Schedule, steps: list[dict], ctx: PassContext, log: list) -> Schedule:
     """Score the schedules the candidate `steps` build (one batch), then apply the fastest
     that gains MIN_GAIN and is legal (isl); log one line either way."""
-    from ..trace import ScheduleError, apply_step
+    from ..schedule import ScheduleError, apply_step
 
     kernel = schedule.kernel
     candidates = []

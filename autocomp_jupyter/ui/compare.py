@@ -39,7 +39,7 @@ def _kernel_spec(entry: dict) -> dict:
 def schedule_spec(schedule) -> dict:
     """The {tiles, order_by_level, annotations} of a Schedule, as the report writes them
     (`trace.schedule_json`, the one JSON form of a schedule)."""
-    from ..trace import schedule_json
+    from ..schedule import schedule_json
 
     spec = schedule_json(schedule)
     return {key: spec[key] for key in ("tiles", "order_by_level", "annotations")}

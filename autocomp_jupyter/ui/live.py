@@ -245,8 +245,8 @@ class TunePanel:
                              f"#{self.changes} {esc(what)} → <b>{esc(shown)}</b>{call}: {esc(effect)}</p>")
 
     def _step(self, owner, value) -> str:
-        """The trace primitive a control's move is (`trace.py`), as the Python call that makes it."""
-        from ..trace import python_of
+        """The trace primitive a control's move is (`schedule/`), as the Python call that makes it."""
+        from ..schedule import python_of
 
         step = None
         for (loop, level), slider in self.sliders.items():
@@ -307,7 +307,7 @@ class TunePanel:
         schedule = (ev or {}).get("schedule")
         if schedule is not None:
             try:
-                from ..trace import python_of, trace_of
+                from ..schedule import python_of, trace_of
 
                 nest = ('<details class="autocomp-variant-nest"><summary>loop nest of this variant, and its trace</summary>'
                         f"<pre>{esc(schedule.loop_nest())}</pre>"

@@ -1,0 +1,40 @@
+"""`parallel(loop)`: every tile and point loop over `loop` runs in parallel.
+
+Refused (by isl, through the trace) where the loop carries a dependence, a reduction's
+included: a parallel reduction is a race. The search chooses, per loop, parallel or not.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..ir.schedule import Kernel, Schedule
+from .primitive import Decision, Primitive, annotate, known_loop, moving_loops, register
+
+
+@register
+@dataclass(frozen=True)
+class Parallel(Primitive):
+    """Run every tile and point loop over `loop` in parallel: it must carry no dependence,
+    a reduction's included (a parallel reduction is a race)."""
+
+    loop: str
+    name = "parallel"
+    rank = 6
+    hint_when_illegal = ("leave this loop sequential (a reduction loop never runs in parallel, nor one whose "
+                         "tiles recompute a shared region)")
+
+    def check(self, schedule: Schedule) -> None:
+        known_loop(schedule, self.name, self.loop)
+
+    def rewrite(self, schedule: Schedule) -> Schedule:
+        loops = tuple(schedule.annotations.get("parallel", ()) or ())
+        return annotate(schedule, parallel=loops + ((self.loop,) if self.loop not in loops else ()))
+
+    @classmethod
+    def decisions(cls, kernel: Kernel, levels: Sequence[str]) -> tuple[Decision, ...]:
+        return tuple(Decision(cls.name, (loop,), (False, True)) for loop in moving_loops(kernel))
+
+    @classmethod
+    def step_for(cls, schedule: Schedule, key: tuple, value):
+        return {"primitive": cls.name, "loop": key[0]} if value else None

@@ -1,0 +1,41 @@
+"""`reverse(loop)`: the point loop of `loop` runs from its last value down to its first.
+
+Refused (by isl) where the loop carries a dependence in its direction. The search chooses,
+per loop, reversed or not.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..ir.schedule import Kernel, Schedule
+from .errors import BadArgumentError
+from .primitive import Decision, Primitive, annotate, known_loop, moving_loops, register
+
+
+@register
+@dataclass(frozen=True)
+class Reverse(Primitive):
+    """The point loop of `loop` runs from its last value down to its first."""
+
+    loop: str
+    name = "reverse"
+    rank = 5
+    hint_when_illegal = "a loop that carries a dependence must keep its direction"
+
+    def check(self, schedule: Schedule) -> None:
+        known_loop(schedule, self.name, self.loop)
+        if self.loop in (schedule.annotations.get("reverse", ()) or ()):
+            raise BadArgumentError(f"loop {self.loop} is already reversed", primitive=self.name, loop=self.loop)
+
+    def rewrite(self, schedule: Schedule) -> Schedule:
+        loops = tuple(schedule.annotations.get("reverse", ()) or ())
+        return annotate(schedule, reverse=loops + (self.loop,))
+
+    @classmethod
+    def decisions(cls, kernel: Kernel, levels: Sequence[str]) -> tuple[Decision, ...]:
+        return tuple(Decision(cls.name, (loop,), (False, True)) for loop in moving_loops(kernel))
+
+    @classmethod
+    def step_for(cls, schedule: Schedule, key: tuple, value):
+        return {"primitive": cls.name, "loop": key[0]} if value else None
