@@ -223,6 +223,22 @@ _LEVELS = (lambda v: isinstance(v, list) and v and all(isinstance(x, str) for x 
 _PAIR = (lambda v: isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and x >= 1 for x in v)
          and v[0] <= v[1], "a pair [min, max] of integers, min <= max")
 
+def _loop_transforms() -> tuple[str, ...]:
+    from .scheduling import loop_transforms
+
+    return loop_transforms()
+
+
+class _LoopTransformsText:
+    """'a list drawn from ...' naming the loop transformations registered when it is shown."""
+
+    def __str__(self) -> str:
+        return "a list drawn from " + ", ".join(_loop_transforms())
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
 SCHEMA: dict[str, Any] = {
     "fusion": {
         "params": {"fusion_threshold_gb": _NUMBER, "max_fusion_depth": _INT, "inline_threshold": _INT0,
@@ -233,8 +249,8 @@ SCHEMA: dict[str, Any] = {
     "tiling": {"tile_heuristic": (lambda v: v in ("model-driven", "fixed"), "'model-driven' or 'fixed'"),
                "levels": _LEVELS, "register_tile_factor": _PAIR,
                "max_spill_ratio": (lambda v: isinstance(v, (int, float)) and 0 <= v < 1, "a number in [0, 1)")},
-    "scheduling": {"priority": (lambda v: isinstance(v, list) and set(v) <= {"skew", "interchange", "reverse"}
-                                and len(set(v)) == len(v), "a list drawn from skew, interchange, reverse"),
+    "scheduling": {"priority": (lambda v: isinstance(v, list) and set(v) <= set(_loop_transforms())
+                                and len(set(v)) == len(v), _LoopTransformsText()),
                    "parallel_outer": _BOOL, "vectorize_inner": _BOOL, "unroll_factor": _INT},
     "rollback": {"min_speedup": (lambda v: isinstance(v, (int, float)) and v >= 1, "a number >= 1"),
                  "max_occupancy_after_fusion": _FRACTION,

@@ -7,8 +7,9 @@ When it applies: to every kernel of the plan, after tiling. Steps, each logged:
    - interchange: every swap of two adjacent loops in each level's order
      (`Schedule.order`), scored by the cost model; the best legal one is applied, repeatedly,
      while it gains. Refusals name the broken dependence; the others say how much slower.
-   - skew (every ordered pair of loops, factor 1) and reverse (every loop), built with the
-     `trace` primitives and scored in one batch: the fastest candidate that gains is
+   - skew (every ordered pair of loops, factor 1), reverse (every loop) and any other
+     registered loop-transformation primitive (`schedule/`), its candidates drawn from the
+     primitive's own decisions and scored in one batch: the fastest candidate that gains is
      applied where isl says legal. The model prices a tile's traffic and compute, which a
      point loop's direction or skew inside the tile does not change, so today they log "no
      gain" unless a user's rule file or trace asks for them (`--schedule`); in this DSL's
@@ -62,8 +63,8 @@ def scheduling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
     for kernel, tiled in zip(plan.kernels, plan.schedules):
         schedule = tiled
         for transform in priority:
-            if transform in TRANSFORMS:
-                schedule = TRANSFORMS[transform](schedule, ctx, log)
+            if transform in loop_transforms():
+                schedule = _transform(transform)(schedule, ctx, log)
         if params.get("parallel_outer", True):
             schedule = annotate_parallel(schedule, ctx, log)
         if params.get("vectorize_inner", True):
@@ -198,19 +199,17 @@ def try_interchange(schedule: Schedule, ctx: PassContext, log: list) -> Schedule
     return schedule
 
 
-def try_skew(schedule: Schedule, ctx: PassContext, log: list) -> Schedule:
-    """Skew (factor 1) every ordered pair of the kernel's loops, through the `skew`
-    primitive; the fastest candidate the model prices below the current time is applied if
-    isl says it is legal."""
-    loops = [l for l in schedule.kernel.loop_names if schedule.kernel.extents[l] > 1]
-    steps = [{"primitive": "skew", "loop": a, "by": b, "factor": 1} for a in loops for b in loops if a != b]
-    return _try_steps("skew", schedule, steps, ctx, log)
+def try_primitive(name: str, schedule: Schedule, ctx: PassContext, log: list) -> Schedule:
+    """Every step the primitive `name`'s decisions offer on `schedule` (skew: every ordered
+    pair of the kernel's loops, factor 1; reverse: every loop; a new primitive: whatever its
+    `decisions` say), scored in one batch; the fastest that gains is applied if isl says legal."""
+    from ..schedule import PRIMITIVES
 
-
-def try_reverse(schedule: Schedule, ctx: PassContext, log: list) -> Schedule:
-    """Reverse each of the kernel's loops, through the `reverse` primitive, as `try_skew`."""
-    steps = [{"primitive": "reverse", "loop": l} for l in schedule.kernel.loop_names if schedule.kernel.extents[l] > 1]
-    return _try_steps("reverse", schedule, steps, ctx, log)
+    cls = PRIMITIVES[name]
+    steps = [step for decision in cls.decisions(schedule.kernel, schedule.levels)
+             for value in decision.choices[1:]
+             for step in [cls.step_for(schedule, decision.key, value)] if step is not None]
+    return _try_steps(name, schedule, steps, ctx, log)
 
 
 def _try_steps(name: str, schedule: Schedule, steps: list[dict], ctx: PassContext, log: list) -> Schedule:
@@ -252,12 +251,23 @@ def _try_steps(name: str, schedule: Schedule, steps: list[dict], ctx: PassContex
 
 
 def _describe(step: dict) -> str:
-    if step["primitive"] == "skew":
-        return f"skew {step['loop']} by {step['by']}"
-    return f"reverse {step['loop']}"
+    from ..schedule import from_step
+
+    return from_step(step).describe()
 
 
-TRANSFORMS = {"interchange": try_interchange, "skew": try_skew, "reverse": try_reverse}
+def loop_transforms() -> tuple[str, ...]:
+    """What a rule file's `scheduling.priority` may list: interchange, and every registered
+    primitive that is a loop transformation (skew, reverse, and any added later)."""
+    from ..schedule import PRIMITIVES
+
+    return ("interchange",) + tuple(name for name, cls in PRIMITIVES.items() if cls.loop_transform)
+
+
+def _transform(name: str):
+    if name == "interchange":
+        return try_interchange
+    return lambda schedule, ctx, log: try_primitive(name, schedule, ctx, log)
 
 
 # --------------------------------------------------------------------------- annotations

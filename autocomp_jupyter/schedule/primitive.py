@@ -46,6 +46,7 @@ class Primitive:
 
     name: ClassVar[str] = ""
     rank: ClassVar[int] = 5            # where a search's trace puts it (tiles first, unroll last)
+    loop_transform: ClassVar[bool] = False   # the scheduling pass tries its decisions (rules' `priority`)
     hint_when_illegal: ClassVar[str] = ""
 
     # ---- arguments and rewriting (each subclass)
@@ -80,6 +81,10 @@ class Primitive:
 
     def python(self) -> str:
         return f"s.{self.name}({', '.join(f'{k}={v!r}' for k, v in self.step().items() if k != 'primitive')})"
+
+    def describe(self) -> str:
+        """A few words for the rule log ("skew j by i")."""
+        return " ".join([self.name] + [str(getattr(self, p)) for p in self.params()])
 
     @classmethod
     def doc(cls) -> str:

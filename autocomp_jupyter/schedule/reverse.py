@@ -20,6 +20,7 @@ class Reverse(Primitive):
 
     loop: str
     name = "reverse"
+    loop_transform = True
     rank = 5
     hint_when_illegal = "a loop that carries a dependence must keep its direction"
 

@@ -24,6 +24,7 @@ class Skew(Primitive):
     by: str
     factor: int
     name = "skew"
+    loop_transform = True
     rank = 4
     hint_when_illegal = "try the other order of the two loops, or a different factor"
 
@@ -40,6 +41,9 @@ class Skew(Primitive):
             raise BadArgumentError(f"loop {self.loop} by {self.by}: {other} is already skewed by {other_by} "
                                    "(one skew per pair of loops that no other skew touches)",
                                    primitive=self.name, loop=self.loop)
+
+    def describe(self) -> str:
+        return f"skew {self.loop} by {self.by}"
 
     def rewrite(self, schedule: Schedule) -> Schedule:
         skews = tuple(schedule.annotations.get("skew", ()) or ())
