@@ -237,7 +237,7 @@ class KernelSpace:
         annotations = {"parallel": tuple(n for n, p in zip(names, parallel) if p)}
         if vectorize >= 0:
             annotations["vectorize"] = names[int(vectorize)]
-        if "unroll" in self.incumbent.annotations:
+        if "unroll" in self.incumbent.annotations:      # carried as set (the model does not score it)
             annotations["unroll"] = self.incumbent.annotations["unroll"]
         return Schedule(self.kernel,
                         tiles={n: {lv: int(tiles[d, h]) for h, lv in enumerate(self.levels)} for d, n in enumerate(names)},

@@ -59,7 +59,7 @@ def _engine(target, stmt: Statement) -> tuple[str, str]:
 class _KernelPseudo:
     def __init__(self, plan, kernel: Kernel, schedule: Schedule, target):
         self.plan, self.kernel, self.schedule, self.target = plan, kernel, schedule, target
-        self.staged = {tuple(x) for x in schedule.annotations.get("stage", ()) or ()}
+        self.staged = set(schedule.stage)
         self.extents = kernel.extents
         self.lines: list[str] = []
 

@@ -285,6 +285,40 @@ class Schedule:
         object.__setattr__(self, "annotations", annotations)
         object.__setattr__(self, "levels", levels)
 
+    # ------------------------------------------------------------------ how point loops run
+    # One typed view per primitive that sets them; readers use these, never the keys of
+    # `annotations` (the JSON form the report writes, and what the primitives' rewrites set).
+
+    @property
+    def parallel(self) -> tuple[str, ...]:
+        """Loops every tile and point loop of which runs in parallel (`parallel`)."""
+        return tuple(self.annotations.get("parallel") or ())
+
+    @property
+    def vectorize(self) -> str | None:
+        """The loop the vector unit runs, if any (`vectorize`)."""
+        return self.annotations.get("vectorize") or None
+
+    @property
+    def unroll(self) -> int:
+        """The innermost point loop's unroll factor; 0 or 1: not unrolled (`unroll`)."""
+        return int(self.annotations.get("unroll") or 0)
+
+    @property
+    def skew(self) -> tuple[tuple[str, str, int], ...]:
+        """(loop, by, factor), ...: loop's point loop runs over loop + factor*by (`skew`)."""
+        return tuple((a, b, int(f)) for a, b, f in self.annotations.get("skew") or ())
+
+    @property
+    def reverse(self) -> tuple[str, ...]:
+        """Loops whose point loop runs from its last value down (`reverse`)."""
+        return tuple(self.annotations.get("reverse") or ())
+
+    @property
+    def stage(self) -> tuple[tuple[str, str], ...]:
+        """(tensor, level), ...: tensors held at a level they would stream past (`stage`)."""
+        return tuple((t, lv) for t, lv in self.annotations.get("stage") or ())
+
     @staticmethod
     def default(kernel: Kernel, levels: Iterable[str] = ()) -> "Schedule":
         """No tiling, source order: the naive schedule."""

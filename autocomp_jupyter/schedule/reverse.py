@@ -26,11 +26,11 @@ class Reverse(Primitive):
 
     def check(self, schedule: Schedule) -> None:
         known_loop(schedule, self.name, self.loop)
-        if self.loop in (schedule.annotations.get("reverse", ()) or ()):
+        if self.loop in schedule.reverse:
             raise BadArgumentError(f"loop {self.loop} is already reversed", primitive=self.name, loop=self.loop)
 
     def rewrite(self, schedule: Schedule) -> Schedule:
-        loops = tuple(schedule.annotations.get("reverse", ()) or ())
+        loops = schedule.reverse
         return annotate(schedule, reverse=loops + (self.loop,))
 
     @classmethod

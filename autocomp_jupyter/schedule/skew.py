@@ -46,7 +46,7 @@ class Skew(Primitive):
         return f"skew {self.loop} by {self.by}"
 
     def rewrite(self, schedule: Schedule) -> Schedule:
-        skews = tuple(schedule.annotations.get("skew", ()) or ())
+        skews = schedule.skew
         return annotate(schedule, skew=skews + ((self.loop, self.by, self.factor),))
 
     @classmethod
@@ -63,7 +63,7 @@ class Skew(Primitive):
 
 
 def _clash(schedule: Schedule, loop: str, by: str):
-    for other, other_by, _ in schedule.annotations.get("skew", ()) or ():
+    for other, other_by, _ in schedule.skew:
         if loop in (other, other_by) or by == other:
             return other, other_by
     return None

@@ -52,4 +52,4 @@ class Stage(Primitive):
 
 
 def _staged(schedule: Schedule) -> tuple:
-    return tuple(tuple(x) for x in schedule.annotations.get("stage", ()) or ())
+    return schedule.stage

@@ -73,19 +73,18 @@ def trace_of(schedule: Schedule) -> list[Step]:
     written = {st.target: i for i, st in enumerate(kernel.statements)}
     for tensor, loop, level in sorted(kernel.compute_at, key=lambda c: -written[c[0]]):
         steps.append({"primitive": "compute_at", "tensor": tensor, "loop": loop, "level": level})
-    ann = schedule.annotations
-    for tensor, level in ann.get("stage", ()) or ():
+    for tensor, level in schedule.stage:
         steps.append({"primitive": "stage", "tensor": tensor, "level": level})
-    for loop, by, factor in ann.get("skew", ()) or ():
-        steps.append({"primitive": "skew", "loop": loop, "by": by, "factor": int(factor)})
-    for loop in ann.get("reverse", ()) or ():
+    for loop, by, factor in schedule.skew:
+        steps.append({"primitive": "skew", "loop": loop, "by": by, "factor": factor})
+    for loop in schedule.reverse:
         steps.append({"primitive": "reverse", "loop": loop})
-    for loop in ann.get("parallel", ()) or ():
+    for loop in schedule.parallel:
         steps.append({"primitive": "parallel", "loop": loop})
-    if ann.get("vectorize"):
-        steps.append({"primitive": "vectorize", "loop": ann["vectorize"]})
-    if int(ann.get("unroll") or 0) > 1:
-        steps.append({"primitive": "unroll", "loop": innermost_loop(schedule), "factor": int(ann["unroll"])})
+    if schedule.vectorize:
+        steps.append({"primitive": "vectorize", "loop": schedule.vectorize})
+    if schedule.unroll > 1:
+        steps.append({"primitive": "unroll", "loop": innermost_loop(schedule), "factor": schedule.unroll})
     return steps
 
 

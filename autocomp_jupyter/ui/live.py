@@ -197,7 +197,7 @@ class TunePanel:
             rows.append(picker)
         self.vectorize_picker = None
         if self.accepts_annotations:
-            current = schedule.annotations.get("vectorize")
+            current = schedule.vectorize
             # "" rather than None: a Dropdown whose value is None selects nothing and shows blank
             self.vectorize_picker = W.Dropdown(
                 options=[("(none)", "")] + [(l, l) for l in kernel.loop_names],
