@@ -241,12 +241,14 @@ def _try_steps(name: str, schedule: Schedule, steps: list[dict], ctx: PassContex
         log.append(_rule(name, kernel, True, f"{what}: legal (isl) and {current / t:.2f}x less time "
                                              f"({current * 1e6:.1f} -> {t * 1e6:.1f} us)"))
         return candidate
+    from ..schedule import PRIMITIVES
+
     best = ranked[0][0]
+    why = PRIMITIVES[name].why_no_gain
     log.append(_rule(name, kernel, False,
                      f"{len(candidates)} candidates ({', '.join(_describe(c[0]) for c in candidates[:3])}"
                      f"{', ...' if len(candidates) > 3 else ''}): no gain, best {100 * (best / current - 1):+.1f}% "
-                     "time (the model prices a tile's traffic and compute, which a loop's direction or skew "
-                     "inside the tile does not change)"))
+                     f"time{f' ({why})' if why else ''}"))
     return schedule
 
 

@@ -21,6 +21,8 @@ class Reverse(Primitive):
     loop: str
     name = "reverse"
     loop_transform = True
+    why_no_gain = ("the model prices a tile's traffic and compute, which a loop's direction or skew inside "
+                   "the tile does not change")
     rank = 5
     hint_when_illegal = "a loop that carries a dependence must keep its direction"
 

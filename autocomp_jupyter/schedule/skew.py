@@ -25,6 +25,8 @@ class Skew(Primitive):
     factor: int
     name = "skew"
     loop_transform = True
+    why_no_gain = ("the model prices a tile's traffic and compute, which a loop's direction or skew inside "
+                   "the tile does not change")
     rank = 4
     hint_when_illegal = "try the other order of the two loops, or a different factor"
 
