@@ -64,13 +64,17 @@ class Result:
                 return k
         raise KeyError(f"no kernel named {name!r}")
 
-    def evaluate_variant(self, kernel: str, tiles=None, order=None, annotations=None) -> dict:
+    def evaluate_variant(self, kernel: str, tiles=None, order=None, annotations=None, *, schedule=None,
+                         verify: bool | None = None) -> dict:
         """Re-score one kernel of the optimised plan with other tiles / order / annotations
-        (the Tune tab's sliders): {"legal", "reason", "metrics", "time_s", "roofline_point",
-        "schedule", "plan", "note"} — see variants.evaluate_variant."""
+        (the Tune tab's sliders), or with the schedule a trace or `res.schedule(kernel)`
+        builds (`schedule=s`; checked step by step, then run against the interpreter):
+        {"legal", "reason", "verified", "metrics", "time_s", "roofline_point", "schedule",
+        "plan", "note"} — see variants.evaluate_variant."""
         from .variants import evaluate_variant
 
-        return evaluate_variant(self.after, self.target, kernel, tiles, order, annotations)
+        return evaluate_variant(self.after, self.target, kernel, tiles, order, annotations, schedule=schedule,
+                                verify=verify)
 
     def schedule(self, kernel: str):
         """A `schedule.ScheduleBuilder` for `kernel`, from its untiled nest: call primitives on

@@ -1,12 +1,19 @@
-"""Variant evaluation: one kernel of a plan re-scored with other tiles, loop orders or
-annotations — what the Tune tab's sliders and `Result.evaluate_variant` call.
+"""Variant evaluation: one kernel of a plan re-scored with another schedule — what the Tune
+tab's sliders and `Result.evaluate_variant` call.
 
     evaluate_variant(plan, target, kernel, tiles=..., order=..., annotations=...) -> dict
+    evaluate_variant(plan, target, kernel, schedule=trace or ScheduleBuilder) -> dict
 
-The answer comes from the same two sources every pass uses: legality from isl
-(`poly.check_schedule`) and time from the cost model (`accel.cost`), for the kernel alone
-(its metrics) and for the whole plan with this variant in place (its program time). It
-never changes the plan it is given; the variant's plan is returned for keeping.
+A variant is either changes to the kernel's current schedule (tiles, orders, annotations) or
+a whole schedule given as its trace (replayed from the untiled nest, each step checked: a
+refused step is illegal with the primitive's own message, naming the loop and the
+dependence). The answer comes from the same sources every pass uses: legality from isl
+(`poly.check_schedule`), time from the cost model (`accel.cost`), for the kernel alone (its
+metrics) and for the whole plan with this variant in place (its program time), and, when
+asked (by default for a trace), equivalence from running it tile by tile against the
+interpreter, on the scaled twin when the program is large (`verify.verify_schedule`, the
+check every pass's step gets). It never changes the plan it is given; the variant's plan
+is returned for keeping.
 """
 from __future__ import annotations
 
@@ -82,36 +89,85 @@ def variant_problems(current: Schedule, tiles: Mapping | None = None, order=None
 
 
 def evaluate_variant(plan: Plan, target: Target, kernel_name: str, tiles=None, order=None,
-                     annotations=None) -> dict:
-    """Re-score kernel `kernel_name` of `plan` with other tiles / order / annotations.
+                     annotations=None, *, schedule=None, verify: bool | None = None) -> dict:
+    """Re-score kernel `kernel_name` of `plan` with other tiles / order / annotations, or with
+    the schedule `schedule` builds (a trace, a `ScheduleBuilder` or a Schedule of this kernel).
 
-    Returns {"legal", "reason", "metrics", "bound", "limits_s", "time_s", "roofline_point",
-    "schedule", "plan"}: legality from isl (with the reason when illegal), the kernel's
-    metrics, binding term and every term it compares (`limits_s`) from the cost model, the program's total time with this variant, its point on the program's roofline,
-    the variant's Schedule and Plan. Bad input — an unknown loop or level, a tile outside
-    1..extent, an order that is not a permutation (`variant_problems`) — or a variant the
-    schedule refuses outright is illegal with every reason, `"error": True` and no plan."""
+    Returns {"legal", "reason", "verified", "metrics", "bound", "limits_s", "time_s",
+    "roofline_point", "schedule", "plan", "note"}: legality from isl (with the reason when
+    illegal), the kernel's metrics, binding term and every term it compares (`limits_s`)
+    from the cost model, the program's total time with this variant, its point on the
+    program's roofline, the variant's Schedule and Plan; `verified` is True when the
+    variant ran tile by tile and matched the interpreter (on the scaled twin of a large
+    program), False with the reason when it did not, None when not asked (`verify`; by
+    default asked for a `schedule`, not for slider changes). Bad input — an unknown loop or
+    level, a tile outside 1..extent, an order that is not a permutation (`variant_problems`),
+    a trace step its primitive refuses — or a variant the schedule refuses outright is
+    illegal with every reason, `"error": True` and no plan; a refused step also gives its
+    `primitive`, `loop` and `step`."""
     from . import poly
     from .report import roofline_point
 
     current = plan.schedule_of(kernel_name)
-    problems = variant_problems(current, tiles, order)
-    if problems:
-        return {"legal": False, "reason": "; ".join(problems), "metrics": {}, "time_s": float("nan"),
-                "roofline_point": None, "schedule": current, "error": True}
+    if schedule is not None:
+        built = _replayed(current, schedule)
+        if isinstance(built, dict):
+            return built
+        new = built
+        verify = True if verify is None else verify
+    else:
+        problems = variant_problems(current, tiles, order)
+        if problems:
+            return _refused(current, "; ".join(problems))
+        try:
+            new = variant_schedule(current, tiles, order, annotations)
+        except (ValueError, TypeError, AttributeError) as err:
+            return _refused(current, str(err))
     try:
-        schedule = variant_schedule(current, tiles, order, annotations)
-        cost = evaluate(schedule, target)
+        cost = evaluate(new, target)
     except (ValueError, TypeError, AttributeError) as err:
-        return {"legal": False, "reason": str(err), "metrics": {}, "time_s": float("nan"),
-                "roofline_point": None, "schedule": current, "error": True}
-    verdict = poly.check_schedule(schedule)
-    variant = plan.with_schedule(kernel_name, schedule)
+        return _refused(current, str(err))
+    verdict = poly.check_schedule(new)
+    variant = plan.with_schedule(kernel_name, new)
     total = evaluate_program(variant.schedules, target).total
-    return {"legal": verdict.ok, "reason": verdict.reason if not verdict.ok else "",
-            "metrics": cost.metrics(), "bound": cost.bound, "limits_s": dict(cost.limits), "time_s": total.time_s,
-            "roofline_point": roofline_point(plan.program, total, "variant"), "schedule": schedule,
-            "plan": variant, "note": fission_note(schedule)}
+    checked = _verified(new, plan, verdict.ok) if verify else (None, "")
+    return {"legal": verdict.ok, "reason": verdict.reason if not verdict.ok else checked[1],
+            "verified": checked[0], "metrics": cost.metrics(), "bound": cost.bound, "limits_s": dict(cost.limits),
+            "time_s": total.time_s, "roofline_point": roofline_point(plan.program, total, "variant"),
+            "schedule": new, "plan": variant, "note": fission_note(new)}
+
+
+def _refused(current: Schedule, reason: str, **where) -> dict:
+    return {"legal": False, "reason": reason, "verified": None, "metrics": {}, "time_s": float("nan"),
+            "roofline_point": None, "schedule": current, "error": True, **where}
+
+
+def _replayed(current: Schedule, schedule):
+    """The Schedule a trace / builder / Schedule gives for `current`'s kernel, or the refusal."""
+    from .schedule import ScheduleBuilder, ScheduleError, replay
+
+    if isinstance(schedule, Schedule):
+        if schedule.kernel.without_compute_at() != current.kernel.without_compute_at():
+            return _refused(current, f"that schedule is for kernel {schedule.kernel.name}, not {current.kernel.name}")
+        return schedule
+    trace = schedule.trace if isinstance(schedule, ScheduleBuilder) else schedule
+    if not isinstance(trace, (list, tuple)) or not all(isinstance(s, Mapping) for s in trace):
+        return _refused(current, "a schedule is a trace (a list of steps {\"primitive\": NAME, ...}), "
+                                 "a ScheduleBuilder (res.schedule(kernel)) or a Schedule")
+    try:
+        return replay(current.kernel, trace, current.levels, filename="schedule")
+    except ScheduleError as err:
+        return _refused(current, err.diagnostics[0].message, primitive=err.primitive, loop=err.loop, step=err.step)
+
+
+def _verified(schedule: Schedule, plan: Plan, legal: bool) -> tuple[bool, str]:
+    """(matched the interpreter, why not): the pipeline's check of a scheduled kernel."""
+    from .verify import verify_schedule
+
+    if not legal:
+        return False, ""
+    problem = verify_schedule(schedule, plan.program, execute=True)
+    return (not problem), problem
 
 
 def fission_note(schedule) -> str:

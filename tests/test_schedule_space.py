@@ -116,3 +116,22 @@ def test_a_rule_file_naming_an_unknown_transformation_lists_the_registered_ones(
     with pytest.raises(UserError) as err:
         autocomp.optimize(GEMM, target="npu", tune=0, rules=[str(rules)])
     assert "interchange, split, skew, reverse" in str(err.value)
+
+
+def test_a_variant_given_as_a_trace_is_replayed_priced_and_verified():
+    res = autocomp.optimize(GEMM, target="npu", tune=0)
+    name = res.after.kernels[0].name
+    s = res.schedule(name)
+    s.split(loop="i", factors=[2, 3, 8]).parallel(loop="j")
+    ok = res.evaluate_variant(name, schedule=s)
+    assert ok["legal"] and ok["verified"] is True and ok["reason"] == ""
+    assert ok["time_s"] > 0 and ok["metrics"]["flops"] > 0
+    assert ok["schedule"].tiles["i"] == {"SRAM": 24, "accumulator": 8}
+    racing = res.evaluate_variant(name, schedule=s.trace + [{"primitive": "parallel", "loop": "k"}])
+    assert racing["legal"] is False and racing["error"] and racing["primitive"] == "parallel"
+    assert racing["loop"] == "k" and "dependence" in racing["reason"]
+    bad = res.evaluate_variant(name, schedule=[{"primitive": "split", "loop": "i", "factors": [5, 5, 5]}])
+    assert bad["legal"] is False and "extent 48" in bad["reason"] and bad["step"] == 0
+    assert res.evaluate_variant(name, schedule="tile i")["error"]
+    sliders = res.evaluate_variant(name, tiles={"i": {"SRAM": 16}})
+    assert sliders["legal"] and sliders["verified"] is None        # the tab's fast path: priced, not run
