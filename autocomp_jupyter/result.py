@@ -86,9 +86,7 @@ class Result:
 
     def traces(self) -> dict:
         """{kernel name: its trace} for the optimised plan (what `schedule=` replays)."""
-        from .schedule import trace_of
-
-        return {k.name: trace_of(s) for k, s in zip(self.after.kernels, self.after.schedules)}
+        return {k.name: s.trace for k, s in zip(self.after.kernels, self.after.schedules)}
 
     def code(self, lang: str = "c") -> str:
         """Generated code for the optimised plan: 'c', 'pseudo' (the pipeline makes the

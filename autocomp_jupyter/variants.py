@@ -30,22 +30,30 @@ from .ir.schedule import Schedule
 
 def variant_schedule(current: Schedule, tiles: Mapping | None = None, order=None,
                      annotations: Mapping | None = None) -> Schedule:
-    """`current` with the given changes: `tiles` is a partial {loop: {level: size}} table
-    over the current one; `order` a {level: loops} map or one sequence for every level;
-    `annotations` replaces the current ones. Raises ValueError / TypeError for a variant
-    the schedule refuses (an unknown loop or level, a size out of range)."""
-    schedule = current
-    if tiles is not None:  # a partial table updates the current one
-        merged = {loop: dict(per_level) for loop, per_level in current.tiles.items()}
-        for loop, per_level in tiles.items():
-            merged.setdefault(loop, {}).update(per_level)
-        schedule = schedule.with_tiles(merged)
+    """`current` with the given changes, made as trace steps (the Tune tab makes traces):
+    `tiles` is a partial {loop: {level: size}} table over the current one (`tile` steps);
+    `order` a {level: loops} map or one sequence for every level (`reorder` steps);
+    `annotations` replaces the current ones ({"parallel": loops, "vectorize": loop,
+    "unroll": factor, "skew": ..., "reverse": ..., "stage": ...}: their primitives' steps on
+    the schedule without them). Raises a `ScheduleError` (a ValueError for a malformed
+    table) for a variant the primitives refuse (an unknown loop or level, a size out of range)."""
+    from .schedule import apply_step
+
+    steps = [{"primitive": "tile", "loop": loop, "level": level, "size": size}
+             for loop, per_level in (tiles or {}).items() for level, size in per_level.items()]
     if order is not None:  # a list is the order at every level
         if not isinstance(order, Mapping):
             order = {level: tuple(order) for level in current.levels}
-        schedule = schedule.with_order(order)
+        steps += [{"primitive": "reorder", "level": level, "order": list(loops)} for level, loops in order.items()]
+    schedule = current
+    for step in steps:
+        schedule = apply_step(schedule, step)
     if annotations is not None:
-        schedule = replace(schedule, annotations=annotations)
+        bare = replace(schedule, annotations={})
+        wanted = replace(bare, annotations=dict(annotations))     # its normal form: bare's steps, then these
+        schedule = bare
+        for step in wanted.trace[len(bare.trace):]:
+            schedule = apply_step(schedule, step)
     return schedule
 
 
@@ -107,6 +115,7 @@ def evaluate_variant(plan: Plan, target: Target, kernel_name: str, tiles=None, o
     `primitive`, `loop` and `step`."""
     from . import poly
     from .report import roofline_point
+    from .schedule import ScheduleError
 
     current = plan.schedule_of(kernel_name)
     if schedule is not None:
@@ -121,6 +130,8 @@ def evaluate_variant(plan: Plan, target: Target, kernel_name: str, tiles=None, o
             return _refused(current, "; ".join(problems))
         try:
             new = variant_schedule(current, tiles, order, annotations)
+        except ScheduleError as err:
+            return _refused(current, err.diagnostics[0].message, primitive=err.primitive, loop=err.loop)
         except (ValueError, TypeError, AttributeError) as err:
             return _refused(current, str(err))
     try:

@@ -20,7 +20,7 @@ from autocomp_jupyter.interp import random_inputs, run, run_kernel_tiled
 from autocomp_jupyter.ir.loopnest import Region, lower, regions
 from autocomp_jupyter.ir.plan import Plan
 from autocomp_jupyter.ir.schedule import Kernel
-from autocomp_jupyter.schedule import BadArgumentError, IllegalStepError, UnknownLoopError, replay, trace_of
+from autocomp_jupyter.schedule import BadArgumentError, IllegalStepError, UnknownLoopError, replay
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,7 +134,7 @@ def test_host_c_and_the_tvm_bridge_match_the_interpreter():
 
 def test_steps_round_trip_and_bad_ones_are_refused_by_name():
     program, kernel, trace, schedule = _at(2)
-    assert trace_of(schedule) == trace
+    assert schedule.trace == trace
     assert "computed at this tile" in schedule.loop_nest()
     bad = [
         ([{"primitive": "compute_at", "tensor": "A", "loop": "h", "level": "L1"}], BadArgumentError,

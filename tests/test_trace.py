@@ -17,7 +17,7 @@ from autocomp_jupyter.ir.loopnest import lower
 from autocomp_jupyter.ir.schedule import Kernel, Schedule
 from autocomp_jupyter.result import Plan
 from autocomp_jupyter.schedule import (PRIMITIVES, BadArgumentError, IllegalStepError, ScheduleError,
-                                    UnknownLoopError, replay, trace_of)
+                                    UnknownLoopError, replay)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.acir"))
@@ -37,14 +37,14 @@ def _cli(*args, cwd=None):
 def test_every_kernel_of_every_plan_replays_to_the_same_nest_and_cost(target):
     for path in EXAMPLES:
         res = autocomp.optimize(path, target=target, tune=8)
-        assert [k["trace"] for k in res.report["kernels"]] == [trace_of(s) for s in res.after.schedules]
+        assert [k["trace"] for k in res.report["kernels"]] == [s.trace for s in res.after.schedules]
         for plan in (res.after, res.library, res.before):
             for kernel, schedule in zip(plan.kernels, plan.schedules):
                 assert schedule.levels == res.target.tiling_levels
-                again = replay(kernel, trace_of(schedule), schedule.levels)
+                again = replay(kernel, schedule.trace, schedule.levels)
                 assert lower(again).pretty() == lower(schedule).pretty(), (path.name, kernel.name)
                 assert canon.evaluate(again, target).time_s == canon.evaluate(schedule, target).time_s
-                assert {s["primitive"] for s in trace_of(schedule)} <= set(PRIMITIVES)
+                assert {s["primitive"] for s in schedule.trace} <= set(PRIMITIVES)
 
 
 def test_replaying_a_report_reproduces_its_optimised_time_exactly(tmp_path):
@@ -190,10 +190,10 @@ def test_stage_holds_a_tensor_at_a_level_it_would_bypass():
     kernel, schedule = res.after.kernels[0], res.after.schedules[0]
     inner = res.target.tiling_levels[-1]                     # the accumulator: outputs only
     assert "activations" not in res.target.level(inner).roles
-    staged = replay(kernel, trace_of(schedule) + [{"primitive": "stage", "tensor": "A", "level": inner}],
+    staged = replay(kernel, schedule.trace + [{"primitive": "stage", "tensor": "A", "level": inner}],
                     schedule.levels)
-    assert {"primitive": "stage", "tensor": "A", "level": inner} in trace_of(staged)
-    assert replay(kernel, trace_of(staged), schedule.levels).annotations["stage"] == (("A", inner),)
+    assert {"primitive": "stage", "tensor": "A", "level": inner} in staged.trace
+    assert replay(kernel, staged.trace, schedule.levels).annotations["stage"] == (("A", inner),)
     before, after = evaluate(schedule, res.target), evaluate(staged, res.target)
     assert after.bytes[inner] > before.bytes[inner]          # A's tiles now move into it
     text = generate_pseudo(Plan(res.after.program, (kernel,), (staged,)), res.target)

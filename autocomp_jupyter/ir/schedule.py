@@ -319,6 +319,41 @@ class Schedule:
         """(tensor, level), ...: tensors held at a level they would stream past (`stage`)."""
         return tuple((t, lv) for t, lv in self.annotations.get("stage") or ())
 
+    # ------------------------------------------------------------------ the trace
+
+    @property
+    def trace(self) -> list[dict]:
+        """The schedule as its trace in normal form: the steps that build it from the
+        kernel's untiled nest — tiles level by level (outer → inner, loops in source order),
+        reorders, compute points (consumers first), then stage, skew, reverse, parallel,
+        vectorize, unroll. The record is this trace's normal form (one field per primitive);
+        `schedule.replay(kernel, s.trace, s.levels)` gives it back, lowering to the same nest."""
+        kernel, steps = self.kernel, []
+        extents = kernel.extents
+        for level in self.levels:
+            for loop in kernel.loop_names:
+                size = self.tiles.get(loop, {}).get(level)
+                if size is not None:
+                    steps.append({"primitive": "tile", "loop": loop, "level": level, "size": min(size, extents[loop])})
+        for level in self.levels:
+            if level in self.order:
+                steps.append({"primitive": "reorder", "level": level, "order": list(self.order[level])})
+        # consumers first, as `compute_at` asks (each region follows what the later ones read),
+        # whatever order the search or the tuner moved the compute points in
+        written = {st.target: i for i, st in enumerate(kernel.statements)}
+        for tensor, loop, level in sorted(kernel.compute_at, key=lambda c: -written[c[0]]):
+            steps.append({"primitive": "compute_at", "tensor": tensor, "loop": loop, "level": level})
+        steps += [{"primitive": "stage", "tensor": tensor, "level": level} for tensor, level in self.stage]
+        steps += [{"primitive": "skew", "loop": loop, "by": by, "factor": factor} for loop, by, factor in self.skew]
+        steps += [{"primitive": "reverse", "loop": loop} for loop in self.reverse]
+        steps += [{"primitive": "parallel", "loop": loop} for loop in self.parallel]
+        if self.vectorize:
+            steps.append({"primitive": "vectorize", "loop": self.vectorize})
+        if self.unroll > 1:
+            innermost = self.order_at(self.levels[-1])[-1] if self.levels else kernel.loop_names[-1]
+            steps.append({"primitive": "unroll", "loop": innermost, "factor": self.unroll})
+        return steps
+
     @staticmethod
     def default(kernel: Kernel, levels: Iterable[str] = ()) -> "Schedule":
         """No tiling, source order: the naive schedule."""

@@ -15,9 +15,8 @@ replay, `res.schedule(kernel)`, `--schedule` files and the search space take it 
 from .errors import BadArgumentError, IllegalStepError, ScheduleError, UnknownLoopError
 from .primitive import PRIMITIVES, Decision, Primitive, Step, from_step, innermost_loop, register
 from . import tile, split, reorder, interchange, compute_at, stage, skew, reverse, parallel, vectorize, unroll  # noqa: F401  (register)
-from .trace import (ScheduleBuilder, apply_step, load_traces, python_of, replay, replay_plan, schedule_json,
-                    trace_of)
+from .trace import ScheduleBuilder, apply_step, load_traces, python_of, replay, replay_plan, schedule_json
 
 __all__ = ["BadArgumentError", "IllegalStepError", "ScheduleError", "UnknownLoopError", "PRIMITIVES", "Decision",
            "Primitive", "Step", "from_step", "innermost_loop", "register", "ScheduleBuilder", "apply_step",
-           "load_traces", "python_of", "replay", "replay_plan", "schedule_json", "trace_of"]
+           "load_traces", "python_of", "replay", "replay_plan", "schedule_json"]

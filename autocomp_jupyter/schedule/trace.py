@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from ..errors import Diagnostic, UserError
 from ..ir.schedule import Kernel, Schedule
 from .errors import IllegalStepError, ScheduleError
-from .primitive import PRIMITIVES, Step, from_step, hint, innermost_loop
+from .primitive import PRIMITIVES, Step, from_step, hint
 
 
 def apply_step(schedule: Schedule, step: Mapping[str, Any]) -> Schedule:
@@ -54,40 +54,6 @@ def replay(kernel: Kernel, trace: Iterable[Mapping[str, Any]], levels: Sequence[
     raise IllegalStepError(verdict.reason, kernel=kernel.name, filename=filename)
 
 
-def trace_of(schedule: Schedule) -> list[Step]:
-    """The trace that builds `schedule` from its kernel's untiled nest: tiles level by
-    level (outer → inner, loops in source order), reorders, then the annotations.
-    `replay(kernel, trace_of(s), s.levels)` lowers to the same nest and costs the same."""
-    kernel, steps = schedule.kernel, []
-    extents = kernel.extents
-    for level in schedule.levels:
-        for loop in kernel.loop_names:
-            size = schedule.tiles.get(loop, {}).get(level)
-            if size is not None:
-                steps.append({"primitive": "tile", "loop": loop, "level": level, "size": min(size, extents[loop])})
-    for level in schedule.levels:
-        if level in schedule.order:
-            steps.append({"primitive": "reorder", "level": level, "order": list(schedule.order[level])})
-    # consumers first, as `compute_at` asks (each region follows what the later ones read),
-    # whatever order the search or the tuner moved the compute points in
-    written = {st.target: i for i, st in enumerate(kernel.statements)}
-    for tensor, loop, level in sorted(kernel.compute_at, key=lambda c: -written[c[0]]):
-        steps.append({"primitive": "compute_at", "tensor": tensor, "loop": loop, "level": level})
-    for tensor, level in schedule.stage:
-        steps.append({"primitive": "stage", "tensor": tensor, "level": level})
-    for loop, by, factor in schedule.skew:
-        steps.append({"primitive": "skew", "loop": loop, "by": by, "factor": factor})
-    for loop in schedule.reverse:
-        steps.append({"primitive": "reverse", "loop": loop})
-    for loop in schedule.parallel:
-        steps.append({"primitive": "parallel", "loop": loop})
-    if schedule.vectorize:
-        steps.append({"primitive": "vectorize", "loop": schedule.vectorize})
-    if schedule.unroll > 1:
-        steps.append({"primitive": "unroll", "loop": innermost_loop(schedule), "factor": schedule.unroll})
-    return steps
-
-
 def schedule_json(schedule: Schedule) -> dict:
     """The schedule as the report and the tuner's versions write it: effective `tiles`
     {loop: {level: size}}, `order` (outermost level), `order_by_level`, `annotations`
@@ -98,7 +64,7 @@ def schedule_json(schedule: Schedule) -> dict:
         "order": list(schedule.order_at(levels[0], levels)) if levels else list(schedule.kernel.loop_names),
         "order_by_level": {lv: list(schedule.order_at(lv, levels)) for lv in levels},
         "annotations": {k: _json_value(v) for k, v in schedule.annotations.items()},
-        "trace": trace_of(schedule),
+        "trace": schedule.trace,
     }
 
 

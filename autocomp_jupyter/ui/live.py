@@ -307,11 +307,11 @@ class TunePanel:
         schedule = (ev or {}).get("schedule")
         if schedule is not None:
             try:
-                from ..schedule import python_of, trace_of
+                from ..schedule import python_of
 
                 nest = ('<details class="autocomp-variant-nest"><summary>loop nest of this variant, and its trace</summary>'
                         f"<pre>{esc(schedule.loop_nest())}</pre>"
-                        f'<pre class="autocomp-variant-trace">{esc(python_of(self.kernel, trace_of(schedule)))}</pre>'
+                        f'<pre class="autocomp-variant-trace">{esc(python_of(self.kernel, schedule.trace))}</pre>'
                         "</details>")
             except Exception:  # the nest is a convenience; the metrics stand without it
                 nest = ""
