@@ -1,13 +1,13 @@
 """A tile-level simulator: replays a schedule's tile loops to check the analytic model.
 
 Where the cost model (`accel/cost/`) counts refetches with a closed-form rule, the simulator
-walks the actual tiles in the schedule's order (remainder tiles included), keeps for every memory level the
-tile of each tensor that is resident in that level's buffer, and moves data only when the
-tile a step needs differs from the resident one (an accumulated output is written back when
-it leaves and read back when it returns). Time comes from an event timeline: each step's
-loads go through the source level's channel; where a level holds its tiles twice (double
-buffering) the loads for step s start as soon as step s-1 begins computing, otherwise only
-after it ends; a step computes once its data are in.
+walks the actual tiles in the schedule's order (remainder tiles included), keeps for every
+memory level the tile of each tensor that is resident in that level's buffer, and moves data
+only when the tile a step needs differs from the resident one (an accumulated output is
+written back when it leaves and read back when it returns). Time comes from an event
+timeline: each step's loads go through the source level's channel; where a level holds its
+tiles twice (double buffering) the loads for step s start as soon as step s-1 begins
+computing, otherwise only after it ends; a step computes once its data are in.
 
 What it does not replay: operand streaming inside the PE array / vector lanes (each step
 is charged its share, by points, of the model's datapath traffic) and the split of work
