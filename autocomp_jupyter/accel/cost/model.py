@@ -223,7 +223,6 @@ class KernelModel:
             cost = self._single[key] = self._evaluate(tiles, orders, parallel, vectorize)
         return cost
 
-
     def _evaluate(self, tiles, orders, parallel, vectorize) -> BatchCost:
         """`evaluate_batch` of normalised arrays: the model's steps in order (the package
         docstring), each a function of its own module."""
@@ -233,13 +232,13 @@ class KernelModel:
         if self.host_packed is not None:
             tiles, orders, vectorize, pack_cycles, micro_k = self._as_packed(tiles, orders, vectorize)
         grid = tile_grid(self.extents, tiles, orders)                          # tiles.py
-        held = occupy(self, grid)                                              # capacity.py
+        cap = occupy(self, grid)                                               # capacity.py
         share, active = occupancy(compute, parallel, grid.counts[:, self.dist_level, :])   # compute.py
         bw = bandwidth(self, active)                                           # ports.py
         n, M, L = grid.n, len(self.level_names), self.n_levels
         clock = target.clock_ghz * 1e9
         anchor_unit = datapath_of(compute, self.statements[self.kernel.anchor]).unit
-        timeline = Timeline(n, M, anchor_unit, self._epilogue_overlap(held.double_buffered))   # overlap.py
+        timeline = Timeline(n, M, anchor_unit, self._epilogue_overlap(cap.double_buffered))   # overlap.py
         work = Work.zeros(n)
         datapath_bytes = np.zeros((n, len(self.statements), M))
         for si, st in enumerate(self.statements):
@@ -251,9 +250,9 @@ class KernelModel:
             cycles = statement_cycles(self, grid, si, st, tile, fill, pack_cycles, micro_k)
             work.count(st, tile)
             st_compute = cycles / active / clock
-            moved = statement_traffic(self, grid, held, si, st, tile, seq, active)   # traffic.py
+            moved = statement_traffic(self, grid, cap, si, st, tile, seq, active)   # traffic.py
             datapath_bytes[:, si, :] = moved.datapath
-            times = statement_time(self, moved, held.double_buffered, bw, seq.tiles_at, st_compute, fill,
+            times = statement_time(self, moved, cap.double_buffered, bw, seq.tiles_at, st_compute, fill,
                                    active)                                     # ports.py
             timeline.add_statement(si == self.kernel.anchor, st.in_place, tile.dp.unit, st_compute, moved.bytes,
                                    bw, times, seq.tiles_at[:, L - 1])          # overlap.py
@@ -268,10 +267,11 @@ class KernelModel:
         bytes_by_level = timeline.bytes_by_level
         energy = kernel_energy(bytes_by_level, self.energy_per_byte, work.mac_points + work.vector_ops,
                                target.energy_pj_per_mac, producer_energy)      # energy.py
-        return self._batch_cost(time_s, bytes_by_level, energy, share, work, held, datapath_bytes, timeline)
+        return self._batch_cost(time_s, bytes_by_level, energy, share, work, cap, datapath_bytes, timeline)
 
-    def _batch_cost(self, time_s, bytes_by_level, energy, share, work, held, datapath_bytes,
+    def _batch_cost(self, time_s, bytes_by_level, energy, share, work, cap, datapath_bytes,
                     timeline) -> BatchCost:
+        """The steps' results as a BatchCost, with the utilisations derived from them."""
         clock = self.target.clock_ghz * 1e9
         dram = bytes_by_level[:, -1]
         flops = np.full(len(time_s), self.flops)
@@ -282,8 +282,8 @@ class KernelModel:
             occupancy=share,
             pe_util=np.where(work.offered > 0, work.useful / np.maximum(work.offered, 1e-30), 1.0),
             arithmetic_intensity=flops / np.maximum(dram, 1e-30),
-            spill_ratio=held.spill, compute_s=timeline.compute_s, level_time_s=timeline.level_time,
-            double_buffered=held.double_buffered, datapath_bytes=datapath_bytes,
+            spill_ratio=cap.spill, compute_s=timeline.compute_s, level_time_s=timeline.level_time,
+            double_buffered=cap.double_buffered, datapath_bytes=datapath_bytes,
             level_bw_s=timeline.level_bw_s, level_latency_s=timeline.level_lat_s, serial_s=timeline.serial_total,
             cold_s=timeline.cold_total, drain_s=timeline.drain_total, stream_s=timeline.stream_total,
             compute_by_unit=timeline.compute_by_unit,

@@ -46,7 +46,7 @@ def _producer_groups(kernel: Kernel) -> list[tuple[int, ...]]:
 
 class _ProducerModel:
     """Statements computed at the anchor's tiles (a contraction and its epilogue), costed as
-    their own nest over their region (see the module docstring, "Compute at")."""
+    their own nest over their region (see the module docstring)."""
 
     def __init__(self, kernel: Kernel, group: tuple[int, ...], target: Target, anchor_index: Mapping[str, int],
                  model_of, schedule_alone):

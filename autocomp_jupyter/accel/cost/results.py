@@ -113,7 +113,7 @@ class KernelCost:
     def bound(self) -> str:
         """What limits the time, in the model's own terms: the time is max(max(compute,
         operand streaming) + serial transfers + cold start + drain, each level's bytes /
-        bandwidth + its 'latency' part — what its bound adds to that, module docstring), so the binding term is the busy chain — named by its
+        bandwidth + its 'latency' part — what its bound adds to that, ports.py), so the binding term is the busy chain — named by its
         largest part, 'compute (<unit>)' (the PE array, the vector unit, ...), 'operand
         streaming' (operands into the datapath), 'serial transfers' (loads that cannot double-
         buffer), 'cold start' (the first input tiles, loaded before anything computes) or
