@@ -33,12 +33,6 @@ from .rules.in_place import mark_in_place_updates
 from .verify import equivalent_at_scale
 
 
-try:    # the tiling search also schedules compute_at producers for the cost model (it registers itself)
-    from .rules import tiling as _tiling  # noqa: F401
-except ImportError:
-    pass
-
-
 def _registered_passes() -> dict[str, Pass]:
     """The built-in passes by name, in pipeline order (DESIGN §4)."""
     passes: dict[str, Pass] = {"fusion": fusion_pass}

@@ -430,3 +430,34 @@ def test_a_vector_unit_keeps_a_windows_taps_in_registers(target):
         moved[taps] = float(cost.datapath_bytes[0, 0].sum())
     assert moved[(1, 3)] < 1.25 * moved[(1, 1)]
     assert moved[(3, 1)] > 2.0 * moved[(1, 1)]
+
+
+def test_the_cost_model_reads_downwards_and_finds_its_producer_search_below():
+    """A compute_at producer is scheduled alone by the tile search beside the model
+    (accel/tile_search.py), connected when the accel package is imported: importing the cost
+    model alone wires it, without the tiling pass (rules/) being imported. And no module of
+    accel/ imports rules/, ui/, the pipeline or codegen/ (but host_model's shared analysis)."""
+    import ast
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    code = ("import sys, autocomp_jupyter.accel.cost; "
+            "from autocomp_jupyter.accel.cost import model; "
+            "from autocomp_jupyter.accel.tile_search import producer_schedule; "
+            "assert model._PRODUCER_SEARCH == [producer_schedule], model._PRODUCER_SEARCH; "
+            "assert 'autocomp_jupyter.rules.tiling' not in sys.modules")
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    upward = []
+    for path in (root / "autocomp_jupyter" / "accel").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                depth = len(path.relative_to(root / "autocomp_jupyter").parts) - 1
+                if node.level <= depth:
+                    continue          # within accel/
+                module = node.module or ""
+                if module.split(".")[0] in ("rules", "ui", "pipeline", "codegen") \
+                        and (path.name, module) != ("host_model.py", "codegen.host_analysis"):
+                    upward.append(f"{path.name}: {module}")
+    assert not upward, upward

@@ -1,13 +1,13 @@
 """A tile-level simulator: replays a schedule's tile loops to check the analytic model.
 
-Where `cost.py` counts refetches with a closed-form rule, the simulator walks the actual
-tiles in the schedule's order (remainder tiles included), keeps for every memory level the
-tile of each tensor that is resident in that level's buffer, and moves data only when the
-tile a step needs differs from the resident one (an accumulated output is written back when
-it leaves and read back when it returns). Time comes from an event timeline: each step's
-loads go through the source level's channel; where a level holds its tiles twice (double
-buffering) the loads for step s start as soon as step s-1 begins computing, otherwise only
-after it ends; a step computes once its data are in.
+Where the cost model (`accel/cost/`) counts refetches with a closed-form rule, the simulator
+walks the actual tiles in the schedule's order (remainder tiles included), keeps for every
+memory level the tile of each tensor that is resident in that level's buffer, and moves data
+only when the tile a step needs differs from the resident one (an accumulated output is
+written back when it leaves and read back when it returns). Time comes from an event
+timeline: each step's loads go through the source level's channel; where a level holds its
+tiles twice (double buffering) the loads for step s start as soon as step s-1 begins
+computing, otherwise only after it ends; a step computes once its data are in.
 
 What it does not replay: operand streaming inside the PE array / vector lanes (each step
 is charged its share, by points, of the model's datapath traffic) and the split of work
@@ -190,63 +190,89 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
 def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np.ndarray,
                       vectorize: int, active: float, double_buffered: np.ndarray,
                       datapath: np.ndarray, max_steps: int) -> dict:
-    target, compute = model.target, model.target.compute
-    st = model.statements[si]
-    E = model.extents
-    D, L = tiles.shape
-    M = len(model.level_names)
-    clock = target.clock_ghz * 1e9
-    present = st.present
-    bw = np.array([m.bandwidth_gbps * 1e9 * (active if m.per_unit else 1.0) for m in target.memory])
-    latency = np.array([m.latency_cycles for m in target.memory]) / clock
-    # Each unit has its own stream of requests to a level that feeds per-unit buffers.
-    lat_par = np.ones(M)
-    for h, lv in enumerate(target.on_chip):
-        if lv.per_unit:
-            lat_par[M - 1 if h == 0 else int(model.mem_index[h - 1])] = active
+    """Replay statement `si`'s tiles in order (`_StatementReplay`): its bytes, time, compute
+    and drain, scaled up by the points left where `max_steps` cut it."""
+    return _StatementReplay(model, si, tiles, orders, vectorize, active, double_buffered, datapath).run(max_steps)
 
-    # The datapath unit along each loop (PE array or one vector), as in the model.
-    unit = np.ones(D, dtype=np.int64)
-    dp = datapath_of(compute, st)
-    if dp.on_array:
-        for loop, along in st.array_units:
-            unit[loop] = along
-    else:
-        inner = [d for d in orders[L - 1] if present[d]]
-        vec = vectorize if vectorize >= 0 and present[vectorize] else (inner[-1] if inner else 0)
-        unit[vec] = dp.width
-    total_steps = 1
-    for d in range(D):
-        if present[d]:
-            total_steps *= int(_chunks(np.int64(E[d]), tiles[d, :L - 1], np.int64(tiles[d, L - 1])))
-    mapped_points = st.points / st.local_points
-    if st.domain is not None:
-        # the model's datapath traffic is that of the non-empty tiles, each run whole: per point
-        # of those tiles (a domain's own points are fewer: charging them would count the cut twice)
-        mapped_points = float(np.prod([E[d] for d in range(D) if present[d]])) \
-            * st.domain.kept_fraction(tuple(int(tiles[d, L - 1]) for d in st.domain.loops))
-    datapath_per_point = datapath / max(mapped_points, 1.0)
 
-    def footprint(a, box) -> float:
-        sizes = np.array([box[d][1] for d in range(D)], dtype=float)
+class _StatementReplay:
+    """One statement's replay, step by step over its innermost tiles: which tiles each
+    level's buffer must load (`moves`: residency and traffic), the step's compute with the
+    array's fills (`cycles`, `_fill`), and when its transfers are done on each source
+    level's channel (`book`: the timeline); the last output tiles drain at the end."""
+
+    def __init__(self, model: KernelModel, si: int, tiles: np.ndarray, orders: np.ndarray, vectorize: int,
+                 active: float, double_buffered: np.ndarray, datapath: np.ndarray):
+        target = model.target
+        self.model, self.st, self.tiles, self.orders = model, model.statements[si], tiles, orders
+        self.active, self.double_buffered = active, double_buffered
+        self.E = model.extents
+        self.D, self.L = tiles.shape
+        self.M = M = len(model.level_names)
+        self.clock = clock = target.clock_ghz * 1e9
+        self.bw = np.array([m.bandwidth_gbps * 1e9 * (active if m.per_unit else 1.0) for m in target.memory])
+        self.latency = np.array([m.latency_cycles for m in target.memory]) / clock
+        # Each unit has its own stream of requests to a level that feeds per-unit buffers.
+        self.lat_par = np.ones(M)
+        for h, lv in enumerate(target.on_chip):
+            if lv.per_unit:
+                self.lat_par[M - 1 if h == 0 else int(model.mem_index[h - 1])] = active
+        self.level_of_source = {int(model.mem_index[h]): h for h in range(self.L)}   # memory index -> tiling level
+        self.dp, self.unit = self._datapath_unit(vectorize)
+        self.datapath_per_point = datapath / max(self._mapped_points(), 1.0)
+        # resident[(access, level)] = (tile key, box): the tile that level's buffer holds;
+        # visited: tile keys seen before (their partial sums exist outside).
+        self.resident: dict[tuple[int, int], tuple] = {}
+        self.visited: dict[tuple[int, int], set] = {}
+        self.channels = [_Channel() for _ in range(M)]
+        self.since: dict[tuple[int, int], float] = {}   # (access, level) -> when its tile came into use
+        self.last_weight_box = None
+        self.weights_streaming = False         # a stationary block is already in the array
+        self.block_stream = 0.0                # cycles the block now in the array has streamed
+
+    def _datapath_unit(self, vectorize: int):
+        """The datapath and its unit along each loop (PE array or one vector), as in the model."""
+        st, D, L = self.st, self.D, self.L
+        unit = np.ones(D, dtype=np.int64)
+        dp = datapath_of(self.model.target.compute, st)
+        if dp.on_array:
+            for loop, along in st.array_units:
+                unit[loop] = along
+        else:
+            inner = [d for d in self.orders[L - 1] if st.present[d]]
+            vec = vectorize if vectorize >= 0 and st.present[vectorize] else (inner[-1] if inner else 0)
+            unit[vec] = dp.width
+        return dp, unit
+
+    def _mapped_points(self) -> float:
+        st, E, D, L = self.st, self.E, self.D, self.L
+        mapped_points = st.points / st.local_points
+        if st.domain is not None:
+            # the model's datapath traffic is that of the non-empty tiles, each run whole: per point
+            # of those tiles (a domain's own points are fewer: charging them would count the cut twice)
+            mapped_points = float(np.prod([E[d] for d in range(D) if st.present[d]])) \
+                * st.domain.kept_fraction(tuple(int(self.tiles[d, L - 1]) for d in st.domain.loops))
+        return mapped_points
+
+    def footprint(self, a, box) -> float:
+        sizes = np.array([box[d][1] for d in range(self.D)], dtype=float)
         extent = (sizes - 1.0) @ a.coeff.T + a.local_add + 1.0
         return float(np.prod(np.minimum(extent, a.dims))) * a.elem_bytes
 
-    level_of_source = {int(model.mem_index[h]): h for h in range(L)}   # memory index -> tiling level
+    def source_of(self, a, pos) -> int:
+        return self.M - 1 if pos == 0 else int(self.model.mem_index[a.chain[pos - 1]])
 
-    def source_of(a, pos) -> int:
-        return M - 1 if pos == 0 else int(model.mem_index[a.chain[pos - 1]])
-
-    def walk(level, parent_box, boxes):
+    def walk(self, level, parent_box, boxes):
         """Yield, for every innermost tile in order, the box of each level's tile."""
-        if level == L:
+        st = self.st
+        if level == self.L:
             yield boxes
             return
-        order = [d for d in orders[level] if present[d]]
+        order = [d for d in self.orders[level] if st.present[d]]
         ranges = []
         for d in order:
             start, size = parent_box[d]
-            t = int(min(tiles[d, level], size))
+            t = int(min(self.tiles[d, level], size))
             ranges.append([(s, min(t, start + size - s)) for s in range(start, start + size, t)])
         for combo in itertools.product(*ranges):
             box = list(parent_box)
@@ -254,61 +280,90 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
                 box[d] = piece
             if st.domain is not None and not st.domain.meets(box):
                 continue            # a tile the `where` domain leaves empty: skipped, as in the model
-            yield from walk(level + 1, box, boxes + [box])
+            yield from self.walk(level + 1, box, boxes + [box])
 
-    # resident[(access, level)] = (tile key, box): the tile that level's buffer holds;
-    # visited: tile keys seen before (their partial sums exist outside).
-    resident: dict[tuple[int, int], tuple] = {}
-    visited: dict[tuple[int, int], set] = {}
-    moved = np.zeros(M)
-    channels = [_Channel() for _ in range(M)]
-    prev_start = prev_end = 0.0
-    since: dict[tuple[int, int], float] = {}   # (access, level) -> when its tile came into use
-    last_weight_box = None
-    weights_streaming = False         # a stationary block is already in the array
-    block_stream = 0.0                # cycles the block now in the array has streamed
-    compute_total = 0.0
-    points_done = 0.0
-    steps = 0
-    full_box = [(0, int(E[d])) if present[d] else (0, 1) for d in range(D)]
-    cut = False
-    for boxes in walk(0, full_box, []):
-        if steps >= max_steps:
-            cut = True
-            break
-        steps += 1
-        load = np.zeros(M)
-        changes = []    # (level, source, slot, bytes written back, bytes fetched), this step
+    def run(self, max_steps: int) -> dict:
+        st, E, D, L, M = self.st, self.E, self.D, self.L, self.M
+        total_steps = 1
+        for d in range(D):
+            if st.present[d]:
+                total_steps *= int(_chunks(np.int64(E[d]), self.tiles[d, :L - 1], np.int64(self.tiles[d, L - 1])))
+        moved = np.zeros(M)
+        prev_end = 0.0
+        compute_total = 0.0
+        points_done = 0.0
+        steps = 0
+        full_box = [(0, int(E[d])) if st.present[d] else (0, 1) for d in range(D)]
+        cut = False
+        for boxes in self.walk(0, full_box, []):
+            if steps >= max_steps:
+                cut = True
+                break
+            steps += 1
+            load, changes = self.moves(boxes)
+            cycles, passes, points, rescale = self.cycles(boxes[L - 1])
+            step_compute = cycles / self.clock / self.active
+            fill_s = (cycles - rescale - passes * self.dp.pass_cycles) / self.clock / self.active   # the array filling
+            operands = self.datapath_per_point * points
+            moved += load + operands
+            busy = fill_s + max(step_compute - fill_s, float(np.max(operands / self.bw)))   # no stream while it fills
+            ready = self.book(changes, prev_end)
+            prev_end = ready + busy
+            compute_total += step_compute
+            points_done += points
+        drain = self.drain()
+        moved += drain
+        # An inner level's last tile reaches its parent before the parent's can leave.
+        drain_s = float(np.sum(drain / self.bw))
+        end = max([prev_end] + [c.free for c in self.channels]) + drain_s   # after write-backs still queued
+        sampled = cut
+        all_points = float(np.prod([E[d] for d in range(D) if st.present[d]]))
+        if st.domain is not None:     # the points of the tiles the domain leaves non-empty
+            all_points *= st.domain.kept_fraction(tuple(int(self.tiles[d, L - 1]) for d in st.domain.loops))
+        scale = all_points / points_done if sampled and points_done else 1.0
+        return {"bytes": moved * scale, "time_s": end * scale, "compute_s": compute_total * scale,
+                "drain_s": drain_s, "steps": steps, "total_steps": total_steps, "sampled": sampled}
+
+    def moves(self, boxes) -> tuple[np.ndarray, list]:
+        """Residency and traffic of one step: bytes per source level [M], and the tiles that
+        change, (level, source, slot, bytes written back, bytes fetched) each."""
+        st, D = self.st, self.D
+        load = np.zeros(self.M)
+        changes = []
         for ai, a in enumerate(st.accesses):
             for pos, h in enumerate(a.chain):
                 box = boxes[h]
                 key = tuple(box[d] for d in range(D) if a.index_mask[d])
                 slot = (ai, h)
-                old = resident.get(slot)
+                old = self.resident.get(slot)
                 if old is not None and old[0] == key:
                     continue
-                seen = visited.setdefault(slot, set())
+                seen = self.visited.setdefault(slot, set())
                 back = fetch = 0.0
                 if a.kind == "read":
-                    fetch = footprint(a, box)
+                    fetch = self.footprint(a, box)
                 else:
                     if old is not None:
-                        back = footprint(a, old[1])    # write the leaving tile back
+                        back = self.footprint(a, old[1])    # write the leaving tile back
                     if a.kind == "accumulate" and key in seen:
-                        fetch = footprint(a, box)      # read its partial sums back
+                        fetch = self.footprint(a, box)      # read its partial sums back
                 seen.add(key)
-                resident[slot] = (key, box)
+                self.resident[slot] = (key, box)
                 if a.internal and (pos == 0 or a.kind != "accumulate"):
                     continue  # internal tensors stay on chip, where the anchor left them
-                src = source_of(a, pos)
+                src = self.source_of(a, pos)
                 load[src] += back + fetch
                 changes.append((h, src, slot, back, fetch))
-        # Compute of this innermost tile, with edge waste of partial PE passes / vectors.
-        inner = boxes[L - 1]
+        return load, changes
+
+    def cycles(self, inner) -> tuple[float, float, float, float]:
+        """Compute of one innermost tile, with edge waste of partial PE passes / vectors:
+        (cycles, passes, points, rescale cycles)."""
+        st, dp, unit, compute = self.st, self.dp, self.unit, self.model.target.compute
         passes = float(st.local_points)
         points = 1.0
-        for d in range(D):
-            if present[d]:
+        for d in range(self.D):
+            if st.present[d]:
                 passes *= -(-inner[d][1] // int(unit[d]))
                 points *= inner[d][1]
         if not dp.on_array and not st.reduce and not st.mac:
@@ -316,54 +371,60 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
             # (its tile is dense in the on-chip buffer), as the model.
             passes = float(st.local_points) * -(-int(points) // int(dp.width))
         cycles = passes * dp.pass_cycles    # the statement's datapath (cost.datapath), as the model
-        if st.mac:
-            if dp.on_array:
-                # Fill/drain once per stationary block this tile holds, none when the single
-                # block of the previous tile stays put (as the model).
-                stationary = _stationary_operand(st)
-                fills = 1.0
-                if stationary is not None:
-                    weight_dims = [d for d in range(D) if stationary.index_mask[d] and present[d]]
-                    fills = float(np.prod([-(-inner[d][1] // int(unit[d])) for d in weight_dims]))
-                    weight_box = tuple(inner[d] for d in weight_dims)
-                    if fills == 1.0 and weight_box == last_weight_box:
-                        fills = 0.0
-                    last_weight_box = weight_box
-                stream = cycles
-                if fills and compute.double_buffered_weights and weights_streaming:
-                    # The pipeline is running: each fill hides behind the previous block's
-                    # stream — for this tile's first block, the stream of the block before it
-                    # over every step it stayed in the array.
-                    per_block = cycles / fills
-                    cycles += max(0.0, compute.fill_cycles - block_stream) \
-                        + (fills - 1.0) * max(0.0, compute.fill_cycles - per_block)
-                elif fills:
-                    cycles += float(_fill_cycles(compute, np.float64(fills), np.float64(cycles)))
-                block_stream = stream / fills if fills else block_stream + stream
-                weights_streaming = True
+        if st.mac and dp.on_array:
+            cycles = self._fill(cycles, inner)
         rescale = 0.0
         if st.rescale_key >= 0:    # online softmax: the sums this tile holds rescaled first (as the model)
-            rescale = float(np.prod([inner[d][1] for d in range(D) if st.out_mask[d]])) * st.rescale_per_elem \
+            rescale = float(np.prod([inner[d][1] for d in range(self.D) if st.out_mask[d]])) * st.rescale_per_elem \
                 / compute.vector_ops_per_cycle
             cycles += rescale
-        step_compute = cycles / clock / active
-        fill_s = (cycles - rescale - passes * dp.pass_cycles) / clock / active   # the array filling
-        operands = datapath_per_point * points
-        moved += load + operands
-        busy = fill_s + max(step_compute - fill_s, float(np.max(operands / bw)))   # no stream while it fills
-        # A double-buffered level holds each tensor's next tile beside its current one: the
-        # next tile is fetched from the moment the current one came into use, and the tile
-        # leaving is written back (after the step that last used it) while the next computes.
-        # A level that holds its tiles once waits for the write-back, then the fetch, after
-        # the previous step. Each source level is one channel.
+        return cycles, passes, points, rescale
+
+    def _fill(self, cycles: float, inner) -> float:
+        """The step's cycles with the array's fill/drain: once per stationary block this tile
+        holds, none when the single block of the previous tile stays put (as the model)."""
+        st, unit, compute = self.st, self.unit, self.model.target.compute
+        stationary = _stationary_operand(st)
+        fills = 1.0
+        if stationary is not None:
+            weight_dims = [d for d in range(self.D) if stationary.index_mask[d] and st.present[d]]
+            fills = float(np.prod([-(-inner[d][1] // int(unit[d])) for d in weight_dims]))
+            weight_box = tuple(inner[d] for d in weight_dims)
+            if fills == 1.0 and weight_box == self.last_weight_box:
+                fills = 0.0
+            self.last_weight_box = weight_box
+        stream = cycles
+        if fills and compute.double_buffered_weights and self.weights_streaming:
+            # The pipeline is running: each fill hides behind the previous block's
+            # stream — for this tile's first block, the stream of the block before it
+            # over every step it stayed in the array.
+            per_block = cycles / fills
+            cycles += max(0.0, compute.fill_cycles - self.block_stream) \
+                + (fills - 1.0) * max(0.0, compute.fill_cycles - per_block)
+        elif fills:
+            cycles += float(_fill_cycles(compute, np.float64(fills), np.float64(cycles)))
+        self.block_stream = stream / fills if fills else self.block_stream + stream
+        self.weights_streaming = True
+        return cycles
+
+    def book(self, changes: list, prev_end: float) -> float:
+        """Book one step's transfers on the source levels' channels; returns when its data
+        are in (the step may compute from then).
+
+        A double-buffered level holds each tensor's next tile beside its current one: the
+        next tile is fetched from the moment the current one came into use, and the tile
+        leaving is written back (after the step that last used it) while the next computes.
+        A level that holds its tiles once waits for the write-back, then the fetch, after
+        the previous step. Each source level is one channel."""
+        bw, channels, double_buffered = self.bw, self.channels, self.double_buffered
         ready = prev_end
         arrived: dict[int, float] = {}   # tiling level -> when its new tiles of this step are in
         posted = []     # write-backs out of double-buffered levels: they gate nothing
         for h, src, slot, back, fetch in sorted(changes, key=lambda c: c[0]):
-            issue = since.get(slot, 0.0) if double_buffered[h] else prev_end
+            issue = self.since.get(slot, 0.0) if double_buffered[h] else prev_end
             # A tile copied from an on-chip level that is itself loading this step's tile
             # waits for it (the first steps of a run: the cold start).
-            issue = max(issue, arrived.get(level_of_source.get(src, -1), 0.0))
+            issue = max(issue, arrived.get(self.level_of_source.get(src, -1), 0.0))
             wait = []
             if back and double_buffered[h]:
                 posted.append((src, back))     # after this step's fetches, issued earlier
@@ -377,34 +438,24 @@ def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np
                 # Requests are pipelined: latency delays the data, not the channel; units
                 # wait for their own loads side by side, so one stream sees latency / units.
                 # The first tiles of all units are requested together: each waits a whole latency.
-                par = lat_par[src] if slot in since else 1.0
-                arrived[h] = max(arrived.get(h, 0.0), max(wait) + latency[src] / par)
+                par = self.lat_par[src] if slot in self.since else 1.0
+                arrived[h] = max(arrived.get(h, 0.0), max(wait) + self.latency[src] / par)
                 ready = max(ready, arrived[h])
         for src, back in posted:
             channels[src].book(prev_end, back / bw[src])
         for _, _, slot, _, _ in changes:
-            since[slot] = ready
-        prev_start, prev_end = ready, ready + busy
-        compute_total += step_compute
-        points_done += points
-    # Drain: outputs still resident go back out.
-    drain = np.zeros(M)
-    for (ai, h), (key, box) in resident.items():
-        a = st.accesses[ai]
-        pos = a.chain.index(h)
-        if a.kind != "read" and not (a.internal and (pos == 0 or a.kind != "accumulate")):
-            drain[source_of(a, pos)] += footprint(a, box)
-    moved += drain
-    # An inner level's last tile reaches its parent before the parent's can leave.
-    drain_s = float(np.sum(drain / bw))
-    end = max([prev_end] + [c.free for c in channels]) + drain_s   # after write-backs still queued
-    sampled = cut
-    all_points = float(np.prod([E[d] for d in range(D) if present[d]]))
-    if st.domain is not None:     # the points of the tiles the domain leaves non-empty
-        all_points *= st.domain.kept_fraction(tuple(int(tiles[d, L - 1]) for d in st.domain.loops))
-    scale = all_points / points_done if sampled and points_done else 1.0
-    return {"bytes": moved * scale, "time_s": end * scale, "compute_s": compute_total * scale, "drain_s": drain_s,
-            "steps": steps, "total_steps": total_steps, "sampled": sampled}
+            self.since[slot] = ready
+        return ready
+
+    def drain(self) -> np.ndarray:
+        """Bytes per source level of the outputs still resident at the end, going back out."""
+        drain = np.zeros(self.M)
+        for (ai, h), (key, box) in self.resident.items():
+            a = self.st.accesses[ai]
+            pos = a.chain.index(h)
+            if a.kind != "read" and not (a.internal and (pos == 0 or a.kind != "accumulate")):
+                drain[self.source_of(a, pos)] += self.footprint(a, box)
+        return drain
 
 
 def compare(schedule: Schedule, target, max_steps: int = 200_000) -> dict:

@@ -1,0 +1,85 @@
+"""Domains cut by `where` relations: which tiles of a statement are not empty.
+
+`TileDomain` counts, per tile size, the fraction of tiles a statement's `where` relations
+leave non-empty (the only ones computed and fetched); `RowTiles` is the same interface for
+an in-place row update, which runs one row whatever the tiles.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...ir.program import Affine, domain_points
+
+
+class TileDomain:
+    """The tiles of a statement's `where` domain (`Statement.domain`) that are not empty.
+
+    A tile of T[d] points along each anchor loop d (tile b covers x_d = T_d b_d + r_d with
+    0 <= r_d < T_d) meets a relation sum a_d x_d + c >= 0 iff sum a_d T_d b_d + c + sum over
+    a_d > 0 of a_d (T_d - 1) >= 0: a relation on the tile coordinates, whose points
+    `ir.program.domain_points` counts exactly (several relations: each checked on its own,
+    an upper bound). Empty tiles are skipped: the model charges the work and fetches of the
+    non-empty ones, as the simulator replays and the C runs them."""
+
+    def __init__(self, relations: list[tuple[np.ndarray, float]], extents: np.ndarray):
+        self.relations = relations
+        self.loops = sorted({int(d) for coeff, _ in relations for d in np.nonzero(coeff)[0]})
+        self.extents = extents
+        self._kept: dict[tuple, float] = {}
+
+    def kept_fraction(self, sizes: tuple[int, ...]) -> float:
+        """The fraction of tiles of `sizes` (along `self.loops`) that meet the domain."""
+        cached = self._kept.get(sizes)
+        if cached is not None:
+            return cached
+        tiles = {f"b{d}": int(math.ceil(self.extents[d] / t)) for d, t in zip(self.loops, sizes)}
+        size = dict(zip(self.loops, sizes))
+        constraints = []
+        for coeff, const in self.relations:
+            terms = {f"b{d}": int(round(coeff[d] * size[d])) for d in self.loops if coeff[d]}
+            slack = sum(coeff[d] * (size[d] - 1) for d in self.loops if coeff[d] > 0)
+            constraints.append(Affine.of(terms, int(math.floor(const + slack))))
+        kept = domain_points(tiles, tuple(constraints)) / max(1, math.prod(tiles.values()))
+        self._kept[sizes] = kept
+        return kept
+
+    def meets(self, box) -> bool:
+        """Whether a tile, box[d] = (first point, points) along each anchor loop d, holds a
+        point of the domain (each relation checked on its own, as `kept_fraction`)."""
+        for coeff, const in self.relations:
+            top = const + sum(c * (box[d][0] + (box[d][1] - 1 if c > 0 else 0)) for d, c in enumerate(coeff) if c)
+            if top < 0:
+                return False
+        return True
+
+    def kept(self, T: np.ndarray) -> np.ndarray:
+        """[n, L]: the kept fraction of each level's tiles, for full tiles T [n, D, L]."""
+        n, _, L = T.shape
+        sizes = np.clip(T[:, self.loops, :], 1, None).astype(np.int64).transpose(0, 2, 1)   # [n, L, k]
+        flat = sizes.reshape(n * L, len(self.loops))
+        unique, inverse = np.unique(flat, axis=0, return_inverse=True)
+        values = np.array([self.kept_fraction(tuple(int(v) for v in row)) for row in unique])
+        return values[inverse.reshape(-1)].reshape(n, L)
+
+
+class RowTiles:
+    """What an in-place row update (`ir.program.InPlace`) runs: the one row it writes,
+    addressed directly (which row is known when it runs), whatever the tiles along its loop;
+    `TileDomain`'s interface, so the model, the limit and the simulator charge that row alone
+    (the simulator replays the first tile's first row for it)."""
+
+    def __init__(self, loop: int, extent: int):
+        self.loops = [loop]
+        self.extent = extent
+
+    def kept_fraction(self, sizes: tuple[int, ...]) -> float:
+        return 1.0 / self.extent
+
+    def meets(self, box) -> bool:
+        return box[self.loops[0]][0] == 0
+
+    def kept(self, T: np.ndarray) -> np.ndarray:
+        return np.full((T.shape[0], T.shape[2]), 1.0 / self.extent)
+

@@ -1,0 +1,137 @@
+"""Overlap: how a kernel's statements and producer nests combine into its time.
+
+Statements run as a sequence of nests over the same tiles; their times add (each its
+max(step + serial transfers + cold start + drain, its levels' bounds)). An in-place
+epilogue instead runs on each anchor tile as it completes, so its work and traffic overlap
+the anchor's: the two share one max(busy, transfers) bound; on another datapath (the vector
+unit beside a PE array) it works on each finished output tile while the anchor computes the
+next, where the output's innermost level holds two: then only the last tile's epilogue adds.
+Producer nests computed at the anchor's tiles (`producer.py`) alternate with the consumer
+tile by tile: on different datapaths one tile's producer overlaps the previous tile's
+consumer, so the kernel takes its busiest datapath's nests' times added up, or its busiest
+channel's traffic, whichever is longer (the simulator combines its replays the same way).
+`Timeline` accumulates these and the totals the report shows.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .compute import datapath_of
+from .energy import nest_compute_energy
+from .ports import StatementTime
+
+
+class Timeline:
+    """A batch's kernel time being put together, statement by statement (see the module
+    docstring), and the per-kernel totals: compute by unit, bytes and time per level, and
+    the parts `KernelCost.bound` names."""
+
+    def __init__(self, n: int, M: int, anchor_unit: str, epilogue_overlap: np.ndarray):
+        self.n = n
+        self.anchor_unit = anchor_unit
+        self.epilogue_overlap = epilogue_overlap     # [n] bool (KernelModel._epilogue_overlap)
+        self.time_s = np.zeros(n)
+        self.compute_s = np.zeros(n)
+        self.compute_by_unit: dict[str, np.ndarray] = {}
+        self.bytes_by_level = np.zeros((n, M))
+        self.level_time = np.zeros((n, M))
+        self.level_bw_s = np.zeros((n, M))
+        self.level_lat_s = np.zeros((n, M))
+        self.serial_total = np.zeros(n)
+        self.cold_total = np.zeros(n)
+        self.drain_total = np.zeros(n)
+        self.stream_total = np.zeros(n)
+        # The anchor and its in-place epilogues: one max(busy, transfers) bound.
+        self.group_busy = np.zeros(n)
+        self.group_levels = np.zeros((n, M))
+        self.beside: dict[str, np.ndarray] = {}    # in-place epilogues' compute on other datapaths
+        self.beside_tail = np.zeros(n)             # ... their last output tile's, which nothing hides
+        # nests of their own on other datapaths (online softmax's exp): their time beyond their
+        # compute per datapath, and their whole time
+        self.apart: dict[str, np.ndarray] = {}
+        self.apart_total = np.zeros(n)
+        self.anchor_only = None
+
+    def add_statement(self, anchor: bool, in_place: bool, unit: str, st_compute: np.ndarray, st_bytes: np.ndarray,
+                      bw: np.ndarray, t: StatementTime, out_tiles: np.ndarray) -> None:
+        """One statement of the kernel's own nest (not computed at the anchor's tiles):
+        `unit` its datapath, `out_tiles` [n] its innermost tiles."""
+        self.level_bw_s += t.bw_s
+        self.serial_total += t.serial
+        if not in_place:   # an in-place epilogue's loads ride the anchor's (below)
+            self.level_lat_s += t.latency_s
+        if anchor:
+            self.group_busy += t.step + t.serial + t.cold + t.drain
+            self.stream_total += t.stream
+            self.group_levels += t.level
+            self.cold_total += t.cold
+            self.drain_total += t.drain
+        elif in_place:
+            # Its transfers ride the anchor's pipeline (latency hidden, first tiles loaded
+            # while the anchor's first tile computes). On the anchor's own datapath its
+            # compute adds; on another one it overlaps the anchor's next tile (module docstring).
+            other = self.epilogue_overlap & (unit != self.anchor_unit)
+            self.beside[unit] = self.beside.get(unit, 0.0) + np.where(other, st_compute, 0.0)
+            self.beside_tail += np.where(other, st_compute / out_tiles, 0.0)
+            self.group_busy += np.where(other, 0.0, st_compute) + t.drain
+            self.group_levels += st_bytes / bw
+            self.drain_total += t.drain
+        else:
+            st_time = np.maximum(t.step + t.serial + t.cold + t.drain, t.level.max(axis=1))
+            self.time_s += st_time
+            if unit != self.anchor_unit:     # its own nest on another datapath (see `apart`)
+                self.apart[unit] = self.apart.get(unit, 0.0) + st_time - st_compute
+                self.apart_total += st_time
+            self.stream_total += t.stream
+            self.cold_total += t.cold
+            self.drain_total += t.drain
+        self.compute_s += st_compute
+        self.compute_by_unit[unit] = self.compute_by_unit.get(unit, 0.0) + st_compute
+        self.bytes_by_level += st_bytes
+        self.level_time += t.level
+
+    def close_statements(self) -> None:
+        """The kernel's own nest done: the anchor's group bound joins the time."""
+        n = self.n
+        # The anchor's datapath alone (what producers on other datapaths overlap) ...
+        self.anchor_only = self.time_s + np.maximum(self.group_busy, self.group_levels.max(axis=1))
+        group_busy = self.group_busy
+        if self.beside:
+            group_busy = np.maximum(group_busy, np.max(np.stack([np.broadcast_to(v, (n,))
+                                                                 for v in self.beside.values()]), axis=0)) \
+                + self.beside_tail
+        self.time_s += np.maximum(group_busy, self.group_levels.max(axis=1))
+
+    def add_producers(self, producers, compute, grid, parallel, energy_per_byte: np.ndarray) -> np.ndarray:
+        """Producer nests computed at the anchor's tiles, each costed over its region and
+        recomputed (`producer.py`); returns their compute energy [n] (their traffic's is in
+        the bytes)."""
+        n = self.n
+        producer_energy = np.zeros(n)
+        if not producers:
+            return producer_energy
+        # The kernel's statements on other datapaths (epilogues beside it or after it) keep
+        # those busy too: a producer there adds to them. A statement running a nest of its
+        # own in the tiles on another datapath (the max, exp and sums of an online softmax
+        # on the vector unit between the PE array's scores and weighted sum) is in that
+        # pipeline too: it keeps its datapath busy for its whole nest, not the anchor's.
+        anchor_unit = self.anchor_unit
+        busy = {anchor_unit: self.anchor_only - self.apart_total}
+        for u, v in self.compute_by_unit.items():
+            if u != anchor_unit:
+                busy[u] = busy.get(u, 0.0) + v + self.apart.get(u, 0.0)
+        for producer in producers:      # computed at the anchor's tiles: its own nest, recomputed
+            cost, mult = producer.evaluate(grid.tiles, grid.orders, grid.counts, parallel)
+            unit = datapath_of(compute, producer.model.statements[0]).unit
+            busy[unit] = busy.get(unit, 0.0) + cost.time_s * mult
+            for u, v in (cost.compute_by_unit or {}).items():
+                self.compute_by_unit[u] = self.compute_by_unit.get(u, 0.0) + v * mult
+                if u != unit:           # its own statements on other datapaths (epilogues beside it)
+                    busy[u] = busy.get(u, 0.0) + v * mult
+            self.compute_s += cost.compute_s * mult
+            self.bytes_by_level += cost.bytes * mult[:, None]
+            self.level_time += cost.level_time_s * mult[:, None]
+            producer_energy += nest_compute_energy(cost, energy_per_byte) * mult
+        self.time_s = np.maximum(np.max(np.stack([np.broadcast_to(v, (n,)) for v in busy.values()]), axis=0),
+                                 self.level_time.max(axis=1))
+        return producer_energy

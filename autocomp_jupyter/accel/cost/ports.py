@@ -1,0 +1,110 @@
+"""Ports: how long a statement's traffic takes on each level's channel, and what overlaps.
+
+Each source level's channel moves bytes at its bandwidth (a per-unit level's channels
+scale with the active units: `bandwidth`). Levels whose tiles fit twice (double
+buffering) overlap their transfers with compute; others serialise with it (`serial`). The
+first input tiles (cold start) and the last output tiles (drain) overlap nothing. A level's
+bound is max(traffic / bw, its reads / bw + loads x latency — one load in flight per fed
+level, the fed levels side by side, posted write-backs in the latency's shadow), after the
+levels outside it delivered their first tiles (every unit's first load a whole latency),
+plus the last tile's compute after its last load. Operands stream into the datapath from
+the innermost levels (`stream`), and stop while the array fills.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .traffic import StatementTraffic
+
+
+def bandwidth(model, active: np.ndarray) -> np.ndarray:
+    """[n, M] bytes/s of each memory level's channel (per-unit levels: one per active unit)."""
+    return model.bw[None, :] * np.where(model.mem_per_unit[None, :], active[:, None], 1.0)
+
+
+@dataclass
+class StatementTime:
+    """One statement's times [n] (or per source level [n, M]): each level's bound
+    (`level`), its bytes / bandwidth part (`bw_s`) and what latency adds to it
+    (`latency_s`), the transfers that wait in line with compute (`serial`), the cold start
+    and drain, the operands' streaming into the datapath (`stream`) and the step
+    (max(compute, stream): the work cold start and drain cannot overlap)."""
+
+    level: np.ndarray
+    bw_s: np.ndarray
+    latency_s: np.ndarray
+    serial: np.ndarray
+    cold: np.ndarray
+    drain: np.ndarray
+    stream: np.ndarray
+    step: np.ndarray
+
+
+def statement_time(model, traffic: StatementTraffic, double_buffered: np.ndarray, bw: np.ndarray,
+                   tiles_at: np.ndarray, st_compute: np.ndarray, fill, active: np.ndarray) -> StatementTime:
+    """The StatementTime of a statement's traffic, given its compute seconds and its array
+    fill cycles (`fill`, 0.0 off the array)."""
+    clock = model.target.clock_ghz * 1e9
+    st_bytes = traffic.bytes
+    bw_s = st_bytes / bw
+    st_level_time = bw_s
+    serial_time = (traffic.serial / bw).sum(axis=1)
+    first_wait, src_lat, tail, serial_time = _latency(model, traffic, double_buffered, tiles_at, st_compute,
+                                                      active, serial_time)
+    # ... and a load's latency overlaps the channel's other traffic (posted write-backs,
+    # other levels' loads): a level's loads in a chain, its channel shared by all.
+    st_level_time = np.maximum(st_level_time, traffic.read / bw + src_lat)
+    # Loads into double-buffered levels overlap the previous tile's compute, but the
+    # first tiles have nothing to overlap: a source's cold loads queue on its channel
+    # (bytes / bandwidth + one latency), and an inner level waits for its parent's.
+    # Likewise the last output tiles drain after the last step (inner level to outer).
+    cold_by_source = traffic.cold / bw + (traffic.cold > 0) * model.latency_s[None, :]
+    cold = cold_by_source.sum(axis=1)
+    # A level's loads begin once the levels outside it delivered their first tiles:
+    # its bound waits for the cold start of every source outside it (memory order is
+    # inner first, so the sources after it).
+    outer_cold = np.cumsum(cold_by_source[:, ::-1], axis=1)[:, ::-1] - cold_by_source
+    drain = (traffic.drain / bw).sum(axis=1)
+    # Likewise the last tile computes after its loads are in (its drain is in the bytes).
+    tail = np.where(np.isfinite(tail), tail, 0.0)
+    st_level_time = st_level_time + np.where(st_level_time > 0, outer_cold + first_wait + tail, 0.0)
+    # `<level> latency`: what the level's bound adds to its bytes / bandwidth.
+    latency_s = st_level_time - st_bytes / bw
+    # A step lasts as long as its compute or its operands' streaming into the datapath
+    # (the innermost levels' channels), whichever is longer: the part of the work
+    # the cold start and the drain cannot overlap.
+    stream = (traffic.datapath / bw).max(axis=1)
+    # While the array fills (the part no double buffering hides) nothing streams: the
+    # operands' streaming waits through the fills.
+    stream = stream + fill / active / clock
+    step = np.maximum(st_compute, stream)
+    return StatementTime(st_level_time, bw_s, latency_s, serial_time, cold, drain, stream, step)
+
+
+def _latency(model, traffic: StatementTraffic, double_buffered, tiles_at, st_compute, active, serial_time):
+    """Latency: one load in flight per level. Double-buffered loads hide it behind the
+    previous tile's work, so it only bounds the level's time (bytes/bw + loads x latency);
+    other loads wait in line with compute (added to `serial_time`). Each level keeps its
+    own load in flight: levels fed by one source wait their latencies side by side (the
+    largest bounds), while their bytes share its channel. Returns (the units' first wait,
+    the latency bound, the compute after a source's last load, serial_time) per source."""
+    n, M = traffic.bytes.shape
+    events = traffic.events
+    first_wait = np.zeros((n, M))
+    src_lat = np.zeros((n, M))
+    tail = np.full((n, M), np.inf)   # compute after a source's last load: its last tile's
+    for h, src in traffic.event_src.items():
+        par = active if model.per_unit[h] else 1.0
+        lat = events[:, h] * model.latency_s[src] / par
+        src_lat[:, src] = np.maximum(src_lat[:, src], np.where(double_buffered[:, h], lat, 0.0))
+        # The units' first tiles are requested together, each waiting a whole latency;
+        # only later loads overlap across units (latency / units each).
+        first_wait[:, src] = np.maximum(first_wait[:, src], np.where(
+            double_buffered[:, h] & (events[:, h] > 0), model.latency_s[src] * (1.0 - 1.0 / par), 0.0))
+        serial_time += np.where(double_buffered[:, h], 0.0, lat)
+        tiles_h = tiles_at[:, h]
+        tail[:, src] = np.where(double_buffered[:, h] & (events[:, h] > 0),
+                                np.minimum(tail[:, src], st_compute / tiles_h), tail[:, src])
+    return first_wait, src_lat, tail, serial_time

@@ -1,0 +1,222 @@
+"""Compute at: statements computed at the anchor's tiles, costed as nests of their own.
+
+A statement computed at the anchor's tiles (`Kernel.compute_at`) is costed as its own nest
+over its region: its model alone (`_ProducerModel`, a kernel of its own: `_producer_kernel`),
+with tiles of the region a tile at the compute point reads (`ir.loopnest.regions`: the halo
+included) at that level and outside it, its schedule alone inside (the tile search's),
+clipped to the region; its work, traffic and energy are then scaled by the recompute: the
+regions' total over every tile at the compute point (halos counted in each) over the
+statement's own points, times the tiles of loops its region does not follow (it runs again
+in each). Along the compute loop itself the halo is carried where that loop runs in order on
+one unit (a line buffer: only new rows are computed, the halo once per sweep); where the loop
+is spread over several units it is recomputed in every tile (`_ProducerModel.carries`). Its
+tensor is internal: no DRAM traffic, its region held on chip (capacity.py). How producer and
+consumer nests overlap is overlap.py's.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from ...ir.loopnest import regions
+from ...ir.schedule import Kernel, Schedule, _map_loops
+from ..target import Target
+from .capacity import _inside_point, _tiles_at_point
+from .compute import datapath_of
+from .results import BatchCost, _merge, _pick, _rows
+
+
+def _producer_groups(kernel: Kernel) -> list[tuple[int, ...]]:
+    """The computed-at statements as nests: each contraction (or first statement) with the
+    elementwise statements after it that read it (its epilogue: applied to its tile on chip,
+    as in any fused kernel), in program order."""
+    groups: list[list[int]] = []
+    for i in sorted(kernel.computed_at()):
+        st = kernel.statements[i]
+        previous = groups[-1] if groups else None
+        reads = {a.tensor for a in st.reads()}
+        if (previous is not None and st.reduce is None and not st.reduction_loops and previous[-1] == i - 1
+                and kernel.statements[previous[-1]].target in reads):
+            previous.append(i)
+        else:
+            groups.append([i])
+    return [tuple(g) for g in groups]
+
+
+class _ProducerModel:
+    """Statements computed at the anchor's tiles (a contraction and its epilogue), costed as
+    their own nest over their region (see the module docstring)."""
+
+    def __init__(self, kernel: Kernel, group: tuple[int, ...], target: Target, anchor_index: Mapping[str, int],
+                 model_of, schedule_alone):
+        """`model_of(kernel, target)`: the compiled model of its own kernel (`kernel_model`);
+        `schedule_alone(kernel, target)`: its schedule alone (the tile search's)."""
+        index = group[0]
+        self.group = group
+        stmt = kernel.statements[index]
+        self.loop, self.level = kernel.computed_at()[index]
+        self.levels = target.tiling_levels
+        self.units = target.compute.units
+        self.kernel = _producer_kernel(kernel, group)
+        self.model = model_of(self.kernel, target)
+        self.extents = np.array([l.extent for l in stmt.loops], dtype=float)
+        self.anchor_extents = np.array([l.extent for l in kernel.loops], dtype=float)
+        self.anchor_index = dict(anchor_index)
+        # Per own loop: (primary anchor index or -1, its scale, lo, hi) — other region terms
+        # run whole (an untiled 1x1 kernel window): they widen the region by scale*extent.
+        self.spans = []
+        for l in stmt.loops:
+            r = regions(kernel)[index][l.name]
+            if not r.terms:
+                self.spans.append((-1, 0, r.lo, r.hi))
+                continue
+            primary = max(r.terms, key=lambda t: t[1] * kernel.extents[t[0]])
+            hi = r.hi + sum(k * kernel.extents[a] for a, k in r.terms if (a, k) != primary)
+            self.spans.append((anchor_index[primary[0]], primary[1], r.lo, hi))
+        self.followed = {a for a, _, _, _ in self.spans if a >= 0}
+        # Inside the region it runs as the tiling search schedules it alone (cached by structure).
+        own = self.own = schedule_alone(self.kernel, target)
+        inner = own.tile_sizes(self.levels)
+        self.inner_tiles = np.array([inner[l.name] for l in stmt.loops], dtype=float)   # [D_P, L]
+        _, orders, self.parallel, self.vectorize = self.model.schedule_arrays(own)
+        # A region is not the whole nest: fewer rows may stream past each weight block, so the
+        # loop order alone may refill the PE array at every tile. Its inner orders are its own
+        # and, at the innermost level, each loop the region follows moved innermost; each
+        # candidate takes the fastest (the simulator replays the same choice).
+        # (Only on a PE array, whose stationary blocks refill: elsewhere the order moves no work.)
+        on_array = datapath_of(target.compute, self.model.statements[0]).on_array
+        followed_own = [d for d, (a, _, _, _) in enumerate(self.spans) if a >= 0 and self.extents[d] > 1 and on_array]
+        self.orders = _order_variants(orders[0], followed_own, MAX_PRODUCER_ORDERS)   # [K, L, D_P]
+        alone = self.model.evaluate_batch(*self.model.schedule_arrays(own))
+        self.alone_compute = float(alone.compute_s[0])
+
+    def _cost(self, sub: np.ndarray, order: np.ndarray) -> "BatchCost":
+        n = len(sub)
+        return self.model.evaluate_batch(sub, np.broadcast_to(order, (n,) + order.shape), self.parallel,
+                                         np.broadcast_to(self.vectorize, (n,)))
+
+    def _choose(self, sub: np.ndarray) -> tuple["BatchCost", np.ndarray]:
+        """(cost, index into self.orders) per row of `sub`: its own order, or where that
+        computes much slower than it does alone (the order refills the array over this
+        region), the fastest of the variants. Each row's choice depends on that row alone."""
+        own = self._cost(sub, self.orders[0])
+        choice = np.zeros(len(sub), dtype=np.int64)
+        if len(self.orders) == 1:
+            return own, choice
+        # (a region's nest is costed over the producer's whole extents, as alone: the two compare)
+        poor = np.nonzero(own.compute_s > POOR_ORDER * self.alone_compute)[0]
+        if not len(poor):
+            return own, choice
+        costs = [_rows(own, poor)] + [self._cost(sub[poor], o) for o in self.orders[1:]]
+        best = np.argmin(np.stack([c.time_s for c in costs]), axis=0)
+        choice[poor] = best
+        return _merge(own, _pick(costs, best), poor), choice
+
+    def evaluate(self, tiles, orders, counts, parallel=None) -> tuple["BatchCost", np.ndarray]:
+        """(its cost over its whole region once, the recompute factor) per candidate.
+        Candidates that differ only outside its region (the anchor's inner tiles, its
+        orders) give it the same region tiles: each distinct one is costed once (a chain's
+        tiling search asks ~5x as many rows as there are distinct regions)."""
+        sub, mult = self.region_tiles(tiles, orders, counts, parallel)
+        n = len(sub)
+        if n < 2:
+            return self._choose(sub)[0], mult
+        distinct, first, inverse = np.unique(sub.reshape(n, -1), axis=0, return_index=True, return_inverse=True)
+        if len(distinct) == n:
+            return self._choose(sub)[0], mult
+        return _rows(self._choose(sub[first])[0], inverse.reshape(-1)), mult
+
+    def schedule(self, sub: np.ndarray) -> Schedule:
+        """Its nest as a schedule of its own kernel, tiles `sub` [loops, levels], in the inner
+        order the model picks for them (what the simulator replays)."""
+        best = int(self._choose(sub[None])[1][0])
+        order = {lv: tuple(self.kernel.loops[d].name for d in self.orders[best][h]) for h, lv in enumerate(self.levels)}
+        return Schedule(self.kernel, tiles={l.name: {lv: int(sub[d, h]) for h, lv in enumerate(self.levels)}
+                                            for d, l in enumerate(self.kernel.loops)},
+                        order=order, annotations=self.own.annotations, levels=self.levels)
+
+
+    def carries(self, parallel) -> np.ndarray:
+        """[n] bool: whether its halo along the compute loop is carried from tile to tile —
+        where that loop runs in order on one unit; spread over several units, each tile
+        recomputes its halo (`parallel` [n, D] as the model normalises it; None: carried)."""
+        loop = self.anchor_index[self.loop]
+        if parallel is None or self.units <= 1:
+            return np.ones(len(parallel) if parallel is not None else 1, dtype=bool)
+        return ~np.asarray(parallel, dtype=bool)[:, loop]
+
+    def region_tiles(self, tiles, orders, counts, parallel=None) -> tuple[np.ndarray, np.ndarray]:
+        """Its tiles [n, loops, levels] over the region of each candidate, and the recompute."""
+        n, D, L = tiles.shape
+        carried = np.broadcast_to(self.carries(parallel), (n,))
+        levels = self.levels
+        at = levels.index(self.level) if self.level in levels else L - 1
+        loop = self.anchor_index[self.loop]
+        # Each anchor loop's tile (and tile count) at the compute point: at its level when it
+        # comes at or before the compute loop in the order there, else one level out.
+        inside = _inside_point(orders, at, loop)                               # [n, D]
+        outer = max(at - 1, 0)
+        T_point = _tiles_at_point(tiles, inside, at, self.anchor_extents)
+        n_point = np.where(inside, counts[:, at, :], counts[:, outer, :] if at else 1.0)
+        sub = np.empty((n, len(self.spans), L))
+        mult = np.ones(n)
+        for d, (a, k, lo, hi) in enumerate(self.spans):
+            ext = self.extents[d]
+            if a < 0:
+                length = np.full(n, float(max(0, min(ext, hi) - max(0, lo))))
+                # not split by the consumer's tiles: tiled inside as it is alone
+                sub[:, d, :] = np.minimum(length[:, None], self.inner_tiles[d][None, :])
+                continue
+            region = lambda t: np.clip(k * t + hi - lo, 1, ext)               # noqa: E731
+            sub[:, d, :] = np.minimum(region(tiles[:, a, :].astype(float)), self.inner_tiles[d][None, :])
+            sub[:, d, : at + 1] = region(T_point[:, a])[:, None]
+            # Rows computed over all tiles at the point: each tile's region, the borders clipped;
+            # a carried halo once per sweep of the compute loop (its parent tiles).
+            Ea = self.anchor_extents[a]
+            halos = n_point[:, a]
+            if a == loop:
+                sweeps = counts[:, at - 1, a] if at else np.ones(n)
+                halos = np.where(carried, sweeps, halos)
+            total = k * Ea + halos * (hi - lo) - max(0, -lo) - np.maximum(0.0, k * Ea + hi - ext)
+            mult *= np.clip(total, 1.0, None) / ext
+        for a in range(D):       # loops its region does not follow: it runs again in each of their tiles
+            if a not in self.followed:
+                mult *= n_point[:, a]
+        sub = np.maximum(np.minimum.accumulate(np.floor(sub), axis=2), 1).astype(np.int64)
+        return sub, mult
+
+
+MAX_PRODUCER_ORDERS = 4     # inner orders tried for a producer nest over its region
+POOR_ORDER = 1.5            # ... where its own order computes this much slower than alone
+
+
+def _order_variants(order: np.ndarray, loops: list[int], limit: int) -> np.ndarray:
+    """[K, L, D] orders: `order` [L, D] itself, then each of `loops` moved innermost at the
+    innermost level; at most `limit`, no repeats."""
+    out = [order]
+    seen = {order.tobytes()}
+    h = order.shape[0] - 1
+    for d in loops:
+        v = order.copy()
+        v[h] = np.concatenate([[x for x in order[h] if x != d], [d]])
+        if v.tobytes() not in seen and len(out) < limit:
+            seen.add(v.tobytes())
+            out.append(v)
+    return np.stack(out)
+
+
+def _producer_kernel(kernel: Kernel, group: tuple[int, ...]) -> Kernel:
+    """Statements `group` of `kernel` as a kernel of their own, anchored at the first; what
+    they write and the kernel's own tensors they read are internal (never in DRAM)."""
+    statements = tuple(kernel.statements[i] for i in group)
+    written = [st.target for st in statements]
+    reads = [a.tensor for st in statements for a in st.reads()]
+    names = tuple(dict.fromkeys(reads + written))
+    on_chip = set(kernel.internals) | set(written)
+    maps = _map_loops(statements, 0)
+    return Kernel(name=f"{kernel.name}.{'_'.join(written)}", ops=tuple(written), statements=statements,
+                  loops=statements[0].loops, inputs=tuple(t for t in dict.fromkeys(reads) if t not in written),
+                  outputs=(), internals=tuple(t for t in names if t in on_chip),
+                  tensors=tuple(kernel.tensor(t) for t in names), anchor=0,
+                  loop_maps=tuple(tuple(sorted(m.items())) for m in maps))

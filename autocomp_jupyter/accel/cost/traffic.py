@@ -1,0 +1,266 @@
+"""Traffic: the bytes each access moves into every level that holds it and into the datapath.
+
+A tile of X at level h is fetched again each time a loop outside h iterates, except for the
+innermost run of outer loops that do not index X (it stays put: stationarity); loops of one
+trip are transparent (`_fetches_by_prefix`). Traffic into h = footprint (`_footprint`: per
+tensor dimension sum |coeff| * (T - 1) + 1, clipped) x fetches; an accumulated output also
+reads back its partial sums on every fetch but the first (`_traffic`). A `where` domain
+moves only its non-empty tiles' share (`_kept_share`). An overflowing level's share of its
+traffic streams through from its parent instead (spill). Internal tensors of a fused kernel
+never cross the DRAM boundary. `statement_traffic` sorts the bytes by source level into what
+the ports step times: loads, serial transfers, cold start and drain.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .compute import DatapathTile
+from .domain import TileDomain
+from .statements import _AccessModel, _StatementModel
+from .tiles import TileGrid
+
+
+@dataclass
+class LoopSequence:
+    """A statement's loops from the outermost level down to its datapath, laid out
+    [loop sequence, n] so the running products and maxima over the sequence
+    (`_fetches_by_prefix`) run over whole rows of candidates: the tiling levels' loops
+    (L x D), then the datapath passes per innermost tile (D). `tiles_at`: its tiles per
+    level [n, L]; `counts` / `mean`: the datapath's passes along each loop and their mean
+    extent as operands stream (a vector unit's register window along a reduction loop
+    keeps its taps: no pass of its own there)."""
+
+    tiles_at: np.ndarray
+    loops: np.ndarray        # [S, n]: the loop index at each position
+    moving: np.ndarray       # [S, n]: its trip exceeds one
+    prefix: np.ndarray       # [S + 1, n]: products of the first k trips
+    length: int              # S
+    counts: np.ndarray       # [n, D]
+    mean: np.ndarray         # [n, D]
+
+
+def operand_sequence(grid: TileGrid, st: _StatementModel, tile: DatapathTile) -> LoopSequence:
+    """The LoopSequence of a statement on its datapath tile."""
+    n, D, L = grid.tiles.shape
+    E, counts, inner_order = grid.E, grid.counts, grid.inner_order
+    present_seq = st.present[grid.seq_loops]
+    tiles_at = np.prod(counts[:, :, st.present_loops], axis=2)       # [n, L] its tiles per level
+    trips = np.where(present_seq, grid.seq_trips, 1.0)
+    dp_counts, dp_rel = tile.counts, tile.rel
+    dp_loops = np.concatenate([grid.seq_loops, inner_order], axis=1)
+    dp_mean = E / dp_counts
+    # Operands reach the datapath per pass; the vector unit beside a PE array keeps a
+    # window's taps in registers instead: along a reduction loop that shares an input
+    # index with the vector loop (a depthwise conv's s in X[.., w + s]), the lanes shift
+    # one loaded row rather than reloading it from the scratchpad, and the partial sums
+    # stay in registers across it. (SIMT lanes and the host's cores already read their
+    # operands from a register level of their own, which the tiles model.)
+    ts_rel, ts_counts, ts_mean = dp_rel, dp_counts, dp_mean
+    if st.window is not None:
+        wmask = st.window[tile.vec_loop] & st.present                      # [n, D]
+        inner = np.where(st.present, counts[:, L - 1, :], 1.0)
+        ts_counts = np.where(wmask, inner, dp_counts)
+        ts_rel = np.where(wmask, 1.0, dp_rel)
+        ts_mean = E / ts_counts
+    dp_trips = np.concatenate([trips, np.take_along_axis(ts_rel, inner_order, axis=1)], axis=1)
+    trips_seq = np.ascontiguousarray(dp_trips.T)
+    dp_prefix = np.ones((trips_seq.shape[0] + 1, n))      # products of its first trips
+    np.cumprod(trips_seq, axis=0, out=dp_prefix[1:])
+    dp_moving = trips_seq > 1.0                          # loops of one trip don't count
+    return LoopSequence(tiles_at, np.ascontiguousarray(dp_loops.T), dp_moving, dp_prefix, dp_trips.shape[1],
+                        ts_counts, ts_mean)
+
+
+@dataclass
+class StatementTraffic:
+    """Where a statement's bytes go, per source memory level [n, M]: all of them (`bytes`),
+    into the datapath (`datapath`), the reads into double-buffered levels (their load
+    chain), the transfers into levels that cannot double-buffer (`serial`), the first input
+    tiles (`cold`) and last output tiles (`drain`) of double-buffered levels; and per
+    tiling level the tile loads that wait a latency (`events` [n, L]) and their source."""
+
+    bytes: np.ndarray
+    datapath: np.ndarray
+    read: np.ndarray
+    serial: np.ndarray
+    events: np.ndarray
+    cold: np.ndarray
+    drain: np.ndarray
+    event_src: dict
+
+    @classmethod
+    def zeros(cls, n: int, M: int, L: int) -> "StatementTraffic":
+        return cls(*(np.zeros((n, M)) for _ in range(4)), np.zeros((n, L)), np.zeros((n, M)), np.zeros((n, M)), {})
+
+
+@dataclass
+class _LevelTraffic:
+    """One access at each level holding it (lists by position in its chain): the bytes
+    moved into it if it fits, the loads that wait a latency, the share of its bytes that
+    are reads (what a double-buffered level's load chain carries)."""
+
+    fits: list
+    fetch_counts: list
+    read_share: list
+
+
+def statement_traffic(model, grid: TileGrid, capacity, si: int, st: _StatementModel, tile: DatapathTile,
+                      seq: LoopSequence, active: np.ndarray) -> StatementTraffic:
+    """The traffic of statement `si`'s accesses at every level and into its datapath, with
+    spill (an overflowing level's share streams through from its parent) and each level's
+    cold start and drain."""
+    n, D, L = grid.tiles.shape
+    out = StatementTraffic.zeros(n, len(model.level_names), L)
+    for ai, a in enumerate(st.accesses):
+        # the tile fetches into each holding level (the loops outside it), then the datapath
+        by_level = _fetches_by_prefix(a.index_mask[seq.loops], seq.moving, seq.prefix,
+                                      [(h + 1) * D for h in a.chain] + [seq.length])
+        levels = _level_traffic(a, st, grid, capacity.double_buffered, tile.kept, by_level)
+        datapath = _datapath_traffic(a, st, model.target.compute.kind, tile.kept, seq, by_level[:, -1], L)
+        # Spill: blend each level's traffic toward what streams through it.
+        through = datapath
+        eff = [None] * len(a.chain)
+        for pos in range(len(a.chain) - 1, -1, -1):
+            h = a.chain[pos]
+            eff[pos] = levels.fits[pos] + capacity.overflow[:, h] * (through - levels.fits[pos])
+            through = eff[pos]
+        _charge(model, out, a, capacity.double_buffered, levels, datapath, eff, capacity.tile_bytes[si, ai], active)
+    return out
+
+
+def _level_traffic(a: _AccessModel, st: _StatementModel, grid: TileGrid, double_buffered, kept,
+                   by_level) -> _LevelTraffic:
+    """Fetches and traffic of one access at each level holding it (see _LevelTraffic)."""
+    n = grid.n
+    fits, fetch_counts, read_share = [], [], []
+    fps = _footprint(a, grid.mean_tile[:, list(a.chain), :].transpose(0, 2, 1)) if a.chain else None
+    # its distinct tiles at each holding level
+    distinct_at = np.prod(grid.counts[:, list(a.chain), :][:, :, a.counted], axis=2)
+    for pos, h in enumerate(a.chain):
+        fetches = by_level[:, pos]
+        distinct = distinct_at[:, pos]
+        fp = fps[:, pos]
+        moved = _traffic(a.kind, fp, fetches, distinct)
+        if kept is not None:
+            moved = moved * _kept_share(a, st.domain, kept[:, h], fetches, distinct)
+        if a.internal and (not fits or a.kind != "accumulate"):
+            # Internal tensors never cross the DRAM boundary; an epilogue reads (and
+            # a non-accumulating statement writes) them where the anchor left them,
+            # in the innermost level, so they move between no levels at all.
+            # Only partial sums of an accumulation travel between on-chip levels.
+            moved, fetches = np.zeros(n), np.zeros(n)
+        fits.append(moved)
+        # Loads that wait a latency: into a double-buffered level only the reads
+        # (an output's write-back is posted, and its first visit starts from zero,
+        # so only partial sums are read back); into others, every transfer.
+        loads = fetches if a.kind == "read" else np.where(a.kind == "accumulate", fetches - distinct, 0.0)
+        fetch_counts.append(np.where(double_buffered[:, h], np.maximum(loads, 0.0), fetches))
+        read_share.append(1.0 if a.kind == "read" else np.maximum(loads, 0.0) / np.maximum(
+            2.0 * fetches - distinct, 1e-30) if a.kind == "accumulate" else 0.0)
+    return _LevelTraffic(fits, fetch_counts, read_share)
+
+
+def _datapath_traffic(a: _AccessModel, st: _StatementModel, compute_kind: str, kept, seq: LoopSequence,
+                      fetches, L: int) -> np.ndarray:
+    """[n] bytes of one access streaming between its innermost level and the datapath."""
+    distinct = np.prod(seq.counts[:, a.counted], axis=1)
+    # A systolic array's partial sums are added into its accumulator as they arrive
+    # (the banks read-modify-write in place: Gemmini's accumulate-on-write, the MXU's
+    # result buffers): one transfer each on the port, none read back out.
+    dp_kind = "write" if a.kind == "accumulate" and compute_kind == "systolic" else a.kind
+    datapath = _traffic(dp_kind, _footprint(a, seq.mean), fetches, distinct)
+    if kept is not None:
+        datapath = datapath * _kept_share(a, st.domain, kept[:, L - 1], fetches, distinct)
+    return datapath
+
+
+def _charge(model, out: StatementTraffic, a: _AccessModel, double_buffered, levels: _LevelTraffic, datapath,
+            eff: list, tile_bytes: np.ndarray, active: np.ndarray) -> None:
+    """Add one access's bytes to the statement's buckets, by source memory level."""
+    M = len(model.level_names)
+    inner_src = model.mem_index[a.chain[-1]] if a.chain else M - 1
+    out.bytes[:, inner_src] += datapath
+    out.datapath[:, inner_src] += datapath
+    for pos, h in enumerate(a.chain):
+        src = M - 1 if pos == 0 else model.mem_index[a.chain[pos - 1]]
+        moved = eff[pos]
+        out.bytes[:, src] += moved
+        out.read[:, src] += np.where(double_buffered[:, h], moved * levels.read_share[pos], 0.0)
+        out.serial[:, src] += np.where(double_buffered[:, h], 0.0, moved)
+        if a.kind == "read" and not a.internal:
+            # Cold start: the first tile of every input reaches every level
+            # before the first step computes (each active unit loads its own).
+            first = tile_bytes[:, h] * (active if model.per_unit[h] else 1.0)
+            out.cold[:, src] += np.where(double_buffered[:, h], first, 0.0)
+        elif a.kind != "read" and not (a.internal and (pos == 0 or a.kind != "accumulate")):
+            # Drain: the last output tile leaves after the last step computes.
+            last = tile_bytes[:, h] * (active if model.per_unit[h] else 1.0)
+            out.drain[:, src] += np.where(double_buffered[:, h], last, 0.0)
+        out.events[:, h] = np.maximum(out.events[:, h], levels.fetch_counts[pos])
+        out.event_src[h] = src
+
+
+def _fetches_by_prefix(index_seq: np.ndarray, moving: np.ndarray, upto: np.ndarray,
+                       prefixes: list[int]) -> np.ndarray:
+    """Times a tile is fetched at the level holding each prefix of the loop sequence (its first
+    S loops, for each S in `prefixes`): the product of the prefix's trips except the innermost
+    run of loops that do not index the tensor (loops of one trip don't count), i.e. its trips
+    up to its last loop indexing the tensor. All [sequence, n]: `index_seq` whether each loop
+    indexes the tensor, `moving` whether its trip exceeds one, `upto[k]` the product of the
+    first k trips (shared by a statement's accesses). Returns [n, len(prefixes)]."""
+    S, n = moving.shape
+    position = np.where(index_seq & moving, np.arange(1, S + 1, dtype=np.int32)[:, None], np.int32(0))
+    out = np.ones((n, len(prefixes)))
+    last = np.zeros(n, dtype=np.int32)     # the last breaking loop (1-based) seen so far
+    seen = 0
+    candidates = np.arange(n)
+    for k in sorted(range(len(prefixes)), key=prefixes.__getitem__):
+        p = prefixes[k]
+        if p > seen:
+            last = np.maximum(last, position[seen:p].max(axis=0))
+            seen = p
+        if p:
+            out[:, k] = upto[last, candidates]
+    return out
+
+
+def _footprint(a: _AccessModel, tile: np.ndarray) -> np.ndarray:
+    """Bytes of X's region an access touches over a tile ([n, D] sizes; or [n, D, H]: H
+    tiles per row, one footprint each, [n, H])."""
+    # Row by row over the (few) loops each index uses: cheaper than a matmul on [n, D].
+    out = None
+    less = tile - 1.0          # each loop's span past its first point
+    for r, terms in enumerate(a.terms):
+        extent = None
+        for d, c in terms:
+            part = less[:, d] if c == 1.0 else c * less[:, d]
+            extent = part if extent is None else extent + part
+        base = a.local_add[r] + 1.0
+        if extent is None:
+            extent = np.full(tile.shape[:1] + tile.shape[2:], min(base, a.dims[r]))
+        else:
+            extent = np.minimum(extent + base, a.dims[r])
+        out = extent if out is None else out * extent
+    if out is None:
+        return np.full(tile.shape[:1] + tile.shape[2:], float(a.elem_bytes))
+    return out * a.elem_bytes
+
+
+def _kept_share(a: _AccessModel, domain: TileDomain, kept: np.ndarray, fetches, distinct) -> np.ndarray:
+    """The share of an access's traffic that the non-empty tiles of a `where` domain move.
+    An access indexed by every loop the domain cuts fetches only non-empty tiles; one
+    missing some of them keeps its distinct tiles (a query row meets some key tile) and
+    loses only its re-fetches across the missing loops in empty tiles."""
+    if all(a.index_mask[d] for d in domain.loops):
+        return kept
+    fetches = np.maximum(fetches, 1e-30)
+    return np.minimum(1.0, (distinct + np.maximum(fetches - distinct, 0.0) * kept) / fetches)
+
+
+def _traffic(kind: str, footprint, fetches, distinct):
+    if kind == "accumulate":
+        # Written back on every fetch; partial sums read back on all but the first visit.
+        return footprint * (2.0 * fetches - distinct)
+    return footprint * fetches
