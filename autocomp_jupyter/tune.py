@@ -73,7 +73,7 @@ from .caches import LRU
 from .canon import canonical_kernel
 from .ir.loopnest import loop_dims, lower
 from .ir.schedule import Kernel, Schedule
-from .result import Plan
+from .ir.plan import Plan
 from .space import TileSpace
 
 DEFAULT_MAX_SPILL = 0.05   # rules/default.yaml tiling.max_spill_ratio

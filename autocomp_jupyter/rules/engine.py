@@ -224,7 +224,7 @@ _PAIR = (lambda v: isinstance(v, list) and len(v) == 2 and all(isinstance(x, int
          and v[0] <= v[1], "a pair [min, max] of integers, min <= max")
 
 def _loop_transforms() -> tuple[str, ...]:
-    from .scheduling import loop_transforms
+    from ..schedule import loop_transforms
 
     return loop_transforms()
 

@@ -36,7 +36,7 @@ from ..ir.loopnest import whole_loops
 from ..ir.program import Access, Op, Program, Statement, rename_loops, substitute
 from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, fault_reason, rollback_entry, rule_entry, transaction
-from ..result import Plan
+from ..ir.plan import Plan
 from .engine import Fuse, FusionRule, Replace, chain_from, closed_prefix, sole_reader
 
 PASS = "fusion"

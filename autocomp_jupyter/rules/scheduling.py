@@ -45,9 +45,10 @@ from ..caches import LRU
 from ..canon import schedule_key
 from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
-from ..result import Plan
+from ..ir.plan import Plan
 from ..verify import verify_schedule
 from ..space import contiguous_loop, lane_loop
+from ..schedule.primitive import loop_transforms
 
 PASS = "scheduling"
 MIN_GAIN = 1e-3          # a transformation must save at least this fraction of the time
@@ -63,7 +64,7 @@ def scheduling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
     for kernel, tiled in zip(plan.kernels, plan.schedules):
         schedule = tiled
         for transform in priority:
-            if transform in loop_transforms():
+            if transform in loop_transforms():     # interchange and the registered loop transformations
                 schedule = _transform(transform)(schedule, ctx, log)
         if params.get("parallel_outer", True):
             schedule = annotate_parallel(schedule, ctx, log)
@@ -256,14 +257,6 @@ def _describe(step: dict) -> str:
     from ..schedule import from_step
 
     return from_step(step).describe()
-
-
-def loop_transforms() -> tuple[str, ...]:
-    """What a rule file's `scheduling.priority` may list: interchange, and every registered
-    primitive that is a loop transformation (skew, reverse, and any added later)."""
-    from ..schedule import PRIMITIVES
-
-    return ("interchange",) + tuple(name for name, cls in PRIMITIVES.items() if cls.loop_transform)
 
 
 def _transform(name: str):

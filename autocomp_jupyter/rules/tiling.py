@@ -46,7 +46,7 @@ from ..accel.tile_search import level_mapping, search_tiles
 from ..canon import evaluate
 from ..ir.schedule import Schedule
 from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
-from ..result import Plan
+from ..ir.plan import Plan
 from ..verify import verify_schedule
 
 PASS = "tiling"

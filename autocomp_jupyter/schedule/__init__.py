@@ -13,10 +13,10 @@ A new primitive is one file here (a `Primitive` subclass under `@register`, impo
 replay, `res.schedule(kernel)`, `--schedule` files and the search space take it at once.
 """
 from .errors import BadArgumentError, IllegalStepError, ScheduleError, UnknownLoopError
-from .primitive import PRIMITIVES, Decision, Primitive, Step, from_step, innermost_loop, register
+from .primitive import PRIMITIVES, Decision, Primitive, Step, from_step, innermost_loop, loop_transforms, register
 from . import tile, split, reorder, interchange, compute_at, stage, skew, reverse, parallel, vectorize, unroll  # noqa: F401  (register)
 from .trace import ScheduleBuilder, apply_step, load_traces, python_of, replay, replay_plan, schedule_json
 
 __all__ = ["BadArgumentError", "IllegalStepError", "ScheduleError", "UnknownLoopError", "PRIMITIVES", "Decision",
-           "Primitive", "Step", "from_step", "innermost_loop", "register", "ScheduleBuilder", "apply_step",
+           "Primitive", "Step", "from_step", "innermost_loop", "loop_transforms", "register", "ScheduleBuilder", "apply_step",
            "load_traces", "python_of", "replay", "replay_plan", "schedule_json"]

@@ -101,6 +101,12 @@ def register(cls: type[Primitive]) -> type[Primitive]:
     return cls
 
 
+def loop_transforms() -> tuple[str, ...]:
+    """What a rule file's `scheduling.priority` may list: interchange, and every registered
+    primitive that is a loop transformation (skew, reverse, split, and any added later)."""
+    return ("interchange",) + tuple(name for name, cls in PRIMITIVES.items() if cls.loop_transform)
+
+
 def from_step(step: Mapping[str, Any]) -> Primitive:
     """The primitive a JSON step names, with its arguments (names checked; values are `check`'s)."""
     if not isinstance(step, Mapping) or "primitive" not in step:
