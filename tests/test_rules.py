@@ -83,7 +83,7 @@ def test_list_rules_says_where_each_applies():
     ("fusion:\n  rules:\n    - {name: r1, match: [conv2d, relu], targets: [tpx]}\n", "fusion.rules[0].targets",
      "unknown target 'tpx'"),
     ("fusion:\n  order: [conv_rleu]\n", "fusion.order[0]", "did you mean 'conv_relu'?"),
-    ("scheduling:\n  priority: [skew, twist]\n", "scheduling.priority", "drawn from interchange, skew, reverse"),
+    ("scheduling:\n  priority: [skew, twist]\n", "scheduling.priority", "drawn from interchange, split, skew, reverse"),
     ("tiling:\n  register_tile_factor: [16, 4]\n", "tiling.register_tile_factor", "min <= max"),
     ("bogus: 1\n", "bogus", "expected one of"),
 ])
