@@ -136,7 +136,11 @@ def on_files(files, config):
         files.append(File.generated(config, api_page(module), content=api_markdown(module)))
     files.append(File.generated(config, "reference/index.md", content=api_index(config["extra"]["api_modules"])))
     for path in tutorial_paths():
-        files.append(File.generated(config, f"tutorials/{path.name}", abs_src_path=str(executed_tutorial(path))))
+        executed = executed_tutorial(path)   # build/tutorials/NAME.ipynb, shown as tutorials/NAME.ipynb
+        # a File rooted in build/, not File.generated: mkdocs-jupyter's wrapper finds the source
+        # through src_dir, which a generated file lacks
+        files.append(File(f"tutorials/{path.name}", src_dir=str(executed.parent.parent),
+                          dest_dir=config["site_dir"], use_directory_urls=config["use_directory_urls"]))
     return files
 
 
