@@ -24,7 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-GUIDE_PAGES = sorted([DOCS / "getting-started.md", *(DOCS / "guide").glob("*.md")])
+GUIDE_PAGES = sorted([ROOT / "README.md", DOCS / "getting-started.md", *(DOCS / "guide").glob("*.md")])
 FENCE = re.compile(r"(?:<!--\s*(?P<mark>[\w-]+)(?::\s*(?P<arg>[^>]*?))?\s*-->\n)?```(?P<lang>\w*)[^\n]*\n(?P<body>.*?)```",
                    re.S)
 SRC = "input A: f32[256, 256]\ninput B: f32[256, 256]\nC = matmul(A, B)\nD = relu(C)\n"
@@ -123,6 +123,9 @@ def test_every_code_block_of_the_user_guide_runs(page, tmp_path):
     items = blocks(page)
     langs = {b["lang"] for b in items}
     assert langs <= {"python", "acir", "text", "yaml", "bash", ""}, (page.name, langs)
+    for example in (ROOT / "examples").glob("*.acir"):   # pages name the shipped examples
+        (tmp_path / "examples").mkdir(exist_ok=True)
+        (tmp_path / "examples" / example.name).write_text(example.read_text())
     with working_dir(tmp_path):
         _check_dsl(page, items)
         _check_yaml(page, items, tmp_path)
