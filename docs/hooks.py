@@ -5,13 +5,15 @@
 - the tutorials: the course notebooks as a student sees them after Run All, blank exercises and
   all. tests/test_tutorials.py keeps an executed copy of each in build/tutorials/; a copy that is
   missing or older than its notebook is executed here (tutorials/solutions/fill.py);
-- the ONNX op table, from the importer's handlers (`<!-- onnx-op-table -->` in a page).
+- the ONNX op table, from the importer's handlers (`<!-- onnx-op-table -->` in a page);
+- diagrams: every `docs/**/*.dot` (Graphviz) rendered to the `.svg` beside it.
 """
 from __future__ import annotations
 
 import importlib
 import inspect
 import logging
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -135,6 +137,10 @@ def on_files(files, config):
     for module in config["extra"]["api_modules"]:
         files.append(File.generated(config, api_page(module), content=api_markdown(module)))
     files.append(File.generated(config, "reference/index.md", content=api_index(config["extra"]["api_modules"])))
+    for dot in sorted(Path(config["docs_dir"]).rglob("*.dot")):
+        svg = subprocess.run(["dot", "-Tsvg", str(dot)], check=True, capture_output=True, text=True).stdout
+        uri = dot.relative_to(config["docs_dir"]).with_suffix(".svg").as_posix()
+        files.append(File.generated(config, uri, content=svg))
     for path in tutorial_paths():
         executed = executed_tutorial(path)   # build/tutorials/NAME.ipynb, shown as tutorials/NAME.ipynb
         # a File rooted in build/, not File.generated: mkdocs-jupyter's wrapper finds the source
