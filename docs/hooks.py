@@ -13,9 +13,11 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import os
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mkdocs.plugins import event_priority
@@ -79,17 +81,26 @@ def tutorial_paths() -> list[Path]:
     return sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.ipynb"))
 
 
-def executed_tutorial(path: Path) -> Path:
-    """The executed blank copy of tutorial `path`, run now if missing or stale."""
+def execute_blank(path: Path) -> None:
+    """Run tutorial `path` blank and keep the executed copy in build/tutorials/."""
     import nbformat
 
-    if fill.fresh_executed(path) is None:
-        log.info("executing %s for the docs (no up-to-date copy in build/tutorials/)", path.name)
-        nb = nbformat.read(path, as_version=4)
-        with tempfile.TemporaryDirectory() as scratch:
-            fill.execute(nb, Path(scratch))
-        fill.save_executed(nb, path)
-    return fill.executed_path(path)
+    log.info("executing %s for the docs (no up-to-date copy in build/tutorials/)", path.name)
+    nb = nbformat.read(path, as_version=4)
+    with tempfile.TemporaryDirectory() as scratch:
+        fill.execute(nb, Path(scratch) / "tutorials")
+    fill.save_executed(nb, path)
+
+
+def executed_tutorials(paths: list[Path]) -> list[Path]:
+    """The executed blank copies of the tutorials; the missing or stale ones run now, side by
+    side (each in its own kernel)."""
+    stale = [p for p in paths if fill.fresh_executed(p) is None]
+    if stale:
+        fill.kernel_path()
+        with ThreadPoolExecutor(max_workers=max(1, min(len(stale), os.cpu_count() or 1))) as pool:
+            list(pool.map(execute_blank, stale))
+    return [fill.executed_path(p) for p in paths]
 
 
 def tutorial_title(path: Path) -> str:
@@ -141,8 +152,8 @@ def on_files(files, config):
         svg = subprocess.run(["dot", "-Tsvg", str(dot)], check=True, capture_output=True, text=True).stdout
         uri = dot.relative_to(config["docs_dir"]).with_suffix(".svg").as_posix()
         files.append(File.generated(config, uri, content=svg))
-    for path in tutorial_paths():
-        executed = executed_tutorial(path)   # build/tutorials/NAME.ipynb, shown as tutorials/NAME.ipynb
+    paths = tutorial_paths()
+    for path, executed in zip(paths, executed_tutorials(paths)):  # build/tutorials/NAME.ipynb as tutorials/NAME.ipynb
         # a File rooted in build/, not File.generated: mkdocs-jupyter's wrapper finds the source
         # through src_dir, which a generated file lacks
         files.append(File(f"tutorials/{path.name}", src_dir=str(executed.parent.parent),

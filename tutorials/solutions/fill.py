@@ -95,18 +95,19 @@ def execute(nb, workdir: Path, timeout: int = 300):
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(TUTORIALS / "checks.py", workdir / "checks.py")
-    env = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env) if p)
-    try:
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", shutdown_kernel="immediate",
-                                resources={"metadata": {"path": str(workdir)}})
-        client.execute()
-    finally:
-        if env is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = env
+    kernel_path()
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", shutdown_kernel="immediate",
+                            resources={"metadata": {"path": str(workdir)}})
+    client.execute()
     return nb
+
+
+def kernel_path() -> None:
+    """Kernels started from here import this checkout's package: it goes first on PYTHONPATH
+    (set once for the process, so notebooks may run side by side in threads)."""
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(ROOT) not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *paths])
 
 
 def save_executed(nb, path: Path) -> Path:
