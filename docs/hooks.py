@@ -114,16 +114,19 @@ def tutorial_title(path: Path) -> str:
 
 
 def onnx_op_table() -> str:
-    """One row per ONNX op type the importer handles: its family (the handler's module) and
-    what the handler's docstring says."""
+    """The ONNX op types the importer handles (one `op_<OpType>` method each), grouped by the
+    family module that holds the handler, with what that module's docstring says it imports."""
     from autocomp_jupyter.onnx_importer.importer import SUPPORTED_OPS, _Importer
 
-    rows = ["| ONNX op | family | how it imports |", "|---|---|---|"]
+    families: dict[str, list[str]] = {}
     for op in SUPPORTED_OPS:
-        handler = getattr(_Importer, "op_" + op)
-        family = handler.__module__.rsplit(".", 1)[-1]
-        doc = " ".join((inspect.getdoc(handler) or "").split("\n\n")[0].split())
-        rows.append(f"| `{op}` | {family} | {doc.replace('|', '/')} |")
+        families.setdefault(getattr(_Importer, "op_" + op).__module__, []).append(op)
+    rows = [f"{len(SUPPORTED_OPS)} op types in {len(families)} families.", "",
+            "| family | what it imports | ONNX op types |", "|---|---|---|"]
+    for module, ops in sorted(families.items()):
+        doc = inspect.getdoc(importlib.import_module(module)) or ""
+        summary = " ".join(doc.split("\n\n")[0].split()).replace("|", "/")
+        rows.append(f"| `{module.rsplit('.', 1)[-1]}` | {summary} | {', '.join(f'`{o}`' for o in ops)} |")
     return "\n".join(rows)
 
 
