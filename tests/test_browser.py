@@ -39,12 +39,13 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-component-update", "--disable-sync"]
 ROOT = Path(__file__).resolve().parents[1]
 PANEL_PX = 960  # the notebook panel's width the views must fit
-# Per tutorial: a line appended to its first exercise cell (a wrong answer) and what the
-# CHECK line below it must say. Every check's wrong answer is tested headless
+# Per tutorial: a line appended to its first exercise cell (blank as shipped: a wrong answer for
+# every name it asks for) and what the CHECK line below it must say. Every check's wrong answer is tested headless
 # (tests/test_tutorials.py, every tutorial); in the browser, for the suite's time, four: the
 # first, the fusion graphs, a user's own target, the ONNX models.
 WRONG_ANSWERS = {
-    "01_quick_start": ('speedup = res_npu.report["speedup_vs_library"]', "library"),
+    "01_quick_start": ('speedup, roofline_fraction, verified = res_npu.report["speedup_vs_library"], '
+                       'res_npu.report["roofline_fraction"], res_npu.report["verified"]', "library"),
     "02_fusion_and_rules": ('groups = [["C", "D", "E", "F", "G"]]', "not the kernels"),
     "06_own_accelerator_and_rule": ("my_target = my_accel", "16x16"),
     "08_onnx_models": ('slowest = "nope"', "not a kernel name"),

@@ -1,9 +1,13 @@
-"""The course notebooks (tutorials/01..08) run green headless, and every answer check in
+"""The course notebooks (tutorials/01..10) run headless both ways, and every answer check in
 tutorials/checks.py accepts the intended answer and refuses a wrong one.
 
-The notebooks are executed with nbclient in tutorials/ (they import `checks` and write small
-YAML files there); they are stored without outputs. The check helpers are tested directly in
-Python, which is fast; each refusal is tested next to its acceptance.
+The exercises ship blank (`groups = ...`); their solutions are in tutorials/solutions/. Each
+notebook runs blank (every CHECK says `✗ not yet: fill in ...`, no cell raises: Run All
+completes for a student who has answered nothing) and with its solutions injected (every CHECK
+says `✓ correct`). The blank run's executed copy is kept in build/tutorials/ for the
+documentation site. Notebooks run with nbclient in a scratch copy of tutorials/ (they import
+`checks` and write small YAML files); they are stored without outputs. The check helpers are
+tested directly in Python, which is fast; each refusal is tested next to its acceptance.
 """
 from __future__ import annotations
 
@@ -22,8 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 TUTORIALS = ROOT / "tutorials"
 NOTEBOOKS = sorted(TUTORIALS.glob("[0-9][0-9]_*.ipynb"))
 sys.path.insert(0, str(TUTORIALS))
+sys.path.insert(0, str(TUTORIALS / "solutions"))
 
 import checks  # noqa: E402  (tutorials/checks.py)
+import fill  # noqa: E402  (tutorials/solutions/fill.py)
 
 import autocomp_jupyter as autocomp  # noqa: E402
 from autocomp_jupyter import Fuse, Replace, adrs_rule, poly  # noqa: E402
@@ -78,7 +84,15 @@ def test_notebook_is_stored_clean_and_has_exercises_and_checks(path):
     assert all(not c.outputs and c.execution_count is None for c in code), "store notebooks without outputs"
     assert sum(c.cell_type == "markdown" for c in nb.cells) >= 5
     assert any(c.source.startswith("# CHECK") for c in code), "every tutorial ends its exercises with a CHECK cell"
-    assert any("# your answer" in c.source for c in code) or path.name.startswith("06"), "an exercise cell"
+    exercises = [c for c in code if c.source.startswith(fill.EXERCISE)]
+    assert exercises, "an exercise cell"
+    for cell in exercises:  # blank: each answer is `...`, nothing of a solution left in the cell
+        body = [line for line in cell.source.splitlines()[1:] if line.strip() and not line.startswith("#")]
+        assert any(line.rstrip().endswith("= ...") for line in body), cell.source
+        assert all(line.rstrip().endswith("= ...") or re.fullmatch(r"\w+ = \d+", line) for line in body), cell.source
+    assert fill.filled(nb, path.stem)  # every exercise has a solution, every solution an exercise
+    last = [c for c in nb.cells if c.cell_type == "markdown"][-1].source
+    assert "## What you learned" in last and "## Try next" in last, "each tutorial ends with what was learned"
     # stored as JupyterLab (the Jupyter server's nbformat) writes it, so opening and saving
     # an untouched tutorial changes nothing, and opening it does not mark it modified
     assert nbformat.writes(nb) + ("" if nbformat.writes(nb).endswith("\n") else "\n") == path.read_text()
@@ -88,25 +102,50 @@ def test_notebook_is_stored_clean_and_has_exercises_and_checks(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_headless_without_errors(path, tmp_path, monkeypatch):
+def test_notebook_runs_blank_and_every_check_says_not_yet(path, tmp_path):
+    """A student's Run All before answering anything: no cell raises, each CHECK cell of an
+    exercise says `✗ not yet: fill in ...` in one line (a CHECK with nothing to fill in still
+    checks). The executed copy is what the documentation shows."""
     import nbformat
 
-    # the kernel imports this checkout, not an installed copy
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-    from nbclient import NotebookClient
+    nb = fill.execute(nbformat.read(path, as_version=4), tmp_path / "tutorials")  # raises naming a failing cell
+    verdicts = fill.check_lines(nb)
+    blanks = [v for v in verdicts if v.startswith("✗ not yet: fill in `")]
+    assert len(blanks) == len(fill.exercise_ids(nb)), verdicts
+    assert all(v.count("\n") == 0 and (v.startswith("✗ not yet: fill in `") or v.startswith("✓ correct: "))
+               for v in verdicts), verdicts
+    text = "\n".join(o.get("text", "") + str(o.get("data", "")) for c in nb.cells if c.cell_type == "code"
+                     for o in c.outputs)
+    assert "Traceback" not in text
+    fill.save_executed(nb, path)
 
-    # run a copy in a scratch folder, so the files the notebook writes do not land in the tree
-    work = tmp_path / "tutorials"
-    work.mkdir()
-    shutil.copy(TUTORIALS / "checks.py", work / "checks.py")
-    nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=120, kernel_name="python3", shutdown_kernel="immediate",
-                            resources={"metadata": {"path": str(work)}})
-    client.execute()  # raises CellExecutionError naming the cell on any error
-    text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
-                     if o.output_type == "stream")
-    checks_run = sum(c.source.startswith("# CHECK") for c in nb.cells if c.cell_type == "code")
-    assert text.count("correct: ") == checks_run, "every CHECK cell printed its verdict"
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_with_its_solutions_and_every_check_says_correct(path, tmp_path):
+    import nbformat
+
+    nb = fill.execute(fill.filled(nbformat.read(path, as_version=4), path.stem), tmp_path / "tutorials")
+    verdicts = fill.check_lines(nb)
+    assert verdicts and all(v.startswith("✓ correct: ") and "\n" not in v for v in verdicts), verdicts
+
+
+def test_a_blank_answer_is_one_line_naming_the_variable():
+    with refused(r"fill in `carrying_loop` in the exercise cell above"):
+        checks.check_carrying_loop(..., None)
+    with refused(r"fill in `slowest` and `share`"):
+        checks.check_share_of_time(None, ..., ...)
+    with refused(r"fill in `groups`"):
+        checks.check_fusion_groups("input A: f32[4]\nB = relu(A)\n", ...)
+
+
+def test_the_solutions_fill_in_every_exercise_of_a_copy(tmp_path):
+    assert fill.main(["--out", str(tmp_path)]) == 0
+    import nbformat
+
+    for path in NOTEBOOKS:
+        nb = nbformat.read(tmp_path / path.name, as_version=4)
+        assert not any(c.source.rstrip().endswith("= ...") for c in nb.cells if c.cell_type == "code"), path.name
+    assert (tmp_path / "checks.py").exists()
 
 
 # --------------------------------------------------------------------------- 01

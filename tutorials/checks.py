@@ -1,9 +1,11 @@
-"""Answer checks for the autocomp-jupyter course notebooks (tutorials/01..08).
+"""Answer checks for the autocomp-jupyter course notebooks (tutorials/01..10).
 
+The exercises ship blank (`groups = ...`); a check given a `...` answers
+`✗ not yet: fill in `groups` ...` in one line. The solutions are in tutorials/solutions/.
 Each `check_*` helper takes the student's answer (plus whatever it needs to recompute the
 truth) and prints ONE line: `✓ correct: ...`, or `✗ not yet: <what is wrong>. Hint: ...`.
 A check never raises — a wrong answer must not stop Run All, and a traceback would show
-this file's source, which holds the solutions — so every helper is wrapped by `@check`,
+this file's source, which recomputes the answers — so every helper is wrapped by `@check`,
 which turns a refusal (or any error the answer provokes) into that line. The verdict of
 the last check is also kept in `checks.LAST` (`.ok`, `.message`) for tests.
 
@@ -14,6 +16,7 @@ stay right if the model is retuned.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import re
 from dataclasses import dataclass
@@ -35,14 +38,29 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def check(fn):
-    """Run a check and print its verdict as one line; never raise (see the module doc)."""
+def check(fn=None, *, names: dict[str, str] | None = None):
+    """Run a check and print its verdict as one line; never raise (see the module doc).
+
+    An answer still `...` (the exercise as it ships) gets `✗ not yet: fill in `NAME` ...`,
+    NAME being the notebook's variable: `names` maps a parameter to it where they differ."""
+    if fn is None:
+        return lambda f: check(f, names=names)
+    signature = inspect.signature(fn)
+
     @functools.wraps(fn)
     def run(*args, **kwargs):
         global LAST
         try:
-            message = fn(*args, **kwargs)
-            verdict = Verdict(True, "✓ correct: " + _one_line(message))
+            bound = signature.bind_partial(*args, **kwargs).arguments
+        except TypeError:
+            bound = {}
+        blank = [(names or {}).get(p, p) for p, v in bound.items() if v is Ellipsis]
+        try:
+            if blank:
+                verdict = Verdict(False, "✗ not yet: fill in " + " and ".join(f"`{n}`" for n in blank) +
+                                  " in the exercise cell above (replace the `...` with your answer), then run this cell again")
+            else:
+                verdict = Verdict(True, "✓ correct: " + _one_line(fn(*args, **kwargs)))
         except AssertionError as err:
             verdict = Verdict(False, "✗ not yet: " + _one_line(err))
         except autocomp.UserError as err:
@@ -123,7 +141,7 @@ def check_fusion_groups(src: str, groups, target: str = "tpu", rules=None) -> No
     return (f"kernels {truth}")
 
 
-@check
+@check(names={'rule_yaml': 'my_yaml'})
 def check_disable_rule(rule_yaml: str, src: str, rule: str, target: str = "tpu", path: str = "my_rules.yaml") -> None:
     """Tutorial 02: a rule file (YAML text) that switches `rule` off, so it no longer fires."""
     assert isinstance(rule_yaml, str) and rule_yaml.strip(), "write the rule file as a YAML string"
@@ -181,7 +199,7 @@ def tile_footprint(res, kernel: str, level: str) -> int:
     return int(model.capacity_footprints(tiles[None])[0][names.index(level)])
 
 
-@check
+@check(names={'answer': 'footprint'})
 def check_footprint(res, kernel: str, level: str, answer) -> None:
     """Tutorial 03: the footprint (bytes) of the tiles one kernel keeps at `level`."""
     _name(kernel, "a kernel of this result", [k.name for k in res.after.kernels])
@@ -214,7 +232,7 @@ def check_smaller_memory(res_big, res_small) -> None:
 # --------------------------------------------------------------------------- 04 legality
 
 
-@check
+@check(names={'answer': 'carrying_loop'})
 def check_carrying_loop(answer, statements) -> None:
     """Tutorial 04: the loop that carries GEMM's flow dependence on C."""
     from autocomp_jupyter import poly
@@ -227,7 +245,7 @@ def check_carrying_loop(answer, statements) -> None:
     return (f"{answer} carries the accumulation C[i, j] += ..., so it cannot be reversed strictly nor run in parallel")
 
 
-@check
+@check(names={'schedule': 'my_schedule'})
 def check_legal_schedule(schedule, statements) -> None:
     """Tutorial 04: a legal schedule of the kernel that is not the original order."""
     from autocomp_jupyter import poly
@@ -241,7 +259,7 @@ def check_legal_schedule(schedule, statements) -> None:
     return ("isl accepts " + " ".join(str(schedule).split()))
 
 
-@check
+@check(names={'answer': 'parallel'})
 def check_parallel_loops(answer, statements) -> None:
     """Tutorial 04: the set of GEMM loops that may run in parallel."""
     from autocomp_jupyter import poly
@@ -257,7 +275,7 @@ def check_parallel_loops(answer, statements) -> None:
 # --------------------------------------------------------------------------- 05 tuning
 
 
-@check
+@check(names={'tiles': 'my_tiles'})
 def check_variant(res, kernel: str, tiles, within: float = 1.5) -> None:
     """Tutorial 05: hand-picked tiles that are legal, do not spill, and are within `within`x of the tuner's best."""
     _name(kernel, "a kernel of this result", [k.name for k in res.after.kernels])
@@ -274,7 +292,7 @@ def check_variant(res, kernel: str, tiles, within: float = 1.5) -> None:
     return (f"{v['time_s'] * 1e6:.2f} µs (tuned best {best * 1e6:.2f} µs)")
 
 
-@check
+@check(names={'answer': 'fastest'})
 def check_fastest_version(res, answer) -> None:
     """Tutorial 05: the name of the fastest version — of those the Tune tab lists: the
     optimised plan ('optimized') and the tuner's top-K (v1, v2, ...). Ties all count."""
@@ -316,7 +334,7 @@ def check_determinism(same_seed_equal, other_seed_equal, src: str, target: str =
 # --------------------------------------------------------------------------- 06 targets and rules
 
 
-@check
+@check(names={'text': 'my_target'})
 def check_target_yaml(text: str, pe: int = 32, path: str = "student_accel.yaml") -> None:
     """Tutorial 06: a valid target YAML with a `pe`x`pe` systolic array."""
     from autocomp_jupyter.accel.target import TargetError, load_target
@@ -364,7 +382,7 @@ def check_rollback_named(res, rule_name: str) -> None:
 # --------------------------------------------------------------------------- 07 host C
 
 
-@check
+@check(names={'answer': 'kernel_functions'})
 def check_kernel_functions(res, answer) -> None:
     """Tutorial 07: the names of the C functions that implement the kernels."""
     assert isinstance(answer, (list, tuple, set)), f"answer with a list of function names, got {answer!r}"
@@ -375,7 +393,7 @@ def check_kernel_functions(res, answer) -> None:
     return (f"{truth}")
 
 
-@check
+@check(names={'answer': 'ratio'})
 def check_model_error(res, answer) -> None:
     """Tutorial 07: measured / predicted time of the host run (within 1%)."""
     measured = res.report.get("measured")
@@ -392,7 +410,7 @@ def check_model_error(res, answer) -> None:
 # --------------------------------------------------------------------------- 08 ONNX models
 
 
-@check
+@check(names={'answer': 'slowest'})
 def check_slowest_kernel(res, answer) -> None:
     """Tutorial 08: the name of the kernel that takes the most time in the optimised plan."""
     kernels = res.report["kernels"]
@@ -409,7 +427,7 @@ def check_slowest_kernel(res, answer) -> None:
     return (f"{truth['name']} takes {truth['metrics']['time_s'] * 1e6:.1f} µs")
 
 
-@check
+@check(names={'kernel': 'slowest', 'answer': 'share'})
 def check_share_of_time(res, kernel: str, answer) -> None:
     """Tutorial 08: a kernel's share of the optimised plan's total time (0..1, within 1%)."""
     total = sum(k["metrics"]["time_s"] for k in res.report["kernels"])
@@ -441,7 +459,7 @@ def check_attention_fused(res, kernels, rule) -> None:
     return f"{truth} kernel: {', '.join(res.report['kernels'][0]['ops'])} fused by {rule}"
 
 
-@check
+@check(names={'answer': 'share'})
 def check_causal_share(tokens, answer) -> None:
     """Tutorial 09: the share of the score matrix a causal domain keeps (t <= s of n x n)."""
     n = int(_number(tokens, "the number of tokens"))
@@ -509,7 +527,7 @@ def _beats(a: dict, b: dict) -> bool:
     return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
 
 
-@check
+@check(names={'answer': 'front'})
 def check_pareto_front(ex, answer) -> None:
     """Tutorial 10: the indices of the designs no other design beats on time, energy and area."""
     assert isinstance(answer, (list, tuple, set)), f"answer with a list of indices into ex.points, got {answer!r}"
@@ -529,7 +547,7 @@ def check_pareto_front(ex, answer) -> None:
     return f"front {sorted(mine)}, as ex.pareto says: every other design is beaten on all three by one of these"
 
 
-@check
+@check(names={'answer': 'speedup'})
 def check_array_speedup(ex, small, big, answer) -> None:
     """Tutorial 10: how many times faster design `big` is than design `small` (within 1%)."""
     i, j = _index(ex, small, "small"), _index(ex, big, "big")
@@ -570,7 +588,7 @@ def check_dataflows(ex, rows, faster, frugal) -> None:
             f"({mine[frugal]['energy_j'] * 1e6:.1f} µJ)" + ("" if same else ": neither dataflow wins on both"))
 
 
-@check
+@check(names={'answer': 'choice'})
 def check_budget_design(ex, answer, max_time_s, max_energy_j, max_area_mm2) -> None:
     """Tutorial 10: the design with the lowest energy-delay product of those within all three
     budgets (time, energy, area); None if no design meets them."""
