@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where the tuner scores: 'processes[:N]' or a Dask scheduler 'tcp://host:8786'")
     opt.add_argument("--schedule", metavar="REPORT.json",
                      help="replay the kernels' schedules (their `trace`) from a report instead of searching")
-    opt.add_argument("--json", action="store_true", help="print the JSON report (DESIGN §8)")
+    opt.add_argument("--json", action="store_true", help="print the JSON report (docs/guide/report.md)")
     opt.add_argument("--vis-graph", metavar="FILE.dot", help="write the graph, fused groups boxed, as DOT")
     opt.add_argument("--emit-c", metavar="FILE.c", help="write the generated C")
     opt.add_argument("--measure", action="store_true",

@@ -1,6 +1,6 @@
 """Flag values shared by the `autocomp` command and the `%%autocomp` magic (argparse types).
 
-Both surfaces take the same flags (DESIGN §2); one definition keeps their checks and
+Both surfaces take the same flags (docs/guide/cli.md, docs/guide/notebook.md); one definition keeps their checks and
 messages the same.
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ are split and recombined. Values are computed in float64 and rounded to each ten
 dtype after every statement, so f16/bf16/i8 programs see their own rounding.
 
 `equivalent(a, b)` runs two programs on the same random inputs and compares outputs
-with a tolerance per dtype: the check behind every rewrite (DESIGN §6).
+with a tolerance per dtype: the check behind every rewrite (docs/guide/verification.md).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The notebook surface: `%%autocomp` and the `%autocomp_targets` / `%autocomp_rules` tables.
 
-A thin shell over `autocomp_jupyter.optimize()` (DESIGN §2): parse the flags, call
+A thin shell over `autocomp_jupyter.optimize()` (docs/guide/notebook.md): parse the flags, call
 optimize with a progress bar, show the result (widget or static HTML). Bad input — the
 DSL, a target or rule YAML, the flags themselves — is shown as the formatted message
 (line, caret, hint) in red, never as a Python traceback, and the magic returns None.
@@ -288,7 +288,7 @@ class AutocompMagics(Magics):
     @argument("--scheduler", metavar="ADDRESS", help="with --explore: run the designs on this Dask scheduler")
     @cell_magic
     def autocomp(self, line: str, cell: str):
-        """Optimise the tensor program in the cell for a simulated accelerator (DESIGN §2)."""
+        """Optimise the tensor program in the cell for a simulated accelerator (docs/guide/notebook.md)."""
         try:
             args = parse_argstring(self.autocomp, line)
         except UsageError as err:  # every bad flag at once, each with its caret (else argparse's one)

@@ -1,4 +1,4 @@
-"""The report (DESIGN §8) as typed data: frozen dataclasses built once from the costs of
+"""The report (docs/guide/report.md) as typed data: frozen dataclasses built once from the costs of
 the pipeline's plans, each with `to_json()` giving the JSON-able dict users read.
 
     build_report(...) -> Report          # from plans' costs, never from a PassContext
@@ -39,7 +39,7 @@ def attainable_flops(program: Program, target: Target) -> float:
 
 
 def roofline_fraction(program: Program, target: Target, time_s: float) -> float:
-    """(flops / time) / attainable: 1.0 is the physical limit (DESIGN §7). A program
+    """(flops / time) / attainable: 1.0 is the physical limit (docs/guide/report.md). A program
     without arithmetic (a transpose) is judged by bandwidth: compulsory bytes / time / DRAM bw."""
     if program.flops == 0:
         return compulsory_bytes(program) / time_s / target.dram_bandwidth if time_s > 0 else 0.0
@@ -241,7 +241,7 @@ class ProgramInfo:
 
 @dataclass(frozen=True)
 class Report:
-    """DESIGN §8, typed. `to_json()` is `res.report`; keys appear in this field order
+    """docs/guide/report.md, typed. `to_json()` is `res.report`; keys appear in this field order
     (`measured` only when the C was measured; `textbook`, `roofline`, `program` may be
     None in a report read back from an older dict and are then left out)."""
 

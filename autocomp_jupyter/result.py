@@ -1,7 +1,7 @@
 """What `optimize()` returns: the plans before and after, the report, and what the views need.
 
 `Result.before` is the naive plan (one kernel per op, untiled), `Result.after` the verified
-optimised plan; `Result.report` is the JSON-able dict of DESIGN §8 (`Result.typed_report`,
+optimised plan; `Result.report` is the JSON-able dict of docs/guide/report.md (`Result.typed_report`,
 the same as frozen dataclasses: report.Report). The pipeline also computes what the
 notebook views show — each kernel's tile footprints and the generated code — so the
 widgets, the static HTML and the CLI read a Result and never re-run the pipeline, the cost
@@ -30,7 +30,7 @@ class Result:
     """The outcome of one `optimize()` call.
 
     program: the parsed input; target: the Target; before/after: Plans; library: the
-    per-op tuned baseline Plan; report: the DESIGN §8 dict (`typed_report.to_json()`);
+    per-op tuned baseline Plan; report: the docs/guide/report.md dict (`typed_report.to_json()`);
     typed_report: the same as a report.Report; versions: top-K tuned alternatives
     (name → Plan) the user can compare and pick from; rules: the RuleSet used;
     footprints: {kernel: report.Footprint} of the optimised plan; codes: {'c' | 'pseudo':
@@ -51,7 +51,7 @@ class Result:
 
     @property
     def speedup(self) -> float:
-        """Optimised vs naive time (DESIGN §8 `speedup_vs_naive`)."""
+        """Optimised vs naive time (docs/guide/report.md `speedup_vs_naive`)."""
         return self.report["speedup_vs_naive"]
 
     @property

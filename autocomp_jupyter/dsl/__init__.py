@@ -1,4 +1,4 @@
-"""The tensor-IR DSL (DESIGN §3): `parse(text)` → a shape-checked `Program`.
+"""The tensor-IR DSL (docs/guide/dsl.md): `parse(text)` → a shape-checked `Program`.
 
 `syntax.py` tokenizes and parses to a surface tree, `library.py` holds the library ops
 and their lowering to comprehensions, `build.py` checks names and shapes and builds the IR.

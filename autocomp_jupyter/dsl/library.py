@@ -1,6 +1,6 @@
 """Library ops: their signatures, shape rules, op classes, and lowering to comprehensions.
 
-Each op lowers to one or more `Statement`s (NCHW layout, as in DESIGN §3) and keeps its
+Each op lowers to one or more `Statement`s (NCHW layout, as in docs/guide/dsl.md) and keeps its
 op name, so fusion rules can match `conv2d` or `batchnorm` as well as op classes.
 A shape problem raises `OpError` naming the operand and both shapes; the DSL builder
 turns it into a diagnostic at the operand's place in the source.

@@ -3,8 +3,8 @@
 `th(name)` is a table header with its explanation on hover (a dotted underline says there
 is one); `legend(names)` is a folded list of the same explanations; `explain_why(text)`
 marks the terms of a rule's "why" text (loop-letter tile strings, `in_place`, `spill`...)
-with their explanation on hover. The wording follows the cost model (accel/cost.py) and
-the README.
+with their explanation on hover. The wording follows the cost model (accel/cost/) and
+the report's reference (docs/guide/report.md).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The live view: one ipywidgets Tab per result, and the Tune tab's hand-tuning controls.
 
-Tabs (DESIGN §9): Graph, Tiles, Schedule, Profile, Rules, Tune, Code. All but Tune and Code
+Tabs (docs/guide/notebook.md): Graph, Tiles, Schedule, Profile, Rules, Tune, Code. All but Tune and Code
 are the static renderers' HTML. Tune has a kernel picker, a slider per tile size (loop ×
 level), a loop-order picker per level and, where the evaluator takes annotations, a
 vectorised-loop picker; every change calls `result.evaluate_variant`

@@ -1,5 +1,5 @@
 /**
- * Tokenizer for the autocomp tensor-IR DSL (DESIGN §3) and the `%%autocomp`
+ * Tokenizer for the autocomp tensor-IR DSL (docs/guide/dsl.md) and the `%%autocomp`
  * magic line. Pure: no JupyterLab or CodeMirror imports, so plain node can
  * test it against the compiled `lib/tokenizer.js`.
  *
@@ -41,7 +41,7 @@ export const KEYWORDS: ReadonlySet<string> = new Set([
   'where'
 ]);
 
-/** Library ops (DESIGN §3 table). */
+/** Library ops (docs/guide/dsl.md table). */
 export const LIBRARY_OPS: ReadonlySet<string> = new Set([
   'matmul',
   'batch_matmul',

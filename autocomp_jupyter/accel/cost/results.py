@@ -15,7 +15,7 @@ import numpy as np
 
 from ..target import Target
 
-# The per-kernel metric names of the report (DESIGN §8, kernels[*].metrics).
+# The per-kernel metric names of the report (docs/guide/report.md, kernels[*].metrics).
 METRIC_NAMES = ("time_s", "flops", "bw_util", "occupancy", "pe_util",
                 "arithmetic_intensity", "spill_ratio", "energy_j")
 
@@ -143,7 +143,7 @@ class KernelCost:
         return f"{worst} {part}"
 
     def metrics(self) -> dict:
-        """The report's kernels[*].metrics (DESIGN §8), names exactly as there."""
+        """The report's kernels[*].metrics (docs/guide/report.md), names exactly as there."""
         return {name: getattr(self, name) for name in METRIC_NAMES}
 
     def summary(self) -> dict:
