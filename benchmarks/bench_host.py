@@ -377,7 +377,7 @@ def parse_args(argv):
                         help="configurations the tuner evaluates (default 300, 50 with --quick; 0: rules only)")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
                         help="the all-cores thread count (default: the cores this process may use)")
-    parser.add_argument("--networks", nargs="?", const="resnet50,mobilenetv2,bert", default=None, metavar="NAMES",
+    parser.add_argument("--networks", nargs="?", const="resnet50,mobilenetv2,bert", default=None, metavar="NAMES",  # or .onnx paths
                         help="whole networks instead of kernels (default all three: resnet50,mobilenetv2,bert)")
     parser.add_argument("--rounds", type=int, default=None, metavar="N",
                         help="side-by-side rounds per table (default 11, 5 with --quick)")
@@ -611,12 +611,15 @@ def workloads_main(args) -> None:
 # --------------------------------------------------------------------------- whole networks
 
 def network_plan(name: str, tune: int):
-    """(onnx model, optimised host Plan) of network `name` (bench_onnx.py's builders)."""
+    """(onnx model, optimised host Plan) of network `name`: one of bench_onnx.py's builders,
+    or an .onnx file (an exporter's: its external weights beside it)."""
+    import onnx
+
     import autocomp_jupyter as autocomp
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import bench_onnx
 
-    model = bench_onnx.MODELS[name]()
+    model = onnx.load(name) if name.endswith(".onnx") else bench_onnx.MODELS[name]()
     return model, autocomp.optimize(autocomp.from_onnx(model), target="host", tune=tune, seed=0).after
 
 
@@ -624,19 +627,26 @@ def network_job(name: str, model, plan, directory: str) -> dict:
     """What the workers need for network `name`: the compiled C with its buffers (the
     model's own weights, one random input) and the ONNX file."""
     from autocomp_jupyter import host
-    from autocomp_jupyter.codegen.c import buffer_layout, tensor_of
+    from autocomp_jupyter.codegen.c import buffer_ctype, buffer_layout, tensor_of
 
     compiled = host.compile_plan(plan)
-    onnx_path = os.path.join(directory, f"{name}.onnx")
-    with open(onnx_path, "wb") as f:
-        f.write(model.SerializeToString())
+    stem = os.path.basename(name).removesuffix(".onnx")
+    onnx_path = name if name.endswith(".onnx") else os.path.join(directory, f"{stem}.onnx")
+    if not name.endswith(".onnx"):
+        with open(onnx_path, "wb") as f:
+            f.write(model.SerializeToString())
     values = host._inputs_for(plan, 0)
-    arrays = {f"b{i}": np.asarray(values[t], dtype=np.float32) for i, (t, role) in enumerate(buffer_layout(plan))
+    # each buffer in its C type (float, or double for integer tensors: `buffer_ctype`)
+    dtypes = [("float64" if buffer_ctype(tensor_of(plan, t).dtype) == "double" else "float32")
+              for t, _ in buffer_layout(plan)]
+    arrays = {f"b{i}": np.asarray(values[t], dtype=dtypes[i]) for i, (t, role) in enumerate(buffer_layout(plan))
               if role in ("input", "param")}
-    npz = os.path.join(directory, f"{name}.npz")
+    npz = os.path.join(directory, f"{stem}.npz")
     np.savez(npz, **arrays)
     shapes = [list(tensor_of(plan, t).shape) for t, _ in buffer_layout(plan)]
-    return {"name": name, "library": str(compiled.library_path), "shapes": shapes, "values": npz, "onnx": onnx_path}
+    feeds = onnx_path.removesuffix(".onnx") + ".inputs.npz"        # an exporter's sample inputs, if beside it
+    return {"name": name, "library": str(compiled.library_path), "shapes": shapes, "dtypes": dtypes, "values": npz,
+            "onnx": onnx_path, "feeds": feeds if os.path.exists(feeds) else None}
 
 
 def network_kernels(library: str, entries: list, threads: int) -> dict:
@@ -650,7 +660,8 @@ def network_kernels(library: str, entries: list, threads: int) -> dict:
 
             lib = ctypes.CDLL(entry["library"])
             data = np.load(entry["values"])
-            arrays = [np.ascontiguousarray(data[f"b{i}"]) if f"b{i}" in data.files else np.zeros(shape, np.float32)
+            dtypes = entry.get("dtypes") or ["float32"] * len(entry["shapes"])
+            arrays = [np.ascontiguousarray(data[f"b{i}"]) if f"b{i}" in data.files else np.zeros(shape, dtypes[i])
                       for i, shape in enumerate(entry["shapes"])]
             ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
             out[entry["name"]] = (lambda lib=lib, ptrs=ptrs, arrays=arrays: lib.program_run(ptrs))
@@ -663,8 +674,12 @@ def network_kernels(library: str, entries: list, threads: int) -> dict:
             # while the generated C was timed (ResNet-50 on 2 threads: 90 ms against 55 alone)
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
             sess = ort.InferenceSession(entry["onnx"], opts, providers=["CPUExecutionProvider"])
-            vi = sess.get_inputs()[0]
-            x = {vi.name: rng.standard_normal(vi.shape).astype(np.float32)}
+            if entry.get("feeds"):
+                sample = np.load(entry["feeds"])
+                x = {vi.name: sample[vi.name] for vi in sess.get_inputs()}
+            else:
+                vi = sess.get_inputs()[0]
+                x = {vi.name: rng.standard_normal(vi.shape).astype(np.float32)}
             out[entry["name"]] = (lambda sess=sess, x=x: sess.run(None, x))
     return out
 
@@ -740,10 +755,10 @@ def networks_main(args) -> None:
                 gen, ort = libs.get("generated", {}).get(name), libs.get("onnxruntime", {}).get(name)
                 t_gen = gen["median"] if gen else report["measured_time_s"]
                 predicted = report["predicted_time_s"]
-                ort_cell = f"{ort['median'] * 1e3:.1f}" if ort else "-"
+                ort_cell = f"{ort['median'] * 1e3:.3f}" if ort else "-"
                 ratio = f"{ort['median'] / t_gen:.2f}" if ort else "-"
                 fast = f"{gen['fastest'] * 1e3:.1f}, {ort['fastest'] * 1e3:.1f}" if gen and ort else "-"
-                print(f"| {name} | {t_gen * 1e3:.1f} | {ort_cell} | {ratio} | {fast} | {predicted * 1e3:.1f} "
+                print(f"| {name} | {t_gen * 1e3:.3f} | {ort_cell} | {ratio} | {fast} | {predicted * 1e3:.1f} "
                       f"| {predicted / t_gen:.2f} | {report['matches_interpreter']} |")
         for name in names:
             report = checks[(name, 1)]
