@@ -1,9 +1,6 @@
-"""Differential fuzzing of the whole pipeline (issue 17): random valid programs, checked end to end.
+"""Random valid programs for differential fuzzing of the whole pipeline (issue 17).
 
     gen = generate(seed)                       # a valid DSL program: gen.text, gen.kinds, gen.dtype
-    outcome = check_program(gen.text, "host", tune=0, seed=3)
-    outcome.classes()                          # e.g. ["not_verified", "fell_back"]
-    small = shrink(gen.text, lambda text: "wrong" in check_program(text, "tpu", 0).classes())
 
 `generate` owns the program generator: seeded (numpy's Generator, nothing global), it emits DSL
 text over every library op with its attributes, every comprehension form (`=`, `+=`, `max=`,
@@ -13,32 +10,11 @@ other (fusion opportunities), sometimes fan out (extra outputs) and sometimes fo
 blocks (two branches from one tensor joined by an add). A rough
 magnitude estimate keeps values finite in their dtype, so a failure is the pipeline's, not
 overflow noise. Sizes stay small enough that one pipeline run takes well under 2 s.
-
-`check_program` owns the differential check of one program on one preset at one tuning
-budget: `optimize`, then the classes a run can fall in (`CLASSES`): a crash (any exception
-but a `UserError`; a `UserError` is recorded as `refused`), `not_verified`, `fell_back` (a
-rollback by the `verify` or `pipeline` stage), `wrong` (verified, yet the optimised plan or a
-kept version disagrees with the reference on fresh inputs: program-level equivalence plus
-every kernel run tile by tile in the interpreter), and on host `host_c_1t` / `host_c_2t`
-(the generated C, run with 1 or 2 OpenMP threads, disagrees with the interpreter); with
-`replay=True`, `replay` (the report's kernel traces, replayed, are refused, do not verify
-or cost another time). Class `import` is `fuzz_models`' (an imported model that disagrees with
-onnxruntime).
-
-`shrink` owns minimisation: it drops statements (with what depends on them), cuts a chain
-by turning an intermediate into an input, lowers dimensions and dtypes, keeping each step
-only if the program still parses and still fails the same way.
 """
 from __future__ import annotations
 
 import math
-import re
-import signal
-import time
-import traceback
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -50,11 +26,9 @@ LIBRARY_KINDS = ("matmul", "batch_matmul", "linear", "linear_bias", "conv2d", "d
 COMPREHENSION_KINDS = ("comp_map", "comp_transpose", "comp_sum", "comp_contract", "comp_max", "comp_bcast",
                        "comp_pad", "comp_stride", "comp_attention")
 KINDS = LIBRARY_KINDS + COMPREHENSION_KINDS
-PRESETS = ("tpu", "gpu", "npu", "gemmini", "host")
 # Contractions carry the fusion and tiling decisions: drawn more often than the rest.
 _WEIGHT = {"matmul": 4, "batch_matmul": 3, "linear": 3, "linear_bias": 3, "conv2d": 4, "depthwise_conv2d": 3,
            "comp_contract": 3, "maxpool2d": 2, "avgpool2d": 2, "global_avgpool": 2}
-CLASSES = ("crash", "refused", "not_verified", "fell_back", "wrong", "host_c_1t", "host_c_2t", "replay", "import")
 
 # Dimension pool: tiny, primes, and sizes no power-of-two tile divides.
 _DIMS = (1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 16, 17, 19, 23, 24, 29, 31, 32)
@@ -89,7 +63,9 @@ class _Generator:
         self.results: list[str] = []
         self.count = 0
 
-    # ------------------------------------------------------------ helpers
+    
+
+
     def chance(self, p: float) -> bool:
         return bool(self.rng.random() < p)
 
@@ -141,7 +117,9 @@ class _Generator:
     def attrs(pairs) -> str:
         return "".join(f", {k}={v}" for k, v in pairs)
 
-    # ------------------------------------------------------------ the program
+    
+
+
     def build(self) -> Generated:
         x = self.declare(self.first_shape(), role="input", dtype=self.dtype, prefix="X")
         n_ops = int(self.rng.integers(1, self.max_ops + 1))
@@ -212,7 +190,9 @@ class _Generator:
             return False
         return True
 
-    # ------------------------------------------------------------ contractions
+    
+
+
     def contraction_ok(self, x: str, other_mag: float, k: int) -> float | None:
         mag = self.mag[x] * other_mag * math.sqrt(k) * 1.5
         return mag if mag < self.limit(x) / 10 else None
@@ -312,7 +292,9 @@ class _Generator:
         self.body.append(f"{out} = depthwise_conv2d({x}, {wt}{self.attrs(attrs)})")
         return self.result(out, (n, c, ho, wo), mag, self.dtypes[x])
 
-    # ------------------------------------------------------------ elementwise and broadcast
+    
+
+
     def _unary(self, x, op: str, mag: float):
         out = self.name("T")
         self.body.append(f"{out} = {op}({x})")
@@ -532,7 +514,9 @@ class _Generator:
         self.body.append(f"{out} = scatter({x}, {idx}, {updates}, axis={axis})")
         return self.result(out, shape, max(self.mag[x], 3.0), self.dtypes[x])
 
-    # ------------------------------------------------------------ comprehensions
+    
+
+
     def expression(self, leaves: list[tuple[str, float]], depth: int, limit: float) -> tuple[str, float]:
         """A random expression over `leaves` ((text, magnitude)) with every DSL function."""
         if depth == 0 or self.chance(0.3):
@@ -776,356 +760,3 @@ def generate(seed: int, max_ops: int = 6) -> Generated:
     """A random valid program, the same for the same seed."""
     gen = _Generator(seed, max_ops).build()
     return Generated(seed, gen.text, gen.kinds, gen.dtype)
-
-
-# --------------------------------------------------------------------------- the check
-
-
-@dataclass
-class Outcome:
-    """What happened to one program on one preset at one tuning budget."""
-
-    preset: str
-    tune: int
-    seconds: float = 0.0
-    verified: bool | None = None
-    problems: dict = field(default_factory=dict)   # class -> (message, where)
-    notes: list = field(default_factory=list)       # skipped checks and why
-
-    def classes(self) -> list[str]:
-        return [c for c in CLASSES if c in self.problems]
-
-    def add(self, cls: str, message: str, where: str = "") -> None:
-        self.problems.setdefault(cls, (message, where))
-
-
-class _Timeout(Exception):
-    pass
-
-
-def _where(err: BaseException) -> str:
-    """file:function:line of the innermost frame inside the package (where it went wrong)."""
-    frames = [f for f in traceback.extract_tb(err.__traceback__) if "autocomp_jupyter" in f.filename
-              and not f.filename.endswith("fuzz.py")]
-    if not frames:
-        return ""
-    f = frames[-1]
-    path = f.filename[f.filename.rindex("autocomp_jupyter"):]
-    return f"{path}:{f.name}:{f.lineno}"
-
-
-def _describe(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0][:300] if text else ''}"
-
-
-def _plans(res) -> list:
-    """The optimised plan and every kept version, each once."""
-    plans, seen = [], []
-    for label, plan in [("after", res.after)] + list(res.versions.items()):
-        key = (plan.kernels, plan.schedules)
-        if key in seen:
-            continue
-        seen.append(key)
-        plans.append((label, plan))
-    return plans
-
-
-def check_program(src: str, preset: str, tune: int = 0, seed: int = 0, fresh_seed: int | None = None,
-                  deep: bool = True, host_threads=(1, 2), max_boxes: int = 20_000,
-                  timeout: float = 120.0, replay: bool = False) -> Outcome:
-    """Run `src` through `optimize` on `preset` and classify the outcome (see module doc).
-
-    replay: also replay the report's kernel traces (`optimize(schedule=report)`): a replay
-    that is refused, does not verify or costs another time is class "replay".
-
-    deep: also run the plans tile by tile and (on host) as C on fresh inputs (seed
-    `fresh_seed`, by default one the pipeline does not use); timeout: seconds before the
-    whole check counts as a crash (a hang), where SIGALRM is available.
-    """
-    from . import interp, optimize
-    from .passes import raise_faults
-    from .dsl import parse
-    from .errors import UserError
-
-    fresh_seed = seed + 104_729 if fresh_seed is None else fresh_seed
-    outcome = Outcome(preset, tune)
-    started = time.perf_counter()
-    alarm = hasattr(signal, "SIGALRM") and timeout
-
-    def on_alarm(signum, frame):
-        raise _Timeout(f"no result within {timeout:g} s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm) if alarm else None
-    if alarm:
-        signal.setitimer(signal.ITIMER_REAL, timeout)
-    try:
-        program = parse(src, "<fuzz>")
-        try:
-            # internal faults propagate (a transaction would make them rollbacks): a crash here
-            with raise_faults():
-                res = optimize(src, target=preset, tune=tune, seed=seed)
-        except UserError as err:
-            outcome.add("refused", _describe(err), _where(err))
-            return outcome
-        except _Timeout as err:
-            outcome.add("crash", f"hang: {err}", _where(err))
-            return outcome
-        except Exception as err:  # noqa: BLE001 - any traceback from a valid program is the finding
-            outcome.add("crash", _describe(err), _where(err))
-            return outcome
-        report = res.report
-        outcome.verified = bool(report["verified"])
-        rollbacks = report.get("rollbacks", [])
-        if not outcome.verified:
-            reasons = [r["reason"] for r in rollbacks if r["pass"] == "verify"] or \
-                      [r["reason"] for r in rollbacks] or ["(no rollback says why)"]
-            outcome.add("not_verified", reasons[0][:400])
-        fell = [r for r in rollbacks if r["pass"] in ("verify", "pipeline")]
-        if fell:
-            outcome.add("fell_back", f"{fell[0]['pass']}: {fell[0]['reason'][:400]}")
-        for lang in ("c", "pseudo"):
-            try:
-                res.code(lang)
-            except Exception as err:  # noqa: BLE001
-                outcome.add("crash", f"res.code({lang!r}): {_describe(err)}", _where(err))
-        if replay and outcome.verified:
-            _check_replay(outcome, src, preset, seed, report)
-        if not deep:
-            return outcome
-        inputs = interp.random_inputs(program, fresh_seed)
-        expected = interp.run(program, inputs)
-        for label, plan in _plans(res):
-            _check_plan(outcome, label, plan, program, inputs, expected, fresh_seed, max_boxes, res.target,
-                        host_threads if preset == "host" else ())
-    except _Timeout as err:
-        outcome.add("crash", f"hang: {err}", _where(err))
-    finally:
-        if alarm:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
-        outcome.seconds = time.perf_counter() - started
-    return outcome
-
-
-def _check_replay(outcome: Outcome, src: str, preset: str, seed: int, report: dict) -> None:
-    from . import optimize
-    from .errors import UserError
-
-    try:
-        again = optimize(src, target=preset, seed=seed, schedule=report)
-    except UserError as err:
-        outcome.add("replay", f"refused: {_describe(err)}", _where(err))
-        return
-    if not again.verified:
-        outcome.add("replay", "the replayed plan did not verify")
-    elif again.report["optimized"]["time_s"] != report["optimized"]["time_s"]:
-        outcome.add("replay", f"replayed time {again.report['optimized']['time_s']:.6g} s vs "
-                              f"{report['optimized']['time_s']:.6g} s")
-
-
-def _check_plan(outcome: Outcome, label: str, plan, program, inputs, expected, fresh_seed: int,
-                max_boxes: int, target, host_threads) -> None:
-    """One plan against the reference: program-level, kernel by kernel tile by tile, and as C."""
-    from . import interp
-
-    wrong = "wrong" if outcome.verified else None
-    try:
-        verdict = interp.compare_outputs(program, expected, interp.run(plan.program, inputs))
-        if not verdict.ok and wrong:
-            outcome.add(wrong, f"rewritten program: {verdict.reason} (plan {label})")
-        for kernel, schedule in zip(plan.kernels, plan.schedules):
-            try:
-                tiled = interp.check_tiled(schedule, plan.program, seed=fresh_seed, max_boxes=max_boxes)
-            except interp.TooManyTiles as err:
-                outcome.notes.append(f"{label}/{kernel.name}: tiled check skipped ({err})")
-                continue
-            if not tiled.ok and wrong:
-                outcome.add(wrong, f"kernel {kernel.name} ({'+'.join(kernel.ops)}) tile by tile: "
-                                   f"{tiled.reason} (plan {label})")
-    except _Timeout:
-        raise
-    except Exception as err:  # noqa: BLE001
-        outcome.add("crash", f"interpreter on the plan: {_describe(err)} (plan {label})", _where(err))
-    if not host_threads:
-        return
-    from .host import HostError, compile_plan, run_compiled
-
-    try:
-        compiled = compile_plan(plan, target)
-    except _Timeout:
-        raise
-    except HostError as err:
-        outcome.add("crash", f"compiling the C: {_describe(err)} (plan {label})", _where(err))
-        return
-    except Exception as err:  # noqa: BLE001
-        outcome.add("crash", f"generating the C: {_describe(err)} (plan {label})", _where(err))
-        return
-    for threads in host_threads:
-        cls = f"host_c_{threads}t"
-        try:
-            outputs, _ = run_compiled(compiled, inputs, repeats=0, threads=threads, timeout=60)
-        except HostError as err:
-            outcome.add(cls, f"running the C: {_describe(err)} (plan {label})", _where(err))
-            continue
-        verdict = interp.compare_outputs(program, expected, outputs)
-        if not verdict.ok:
-            outcome.add(cls, f"C with {threads} thread(s): {verdict.reason} (plan {label}; C file "
-                             f"{compiled.source_path})")
-
-
-# --------------------------------------------------------------------------- shrinking
-
-_DECL = re.compile(r"^\s*(input|param|tensor)\s+(\w+)\s*:\s*(\w+)\s*\[([^\]]*)\]\s*$")
-_DEF = re.compile(r"^\s*(\w+)\s*(\[|=|\+=|max=)")
-_OUTPUT = re.compile(r"^\s*output\s+(.*)$")
-_WORD = re.compile(r"[A-Za-z_]\w*")
-
-
-@dataclass
-class _Line:
-    kind: str                 # decl, stmt, output
-    text: str
-    name: str = ""
-    reads: tuple[str, ...] = ()
-
-
-def _lines(text: str) -> list[_Line]:
-    lines = []
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].rstrip()
-        if not line.strip():
-            continue
-        if m := _DECL.match(line):
-            lines.append(_Line("decl", line, m.group(2)))
-        elif m := _OUTPUT.match(line):
-            lines.append(_Line("output", line, "", tuple(n.strip() for n in m.group(1).split(","))))
-        elif m := _DEF.match(line):
-            rhs = line[m.end(1):]
-            lines.append(_Line("stmt", line, m.group(1), tuple(dict.fromkeys(_WORD.findall(rhs)))))
-        else:
-            lines.append(_Line("other", line))
-    return lines
-
-
-def _render(lines: list[_Line]) -> str:
-    """Text of `lines`, after dropping declarations nobody uses and outputs nobody defines."""
-    defined = {ln.name for ln in lines if ln.kind == "stmt"}
-    read = {r for ln in lines if ln.kind == "stmt" for r in ln.reads}
-    out = []
-    for ln in lines:
-        if ln.kind == "decl":
-            role = ln.text.split()[0]
-            if (role == "tensor" and ln.name not in defined) or (role != "tensor" and ln.name not in read):
-                continue
-        if ln.kind == "output":
-            names = [n for n in ln.reads if n in defined or n in read]
-            if not names:
-                continue
-            out.append("output " + ", ".join(names))
-            continue
-        out.append(ln.text)
-    return "\n".join(out) + "\n"
-
-
-def _without(lines: list[_Line], name: str) -> list[_Line]:
-    """Drop the statement defining `name` and every statement that (transitively) reads it."""
-    gone = {name}
-    kept = []
-    for ln in lines:
-        if ln.kind == "stmt" and (ln.name in gone or gone & set(ln.reads)):
-            gone.add(ln.name)
-            continue
-        kept.append(ln)
-    return kept
-
-
-def _candidates(text: str):
-    """Smaller variants of `text`, most reducing first (each may be invalid; the caller checks)."""
-    from .dsl import parse
-
-    lines = _lines(text)
-    stmts = [ln for ln in lines if ln.kind == "stmt"]
-    for ln in reversed(stmts):                           # drop a statement and its dependents
-        yield _render(_without(lines, ln.name))
-    try:
-        program = parse(text, "<shrink>")
-    except Exception:  # noqa: BLE001
-        program = None
-    if program is not None:
-        for ln in stmts:                                 # cut upstream: an intermediate becomes an input
-            if not program.has_tensor(ln.name):
-                continue
-            t = program.tensor(ln.name)
-            decl = _Line("decl", f"input {t.name}: {t.dtype}[{', '.join(map(str, t.shape))}]", t.name)
-            new = [decl] + [l for l in lines if l is not ln and not (l.kind == "decl" and l.name == ln.name)]
-            yield _render(new)
-    dims = [int(d) for ln in lines if ln.kind == "decl" for d in _DECL.match(ln.text).group(4).split(",")]
-    biggest = max(dims, default=1)
-    for cap in sorted({1, 2, 3, 4, 6, 8, 12, 16, biggest // 2}, reverse=True):
-        if cap < biggest and cap >= 1:
-            yield _render([_cap(ln, cap) for ln in lines])
-    for i, ln in enumerate(lines):                       # halve one declaration's dimensions
-        if ln.kind == "decl":
-            smaller = _cap(ln, None)
-            if smaller.text != ln.text:
-                yield _render(lines[:i] + [smaller] + lines[i + 1:])
-    if any(ln.kind == "output" for ln in lines):
-        yield _render([ln for ln in lines if ln.kind != "output"])
-    if re.search(r":\s*(f16|bf16|i8|i32)\[", text):
-        yield re.sub(r":\s*(f16|bf16|i8|i32)\[", ": f32[", text)
-
-
-def _cap(ln: _Line, cap: int | None) -> _Line:
-    """A declaration with every dimension above `cap` lowered to it (None: each halved)."""
-    if ln.kind != "decl":
-        return ln
-    m = _DECL.match(ln.text)
-    dims = [int(d) for d in m.group(4).split(",")]
-    new = [min(d, cap) if cap is not None else max(1, d // 2) for d in dims]
-    return _Line("decl", f"{m.group(1)} {m.group(2)}: {m.group(3)}[{', '.join(map(str, new))}]", ln.name)
-
-
-def shrink(text: str, still_fails: Callable[[str], bool], max_attempts: int = 80,
-           max_seconds: float = 90.0) -> str:
-    """A smaller program for which `still_fails` holds (greedy; `text` if nothing smaller does)."""
-    from .dsl import parse
-    from .errors import UserError
-
-    best, attempts, started, seen = text, 0, time.perf_counter(), {text}
-    progress = True
-    while progress and attempts < max_attempts and time.perf_counter() - started < max_seconds:
-        progress = False
-        for candidate in _candidates(best):
-            if candidate in seen or len(candidate) > len(best) + 40:
-                continue
-            seen.add(candidate)
-            try:
-                parse(candidate, "<shrink>")
-            except UserError:
-                continue
-            attempts += 1
-            if still_fails(candidate):
-                best, progress = candidate, True
-                break
-            if attempts >= max_attempts or time.perf_counter() - started >= max_seconds:
-                break
-    return best
-
-
-def write_reproducer(out_dir: str | Path, stem: str, text: str, record: dict) -> Path:
-    """`<stem>.acir` in `out_dir` with the failure as comments, and the JSON line appended
-    to `failures.jsonl`."""
-    import json
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{stem}.acir"
-    header = [f"# fuzz_pipeline: {record['class']} on {record['preset']} at tune {record['tune']}"]
-    header += ["# " + line for line in str(record["message"]).splitlines()[:4]]
-    if record.get("where"):
-        header.append(f"# where: {record['where']}")
-    path.write_text("\n".join(header) + "\n" + text)
-    with open(out / "failures.jsonl", "a") as f:
-        f.write(json.dumps(dict(record, repro=str(path))) + "\n")
-    return path
