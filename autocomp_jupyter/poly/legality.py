@@ -23,6 +23,7 @@ from autocomp_jupyter.poly.schedules import (KernelSchedule, ScheduleLike, State
 from autocomp_jupyter.poly.text import Statements, _maps
 from autocomp_jupyter.poly.violations import Legality, Violation, _explain_order, _explain_parallel
 
+
 def check_legal(statements: Statements, new_schedule: ScheduleLike, *,
                 reduction_reorderable: bool = False, parallel: Iterable[str] = (),
                 tensor_shapes: Mapping[str, Sequence[int]] | None = None) -> Legality:

@@ -15,6 +15,7 @@ from autocomp_jupyter.poly.polyhedra import KernelPolyhedra, kernel_polyhedra
 from autocomp_jupyter.poly.schedules import KernelSchedule, ScheduleLike, _schedule_map
 from autocomp_jupyter.poly.text import Statements, _maps
 
+
 def _is_carried(poly: KernelPolyhedra, levels, positions: dict[str, int] | int) -> bool:
     for dep in _exact_dependences(poly):
         position = _position_for(dep, positions)

@@ -19,6 +19,7 @@ from autocomp_jupyter.poly.schedules import KernelSchedule, ScheduleDim, Stateme
 from autocomp_jupyter.poly.text import _isl_names_ok, statement_name
 from autocomp_jupyter.poly.violations import Legality, Violation
 
+
 def from_tiled_schedule(schedule) -> KernelSchedule:
     """The `KernelSchedule` of an `ir.schedule.Schedule`: the tree `ir.loopnest.lower` builds,
     in 2d+1 form. Along each statement's path from the root, every tree level adds a

@@ -18,6 +18,7 @@ from autocomp_jupyter.poly.schedules import KernelSchedule, original_schedule
 from autocomp_jupyter.poly.text import (Statements, _affine_str, _bounds_str, _check_name,
                                         _tuple_str, statement_name)
 
+
 @dataclass(frozen=True, eq=False)
 class KernelPolyhedra:
     """The isl objects of one kernel: domains, accesses, original schedule.

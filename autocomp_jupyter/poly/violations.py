@@ -16,6 +16,7 @@ from autocomp_jupyter.poly.polyhedra import KernelPolyhedra
 from autocomp_jupyter.poly.schedules import ScheduleLike, _schedule_map
 from autocomp_jupyter.poly.text import _maps, _point_coordinates
 
+
 class Violation:
     """One dependence the new schedule breaks, with an example pair of instances.
 
