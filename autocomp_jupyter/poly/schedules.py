@@ -105,9 +105,7 @@ class KernelSchedule:
 
     statements: tuple[StatementSchedule, ...]
 
-    
-
-
+    # ---------------------------------------------------------------- queries
     @property
     def width(self) -> int:
         return max((len(s.dims) for s in self.statements), default=0)
@@ -150,9 +148,7 @@ class KernelSchedule:
     def _all_dims(self) -> set[str]:
         return {d.name for s in self.statements for d in s.dims}
 
-    
-
-
+    # ---------------------------------------------------------------- transformations
     def interchange(self, *order: str) -> "KernelSchedule":
         """Permute loops: the positions the named loops hold get them in `order`.
 

@@ -63,9 +63,7 @@ class _Generator:
         self.results: list[str] = []
         self.count = 0
 
-    
-
-
+    # ------------------------------------------------------------ helpers
     def chance(self, p: float) -> bool:
         return bool(self.rng.random() < p)
 
@@ -117,9 +115,7 @@ class _Generator:
     def attrs(pairs) -> str:
         return "".join(f", {k}={v}" for k, v in pairs)
 
-    
-
-
+    # ------------------------------------------------------------ the program
     def build(self) -> Generated:
         x = self.declare(self.first_shape(), role="input", dtype=self.dtype, prefix="X")
         n_ops = int(self.rng.integers(1, self.max_ops + 1))
@@ -190,9 +186,7 @@ class _Generator:
             return False
         return True
 
-    
-
-
+    # ------------------------------------------------------------ contractions
     def contraction_ok(self, x: str, other_mag: float, k: int) -> float | None:
         mag = self.mag[x] * other_mag * math.sqrt(k) * 1.5
         return mag if mag < self.limit(x) / 10 else None
@@ -292,9 +286,7 @@ class _Generator:
         self.body.append(f"{out} = depthwise_conv2d({x}, {wt}{self.attrs(attrs)})")
         return self.result(out, (n, c, ho, wo), mag, self.dtypes[x])
 
-    
-
-
+    # ------------------------------------------------------------ elementwise and broadcast
     def _unary(self, x, op: str, mag: float):
         out = self.name("T")
         self.body.append(f"{out} = {op}({x})")
@@ -514,9 +506,7 @@ class _Generator:
         self.body.append(f"{out} = scatter({x}, {idx}, {updates}, axis={axis})")
         return self.result(out, shape, max(self.mag[x], 3.0), self.dtypes[x])
 
-    
-
-
+    # ------------------------------------------------------------ comprehensions
     def expression(self, leaves: list[tuple[str, float]], depth: int, limit: float) -> tuple[str, float]:
         """A random expression over `leaves` ((text, magnitude)) with every DSL function."""
         if depth == 0 or self.chance(0.3):
