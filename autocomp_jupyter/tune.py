@@ -1015,7 +1015,6 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
     # floor (a kernel already at the physical limit has nothing to win), not its time alone.
     gains = [expected_gain(k, t, target) for k, t in zip(kernels, incumbent_times)]
     order = sorted(range(len(kernels)), key=lambda i: (-gains[i], i))   # most to win first
-    left_configs, left_time = configs, sum(gains)
     searches: dict[int, _Search] = {}
     interrupted = budget_exhausted = False
     scorer = _Scorer(executor, score_fn)
@@ -1046,23 +1045,8 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
             budget_exhausted = _tune_in_parallel(plan, target, gains, order, configs, keep, seed, divisors_only,
                                                  max_spill, score_fn, scorer, results, over_budget, report)
         else:
-            for i in order:
-                # This kernel's share of what is left: configurations a smaller (exhausted)
-                # space did not use go to the kernels after it.
-                share = split_configs([gains[i], max(left_time - gains[i], 0.0)], left_configs)[0]
-                left_time -= gains[i]
-                if share < 2:
-                    continue     # too small a share to search: the rules' schedule stands (its share goes on)
-                if over_budget():
-                    budget_exhausted = True
-                    break
-                space = KernelSpace.of(plan.schedules[i], target, divisors_only, max_spill=max_spill)
-                search = _Search(space, np.random.default_rng(seed + i), share, _Legality(space))
-                searches[i] = search
-                budget_exhausted = search.run(scorer, over_budget, report)
-                left_configs -= search.evaluated
-                if budget_exhausted:
-                    break
+            budget_exhausted = _tune_serially(plan, target, gains, order, configs, seed, divisors_only, max_spill,
+                                              scorer, searches, over_budget, report)
         done = sum(s.evaluated for s in searches.values()) + sum(r.evaluated for r in results.values())
         if progress and done < configs:
             progress(done, done, best_total())   # finished early (small or exhausted spaces): close the bar
@@ -1072,11 +1056,48 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
         scorer.close()
     for i, search in searches.items():
         results[i] = KernelResult.of(search, keep)
-    evaluated = sum(r.evaluated for r in results.values())
 
-    # Per kernel: its candidates, fastest first, each checked with its exact schedule.
+    per_kernel = _per_kernel_candidates(plan, results, incumbent_times, target, score_fn, max_spill)
+    candidates, measured = _ranked_candidates(plan, per_kernel, keep, rules_time,
+                                              None if interrupted else measure)
+    versions, top_entries = _versions(plan, candidates, measured, top, rules_time)
+    best_plan = versions["v1"] if versions else plan
+    tuning = _tuning_summary(kernels, results, incumbent_times, top_entries, scorer, max_spill,
+                             seconds=time.perf_counter() - started, interrupted=interrupted,
+                             budget_exhausted=budget_exhausted, rules_time=rules_time)
+    return best_plan, versions, tuning
+
+
+def _tune_serially(plan: Plan, target: Target, gains, order, configs: int, seed: int, divisors_only: bool,
+                   max_spill: float, scorer: "_Scorer", searches: dict, over_budget, report) -> bool:
+    """Search the kernels one after another, most to win first, into `searches`; returns
+    whether the time budget stopped the tuning."""
+    left_configs, left_time = configs, sum(gains)
+    for i in order:
+        # This kernel's share of what is left: configurations a smaller (exhausted)
+        # space did not use go to the kernels after it.
+        share = split_configs([gains[i], max(left_time - gains[i], 0.0)], left_configs)[0]
+        left_time -= gains[i]
+        if share < 2:
+            continue     # too small a share to search: the rules' schedule stands (its share goes on)
+        if over_budget():
+            return True
+        space = KernelSpace.of(plan.schedules[i], target, divisors_only, max_spill=max_spill)
+        search = _Search(space, np.random.default_rng(seed + i), share, _Legality(space))
+        searches[i] = search
+        budget_exhausted = search.run(scorer, over_budget, report)
+        left_configs -= search.evaluated
+        if budget_exhausted:
+            return True
+    return False
+
+
+def _per_kernel_candidates(plan: Plan, results: dict, incumbent_times: list, target: Target, score_fn: ScoreFn,
+                           max_spill: float) -> list[list[tuple[float, Schedule]]]:
+    """Per kernel: its candidates, fastest first, each checked with its exact schedule; a
+    kernel move's best first when one beats them."""
     per_kernel: list[list[tuple[float, Schedule]]] = []
-    for i, (kernel, schedule) in enumerate(zip(kernels, plan.schedules)):
+    for i, schedule in enumerate(plan.schedules):
         result = results.get(i)
         entries = [(t, schedule if chosen is None else chosen) for t, chosen in result.entries] if result else []
         per_kernel.append(entries or [(incumbent_times[i], schedule)])
@@ -1089,17 +1110,28 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
         moves = [m for m in (_kernel_moves(e, target, score_fn, max_spill) for e in starts) if m is not None]
         if moves:
             per_kernel[i] = [min(moves, key=lambda m: m[0])] + entries
+    return per_kernel
 
+
+def _ranked_candidates(plan: Plan, per_kernel: list, keep: int, rules_time: float,
+                       measure: Callable[[Plan], float] | None) -> tuple[list, list]:
+    """The `keep` fastest whole-program combinations [(time, schedules)], and their measured
+    times: with `measure`, the rules' plan joins them and all are re-ranked by measured time."""
     combos = _top_combinations([[(t, b"") for t, _ in entries] for entries in per_kernel], keep)
     candidates = [(total, tuple(per_kernel[k][j][1] for k, j in enumerate(idx))) for total, idx in combos]
     measured: list[float | None] = [None] * len(candidates)
-    if measure is not None and not interrupted:
+    if measure is not None:
         if not any(all(a is b for a, b in zip(sch, plan.schedules)) for _, sch in candidates):
             candidates.append((rules_time, tuple(plan.schedules)))   # measured tuning never loses to the rules
         measured = [float(measure(Plan(plan.program, plan.kernels, sch, plan.label))) for _, sch in candidates]
         ranking = sorted(range(len(candidates)), key=lambda c: (measured[c], candidates[c][0], c))
         candidates = [candidates[c] for c in ranking]
         measured = [measured[c] for c in ranking]
+    return candidates, measured
+
+
+def _versions(plan: Plan, candidates: list, measured: list, top: int, rules_time: float) -> tuple[dict, list]:
+    """The top versions as plans ({"v1": ...}) and their entries in the tuning summary."""
     versions: dict[str, Plan] = {}
     top_entries = []
     for rank, ((total, schedules), seconds) in enumerate(zip(candidates[:max(top, 1)], measured), start=1):
@@ -1110,15 +1142,21 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
             "name": name, "time_s": total,
             "speedup_vs_rules": rules_time / total if total > 0 else math.inf,
             "legal": True,
-            "kernels": {k.name: _kernel_entry(s) for k, s in zip(kernels, schedules)},
+            "kernels": {k.name: _kernel_entry(s) for k, s in zip(plan.kernels, schedules)},
         }
         if seconds is not None:
             entry["measured_s"] = seconds
         top_entries.append(entry)
-    best_plan = versions["v1"] if versions else plan
-    tuning = {
-        "configs_evaluated": int(evaluated),
-        "seconds": time.perf_counter() - started,
+    return versions, top_entries
+
+
+def _tuning_summary(kernels: list, results: dict, incumbent_times: list, top_entries: list, scorer: "_Scorer",
+                    max_spill: float, *, seconds: float, interrupted: bool, budget_exhausted: bool,
+                    rules_time: float) -> dict:
+    """The tuning summary: the versions, how the search ended, its counts over every kernel."""
+    return {
+        "configs_evaluated": int(sum(r.evaluated for r in results.values())),
+        "seconds": seconds,
         "top": top_entries,
         "interrupted": interrupted,
         "budget_exhausted": budget_exhausted,
@@ -1137,7 +1175,6 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
                                 for i, r in sorted(results.items())
                                 if r.best_time >= incumbent_times[i] * (1 - 1e-9)},
     }
-    return best_plan, versions, tuning
 
 
 def search_kernel(schedule: Schedule, target, configs: int, seed: int = 0, *, divisors_only: bool = False,

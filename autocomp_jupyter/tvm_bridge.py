@@ -195,24 +195,110 @@ def affine_module(plan):
     a statement that runs only in last tiles is guarded, point loops take the affine bounds
     of `affine_point_bounds` (a reversed one counts down), reductions start from 0 / -inf."""
     tvm, te = _require()
-    T = tvm.tirx
-    from .ir.loopnest import TileLoop, affine_point_bounds, lower
+    from .ir.loopnest import lower
 
     program = plan.program
-    i64 = "int64"
-    buffers = {t.name: T.decl_buffer(tuple(t.shape), "float32", name=t.name) for t in program.tensors}
-    outputs = set(program.outputs)
-    scratch = [t for t in program.tensors if t.name not in {i.name for i in program.inputs} and t.name not in outputs]
+    tir = _AffineTIR(tvm.tirx, te, program)
+    body = []
+    for kernel, schedule in zip(plan.kernels, plan.schedules):
+        # every element of a reduction's target starts at its identity
+        body += [tir.identity_fill(s) for s in kernel.statements if s.reduce is not None]
+        nest = lower(schedule)
+        body.append(tir.nodes(nest.body, {}, kernel.extents, nest.anchor_of))
+    buffers = tir.buffers
+    params = [buffers[t.name] for t in program.inputs] + [buffers[o] for o in program.outputs] + \
+             [buffers[t.name] for t in tir.scratch]
+    func = tir.T.PrimFunc(params, tir.seq(body))
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), tir.scratch
 
-    def const(v):
-        return T.const(v, i64)
 
-    def seq(stmts):
+_LOWEST_F32 = -3.4028234663852886e38     # a max reduction's identity
+
+
+class _AffineTIR:
+    """The plain TIR of `affine_module`, one loop nest at a time: tile loops, point loops with
+    affine bounds, the statements' stores (`T` is `tvm.tirx`)."""
+
+    def __init__(self, T, te, program):
+        self.T, self.te = T, te
+        self.buffers = {t.name: T.decl_buffer(tuple(t.shape), "float32", name=t.name) for t in program.tensors}
+        outputs = set(program.outputs)
+        inputs = {i.name for i in program.inputs}
+        self.scratch = [t for t in program.tensors if t.name not in inputs and t.name not in outputs]
+
+    def const(self, v):
+        return self.T.const(v, "int64")
+
+    def seq(self, stmts):
         stmts = [x for x in stmts if x is not None]
-        return stmts[0] if len(stmts) == 1 else T.SeqStmt(stmts)
+        return stmts[0] if len(stmts) == 1 else self.T.SeqStmt(stmts)
 
-    def compute(node, tiles, extents):
-        stmt = node.statement
+    def identity_fill(self, statement):
+        """Every element of a reduction's target set to the reduction's identity."""
+        T = self.T
+        buf = self.buffers[statement.target]
+        init = T.const(0.0 if statement.reduce == "+" else _LOWEST_F32, "float32")
+        idx = [T.Var(f"z{d}", "int64") for d in range(len(buf.shape))]
+        loop = T.BufferStore(buf, init, idx)
+        for d in reversed(range(len(idx))):
+            loop = T.For(idx[d], self.const(0), self.const(int(buf.shape[d])), T.ForKind.SERIAL, loop)
+        return loop
+
+    def nodes(self, items, tiles, extents, anchor_of):
+        """The TIR of a level of the nest: `tiles` maps each enclosing tile loop to its (first, end)."""
+        from .ir.loopnest import TileLoop
+
+        T, const = self.T, self.const
+        out = []
+        for node in items:
+            if isinstance(node, TileLoop):
+                start, stop = tiles[node.parent] if node.parent else (const(0), const(node.extent))
+                t = T.Var(node.var + "_t", "int64")
+                first = start + t * const(node.size)
+                inner = {**tiles, node.var: (first, T.min(first + const(node.size), stop))}
+                count = T.floordiv(stop - start + const(node.size - 1), const(node.size))
+                out.append(T.For(t, const(0), count, T.ForKind.SERIAL, self.nodes(node.body, inner, extents, anchor_of)))
+            else:
+                out.append(self.compute(node, tiles, extents, anchor_of))
+        return self.seq(out)
+
+    def compute(self, node, tiles, extents, anchor_of):
+        """A statement's point loops and store in its tile, zeroed first when it is recomputed
+        per tile, and guarded when it runs only in last tiles."""
+        from .ir.loopnest import affine_point_bounds
+
+        T = self.T
+        symbols = {}
+
+        def symbol(name):
+            if name not in symbols:
+                symbols[name] = T.Var(name, "int64")
+            return symbols[name]
+
+        bounds = affine_point_bounds(node, self._spans(node, tiles, extents), T.floordiv, T.max, T.min, symbol)
+        body = self._store(node.statement, {b.name: b.value for b in bounds})
+        for p, b in reversed(list(zip(node.loops, bounds))):
+            loop_var = symbol(b.var)
+            # Every loop runs r from 0 (a loop starting at an expression of outer loops did
+            # not run its full range once compiled); the loop's value is bound from r.
+            r = T.Var(b.var + "_r", "int64")
+            at = b.stop - 1 - r if p.reverse else b.start + r          # a reversed loop counts down
+            body = T.For(r, self.const(0), T.max(b.stop - b.start, self.const(0)), T.ForKind.SERIAL,
+                         T.SeqStmt([T.Bind(loop_var, at), body]))
+        if node.recompute:         # its region restarts from the reduction's identity
+            body = T.SeqStmt([self._zero_region(node.statement, bounds), body])
+        guards = [tiles[v][1] == self.const(extents[anchor_of[v]]) for v in node.last_of]
+        if guards:
+            cond = guards[0]
+            for g in guards[1:]:
+                cond = T.And(cond, g)
+            body = T.IfThenElse(cond, body, None)
+        return body
+
+    def _spans(self, node, tiles, extents):
+        """{point loop: (first, end)} in this tile: a computed-at loop's region (what it reads,
+        clipped), a tiled loop's tile, else the whole loop."""
+        T, const = self.T, self.const
         spans = {}
         for p in node.loops:
             if p.region is not None:       # computed at this tile: the region it reads, clipped
@@ -224,83 +310,33 @@ def affine_module(plan):
                 spans[p.name] = (T.max(first, const(0)), T.min(end, const(p.extent)))
             else:
                 spans[p.name] = (tiles[p.tile][0], tiles[p.tile][1]) if p.tile else (const(0), const(p.extent))
-        symbols = {}
+        return spans
 
-        def symbol(name):
-            if name not in symbols:
-                symbols[name] = T.Var(name, i64)
-            return symbols[name]
-
-        bounds = affine_point_bounds(node, spans, T.floordiv, T.max, T.min, symbol)
-        var = {b.name: b.value for b in bounds}
-        ext = stmt.extents
-        value = _expr(stmt.guarded_expr, var, buffers, ext, T, te)
-        target = buffers[stmt.target]
+    def _store(self, stmt, var):
+        """The statement's update of one element, its loops bound to `var`."""
+        T = self.T
+        value = _expr(stmt.guarded_expr, var, self.buffers, stmt.extents, T, self.te)
+        target = self.buffers[stmt.target]
         index = [_index(i, var) for i in stmt.target_indices]
         if stmt.reduce == "+":
             value = T.BufferLoad(target, index) + value
         elif stmt.reduce == "max":
             value = T.max(T.BufferLoad(target, index), value)
-        body = T.BufferStore(target, value, index)
-        for p, b in reversed(list(zip(node.loops, bounds))):
-            loop_var = symbol(b.var)
-            # Every loop runs r from 0 (a loop starting at an expression of outer loops did
-            # not run its full range once compiled); the loop's value is bound from r.
-            r = T.Var(b.var + "_r", i64)
-            at = b.stop - 1 - r if p.reverse else b.start + r          # a reversed loop counts down
-            body = T.For(r, const(0), T.max(b.stop - b.start, const(0)), T.ForKind.SERIAL,
-                         T.SeqStmt([T.Bind(loop_var, at), body]))
-        if node.recompute:         # its region restarts from the reduction's identity
-            init = T.const(0.0 if stmt.reduce == "+" else -3.4028234663852886e38, "float32")
-            own = {b.name: b for b in bounds}
-            loops = [idx.single_loop for idx in stmt.target_indices]
-            at = {l: T.Var(l + "_z", i64) for l in loops}
-            zero = T.BufferStore(target, init, [at[l] for l in loops])
-            for l in reversed(loops):
-                r = T.Var(l + "_zr", i64)
-                zero = T.For(r, const(0), T.max(own[l].stop - own[l].start, const(0)), T.ForKind.SERIAL,
-                             T.SeqStmt([T.Bind(at[l], own[l].start + r), zero]))
-            body = T.SeqStmt([zero, body])
-        guards = [tiles[v][1] == const(extents[nest_anchor[v]]) for v in node.last_of]
-        if guards:
-            cond = guards[0]
-            for g in guards[1:]:
-                cond = T.And(cond, g)
-            body = T.IfThenElse(cond, body, None)
-        return body
+        return T.BufferStore(target, value, index)
 
-    def nodes(items, tiles, extents):
-        out = []
-        for node in items:
-            if isinstance(node, TileLoop):
-                start, stop = tiles[node.parent] if node.parent else (const(0), const(node.extent))
-                t = T.Var(node.var + "_t", i64)
-                first = start + t * const(node.size)
-                inner = {**tiles, node.var: (first, T.min(first + const(node.size), stop))}
-                count = T.floordiv(stop - start + const(node.size - 1), const(node.size))
-                out.append(T.For(t, const(0), count, T.ForKind.SERIAL, nodes(node.body, inner, extents)))
-            else:
-                out.append(compute(node, tiles, extents))
-        return seq(out)
-
-    body = []
-    for kernel, schedule in zip(plan.kernels, plan.schedules):
-        for s in kernel.statements:
-            if s.reduce is not None:          # every element of a reduction's target starts at its identity
-                buf = buffers[s.target]
-                init = T.const(0.0 if s.reduce == "+" else -3.4028234663852886e38, "float32")
-                idx = [T.Var(f"z{d}", i64) for d in range(len(buf.shape))]
-                loop = T.BufferStore(buf, init, idx)
-                for d in reversed(range(len(idx))):
-                    loop = T.For(idx[d], const(0), const(int(buf.shape[d])), T.ForKind.SERIAL, loop)
-                body.append(loop)
-        nest = lower(schedule)
-        nest_anchor = nest.anchor_of
-        body.append(nodes(nest.body, {}, kernel.extents))
-    params = [buffers[t.name] for t in program.inputs] + [buffers[o] for o in program.outputs] + \
-             [buffers[t.name] for t in scratch]
-    func = T.PrimFunc(params, seq(body))
-    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), scratch
+    def _zero_region(self, stmt, bounds):
+        """The identity written over a recomputed statement's region in this tile."""
+        T = self.T
+        init = T.const(0.0 if stmt.reduce == "+" else _LOWEST_F32, "float32")
+        own = {b.name: b for b in bounds}
+        loops = [idx.single_loop for idx in stmt.target_indices]
+        at = {l: T.Var(l + "_z", "int64") for l in loops}
+        zero = T.BufferStore(self.buffers[stmt.target], init, [at[l] for l in loops])
+        for l in reversed(loops):
+            r = T.Var(l + "_zr", "int64")
+            zero = T.For(r, self.const(0), T.max(own[l].stop - own[l].start, self.const(0)), T.ForKind.SERIAL,
+                         T.SeqStmt([T.Bind(at[l], own[l].start + r), zero]))
+        return zero
 
 
 def schedule_module(mod, plan):

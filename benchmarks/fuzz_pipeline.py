@@ -5,12 +5,12 @@
 
     python benchmarks/fuzz_pipeline.py --generator models --size mixed --programs 100 --presets npu,tpu --tune 0,20
 
-Program k is `autocomp_jupyter.fuzz.generate(seed + k)` (`--generator ops`, the default), or with
-`--generator models` `autocomp_jupyter.fuzz_models.generate_model(seed + k, size)`: a network
+Program k is `fuzzing.generate(seed + k)` (`--generator ops`, the default), or with
+`--generator models` `fuzzing.models.generate_model(seed + k, size)`: a network
 shaped as the exporters write them (ONNX built with onnx.helper, imported; `--size small`,
 `torchvision` or `mixed`, alternating by seed), whose import is also checked against onnxruntime
 (class `import`). Each runs through `optimize` on every
-preset at every tune budget and is classified by `fuzz.check_program` (crash, refused,
+preset at every tune budget and is classified by `fuzzing.check_program` (crash, refused,
 not verified, fell back, verified-but-wrong, host C mismatch with 1 / 2 threads). Every
 failure is written to `--out` as `<program>-<preset>-t<tune>-<class>.acir` with a JSON line in
 `failures.jsonl`; the first failure of each distinct kind (class + place + message shape) is
@@ -31,9 +31,10 @@ from collections import Counter, defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, not an installed one
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package and benchmarks.fuzzing
 
-from autocomp_jupyter import fuzz, fuzz_models  # noqa: E402
+from benchmarks import fuzzing as fuzz  # noqa: E402
+from benchmarks.fuzzing import models as fuzz_models  # noqa: E402
 
 try:
     import onnx

@@ -27,7 +27,7 @@ _GENERATED_SEEDS = range(1000, 1024)
 
 def cases() -> list[dict]:
     """Every case: {id, source, preset, tune}. Sources are read now, stored in the golden file."""
-    from autocomp_jupyter.fuzz import generate
+    from benchmarks.fuzzing.programs import generate
 
     out = []
     for path in sorted((ROOT / "examples").glob("*.acir")):

@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from autocomp_jupyter import fuzz_models  # noqa: E402
 from autocomp_jupyter.dsl import parse  # noqa: E402
+from benchmarks.fuzzing import models as fuzz_models  # noqa: E402
 
 SLICE = ((0, "npu"), (5, "gemmini"), (10, "tpu"))     # shuffle unit, inverted residual + SE, ConvNeXt
 

@@ -310,6 +310,36 @@ class Builder:
     def comprehension(self, node: S.Comprehension) -> None:
         self.new_name(node.target, node.at)
         lhs = [r.name for r in node.indices]
+        self._check_lhs_indices(node, lhs)
+        # expression, with accesses' affine indices and the indices it reads as numbers
+        accesses: list[tuple[Access, S.Where, Tensor]] = []
+        self.index_values: list[S.Ref] = []
+        expr = self.expression(node.expr, accesses)
+        domain = tuple(dict.fromkeys(c for r in node.relations for c in self.relation(r)))
+        extents = self._index_extents(node, lhs, accesses)
+        used = self._used_indices(node, lhs, accesses)
+        self._check_ranges_known(node, lhs, used, extents, accesses)
+        reduction = [n for n in used if n not in lhs]
+        if node.reduce is None and reduction:
+            self.error(node.at, f"index '{reduction[0]}' is not on the left-hand side of '='",
+                       f"use '+=' or 'max=' to reduce over '{reduction[0]}', or add it to {node.target}[...]")
+            raise _Skip
+        shape = tuple(extents[n] for n in lhs)
+        self.check_shape(node.target, shape, node.at)
+        loops = tuple(Loop(n, extents[n]) for n in lhs + reduction)
+        st = Statement(node.target, tuple(Affine.var(n) for n in lhs), node.reduce, loops, expr, _span(node.at),
+                       domain=domain)
+        self.check_loops(st, node.at)
+        self.define(node.target, _comprehension_dtype(accesses), shape, node.at)
+        inputs = []
+        for acc, _, _ in accesses:
+            if acc.tensor not in inputs:
+                inputs.append(acc.tensor)
+        self.ops.append(Op("comprehension", _comprehension_class(st), tuple(inputs), node.target,
+                           (), (st,), (), _span(node.at)))
+
+    def _check_lhs_indices(self, node: S.Comprehension, lhs: list[str]) -> None:
+        """Left-hand indices are distinct, and none is a tensor's name."""
         for k, ref in enumerate(node.indices):
             if ref.name in lhs[:k]:
                 self.error(ref.at, f"index '{ref.name}' appears twice on the left-hand side",
@@ -318,12 +348,10 @@ class Builder:
             if ref.name in self.tensors:
                 self.error(ref.at, f"'{ref.name}' is a tensor name, not an index", "pick another index name")
                 raise _Skip
-        # expression, with accesses' affine indices and the indices it reads as numbers
-        accesses: list[tuple[Access, S.Where, Tensor]] = []
-        self.index_values: list[S.Ref] = []
-        expr = self.expression(node.expr, accesses)
-        domain = tuple(dict.fromkeys(c for r in node.relations for c in self.relation(r)))
-        # index ranges
+
+    def _index_extents(self, node: S.Comprehension, lhs: list[str], accesses: list) -> dict[str, int]:
+        """Each index's range: from its `where` bound, else the target's declared shape, else the
+        tensor dimension it indexes directly; two sources that disagree are an error."""
         extents: dict[str, int] = {}
         origin: dict[str, str] = {}
         for ref, bound, bat in node.bounds:
@@ -357,6 +385,11 @@ class Builder:
                                f"{extent} in '{tensor.name}' {list(tensor.shape)} (axis {dim})",
                                f"shape mismatch: {extents[loop]} vs {extent}")
                     raise _Skip
+        return extents
+
+    def _used_indices(self, node: S.Comprehension, lhs: list[str], accesses: list) -> list[str]:
+        """The indices the right-hand side uses (in accesses, or read as values), in order of use;
+        every index read as a value, bounded by `where` or named by a relation must be one."""
         used = []
         for acc, _, _ in accesses:
             for idx in acc.indices:
@@ -383,6 +416,11 @@ class Builder:
                     self.error(r.at, f"'where' relation names '{name}', which is not an index of the statement",
                                did_you_mean(name, lhs + used) or f"the statement's indices: {', '.join(lhs + used)}")
                     raise _Skip
+        return used
+
+    def _check_ranges_known(self, node: S.Comprehension, lhs: list[str], used: list[str],
+                            extents: dict[str, int], accesses: list) -> None:
+        """Every index has a range; the error points at where the first one without is used."""
         missing = [n for n in lhs + used if n not in extents]
         if missing:
             at = next((r.at for r in node.indices if r.name == missing[0]), node.at)
@@ -394,30 +432,6 @@ class Builder:
                        f"'{missing[0]}' never indexes a tensor dimension directly; declare "
                        f"'tensor {node.target}: f32[...]' or add 'where {missing[0]} < N'")
             raise _Skip
-        reduction = [n for n in used if n not in lhs]
-        if node.reduce is None and reduction:
-            self.error(node.at, f"index '{reduction[0]}' is not on the left-hand side of '='",
-                       f"use '+=' or 'max=' to reduce over '{reduction[0]}', or add it to {node.target}[...]")
-            raise _Skip
-        shape = tuple(extents[n] for n in lhs)
-        self.check_shape(node.target, shape, node.at)
-        loops = tuple(Loop(n, extents[n]) for n in lhs + reduction)
-        st = Statement(node.target, tuple(Affine.var(n) for n in lhs), node.reduce, loops, expr, _span(node.at),
-                       domain=domain)
-        self.check_loops(st, node.at)
-        index_reads = {id(r) for acc, _, _ in accesses for _, r in acc.indirect}
-        valued = [t for acc, _, t in accesses if id(acc) not in index_reads]   # not the ids of a gather
-        # the first value read sets the type; a float's wins over an integer compared or selected
-        # on (K2 = select(equal(t, pos[0]), kn, Kc) is a float tensor)
-        floats = [t for t in valued if t.dtype not in ("i8", "i32")]
-        dtype = (floats or valued)[0].dtype if valued else "f32"
-        self.define(node.target, dtype, shape, node.at)
-        inputs = []
-        for acc, _, _ in accesses:
-            if acc.tensor not in inputs:
-                inputs.append(acc.tensor)
-        self.ops.append(Op("comprehension", _comprehension_class(st), tuple(inputs), node.target,
-                           (), (st,), (), _span(node.at)))
 
     def expression(self, e, accesses: list):
         if isinstance(e, S.Num):
@@ -528,6 +542,15 @@ class Builder:
 
 def _number(value: int | float) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:g}"
+
+
+def _comprehension_dtype(accesses: list) -> str:
+    """A comprehension's dtype: the first value it reads sets it; a float's wins over an integer
+    compared or selected on (K2 = select(equal(t, pos[0]), kn, Kc) is a float tensor)."""
+    index_reads = {id(r) for acc, _, _ in accesses for _, r in acc.indirect}
+    valued = [t for acc, _, t in accesses if id(acc) not in index_reads]   # not the ids of a gather
+    floats = [t for t in valued if t.dtype not in ("i8", "i32")]
+    return (floats or valued)[0].dtype if valued else "f32"
 
 
 def _comprehension_class(st: Statement) -> str:

@@ -738,20 +738,13 @@ def lower(schedule: Schedule) -> LoopNest:
     loop of `loop` over loop + factor*by in every statement that has both (bounds from
     `affine_point_bounds`). Both change only the order inside a tile: the tiles, and so
     every footprint, stay as they are."""
-    kernel = schedule.kernel
-    steps = tile_steps(schedule)
-    at_depth = {i: compute_depth(schedule, steps, loop, level) for i, (loop, level) in kernel.computed_at().items()}
-    spans = regions(kernel) if at_depth else {}
-    places = placement(kernel, steps, at_depth)
-    parallel = frozenset(schedule.annotations.get("parallel", ()) or ())
-    vectorize = schedule.annotations.get("vectorize")
-    unroll = int(schedule.annotations.get("unroll") or 0)
-    reverse = frozenset(schedule.annotations.get("reverse", ()) or ())
-    skews = tuple(schedule.annotations.get("skew", ()) or ())
-    inner_order = schedule.order_at(schedule.levels[-1]) if schedule.levels else kernel.loop_names
-    extents = kernel.extents
+    lowering = _Lowering(schedule)
+    return LoopNest(schedule, lowering.build([(s, j, d) for s, (j, d) in enumerate(lowering.places)], 0, False))
 
-    # Tile loop shapes along the flat sequence: var, parent var, enclosing size, lengths, exact.
+
+def _tile_shapes(steps, extents: dict[str, int]) -> list[tuple]:
+    """Tile loop shapes along the flat sequence of tile steps: (var, parent var, enclosing
+    size, lengths, exact)."""
     shapes = []
     chain: dict[str, tuple[str | None, int, frozenset]] = {a: (None, e, frozenset([e])) for a, e in extents.items()}
     for step in steps:
@@ -762,18 +755,41 @@ def lower(schedule: Schedule) -> LoopNest:
         exact = all(L % step.size == 0 for L in lengths)
         shapes.append((var, parent, enclosing, new_lengths, exact))
         chain[step.anchor] = (var, step.size, new_lengths)
+    return shapes
 
-    def computed(s: int, depth: int) -> Compute:
+
+class _Lowering:
+    """One `lower` call: the schedule's tile steps, placements and annotations, read once, and
+    the steps that build the tree from them (tile loops by position, statements' point loops)."""
+
+    def __init__(self, schedule: Schedule):
+        kernel = self.kernel = schedule.kernel
+        steps = self.steps = tile_steps(schedule)
+        self.at_depth = {i: compute_depth(schedule, steps, loop, level)
+                         for i, (loop, level) in kernel.computed_at().items()}
+        self.spans = regions(kernel) if self.at_depth else {}
+        self.places = placement(kernel, steps, self.at_depth)
+        self.parallel = frozenset(schedule.annotations.get("parallel", ()) or ())
+        self.vectorize = schedule.annotations.get("vectorize")
+        self.unroll = int(schedule.annotations.get("unroll") or 0)
+        self.reverse = frozenset(schedule.annotations.get("reverse", ()) or ())
+        self.skews = tuple(schedule.annotations.get("skew", ()) or ())
+        self.inner_order = schedule.order_at(schedule.levels[-1]) if schedule.levels else kernel.loop_names
+        self.extents = kernel.extents
+        self.shapes = _tile_shapes(steps, self.extents)
+
+    def computed(self, s: int, depth: int) -> Compute:
         """A computed-at statement over the region its consumers read in the tile at `depth`."""
-        stmt = kernel.statements[s]
+        steps, extents = self.steps, self.extents
+        stmt = self.kernel.statements[s]
         written = {n for idx in stmt.target_indices for n in idx.loops}
         loops = []
         enclosing = {}
         for p in range(depth):
             enclosing.setdefault(steps[p].anchor, []).append(p)
         for l in stmt.loops:
-            r = spans[s][l.name]
-            tiles = tuple(shapes[enclosing[a][-1]][0] if a in enclosing else None for a, _ in r.terms)
+            r = self.spans[s][l.name]
+            tiles = tuple(self.shapes[enclosing[a][-1]][0] if a in enclosing else None for a, _ in r.terms)
             # The lengths it can have: over every combination of its anchors' tiles there.
             pieces = [_tile_pieces(extents[a], [steps[p].size for p in enclosing.get(a, [])]) for a, _ in r.terms]
             lengths = set()
@@ -785,14 +801,17 @@ def lower(schedule: Schedule) -> LoopNest:
                                    region=r, region_tiles=tiles))
         return Compute(s, stmt, tuple(loops), (), recompute=stmt.reduce is not None)
 
-    def compute(s: int, depth: int, parallel_above: bool) -> Compute:
-        if s in at_depth:
-            return computed(s, depth)
-        stmt = kernel.statements[s]
-        follows = kernel.loop_map(s)
+    def compute(self, s: int, depth: int, parallel_above: bool) -> Compute:
+        """Statement `s` inside the tile loops of positions < `depth`: its point loops in the
+        innermost level's order, then its local loops."""
+        if s in self.at_depth:
+            return self.computed(s, depth)
+        steps, shapes = self.steps, self.shapes
+        stmt = self.kernel.statements[s]
+        follows = self.kernel.loop_map(s)
         own_of = {a: o for o, a in follows.items()}
         tile_of = {steps[p].anchor: (shapes[p][0], shapes[p][3]) for p in range(depth)}
-        order = [own_of[a] for a in inner_order if a in own_of] + [l for l in stmt.loop_names if l not in follows]
+        order = [own_of[a] for a in self.inner_order if a in own_of] + [l for l in stmt.loop_names if l not in follows]
         written = {n for idx in stmt.target_indices for n in idx.loops}
         ext = stmt.extents
         loops = []
@@ -801,52 +820,50 @@ def lower(schedule: Schedule) -> LoopNest:
             tile, lengths = tile_of.get(anchor, (None, frozenset([ext[own]])))
             reduction = own not in written
             innermost = n == len(order) - 1
-            is_parallel = (anchor in parallel and not parallel_above and not reduction and not innermost)
+            is_parallel = (anchor in self.parallel and not parallel_above and not reduction and not innermost)
             parallel_above = parallel_above or is_parallel
-            skew = tuple((own_of[by], int(f)) for loop, by, f in skews if loop == anchor and by in own_of)
+            skew = tuple((own_of[by], int(f)) for loop, by, f in self.skews if loop == anchor and by in own_of)
             loops.append(PointLoop(own, anchor, tile, ext[own], lengths, reduction, is_parallel,
-                                   vectorize=innermost and anchor is not None and anchor == vectorize and not reduction,
-                                   unroll=unroll if innermost else 0, reverse=anchor in reverse, skew=skew))
+                                   vectorize=(innermost and anchor is not None and anchor == self.vectorize
+                                              and not reduction),
+                                   unroll=self.unroll if innermost else 0, reverse=anchor in self.reverse, skew=skew))
         last_of = tuple(shapes[p][0] for p in range(depth) if steps[p].anchor not in own_of)
         return Compute(s, stmt, tuple(loops), last_of)
 
-    def reduces(item: tuple[int, int, int], anchor: str) -> bool:
-        if item[0] in at_depth:
+    def reduces(self, item: tuple[int, int, int], anchor: str) -> bool:
+        if item[0] in self.at_depth:
             return False     # its loops are its own (a race on its region is poly's to refuse)
-        stmt = kernel.statements[item[0]]
+        stmt = self.kernel.statements[item[0]]
         written = {n for idx in stmt.target_indices for n in idx.loops}
-        return any(a == anchor and own not in written for own, a in kernel.loop_map(item[0]).items())
+        return any(a == anchor and own not in written for own, a in self.kernel.loop_map(item[0]).items())
 
-    def build(items: list[tuple[int, int, int]], position: int, parallel_above: bool) -> tuple[Node, ...]:
+    def build(self, items: list[tuple[int, int, int]], position: int, parallel_above: bool) -> tuple[Node, ...]:
         """Nodes at tile position `position` for statements `items` [(index, joined, depth)]."""
         nodes: list[Node] = []
         group: list[tuple[int, int, int]] = []
 
         def flush():
             if group:
-                var, parent, enclosing, lengths, exact = shapes[position]
-                step = steps[position]
-                is_parallel = (step.anchor in parallel and not parallel_above
-                               and not any(reduces(item, step.anchor) for item in group))
+                var, parent, enclosing, lengths, exact = self.shapes[position]
+                step = self.steps[position]
+                is_parallel = (step.anchor in self.parallel and not parallel_above
+                               and not any(self.reduces(item, step.anchor) for item in group))
                 nodes.append(TileLoop(step.anchor, step.level, step.size, var, parent, enclosing,
-                                      extents[step.anchor], lengths, exact, is_parallel,
-                                      build(list(group), position + 1, parallel_above or is_parallel)))
+                                      self.extents[step.anchor], lengths, exact, is_parallel,
+                                      self.build(list(group), position + 1, parallel_above or is_parallel)))
                 group.clear()
 
         for item in items:
             s, joined, depth = item
             if depth <= position:
                 flush()
-                nodes.append(compute(s, depth, parallel_above))
+                nodes.append(self.compute(s, depth, parallel_above))
             else:
                 if group and joined <= position:
                     flush()          # it cannot join the open instance: a new one
                 group.append(item)
         flush()
         return tuple(nodes)
-
-    body = build([(s, j, d) for s, (j, d) in enumerate(places)], 0, False)
-    return LoopNest(schedule, body)
 
 
 def loop_dims(nest: LoopNest, loop: str) -> tuple[str, ...]:

@@ -4,7 +4,7 @@
     gen.text                                       # the imported DSL program (what the pipeline sees)
     gen.model                                      # the onnx.ModelProto it was imported from
     check_import(gen)                              # '' or why the import disagrees with onnxruntime
-    outcome = check_model(gen, "npu", tune=0)      # fuzz.check_program + the onnxruntime check
+    outcome = check_model(gen, "npu", tune=0)      # check.check_program + the onnxruntime check
 
 This module owns the exporter-shaped generator: each program is an ONNX graph built with
 onnx.helper from blocks the way torch.onnx (dynamo, opset 18) writes them for torchvision,
@@ -24,7 +24,7 @@ Where the DSL has no form for an exporter's op (Shape, Gather of a shape, Split,
 Unsqueeze), the importer folds or lowers it, so the program the pipeline runs is the
 importer's; `check_import` checks that import against onnxruntime with the model's own
 weights (max |error| <= 1e-4 x max |y|), and the pipeline's checks run on the imported text
-as on any generated program (`fuzz.check_program`).
+as on any generated program (`check.check_program`).
 """
 from __future__ import annotations
 
@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import UserError
-from .fuzz import Outcome, check_program
+from autocomp_jupyter.errors import UserError
+
+from .check import Outcome, check_program
 
 SIZES = ("small", "torchvision")
 BLOCKS = ("conv_act", "dw_s2", "channel_shuffle", "shuffle_unit", "squeeze_excite", "inverted_residual",
@@ -232,7 +233,7 @@ class _ModelGenerator:
         return (1, c, s, s)
 
     def build(self, seed: int) -> GeneratedModel:
-        from .onnx_import import from_onnx
+        from autocomp_jupyter.onnx_import import from_onnx
 
         shape = self.first_shape()
         x = "x"
@@ -487,7 +488,7 @@ def check_import(gen: GeneratedModel, seed: int = 1) -> str:
     onnxruntime on one random input (max |error| <= ORT_TOLERANCE x max |y|), else why not."""
     import onnxruntime as ort
 
-    from .onnx_import import from_onnx, run_with_values
+    from autocomp_jupyter.onnx_import import from_onnx, run_with_values
 
     program = from_onnx(gen.model)
     x_info = gen.model.graph.input[0]
@@ -506,7 +507,7 @@ def check_import(gen: GeneratedModel, seed: int = 1) -> str:
 
 
 def check_model(gen: GeneratedModel, preset: str, tune: int = 0, seed: int = 0, **options) -> Outcome:
-    """`fuzz.check_program` on the imported text, plus class `import` when the importer
+    """`check_program` on the imported text, plus class `import` when the importer
     disagrees with onnxruntime (checked once per program: pass `check_onnx=False` to skip)."""
     check_onnx = options.pop("check_onnx", True)
     if gen.refused:
