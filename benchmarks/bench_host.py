@@ -401,8 +401,11 @@ def parse_args(argv):
             parser.error(f"--{flag} must be {'>= 0' if flag == 'tune' else '>= 1'}, got {value}")
     known = ("resnet50", "mobilenetv2", "bert")
     for name in (args.networks or "").split(","):
-        if name and name not in known:
-            parser.error(f"--networks: unknown network {name!r} (expected a comma-separated list of {', '.join(known)})")
+        if name.endswith(".onnx") and not os.path.exists(name):
+            parser.error(f"--networks: no file {name!r}")
+        if name and name not in known and not name.endswith(".onnx"):
+            parser.error(f"--networks: unknown network {name!r} (expected a comma-separated list of "
+                         f"{', '.join(known)}, or .onnx files)")
     return args
 
 

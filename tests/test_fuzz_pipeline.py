@@ -13,7 +13,6 @@ import re
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from autocomp_jupyter import interp, optimize
