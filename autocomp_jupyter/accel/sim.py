@@ -93,7 +93,7 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
     """Replay `schedule` on `target` tile by tile (see the module docstring)."""
     target = load_target(target)
     # The same compiled model `cost.evaluate` uses (its level chains include `stage`d tensors).
-    model = kernel_model(schedule.kernel, target, tuple(schedule.annotations.get("stage", ()) or ()))
+    model = kernel_model(schedule.kernel, target, schedule.stage)
     tiles, orders, parallel, vectorize = model.normalise(*model.schedule_arrays(schedule))
     analytic = model.evaluate_batch(tiles, orders, parallel, vectorize)
     # Host C runs a packed contraction as its own blocked loops, not the schedule's tiles:

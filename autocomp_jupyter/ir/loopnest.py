@@ -769,11 +769,11 @@ class _Lowering:
                          for i, (loop, level) in kernel.computed_at().items()}
         self.spans = regions(kernel) if self.at_depth else {}
         self.places = placement(kernel, steps, self.at_depth)
-        self.parallel = frozenset(schedule.annotations.get("parallel", ()) or ())
-        self.vectorize = schedule.annotations.get("vectorize")
-        self.unroll = int(schedule.annotations.get("unroll") or 0)
-        self.reverse = frozenset(schedule.annotations.get("reverse", ()) or ())
-        self.skews = tuple(schedule.annotations.get("skew", ()) or ())
+        self.parallel = frozenset(schedule.parallel or ())
+        self.vectorize = schedule.vectorize
+        self.unroll = schedule.unroll
+        self.reverse = frozenset(schedule.reverse)
+        self.skews = schedule.skew
         self.inner_order = schedule.order_at(schedule.levels[-1]) if schedule.levels else kernel.loop_names
         self.extents = kernel.extents
         self.shapes = _tile_shapes(steps, self.extents)

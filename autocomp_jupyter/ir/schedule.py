@@ -290,9 +290,12 @@ class Schedule:
     # `annotations` (the JSON form the report writes, and what the primitives' rewrites set).
 
     @property
-    def parallel(self) -> tuple[str, ...]:
-        """Loops every tile and point loop of which runs in parallel (`parallel`)."""
-        return tuple(self.annotations.get("parallel") or ())
+    def parallel(self) -> tuple[str, ...] | None:
+        """Loops every tile and point loop of which runs in parallel (`parallel`); None: not
+        decided yet, the target's default (the output loops where it runs them in parallel
+        by itself, as a PE array does), which the tiling search scores tiles with."""
+        loops = self.annotations.get("parallel")
+        return None if loops is None else tuple(loops)
 
     @property
     def vectorize(self) -> str | None:
@@ -346,7 +349,7 @@ class Schedule:
         steps += [{"primitive": "stage", "tensor": tensor, "level": level} for tensor, level in self.stage]
         steps += [{"primitive": "skew", "loop": loop, "by": by, "factor": factor} for loop, by, factor in self.skew]
         steps += [{"primitive": "reverse", "loop": loop} for loop in self.reverse]
-        steps += [{"primitive": "parallel", "loop": loop} for loop in self.parallel]
+        steps += [{"primitive": "parallel", "loop": loop} for loop in self.parallel or ()]
         if self.vectorize:
             steps.append({"primitive": "vectorize", "loop": self.vectorize})
         if self.unroll > 1:

@@ -78,7 +78,7 @@ def parallel_dims(schedule) -> tuple[str, ...]:
     from autocomp_jupyter.ir.loopnest import loop_dims, lower
 
     nest = lower(schedule)
-    return tuple(dim for loop in schedule.annotations.get("parallel", ()) or () for dim in loop_dims(nest, loop))
+    return tuple(dim for loop in schedule.parallel or () for dim in loop_dims(nest, loop))
 
 
 def check_schedule(schedule) -> "Legality":
@@ -137,7 +137,7 @@ def _compute_at_violations(schedule) -> tuple["Violation", ...]:
     except ComputeAtError as err:
         return (Violation("compute_at", "", "", "", message=str(err)),)
     steps = tile_steps(schedule)
-    parallel = set(schedule.annotations.get("parallel", ()) or ())
+    parallel = set(schedule.parallel or ())
     out = []
     for index, (loop, level) in kernel.computed_at().items():
         stmt = kernel.statements[index]

@@ -28,7 +28,7 @@ class Parallel(Primitive):
         known_loop(schedule, self.name, self.loop)
 
     def rewrite(self, schedule: Schedule) -> Schedule:
-        loops = schedule.parallel
+        loops = schedule.parallel or ()
         return annotate(schedule, parallel=loops + ((self.loop,) if self.loop not in loops else ()))
 
     @classmethod

@@ -30,7 +30,7 @@ def evaluate_batch(kernel: Kernel, target, tiles, orders=None, parallel=None, ve
 def evaluate(schedule: Schedule, target) -> KernelCost:
     """The cost of one scheduled kernel."""
     target = load_target(target)
-    model = kernel_model(schedule.kernel, target, tuple(schedule.annotations.get("stage", ()) or ()))
+    model = kernel_model(schedule.kernel, target, schedule.stage)
     return model.evaluate_batch(*model.schedule_arrays(schedule)).row(0, schedule.kernel.name)
 
 

@@ -140,11 +140,10 @@ class KernelModel:
         sizes = schedule.tile_sizes(levels)
         tiles = np.array([[sizes[n][h] for h in range(len(levels))] for n in self.loop_names])
         orders = np.array([[index[l] for l in schedule.order_at(lv, levels)] for lv in levels])
-        ann = schedule.annotations
-        parallel = None
-        if "parallel" in ann:
-            parallel = np.array([n in set(ann["parallel"]) for n in self.loop_names])
-        vec = ann.get("vectorize")
+        parallel = None                      # not decided: the target's default (`default_parallel`)
+        if schedule.parallel is not None:
+            parallel = np.array([n in set(schedule.parallel) for n in self.loop_names])
+        vec = schedule.vectorize
         vectorize = np.array([index[vec] if vec in index else -1])
         return tiles[None], orders[None], parallel, vectorize
 
