@@ -186,7 +186,7 @@ def test_per_pe_levels_and_energies_per_access_become_what_the_model_reads():
 @pytest.mark.parametrize("old, new, message", [
     ("size_bytes: 16,", "size_bytes: 1.5,", r"memory\[0\].size_bytes: a per_pe level's size is per PE and must divide "
      r"into whole bytes among the 32 PEs \(4x8\), got 1.5 B per PE"),
-    ("pe_dtype: i8", "pe_dtype: f32", r"memory\[0\].width_bits: expected a multiple of the 32-bit element the PEs "
+    ("pe_dtype: i8", "pe_dtype: f32", r"memory\[0\].width_bits: expected a multiple of the 32-bit f32 element the PEs "
      r"are built for \(compute.pe_dtype\), got 8"),
     ("read_pj: 256,", "energy_pj_per_byte: 1, read_pj: 256,", r"memory\[1\].read_pj: give the energy per byte .* not both"),
     (", read_pj: 256, width_bits: 1024", "", r"memory\[1\].energy_pj_per_byte: missing required field"),

@@ -537,9 +537,9 @@ def _check_meaning(raw: dict, filename: str) -> None:
     for i, name in enumerate(names):
         if name in names[:i]:
             raise TargetError(filename, f"memory[{i}].name", f"level name {name!r} is used twice")
-    element_bits = 8 * DTYPE_BYTES[compute.get("pe_dtype") or widest_at_top_rate(_mac_rates(compute))]
+    element = compute.get("pe_dtype") or widest_at_top_rate(_mac_rates(compute))
     for i, level in enumerate(memory):
-        _check_energy_fields(level, f"memory[{i}]", element_bits, filename)
+        _check_energy_fields(level, f"memory[{i}]", element, filename)
         _check_per_pe(level, f"memory[{i}]", compute, i == len(memory) - 1, filename)
     pes = _pes(compute)
     sizes = [parse_size(m.get("size_bytes")) * (pes if m.get("per_pe") else 1) for m in memory]
@@ -574,8 +574,9 @@ def _check_meaning(raw: dict, filename: str) -> None:
                               f"{'(or inputs) ' if role != 'outputs' else ''}to some level's holds")
 
 
-def _check_energy_fields(level: Mapping, path: str, element_bits: int, filename: str) -> None:
-    """A level's energy is given per byte or per access at a port width, exactly one way."""
+def _check_energy_fields(level: Mapping, path: str, element: str, filename: str) -> None:
+    """A level's energy is given per byte or per access at a port width, exactly one way; the
+    port carries whole elements of the dtype the PEs are built for."""
     per_access = [k for k in ("read_pj", "write_pj", "width_bits") if k in level]
     if "energy_pj_per_byte" in level:
         if per_access:
@@ -589,9 +590,9 @@ def _check_energy_fields(level: Mapping, path: str, element_bits: int, filename:
         if key not in level:
             raise TargetError(filename, f"{path}.{key}", "missing: an energy per access needs read_pj (write_pj "
                               "defaults to it) and the port's width_bits")
-    if level["width_bits"] % element_bits:
-        raise TargetError(filename, f"{path}.width_bits", f"expected a multiple of the {element_bits}-bit element "
-                          f"the PEs are built for (compute.pe_dtype), got {level['width_bits']}")
+    if level["width_bits"] % (8 * DTYPE_BYTES[element]):
+        raise TargetError(filename, f"{path}.width_bits", f"expected a multiple of the {8 * DTYPE_BYTES[element]}-bit "
+                          f"{element} element the PEs are built for (compute.pe_dtype), got {level['width_bits']}")
 
 
 def _check_per_pe(level: Mapping, path: str, compute: Mapping, last: bool, filename: str) -> None:
