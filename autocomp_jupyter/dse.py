@@ -189,10 +189,19 @@ def _datapaths(compute: Mapping) -> int:
                      for f in _ARRAY_FIELDS.get(compute.get("kind"), ()))
 
 
+# A memory level's energy is given one way: per byte, or per access at a port width. A sweep
+# that sets one form replaces the file's other form on that level.
+_ENERGY_FORMS = {"energy_pj_per_byte": ("read_pj", "write_pj", "width_bits"),
+                 "read_pj": ("energy_pj_per_byte",), "write_pj": ("energy_pj_per_byte",),
+                 "width_bits": ("energy_pj_per_byte",)}
+
+
 def edited(raw: Mapping, params: Mapping[str, Any]) -> dict:
     """A copy of the target mapping with every `params` path set. Derived fields follow: a
     swept array (pe_rows x pe_cols, lanes x fma_units) scales the peak MACs per cycle the file
-    writes out per dtype, unless a sweep sets those too."""
+    writes out per dtype, unless a sweep sets those too; `per_pe` levels follow the array when
+    the target is loaded (their sizes and bandwidths are per PE); a swept energy per byte
+    replaces a level's energy per access, and the reverse."""
     out = copy.deepcopy(dict(raw))
     for path, value in params.items():
         keys = path.split(".")
@@ -200,6 +209,8 @@ def edited(raw: Mapping, params: Mapping[str, Any]) -> dict:
         if keys[0] == "memory":
             node = next(m for m in out["memory"] if m["name"] == keys[1])
             keys = keys[2:]
+            for other in _ENERGY_FORMS.get(keys[-1], ()):
+                node.pop(other, None)
         for key in keys[:-1]:
             node = node.setdefault(key, {})
         node[keys[-1]] = value

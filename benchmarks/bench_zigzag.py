@@ -3,8 +3,8 @@
 Both tools map the same layers onto ZigZag's bundled `tpu_like` accelerator — ZigZag from its
 own inputs/hardware/tpu_like.yaml and inputs/mapping/tpu_like.yaml (`opt="latency"`),
 autocomp from benchmarks/targets/tpu_like.yaml (the closest description its schema allows) —
-and the table shows predicted cycles side by side, the mapping each picks and each one's
-search time. Run: `python benchmarks/bench_zigzag.py` (prints a note when ZigZag is absent).
+and the tables show predicted cycles and energy side by side (energy also per memory level
+on ZigZag's mapping), the mapping each picks and each one's search time. Run: `python benchmarks/bench_zigzag.py` (prints a note when ZigZag is absent).
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def run_zigzag(kind: str, sizes) -> dict:
     logging.disable(logging.CRITICAL)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as dump:
-        _, latency, cmes = get_hardware_performance_zigzag(
+        energy, latency, cmes = get_hardware_performance_zigzag(
             _zigzag_layer(kind, sizes), str(inputs / "hardware" / "tpu_like.yaml"),
             str(inputs / "mapping" / "tpu_like.yaml"), opt="latency", dump_folder=dump,
             loma_show_progress_bar=False)
@@ -69,10 +69,27 @@ def run_zigzag(kind: str, sizes) -> dict:
     temporal = {str(op): [[(str(d), int(n)) for d, n in level] for level in levels]
                 for op, levels in cme.temporal_mapping.mapping_dic_stationary.items()}
     spatial = [(str(d), int(n)) for d, n in cme.spatial_mapping.spatial_loop_dim_size]
-    return {"cycles": float(latency), "ideal": float(cme.ideal_cycle),
+    return {"cycles": float(latency), "ideal": float(cme.ideal_cycle), "pj": float(energy),
+            "pj_by_level": {**_zigzag_level_energy(cme), "MAC": float(cme.mac_energy)},
             "onloading": float(getattr(cme, "data_onloading_cycle", 0.0)),
             "temporal": temporal, "spatial": spatial,
             "mapping": f"spatial {cme.spatial_mapping}; temporal {cme.temporal_mapping}", "seconds": seconds}
+
+
+# ZigZag's tpu_like memories -> the levels of benchmarks/targets/tpu_like.yaml.
+LEVEL_NAME = {"rf_2B": "rf_O", "rf_128B": "rf_W", "sram_2MB": "SRAM", "dram": "DRAM"}
+ENERGY_PARTS = ("rf_O", "rf_W", "SRAM", "DRAM", "MAC")
+
+
+def _zigzag_level_energy(cme) -> dict[str, float]:
+    """ZigZag's memory energy (pJ) per level, summed over the operands it serves."""
+    out = {name: 0.0 for name in LEVEL_NAME.values()}
+    hierarchy = cme.accelerator.memory_hierarchy
+    for layer_op, per_level in cme.mem_energy_breakdown.items():
+        levels = hierarchy.get_memory_levels(mem_op=cme.memory_operand_links.layer_to_mem_op(layer_op))
+        for level, pj in zip(levels, per_level):
+            out[LEVEL_NAME[level.name]] += float(pj)
+    return out
 
 
 # ZigZag's layer dimensions -> the loops of autocomp's matmul / conv2d kernels.
@@ -141,7 +158,10 @@ def autocomp_on_zigzag_mapping(kind: str, sizes, zz: dict) -> dict:
     c = evaluate(schedule, target)
     clock = target.clock_ghz * 1e9
     tiles = ", ".join(f"{loop} {'/'.join(str(v) for v in lv.values())}" for loop, lv in schedule.tiles.items())
+    by_level = {m.name: c.bytes[m.name] * m.energy_pj_per_byte for m in target.memory}
+    by_level["MAC"] = c.energy_j * 1e12 - sum(by_level.values())   # MACs and vector ops
     return {"cycles": c.cycles, "cold": c.limits.get("cold start", 0.0) * clock, "bound": c.bound,
+            "pj": c.energy_j * 1e12, "pj_by_level": by_level,
             "mapping": f"tiles {tiles}; orders " + "; ".join(f"{lv} {' '.join(o)}" for lv, o in schedule.order.items())}
 
 
@@ -162,7 +182,8 @@ def run_autocomp(kind: str, sizes, tune: int = 0) -> dict:
     seconds = time.perf_counter() - started
     k = res.report["kernels"][0]
     tiles = ", ".join(f"{loop} {'/'.join(str(v) for v in lv.values())}" for loop, lv in k["tiles"].items())
-    return {"cycles": res.report["optimized"]["cycles"], "mapping": f"tiles {tiles}; order {' '.join(k['order'])}",
+    return {"cycles": res.report["optimized"]["cycles"], "pj": res.report["optimized"]["energy_j"] * 1e12,
+            "mapping": f"tiles {tiles}; order {' '.join(k['order'])}",
             "seconds": seconds, "bound": k["bound"]}
 
 
@@ -176,7 +197,9 @@ def table(tune: int = 0) -> list[dict]:
                      "ratio": a["cycles"] / z["cycles"], "zigzag_s": z["seconds"], "autocomp_s": a["seconds"],
                      "zigzag_mapping": z["mapping"], "autocomp_mapping": a["mapping"], "autocomp_bound": a["bound"],
                      "same_mapping_cycles": same["cycles"], "same_mapping_ratio": same["cycles"] / z["cycles"],
-                     "same_mapping_cold": same["cold"], "same_mapping": same["mapping"]})
+                     "same_mapping_cold": same["cold"], "same_mapping": same["mapping"],
+                     "zigzag_pj": z["pj"], "autocomp_pj": a["pj"], "same_mapping_pj": same["pj"],
+                     "zigzag_pj_by_level": z["pj_by_level"], "same_mapping_pj_by_level": same["pj_by_level"]})
     return rows
 
 
@@ -189,6 +212,17 @@ def markdown(rows: list[dict]) -> str:
                    f"{r['autocomp_cycles']:,.0f} | {r['ratio']:.2f} | {r['same_mapping_cycles']:,.0f} | "
                    f"{r['same_mapping_ratio']:.2f} | {r['same_mapping_cold']:,.0f} | "
                    f"{r['zigzag_s']:.1f} | {r['autocomp_s']:.2f} | {r['autocomp_bound']} |")
+    out += ["", "Energy (µJ): each tool's own mapping, then autocomp on ZigZag's mapping, and both by level "
+            f"on that mapping ({' / '.join(ENERGY_PARTS)}).", "",
+            "| layer | ZigZag | autocomp | autocomp / ZigZag | autocomp on ZigZag's mapping | ratio | "
+            "ZigZag by level | autocomp by level |", "|---|---:|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        zz, ours = r["zigzag_pj_by_level"], r["same_mapping_pj_by_level"]
+        out.append(f"| {r['layer']} | {r['zigzag_pj'] / 1e6:,.1f} | {r['autocomp_pj'] / 1e6:,.1f} | "
+                   f"{r['autocomp_pj'] / r['zigzag_pj']:.2f} | {r['same_mapping_pj'] / 1e6:,.1f} | "
+                   f"{r['same_mapping_pj'] / r['zigzag_pj']:.2f} | "
+                   f"{' / '.join(f'{zz[p] / 1e6:,.1f}' for p in ENERGY_PARTS)} | "
+                   f"{' / '.join(f'{ours[p] / 1e6:,.1f}' for p in ENERGY_PARTS)} |")
     out.append("")
     for r in rows:
         out.append(f"- {r['layer']}: ZigZag {r['zigzag_mapping']} (ideal {r['zigzag_ideal']:,.0f}, "

@@ -62,3 +62,9 @@ def test_area_fields_are_validated_with_their_key_path(edits, key_path, words):
     with pytest.raises(TargetError) as err:
         npu_with(**edits)
     assert err.value.key_path == key_path and words in str(err.value)
+
+
+def test_a_per_pe_level_is_built_once_per_pe():
+    per_pe = npu_with(memory__accumulator__per_pe=True, memory__accumulator__size_bytes=32)       # 32 B in each of 32x32 PEs
+    assert per_pe.level("accumulator").size_bytes == 32 * 1024
+    assert target_area(per_pe).memory_mm2["accumulator"] == pytest.approx(1024 * sram_area_um2(32, 1, 16) * 1e-6)

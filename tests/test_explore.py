@@ -137,6 +137,26 @@ def test_a_swept_array_scales_the_peak_macs_a_preset_writes_out():
     assert pinned.compute.macs("f16") == 512 and pinned.compute.macs("f32") == 100
 
 
+def test_a_swept_array_rescales_per_pe_levels_and_derived_peaks_and_an_energy_form_replaces_the_other():
+    from pathlib import Path
+
+    import yaml
+
+    from autocomp_jupyter.accel.target import parse_target
+    from autocomp_jupyter.dse import edited, parse_sweep, path_kinds, target_mapping, typed_sweep
+
+    raw, _ = target_mapping(str(Path(__file__).parent.parent / "benchmarks" / "targets" / "tpu_like.yaml"))
+    sweep = typed_sweep(parse_sweep("compute.pe_rows,compute.pe_cols=8x8,16x16"), path_kinds(raw))
+    for n, step in zip((8, 16), sweep.values):
+        t = parse_target(yaml.safe_dump(edited(raw, dict(zip(sweep.paths, step)))))
+        assert t.level("rf_W").size_bytes == n * n * 128 and t.level("rf_W").bandwidth_gbps == n * n
+        assert t.level("rf_O").size_bytes == n * n * 2 and t.compute.macs("i8") == n * n
+    per_byte = parse_target(yaml.safe_dump(edited(raw, {"memory.SRAM.energy_pj_per_byte": 50})))
+    assert per_byte.level("SRAM").energy_pj_per_byte == 50
+    wider = parse_target(yaml.safe_dump(edited(raw, {"memory.SRAM.width_bits": 1024})))
+    assert wider.level("SRAM").read_pj_per_byte == pytest.approx(416.16 / 128)
+
+
 def test_the_explore_tab_draws_every_valid_design_and_joins_the_front():
     from autocomp_jupyter.ui.explore import explore_static_html
 

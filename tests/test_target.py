@@ -155,3 +155,58 @@ def test_holds_errors_name_the_item_and_the_missing_role():
         parse_target(WEIGHTS_LEVEL.replace("{name: DRAM,", "{name: DRAM, holds: [activations, outputs],"), "wl.yaml")
     with pytest.raises(TargetError, match=r"compute.fill_cycles: does not apply to a vector target"):
         parse_target(TOY.replace("lanes: 4}", "lanes: 4, fill_cycles: 3}"), "toy.yaml")
+
+
+PER_PE = """
+name: pp
+clock_ghz: 1.0
+compute: {kind: systolic, pe_rows: 4, pe_cols: 8, pe_dtype: i8, fill_cycles: 0}
+energy_pj_per_mac: 0.04
+memory:
+  - {name: rf, per_pe: true, size_bytes: 16, holds: [weights], bandwidth_gbps: 1, latency_cycles: 1,
+     read_pj: 0.1, write_pj: 0.3, width_bits: 8}
+  - {name: sram, size_bytes: 64 KiB, bandwidth_gbps: 32, latency_cycles: 1, read_pj: 256, width_bits: 1024}
+  - {name: DRAM, bandwidth_gbps: 8, latency_cycles: 10, read_pj: 640, write_pj: 704, width_bits: 64}
+"""
+
+
+def test_per_pe_levels_and_energies_per_access_become_what_the_model_reads():
+    t = parse_target(PER_PE, "pp.yaml")
+    rf, sram, dram = t.memory
+    # 16 B and 1 GB/s in each of the 4x8 PEs: the array's register file, in every array
+    assert (rf.size_bytes, rf.bandwidth_gbps, rf.per_unit, rf.per_pe) == (512, 32, True, True)
+    # an access's energy over the port's bytes; the model's one number is the mean of both ways
+    assert (rf.read_pj_per_byte, rf.write_pj_per_byte) == pytest.approx((0.1, 0.3))
+    assert rf.energy_pj_per_byte == pytest.approx(0.2)
+    assert sram.energy_pj_per_byte == sram.read_pj_per_byte == sram.write_pj_per_byte == 2.0  # write_pj: read's
+    assert (dram.read_pj_per_byte, dram.write_pj_per_byte, dram.energy_pj_per_byte) == (80, 88, 84)
+    assert t.compute.macs("i8") == 32 and not sram.per_pe
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("size_bytes: 16,", "size_bytes: 1.5,", r"memory\[0\].size_bytes: a per_pe level's size is per PE and must divide "
+     r"into whole bytes among the 32 PEs \(4x8\), got 1.5 B per PE"),
+    ("pe_dtype: i8", "pe_dtype: f32", r"memory\[0\].width_bits: expected a multiple of the 32-bit f32 element the PEs "
+     r"are built for \(compute.pe_dtype\), got 8"),
+    ("read_pj: 256,", "energy_pj_per_byte: 1, read_pj: 256,", r"memory\[1\].read_pj: give the energy per byte .* not both"),
+    (", read_pj: 256, width_bits: 1024", "", r"memory\[1\].energy_pj_per_byte: missing required field"),
+    ("read_pj: 256, width_bits: 1024", "read_pj: 256", r"memory\[1\].width_bits: missing"),
+    ("{name: DRAM,", "{name: DRAM, per_pe: true,", r"memory\[2\].per_pe: the last level \(DRAM\) is shared"),
+    ("per_pe: true,", "per_pe: true, per_unit: true,", r"memory\[0\].per_unit: a per_pe level is already in every"),
+    ("kind: systolic, pe_rows: 4, pe_cols: 8, pe_dtype: i8, fill_cycles: 0", "kind: vector, lanes: 8",
+     r"memory\[0\].per_pe: only a systolic array has PEs"),
+])
+def test_per_pe_and_per_access_mistakes_name_the_field(old, new, message):
+    assert old in PER_PE
+    with pytest.raises(TargetError, match=r"pp.yaml: error: " + message):
+        parse_target(PER_PE.replace(old, new), "pp.yaml")
+
+
+def test_tpu_like_describes_zigzag_per_pe_and_per_access():
+    from pathlib import Path
+
+    t = load_target(str(Path(__file__).parent.parent / "benchmarks" / "targets" / "tpu_like.yaml"))
+    assert t.level("rf_W").size_bytes == 32 * 32 * 128 and t.level("rf_O").size_bytes == 32 * 32 * 2
+    assert t.level("SRAM").read_pj_per_byte == pytest.approx(416.16 / 256)      # ZigZag: per 2048-bit access
+    assert t.level("DRAM").write_pj_per_byte == pytest.approx(750 / 8)
+    assert t.compute.macs("i8") == 1024 and t.pe_dtype == "i8"

@@ -139,11 +139,14 @@ class Area:
 
 def target_area(target) -> Area:
     """The area of `target` (accel.target.Target): DRAM is off-chip and not counted; a
-    `per_unit` level is built once per unit."""
+    `per_unit` level is built once per unit, a `per_pe` one once per PE of every array (a
+    small macro each: its periphery counted in every copy)."""
     nm = target.technology_nm
     compute = mac_datapaths(target.compute) * pe_area_um2(target.pe_dtype, nm) * 1e-6
     memory = {}
     for level in target.on_chip:
-        copies = target.compute.units if level.per_unit else 1
-        memory[level.name] = copies * sram_area_um2(level.size_bytes, level.ports, nm) * 1e-6
+        units = target.compute.units if level.per_unit else 1
+        # size_bytes is one unit's; a per_pe level's is its array's PEs' together
+        pes = target.compute.pe_rows * target.compute.pe_cols if level.per_pe else 1
+        memory[level.name] = units * pes * sram_area_um2(level.size_bytes / pes, level.ports, nm) * 1e-6
     return Area(compute, {m.name: memory[m.name] for m in target.memory[:-1]}, nm, target.pe_dtype)

@@ -20,6 +20,28 @@ Area fields (accel/area.py owns the model and cites its sources): `technology_nm
 the node of the published tables), `compute.pe_dtype` (the datapath a PE is built for; default
 the widest dtype at the full MAC rate), a memory level's `ports` (default 1), and
 `energy_pj_per_byte: auto` on an on-chip level, which follows its capacity (CACTI-like).
+
+Fields that follow the array (ZigZag and Timeloop describe register files this way), converted
+at load time into what the cost model reads — whole-array sizes and bandwidths, one energy per
+byte — so a sweep of `compute.pe_rows` / `compute.pe_cols` rescales them with no other edit:
+
+- `per_pe: true` on a memory level (systolic targets): `size_bytes` and `bandwidth_gbps` are
+  those of the register file in each PE. The level the model sees holds `size_bytes x pe_rows x
+  pe_cols` and moves `bandwidth_gbps x pe_rows x pe_cols`, in every array (it is `per_unit`);
+  area counts one register file per PE, and `energy_pj_per_byte: auto` follows the per-PE
+  capacity. The per-PE size must be a whole number of bytes (`memory[0].size_bytes: a per_pe
+  level ... got 1.5 B per PE`). DRAM is never per PE, and `per_pe` replaces `per_unit`.
+- `read_pj`, `write_pj` (default `read_pj`) and `width_bits` on a memory level, instead of
+  `energy_pj_per_byte`: the energy of one access of the port's width, as ZigZag's `r_cost` /
+  `w_cost` per word of the port's bandwidth. Per byte that is `read_pj / (width_bits / 8)`;
+  the model charges one energy per byte moved at a level, both ways, so it reads the mean of the
+  read and write energies per byte (`MemoryLevel.read_pj_per_byte` / `write_pj_per_byte` keep the
+  two apart). `width_bits` must be a multiple of the PE dtype's element (`compute.pe_dtype`, by
+  default the widest dtype at the full MAC rate): an 8-bit port on an f32 array is refused.
+- Derived compute fields: peak MACs per cycle per dtype default to `pe_rows x pe_cols` (lanes x
+  FMA pipes on SIMT and vector targets), `vector_lanes` to `pe_cols`, `fill_cycles` to `pe_rows +
+  pe_cols`; leave them out and they follow the array. A `peak_macs_per_cycle` written out is
+  scaled with the array by a sweep (dse.edited) unless the sweep sets it.
 """
 from __future__ import annotations
 
@@ -92,6 +114,14 @@ class MemoryLevel:
     per_unit: bool = False
     roles: tuple[str, ...] = ROLES
     ports: int = 1                       # read/write ports: area and (auto) energy grow with them
+    # One register file in each PE (`per_pe`): size and bandwidth above are the array's total
+    # (the per-PE figures x PEs), the level is per_unit, and area builds one per PE.
+    per_pe: bool = False
+    # Energy per byte read out of / written into the level (given per access at a port width,
+    # they may differ); None: `energy_pj_per_byte` both ways. The cost model reads only
+    # `energy_pj_per_byte`, their mean.
+    read_pj_per_byte: float | None = None
+    write_pj_per_byte: float | None = None
 
     @property
     def is_unbounded(self) -> bool:
@@ -232,9 +262,7 @@ class Target:
         """The dtype a PE is sized for: `compute.pe_dtype`, else the widest dtype at the top MAC rate."""
         if self.compute.pe_dtype:
             return self.compute.pe_dtype
-        rates = dict(self.compute.macs_per_cycle)
-        top = max(rates.values())
-        return max((d for d, r in rates.items() if r == top), key=lambda d: (DTYPE_BYTES[d], d))
+        return widest_at_top_rate(dict(self.compute.macs_per_cycle))
 
     @property
     def area_mm2(self) -> float:
@@ -253,6 +281,12 @@ class Target:
             "on_chip": on_chip,
             "dram_gbps": self.dram.bandwidth_gbps,
         }
+
+
+def widest_at_top_rate(rates: Mapping[str, float]) -> str:
+    """The widest dtype among those at the top MAC rate: what a PE is built for by default."""
+    top = max(rates.values())
+    return max((d for d, r in rates.items() if r == top), key=lambda d: (DTYPE_BYTES[d], d))
 
 
 def _format_bytes(n: float) -> str:
@@ -338,13 +372,14 @@ MEMORY_SCHEMA: dict[str, Any] = {
     "name": "str", "size_bytes": "size", "bandwidth_gbps": "pos", "latency_cycles": "nonneg",
     "energy_pj_per_byte": "nonneg_or_auto", "per_unit": "bool", "holds": ("enum_list", HOLDS),
     "description": "str", "ports": "posint",
+    "per_pe": "bool", "read_pj": "nonneg", "write_pj": "nonneg", "width_bits": "posint",
 }
 TOP_SCHEMA: dict[str, Any] = {
     "name": "name", "description": "str", "clock_ghz": "pos", "compute": COMPUTE_SCHEMA,
     "memory": [MEMORY_SCHEMA], "energy_pj_per_mac": "nonneg", "technology_nm": "pos",
 }
 REQUIRED_TOP = ("name", "clock_ghz", "compute", "memory", "energy_pj_per_mac")
-REQUIRED_MEMORY = ("name", "bandwidth_gbps", "latency_cycles", "energy_pj_per_byte")
+REQUIRED_MEMORY = ("name", "bandwidth_gbps", "latency_cycles")  # and an energy: _check_energy_fields
 
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 10**6, "gb": 10**9,
                "kib": 2**10, "mib": 2**20, "gib": 2**30}
@@ -502,7 +537,12 @@ def _check_meaning(raw: dict, filename: str) -> None:
     for i, name in enumerate(names):
         if name in names[:i]:
             raise TargetError(filename, f"memory[{i}].name", f"level name {name!r} is used twice")
-    sizes = [parse_size(m.get("size_bytes")) for m in memory]
+    element = compute.get("pe_dtype") or widest_at_top_rate(_mac_rates(compute))
+    for i, level in enumerate(memory):
+        _check_energy_fields(level, f"memory[{i}]", element, filename)
+        _check_per_pe(level, f"memory[{i}]", compute, i == len(memory) - 1, filename)
+    pes = _pes(compute)
+    sizes = [parse_size(m.get("size_bytes")) * (pes if m.get("per_pe") else 1) for m in memory]
     for i, (level, size) in enumerate(zip(memory, sizes)):
         last = i == len(memory) - 1
         if not last and ("size_bytes" not in level or math.isinf(size)):
@@ -534,7 +574,65 @@ def _check_meaning(raw: dict, filename: str) -> None:
                               f"{'(or inputs) ' if role != 'outputs' else ''}to some level's holds")
 
 
+def _check_energy_fields(level: Mapping, path: str, element: str, filename: str) -> None:
+    """A level's energy is given per byte or per access at a port width, exactly one way; the
+    port carries whole elements of the dtype the PEs are built for."""
+    per_access = [k for k in ("read_pj", "write_pj", "width_bits") if k in level]
+    if "energy_pj_per_byte" in level:
+        if per_access:
+            raise TargetError(filename, f"{path}.{per_access[0]}", "give the energy per byte (energy_pj_per_byte) "
+                              "or per access (read_pj, write_pj at width_bits), not both")
+        return
+    if not per_access:
+        raise TargetError(filename, f"{path}.energy_pj_per_byte", "missing required field (or give read_pj and "
+                          "write_pj, the energy of one access of width_bits)")
+    for key in ("read_pj", "width_bits"):
+        if key not in level:
+            raise TargetError(filename, f"{path}.{key}", "missing: an energy per access needs read_pj (write_pj "
+                              "defaults to it) and the port's width_bits")
+    if level["width_bits"] % (8 * DTYPE_BYTES[element]):
+        raise TargetError(filename, f"{path}.width_bits", f"expected a multiple of the {8 * DTYPE_BYTES[element]}-bit "
+                          f"{element} element the PEs are built for (compute.pe_dtype), got {level['width_bits']}")
+
+
+def _check_per_pe(level: Mapping, path: str, compute: Mapping, last: bool, filename: str) -> None:
+    """A per-PE level: on a systolic array, on chip, a whole number of bytes in each PE."""
+    if not level.get("per_pe"):
+        return
+    if compute["kind"] != "systolic":
+        raise TargetError(filename, f"{path}.per_pe", f"only a systolic array has PEs; on a {compute['kind']} "
+                          "target give the level per_unit (per SM or core)")
+    if last:
+        raise TargetError(filename, f"{path}.per_pe", "the last level (DRAM) is shared, not per PE")
+    if "per_unit" in level:
+        raise TargetError(filename, f"{path}.per_unit", "a per_pe level is already in every array; drop per_unit")
+    size = parse_size(level.get("size_bytes"))
+    if size is not None and math.isfinite(size) and not size.is_integer():
+        pes = _pes(compute)
+        raise TargetError(filename, f"{path}.size_bytes", f"a per_pe level's size is per PE and must divide into "
+                          f"whole bytes among the {pes:,} PEs ({compute['pe_rows']}x{compute['pe_cols']}), "
+                          f"got {size:g} B per PE")
+
+
+def _pes(compute: Mapping) -> int:
+    """PEs in one array (what a per_pe level is replicated over); 1 where there is no array."""
+    return compute["pe_rows"] * compute["pe_cols"] if compute["kind"] == "systolic" else 1
+
+
 # --------------------------------------------------------------------------- step 3: build
+
+
+def _mac_rates(c: Mapping) -> dict[str, float]:
+    """MACs per cycle per unit for every dtype: derived from the fabric, then the file's peaks."""
+    if c["kind"] == "systolic":
+        rates = {d: float(c["pe_rows"] * c["pe_cols"]) for d in DTYPES}
+    elif c["kind"] == "simt":
+        rates = {d: float(c["lanes"] * c.get("fma_units", 1)) for d in DTYPES}
+    else:
+        # Narrower dtypes pack more elements into one SIMD register.
+        rates = {d: float(c["lanes"] * c.get("fma_units", 1) * 4 // DTYPE_BYTES[d]) for d in DTYPES}
+    rates.update({d: float(v) for d, v in c.get("peak_macs_per_cycle", {}).items()})
+    return rates
 
 
 def _build(raw: dict, filename: str) -> Target:
@@ -542,18 +640,11 @@ def _build(raw: dict, filename: str) -> Target:
     kind = c["kind"]
     if kind == "systolic":
         units = c.get("arrays", 1)
-        derived = {d: float(c["pe_rows"] * c["pe_cols"]) for d in DTYPES}
         vector_ops = c.get("vector_ops_per_cycle", c["pe_cols"])
-    elif kind == "simt":
-        units = c["cores"]
-        derived = {d: float(c["lanes"] * c.get("fma_units", 1)) for d in DTYPES}
-        vector_ops = c.get("vector_ops_per_cycle", c["lanes"] * c.get("fma_units", 1))
     else:
-        units = c.get("cores", 1)
-        # Narrower dtypes pack more elements into one SIMD register.
-        derived = {d: float(c["lanes"] * c.get("fma_units", 1) * 4 // DTYPE_BYTES[d]) for d in DTYPES}
+        units = c["cores"] if kind == "simt" else c.get("cores", 1)
         vector_ops = c.get("vector_ops_per_cycle", c["lanes"] * c.get("fma_units", 1))
-    derived.update({d: float(v) for d, v in c.get("peak_macs_per_cycle", {}).items()})
+    derived = _mac_rates(c)
     # A systolic target's vector unit (depthwise convs, pools, elementwise, normalisation):
     # `vector_lanes` wide (default: one lane per PE column), `vector_ops_per_cycle` per array.
     lanes = c.get("vector_lanes", c["pe_cols"]) if kind == "systolic" else c.get("lanes", 1)
@@ -569,25 +660,37 @@ def _build(raw: dict, filename: str) -> Target:
         fill_cycles=float(c.get("fill_cycles", c.get("pe_rows", 1) + c.get("pe_cols", 1))),
     )
     nm = float(raw.get("technology_nm", REFERENCE_NM))
-    memory = tuple(
-        MemoryLevel(
-            name=m["name"], size_bytes=parse_size(m.get("size_bytes")),
-            bandwidth_gbps=float(m["bandwidth_gbps"]), latency_cycles=float(m["latency_cycles"]),
-            energy_pj_per_byte=_level_energy(m, nm), per_unit=bool(m.get("per_unit", False)),
-            roles=roles_of(m.get("holds", HOLDS)), ports=int(m.get("ports", 1)),
-        )
-        for m in raw["memory"]
-    )
+    memory = tuple(_build_level(m, _pes(c), nm) for m in raw["memory"])
     return Target(name=raw["name"], clock_ghz=float(raw["clock_ghz"]), compute=compute, memory=memory,
                   energy_pj_per_mac=float(raw["energy_pj_per_mac"]),
                   description=raw.get("description", ""), source=filename, technology_nm=nm)
 
 
-def _level_energy(level: dict, technology_nm: float) -> float:
-    """pJ per byte: the number given, or for `auto` the CACTI-like curve of the level's size."""
+def _build_level(m: Mapping, pes: int, technology_nm: float) -> MemoryLevel:
+    """A level as the model reads it: a per_pe level's size and bandwidth times the PEs of an
+    array, its energy per byte."""
+    copies = pes if m.get("per_pe") else 1
+    read_pj, write_pj = _level_energy(m, technology_nm)
+    return MemoryLevel(
+        name=m["name"], size_bytes=parse_size(m.get("size_bytes")) * copies,
+        bandwidth_gbps=float(m["bandwidth_gbps"]) * copies, latency_cycles=float(m["latency_cycles"]),
+        energy_pj_per_byte=(read_pj + write_pj) / 2, per_unit=bool(m.get("per_unit", m.get("per_pe", False))),
+        roles=roles_of(m.get("holds", HOLDS)), ports=int(m.get("ports", 1)), per_pe=bool(m.get("per_pe", False)),
+        read_pj_per_byte=read_pj, write_pj_per_byte=write_pj,
+    )
+
+
+def _level_energy(level: Mapping, technology_nm: float) -> tuple[float, float]:
+    """(read, write) pJ per byte: the number given, an access's energy over the port's bytes,
+    or for `auto` the CACTI-like curve of the size written (one PE's, per_pe)."""
+    if "energy_pj_per_byte" not in level:
+        port_bytes = level["width_bits"] / 8
+        return level["read_pj"] / port_bytes, level.get("write_pj", level["read_pj"]) / port_bytes
     if level["energy_pj_per_byte"] == "auto":
-        return sram_energy_pj_per_byte(parse_size(level["size_bytes"]), int(level.get("ports", 1)), technology_nm)
-    return float(level["energy_pj_per_byte"])
+        size = parse_size(level["size_bytes"])
+        energy = sram_energy_pj_per_byte(size, int(level.get("ports", 1)), technology_nm)
+        return energy, energy
+    return float(level["energy_pj_per_byte"]), float(level["energy_pj_per_byte"])
 
 
 # --------------------------------------------------------------------------- host detection
