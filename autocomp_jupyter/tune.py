@@ -233,16 +233,9 @@ class KernelSpace:
     # ------------------------------------------------------------------ genomes ↔ schedules
 
     def schedule(self, tiles, orders, parallel, vectorize) -> Schedule:
-        names = self.kernel.loop_names
-        annotations = {"parallel": tuple(n for n, p in zip(names, parallel) if p)}
-        if vectorize >= 0:
-            annotations["vectorize"] = names[int(vectorize)]
-        if "unroll" in self.incumbent.annotations:      # carried as set (the model does not score it)
-            annotations["unroll"] = self.incumbent.annotations["unroll"]
-        return Schedule(self.kernel,
-                        tiles={n: {lv: int(tiles[d, h]) for h, lv in enumerate(self.levels)} for d, n in enumerate(names)},
-                        order={lv: tuple(names[int(i)] for i in orders[h]) for h, lv in enumerate(self.levels)},
-                        annotations=annotations, levels=self.levels)
+        # unroll, skew, reverse and stage are the incumbent's (the genome does not hold them)
+        return Schedule.of_arrays(self.kernel, self.levels, tiles, orders, parallel, int(vectorize),
+                                  keep=self.incumbent)
 
     def repair(self, tiles, orders):
         """Clip tiles inside their enclosing tile; at levels where no loop iterates, keep the

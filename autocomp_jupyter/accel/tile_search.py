@@ -389,15 +389,8 @@ def _neighbours(pool_t, pool_o, values, tiled, orders_set, extents, vector_level
 
 def _to_schedule(kernel: Kernel, current: Schedule | None, tiles, orders, target_levels, tiled,
                  vec: int = -1) -> Schedule:
-    names = kernel.loop_names
-    tile_map = {}
-    for d, n in enumerate(names):
-        tile_map[n] = {target_levels[h]: int(tiles[d, h]) for h in range(len(target_levels))}
-    order = {target_levels[h]: tuple(names[i] for i in orders[h]) for h in range(len(target_levels))}
-    annotations = dict(current.annotations) if current is not None else {}
-    if vec >= 0:
-        annotations["vectorize"] = names[vec]   # what the tiles were scored with
-    return Schedule(kernel, tiles=tile_map, order=order, annotations=annotations, levels=tuple(target_levels))
+    # the current schedule's annotations, and the vectorised loop the tiles were scored with
+    return Schedule.of_arrays(kernel, target_levels, tiles, orders, vectorize=vec if vec >= 0 else None, keep=current)
 
 
 def producer_schedule(kernel: Kernel, target) -> Schedule | None:

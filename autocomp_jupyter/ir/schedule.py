@@ -358,6 +358,32 @@ class Schedule:
         return steps
 
     @staticmethod
+    def of_arrays(kernel: Kernel, levels: Iterable[str], tiles, orders=None, parallel=None, vectorize=None,
+                  keep: "Schedule | None" = None) -> "Schedule":
+        """The schedule one row of the searches' decision arrays describes — the arrays the cost
+        model scores (`KernelModel.schedule_arrays` is the inverse): `tiles` [loop, level]
+        sizes, `orders` [level, position] loop indices (None: source order), `parallel` one
+        flag per loop, `vectorize` a loop index (-1: none). What the arrays do not hold
+        (unroll, skew, reverse, stage) is `keep`'s, as are its parallel loops and vectorised
+        loop where `parallel` / `vectorize` is None (no `keep`: the target's default
+        parallelism, nothing vectorised). Every search (tiling, tuner, library, chains)
+        builds its schedules here."""
+        levels = tuple(levels)
+        names = kernel.loop_names
+        annotations = dict(keep.annotations) if keep is not None else {}
+        if parallel is not None:
+            annotations["parallel"] = tuple(n for n, p in zip(names, parallel) if p)
+        if vectorize is not None:
+            annotations.pop("vectorize", None)
+            if int(vectorize) >= 0:
+                annotations["vectorize"] = names[int(vectorize)]
+        order = ({} if orders is None else
+                 {lv: tuple(names[int(i)] for i in orders[h]) for h, lv in enumerate(levels)})
+        return Schedule(kernel, tiles={n: {lv: int(tiles[d][h]) for h, lv in enumerate(levels)}
+                                       for d, n in enumerate(names)},
+                        order=order, annotations=annotations, levels=levels)
+
+    @staticmethod
     def default(kernel: Kernel, levels: Iterable[str] = ()) -> "Schedule":
         """No tiling, source order: the naive schedule."""
         return Schedule(kernel, levels=tuple(levels))

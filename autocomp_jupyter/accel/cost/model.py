@@ -359,10 +359,8 @@ def textbook_schedule(kernel: Kernel, target) -> Schedule:
             tiles[d, h + 1:] = np.minimum(tiles[d, h + 1:], tiles[d, h])
         # Inner levels must fit inside the (possibly shrunk) outer tile.
     tiles = np.minimum.accumulate(tiles, axis=1)
-    return Schedule(kernel, tiles={l.name: {lv: int(tiles[d, h]) for h, lv in enumerate(levels)}
-                                   for d, l in enumerate(kernel.loops)},
-                    annotations={"parallel": tuple(l.name for l in kernel.anchor_statement.output_loops)},
-                    levels=levels)
+    outputs = {l.name for l in kernel.anchor_statement.output_loops}
+    return Schedule.of_arrays(kernel, levels, tiles, parallel=[n in outputs for n in kernel.loop_names])
 
 
 # The passes' starting tiles (rules/tiling.py, rules/fusion.py) keep their old name.

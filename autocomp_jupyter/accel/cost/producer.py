@@ -131,10 +131,7 @@ class _ProducerModel:
         """Its nest as a schedule of its own kernel, tiles `sub` [loops, levels], in the inner
         order the model picks for them (what the simulator replays)."""
         best = int(self._choose(sub[None])[1][0])
-        order = {lv: tuple(self.kernel.loops[d].name for d in self.orders[best][h]) for h, lv in enumerate(self.levels)}
-        return Schedule(self.kernel, tiles={l.name: {lv: int(sub[d, h]) for h, lv in enumerate(self.levels)}
-                                            for d, l in enumerate(self.kernel.loops)},
-                        order=order, annotations=self.own.annotations, levels=self.levels)
+        return Schedule.of_arrays(self.kernel, self.levels, sub, self.orders[best], keep=self.own)
 
 
     def carries(self, parallel) -> np.ndarray:
