@@ -24,7 +24,7 @@ from ...host_strategy.access import flat_offsets, in_range, one_to_one
 from ...host_strategy.contraction import packed_contraction
 from ...host_strategy.depthwise import channel_blocks, vector_rows
 from ...host_strategy.gemm import Packed
-from ...host_strategy.rows import direct_rows, window_rows
+from ...host_strategy.rows import DirectRows, direct_rows, window_rows
 from ...host_strategy.winograd import winograd
 from ...ir.program import Access
 from ...ir.schedule import Schedule
@@ -42,44 +42,71 @@ class _KernelWriter(NestWriter, PackedWriter, WinogradWriter, DirectWriter, Bloc
     """Writes one kernel's C function (`function`), each statement by its strategy."""
 
     def function(self, fn: str) -> str:
+        """The kernel's C function `fn`, after the static helpers it calls."""
+        k = self.kernel
+        self.fn = fn
+        self.signature()
+        # A kernel with compute_at runs its tree: the packed and window paths run whole nests.
+        pk = packed_contraction(k, self.schedule) if not k.compute_at else None
+        win = window_rows(k, self.schedule) if pk is None and not k.compute_at else None
+        self.initial_values({pk.index} if pk is not None else ({win[0]} if win is not None else set()))
+        self.running_max_buffers()
+        self.body(pk, win)
+        self.round_accumulators()
+        for name in self.seen.values():
+            self.emit(1, f"free({name});")
+        self.emit(0, "}")
+        return "\n\n".join(self.helpers + ["\n".join(self.out)])
+
+    def signature(self) -> None:
+        """The function's head: a buffer per tensor (const where the kernel only reads it),
+        compiled without FMA contraction where an integer statement needs it (`AC_EXACT`)."""
         k = self.kernel
         written = {s.target for s in k.statements}
         params = []
         for t in k.tensors:
             const = "" if t.name in written else "const "
             params.append(f"{const}{buffer_ctype(t.dtype)}* restrict {self.cname[t.name]}")
-        ops = ", ".join(k.ops)
-        self.fn = fn
         exact = self.exact_needed()
-        self.emit(0, f"/* kernel {k.name}: ops {ops} */")
-        self.emit(0, f"static {'AC_EXACT ' if exact else ''}void {fn}({', '.join(params)}) {{")
+        self.emit(0, f"/* kernel {k.name}: ops {', '.join(k.ops)} */")
+        self.emit(0, f"static {'AC_EXACT ' if exact else ''}void {self.fn}({', '.join(params)}) {{")
         if exact:
             self.emit(1, "AC_EXACT_BODY")
-        from ...ir.loopnest import lower
 
-        # A kernel with compute_at runs its tree: the packed and window paths run whole nests.
-        pk = packed_contraction(self.kernel, self.schedule) if not k.compute_at else None
-        win = window_rows(self.kernel, self.schedule) if pk is None and not k.compute_at else None
-        own = {pk.index} if pk is not None else ({win[0]} if win is not None else set())
-        computed = {t for t, _, _ in k.compute_at}      # restarted in each tile (restart_region)
+    def initial_values(self, own: set[int]) -> None:
+        """Every reduction's target filled with its initial value (0, or -INFINITY for
+        `max=`) when the kernel starts, so any tile order is correct; except the statements a
+        strategy stores whole (`own`) and the targets computed at a tile (restarted in each
+        tile: `restart_region`)."""
+        k = self.kernel
+        computed = {t for t, _, _ in k.compute_at}
         for index, s in enumerate(k.statements):
-            if s.reduce is not None and index not in own and s.target not in computed:  # packed, direct rows: stored whole
+            if s.reduce is not None and index not in own and s.target not in computed:
                 t = self.tensor(s.target)
                 var = self.namer.fresh("n")
-                self.emit(1, "#pragma omp parallel for simd num_threads(ac_team())" if t.size >= (1 << 16) and self.parallel else "#pragma omp simd")
+                self.emit(1, "#pragma omp parallel for simd num_threads(ac_team())" if t.size >= (1 << 16) and self.parallel
+                          else "#pragma omp simd")
                 init = 0.0 if s.reduce == "+" else -math.inf
                 self.emit(1, f"for (long {var} = 0; {var} < {t.size}L; ++{var}) {self.cname[t.name]}[{var}] = "
                              f"{c_double(init) if self.ctype(t.name) == 'double' else c_float(init)};")
-        # Online softmax (ir.program.Rescale): each rescaled sum keeps the running max it last
-        # saw, per element of the max, from -inf.
-        for index, s in enumerate(k.statements):
+
+    def running_max_buffers(self) -> None:
+        """Online softmax (ir.program.Rescale): each rescaled sum keeps the running max it last
+        saw, per element of the max, from -inf (`rescale_sums`)."""
+        for index, s in enumerate(self.kernel.statements):
             if s.rescale is not None and s.reduce == "+":
                 n = self.tensor(s.rescale.tensor).size
                 name = self.seen[index] = self.namer.fresh(f"seen_{self.cname[s.rescale.tensor]}")
                 var = self.namer.fresh("n")
                 self.emit(1, f"double* {name} = (double*)malloc({n}UL * sizeof(double));")
                 self.emit(1, f"for (long {var} = 0; {var} < {n}L; ++{var}) {name}[{var}] = -INFINITY;")
-        copy = self.flat_copy() if pk is None and win is None and not k.compute_at else None
+
+    def body(self, pk: Packed | None, win: tuple[int, DirectRows] | None) -> None:
+        """The kernel's statements by their strategy: a flat copy, a window reduction or a
+        packed contraction with the rest over its full nest, or the schedule's nest."""
+        from ...ir.loopnest import lower
+
+        copy = self.flat_copy() if pk is None and win is None and not self.kernel.compute_at else None
         if copy is not None:
             # a copy of a whole tensor, element for element in the same order (a reshape of a
             # transpose's result): one straight pass, whatever the schedule's tiles (BERT's
@@ -98,17 +125,16 @@ class _KernelWriter(NestWriter, PackedWriter, WinogradWriter, DirectWriter, Bloc
             # untiled schedule's tree), the contraction packed with the schedule's blocks and
             # its fused epilogue in its store.
             self.emit_nest(lower(Schedule.default(self.kernel, self.schedule.levels)), pk)
-        for s in k.statements:    # non-f32 reductions are rounded once complete (see rounded)
+
+    def round_accumulators(self) -> None:
+        """Non-f32 reductions rounded to their dtype once complete (see `rounded`)."""
+        for s in self.kernel.statements:
             if s.target in self.rounded_accumulators:
                 t, var = self.tensor(s.target), self.namer.fresh("n")
                 self.emit(1, f"for (long {var} = 0; {var} < {t.size}L; ++{var}) "
                              f"{self.cname[t.name]}[{var}] = {self.rounded(t.name, f'{self.cname[t.name]}[{var}]')};")
-        for name in self.seen.values():
-            self.emit(1, f"free({name});")
-        self.emit(0, "}")
-        return "\n\n".join(self.helpers + ["\n".join(self.out)])
 
-    # ------------------------------------------------------------------ packed contractions
+    # ------------------------------------------------------------------ strategies
 
     def flat_copy(self) -> "tuple[str, str, int] | None":
         """(target, source, elements) when the kernel is one statement copying a whole tensor
