@@ -19,6 +19,12 @@ writes the C, one module per strategy, each a writer class joined in `kernel._Ke
 - `prelude.py`: the runtime the file carries; `layout.py`: the buffers; `naming.py`: C
   identifiers (`Namer`); `ctext.py`: C literals and affine text.
 
+A strategy long enough to need steps writes through a small object of its own (`_PackedGemm`,
+`_WinogradConv`, `_DirectRows`, `_ChannelBlocks`, `_VectorRows`): its shape and C names, then
+one method per step, called in the order the C runs them. Every C name comes from the
+kernel's `Namer` in a fixed order (a name taken twice gets a suffix), so the order of the
+steps, and of the names each takes, is part of the generated text.
+
 Every parallel region's team is `ac_team()` (prelude): one thread for a while after a region
 waited long at its end for a thread whose core another process took.
 
