@@ -692,7 +692,10 @@ def roofline_rows(plan, per_kernel: dict, target, threads: int = 1, top: int = 1
     the roofline time max(flops / peak, bytes / L3 bandwidth) (bytes: the kernel's inputs and
     outputs once; peak and bandwidth for `threads` cores), the host model's prediction and
     the path the C takes."""
-    from autocomp_jupyter.codegen.c import channel_blocks, direct_rows, packed_contraction, window_rows, winograd
+    from autocomp_jupyter.host_strategy.contraction import packed_contraction
+    from autocomp_jupyter.host_strategy.depthwise import channel_blocks
+    from autocomp_jupyter.host_strategy.rows import direct_rows, window_rows
+    from autocomp_jupyter.host_strategy.winograd import winograd
 
     costs = {k.name: c for k, c in zip(plan.kernels, _costs(plan, target, threads))}
     peak = target.peak_flops("f32") / target.compute.units * threads

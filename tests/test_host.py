@@ -149,7 +149,11 @@ def test_packed_contractions_with_fused_epilogues_match_interpreter(name, thread
     """Every conv variant (stride, dilation, padding, groups, depthwise, remainders), batched
     and int8 GEMMs run packed, their epilogues applied in the microkernel's store (no second
     pass over the output), on 1 and 2 threads, and match the interpreter."""
-    from autocomp_jupyter.codegen.c import channel_blocks, direct_rows, generate_c, packed_contraction, prepacked
+    from autocomp_jupyter.codegen.c import generate_c
+    from autocomp_jupyter.host_strategy.contraction import packed_contraction
+    from autocomp_jupyter.host_strategy.depthwise import channel_blocks
+    from autocomp_jupyter.host_strategy.operands import prepacked
+    from autocomp_jupyter.host_strategy.rows import direct_rows
 
     src, fused = PACKED_VARIANTS[name]
     program = parse(src)
@@ -186,7 +190,8 @@ def test_a_few_rows_read_b_in_place_and_match_interpreter(threads):
     """A 1x1 conv with few output channels (M = 24) over whole 16-column panels reads its input
     in place (`b_in_place`: no B packing, k steps a row of positions apart), its bias and a
     residual applied in the store; with N not a multiple of 16 it packs B as before."""
-    from autocomp_jupyter.codegen.c import b_in_place, packed_contraction
+    from autocomp_jupyter.host_strategy.contraction import packed_contraction
+    from autocomp_jupyter.host_strategy.operands import b_in_place
 
     for hw, in_place in ((16, True), (15, False)):
         src = (f"input X: f32[1, 64, {hw}, {hw}]\ninput S: f32[1, 24, {hw}, {hw}]\nparam W: f32[24, 64, 1, 1]\n"
@@ -206,7 +211,9 @@ def test_depthwise_channel_blocks_ring_matches_interpreter():
     reads (3 for a 3x3 window, 5 for one dilated by 2), each transposed in once: at stride 2, a
     row 20 wide (its last transpose writes 12 positions past the row: its slot's slack, not the
     next row's) and dilated, it matches the interpreter."""
-    from autocomp_jupyter.codegen.c import channel_blocks, direct_rows, packed_contraction
+    from autocomp_jupyter.host_strategy.contraction import packed_contraction
+    from autocomp_jupyter.host_strategy.depthwise import channel_blocks
+    from autocomp_jupyter.host_strategy.rows import direct_rows
 
     for src, ring, rows in (
             ("input X: f32[1, 32, 29, 20]\nparam W: f32[32, 1, 3, 3]\n"
@@ -247,7 +254,9 @@ def test_strided_and_wide_depthwise_rows_run_as_vector_rows_and_match_interprete
     per channel, 16-wide output vectors summed straight from the unpadded plane (no padded copy,
     no transposes), several rows a pass where a row has few vectors; it matches the
     interpreter on 1 and 2 threads, and the host model costs it."""
-    from autocomp_jupyter.codegen.c import channel_blocks, direct_rows, packed_contraction, vector_rows
+    from autocomp_jupyter.host_strategy.contraction import packed_contraction
+    from autocomp_jupyter.host_strategy.depthwise import channel_blocks, vector_rows
+    from autocomp_jupyter.host_strategy.rows import direct_rows
 
     src, rows, vectors = VECTOR_ROWS_VARIANTS[name]
     plan = autocomp.optimize(parse(src), target="host", tune=0).after
@@ -304,7 +313,9 @@ def test_winograd_convolutions_match_interpreter(name, threads):
     transform's store), on 1 and 2 threads, and match the interpreter; the host model and the
     simulator's replay both take its Winograd cost, not the packed GEMM's."""
     from autocomp_jupyter.accel.host_model import replay_packed, winograd_cycles
-    from autocomp_jupyter.codegen.c import generate_c, packed_contraction, winograd
+    from autocomp_jupyter.codegen.c import generate_c
+    from autocomp_jupyter.host_strategy.contraction import packed_contraction
+    from autocomp_jupyter.host_strategy.winograd import winograd
 
     src, fused = WINOGRAD_VARIANTS[name]
     program = parse(src)
@@ -326,7 +337,8 @@ def test_winograd_convolutions_match_interpreter(name, threads):
 
 
 def test_winograd_only_for_3x3_stride_1_convs_of_wide_maps():
-    from autocomp_jupyter.codegen.c import packed_contraction, winograd
+    from autocomp_jupyter.host_strategy.contraction import packed_contraction
+    from autocomp_jupyter.host_strategy.winograd import winograd
 
     def wg(src):
         program = parse(src)
@@ -608,7 +620,8 @@ def test_up_to_16_rows_one_panel_b_in_place_beyond_l2_matches_interpreter():
     """A 1x1 conv with 12 output channels runs one 12 x 16 panel of all its rows
     (`GEMM_MR_ONE_PANEL`) and reads its 1.2 MB input in place (no size bound: its rows are
     fetched ahead, `B_IN_PLACE_AHEAD`), its ReLU in the store; it matches the interpreter."""
-    from autocomp_jupyter.codegen.c import b_in_place, packed_contraction
+    from autocomp_jupyter.host_strategy.contraction import packed_contraction
+    from autocomp_jupyter.host_strategy.operands import b_in_place
 
     src = ("input X: f32[1, 72, 64, 64]\nparam W: f32[12, 72, 1, 1]\n"
            "Y = conv2d(X, W, stride=1, padding=0)\nR = relu(Y)\n")
@@ -626,7 +639,8 @@ def test_many_rows_read_a_small_b_in_place_and_match_interpreter():
     """A 1x1 expand conv (24 -> 144 channels, K = 24) reads its input in place when that input
     is at most B_IN_PLACE_SWEPT_BYTES_MAX (each of its 18 row panels sweeps it) and matches the
     interpreter; with a larger input (16 x 112 x 112: 784 KB) it packs B as before."""
-    from autocomp_jupyter.codegen.c import b_in_place, packed_contraction
+    from autocomp_jupyter.host_strategy.contraction import packed_contraction
+    from autocomp_jupyter.host_strategy.operands import b_in_place
 
     for c, hw, in_place in ((24, 16, True), (16, 112, False)):
         src = (f"input X: f32[1, {c}, {hw}, {hw}]\nparam W: f32[144, {c}, 1, 1]\n"
@@ -645,8 +659,8 @@ def test_a_row_major_activation_packs_as_rows_side_by_side():
     """A[i, k] with k contiguous (an activation times weights) packs its MR-row panels as MR
     straight runs (HOST_COPY_ROWS), not as a strided copy; A[k, i] is one straight run; a
     prepacked A (a param) costs no copy."""
-    from autocomp_jupyter.codegen.host_analysis import (HOST_COPY_ROWS, HOST_COPY_RUN, host_copy_costs,
-                                                        packed_contraction)
+    from autocomp_jupyter.host_strategy.contraction import packed_contraction
+    from autocomp_jupyter.host_strategy.operands import HOST_COPY_ROWS, HOST_COPY_RUN, host_copy_costs
     from autocomp_jupyter.ir.schedule import kernels_unfused
 
     def a_cost(src):
@@ -665,7 +679,7 @@ def test_a_fused_epilogue_charges_its_calls_and_still_beats_the_separate_pass():
     an ONNX export writes out (an exp inside) both stay fused on host."""
     from autocomp_jupyter.accel import host_model
     from autocomp_jupyter.accel.cost import evaluate
-    from autocomp_jupyter.codegen.host_analysis import packed_contraction
+    from autocomp_jupyter.host_strategy.contraction import packed_contraction
 
     target = load_target("host")
     src = ("input X: f32[128, 256]\nparam W: f32[256, 512]\nparam b: f32[512]\nH = linear(X, W, b)\n"

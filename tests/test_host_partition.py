@@ -16,8 +16,11 @@ import pytest
 from autocomp_jupyter import host
 from autocomp_jupyter.accel.cost import evaluate
 from autocomp_jupyter.accel.target import load_target
-from autocomp_jupyter.codegen.c import (PARTITION_THREADS, claimed_makespan, host_copy_costs, generate_c, packed_blocks, packed_contraction,
-                                        packed_partition, partition_ranges)
+from autocomp_jupyter.codegen.c import generate_c
+from autocomp_jupyter.host_strategy.contraction import packed_contraction
+from autocomp_jupyter.host_strategy.gemm import packed_blocks
+from autocomp_jupyter.host_strategy.operands import host_copy_costs
+from autocomp_jupyter.host_strategy.partition import PARTITION_THREADS, claimed_makespan, packed_partition, partition_ranges
 from autocomp_jupyter.dsl import parse
 from autocomp_jupyter.ir.schedule import Kernel, Schedule
 from autocomp_jupyter.result import Plan

@@ -1,8 +1,8 @@
-"""The host CPU model: the time of the C that codegen/c.py generates, run on this machine's cores.
+"""The host CPU model: the time of the C that codegen/c generates, run on this machine's cores.
 
 The host is a compute kind of its own (`runs_generated_c`: a vector target whose loops run
 serially unless annotated parallel). Its costs come from what the generated code does, read
-from one analysis shared with the generator (`codegen.host_analysis`): which kernels run as
+from one analysis shared with the generator (`host_strategy`): which kernels run as
 a packed GEMM (its microkernel, cache blocks, packing copies, thread partition), which as
 Winograd F(2x2, 3x3) (`winograd_cycles`: its transforms and 16 GEMMs), which as
 direct rows (depthwise convolutions, pooling: a local row per output row, no packing), and
@@ -20,13 +20,15 @@ import math
 
 import numpy as np
 
-from ..codegen.host_analysis import (BLOCK_CHANNELS, HOST_COPY_RUN, claimed_makespan, gemv_split,
-                                     WINDOW_SHARED_COPY_MIN, DIRECT_K_MAX, GEMM_MIN_BLOCK, channel_blocks,
-                                     direct_slab, GEMM_WHOLE_K, GEMM_MR, GEMM_NR, GEMM_PACK_MIN, _padding,
-                                     _unit_stride_reads, direct_rows, host_copy_costs, packed_blocks,
-                                     packed_contraction, packed_partition, partition_ranges, swapped_blocks,
-                                     window_rows, winograd, WINOGRAD_PANEL, vector_rows, VECTOR_ROWS_PASS,
-                                     last_panel)
+from ..host_strategy.access import padding, unit_stride_reads
+from ..host_strategy.contraction import packed_contraction
+from ..host_strategy.depthwise import BLOCK_CHANNELS, VECTOR_ROWS_PASS, channel_blocks, vector_rows
+from ..host_strategy.gemm import GEMM_MIN_BLOCK, GEMM_MR, GEMM_NR, GEMM_PACK_MIN, GEMM_WHOLE_K, last_panel, \
+    packed_blocks, swapped_blocks
+from ..host_strategy.operands import HOST_COPY_RUN, host_copy_costs
+from ..host_strategy.partition import claimed_makespan, packed_partition, partition_ranges
+from ..host_strategy.rows import DIRECT_K_MAX, WINDOW_SHARED_COPY_MIN, direct_rows, direct_slab, gemv_split, window_rows
+from ..host_strategy.winograd import WINOGRAD_PANEL, winograd
 from ..ir.program import Access
 from ..ir.schedule import Kernel
 from .target import Target
@@ -86,7 +88,7 @@ def compute_model(kernel: Kernel, target: Target, index: dict) -> HostModel | No
 
 def _host_packed_gemm(kernel: Kernel, index: dict) -> tuple[int, int, int] | None:
     """(i, j, k) anchor-loop indices when host C runs this kernel's contraction as the packed
-    GEMM (codegen/c.py `gemm_statement`: C[i, j] += A * B over plain in-range indices, A by
+    GEMM (`host_strategy.contraction.packed_contraction`: C[i, j] += A * B over plain in-range indices, A by
     {i, k}, B by {k, j}, >= GEMM_PACK_MIN points), for one-statement kernels; else None."""
     if len(kernel.statements) != 1:
         return None
@@ -121,7 +123,7 @@ def _host_packed_gemm(kernel: Kernel, index: dict) -> tuple[int, int, int] | Non
     return index[i], index[j], index[k]
 
 
-# The packed contraction host C runs (codegen/c.py `packed_contraction`): its time, from the
+# The packed contraction host C runs (codegen/c/packed.py): its time, from the
 # code it emits. Calibrated constants (cycles), measured on this class of core:
 HOST_MICRO_EFFICIENCY = 0.7     # the MR x NR microkernel's share of lanes x fma_units (512-bit FMAs
                                 # issue as two 256-bit halves on AMD Zen 4: 6x16 runs at ~70%)
@@ -133,7 +135,7 @@ HOST_BLOCK_SPILL = 0.25         # microkernel slow-down per cache block that out
 
 
 def _host_buffer_bytes(dtype: str) -> int:
-    """Bytes of one element of a `dtype` tensor's C buffer (codegen/c.py: integers in doubles,
+    """Bytes of one element of a `dtype` tensor's C buffer (codegen/c/layout.py: integers in doubles,
     f16/bf16 in floats)."""
     return 8 if dtype in ("i8", "i32") else 4
 
@@ -160,7 +162,7 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     block and batch, A once per (mc, kc) block and nc block), the store of every micro-tile
     per kc block with the fused epilogue, the padded copies; the kernel's other statements
     as one streaming pass each. Threads: the work units the C's threads share
-    (`codegen.c.packed_partition`)."""
+    (`host_strategy.partition.packed_partition`)."""
     pk, b_cost, a_cost = model.host_pk
     kernel, target = model.kernel, model.target
     compute = target.compute
@@ -193,7 +195,7 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
         MC, NC, KC = (np.full(n, float(b)) for b in swapped_blocks(pk))
     lanes = compute.vector_width("f32")
     mpan, npan = math.ceil(M / mr), math.ceil(N / nr)
-    # threads: the work units codegen/c.py's packed path chooses for this many threads
+    # threads: the work units codegen/c/packed.py chooses for this many threads
     # (`packed_partition`, per cache block nc): on an idle machine the busiest thread's part of
     # them as they are claimed (a short last chunk counted as short), with the packing the cut adds
     par = parallel[:, [index[anchors[l]] for l in pk.batch + pk.m + pk.n if l in anchors]].any(axis=1)
@@ -238,7 +240,7 @@ def _host_packed_seconds(model: "KernelModel", tiles: np.ndarray, parallel: np.n
     return packed, seconds
 
 
-# Winograd F(2x2, 3x3) convolutions (codegen/c.py `winograd`), cycles at the target's clock,
+# Winograd F(2x2, 3x3) convolutions (codegen/c/winograd.py), cycles at the target's clock,
 # calibrated on a 3x3 conv of 64 channels at 56x56 (perf: input transform ~20%, its 16 GEMMs ~70%,
 # output transform ~9% of 1.44 ms): the input transform of one tile panel (8 tiles) for one
 # channel (4 input rows of 18, bounds-checked, 48 adds, 16 stores of 8); the output transform of
@@ -294,7 +296,7 @@ def _packed_serial_cycles(kernel: Kernel, pk, lanes: int) -> float:
     ext = dict(pk.extents)
     serial = 0.0
     for access in (pk.a, pk.b):
-        pads = _padding(kernel, access, ext)
+        pads = padding(kernel, access, ext)
         if any(lo or hi for lo, hi in pads):
             t = kernel.tensor(access.tensor)
             serial += math.prod(s + lo + hi for s, (lo, hi) in zip(t.shape, pads)) * 1.0
@@ -308,7 +310,7 @@ def replay_packed(kernel: Kernel, schedule, target: Target) -> float | None:
     """Seconds of `schedule`'s packed GEMM replayed loop by loop as the generated C runs it,
     or None when its C takes another path. Where `_host_packed_seconds` counts blocks, panels
     and thread shares in closed form over a batch of candidates, this walks the one schedule's
-    code: its cache blocks (`packed_blocks`, the schedule's outermost tiles, as codegen/c.py
+    code: its cache blocks (`packed_blocks`, the schedule's outermost tiles, as codegen/c/packed.py
     reads them), each thread's own work units (`packed_partition`, `partition_ranges`), and
     within a unit every (nc, kc) block (B packed), (mc, kc) block (A packed) and micro-tile,
     edge blocks and edge panels at their real sizes; the busiest thread's cycles. The
@@ -381,13 +383,13 @@ def replay_packed(kernel: Kernel, schedule, target: Target) -> float | None:
 
 # Host C's function and scalar work (cycles at the target's clock, per point): exp, tanh,
 # sigmoid and GELU are the prelude's inline polynomial forms, vectorised with the loop
-# (codegen/c.py `ac_expf`, `ac_exp_sat`: ~20-30 vector ops per 16 lanes; measured alone in a
+# (codegen/c/prelude.py `ac_expf`, `ac_exp_sat`: ~20-30 vector ops per 16 lanes; measured alone in a
 # vectorised loop over 128 x 3072 points, with its load and store: exp 1.19 (charged 1.0, as
 # calibrated before), tanh 1.29, sigmoid 0.79, GELU 1.29 cycles a point; in a packed GEMM's
 # store, `_epilogue_cycles`); erf stays a scalar libm call (sqrt
 # is an instruction under -fno-math-errno); and one step of a reduction chained along its
 # innermost loop (a row max or sum read across rows, which the generator keeps out of the
-# vectorised register tile: `host_analysis._unit_stride_reads`).
+# vectorised register tile: `host_strategy.access.unit_stride_reads`).
 HOST_LIBM_CYCLES = {"exp": 1.0, "sigmoid": 0.8, "tanh": 1.3, "gelu": 1.3, "erf": 20.0,
                     "log": 8.0, "pow": 30.0}   # log, pow: scalar libm calls (estimates)
 HOST_CHAINED_REDUCE = {"max": 1.4, "+": 1.9}
@@ -427,7 +429,7 @@ def _host_scalar_cycles(stmt) -> float:
     cycles = stmt.points * calls
     if stmt.reduce is not None and stmt.target_indices:
         last = stmt.target_indices[-1].single_loop
-        if last is not None and not _unit_stride_reads(stmt, last):
+        if last is not None and not unit_stride_reads(stmt, last):
             cycles += stmt.points * HOST_CHAINED_REDUCE.get(stmt.reduce, HOST_FMA_LATENCY)
     return cycles
 
@@ -467,7 +469,7 @@ def _narrow_lanes_seconds(model, tiles: np.ndarray, parallel: np.ndarray) -> np.
     """[n]: the seconds a plain nest's elementwise statements lose to register tiles narrower
     than a vector along the output's contiguous loop. The shared model streams an elementwise
     tile through the lanes as one flat run; the C vectorises the register tile's innermost
-    loop (codegen/c.py: `#pragma omp simd`), so a tile t wide fills t / ceil(t / lanes) lanes,
+    loop (codegen/c/nest.py: `#pragma omp simd`), so a tile t wide fills t / ceil(t / lanes) lanes,
     its ops (2 a cycle) and its calls (HOST_LIBM_CYCLES, per point at full lanes) alike.
     Measured: the BERT FFN library's GELU alone, its tile 1 wide along the 3072 columns
     (modelled 0.2 ms as a flat run), 3.3 ms on one thread; BERT's erf GELU alone at 2 wide
@@ -573,7 +575,7 @@ def _host_issue_cycles(st: "_StatementModel", tiles, inner_order, vec_loop, rows
     return plain
 
 
-# Direct rows (codegen/c.py `direct`, `window`): per output row and reduction step, one pass of
+# Direct rows (codegen/c/direct.py `direct`, `window`): per output row and reduction step, one pass of
 # the row's vectors (a load, or two and a permute at step 2, and an FMA or max), plus the row
 # loop's overhead; a padded copy of the input, once per call; the fused epilogue per output.
 # Calibrated on MobileNetV2's depthwise convs and ResNet-50's max pool (cycles).
@@ -605,7 +607,7 @@ def _rows_cycles(kernel: Kernel, rows: float, steps: float, dr, epilogue_points:
     return cycles + epilogue_points * (1.0 + epi_ops) / lanes * (HOST_ROW_STORE if unrolled else 2.0)
 
 
-# Channel blocks (codegen/c.py `blocked`): per block of 16 channels, its input rows transposed
+# Channel blocks (codegen/c/blocked.py): per block of 16 channels, its input rows transposed
 # into the blocked plane (a 16 x 16 transpose: 16 masked loads, 64 shuffles, 16 stores), the
 # plane's padding zeroed, per output and tap one vector load and FMA, per output the vector
 # stored and transposed back, the epilogue per element along the channels' planes.
@@ -632,7 +634,7 @@ def _blocks_cycles(kernel: Kernel, pk, cb, epi_ops: float, lanes: int) -> float:
     return blocks * (pack + compute + back)
 
 
-# Vector rows (codegen/c.py `vector_rows`): per channel and output row pass, per input row of
+# Vector rows (codegen/c/vector_rows.py): per channel and output row pass, per input row of
 # the window inside the plane and tap column, one (masked) load per unit of the read's stride
 # (a stride-2 tap: two loads and a permute) and one FMA per output vector; then the row stored
 # with the epilogue (HOST_ROW_STORE per vector and op).
@@ -731,7 +733,7 @@ def _window_rows_seconds(model, index: int, dr, tiles: np.ndarray, parallel: np.
     work = _rows_cycles(kernel, rows, steps, dr, rows * dr.width, 0.0, stmt.expr, lanes)
     threads = _threads(model, parallel, index, out[:-1])
     # the padded copy it reads (a straight vectorised copy, HOST_COPY_RUN an element), its rows shared by
-    # the threads when it is large (codegen/c.py `window`)
+    # the threads when it is large (codegen/c/direct.py `window`)
     t = kernel.tensor(stmt.expr.tensor)
     padded = math.prod(n + lo + hi for n, (lo, hi) in zip(t.shape, dr.pads)) if any(lo or hi for lo, hi in dr.pads) else 0
     copy = padded * HOST_COPY_RUN / np.where(padded >= WINDOW_SHARED_COPY_MIN, threads, 1)

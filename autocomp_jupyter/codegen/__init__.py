@@ -1,8 +1,9 @@
 """Code generation for an optimised Plan: `generate(plan, target, lang)`.
 
-- "c": a compilable C translation unit (`c.py`): one function per kernel following its
-  Schedule, and `program_run(void* const* buffers)` (float or double arrays); what the host
-  target compiles and runs.
+- "c": a compilable C translation unit (`c/`, one module per strategy): one function per
+  kernel following its Schedule, and `program_run(void* const* buffers)` (float or double
+  arrays); what the host target compiles and runs. Which strategy each kernel takes is the
+  host analysis's (`host_strategy`), shared with the host cost model.
 - "pseudo": a readable accelerator kernel (`pseudo.py`): the tile loops with the memory level
   of each tile, the transfers between levels and the compute calls on the PE array.
 """
