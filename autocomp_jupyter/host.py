@@ -269,7 +269,7 @@ def default_threads() -> int:
 def predicted_time(plan, target=None, threads: int | None = None) -> float:
     """The host model's seconds for `plan` run on `threads` threads (default
     `default_threads()`): the target's cores set to `threads`, and no parallel loops on one
-    thread, as the generated code runs (codegen/c.py: units cut for the thread count)."""
+    thread, as the generated code runs (codegen/c/: units cut for the thread count)."""
     import dataclasses
 
     from .canon import evaluate_program

@@ -157,7 +157,7 @@ def datapath_units(kernel: Kernel, target) -> np.ndarray:
     compute = target.compute
     anchor = model.statements[kernel.anchor]
     units = np.ones(len(kernel.loops), dtype=np.int64)
-    dp = datapath_of(compute, anchor)   # the per-kind compute description (accel/cost.py)
+    dp = datapath_of(compute, anchor)   # the per-kind compute description (accel/cost/)
     if dp.on_array:
         for loop, along in anchor.array_units:
             units[loop] = along

@@ -543,7 +543,7 @@ def test_half_dtypes_round_like_the_interpreter(dtype):
 
 
 def test_vectorised_exp_tanh_sigmoid_gelu_keep_their_documented_error_bounds():
-    """The prelude's branch-free ac_expf / ac_tanhf (codegen/c.py: what lets the compiler
+    """The prelude's branch-free ac_expf / ac_tanhf (codegen/c/: what lets the compiler
     vectorise exp, tanh, sigmoid and GELU, fused epilogues included) against float64 over
     [-100, 100]: exp within 2e-7 relative (0 below float's normal range, +inf past it),
     tanh and sigmoid within 3e-7 absolute, GELU within 3e-7 max(1, |x|); NaN stays NaN."""
@@ -594,7 +594,7 @@ DIRECT_VARIANTS = {
 @pytest.mark.parametrize("name", sorted(DIRECT_VARIANTS))
 def test_one_row_gemms_and_pooling_run_as_direct_rows_and_match_interpreter(name, threads):
     """A one-row GEMM runs unpacked (a dot product per output against B[n, k], rows of
-    outputs against B[k, n]) and pooling as rows over a padded copy (codegen/host_analysis.py
+    outputs against B[k, n]) and pooling as rows over a padded copy (host_strategy/
     `direct_rows`, `window_rows`), on 1 and 2 threads, matching the interpreter."""
     src, marker = DIRECT_VARIANTS[name]
     plan = autocomp.optimize(parse(src), target="host", tune=0).after

@@ -1,4 +1,4 @@
-"""How threads share a packed contraction (codegen/c.py `packed_partition`): the work units
+"""How threads share a packed contraction (codegen/c/ `packed_partition`): the work units
 chosen for each thread count cover every output exactly once, one thread runs the serial
 code, the emitted table is the chosen one, the host model follows it, and the generated C
 gives the interpreter's results on 1, 2 and 3 threads for shapes with few M or N panels.

@@ -8,7 +8,7 @@ Winograd F(2x2, 3x3) (`winograd_cycles`: its transforms and 16 GEMMs), which as
 direct rows (depthwise convolutions, pooling: a local row per output row, no packing), and
 for the plain loop nest, the issue rate, scalar work and strided accesses of the code and the
 lanes an elementwise register tile narrower than a vector leaves empty.
-`HostModel` is what the shared cost model (`cost.py`) asks at its hook points: the bytes of
+`HostModel` is what the shared cost model (`accel/cost/`) asks at its hook points: the bytes of
 an element, the warm bandwidth, the issue-rate bound of a statement and, last, the seconds of
 the paths that replace the nest. `replay_packed` walks one schedule's packed code block by
 block (what the simulator, accel/sim.py, replays for the host instead of the schedule's tile

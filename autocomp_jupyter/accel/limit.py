@@ -50,7 +50,7 @@ def physical_limit(program: Program, target) -> dict:
     for kernel in kernels_unfused(program):
         model = kernel_model(kernel, target)
         extents = np.asarray(model.extents, dtype=float)
-        # Host C runs a 3x3 convolution as Winograd F(2x2, 3x3) where it can (codegen/c.py):
+        # Host C runs a 3x3 convolution as Winograd F(2x2, 3x3) where it can (codegen/c/):
         # 16 multiplies per 2x2 output tile for the direct form's 36. Its floor is that work.
         winograd = model.host is not None and getattr(model.host, "winograd", None) is not None
         for si, st in enumerate(model.statements):

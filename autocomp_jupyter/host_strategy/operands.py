@@ -14,7 +14,7 @@ from .rows import DIRECT_STEP_MAX
 
 
 # Cycles to copy one element into a packed panel, by how the copy reads it (calibrated on this
-# class of core; the host model in accel/cost.py charges the same).
+# class of core; the host model in accel/cost/ charges the same).
 HOST_COPY_RUN = 0.25            # in a straight run (vectorised)
 HOST_COPY_GATHER = 1.5          # through an offset table (scalar)
 HOST_COPY_STRIDED = 1.0         # at a constant stride
@@ -115,7 +115,7 @@ def host_copy_costs(kernel: Kernel, pk) -> tuple[float, float]:
     """Cycles to pack one element of the packed contraction `pk`'s A and B operands: straight
     runs, a constant stride, or offset-table panels (NR consecutive offsets copy as runs,
     the rest element-wise). What the thread split weighs its repacking by, and what the host
-    model (accel/cost.py) charges for packing."""
+    model (accel/cost/) charges for packing."""
     import numpy as np
 
     ext = dict(pk.extents)

@@ -2,7 +2,7 @@
 
 `lower(schedule)` is the only place a tiled nest is worked out. Every reader walks the tree
 it returns: isl schedule maps (`poly.from_tiled_schedule`), tiled execution in the
-interpreter (`interp.run_kernel_tiled`), C (`codegen/c.py`), the accelerator pseudo-kernel
+interpreter (`interp.run_kernel_tiled`), C (`codegen/c/`), the accelerator pseudo-kernel
 (`codegen/pseudo.py`), the TVM bridge and the Schedule tab (`LoopNest.pretty`).
 
 The tree (all nodes frozen):

@@ -76,7 +76,7 @@ class KernelModel:
                                               for t in kernel.inputs)
                                           + sum(kernel.tensor(t).nbytes for t in kernel.outputs))
         # Bytes an element of each tensor moves: its dtype's on an accelerator; on host, its C
-        # buffer's (codegen/c.py holds integer tensors in doubles, f16/bf16 in floats).
+        # buffer's (codegen/c/ holds integer tensors in doubles, f16/bf16 in floats).
         self.elem_bytes = self.host.elem_bytes if host_c else DTYPE_BYTES.__getitem__
         self.statements = [statement_model(self, i, s, index, D, on_chip)
                            for i, s in enumerate(kernel.statements)]
@@ -155,7 +155,7 @@ class KernelModel:
         return footprints(self, tiles.astype(float), orders=orders)
 
     def _as_packed(self, tiles, orders, vectorize):
-        """What host C runs for a tiled GEMM-like kernel (codegen/c.py packed path): cache
+        """What host C runs for a tiled GEMM-like kernel (codegen/c/ packed path): cache
         blocks mc x nc x kc = each loop's outermost tile, raised to GEMM_MIN_BLOCK (mc in
         whole micro-panels), at the outer levels, loops j0, k0, i0; the next-to-innermost
         level holds the micro-panels (MR x kc of A, kc x NR of B); the innermost level is the
