@@ -806,10 +806,12 @@ def _compute_at_placements(schedule: Schedule) -> list[Schedule]:
 KERNEL_MOVES: tuple[KernelMove, ...] = (
     KernelMove("compute_at placement", "compute_at", _compute_at_placements),
 )
+PRIMITIVE_MOVES_CHECKED = 4     # of a primitive's candidates, the fastest few checked (spill, isl)
 
 
 def _kernel_moves(entry: tuple[float, Schedule], target, score_fn, max_spill: float):
-    """(time, schedule) of the best kernel move from `entry`, or None when none beats it."""
+    """(time, schedule) of the best kernel move from `entry`, or None when none beats it:
+    the KERNEL_MOVES, then every step a tuned primitive's decisions offer (`_primitive_moves`)."""
     from .canon import evaluate
 
     best_time, best = entry
@@ -821,7 +823,41 @@ def _kernel_moves(entry: tuple[float, Schedule], target, score_fn, max_spill: fl
             t = float(_score_chunk(score_fn, *((candidate.kernel, target) + _arrays(candidate, target)))[0])
             if t < best_time * (1 - 1e-9):
                 found, best_time = (t, candidate), t
-    return found
+    moved = _primitive_moves((best_time, found[1] if found else best), target, score_fn, max_spill)
+    return moved or found
+
+
+def _primitive_moves(entry: tuple[float, Schedule], target, score_fn, max_spill: float):
+    """(time, schedule) of the fastest step a `tuned` primitive's decisions offer on `entry`'s
+    schedule (schedule/: `split`'s perfect tilings, and any primitive registered later with
+    `tuned = True`), scored in one batch; the fastest few that gain are checked for spill and
+    legality. None when none beats it. A new primitive is searched here with no change."""
+    from .canon import evaluate
+    from .schedule import PRIMITIVES, ScheduleError, apply_step
+
+    best_time, best = entry
+    candidates = []
+    for cls in PRIMITIVES.values():
+        if not cls.tuned:
+            continue
+        for decision in cls.decisions(best.kernel.without_compute_at(), best.levels):
+            for value in decision.choices[1:]:
+                step = cls.step_for(best, decision.key, value)
+                try:
+                    candidates.append(apply_step(best, step)) if step is not None else None
+                except ScheduleError:
+                    continue
+    if not candidates:
+        return None
+    arrays = [_arrays(c, target) for c in candidates]
+    times = _score_chunk(score_fn, best.kernel, target, *(np.concatenate([a[j] for a in arrays]) for j in range(4)))
+    for i in np.argsort(times, kind="stable")[:PRIMITIVE_MOVES_CHECKED]:
+        t, candidate = float(times[i]), candidates[int(i)]
+        if t >= best_time * (1 - 1e-9):
+            break
+        if evaluate(candidate, target).spill_ratio <= max_spill and poly.check_schedule(candidate).ok:
+            return t, candidate
+    return None
 
 
 def _kernel_entry(schedule: Schedule) -> dict:

@@ -135,3 +135,21 @@ def test_a_variant_given_as_a_trace_is_replayed_priced_and_verified():
     assert res.evaluate_variant(name, schedule="tile i")["error"]
     sliders = res.evaluate_variant(name, tiles={"i": {"SRAM": 16}})
     assert sliders["legal"] and sliders["verified"] is None        # the tab's fast path: priced, not run
+
+
+def test_the_tuner_tries_a_tuned_primitive_on_a_kernel_with_no_change_to_its_search(monkeypatch):
+    from autocomp_jupyter import tune
+    from autocomp_jupyter.accel.target import load_target
+    from autocomp_jupyter.schedule.split import Split
+
+    target = load_target("npu")
+    kernel = _kernel()
+    poor = replay(kernel, [{"primitive": "tile", "loop": "i", "level": "SRAM", "size": 1},
+                           {"primitive": "tile", "loop": "j", "level": "SRAM", "size": 1}], target.tiling_levels)
+    poor_time = float(tune.model_score(kernel, target, *tune._arrays(poor, target))[0])
+    monkeypatch.setattr(Split, "tuned", False)
+    assert tune._primitive_moves((poor_time, poor), target, tune.model_score, 0.05) is None
+    monkeypatch.setattr(Split, "tuned", True)
+    t, moved = tune._primitive_moves((poor_time, poor), target, tune.model_score, 0.05)
+    assert t < poor_time and poly.check_schedule(moved).ok
+    assert moved.tiles != poor.tiles and any(s["primitive"] == "tile" for s in moved.trace)

@@ -48,6 +48,7 @@ class Primitive:
     rank: ClassVar[int] = 5            # where a search's trace puts it (tiles first, unroll last)
     loop_transform: ClassVar[bool] = False   # the scheduling pass tries its decisions (rules' `priority`)
     why_no_gain: ClassVar[str] = ""          # why the cost model may see no gain in it (the rule log)
+    tuned: ClassVar[bool] = False            # the tuner tries its decisions on each kernel's best schedule
     hint_when_illegal: ClassVar[str] = ""
 
     # ---- arguments and rewriting (each subclass)
