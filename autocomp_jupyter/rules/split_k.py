@@ -1,0 +1,504 @@
+"""Split-K decode (FlashDecoding): a softmax-weighted sum over a long axis split in chunks.
+
+One decode step attends one query (per head) over the whole KV cache: the softmax rows are
+few, so a kernel that parallelises over them leaves most of the machine idle while one unit
+walks the cache. Splitting the cache axis t = U*c + u into C chunks makes the chunks parallel
+work too; each chunk keeps its own softmax statistics and a second, small kernel combines
+them (what FlashDecoding does).
+
+When it applies (statement dataflow, op names do not matter):
+1. `M max= X[.., t, ..]` reduces over one loop t (extent T), its only reader
+   `E = exp(k * (.. - M))` (k > 0, `online_softmax._exp_of_running_max`);
+2. E's readers are a plain sum `Z += E` and one weighted sum `O += E * V..` over t whose
+   value loop v (O's output loop E does not have) indexes a factor directly (V[.., v]);
+3. M, E, Z and O are each an op of one statement; M and E are not program outputs;
+4. the softmax has fewer rows (M's points) than the array takes at once: the PE rows of
+   every systolic array, or every SIMT/vector lane of every unit. Prefill fills it: the
+   rule is not tried there.
+
+What it produces (exact for any T: the chunks' domain `U*c + u < T` drops the tail), with
+the packing that lets the chunk kernel have one output (the combine needs each chunk's max,
+sum and weighted sum; a kernel's computed-at tensors cannot leave it):
+
+    Mc[c, ..]      max= X[.., U*c + u, ..]                        where U*c + u < T
+    Ec[c, .., u]    = exp(k * (.. - Mc[c, ..]))                  (X read at U*c + u)
+    Oc[c, .., v]   += Ec[c, .., u] * (V[.., U*c + u, v] + (v == D))    v < D + 2
+    Pc[c, .., v]    = select(v == D + 1, Mc[c, ..], Oc[c, .., v])      # [o_c, l_c, m_c]
+    M[..]          max= Pc[c, .., D + 1]
+    W[c, ..]        = exp(k * (Pc[c, .., D + 1] - M[..]))
+    Z[..]          += W[c, ..] * Pc[c, .., D]
+    O[.., v]       += W[c, ..] * Pc[c, .., v]                     v < D
+
+V reads 0 past its last column (an out-of-range read), so column D of Oc sums Ec alone
+(the chunk's l_c) and column D + 1 is overwritten by the chunk's max. Readers of Z and O
+(`Y = O / Z`) are unchanged.
+
+`split_k(program, chunks)` is the rewrite; `split_k_plan(plan, ctx)` is the pipeline step:
+the chunk count is chosen by the cost model (the chunk kernel, anchored at Oc with the
+scores computed at its tiles, and the combine kernel, both searched like a chain), the
+rewrite kept only where it beats the plan's kernels for those ops and verifies (the
+interpreter on the source vs the rewritten program, isl and tiled runs of both kernels).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from ..ir.plan import Plan
+from ..ir.program import Access, Affine, BinOp, Call, Const, IndexValue, Loop, Op, Program, Statement, Tensor, rename_loops, substitute
+from ..ir.schedule import Kernel, Schedule
+from ..passes import PassContext, rollback_entry, rule_entry, transaction
+from .online_softmax import _exp_of_running_max, _factors, _linear_in
+
+RULE = "split_k"
+PASS = "fusion"
+MIN_CHUNK = 16           # positions per chunk at least (a shorter chunk is all combine)
+MIN_GAIN = 0.01          # the split plan must save at least this fraction of the time
+
+
+@dataclass(frozen=True)
+class Match:
+    """The softmax-weighted reduction `split_k` rewrites: its statements and loops."""
+
+    m: Statement          # M max= X over t
+    e: Statement          # E = exp(k * (.. - M))
+    z: Statement          # Z += E
+    o: Statement          # O += E * V
+    scale: float          # k
+    t_m: str              # t in M's, E's, Z's and O's loops
+    t_e: str
+    t_z: str
+    t_o: str
+    v: str                # O's value loop
+    extent: int           # T
+
+    @property
+    def rows(self) -> int:
+        """The softmax's rows: the points of M."""
+        return math.prod(l.extent for l in self.m.output_loops)
+
+
+def find(program: Program) -> Match | str:
+    """The first softmax-weighted reduction `split_k` can rewrite, or why there is none."""
+    why = "no max over a loop read only by exp(x - max)"
+    single = {op.name: op.statements[0] for op in program.ops if len(op.statements) == 1}
+    for m in single.values():
+        if m.reduce != "max" or len(m.reduction_loops) != 1:
+            continue
+        readers = [st for op in program.ops for st in op.statements if any(a.tensor == m.target for a in st.reads())]
+        found = _exp_of_running_max(m, readers)
+        if found is None:
+            continue
+        e, scale = found
+        matched = _match(program, single, m, e, scale)
+        if isinstance(matched, Match):
+            return matched
+        why = matched
+    return why
+
+
+def _match(program: Program, single: dict, m: Statement, e: Statement, scale: float) -> Match | str:
+    if e.target not in single or m.target in program.outputs or e.target in program.outputs:
+        return f"{m.target} or {e.target} is a program output or shares its op"
+    t_m = m.reduction_loops[0].name
+    x_m = next(a for a in m.reads() if t_m in {l for i in a.indices for l in i.loops})
+    x_e = next((a for a in e.reads() if a.tensor == x_m.tensor), None)
+    if x_e is None:
+        return f"{e.target} does not read {x_m.tensor}"
+    t_e = next((i.single_loop for j, i in zip(x_m.indices, x_e.indices) if j.single_loop == t_m), None)
+    if t_e is None or t_e not in {idx.single_loop for idx in e.target_indices}:
+        return f"{e.target} does not keep {m.target}'s loop {t_m}"
+    t_dim = [idx.single_loop for idx in e.target_indices].index(t_e)
+    readers = [st for op in program.ops for st in op.statements if any(a.tensor == e.target for a in st.reads())]
+    plain, weighted = [], []
+    for st in readers:
+        read = _linear_in(st, e.target)
+        if read is None or st.target not in single or len(st.reduction_loops) != 1:
+            return f"{st.target} reads {e.target} other than as one sum over {t_e}"
+        t_s = read.indices[t_dim].single_loop
+        if t_s != st.reduction_loops[0].name:
+            return f"{st.target} does not sum {e.target} over {t_e}"
+        (plain if st.expr == read else weighted).append((st, t_s))
+    if len(plain) != 1 or len(weighted) != 1:
+        return f"{e.target} is not read by one plain sum and one weighted sum"
+    (z, t_z), (o, t_o) = plain[0], weighted[0]
+    o_read = _linear_in(o, e.target)
+    rows = {i.single_loop for i in o_read.indices}
+    values = [l for l in o.output_loops if l.name not in rows]
+    if len(values) != 1:
+        return f"{o.target} has {len(values)} value loops (one expected)"
+    v = values[0]
+    direct = [f for f in _factors(o.expr) if isinstance(f, Access) and f.tensor != e.target and f.pad == 0.0
+              and any(i.single_loop == v.name and program.tensor(f.tensor).shape[d] == v.extent
+                      for d, i in enumerate(f.indices))]
+    if not direct:
+        return f"no factor of {o.target} reads its value loop {v.name} directly"
+    return Match(m, e, z, o, scale, t_m, t_e, t_z, t_o, v.name, m.reduction_loops[0].extent)
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name = base
+    while name in taken:
+        name += "_"
+    return name
+
+
+def split_k(program: Program, chunks: int, match: Match | None = None) -> Program | str:
+    """`program` with its softmax-weighted reduction split in `chunks` chunks of the reduced
+    loop, then combined (module docstring); or why it does not apply."""
+    match = match or find(program)
+    if isinstance(match, str):
+        return match
+    done = _split(program, chunks, match)
+    return done if isinstance(done, str) else done[0]
+
+
+def _split(program: Program, chunks: int, match: Match):
+    """(the split program, {"m", "e", "o", "packed", "weight": the new tensors' names}), or why not."""
+    T = match.extent
+    if not 2 <= chunks <= T:
+        return f"{chunks} chunks of {T} positions"
+    U = -(-T // chunks)
+    chunks = -(-T // U)                 # no empty chunk: every chunk's max is finite
+    taken = {t.name for t in program.tensors}
+    names = {k: _fresh(f"{getattr(match, k).target}_{suffix}", taken)
+             for k, suffix in (("m", "chunk_max"), ("e", "chunk_exp"), ("o", "chunk_sum"))}
+    packed = _fresh(f"{match.o.target}_chunks", taken | set(names.values()))
+    weight = _fresh(f"{match.o.target}_weight", taken | set(names.values()) | {packed})
+    every = {l for st in (match.m, match.e, match.z, match.o) for l in st.loop_names}
+    c, u = _fresh("c", every), _fresh("u", every | {"c"})
+    chunk = Loop(c, chunks)
+    D = dict((l.name, l.extent) for l in match.o.loops)[match.v]
+    statements = _chunk_statements(match, names, c, u, chunks, U, D)
+    mc, ec, oc = statements
+    pc = _packed(match, names, packed, c, chunks, D)
+    combine = _combine(match, names, packed, weight, chunk, D)
+    tensor = lambda name, st: Tensor(name, program.tensor(match.o.target).dtype,  # noqa: E731
+                                     tuple(_extent(st, i) for i in st.target_indices), "intermediate")
+    new_tensors = [tensor(names["m"], mc), tensor(names["e"], ec), tensor(names["o"], oc), tensor(packed, pc),
+                   tensor(weight, combine[1])]
+    new_ops = {match.m.target: [mc, ec, oc, pc, combine[0], combine[1]],
+               match.e.target: [], match.z.target: [combine[2]], match.o.target: [combine[3]]}
+    ops = []
+    for op in program.ops:
+        if op.name not in new_ops:
+            ops.append(op)
+            continue
+        for st in new_ops[op.name]:
+            reads = tuple(dict.fromkeys(a.tensor for a in st.reads()))
+            kind = "contraction" if st.reduce == "+" and st.reduction_loops else (
+                "reduction" if st.reduce else "elementwise")
+            ops.append(Op("comprehension", kind, reads, st.target, (), (st,), (), op.span))
+    keep = {t.name for t in program.tensors} - {match.e.target}
+    tensors = [t for t in program.tensors if t.name in keep] + new_tensors
+    rewrites = program.rewrites + ((RULE, (match.m.target, match.e.target, match.z.target, match.o.target)),)
+    return (replace(program, tensors=tuple(tensors), ops=tuple(ops), rewrites=rewrites),
+            dict(names, packed=packed, weight=weight))
+
+
+def _extent(st: Statement, index: Affine) -> int:
+    loop = index.single_loop
+    return st.extents[loop] if loop else index.const + 1
+
+
+def _chunked(st: Statement, t: str, c: str, u: str, chunks: int, U: int, T: int):
+    """(loop mapping t -> U*c + u, the statement's loops with t replaced by c first and u
+    last, its domain renamed with the tail cut)."""
+    at = {t: Affine.of({c: U, u: 1})}
+    loops = [Loop(c, chunks)] + [l for l in st.loops if l.name != t] + [Loop(u, U)]
+    domain = tuple(a.rename(at) for a in st.domain) + (Affine.of({c: -U, u: -1}, T - 1),)
+    return at, loops, domain
+
+
+def _chunk_statements(match: Match, names: dict, c: str, u: str, chunks: int, U: int, D: int):
+    m, e, o, T = match.m, match.e, match.o, match.extent
+    at, loops, domain = _chunked(m, match.t_m, c, u, chunks, U, T)
+    mc = Statement(names["m"], (Affine.var(c),) + m.target_indices, "max", _ordered(loops, m, c), rename_loops(m.expr, at),
+                   domain=domain)
+    at, loops, domain = _chunked(e, match.t_e, c, u, chunks, U, T)
+    m_read = next(a for a in e.reads() if a.tensor == m.target)
+    mc_read = Access(names["m"], (Affine.var(c),) + m_read.indices)
+    expr = substitute(rename_loops(e.expr, at), lambda x: mc_read if isinstance(x, Access) and x.tensor == m.target
+                      else None)
+    e_target = (Affine.var(c),) + tuple(Affine.var(u) if i.single_loop == match.t_e else i for i in e.target_indices)
+    ec = Statement(names["e"], e_target, None, _ordered(loops, e, c, u), expr, domain=domain)
+    at, loops, domain = _chunked(o, match.t_o, c, u, chunks, U, T)
+    loops = [Loop(l.name, D + 2) if l.name == match.v else l for l in loops]
+    e_read = _linear_in(o, e.target)
+    ec_read = Access(names["e"], (Affine.var(c),) + tuple(Affine.var(u) if i.single_loop == match.t_o else i
+                                                          for i in e_read.indices))
+    rest = [f for f in _factors(o.expr) if f != e_read]
+    value = rename_loops(_product(rest), at)
+    ones = Call("equal", (IndexValue(Affine.var(match.v)), Const(float(D))))
+    oc = Statement(names["o"], (Affine.var(c),) + o.target_indices, "+", _ordered(loops, o, c),
+                   BinOp("*", ec_read, BinOp("+", value, ones)), domain=domain)
+    return mc, ec, oc
+
+
+def _ordered(loops: list[Loop], st: Statement, c: str, u: str | None = None) -> tuple[Loop, ...]:
+    """Output loops first in target order (c, then the statement's), then reductions."""
+    outs = [c] + [i.single_loop for i in st.target_indices if i.single_loop]
+    if u is not None:
+        outs = [c] + [u if i.single_loop not in {l.name for l in loops} else i.single_loop
+                      for i in st.target_indices]
+    by = {l.name: l for l in loops}
+    first = [by[n] for n in outs if n in by]
+    return tuple(first + [l for l in loops if l.name not in outs])
+
+
+def _product(factors: list):
+    out = factors[0]
+    for f in factors[1:]:
+        out = BinOp("*", out, f)
+    return out
+
+
+def _packed(match: Match, names: dict, packed: str, c: str, chunks: int, D: int) -> Statement:
+    """Pc[c, .., v] = select(v == D + 1, Mc[c, ..], Oc[c, .., v]) over O's output loops."""
+    o, m = match.o, match.m
+    rows = _rows_in_o(match)
+    loops = (Loop(c, chunks),) + tuple(Loop(l.name, D + 2) if l.name == match.v else l for l in o.output_loops)
+    target = (Affine.var(c),) + o.target_indices
+    mc = Access(names["m"], (Affine.var(c),) + tuple(i.rename(rows) for i in m.target_indices))
+    is_max = Call("equal", (IndexValue(Affine.var(match.v)), Const(float(D + 1))))
+    return Statement(packed, target, None, loops, Call("select", (is_max, mc, Access(names["o"], target))))
+
+
+def _rows_in_o(match: Match) -> dict:
+    """{M's output loop: the O loop over the same softmax row}, through E's dimensions."""
+    e, m, o = match.e, match.m, match.o
+    x_m = next(a for a in m.reads() if match.t_m in {l for i in a.indices for l in i.loops})
+    x_e = next(a for a in e.reads() if a.tensor == x_m.tensor)
+    m_to_e = {a.single_loop: b.single_loop for a, b in zip(x_m.indices, x_e.indices) if a.single_loop}
+    o_read = _linear_in(o, e.target)
+    e_to_o = {a.single_loop: b.single_loop for a, b in zip(e.target_indices, o_read.indices)}
+    return {k: Affine.var(e_to_o[v]) for k, v in m_to_e.items() if v in e_to_o}
+
+
+def _rows_in_o_for_z(match: Match) -> dict:
+    e, z, o = match.e, match.z, match.o
+    z_read, o_read = _linear_in(z, e.target), _linear_in(o, e.target)
+    return {a.single_loop: Affine.var(b.single_loop) for a, b in zip(z_read.indices, o_read.indices)}
+
+
+def _combine(match: Match, names: dict, packed: str, weight: str, chunk: Loop, D: int) -> list[Statement]:
+    """M, W, Z and O from the chunks' packed [o_c, l_c, m_c] (module docstring)."""
+    m, z, o = match.m, match.z, match.o
+    c = Affine.var(chunk.name)
+    rows = [l for l in o.output_loops if l.name != match.v]
+    m_rows = _rows_in_o(match)
+    m_target = tuple(i.rename(m_rows) for i in m.target_indices)
+    z_target = tuple(i.rename(_rows_in_o_for_z(match)) for i in z.target_indices)
+    at = lambda col: Access(packed, (c,) + tuple(Affine.constant(col) if i.single_loop == match.v else i  # noqa: E731
+                                                 for i in o.target_indices))
+    row_loops = tuple(rows)
+    w_target = (c,) + tuple(i for i in o.target_indices if i.single_loop != match.v)
+    m_loops = tuple(l for l in rows if any(l.name in i.loops for i in m_target))
+    new_m = Statement(m.target, m_target, "max", m_loops + (chunk,), at(D + 1))
+    w = Statement(weight, w_target, None, (chunk,) + row_loops,
+                  Call("exp", (BinOp("*", Const(match.scale), BinOp("-", at(D + 1), Access(m.target, m_target))),)))
+    z_loops = tuple(l for l in rows if any(l.name in i.loops for i in z_target))
+    new_z = Statement(z.target, z_target, "+", z_loops + (chunk,), BinOp("*", Access(weight, w_target), at(D)),
+                      span=z.span)
+    o_loops = tuple(l for l in o.output_loops) + (chunk,)
+    new_o = Statement(o.target, o.target_indices, "+", o_loops,
+                      BinOp("*", Access(weight, w_target), Access(packed, (c,) + o.target_indices)), span=o.span)
+    return [new_m, w, new_z, new_o]
+
+
+# --------------------------------------------------------------------------- the pipeline step
+
+
+def row_capacity(target) -> int:
+    """Softmax rows the machine takes at once: every systolic array's PE rows, or every
+    lane of every SIMT / vector unit."""
+    spec = target.compute
+    return spec.units * (spec.pe_rows if spec.kind == "systolic" else spec.lanes)
+
+
+def chunk_counts(match: Match, target) -> list[int]:
+    """The chunk counts the cost model compares: powers of two from 2 while a chunk keeps
+    MIN_CHUNK positions, up to what fills the machine's units twice over (more only adds
+    combine work and partial results)."""
+    units = max(1, target.compute.units)
+    most = min(match.extent // MIN_CHUNK, max(2, 2 * units * max(1, row_capacity(target) // max(1, units))
+                                            // max(1, match.rows)))
+    counts, n = [], 2
+    while n <= most:
+        counts.append(n)
+        n *= 2
+    return counts
+
+
+def split_k_plan(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[dict]]:
+    """(plan, log, rollbacks): `plan` with the decode attention split in chunks where the
+    cost model finds that faster (module docstring), else `plan` and why not."""
+    log: list[dict] = []
+    rollbacks: list[dict] = []
+    program = ctx.program
+    match = find(program)
+    if isinstance(match, str):
+        return plan, log, rollbacks         # no softmax-weighted reduction: nothing to say
+    ops = [match.m.target, match.e.target, match.z.target, match.o.target]
+    capacity = row_capacity(ctx.target)
+    if match.rows >= capacity:
+        log.append(rule_entry(RULE, PASS, ops, False,
+                              f"{match.rows} softmax rows fill the machine ({capacity} rows at once): not split"))
+        return plan, log, rollbacks
+    best = None
+    tried = []
+    for chunks in chunk_counts(match, ctx.target):
+        with transaction(rollbacks, PASS, f"{RULE} with {chunks} chunks", then="that chunk count is not taken") as step:
+            found = _planned(plan, ctx, match, chunks)
+        if step.failed:
+            continue
+        if isinstance(found, str):
+            log.append(rule_entry(RULE, PASS, ops, False, found))
+            return plan, log, rollbacks
+        tried.append(f"{chunks}: {found[1] * 1e6:.1f} us")
+        if best is None or found[1] < best[1]:
+            best = found + (chunks,)
+    if best is None:
+        return plan, log, rollbacks
+    new_plan, seconds, before, replaced, chunks = best
+    if seconds >= before * (1 - MIN_GAIN):
+        log.append(rule_entry(RULE, PASS, ops, False,
+                              f"{match.rows} rows of {capacity}: no gain: {before * 1e6:.1f} us as planned vs "
+                              f"split in chunks {', '.join(tried)}"))
+        return plan, log, rollbacks
+    problem = _verified(new_plan, ctx, replaced)
+    if problem:
+        rollbacks.append(rollback_entry(PASS, "", f"{RULE}: {problem}"))
+        log.append(rule_entry(RULE, PASS, ops, False, f"rolled back: {problem}"))
+        return plan, log, rollbacks
+    T = match.extent
+    log.append(rule_entry(RULE, PASS, ops, True,
+                          f"{match.rows} softmax rows of the {capacity} the machine takes at once: {match.t_m} "
+                          f"({T}) split in {chunks} chunks of {-(-T // chunks)} ({before / seconds:.2f}x: "
+                          f"{before * 1e6:.1f} -> {seconds * 1e6:.1f} us, the combine included; chunks tried "
+                          f"{', '.join(tried)})"))
+    return new_plan, log, rollbacks
+
+
+def _planned(plan: Plan, ctx: PassContext, match: Match, chunks: int):
+    """(plan, seconds, seconds of the kernels it replaces, replaced kernel names) with the
+    reduction split in `chunks`, or why it cannot be."""
+    from ..canon import evaluate
+
+    done = _split(ctx.program, chunks, match)
+    if isinstance(done, str):
+        return done
+    new, names = done
+    new = replace(new, rewrites=plan.program.rewrites + new.rewrites[-1:])
+    by_name = {op.name: op for op in new.ops}
+    kept_k, kept_s, covered = [], [], set()
+    for kernel, schedule in zip(plan.kernels, plan.schedules):
+        if all(name in by_name and by_name[name] == _op_of(plan.program, name) for name in kernel.ops) \
+                and not set(kernel.ops) & {match.m.target, match.z.target, match.o.target}:
+            kept_k.append(kernel)
+            kept_s.append(schedule)
+            covered |= set(kernel.ops)
+    replaced = [k for k in plan.kernels if k not in kept_k]
+    before = sum(evaluate(s, ctx.target).time_s for k, s in zip(plan.kernels, plan.schedules) if k in replaced)
+    chunk_ops = _chunk_ops(new, names, covered)
+    combine_ops = _combine_ops(new, match, names, covered | set(chunk_ops))
+    made = []
+    for ops, anchor in ((chunk_ops, names["o"]), (combine_ops, match.o.target)):
+        found = _kernel(new, ops, anchor, ctx)
+        if isinstance(found, str):
+            return found
+        made.append(found)
+        covered |= set(ops)
+    from ..baselines import library_schedule
+
+    for op in new.ops:                  # what else the replaced kernels ran: one kernel each
+        if op.name not in covered:
+            kernel = Kernel.from_ops(new, [op.name])
+            made.append(library_schedule(new, kernel, ctx))
+            covered.add(op.name)
+    schedules = kept_s + made
+    position = {op.name: i for i, op in enumerate(new.ops)}
+    schedules.sort(key=lambda s: min(position[o] for o in s.kernel.ops))
+    new_plan = Plan(new, tuple(s.kernel for s in schedules), tuple(schedules), plan.label)
+    seconds = sum(evaluate(s, ctx.target).time_s for s in made)
+    return new_plan, seconds, before, [s.kernel.name for s in made]
+
+
+def _op_of(program: Program, name: str):
+    return program.op(name) if any(op.name == name for op in program.ops) else None
+
+
+def _chunk_ops(program: Program, names: dict, covered: set[str]) -> list[str]:
+    """The chunk kernel's ops: Mc, Ec, Oc, Pc and, upstream, each producer of a tensor only
+    they read (the scores and their mask), in program order."""
+    chosen = {names["m"], names["e"], names["o"], names["packed"]}
+    grew = True
+    while grew:
+        grew = False
+        for op in program.ops:
+            if op.name in chosen or op.name in covered or op.name in program.outputs:
+                continue
+            readers = {r.name for r in program.readers(op.name)}
+            if readers and readers <= chosen and op.statements and not op.statements[0].in_place:
+                chosen.add(op.name)
+                grew = True
+    return [op.name for op in program.ops if op.name in chosen]
+
+
+def _combine_ops(program: Program, match: Match, names: dict, covered: set[str]) -> list[str]:
+    """M, W, Z, O and the elementwise readers of O that read nothing else made outside (Y = O / Z)."""
+    chosen = {match.m.target, names["weight"], match.z.target, match.o.target}
+    inputs = {t.name for t in program.inputs}
+    for op in program.readers(match.o.target):
+        if op.op_class in ("elementwise", "broadcast") and set(op.inputs) <= chosen | inputs:
+            chosen.add(op.name)
+    return [op.name for op in program.ops if op.name in chosen and op.name not in covered]
+
+
+def _kernel(program: Program, ops: list[str], anchor: str, ctx: PassContext) -> Schedule | str:
+    """The kernel of `ops` anchored at `anchor`, every internal tensor before it computed at
+    its tiles, searched and scheduled like a chain (`rules.chains`)."""
+    from ..ir.loopnest import ComputeAtError, regions
+    from .chains import _scheduled_chain, _search_chain
+    from .fusion import _kernel_name
+
+    kernel = Kernel.from_ops(program, ops, name=_kernel_name(ops), anchor=anchor)
+    for st in reversed(kernel.statements[:kernel.anchor]):
+        if st.target in kernel.internals:
+            kernel = kernel.with_compute_at(st.target, kernel.loop_names[0], "")
+    try:
+        if kernel.compute_at:
+            regions(kernel)
+    except ComputeAtError as err:
+        return f"cannot compute the chunk's scores at its tiles: {err}"
+    found = _search_chain(program, kernel, ctx, float("inf"))
+    if isinstance(found, str):
+        return found
+    return _scheduled_chain(program, found[0], ctx)[0]
+
+
+def _verified(plan: Plan, ctx: PassContext, made: list[str]) -> str:
+    """'' where the split program computes what the source does (`ctx.verify`: the
+    interpreter) and each new kernel's schedule is legal and runs tile by tile as the
+    untiled kernel; else the reason."""
+    from ..verify import verify_schedule
+
+    verdict = ctx.verify(plan.program)
+    if not verdict:
+        return f"the split changes the result: {verdict.reason}"
+    for kernel, schedule in zip(plan.kernels, plan.schedules):
+        if kernel.name in made:
+            problem = verify_schedule(schedule, plan.program, ctx)
+            if problem:
+                return f"kernel {kernel.name}: {problem}"
+    return plan.order_problem() or ""
+
+
+def split_k_step(plan: Plan, ctx: PassContext, log: list, rollbacks: list) -> Plan:
+    """`split_k_plan` as a transaction: an internal fault leaves `plan` with a rollback entry."""
+    with transaction(rollbacks, PASS, RULE, then="the attention is not split"):
+        new_plan, entries, undone = split_k_plan(plan, ctx)
+        log.extend(entries)
+        rollbacks.extend(undone)
+        return new_plan
+    return plan
