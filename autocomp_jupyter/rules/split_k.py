@@ -166,10 +166,19 @@ def _split(program: Program, chunks: int, match: Match):
     packed = _fresh(f"{match.o.target}_chunks", taken | set(names.values()))
     weight = _fresh(f"{match.o.target}_weight", taken | set(names.values()) | {packed})
     every = {l for st in (match.m, match.e, match.z, match.o) for l in st.loop_names}
+    D = dict((l.name, l.extent) for l in match.o.loops)[match.v]
+    upstream = _upstream(program, match)
+    every |= {l for st, _, _ in upstream.values() for l in st.loop_names}
     c, u = _fresh("c", every), _fresh("u", every | {"c"})
     chunk = Loop(c, chunks)
-    D = dict((l.name, l.extent) for l in match.o.loops)[match.v]
-    statements = _chunk_statements(match, names, c, u, chunks, U, D)
+    moved = {name: (name, dim) for name, (_, _, dim) in upstream.items()}
+    rewritten = {}
+    for name, (st, t, dim) in upstream.items():
+        at, loops, domain = _chunked(st, t, c, u, chunks, U, T)
+        target = (Affine.var(c),) + tuple(Affine.var(u) if j == dim else i for j, i in enumerate(st.target_indices))
+        rewritten[name] = replace(st, target_indices=target, loops=_ordered(loops, st, c, u),
+                                  expr=_reindex(st.expr, t, moved, c, u, U), domain=domain)
+    statements = _chunk_statements(match, names, moved, c, u, chunks, U, D)
     mc, ec, oc = statements
     pc = _packed(match, names, packed, c, chunks, D)
     combine = _combine(match, names, packed, weight, chunk, D)
@@ -181,6 +190,9 @@ def _split(program: Program, chunks: int, match: Match):
                match.e.target: [], match.z.target: [combine[2]], match.o.target: [combine[3]]}
     ops = []
     for op in program.ops:
+        if op.name in rewritten:
+            ops.append(replace(op, statements=(rewritten[op.name],)))
+            continue
         if op.name not in new_ops:
             ops.append(op)
             continue
@@ -190,7 +202,9 @@ def _split(program: Program, chunks: int, match: Match):
                 "reduction" if st.reduce else "elementwise")
             ops.append(Op("comprehension", kind, reads, st.target, (), (st,), (), op.span))
     keep = {t.name for t in program.tensors} - {match.e.target}
-    tensors = [t for t in program.tensors if t.name in keep] + new_tensors
+    tensors = [t if t.name not in rewritten else
+               replace(t, shape=tuple(_extent(rewritten[t.name], i) for i in rewritten[t.name].target_indices))
+               for t in program.tensors if t.name in keep] + new_tensors
     rewrites = program.rewrites + ((RULE, (match.m.target, match.e.target, match.z.target, match.o.target)),)
     return (replace(program, tensors=tuple(tensors), ops=tuple(ops), rewrites=rewrites),
             dict(names, packed=packed, weight=weight))
@@ -210,29 +224,81 @@ def _chunked(st: Statement, t: str, c: str, u: str, chunks: int, U: int, T: int)
     return at, loops, domain
 
 
-def _chunk_statements(match: Match, names: dict, c: str, u: str, chunks: int, U: int, D: int):
+def _chunk_statements(match: Match, names: dict, moved: dict, c: str, u: str, chunks: int, U: int, D: int):
     m, e, o, T = match.m, match.e, match.o, match.extent
     at, loops, domain = _chunked(m, match.t_m, c, u, chunks, U, T)
-    mc = Statement(names["m"], (Affine.var(c),) + m.target_indices, "max", _ordered(loops, m, c), rename_loops(m.expr, at),
-                   domain=domain)
+    mc = Statement(names["m"], (Affine.var(c),) + m.target_indices, "max", _ordered(loops, m, c),
+                   _reindex(m.expr, match.t_m, moved, c, u, U), domain=domain)
     at, loops, domain = _chunked(e, match.t_e, c, u, chunks, U, T)
     m_read = next(a for a in e.reads() if a.tensor == m.target)
     mc_read = Access(names["m"], (Affine.var(c),) + m_read.indices)
-    expr = substitute(rename_loops(e.expr, at), lambda x: mc_read if isinstance(x, Access) and x.tensor == m.target
-                      else None)
+    expr = substitute(_reindex(e.expr, match.t_e, moved, c, u, U),
+                      lambda x: mc_read if isinstance(x, Access) and x.tensor == m.target else None)
     e_target = (Affine.var(c),) + tuple(Affine.var(u) if i.single_loop == match.t_e else i for i in e.target_indices)
     ec = Statement(names["e"], e_target, None, _ordered(loops, e, c, u), expr, domain=domain)
     at, loops, domain = _chunked(o, match.t_o, c, u, chunks, U, T)
     loops = [Loop(l.name, D + 2) if l.name == match.v else l for l in loops]
     e_read = _linear_in(o, e.target)
-    ec_read = Access(names["e"], (Affine.var(c),) + tuple(Affine.var(u) if i.single_loop == match.t_o else i
-                                                          for i in e_read.indices))
+    t_dim = [i.single_loop for i in e_read.indices].index(match.t_o)
+    with_e = dict(moved, **{e.target: (names["e"], t_dim)})
+    ec_read = _reindex(e_read, match.t_o, with_e, c, u, U)
     rest = [f for f in _factors(o.expr) if f != e_read]
-    value = rename_loops(_product(rest), at)
+    value = _reindex(_product(rest), match.t_o, moved, c, u, U)
     ones = Call("equal", (IndexValue(Affine.var(match.v)), Const(float(D))))
     oc = Statement(names["o"], (Affine.var(c),) + o.target_indices, "+", _ordered(loops, o, c),
                    BinOp("*", ec_read, BinOp("+", value, ones)), domain=domain)
     return mc, ec, oc
+
+
+def _reindex(expr, t: str, moved: dict, c: str, u: str, U: int):
+    """`expr` with t = U*c + u: a read of a chunked tensor ({name: (new name, its t
+    dimension)}) at t becomes a read at [c, .., u, ..]; any other use of t becomes U*c + u."""
+    def chunked(x):
+        if isinstance(x, Access) and x.tensor in moved:
+            name, dim = moved[x.tensor]
+            if x.indices[dim].single_loop == t:
+                return Access(name, (Affine.var(c),) + tuple(Affine.var(u) if j == dim else i
+                                                             for j, i in enumerate(x.indices)))
+        return None
+    return rename_loops(substitute(expr, chunked), {t: Affine.of({c: U, u: 1})})
+
+
+def _upstream(program: Program, match: Match) -> dict:
+    """{tensor: (its statement, the statement's loop along t, the tensor's dimension along
+    t)} for the scores the softmax reads and their producers along t, each read only by the
+    softmax or by other such producers, not an output, its op of one statement and not an
+    in-place update: what the chunk kernel computes at its tiles, chunked like the softmax."""
+    x = next(a for a in match.m.reads() if match.t_m in {l for i in a.indices for l in i.loops})
+    dims = [i.single_loop for i in x.indices]
+    if dims.count(match.t_m) != 1:
+        return {}
+    found: dict = {}
+    frontier = [(x.tensor, dims.index(match.t_m))]
+    softmax = {match.m.target, match.e.target}
+    while frontier:
+        name, dim = frontier.pop()
+        op = program.producer(name)
+        if op is None or name in found or name in program.outputs or len(op.statements) != 1:
+            continue
+        st = op.statements[0]
+        t = st.target_indices[dim].single_loop
+        if t is None or st.in_place or st.rescale:
+            continue
+        found[name] = (st, t, dim)
+        for a in st.reads():
+            hits = [j for j, i in enumerate(a.indices) if i.single_loop == t]
+            if len(hits) == 1 and not a.indirect and sum(t in i.loops for i in a.indices) == 1:
+                frontier.append((a.tensor, hits[0]))
+    # keep only producers every reader of which is the softmax or another kept producer
+    changed = True
+    while changed:
+        changed = False
+        for name in list(found):
+            readers = {r.name for r in program.readers(name)}
+            if not readers <= softmax | set(found):
+                del found[name]
+                changed = True
+    return found
 
 
 def _ordered(loops: list[Loop], st: Statement, c: str, u: str | None = None) -> tuple[Loop, ...]:
@@ -391,24 +457,24 @@ def _planned(plan: Plan, ctx: PassContext, match: Match, chunks: int):
     new, names = done
     new = replace(new, rewrites=plan.program.rewrites + new.rewrites[-1:])
     by_name = {op.name: op for op in new.ops}
-    kept_k, kept_s, covered = [], [], set()
+    chunk_ops = _chunk_ops(new, names)
+    combine_ops = _combine_ops(new, match, names, set(chunk_ops))
+    taken = set(chunk_ops) | set(combine_ops)
+    kept_k, kept_s, covered = [], [], set(taken)
     for kernel, schedule in zip(plan.kernels, plan.schedules):
         if all(name in by_name and by_name[name] == _op_of(plan.program, name) for name in kernel.ops) \
-                and not set(kernel.ops) & {match.m.target, match.z.target, match.o.target}:
+                and not set(kernel.ops) & taken:
             kept_k.append(kernel)
             kept_s.append(schedule)
             covered |= set(kernel.ops)
     replaced = [k for k in plan.kernels if k not in kept_k]
     before = sum(evaluate(s, ctx.target).time_s for k, s in zip(plan.kernels, plan.schedules) if k in replaced)
-    chunk_ops = _chunk_ops(new, names, covered)
-    combine_ops = _combine_ops(new, match, names, covered | set(chunk_ops))
     made = []
     for ops, anchor in ((chunk_ops, names["o"]), (combine_ops, match.o.target)):
         found = _kernel(new, ops, anchor, ctx)
         if isinstance(found, str):
             return found
         made.append(found)
-        covered |= set(ops)
     from ..baselines import library_schedule
 
     for op in new.ops:                  # what else the replaced kernels ran: one kernel each
@@ -428,7 +494,7 @@ def _op_of(program: Program, name: str):
     return program.op(name) if any(op.name == name for op in program.ops) else None
 
 
-def _chunk_ops(program: Program, names: dict, covered: set[str]) -> list[str]:
+def _chunk_ops(program: Program, names: dict) -> list[str]:
     """The chunk kernel's ops: Mc, Ec, Oc, Pc and, upstream, each producer of a tensor only
     they read (the scores and their mask), in program order."""
     chosen = {names["m"], names["e"], names["o"], names["packed"]}
@@ -436,7 +502,7 @@ def _chunk_ops(program: Program, names: dict, covered: set[str]) -> list[str]:
     while grew:
         grew = False
         for op in program.ops:
-            if op.name in chosen or op.name in covered or op.name in program.outputs:
+            if op.name in chosen or op.name in program.outputs:
                 continue
             readers = {r.name for r in program.readers(op.name)}
             if readers and readers <= chosen and op.statements and not op.statements[0].in_place:
