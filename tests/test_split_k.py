@@ -1,0 +1,107 @@
+"""Split-K decode (FlashDecoding): the rewrite is exact (GQA, a chunk that does not divide the
+cache, with and without the cache write), the host C of the split program matches the
+interpreter, and the pipeline step splits decode where the cost model gains and never prefill."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import autocomp_jupyter as autocomp
+from autocomp_jupyter import interp
+from autocomp_jupyter.accel.target import load_target
+from autocomp_jupyter.dsl import parse
+from autocomp_jupyter.interp import equivalent
+from autocomp_jupyter.rules.split_k import chunk_counts, find, row_capacity, split_k
+
+# GQA: 2 KV heads, 3 query heads each; 37 cache positions (no chunk count divides it but 37)
+DECODE = """input  q:   f32[2, 3, 8]
+input  Kc:  f32[2, 37, 8]
+input  Vc:  f32[2, 37, 8]
+input  pos: i32[1]
+S[g, r, t] += q[g, r, d] * Kc[g, t, d] * 0.125
+Sm[g, r, t] = select(less_equal(t, pos[0]), S[g, r, t], 0 - 1000000000)
+M[g, r] max= Sm[g, r, t]
+E[g, r, t] = exp(Sm[g, r, t] - M[g, r])
+Z[g, r] += E[g, r, t]
+O[g, r, d] += E[g, r, t] * Vc[g, t, d]
+Y[g, r, d] = O[g, r, d] / Z[g, r]
+output Y
+"""
+WRITE = """input  q:   f32[2, 3, 8]
+input  kn:  f32[2, 8]
+input  vn:  f32[2, 8]
+input  Kc:  f32[2, 37, 8]
+input  Vc:  f32[2, 37, 8]
+input  pos: i32[1]
+K2[g, t, d] = select(equal(t, pos[0]), kn[g, d], Kc[g, t, d])
+V2[g, t, d] = select(equal(t, pos[0]), vn[g, d], Vc[g, t, d])
+S[g, r, t] += q[g, r, d] * K2[g, t, d] * 0.125
+Sm[g, r, t] = select(less_equal(t, pos[0]), S[g, r, t], 0 - 1000000000)
+M[g, r] max= Sm[g, r, t]
+E[g, r, t] = exp(Sm[g, r, t] - M[g, r])
+Z[g, r] += E[g, r, t]
+O[g, r, d] += E[g, r, t] * V2[g, t, d]
+Y[g, r, d] = O[g, r, d] / Z[g, r]
+output Y, K2, V2
+"""
+
+
+def _reference(inputs: dict) -> np.ndarray:
+    s = np.einsum("grd,gtd->grt", inputs["q"], inputs["Kc"]) * 0.125
+    s[:, :, inputs["pos"][0] + 1:] = -1e9
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("grt,gtd->grd", p / p.sum(-1, keepdims=True), inputs["Vc"])
+
+
+@pytest.mark.parametrize("chunks", [2, 5, 7, 37])
+def test_split_is_exact_for_any_chunk_count(chunks):
+    program = parse(DECODE)
+    split = split_k(program, chunks)
+    rng = np.random.default_rng(chunks)
+    inputs = {"q": rng.standard_normal((2, 3, 8)).astype(np.float32),
+              "Kc": rng.standard_normal((2, 37, 8)).astype(np.float32),
+              "Vc": rng.standard_normal((2, 37, 8)).astype(np.float32), "pos": np.array([20], dtype=np.int32)}
+    got = interp.run(split, inputs)["Y"]
+    assert np.abs(got - _reference(inputs)).max() < 1e-5
+    assert equivalent(program, split).ok
+    # the tail chunk is cut by the domain: 37 positions in chunks of ceil(37 / chunks)
+    size = -(-37 // chunks)
+    chunk_max = next(st for st in split.statements if st.target == "M_chunk_max")
+    assert chunk_max.points == 2 * 3 * 37 and chunk_max.extents["u"] == size
+
+
+def test_split_with_the_cache_write_keeps_the_write_and_is_exact():
+    program = parse(WRITE)
+    split = split_k(program, 4)
+    assert {op.name for op in split.ops} >= {"K2", "V2", "M_chunk_max", "O_chunks", "O_weight"}
+    assert equivalent(program, split).ok
+
+
+def test_find_refuses_what_it_cannot_split():
+    no_sum = DECODE.replace("Z[g, r] += E[g, r, t]\n", "").replace("O[g, r, d] / Z[g, r]", "O[g, r, d]")
+    assert isinstance(find(parse(no_sum)), str)
+    assert "one plain sum and one weighted sum" in find(parse(no_sum))
+
+
+def test_chunk_counts_fill_the_machine_and_prefill_is_never_split():
+    gpu = load_target("gpu")
+    match = find(parse(DECODE.replace("37", "4096")))
+    counts = chunk_counts(match, gpu)
+    assert counts[0] == 2 and max(counts) * match.rows >= gpu.compute.units
+    prefill = DECODE.replace("f32[2, 3, 8]", "f32[2, 2048, 8]").replace("37", "64")
+    assert find(parse(prefill)).rows >= row_capacity(gpu)
+
+
+def test_the_pipeline_does_not_split_rows_that_fill_the_array():
+    # 2 x 16 query rows on gemmini's 16 PE rows: the array is full unsplit (as at prefill)
+    program = DECODE.replace("f32[2, 3, 8]", "f32[2, 16, 8]")
+    report = autocomp.optimize(program, target="gemmini", tune=0).report
+    entry = next(e for e in report["rules"] if e["rule"] == "split_k")
+    assert not entry["applied"] and "32 softmax rows fill the machine (16 rows at once)" in entry["why"]
+    assert report["verified"] and not any("chunk" in k["name"] for k in report["kernels"])
+
+
+def test_host_c_of_the_split_program_matches_the_interpreter():
+    split = split_k(parse(DECODE), 5)
+    measured = autocomp.optimize(split, target="host", tune=0, measure=True).report["measured"]
+    assert measured["matches_interpreter"], measured["reason"]
