@@ -105,3 +105,28 @@ def test_host_c_of_the_split_program_matches_the_interpreter():
     split = split_k(parse(DECODE), 5)
     measured = autocomp.optimize(split, target="host", tune=0, measure=True).report["measured"]
     assert measured["matches_interpreter"], measured["reason"]
+
+
+# Tutorial 09, Exercise 4: the notebook ships `n_chunks = ...`; this is the answer to inject.
+SPLIT_CHUNKS_SOLUTION = "n_chunks = 16"
+
+
+def test_tutorial_check_split_chunks_accepts_the_solution_and_refuses_the_rest():
+    import io
+    import sys
+    from contextlib import redirect_stdout
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tutorials"))
+    import checks
+
+    answer: dict = {}
+    exec(SPLIT_CHUNKS_SOLUTION, answer)
+    for value, ok, says in ((answer["n_chunks"], True, "✓ correct: 16 chunks of 256 positions: 128 blocks"),
+                            (14, True, "✓ correct"), (..., False, "✗ not yet: fill in n_chunks"),
+                            (8, False, "✗ not yet: 8 chunks x 8 heads = 64 blocks leave SMs idle"),
+                            (64, False, "✗ not yet: 64 chunks is more than filling")):
+        out = io.StringIO()
+        with redirect_stdout(out):
+            checks.check_split_chunks(value)
+        assert checks.LAST.ok is ok and out.getvalue().startswith(says), out.getvalue()
