@@ -398,7 +398,11 @@ def chunk_counts(match: Match, target) -> list[int]:
 
 def split_k_plan(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[dict]]:
     """(plan, log, rollbacks): `plan` with the decode attention split in chunks where the
-    cost model finds that faster (module docstring), else `plan` and why not."""
+    cost model finds that faster (module docstring), else `plan` and why not. A chunk count
+    whose split program's physical limit (`accel.limit`) is no faster than the plan is not
+    searched (on a systolic array a chunk shorter than the cache fills it no better)."""
+    from ..canon import evaluate
+
     log: list[dict] = []
     rollbacks: list[dict] = []
     program = ctx.program
@@ -412,8 +416,14 @@ def split_k_plan(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
                               f"{match.rows} softmax rows fill the machine ({capacity} rows at once): not split"))
         return plan, log, rollbacks
     best = None
-    tried = []
+    tried, floors, worse = [], [], 0
+    whole = sum(evaluate(s, ctx.target).time_s for s in plan.schedules)
     for chunks in chunk_counts(match, ctx.target):
+        floor = _floor(ctx, match, chunks)
+        if floor >= whole * (1 - MIN_GAIN):
+            # no schedule of the split program beats its physical limit: not searched
+            floors.append(f"{chunks}: {floor * 1e6:.1f} us")
+            continue
         with transaction(rollbacks, PASS, f"{RULE} with {chunks} chunks", then="that chunk count is not taken") as step:
             found = _planned(plan, ctx, match, chunks)
         if step.failed:
@@ -423,8 +433,17 @@ def split_k_plan(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
             return plan, log, rollbacks
         tried.append(f"{chunks}: {found[1] * 1e6:.1f} us")
         if best is None or found[1] < best[1]:
-            best = found + (chunks,)
+            best, worse = found + (chunks,), 0
+        else:
+            worse += 1
+            if worse == 2:          # twice slower than the best: finer chunks only add combine work
+                break
     if best is None:
+        if floors:
+            log.append(rule_entry(RULE, PASS, ops, False,
+                                  f"{match.rows} rows of {capacity}: no gain possible: the plan takes "
+                                  f"{whole * 1e6:.1f} us and the split program's physical limit is at least that "
+                                  f"for every chunk count ({', '.join(floors)})"))
         return plan, log, rollbacks
     new_plan, seconds, before, replaced, chunks = best
     if seconds >= before * (1 - MIN_GAIN):
@@ -444,6 +463,14 @@ def split_k_plan(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
                           f"{before * 1e6:.1f} -> {seconds * 1e6:.1f} us, the combine included; chunks tried "
                           f"{', '.join(tried)})"))
     return new_plan, log, rollbacks
+
+
+def _floor(ctx: PassContext, match: Match, chunks: int) -> float:
+    """The physical limit of the program split in `chunks` (seconds)."""
+    from ..accel.limit import physical_limit
+
+    done = _split(ctx.program, chunks, match)
+    return float("inf") if isinstance(done, str) else physical_limit(done[0], ctx.target)["time_s"]
 
 
 def _planned(plan: Plan, ctx: PassContext, match: Match, chunks: int):
