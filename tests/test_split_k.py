@@ -130,3 +130,17 @@ def test_tutorial_check_split_chunks_accepts_the_solution_and_refuses_the_rest()
         with redirect_stdout(out):
             checks.check_split_chunks(value)
         assert checks.LAST.ok is ok and out.getvalue().startswith(says), out.getvalue()
+
+
+def test_a_large_split_is_checked_on_the_scaled_twin(monkeypatch):
+    from autocomp_jupyter import verify
+
+    source = DECODE.replace("37", "4096")
+    program = parse(source)
+    split = split_k(program, 16)
+    monkeypatch.setattr(verify, "EQUIVALENCE_POINTS", 1000)      # as if too large to run whole
+    ran = []
+    real = interp.equivalent
+    monkeypatch.setattr(interp, "equivalent", lambda a, b, seed=0: ran.append(max(a.tensor("Kc").shape)) or real(a, b, seed))
+    assert verify.equivalent_at_scale(program, split).ok
+    assert ran and ran[-1] < 4096                # the twin's cache, split by the replayed rewrite
