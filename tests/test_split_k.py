@@ -77,6 +77,16 @@ def test_split_with_the_cache_write_keeps_the_write_and_is_exact():
     assert equivalent(program, split).ok
 
 
+def test_a_softmax_normalised_before_the_weighted_sum_is_split_with_the_division_deferred():
+    normalised = DECODE.replace("O[g, r, d] += E[g, r, t] * Vc[g, t, d]\nY[g, r, d] = O[g, r, d] / Z[g, r]\n",
+                                "P[g, r, t] = E[g, r, t] / Z[g, r]\nY[g, r, d] += P[g, r, t] * Vc[g, t, d]\n")
+    program = parse(normalised)
+    assert find(program).p.target == "P"
+    split = split_k(program, 6)
+    assert "P" not in {op.name for op in split.ops} and str(split.op("Y").statements[0]).startswith("Y[g, r, d] = (Y_sum")
+    assert equivalent(program, split).ok
+
+
 def test_find_refuses_what_it_cannot_split():
     no_sum = DECODE.replace("Z[g, r] += E[g, r, t]\n", "").replace("O[g, r, d] / Z[g, r]", "O[g, r, d]")
     assert isinstance(find(parse(no_sum)), str)

@@ -9,8 +9,8 @@ them (what FlashDecoding does).
 When it applies (statement dataflow, op names do not matter):
 1. `M max= X[.., t, ..]` reduces over one loop t (extent T), its only reader
    `E = exp(k * (.. - M))` (k > 0, `online_softmax._exp_of_running_max`);
-2. E's readers are a plain sum `Z += E` and one weighted sum `O += E * V..` over t whose
-   value loop v (O's output loop E does not have) indexes a factor directly (V[.., v]);
+2. E's readers are a plain sum `Z += E` and one weighted sum `O += E * V..` over t with one
+   value loop v (O's output loop E does not have, extent D);
 3. M, E, Z and O are each an op of one statement; M and E are not program outputs;
 4. the softmax has fewer rows (M's points) than the array takes at once: the PE rows of
    every systolic array, or every SIMT/vector lane of every unit. Prefill fills it: the
@@ -22,15 +22,15 @@ sum and weighted sum; a kernel's computed-at tensors cannot leave it):
 
     Mc[c, ..]      max= X[.., U*c + u, ..]                        where U*c + u < T
     Ec[c, .., u]    = exp(k * (.. - Mc[c, ..]))                  (X read at U*c + u)
-    Oc[c, .., v]   += Ec[c, .., u] * (V[.., U*c + u, v] + (v == D))    v < D + 2
+    Oc[c, .., v]   += Ec[c, .., u] * select(v < D, V[.., U*c + u, v], v == D)    v < D + 2
     Pc[c, .., v]    = select(v == D + 1, Mc[c, ..], Oc[c, .., v])      # [o_c, l_c, m_c]
     M[..]          max= Pc[c, .., D + 1]
     W[c, ..]        = exp(k * (Pc[c, .., D + 1] - M[..]))
     Z[..]          += W[c, ..] * Pc[c, .., D]
     O[.., v]       += W[c, ..] * Pc[c, .., v]                     v < D
 
-V reads 0 past its last column (an out-of-range read), so column D of Oc sums Ec alone
-(the chunk's l_c) and column D + 1 is overwritten by the chunk's max. Readers of Z and O
+Column D of Oc sums Ec alone (the chunk's l_c) and column D + 1, 0 there, takes the chunk's
+max (a read of V past column D, out of range or into the next head, is discarded by the select). Readers of Z and O
 (`Y = O / Z`) are unchanged.
 
 `split_k(program, chunks)` is the rewrite; `split_k_plan(plan, ctx)` is the pipeline step:
@@ -71,6 +71,12 @@ class Match:
     t_o: str
     v: str                # O's value loop
     extent: int           # T
+    p: Statement | None = None   # P = E / Z where O sums P * V (the division deferred past the split)
+
+    @property
+    def weighted_read(self) -> Access:
+        """O's read of the probabilities (E, or P where they are normalised first)."""
+        return _linear_in(self.o, (self.p or self.e).target)
 
     @property
     def rows(self) -> int:
@@ -110,30 +116,52 @@ def _match(program: Program, single: dict, m: Statement, e: Statement, scale: fl
         return f"{e.target} does not keep {m.target}'s loop {t_m}"
     t_dim = [idx.single_loop for idx in e.target_indices].index(t_e)
     readers = [st for op in program.ops for st in op.statements if any(a.tensor == e.target for a in st.reads())]
-    plain, weighted = [], []
+    plain, weighted, normalised = [], [], None
     for st in readers:
         read = _linear_in(st, e.target)
+        if read is None and normalised is None and _divides(st, e, single, program):
+            normalised = st            # P = E / Z: its one reader is the weighted sum
+            read, st = _linear_in(_only_reader(program, st.target), st.target), _only_reader(program, st.target)
         if read is None or st.target not in single or len(st.reduction_loops) != 1:
             return f"{st.target} reads {e.target} other than as one sum over {t_e}"
         t_s = read.indices[t_dim].single_loop
         if t_s != st.reduction_loops[0].name:
             return f"{st.target} does not sum {e.target} over {t_e}"
-        (plain if st.expr == read else weighted).append((st, t_s))
+        (plain if st.expr == read and st is not normalised else weighted).append((st, t_s))
     if len(plain) != 1 or len(weighted) != 1:
         return f"{e.target} is not read by one plain sum and one weighted sum"
     (z, t_z), (o, t_o) = plain[0], weighted[0]
-    o_read = _linear_in(o, e.target)
+    if normalised is not None and normalised.expr.rhs.tensor != z.target:
+        return f"{normalised.target} divides by {normalised.expr.rhs.tensor}, not by the sum {z.target}"
+    o_read = _linear_in(o, (normalised or e).target)
     rows = {i.single_loop for i in o_read.indices}
     values = [l for l in o.output_loops if l.name not in rows]
     if len(values) != 1:
         return f"{o.target} has {len(values)} value loops (one expected)"
     v = values[0]
-    direct = [f for f in _factors(o.expr) if isinstance(f, Access) and f.tensor != e.target and f.pad == 0.0
-              and any(i.single_loop == v.name and program.tensor(f.tensor).shape[d] == v.extent
-                      for d, i in enumerate(f.indices))]
-    if not direct:
-        return f"no factor of {o.target} reads its value loop {v.name} directly"
-    return Match(m, e, z, o, scale, t_m, t_e, t_z, t_o, v.name, m.reduction_loops[0].extent)
+    return Match(m, e, z, o, scale, t_m, t_e, t_z, t_o, v.name, m.reduction_loops[0].extent, normalised)
+
+
+def _ops_of(match: Match) -> tuple[str, ...]:
+    """The ops the split replaces, in program order."""
+    middle = (match.p.target,) if match.p is not None else ()
+    return (match.m.target, match.e.target, match.z.target) + middle + (match.o.target,)
+
+
+def _divides(st: Statement, e: Statement, single: dict, program: Program) -> bool:
+    """`st` is P = E / Z[..] at E's own indices, in an op of its own, not an output, read by
+    exactly one statement."""
+    expr = st.expr
+    return (st.reduce is None and st.target in single and st.target not in program.outputs and not st.domain
+            and isinstance(expr, BinOp) and expr.op == "/" and isinstance(expr.lhs, Access)
+            and expr.lhs.tensor == e.target and expr.lhs.indices == st.target_indices
+            and isinstance(expr.rhs, Access) and expr.rhs.tensor != e.target
+            and len(program.readers(st.target)) == 1 and _only_reader(program, st.target) is not None)
+
+
+def _only_reader(program: Program, tensor: str) -> Statement | None:
+    readers = [s for op in program.readers(tensor) for s in op.statements if any(a.tensor == tensor for a in s.reads())]
+    return readers[0] if len(readers) == 1 else None
 
 
 def _fresh(base: str, taken: set[str]) -> str:
@@ -181,13 +209,18 @@ def _split(program: Program, chunks: int, match: Match):
     statements = _chunk_statements(match, names, moved, c, u, chunks, U, D)
     mc, ec, oc = statements
     pc = _packed(match, names, packed, c, chunks, D)
+    if match.p is not None:
+        names["o_sum"] = _fresh(f"{match.o.target}_sum", taken | set(names.values()) | {packed, weight})
     combine = _combine(match, names, packed, weight, chunk, D)
     tensor = lambda name, st: Tensor(name, program.tensor(match.o.target).dtype,  # noqa: E731
                                      tuple(_extent(st, i) for i in st.target_indices), "intermediate")
     new_tensors = [tensor(names["m"], mc), tensor(names["e"], ec), tensor(names["o"], oc), tensor(packed, pc),
                    tensor(weight, combine[1])]
     new_ops = {match.m.target: [mc, ec, oc, pc, combine[0], combine[1]],
-               match.e.target: [], match.z.target: [combine[2]], match.o.target: [combine[3]]}
+               match.e.target: [], match.z.target: [combine[2]], match.o.target: combine[3:]}
+    if match.p is not None:
+        new_ops[match.p.target] = []
+        new_tensors.append(replace(program.tensor(match.o.target), name=names["o_sum"], role="intermediate", span=None))
     ops = []
     for op in program.ops:
         if op.name in rewritten:
@@ -201,11 +234,11 @@ def _split(program: Program, chunks: int, match: Match):
             kind = "contraction" if st.reduce == "+" and st.reduction_loops else (
                 "reduction" if st.reduce else "elementwise")
             ops.append(Op("comprehension", kind, reads, st.target, (), (st,), (), op.span))
-    keep = {t.name for t in program.tensors} - {match.e.target}
+    keep = {t.name for t in program.tensors} - {match.e.target} - ({match.p.target} if match.p else set())
     tensors = [t if t.name not in rewritten else
                replace(t, shape=tuple(_extent(rewritten[t.name], i) for i in rewritten[t.name].target_indices))
                for t in program.tensors if t.name in keep] + new_tensors
-    rewrites = program.rewrites + ((RULE, (match.m.target, match.e.target, match.z.target, match.o.target)),)
+    rewrites = program.rewrites + ((RULE, _ops_of(match)),)
     return (replace(program, tensors=tuple(tensors), ops=tuple(ops), rewrites=rewrites),
             dict(names, packed=packed, weight=weight))
 
@@ -217,7 +250,7 @@ def replay(program: Program, ops: list[str]):
     match = find(program)
     if isinstance(match, str):
         return match
-    if [match.m.target, match.e.target, match.z.target, match.o.target] != list(ops):
+    if list(_ops_of(match)) != list(ops):
         return "the twin's softmax is not the one split"
     done = split_k(program, min(3, max(2, match.extent)), match)
     return done if isinstance(done, str) else (done,)
@@ -251,15 +284,17 @@ def _chunk_statements(match: Match, names: dict, moved: dict, c: str, u: str, ch
     ec = Statement(names["e"], e_target, None, _ordered(loops, e, c, u), expr, domain=domain)
     at, loops, domain = _chunked(o, match.t_o, c, u, chunks, U, T)
     loops = [Loop(l.name, D + 2) if l.name == match.v else l for l in loops]
-    e_read = _linear_in(o, e.target)
+    e_read = match.weighted_read
     t_dim = [i.single_loop for i in e_read.indices].index(match.t_o)
-    with_e = dict(moved, **{e.target: (names["e"], t_dim)})
+    with_e = dict(moved, **{e_read.tensor: (names["e"], t_dim)})
     ec_read = _reindex(e_read, match.t_o, with_e, c, u, U)
     rest = [f for f in _factors(o.expr) if f != e_read]
     value = _reindex(_product(rest), match.t_o, moved, c, u, U)
-    ones = Call("equal", (IndexValue(Affine.var(match.v)), Const(float(D))))
+    column = IndexValue(Affine.var(match.v))
+    # the value below column D; 1 at D (the chunk's sum l_c); 0 at D + 1 (the max goes there)
+    packed = Call("select", (Call("less", (column, Const(float(D)))), value, Call("equal", (column, Const(float(D))))))
     oc = Statement(names["o"], (Affine.var(c),) + o.target_indices, "+", _ordered(loops, o, c),
-                   BinOp("*", ec_read, BinOp("+", value, ones)), domain=domain)
+                   BinOp("*", ec_read, packed), domain=domain)
     return mc, ec, oc
 
 
@@ -349,14 +384,14 @@ def _rows_in_o(match: Match) -> dict:
     x_m = next(a for a in m.reads() if match.t_m in {l for i in a.indices for l in i.loops})
     x_e = next(a for a in e.reads() if a.tensor == x_m.tensor)
     m_to_e = {a.single_loop: b.single_loop for a, b in zip(x_m.indices, x_e.indices) if a.single_loop}
-    o_read = _linear_in(o, e.target)
+    o_read = match.weighted_read
     e_to_o = {a.single_loop: b.single_loop for a, b in zip(e.target_indices, o_read.indices)}
     return {k: Affine.var(e_to_o[v]) for k, v in m_to_e.items() if v in e_to_o}
 
 
 def _rows_in_o_for_z(match: Match) -> dict:
     e, z, o = match.e, match.z, match.o
-    z_read, o_read = _linear_in(z, e.target), _linear_in(o, e.target)
+    z_read, o_read = _linear_in(z, e.target), match.weighted_read
     return {a.single_loop: Affine.var(b.single_loop) for a, b in zip(z_read.indices, o_read.indices)}
 
 
@@ -380,9 +415,18 @@ def _combine(match: Match, names: dict, packed: str, weight: str, chunk: Loop, D
     new_z = Statement(z.target, z_target, "+", z_loops + (chunk,), BinOp("*", Access(weight, w_target), at(D)),
                       span=z.span)
     o_loops = tuple(l for l in o.output_loops) + (chunk,)
-    new_o = Statement(o.target, o.target_indices, "+", o_loops,
+    total = names.get("o_sum", o.target)
+    new_o = Statement(total, o.target_indices, "+", o_loops,
                       BinOp("*", Access(weight, w_target), Access(packed, (c,) + o.target_indices)), span=o.span)
-    return [new_m, w, new_z, new_o]
+    if match.p is None:
+        return [new_m, w, new_z, new_o]
+    # P = E / Z deferred: the weighted sum of E, then divided by Z (its index seen from O)
+    seen = {i.single_loop: r for i, r in zip(match.p.target_indices, match.weighted_read.indices)}
+    z_read = match.p.expr.rhs
+    divide = Statement(o.target, o.target_indices, None, tuple(o.output_loops),
+                       BinOp("/", Access(total, o.target_indices), Access(z_read.tensor, tuple(
+                           i.rename(seen) for i in z_read.indices))), span=o.span)
+    return [new_m, w, new_z, new_o, divide]
 
 
 # --------------------------------------------------------------------------- the pipeline step
@@ -422,7 +466,7 @@ def split_k_plan(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
     match = find(program)
     if isinstance(match, str):
         return plan, log, rollbacks         # no softmax-weighted reduction: nothing to say
-    ops = [match.m.target, match.e.target, match.z.target, match.o.target]
+    ops = list(_ops_of(match))
     capacity = row_capacity(ctx.target)
     if match.rows >= capacity:
         log.append(rule_entry(RULE, PASS, ops, False,
@@ -509,7 +553,7 @@ def _planned(plan: Plan, ctx: PassContext, match: Match, chunks: int):
     replaced = [k for k in plan.kernels if k not in kept_k]
     before = sum(evaluate(s, ctx.target).time_s for k, s in zip(plan.kernels, plan.schedules) if k in replaced)
     made = []
-    for ops, anchor in ((chunk_ops, names["o"]), (combine_ops, match.o.target)):
+    for ops, anchor in ((chunk_ops, names["o"]), (combine_ops, names.get("o_sum", match.o.target))):
         found = _kernel(new, ops, anchor, ctx)
         if isinstance(found, str):
             return found
@@ -552,7 +596,7 @@ def _chunk_ops(program: Program, names: dict) -> list[str]:
 
 def _combine_ops(program: Program, match: Match, names: dict, covered: set[str]) -> list[str]:
     """M, W, Z, O and the elementwise readers of O that read nothing else made outside (Y = O / Z)."""
-    chosen = {match.m.target, names["weight"], match.z.target, match.o.target}
+    chosen = {match.m.target, names["weight"], match.z.target, match.o.target, names.get("o_sum", match.o.target)}
     inputs = {t.name for t in program.inputs}
     for op in program.readers(match.o.target):
         if op.op_class in ("elementwise", "broadcast") and set(op.inputs) <= chosen | inputs:
