@@ -83,7 +83,8 @@ def test_a_softmax_normalised_before_the_weighted_sum_is_split_with_the_division
     program = parse(normalised)
     assert find(program).p.target == "P"
     split = split_k(program, 6)
-    assert "P" not in {op.name for op in split.ops} and str(split.op("Y").statements[0]).startswith("Y[g, r, d] = (Y_sum")
+    assert "P" not in {op.name for op in split.ops}
+    assert str(split.op("Y").statements[0]).startswith("Y[g, r, d] = (Y_sum")
     assert equivalent(program, split).ok
 
 
@@ -151,6 +152,7 @@ def test_a_large_split_is_checked_on_the_scaled_twin(monkeypatch):
     monkeypatch.setattr(verify, "EQUIVALENCE_POINTS", 1000)      # as if too large to run whole
     ran = []
     real = interp.equivalent
-    monkeypatch.setattr(interp, "equivalent", lambda a, b, seed=0: ran.append(max(a.tensor("Kc").shape)) or real(a, b, seed))
+    monkeypatch.setattr(interp, "equivalent",
+                        lambda a, b, seed=0: ran.append(max(a.tensor("Kc").shape)) or real(a, b, seed))
     assert verify.equivalent_at_scale(program, split).ok
     assert ran and ran[-1] < 4096                # the twin's cache, split by the replayed rewrite

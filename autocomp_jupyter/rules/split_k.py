@@ -10,7 +10,8 @@ When it applies (statement dataflow, op names do not matter):
 1. `M max= X[.., t, ..]` reduces over one loop t (extent T), its only reader
    `E = exp(k * (.. - M))` (k > 0, `online_softmax._exp_of_running_max`);
 2. E's readers are a plain sum `Z += E` and one weighted sum `O += E * V..` over t with one
-   value loop v (O's output loop E does not have, extent D);
+   value loop v (O's output loop E does not have, extent D) — or `P = E / Z` read by that
+   weighted sum of P, whose division is then deferred: `O = (the split sum of E * V) / Z`;
 3. M, E, Z and O are each an op of one statement; M and E are not program outputs;
 4. the softmax has fewer rows (M's points) than the array takes at once: the PE rows of
    every systolic array, or every SIMT/vector lane of every unit. Prefill fills it: the
@@ -45,7 +46,8 @@ import math
 from dataclasses import dataclass, replace
 
 from ..ir.plan import Plan
-from ..ir.program import Access, Affine, BinOp, Call, Const, IndexValue, Loop, Op, Program, Statement, Tensor, rename_loops, substitute
+from ..ir.program import (Access, Affine, BinOp, Call, Const, IndexValue, Loop, Op, Program, Statement, Tensor,
+                          rename_loops, substitute)
 from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, rollback_entry, rule_entry, transaction
 from .online_softmax import _exp_of_running_max, _factors, _linear_in
@@ -54,6 +56,7 @@ RULE = "split_k"
 PASS = "fusion"
 MIN_CHUNK = 16           # positions per chunk at least (a shorter chunk is all combine)
 MIN_GAIN = 0.01          # the split plan must save at least this fraction of the time
+NO_SOFTMAX = "no max over a loop read only by exp(x - max)"
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ class Match:
 
 def find(program: Program) -> Match | str:
     """The first softmax-weighted reduction `split_k` can rewrite, or why there is none."""
-    why = "no max over a loop read only by exp(x - max)"
+    why = NO_SOFTMAX
     single = {op.name: op.statements[0] for op in program.ops if len(op.statements) == 1}
     for m in single.values():
         if m.reduce != "max" or len(m.reduction_loops) != 1:
@@ -465,7 +468,9 @@ def split_k_plan(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
     program = ctx.program
     match = find(program)
     if isinstance(match, str):
-        return plan, log, rollbacks         # no softmax-weighted reduction: nothing to say
+        if match != NO_SOFTMAX:             # a softmax in a form the rewrite does not take: say which
+            log.append(rule_entry(RULE, PASS, [], False, f"not applicable: {match}"))
+        return plan, log, rollbacks
     ops = list(_ops_of(match))
     capacity = row_capacity(ctx.target)
     if match.rows >= capacity:
