@@ -156,3 +156,23 @@ def test_a_large_split_is_checked_on_the_scaled_twin(monkeypatch):
                         lambda a, b, seed=0: ran.append(max(a.tensor("Kc").shape)) or real(a, b, seed))
     assert verify.equivalent_at_scale(program, split).ok
     assert ran and ran[-1] < 4096                # the twin's cache, split by the replayed rewrite
+
+
+@pytest.mark.parametrize("t_tile", [1, 64, 37 * 4])
+def test_the_cache_write_costs_one_round_trip_whatever_its_tiles(t_tile):
+    """An in-place row update loads only the tile holding its row (accel/cost.py, RowTiles):
+    a tile of one row or the whole cache, the write waits about one DRAM latency, not one per
+    tile it skips; so decode with its write costs about what it costs without."""
+    from autocomp_jupyter.accel.cost import evaluate
+    from autocomp_jupyter.ir.schedule import Kernel, Schedule
+    from autocomp_jupyter.rules.in_place import mark_in_place_updates
+
+    program, _ = mark_in_place_updates(parse(WRITE.replace("37", "148")))
+    gpu = load_target("gpu")
+    kernel = Kernel.from_ops(program, ["K2"])
+    levels = gpu.tiling_levels
+    tiles = {"g": {lv: 2 for lv in levels}, "t": {lv: t_tile for lv in levels}, "d": {lv: 8 for lv in levels}}
+    cost = evaluate(Schedule(kernel, tiles=tiles, order={lv: ("g", "t", "d") for lv in levels}, annotations={},
+                             levels=levels), gpu)
+    dram_latency = gpu.memory[-1].latency_cycles / (gpu.clock_ghz * 1e9)
+    assert cost.time_s < 3 * dram_latency, cost.limits

@@ -905,6 +905,9 @@ class KernelModel:
             for ai, a in enumerate(st.accesses):
                 # Fetches and traffic at each holding level, then the datapath.
                 fits, fetch_counts, read_share = [], [], []
+                # an in-place row update touches one row of its tile (cold start, drain)
+                row_share = [counts[:, h, st.domain.loops[0]] / self.extents[st.domain.loops[0]]
+                             if isinstance(st.domain, RowTiles) else 1.0 for h in a.chain]
                 fps = _footprint(a, mean_tile[:, list(a.chain), :].transpose(0, 2, 1)) if a.chain else None
                 # the tile fetches into each holding level (the loops outside it), then the datapath
                 by_level = _fetches_by_prefix(a.index_mask[dp_loops_seq], dp_moving, dp_prefix,
@@ -929,6 +932,9 @@ class KernelModel:
                     # (an output's write-back is posted, and its first visit starts from zero,
                     # so only partial sums are read back); into others, every transfer.
                     loads = fetches if a.kind == "read" else np.where(a.kind == "accumulate", fetches - distinct, 0.0)
+                    if isinstance(st.domain, RowTiles):   # only the tile holding the row is loaded
+                        along = counts[:, h, st.domain.loops[0]]
+                        loads, fetches = loads / along, fetches / along
                     fetch_counts.append(np.where(double_buffered[:, h], np.maximum(loads, 0.0), fetches))
                     read_share.append(1.0 if a.kind == "read" else np.maximum(loads, 0.0) / np.maximum(
                         2.0 * fetches - distinct, 1e-30) if a.kind == "accumulate" else 0.0)
@@ -960,11 +966,11 @@ class KernelModel:
                     if a.kind == "read" and not a.internal:
                         # Cold start: the first tile of every input reaches every level
                         # before the first step computes (each active unit loads its own).
-                        first = tile_bytes[si, ai][:, h] * (active if self.per_unit[h] else 1.0)
+                        first = tile_bytes[si, ai][:, h] * (active if self.per_unit[h] else 1.0) * row_share[pos]
                         cold_bytes[:, src] += np.where(double_buffered[:, h], first, 0.0)
                     elif a.kind != "read" and not (a.internal and (pos == 0 or a.kind != "accumulate")):
                         # Drain: the last output tile leaves after the last step computes.
-                        last = tile_bytes[si, ai][:, h] * (active if self.per_unit[h] else 1.0)
+                        last = tile_bytes[si, ai][:, h] * (active if self.per_unit[h] else 1.0) * row_share[pos]
                         drain_bytes[:, src] += np.where(double_buffered[:, h], last, 0.0)
                     events[:, h] = np.maximum(events[:, h], fetch_counts[pos])
                     event_src[h] = src
