@@ -477,10 +477,15 @@ def split_k_plan(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
         log.append(rule_entry(RULE, PASS, ops, False,
                               f"{match.rows} softmax rows fill the machine ({capacity} rows at once): not split"))
         return plan, log, rollbacks
+    counts = chunk_counts(match, ctx.target)
+    if not counts:
+        log.append(rule_entry(RULE, PASS, ops, False, f"{match.t_m} has {match.extent} positions: too few for two "
+                                                      f"chunks of {MIN_CHUNK}"))
+        return plan, log, rollbacks
     best = None
     tried, floors, worse = [], [], 0
     whole = sum(evaluate(s, ctx.target).time_s for s in plan.schedules)
-    for chunks in chunk_counts(match, ctx.target):
+    for chunks in counts:
         floor = _floor(ctx, match, chunks)
         if floor >= whole * (1 - MIN_GAIN):
             # no schedule of the split program beats its physical limit: not searched
