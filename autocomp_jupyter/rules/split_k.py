@@ -31,8 +31,10 @@ sum and weighted sum; a kernel's computed-at tensors cannot leave it):
     O[.., v]       += W[c, ..] * Pc[c, .., v]                     v < D
 
 Column D of Oc sums Ec alone (the chunk's l_c) and column D + 1, 0 there, takes the chunk's
-max (a read of V past column D, out of range or into the next head, is discarded by the select). Readers of Z and O
-(`Y = O / Z`) are unchanged.
+max (a read of V past column D, out of range or into the next head, is discarded by the
+select). Readers of Z and O (`Y = O / Z`) are unchanged. The scores X and their producers
+along t (`S += q * K[.., t, ..]`, a mask) are chunked the same way, so that the chunk kernel
+computes them at its tiles.
 
 `split_k(program, chunks)` is the rewrite; `split_k_plan(plan, ctx)` is the pipeline step:
 the chunk count is chosen by the cost model (the chunk kernel, anchored at Oc with the
