@@ -30,7 +30,7 @@ from .result import Result
 from .rules.engine import load_rules
 from .rules.fusion import fusion_pass
 from .rules.in_place import mark_in_place_updates
-from .rules.split_k import split_k_step
+from .rules.split_k_step import split_k_step
 from .verify import equivalent_at_scale
 
 

@@ -11,7 +11,8 @@ from autocomp_jupyter import interp
 from autocomp_jupyter.accel.target import load_target
 from autocomp_jupyter.dsl import parse
 from autocomp_jupyter.interp import equivalent
-from autocomp_jupyter.rules.split_k import chunk_counts, find, row_capacity, split_k
+from autocomp_jupyter.rules.split_k import find, split_k
+from autocomp_jupyter.rules.split_k_step import chunk_counts, row_capacity
 
 # GQA: 2 KV heads, 3 query heads each; 37 cache positions (no chunk count divides it but 37)
 DECODE = """input  q:   f32[2, 3, 8]
