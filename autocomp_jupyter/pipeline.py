@@ -30,6 +30,7 @@ from .result import Result
 from .rules.engine import load_rules
 from .rules.fusion import fusion_pass
 from .rules.in_place import mark_in_place_updates
+from .rules.split_k_step import split_k_step
 from .verify import equivalent_at_scale
 
 
@@ -146,6 +147,7 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     names = [n for n, _ in selected]
     if "fusion" in names and "tiling" in names:                  # across layers: compute_at chains
         plan = _chains(plan, ctx, log, rollbacks)
+        plan = split_k_step(plan, ctx, log, rollbacks)           # decode: the cache split across the array
     lap("chains")
     plan = _never_slower_than(library, plan, ctx, rollbacks)      # never worse than the baseline
     plan = _searched_as_well_as_the_library(plan, ctx, executor, log, rollbacks)   # fused kernels: never below the library's own search

@@ -172,7 +172,13 @@ def _replay_online_softmax(program: Program, ops: list[str]):
     return online_softmax(program, ops)
 
 
-_REPLAYS = {"online_softmax": _replay_online_softmax}
+def _replay_split_k(program: Program, ops: list[str]):
+    from .rules.split_k import replay
+
+    return replay(program, ops)
+
+
+_REPLAYS = {"online_softmax": _replay_online_softmax, "split_k": _replay_split_k}
 
 
 def _scaled_source(program: Program) -> Program | None:

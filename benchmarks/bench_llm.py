@@ -1,15 +1,16 @@
 """LLM inference workloads on every preset: attention at 2,048 tokens (comprehensions, an
 additive table, a causal domain, library ops), a Llama-style decoder layer at prefill, a GPT-2
 block, one decode step over a 4,096-position KV cache with and without its cache write, a
-mixture-of-experts feed-forward at decode and an embedding lookup
-(`benchmarks/workloads/*.acir`).
+grouped-query decode step over 8,192 positions, a mixture-of-experts feed-forward at decode and
+an embedding lookup (`benchmarks/workloads/*.acir`).
 
 Each is optimised rules-only (`tune=0`) and printed beside the tuned per-op library (what a
 vendor library ships: the report's `library` plan): the speedup over it, `limit_fraction`
 (the physical limit's time over the optimised time), the optimised time, whether it
 verified, and the optimise seconds. Then the ratios the LLM issue asks for, from the same
 run: causal over unmasked attention, decode with over without its cache write, and the
-embedding kernel's flops per element it moves.
+embedding kernel's flops per element it moves; and for each decode step what the split-K
+rule (FlashDecoding, `rules/split_k.py`) decided and why.
 
     python benchmarks/bench_llm.py                              # every workload, every accelerator
     python benchmarks/bench_llm.py --workloads attention_2048_causal --targets npu,tpu
@@ -27,7 +28,7 @@ import autocomp_jupyter as autocomp  # noqa: E402
 
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 DEFAULT = ["attention_2048", "attention_2048_table", "attention_2048_causal", "attention_2048_library",
-           "llama_layer_prefill_2048", "gpt2_block_1024", "decode_4096", "decode_4096_nowrite",
+           "llama_layer_prefill_2048", "gpt2_block_1024", "decode_4096", "decode_4096_nowrite", "decode_gqa_8192",
            "moe_decode", "embedding_32000x2048"]
 TARGETS = ["npu", "tpu", "gpu", "gemmini"]
 
@@ -66,6 +67,19 @@ def ratios(rows: dict, targets: list[str]) -> None:
             print(f"{target}: embedding flops per element moved {kernel['metrics']['flops'] / moved:.2f}")
 
 
+def split_decisions(rows: dict) -> None:
+    """What the split-K rule decided on each workload it looked at (its rule-log line)."""
+    lines = []
+    for (name, target), report in rows.items():
+        entry = next((r for r in report["rules"] if r["rule"] == "split_k"), None)
+        if entry is not None:
+            verdict = "split" if entry["applied"] else "not split"
+            lines.append(f"{name} {target}: {verdict}: {entry['why']}")
+    if lines:
+        print()
+        print("\n".join(lines))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default=",".join(DEFAULT))
@@ -73,7 +87,9 @@ def main() -> None:
     args = parser.parse_args()
     names = [n for n in args.workloads.split(",") if n]
     targets = [t for t in args.targets.split(",") if t]
-    ratios(run(names, targets), targets)
+    rows = run(names, targets)
+    ratios(rows, targets)
+    split_decisions(rows)
 
 
 if __name__ == "__main__":

@@ -490,6 +490,23 @@ def check_decode_floor(res, cache_bytes, seconds) -> None:
             f"decode waits on memory, not on the PE array")
 
 
+@check
+def check_split_chunks(n_chunks, kv_heads: int = 8, units: int = 108, positions: int = 4096) -> None:
+    """Tutorial 09: chunks of the cache that give every unit (SM) at least one (KV head, chunk)
+    block, without splitting so finely that the combine dominates (at most twice the units)."""
+    assert n_chunks is not Ellipsis, "fill in n_chunks. Hint: kv_heads x n_chunks blocks, one SM each at least"
+    n = _number(n_chunks, "the number of chunks")
+    assert n == int(n) and n >= 2, f"{n:g} is not a chunk count: a whole number of chunks, at least 2"
+    low = -(-units // kv_heads)
+    assert n >= low, (f"{int(n)} chunks x {kv_heads} heads = {int(n) * kv_heads} blocks leave SMs idle. "
+                      f"Hint: you need kv_heads x n_chunks >= {units}")
+    assert n * kv_heads < 2 * units and positions // n >= 16, \
+        (f"{int(n)} chunks is more than filling the machine needs: each chunk adds a partial result to combine. "
+         f"Hint: the smallest count with kv_heads x n_chunks >= {units}, or the next power of two")
+    return (f"{int(n)} chunks of {-(-positions // int(n))} positions: {int(n) * kv_heads} blocks for {units} SMs; "
+            f"the split_k rule compares such counts with the cost model, the combine included")
+
+
 # --------------------------------------------------------------------------- 10 design space
 
 

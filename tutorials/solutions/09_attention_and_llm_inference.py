@@ -15,3 +15,6 @@ share = sum(s + 1 for s in range(n)) / (n * n)
 # %% cell 585538c8: cache_bytes, seconds
 cache_bytes = 2 * 8 * 2048 * 64 * 4
 seconds = cache_bytes / decode.target.dram_bandwidth
+
+# %% cell 65ac3e0b: n_chunks
+n_chunks = 16

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .compute import DatapathTile
-from .domain import TileDomain
+from .domain import RowTiles, TileDomain
 from .statements import _AccessModel, _StatementModel
 from .tiles import TileGrid
 
@@ -104,6 +104,7 @@ class _LevelTraffic:
     fits: list
     fetch_counts: list
     read_share: list
+    row_share: list        # an in-place row update: the share of a tile its one row is (cold start, drain)
 
 
 def statement_traffic(model, grid: TileGrid, capacity, si: int, st: _StatementModel, tile: DatapathTile,
@@ -117,7 +118,7 @@ def statement_traffic(model, grid: TileGrid, capacity, si: int, st: _StatementMo
         # the tile fetches into each holding level (the loops outside it), then the datapath
         by_level = _fetches_by_prefix(a.index_mask[seq.loops], seq.moving, seq.prefix,
                                       [(h + 1) * D for h in a.chain] + [seq.length])
-        levels = _level_traffic(a, st, grid, capacity.double_buffered, tile.kept, by_level)
+        levels = _level_traffic(a, st, grid, capacity.double_buffered, tile.kept, by_level, model.extents)
         datapath = _datapath_traffic(a, st, model.target.compute.kind, tile.kept, seq, by_level[:, -1], L)
         # Spill: blend each level's traffic toward what streams through it.
         through = datapath
@@ -131,10 +132,13 @@ def statement_traffic(model, grid: TileGrid, capacity, si: int, st: _StatementMo
 
 
 def _level_traffic(a: _AccessModel, st: _StatementModel, grid: TileGrid, double_buffered, kept,
-                   by_level) -> _LevelTraffic:
+                   by_level, extents) -> _LevelTraffic:
     """Fetches and traffic of one access at each level holding it (see _LevelTraffic)."""
     n = grid.n
     fits, fetch_counts, read_share = [], [], []
+    rows = st.domain.loops[0] if isinstance(st.domain, RowTiles) else None
+    # an in-place row update touches one row of its tile (its cold start and drain)
+    row_share = [grid.counts[:, h, rows] / extents[rows] if rows is not None else 1.0 for h in a.chain]
     fps = _footprint(a, grid.mean_tile[:, list(a.chain), :].transpose(0, 2, 1)) if a.chain else None
     # its distinct tiles at each holding level
     distinct_at = np.prod(grid.counts[:, list(a.chain), :][:, :, a.counted], axis=2)
@@ -156,10 +160,13 @@ def _level_traffic(a: _AccessModel, st: _StatementModel, grid: TileGrid, double_
         # (an output's write-back is posted, and its first visit starts from zero,
         # so only partial sums are read back); into others, every transfer.
         loads = fetches if a.kind == "read" else np.where(a.kind == "accumulate", fetches - distinct, 0.0)
+        if rows is not None:          # an in-place row update loads only the tile holding its row
+            along = grid.counts[:, h, rows]
+            loads, fetches = loads / along, fetches / along
         fetch_counts.append(np.where(double_buffered[:, h], np.maximum(loads, 0.0), fetches))
         read_share.append(1.0 if a.kind == "read" else np.maximum(loads, 0.0) / np.maximum(
             2.0 * fetches - distinct, 1e-30) if a.kind == "accumulate" else 0.0)
-    return _LevelTraffic(fits, fetch_counts, read_share)
+    return _LevelTraffic(fits, fetch_counts, read_share, row_share)
 
 
 def _datapath_traffic(a: _AccessModel, st: _StatementModel, compute_kind: str, kept, seq: LoopSequence,
@@ -192,11 +199,11 @@ def _charge(model, out: StatementTraffic, a: _AccessModel, double_buffered, leve
         if a.kind == "read" and not a.internal:
             # Cold start: the first tile of every input reaches every level
             # before the first step computes (each active unit loads its own).
-            first = tile_bytes[:, h] * (active if model.per_unit[h] else 1.0)
+            first = tile_bytes[:, h] * (active if model.per_unit[h] else 1.0) * levels.row_share[pos]
             out.cold[:, src] += np.where(double_buffered[:, h], first, 0.0)
         elif a.kind != "read" and not (a.internal and (pos == 0 or a.kind != "accumulate")):
             # Drain: the last output tile leaves after the last step computes.
-            last = tile_bytes[:, h] * (active if model.per_unit[h] else 1.0)
+            last = tile_bytes[:, h] * (active if model.per_unit[h] else 1.0) * levels.row_share[pos]
             out.drain[:, src] += np.where(double_buffered[:, h], last, 0.0)
         out.events[:, h] = np.maximum(out.events[:, h], levels.fetch_counts[pos])
         out.event_src[h] = src
