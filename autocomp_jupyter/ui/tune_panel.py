@@ -184,17 +184,17 @@ class TunePanel:
         self.evaluate()
 
     def _widget(self, ctrl: Control):
-        options = [(ctrl.text(c), c) for c in ctrl.choices]
+        options = [(ctrl.text(c), _shown(c)) for c in ctrl.choices]
         common = dict(description=_short(ctrl), disabled=not self.available or len(ctrl.choices) < 2,
                       tooltip=f"{ctrl.label()}: {_doc(ctrl.primitive).splitlines()[0] if _doc(ctrl.primitive) else ''}")
         if ctrl.kind == "toggle":
             widget = W.ToggleButton(value=bool(ctrl.initial), layout=W.Layout(width="auto"), **common)
         elif ctrl.kind == "slider":
-            widget = W.SelectionSlider(options=options, value=ctrl.initial, continuous_update=False,
+            widget = W.SelectionSlider(options=options, value=_shown(ctrl.initial), continuous_update=False,
                                        layout=W.Layout(width="280px", max_width="100%"),
                                        style={"description_width": "100px"}, **common)
         else:
-            widget = W.Dropdown(options=options, value=ctrl.initial, layout=W.Layout(width="280px", max_width="100%"),
+            widget = W.Dropdown(options=options, value=_shown(ctrl.initial), layout=W.Layout(width="280px", max_width="100%"),
                                 style={"description_width": "100px"}, **common)
         widget.add_class("autocomp-tune-control")
         widget.add_class(f"autocomp-tune-{ctrl.primitive}")
@@ -209,7 +209,7 @@ class TunePanel:
         as a click would; the evaluation (or the refusal) it gave."""
         for widget, ctrl in self.widgets.values():
             if ctrl.label() == label:
-                widget.value = value
+                widget.value = _shown(value)
                 return self.last
         raise KeyError(f"no control {label!r}; the controls are {', '.join(c.label() for c in self.ctrls)}")
 
@@ -220,7 +220,7 @@ class TunePanel:
         ctrl = self.control_of(widget)
         if ctrl is None:
             return
-        new, old = change.get("new"), ctrl.value
+        new, old = _chosen(change.get("new")), ctrl.value
         problem = ctrl.check(new)
         if problem:                     # bad input: said, and the control goes back
             self._revert(widget, ctrl, old)
@@ -254,7 +254,7 @@ class TunePanel:
     def _revert(self, widget, ctrl: Control, value) -> None:
         self._quiet = True
         try:
-            widget.value = bool(value) if ctrl.kind == "toggle" else value
+            widget.value = bool(value) if ctrl.kind == "toggle" else _shown(value)
         finally:
             self._quiet = False
 
@@ -497,6 +497,15 @@ def step_python(ctrl: Control, ev: dict) -> str:
 
     step = step_of(ctrl, ev.get("trace") or [])
     return from_step(step).python() if step else ""
+
+
+def _shown(choice):
+    """A choice as a picker holds it: "" for None (a picker whose value is None selects nothing)."""
+    return "" if choice is None else choice
+
+
+def _chosen(value):
+    return None if value == "" else value
 
 
 def _short(ctrl: Control) -> str:
