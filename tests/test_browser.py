@@ -3,7 +3,9 @@
 Starts `jupyter lab` on a free port in a temp dir with a notebook holding
 `%load_ext autocomp_jupyter` and a `%%autocomp --target tpu --tune 40` cell, runs all
 cells, then checks what a user sees: every tab renders when clicked, the graph is an SVG,
-moving a tile slider changes the Tune tab's metrics, A/B names the faster of two versions,
+moving a tile slider changes the Tune tab's metrics, parallelising the reduction is refused
+with its dependence, a legal move is badged verified, a reload while the kernel runs brings
+the live controls back, A/B names the faster of two versions,
 and the labextension highlights the DSL (`cm-autocomp-*` spans). It then saves the
 notebook, shuts its kernel down and reloads the page: the output shows the static view,
 never "model not found". A second test exports an `nbconvert --execute`d notebook to HTML
@@ -178,6 +180,8 @@ def test_notebook_in_jupyterlab(lab):
             try:
                 _fit_panel(page)
                 _run_all_and_check(page)
+                _tune_refuses_then_verifies(page)
+                _reload_with_live_kernel(page)
                 _every_tab_fits_its_panel(page)
                 _compare_two_versions(page)
                 kept = _keep_a_version(page)
@@ -254,6 +258,42 @@ def _every_tab_fits_its_panel(page) -> None:
     titles.filter(has_text="Graph").first.click()
     size = graph_text.evaluate("e => e.getBoundingClientRect().height")
     assert size >= 9, f"graph text drawn {size:.1f} px high"
+
+
+def _tune_refuses_then_verifies(page) -> None:
+    """The Tune tab: parallelising the matmul's reduction is refused in one line naming the
+    primitive, the loop and the dependence; a legal move is then badged verified."""
+    tabs = page.locator(".jp-OutputArea .widget-tab").first
+    tabs.locator(".lm-TabBar-tab").filter(has_text="Tune").first.click()
+    tabs.locator(".autocomp-tune-parallel").filter(has_text=re.compile(r"^k$")).first.click()
+    refusal = tabs.locator(".autocomp-refusal").first
+    playwright_api.expect(refusal).to_contain_text("flow dependence", timeout=15_000)
+    text = refusal.inner_text()
+    assert "refused" in text and "parallel loop k" in text and "reduction over k" in text
+    tabs.locator(".autocomp-tune-reverse").filter(has_text=re.compile(r"^i$")).first.click()
+    playwright_api.expect(tabs.locator(".autocomp-tune-change").first).to_contain_text("reverse i", timeout=15_000)
+    badge = tabs.locator(".autocomp-verify[data-verified='yes']").first
+    playwright_api.expect(badge).to_contain_text("verified", timeout=30_000)
+    tabs.screenshot(path=str(ARTIFACTS / "tab-tune-verified.png"))
+
+
+def _reload_with_live_kernel(page) -> None:
+    """Save and reload while the kernel runs: the widget manager restores the models from the
+    kernel and the live controls come back (not the snapshot)."""
+    page.locator(".jp-Notebook").first.click()
+    page.keyboard.press("Control+s")
+    page.wait_for_function(
+        "() => !document.querySelector('.lm-TabBar-tab.jp-mod-current.jp-mod-dirty')", timeout=10_000)
+    page.reload()
+    page.wait_for_selector(".jp-Notebook .jp-Cell")
+    _kernel_ready(page)
+    page.wait_for_selector(".autocomp-view[data-autocomp-view='live']", timeout=60_000)
+    tabs = page.locator(".jp-OutputArea .widget-tab").first
+    tabs.locator(".lm-TabBar-tab").filter(has_text="Tune").first.click()
+    tabs.locator(".widget-slider").first.wait_for(state="visible", timeout=10_000)
+    assert page.locator(".autocomp-snapshot-banner:visible").count() == 0
+    text = page.locator(".jp-Notebook").inner_text()
+    assert "model not found" not in text and "Error displaying widget" not in text
 
 
 def _keep_a_version(page) -> str:

@@ -16,6 +16,17 @@
  * manager reports the model missing (a reopened notebook, a new kernel) the
  * static HTML stays, with its banner: no "Error displaying widget: model not found".
  *
+ * Reload with a live kernel: outputs render from the saved notebook before the
+ * notebook's widget manager exists. ipywidgets then hands its manager to the
+ * widget renderers that are direct children of an output (jupyterlab_widgets'
+ * registerWidgetManager), not to the one nested here, and replaces the
+ * placeholder widget factory in the notebook's registry with one bound to the
+ * manager. So once the session is ready, the renderer waits for that factory
+ * and renders the live view again through it: the manager restores the models
+ * from the kernel (`jupyter.widget.control` comm, ipywidgets 8) and the live
+ * controls come back. Without a kernel the widget renderer reports the model
+ * missing and the snapshot stays.
+ *
  * Kept versions: when the output carries `kept`, the renderer saves it in the
  * cell's metadata (`autocomp.kept`), so it is saved with the notebook; when the
  * cell shows a new live view without them (the cell ran again, in this kernel or
@@ -34,6 +45,10 @@ export const VIEW_RANK = -20;
 
 /** Where the renderer stands: static HTML shown, live widget shown, or no live view possible. */
 export type ViewState = 'static' | 'live' | 'static-only';
+
+/** How long a reloaded view waits for the notebook's widget manager after its session is ready. */
+const REBIND_WAIT_MS = 30000;
+const REBIND_POLL_MS = 100;
 
 export const SNAPSHOT_BANNER =
   'Snapshot: this output was saved with the notebook and is not live — run the cell for sliders and A/B.';
@@ -65,6 +80,7 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
     }
     this.staticView = null;
     this.liveView = null;
+    this.liveModel = null;
     this.banner = null;
     const source = model.data[VIEW_MIME] as { model_id?: string; kept?: KeptRecord[] } | undefined;
     this.modelId = source?.model_id || '';
@@ -91,6 +107,25 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
       this.setState('static-only');
       return;
     }
+    this.liveModel = new MimeModel({
+      data: { [WIDGET_VIEW_MIME]: { model_id: source.model_id, version_major: (source as any).version_major, version_minor: (source as any).version_minor } },
+      trusted: model.trusted,
+      metadata: model.metadata
+    });
+    const factory = this.registry.getFactory(WIDGET_VIEW_MIME);
+    const rendered = this.renderLive();
+    void this.rebindWhenManagerArrives(factory, this.liveModel);
+    await rendered;
+  }
+
+  /** Render the widget view (hidden until it exists) through the registry's current widget factory. */
+  private async renderLive(): Promise<void> {
+    const model = this.liveModel;
+    if (!model || this.isDisposed) {
+      return;
+    }
+    this.disconnect();
+    this.liveView?.dispose();
     const live = this.registry.createRenderer(WIDGET_VIEW_MIME);
     live.addClass('autocomp-view-live');
     live.hide();
@@ -101,10 +136,40 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
     this.observer = new MutationObserver(() => this.check());
     this.observer.observe(live.node, { childList: true, characterData: true, subtree: false });
     this.setState('static');
-    await live.renderModel(
-      new MimeModel({ data: { [WIDGET_VIEW_MIME]: { model_id: source.model_id, version_major: (source as any).version_major, version_minor: (source as any).version_minor } }, trusted: model.trusted, metadata: model.metadata })
-    );
+    await live.renderModel(model);
     this.check();
+  }
+
+  /**
+   * The notebook's widget manager is registered once its session is ready, after
+   * a reloaded notebook's outputs rendered: when the registry's widget factory
+   * changes from the one the live view was made with (the placeholder without a
+   * manager), render the live view again through the new one.
+   */
+  private async rebindWhenManagerArrives(
+    used: IRenderMime.IRendererFactory | undefined,
+    model: IRenderMime.IMimeModel
+  ): Promise<void> {
+    const session = this.notebook?.sessionContext;
+    if (!session) {
+      return;
+    }
+    try {
+      await session.ready;
+    } catch {
+      return; // no kernel: the snapshot stays
+    }
+    for (let waited = 0; waited < REBIND_WAIT_MS; waited += REBIND_POLL_MS) {
+      if (this.isDisposed || this.liveModel !== model || this.node.dataset.autocompView !== 'static') {
+        return; // re-rendered, live already, or the model is gone for good
+      }
+      const factory = this.registry.getFactory(WIDGET_VIEW_MIME);
+      if (factory && factory !== used) {
+        await this.renderLive();
+        return;
+      }
+      await new Promise(resolve => setTimeout(resolve, REBIND_POLL_MS));
+    }
   }
 
   dispose(): void {
@@ -191,6 +256,7 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
   private kept: KeptRecord[] = [];
   private restoreAsked = false;
   private liveView: Widget | null = null;
+  private liveModel: IRenderMime.IMimeModel | null = null;
   private observer: MutationObserver | null = null;
 }
 
