@@ -346,7 +346,7 @@ def _save_reload_with_new_kernel(page, base: str, kept: str, root: Path | None =
         page.wait_for_function(
             "() => !document.querySelector('.jp-mod-current .jp-mod-dirty, .lm-TabBar-tab.jp-mod-current.jp-mod-dirty')",
             timeout=10_000)
-        saved = json.loads(urllib.request.urlopen(base + "/api/contents/demo.ipynb", timeout=5).read())["content"]
+        saved = _saved_notebook(base, "demo.ipynb")
         cell = saved["cells"][1]
         if "autocomp" in cell["metadata"] or time.monotonic() > deadline:
             break
@@ -387,6 +387,17 @@ def _save_reload_with_new_kernel(page, base: str, kept: str, root: Path | None =
     tabs = page.locator(".jp-OutputArea .widget-tab").first
     tabs.locator(".lm-TabBar-tab").filter(has_text="Tune").first.click()
     playwright_api.expect(tabs.locator("table.autocomp-versions").first).to_contain_text(kept, timeout=20_000)
+
+
+def _saved_notebook(base: str, name: str) -> dict:
+    """The notebook as saved; read again while a save in flight leaves the file empty (400)."""
+    for attempt in range(10):
+        try:
+            return json.loads(urllib.request.urlopen(f"{base}/api/contents/{name}", timeout=5).read())["content"]
+        except urllib.error.HTTPError as err:
+            if err.code != 400 or attempt == 9:
+                raise
+            time.sleep(0.3)
 
 
 def test_nbconvert_execute_export_shows_every_tab(lab):
