@@ -181,10 +181,10 @@ def test_notebook_in_jupyterlab(lab):
                 _fit_panel(page)
                 _run_all_and_check(page)
                 _tune_refuses_then_verifies(page)
-                _reload_with_live_kernel(page)
                 _every_tab_fits_its_panel(page)
                 _compare_two_versions(page)
                 kept = _keep_a_version(page)
+                _reload_with_live_kernel(page, base, kept)
                 _save_reload_with_new_kernel(page, base, kept)
             finally:
                 page.screenshot(path=str(ARTIFACTS / "browser.png"), full_page=True)
@@ -277,13 +277,10 @@ def _tune_refuses_then_verifies(page) -> None:
     tabs.screenshot(path=str(ARTIFACTS / "tab-tune-verified.png"))
 
 
-def _reload_with_live_kernel(page) -> None:
+def _reload_with_live_kernel(page, base: str, kept: str) -> None:
     """Save and reload while the kernel runs: the widget manager restores the models from the
-    kernel and the live controls come back (not the snapshot)."""
-    page.locator(".jp-Notebook").first.click()
-    page.keyboard.press("Control+s")
-    page.wait_for_function(
-        "() => !document.querySelector('.lm-TabBar-tab.jp-mod-current.jp-mod-dirty')", timeout=10_000)
+    kernel and the live controls come back (not the snapshot), the kept version with them."""
+    _save_with_kept(page, base, kept)
     page.reload()
     page.wait_for_selector(".jp-Notebook .jp-Cell")
     _kernel_ready(page)
@@ -292,6 +289,7 @@ def _reload_with_live_kernel(page) -> None:
     tabs.locator(".lm-TabBar-tab").filter(has_text="Tune").first.click()
     tabs.locator(".widget-slider").first.wait_for(state="visible", timeout=10_000)
     assert page.locator(".autocomp-snapshot-banner:visible").count() == 0
+    playwright_api.expect(tabs.locator("table.autocomp-versions").first).to_contain_text(kept, timeout=10_000)
     text = page.locator(".jp-Notebook").inner_text()
     assert "model not found" not in text and "Error displaying widget" not in text
 
@@ -334,11 +332,9 @@ def _compare_two_versions(page) -> None:
     tabs.locator(".autocomp-ab-out").first.screenshot(path=str(ARTIFACTS / "tab-tune-ab.png"))
 
 
-def _save_reload_with_new_kernel(page, base: str, kept: str, root: Path | None = None) -> None:
-    """Save with live widgets, shut the kernel down, reload: the static view under its
-    snapshot banner, the kept version in it, no error."""
-    # The kept version reaches the cell's metadata from the kernel's message, which can land
-    # after a save on a busy machine: save until the file holds it (10 s at most).
+def _save_with_kept(page, base: str, kept: str) -> dict:
+    """Save until the file holds the kept version (it reaches the cell's metadata from the
+    kernel's message, which can land after a save on a busy machine: 10 s at most); the cell."""
     deadline = time.monotonic() + 10
     while True:
         page.locator(".jp-Notebook").first.click()
@@ -354,6 +350,13 @@ def _save_reload_with_new_kernel(page, base: str, kept: str, root: Path | None =
     assert [k["name"] for k in cell["metadata"]["autocomp"]["kept"]] == [kept]  # saved in the notebook
     data = cell["outputs"][0]["data"]
     assert "application/vnd.jupyter.widget-view+json" in data and kept in data["text/html"]
+    return cell
+
+
+def _save_reload_with_new_kernel(page, base: str, kept: str, root: Path | None = None) -> None:
+    """Save with live widgets, shut the kernel down, reload: the static view under its
+    snapshot banner, the kept version in it, no error."""
+    _save_with_kept(page, base, kept)
     for session in json.loads(urllib.request.urlopen(base + "/api/sessions", timeout=5).read()):
         request = urllib.request.Request(f"{base}/api/sessions/{session['id']}", method="DELETE")
         urllib.request.urlopen(request, timeout=10).read()
