@@ -441,7 +441,7 @@ class TunePanel:
                 ev = self._saved_variant(rec)
                 if ev is None or not ev.get("legal") or ev.get("error") or ev.get("plan") is None:
                     continue
-                kernel, self.kernel_picker.value = self.kernel, rec["kernel"]
+                self.kernel_picker.value = rec["kernel"]      # its controls, and `_record` names it
                 done.append(self._add_kept(ev, name=str(rec.get("name") or "")))
         finally:
             self.on_kept = on_kept
