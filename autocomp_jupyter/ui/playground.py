@@ -78,6 +78,8 @@ class Control:
             return f"(as now: {now})" if now else "(none)"
         if isinstance(value, bool):
             return "on" if value else "off"
+        if value == self.choices[0] and self.kind == "dropdown":     # the choice that leaves the schedule be
+            return "off"
         if isinstance(value, tuple):
             return " ".join(str(v) for v in value)
         return str(value)
