@@ -8,7 +8,7 @@ schedule=trace, verify=False)` — cost and legality at once. A refused variant 
 primitive or isl refuses) is said in one line — the step as Python, the primitive, the loop
 and the dependence, as the builder's error says it — and the control goes back: the last
 legal variant stays on screen and in A/B. A legal one is then checked for equivalence on
-the scaled twin in a background thread (`variants.verify_variant`, the pipeline's check of a
+the scaled twin in a background thread (`evaluate_variant(..., verify=True)`, the pipeline's check of a
 step); its badge says "verified" or "NOT verified" with the reason, and a check whose
 variant was replaced meanwhile is dropped (a pending one never starts).
 
@@ -56,11 +56,10 @@ class Verifier:
         self._thread: threading.Thread | None = None
         self.busy = False
 
-    def submit(self, token, plan, schedule) -> None:
-        from ..variants import verify_variant
-
+    def submit(self, token, check) -> None:
+        """Run `check()` -> (verified, reason) for variant `token`, unless a newer one comes first."""
         with self._lock:
-            self._job = (token, lambda: verify_variant(plan, schedule))
+            self._job = (token, check)
             self._lock.notify()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="autocomp-verify", daemon=True)
@@ -304,12 +303,21 @@ class TunePanel:
             return
         self.verify_badge.value = (f'<p class="autocomp-verify" data-verified="pending">{badge("checking", MUTED)} '
                                    "running it tile by tile against the interpreter (scaled twin)…</p>")
+        check = self._checker(self.kernel, ev["schedule"])
         if self.background:
-            self.verifier.submit(self.generation, self.result.after, ev["schedule"])
+            self.verifier.submit(self.generation, check)
         else:
-            from ..variants import verify_variant
+            self._verified(self.generation, *check())
 
-            self._verified(self.generation, *verify_variant(self.result.after, ev["schedule"]))
+    def _checker(self, kernel: str, schedule):
+        """The check of a variant: `evaluate_variant` with `verify` (the tiled run on the scaled twin)."""
+        def check() -> tuple[bool, str]:
+            try:
+                ev = self.result.evaluate_variant(kernel, schedule=schedule, verify=True)
+            except Exception as err:  # a check that cannot run is a failed check, said with its reason
+                return False, f"the check could not run: {type(err).__name__}: {err}"
+            return bool(ev.get("verified")), ev.get("reason") or ""
+        return check
 
     def _verified(self, token, ok: bool, reason: str) -> None:
         """The check's verdict on variant `token` (the latest): the badge, and its A/B entry."""
