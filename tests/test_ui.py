@@ -821,3 +821,21 @@ def test_rules_tab_says_what_a_rolled_back_tiling_kept_and_moves_explain_no_chan
         tune.vectorize_picker.value = next(v for v in options if v != tune.vectorize_picker.value)
         if "(unchanged" in tune.change.value:
             assert "does not price this primitive" in tune.change.value
+
+
+def test_moving_a_control_back_and_forth_is_one_ab_entry_and_a_crash_is_a_refusal():
+    r = make_result()
+    tune = ui.widget(r).tune
+    tune.background = False
+    for value in (True, False, True):
+        tune.set("reverse j", value)
+    names = list(tune.ab_a.options)
+    assert names.count("reverse j on") == 1 and "reverse j off" in names and "reverse j on (2)" not in names
+    legal = tune.last_legal
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the evaluator is down")
+    r.evaluate_variant = broken
+    tune.set("tile i @ VMEM", 64)                     # raises inside: said in one line, nothing lost
+    assert "refused" in tune.change.value and "the evaluator is down" in tune.change.value
+    assert tune.last_legal is legal and tune.sliders[("i", "VMEM")].value == 128

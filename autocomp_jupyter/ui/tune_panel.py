@@ -31,9 +31,6 @@ from .playground import Control, change_name, controls, step_of, variant_trace
 from .roofline import roofline_data, roofline_svg
 from .tables import METRIC_HEADER, _monitor, metric_cells
 
-MAX_MADE = 12   # variants made in the tab that the A/B pickers keep (the latest)
-
-
 def unchanged_why(annotation: bool, ev: dict) -> str:
     """Why a move left the program time where it was, for the move log."""
     if annotation:
@@ -122,10 +119,10 @@ class TunePanel:
         self.ab_b = W.Dropdown(description="B", style={"description_width": "20px"}, layout=W.Layout(width="240px"))
         self.ab = W.HTML()
         self.ab.add_class("autocomp-ab-out")
+        self._quiet_ab, self._shown_pair = False, None
         self._refresh_versions(default_b=True)
-        self.ab_a.observe(lambda _: self.compare(), names="value")
-        self.ab_b.observe(lambda _: self.compare(), names="value")
-        self.compare()
+        self.ab_a.observe(lambda _: self._quiet_ab or self.compare(), names="value")
+        self.ab_b.observe(lambda _: self._quiet_ab or self.compare(), names="value")
         self.keep_button.on_click(lambda _: self.keep())
         self.kernel_picker.observe(lambda ch: self.select_kernel(ch["new"]), names="value")
         self.available = callable(getattr(result, "evaluate_variant", None))
@@ -225,6 +222,14 @@ class TunePanel:
             self._revert(widget, ctrl, old)
             self._say_refused(ctrl, new, {"reason": problem})
             return
+        try:
+            self._move(widget, ctrl, new, old)
+        except Exception as err:  # never into the notebook: the control goes back, the last legal variant stays
+            ctrl.value = old
+            self._revert(widget, ctrl, old)
+            self._say_refused(ctrl, new, {"reason": f"could not evaluate it: {type(err).__name__}: {err}"})
+
+    def _move(self, widget, ctrl: Control, new, old) -> None:
         ctrl.value = tuple(new) if isinstance(new, list) else new
         before = self._previous_time
         ev = self.evaluate()
@@ -398,13 +403,17 @@ class TunePanel:
 
     def _remember(self, ctrl: Control, value, ev: dict) -> str:
         """Add a legal variant made here to the A/B pickers, named by its change."""
+        trace = ev.get("trace")
+        same = next((m for m in self.made if m["variant"] == {"kernel": self.kernel, "trace": trace}), None)
+        if same is not None:          # made before (a control moved back and forth): one entry
+            same["ev"] = ev
+            return same["name"]
         taken = {s["name"] for s in self.specs}
         base = change_name(ctrl, value)
         name, n = base, 2
         while name in taken:
             name, n = f"{base} ({n})", n + 1
         self.made.append(self._record(name, ev, "made in the Tune tab"))
-        self.made = self.made[-MAX_MADE:]
         self._refresh_versions()
         return name
 
@@ -471,15 +480,25 @@ class TunePanel:
             return None
 
     def _refresh_versions(self, default_b: bool = False) -> None:
-        self.specs = version_specs(self.result, self.kept + self.made)
-        self.versions.value = versions_html(self.specs)
+        """The versions table (naive, library, optimized, top-k, kept) and the A/B pickers
+        (those and every variant made here); the comparison is redrawn only if its pair changed."""
+        listed = version_specs(self.result, self.kept)
+        if len(self.kept) != getattr(self, "_table_kept", None):
+            self.versions.value = versions_html(listed)
+            self._table_kept = len(self.kept)
+        self.specs = listed + list(self.made)
         names = [s["name"] for s in self.specs]
         a, b = self.ab_a.value, self.ab_b.value
-        self.ab_a.options, self.ab_b.options = names, names
-        self.ab_a.value = a if a in names else names[0]
-        if default_b or b not in names:
-            b = default_pair(self.specs, self.ab_a.value)[1]
-        self.ab_b.value = b
+        self._quiet_ab = True           # options and values change together: one comparison after
+        try:
+            self.ab_a.options, self.ab_b.options = names, names
+            self.ab_a.value = a if a in names else names[0]
+            if default_b or b not in names:
+                b = default_pair(self.specs, self.ab_a.value)[1]
+            self.ab_b.value = b
+        finally:
+            self._quiet_ab = False
+        self.compare()
 
     def compare(self, a: str | None = None, b: str | None = None) -> str:
         """Show versions `a` and `b` (names; default: the pickers') side by side."""
@@ -487,6 +506,10 @@ class TunePanel:
             self.ab_a.value = a
         if b is not None:
             self.ab_b.value = b
+        pair = (self.ab_a.value, self.ab_b.value)
+        if pair == self._shown_pair and a is None and b is None:
+            return self.ab.value          # a version's spec never changes under its name
+        self._shown_pair = pair
         by_name = {s["name"]: s for s in self.specs}
         va, vb = by_name.get(self.ab_a.value), by_name.get(self.ab_b.value)
         if va is None or vb is None:
