@@ -473,10 +473,14 @@ def _run_all_and_check(page) -> None:
             tabs.wait_for(state="visible", timeout=90_000)   # the cells optimise first: slow on a loaded machine
             break
         except playwright_api.TimeoutError:
-            # Run All was taken and then lost (every prompt back to "[ ]", the kernel idle: seen
-            # on a loaded machine when the kernel connection settles late): run them again
-            never_ran = all(t.strip() in ("[ ]:", "[ ]") for t in prompts.all_inner_texts())
-            if attempt == 2 or not never_ran:
+            # Run All was taken and then lost, whole or after its first cell (a prompt still
+            # "[ ]", none "[*]": seen on a loaded machine when the kernel connection settles
+            # late): run them again. A cell still running ("[*]") is given more time instead.
+            texts = [t.strip() for t in prompts.all_inner_texts()]
+            if any("*" in t for t in texts):
+                tabs.wait_for(state="visible", timeout=120_000)
+                break
+            if attempt == 2 or not any(t in ("[ ]:", "[ ]") for t in texts):
                 raise
     titles = tabs.locator(".lm-TabBar-tab")
     # the live widget, not the static fallback (the labextension found the model)
