@@ -184,8 +184,8 @@ def test_notebook_in_jupyterlab(lab):
                 _every_tab_fits_its_panel(page)
                 _compare_two_versions(page)
                 kept = _keep_a_version(page)
-                _reload_with_live_kernel(page, base, kept)
-                _save_reload_with_new_kernel(page, base, kept)
+                again = _reload_with_live_kernel(page, base, kept)
+                _save_reload_with_new_kernel(page, base, [kept, again])
             finally:
                 page.screenshot(path=str(ARTIFACTS / "browser.png"), full_page=True)
         finally:
@@ -277,10 +277,11 @@ def _tune_refuses_then_verifies(page) -> None:
     tabs.screenshot(path=str(ARTIFACTS / "tab-tune-verified.png"))
 
 
-def _reload_with_live_kernel(page, base: str, kept: str) -> None:
+def _reload_with_live_kernel(page, base: str, kept: str) -> str:
     """Save and reload while the kernel runs: the widget manager restores the models from the
-    kernel and the live controls come back (not the snapshot), the kept version with them."""
-    _save_with_kept(page, base, kept)
+    kernel and the live controls come back (not the snapshot), the kept version with them; a
+    version kept then reaches the saved output too. The name of that version."""
+    _save_with_kept(page, base, [kept])
     page.reload()
     page.wait_for_selector(".jp-Notebook .jp-Cell")
     _kernel_ready(page)
@@ -292,9 +293,12 @@ def _reload_with_live_kernel(page, base: str, kept: str) -> None:
     playwright_api.expect(tabs.locator("table.autocomp-versions").first).to_contain_text(kept, timeout=10_000)
     text = page.locator(".jp-Notebook").inner_text()
     assert "model not found" not in text and "Error displaying widget" not in text
+    again = _keep_a_version(page, "manual2")
+    _save_with_kept(page, base, [kept, again])
+    return again
 
 
-def _keep_a_version(page) -> str:
+def _keep_a_version(page, name: str = "manual1") -> str:
     """Move a slider, keep the variant: the versions table and the output list it."""
     tabs = page.locator(".jp-OutputArea .widget-tab").first
     tabs.locator(".lm-TabBar-tab").filter(has_text="Tune").first.click()
@@ -305,8 +309,8 @@ def _keep_a_version(page) -> str:
     playwright_api.expect(keep).to_be_enabled(timeout=10_000)
     keep.click()
     versions = tabs.locator("table.autocomp-versions").first
-    playwright_api.expect(versions).to_contain_text("manual1", timeout=10_000)
-    return "manual1"
+    playwright_api.expect(versions).to_contain_text(name, timeout=10_000)
+    return name
 
 
 def _compare_two_versions(page) -> None:
@@ -332,7 +336,7 @@ def _compare_two_versions(page) -> None:
     tabs.locator(".autocomp-ab-out").first.screenshot(path=str(ARTIFACTS / "tab-tune-ab.png"))
 
 
-def _save_with_kept(page, base: str, kept: str) -> dict:
+def _save_with_kept(page, base: str, kept: list[str]) -> dict:
     """Save until the file holds the kept version (it reaches the cell's metadata from the
     kernel's message, which can land after a save on a busy machine: 10 s at most); the cell."""
     deadline = time.monotonic() + 10
@@ -344,19 +348,21 @@ def _save_with_kept(page, base: str, kept: str) -> dict:
             timeout=10_000)
         saved = _saved_notebook(base, "demo.ipynb")
         cell = saved["cells"][1]
-        if "autocomp" in cell["metadata"] or time.monotonic() > deadline:
+        names = [k["name"] for k in (cell["metadata"].get("autocomp") or {}).get("kept", [])]
+        if names == kept or time.monotonic() > deadline:
             break
         page.wait_for_timeout(500)
-    assert [k["name"] for k in cell["metadata"]["autocomp"]["kept"]] == [kept]  # saved in the notebook
+    assert names == kept  # saved in the notebook
     data = cell["outputs"][0]["data"]
-    assert "application/vnd.jupyter.widget-view+json" in data and kept in data["text/html"]
+    assert "application/vnd.jupyter.widget-view+json" in data and all(k in data["text/html"] for k in kept)
     return cell
 
 
-def _save_reload_with_new_kernel(page, base: str, kept: str, root: Path | None = None) -> None:
+def _save_reload_with_new_kernel(page, base: str, kept_names: list[str], root: Path | None = None) -> None:
     """Save with live widgets, shut the kernel down, reload: the static view under its
     snapshot banner, the kept version in it, no error."""
-    _save_with_kept(page, base, kept)
+    _save_with_kept(page, base, kept_names)
+    kept = kept_names[-1]
     for session in json.loads(urllib.request.urlopen(base + "/api/sessions", timeout=5).read()):
         request = urllib.request.Request(f"{base}/api/sessions/{session['id']}", method="DELETE")
         urllib.request.urlopen(request, timeout=10).read()

@@ -839,3 +839,18 @@ def test_moving_a_control_back_and_forth_is_one_ab_entry_and_a_crash_is_a_refusa
     tune.set("tile i @ VMEM", 64)                     # raises inside: said in one line, nothing lost
     assert "refused" in tune.change.value and "the evaluator is down" in tune.change.value
     assert tune.last_legal is legal and tune.sliders[("i", "VMEM")].value == 128
+
+
+def test_a_reloaded_view_is_displayed_again_under_its_display_id(result):
+    from IPython.utils.capture import capture_output
+
+    from autocomp_jupyter.ui import live
+
+    ipython_shell()
+    view = ui.widget(result)
+    assert live.reattach(view.widget.model_id) is False      # never displayed with an id: nothing to reattach
+    view.attach_display("d-1")
+    with capture_output() as out:
+        assert live.reattach(view.widget.model_id) is True
+    assert out.outputs and "application/vnd.autocomp.view+json" in out.outputs[0].data
+    assert live.reattach("no-such-model") is False

@@ -170,3 +170,18 @@ def restore_kept(model_id: str, records: list) -> list[str]:
     live view: re-evaluate them into that view (its Tune tab, `result.versions`, the output)."""
     view = _VIEWS.get(model_id)
     return view.tune.restore(records) if view is not None else []
+
+
+def reattach(model_id: str) -> bool:
+    """Called by the labextension when a reloaded page shows the live view `model_id` again
+    (its output was made in an earlier page, so the kernel's display updates no longer reach
+    it): display the view's current bundle under its display id, in reply to that request,
+    so the renderer can take this and every later update into its output (kept versions).
+    False when the view is gone or was never displayed with an id."""
+    view = _VIEWS.get(model_id)
+    if view is None or not view.display_id:
+        return False
+    from IPython.display import display
+
+    display(view._repr_mimebundle_(), raw=True, display_id=view.display_id)
+    return True

@@ -25,7 +25,9 @@
  * and renders the live view again through it: the manager restores the models
  * from the kernel (`jupyter.widget.control` comm, ipywidgets 8) and the live
  * controls come back. Without a kernel the widget renderer reports the model
- * missing and the snapshot stays.
+ * missing and the snapshot stays. A view made live that way then reattaches its
+ * output to the kernel's display updates (`reattach`), so versions kept after the
+ * reload reach the saved output too.
  *
  * Kept versions: when the output carries `kept`, the renderer saves it in the
  * cell's metadata (`autocomp.kept`), so it is saved with the notebook; when the
@@ -55,6 +57,11 @@ export const SNAPSHOT_BANNER =
 
 /** A kept version, as the kernel writes it (autocomp_jupyter/ui/live.py: kept_records). */
 export type KeptRecord = { name?: string; kernel?: string; [key: string]: unknown };
+
+/** The Python statement that has the kernel send view `modelId`'s output again, and its later updates, to this page. */
+export function reattachCode(modelId: string): string {
+  return `import autocomp_jupyter.ui.live as _autocomp_live\n_autocomp_live.reattach(${JSON.stringify(modelId)})`;
+}
 
 /** The Python statement that hands saved kept versions back to the live view `modelId`. */
 export function restoreCode(modelId: string, kept: KeptRecord[]): string {
@@ -165,6 +172,7 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
       }
       const factory = this.registry.getFactory(WIDGET_VIEW_MIME);
       if (factory && factory !== used) {
+        this.rebound = true;
         await this.renderLive();
         return;
       }
@@ -174,6 +182,8 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
 
   dispose(): void {
     this.disconnect();
+    this.reattachFuture?.dispose();
+    this.reattachFuture = null;
     super.dispose();
   }
 
@@ -189,6 +199,9 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
       this.banner?.hide();
       this.setState('live');
       this.restoreKept();
+      if (this.rebound) {
+        this.reattach();
+      }
     } else if ((live.node.textContent || '').startsWith('Error displaying widget')) {
       // The model is gone for good (reopened notebook, new kernel): the static view stays.
       this.disconnect();
@@ -241,6 +254,44 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
     kernel.requestExecute({ code: restoreCode(this.modelId, saved), silent: true, store_history: false });
   }
 
+  /**
+   * A view made live again after a reload: its output came from the saved notebook, so the
+   * kernel's display updates (a kept version) reach no output of this page. Ask the kernel to
+   * display the view under its display id in reply to a request whose future stays open: the
+   * kernel connection then routes that display and every later update to it, and each is
+   * written into this output (its snapshot and kept versions, saved with the notebook).
+   */
+  private reattach(): void {
+    const kernel = this.notebook?.sessionContext?.session?.kernel;
+    if (this.reattachFuture || !kernel || !this.modelId) {
+      return;
+    }
+    const modelId = this.modelId;
+    const future = kernel.requestExecute({ code: reattachCode(modelId), silent: false, store_history: false }, false);
+    future.onIOPub = msg => {
+      const type = msg.header.msg_type;
+      if (type === 'display_data' || type === 'update_display_data') {
+        this.replaceOutput(modelId, (msg.content as any).data, (msg.content as any).metadata);
+      }
+    };
+    this.reattachFuture = future;
+  }
+
+  /** Put `data` in place of this cell's output that shows view `modelId`. */
+  private replaceOutput(modelId: string, data: Record<string, unknown>, metadata: Record<string, unknown>): void {
+    const outputs = (this.cellModel() as any)?.outputs;
+    if (!outputs || !data || !data[VIEW_MIME]) {
+      return;
+    }
+    for (let i = 0; i < outputs.length; i++) {
+      const shown = outputs.get(i).data?.[VIEW_MIME] as { model_id?: string } | undefined;
+      if (shown?.model_id === modelId) {
+        outputs.set(i, { output_type: 'display_data', data, metadata: metadata || {} });
+        return;
+      }
+    }
+  }
+
   private setState(state: ViewState): void {
     this.node.dataset.autocompView = state;
   }
@@ -257,6 +308,9 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
   private restoreAsked = false;
   private liveView: Widget | null = null;
   private liveModel: IRenderMime.IMimeModel | null = null;
+  /** Made live through the manager that arrived after the page loaded (a reload). */
+  private rebound = false;
+  private reattachFuture: { dispose(): void } | null = null;
   private observer: MutationObserver | null = null;
 }
 
