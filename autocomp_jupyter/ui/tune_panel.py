@@ -183,15 +183,17 @@ class TunePanel:
         options = [(ctrl.text(c), _shown(c)) for c in ctrl.choices]
         common = dict(description=_short(ctrl), disabled=not self.available or len(ctrl.choices) < 2,
                       tooltip=f"{ctrl.label()}: {_doc(ctrl.primitive).splitlines()[0] if _doc(ctrl.primitive) else ''}")
+        label = max(40, 7 * len(common["description"]) + 14)    # the whole label ("k @ accumulator"): ~7 px a character
         if ctrl.kind == "toggle":
             widget = W.ToggleButton(value=bool(ctrl.initial), layout=W.Layout(width="auto"), **common)
         elif ctrl.kind == "slider":
             widget = W.SelectionSlider(options=options, value=_shown(ctrl.initial), continuous_update=False,
-                                       layout=W.Layout(width="280px", max_width="100%"),
-                                       style={"description_width": "100px"}, **common)
+                                       layout=W.Layout(width=f"{label + 190}px", max_width="100%"),
+                                       style={"description_width": f"{label}px"}, **common)
         else:
-            widget = W.Dropdown(options=options, value=_shown(ctrl.initial), layout=W.Layout(width="280px", max_width="100%"),
-                                style={"description_width": "100px"}, **common)
+            widget = W.Dropdown(options=options, value=_shown(ctrl.initial),
+                                layout=W.Layout(width=f"{label + 180}px", max_width="100%"),
+                                style={"description_width": f"{label}px"}, **common)
         widget.add_class("autocomp-tune-control")
         widget.add_class(f"autocomp-tune-{ctrl.primitive}")
         widget.observe(self._changed, names="value")
