@@ -71,7 +71,6 @@ def make_result(target_name: str = "tpu") -> Result:
 from autocomp_jupyter import ui  # noqa: E402
 from autocomp_jupyter.ui.graph import have_dot, plan_dot  # noqa: E402
 from autocomp_jupyter.ui.roofline import roofline_data, roofline_svg  # noqa: E402
-from autocomp_jupyter.ui.live import order_choices  # noqa: E402
 
 
 def ipython_shell():
@@ -191,12 +190,6 @@ def test_roofline_data_derived_when_report_lacks_it(result):
 
 
 # --------------------------------------------------------------------------- widget
-
-
-def test_order_choices():   # the sliders' stops: tests/test_space.py
-    assert order_choices(("i", "j"))[0] == ("i", "j") and len(order_choices(("i", "j", "k"))) == 6
-    many = order_choices(tuple("nfhwcrs"))
-    assert many[0] == tuple("nfhwcrs") and len(many) == len(set(many)) < 40
 
 
 def test_widget_has_seven_tabs_and_static_fallback(result):

@@ -22,7 +22,6 @@ Keeping a version updates the output in place (its display id), so the saved not
 """
 from __future__ import annotations
 
-import itertools
 import os
 import weakref
 
@@ -32,30 +31,10 @@ from .fmt import STYLE
 from .html import TABS, static_html, tab_contents, tune_static_html
 from .network import LARGE_PLAN_OPS, layers_html, network_graph_html
 from .tables import code_html
-from .tune_panel import TunePanel, unchanged_why  # noqa: F401  (the Tune tab; unchanged_why for callers)
+from .tune_panel import TunePanel
 
 VIEW_MIME = "application/vnd.autocomp.view+json"
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
-MAX_PERMUTED_LOOPS = 4  # all orders up to 4 loops (24); beyond, interchanges and moves only
-
-
-def order_choices(current: tuple[str, ...]) -> list[tuple[str, ...]]:
-    """Loop orders to offer: every permutation of few loops; for more, the current order,
-    each adjacent interchange, and each loop moved outermost or innermost."""
-    if len(current) <= MAX_PERMUTED_LOOPS:
-        perms = list(itertools.permutations(current))
-        perms.remove(tuple(current))
-        return [tuple(current)] + perms
-    out = [tuple(current)]
-    for i in range(len(current) - 1):
-        o = list(current)
-        o[i], o[i + 1] = o[i + 1], o[i]
-        out.append(tuple(o))
-    for loop in current:
-        rest = [l for l in current if l != loop]
-        out.append(tuple([loop] + rest))
-        out.append(tuple(rest + [loop]))
-    return list(dict.fromkeys(out))
 
 
 def widget_view_wanted() -> bool:
