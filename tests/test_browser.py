@@ -5,7 +5,8 @@ Starts `jupyter lab` on a free port in a temp dir with a notebook holding
 cells, then checks what a user sees: every tab renders when clicked, the graph is an SVG,
 moving a tile slider changes the Tune tab's metrics, parallelising the reduction is refused
 with its dependence, a legal move is badged verified, a reload while the kernel runs brings
-the live controls back, A/B names the faster of two versions,
+the live controls back (and a version kept then reaches the saved output), A/B names the
+faster of two versions,
 and the labextension highlights the DSL (`cm-autocomp-*` spans). It then saves the
 notebook, shuts its kernel down and reloads the page: the output shows the static view,
 never "model not found". A second test exports an `nbconvert --execute`d notebook to HTML
