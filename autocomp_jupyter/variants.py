@@ -173,11 +173,22 @@ def _replayed(current: Schedule, schedule):
 
 def _verified(schedule: Schedule, plan: Plan, legal: bool) -> tuple[bool, str]:
     """(matched the interpreter, why not): the pipeline's check of a scheduled kernel."""
-    from .verify import verify_schedule
-
     if not legal:
         return False, ""
-    problem = verify_schedule(schedule, plan.program, execute=True)
+    return verify_variant(plan, schedule)
+
+
+def verify_variant(plan: Plan, schedule: Schedule) -> tuple[bool, str]:
+    """(True, '') when `schedule` (a variant of one of `plan`'s kernels) is legal and its
+    tiled run matches the interpreter — on the scaled twin of a large program, as the
+    pipeline checks each step — else (False, the reason). What the Tune tab runs in the
+    background after showing a variant's modelled numbers."""
+    from .verify import verify_schedule
+
+    try:
+        problem = verify_schedule(schedule, plan.program, execute=True)
+    except Exception as err:  # a check that cannot run is a failed check, said with its reason
+        problem = f"the check could not run: {type(err).__name__}: {err}"
     return (not problem), problem
 
 

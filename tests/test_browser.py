@@ -3,7 +3,10 @@
 Starts `jupyter lab` on a free port in a temp dir with a notebook holding
 `%load_ext autocomp_jupyter` and a `%%autocomp --target tpu --tune 40` cell, runs all
 cells, then checks what a user sees: every tab renders when clicked, the graph is an SVG,
-moving a tile slider changes the Tune tab's metrics, A/B names the faster of two versions,
+moving a tile slider changes the Tune tab's metrics, parallelising the reduction is refused
+with its dependence, a legal move is badged verified, a reload while the kernel runs brings
+the live controls back (and a version kept then reaches the saved output), A/B names the
+faster of two versions,
 and the labextension highlights the DSL (`cm-autocomp-*` spans). It then saves the
 notebook, shuts its kernel down and reloads the page: the output shows the static view,
 never "model not found". A second test exports an `nbconvert --execute`d notebook to HTML
@@ -178,10 +181,12 @@ def test_notebook_in_jupyterlab(lab):
             try:
                 _fit_panel(page)
                 _run_all_and_check(page)
+                _tune_refuses_then_verifies(page)
                 _every_tab_fits_its_panel(page)
                 _compare_two_versions(page)
                 kept = _keep_a_version(page)
-                _save_reload_with_new_kernel(page, base, kept)
+                again = _reload_with_live_kernel(page, base, kept)
+                _save_reload_with_new_kernel(page, base, [kept, again])
             finally:
                 page.screenshot(path=str(ARTIFACTS / "browser.png"), full_page=True)
         finally:
@@ -256,7 +261,45 @@ def _every_tab_fits_its_panel(page) -> None:
     assert size >= 9, f"graph text drawn {size:.1f} px high"
 
 
-def _keep_a_version(page) -> str:
+def _tune_refuses_then_verifies(page) -> None:
+    """The Tune tab: parallelising the matmul's reduction is refused in one line naming the
+    primitive, the loop and the dependence; a legal move is then badged verified."""
+    tabs = page.locator(".jp-OutputArea .widget-tab").first
+    tabs.locator(".lm-TabBar-tab").filter(has_text="Tune").first.click()
+    tabs.locator(".autocomp-tune-parallel").filter(has_text=re.compile(r"^k$")).first.click()
+    refusal = tabs.locator(".autocomp-refusal").first
+    playwright_api.expect(refusal).to_contain_text("flow dependence", timeout=15_000)
+    text = refusal.inner_text()
+    assert "refused" in text and "parallel loop k" in text and "reduction over k" in text
+    tabs.locator(".autocomp-tune-reverse").filter(has_text=re.compile(r"^i$")).first.click()
+    playwright_api.expect(tabs.locator(".autocomp-tune-change").first).to_contain_text("reverse i", timeout=15_000)
+    badge = tabs.locator(".autocomp-verify[data-verified='yes']").first
+    playwright_api.expect(badge).to_contain_text("verified", timeout=30_000)
+    tabs.screenshot(path=str(ARTIFACTS / "tab-tune-verified.png"))
+
+
+def _reload_with_live_kernel(page, base: str, kept: str) -> str:
+    """Save and reload while the kernel runs: the widget manager restores the models from the
+    kernel and the live controls come back (not the snapshot), the kept version with them; a
+    version kept then reaches the saved output too. The name of that version."""
+    _save_with_kept(page, base, [kept])
+    page.reload()
+    page.wait_for_selector(".jp-Notebook .jp-Cell")
+    _kernel_ready(page)
+    page.wait_for_selector(".autocomp-view[data-autocomp-view='live']", timeout=60_000)
+    tabs = page.locator(".jp-OutputArea .widget-tab").first
+    tabs.locator(".lm-TabBar-tab").filter(has_text="Tune").first.click()
+    tabs.locator(".widget-slider").first.wait_for(state="visible", timeout=10_000)
+    assert page.locator(".autocomp-snapshot-banner:visible").count() == 0
+    playwright_api.expect(tabs.locator("table.autocomp-versions").first).to_contain_text(kept, timeout=10_000)
+    text = page.locator(".jp-Notebook").inner_text()
+    assert "model not found" not in text and "Error displaying widget" not in text
+    again = _keep_a_version(page, "manual2")
+    _save_with_kept(page, base, [kept, again])
+    return again
+
+
+def _keep_a_version(page, name: str = "manual1") -> str:
     """Move a slider, keep the variant: the versions table and the output list it."""
     tabs = page.locator(".jp-OutputArea .widget-tab").first
     tabs.locator(".lm-TabBar-tab").filter(has_text="Tune").first.click()
@@ -267,8 +310,8 @@ def _keep_a_version(page) -> str:
     playwright_api.expect(keep).to_be_enabled(timeout=10_000)
     keep.click()
     versions = tabs.locator("table.autocomp-versions").first
-    playwright_api.expect(versions).to_contain_text("manual1", timeout=10_000)
-    return "manual1"
+    playwright_api.expect(versions).to_contain_text(name, timeout=10_000)
+    return name
 
 
 def _compare_two_versions(page) -> None:
@@ -294,11 +337,9 @@ def _compare_two_versions(page) -> None:
     tabs.locator(".autocomp-ab-out").first.screenshot(path=str(ARTIFACTS / "tab-tune-ab.png"))
 
 
-def _save_reload_with_new_kernel(page, base: str, kept: str, root: Path | None = None) -> None:
-    """Save with live widgets, shut the kernel down, reload: the static view under its
-    snapshot banner, the kept version in it, no error."""
-    # The kept version reaches the cell's metadata from the kernel's message, which can land
-    # after a save on a busy machine: save until the file holds it (10 s at most).
+def _save_with_kept(page, base: str, kept: list[str]) -> dict:
+    """Save until the file holds the kept version (it reaches the cell's metadata from the
+    kernel's message, which can land after a save on a busy machine: 10 s at most); the cell."""
     deadline = time.monotonic() + 10
     while True:
         page.locator(".jp-Notebook").first.click()
@@ -306,14 +347,23 @@ def _save_reload_with_new_kernel(page, base: str, kept: str, root: Path | None =
         page.wait_for_function(
             "() => !document.querySelector('.jp-mod-current .jp-mod-dirty, .lm-TabBar-tab.jp-mod-current.jp-mod-dirty')",
             timeout=10_000)
-        saved = json.loads(urllib.request.urlopen(base + "/api/contents/demo.ipynb", timeout=5).read())["content"]
+        saved = _saved_notebook(base, "demo.ipynb")
         cell = saved["cells"][1]
-        if "autocomp" in cell["metadata"] or time.monotonic() > deadline:
+        names = [k["name"] for k in (cell["metadata"].get("autocomp") or {}).get("kept", [])]
+        if names == kept or time.monotonic() > deadline:
             break
         page.wait_for_timeout(500)
-    assert [k["name"] for k in cell["metadata"]["autocomp"]["kept"]] == [kept]  # saved in the notebook
+    assert names == kept  # saved in the notebook
     data = cell["outputs"][0]["data"]
-    assert "application/vnd.jupyter.widget-view+json" in data and kept in data["text/html"]
+    assert "application/vnd.jupyter.widget-view+json" in data and all(k in data["text/html"] for k in kept)
+    return cell
+
+
+def _save_reload_with_new_kernel(page, base: str, kept_names: list[str], root: Path | None = None) -> None:
+    """Save with live widgets, shut the kernel down, reload: the static view under its
+    snapshot banner, the kept version in it, no error."""
+    _save_with_kept(page, base, kept_names)
+    kept = kept_names[-1]
     for session in json.loads(urllib.request.urlopen(base + "/api/sessions", timeout=5).read()):
         request = urllib.request.Request(f"{base}/api/sessions/{session['id']}", method="DELETE")
         urllib.request.urlopen(request, timeout=10).read()
@@ -347,6 +397,17 @@ def _save_reload_with_new_kernel(page, base: str, kept: str, root: Path | None =
     tabs = page.locator(".jp-OutputArea .widget-tab").first
     tabs.locator(".lm-TabBar-tab").filter(has_text="Tune").first.click()
     playwright_api.expect(tabs.locator("table.autocomp-versions").first).to_contain_text(kept, timeout=20_000)
+
+
+def _saved_notebook(base: str, name: str) -> dict:
+    """The notebook as saved; read again while a save in flight leaves the file empty (400)."""
+    for attempt in range(10):
+        try:
+            return json.loads(urllib.request.urlopen(f"{base}/api/contents/{name}", timeout=5).read())["content"]
+        except urllib.error.HTTPError as err:
+            if err.code != 400 or attempt == 9:
+                raise
+            time.sleep(0.3)
 
 
 def test_nbconvert_execute_export_shows_every_tab(lab):
@@ -419,10 +480,14 @@ def _run_all_and_check(page) -> None:
             tabs.wait_for(state="visible", timeout=90_000)   # the cells optimise first: slow on a loaded machine
             break
         except playwright_api.TimeoutError:
-            # Run All was taken and then lost (every prompt back to "[ ]", the kernel idle: seen
-            # on a loaded machine when the kernel connection settles late): run them again
-            never_ran = all(t.strip() in ("[ ]:", "[ ]") for t in prompts.all_inner_texts())
-            if attempt == 2 or not never_ran:
+            # Run All was taken and then lost, whole or after its first cell (a prompt still
+            # "[ ]", none "[*]": seen on a loaded machine when the kernel connection settles
+            # late): run them again. A cell still running ("[*]") is given more time instead.
+            texts = [t.strip() for t in prompts.all_inner_texts()]
+            if any("*" in t for t in texts):
+                tabs.wait_for(state="visible", timeout=120_000)
+                break
+            if attempt == 2 or not any(t in ("[ ]:", "[ ]") for t in texts):
                 raise
     titles = tabs.locator(".lm-TabBar-tab")
     # the live widget, not the static fallback (the labextension found the model)

@@ -71,7 +71,6 @@ def make_result(target_name: str = "tpu") -> Result:
 from autocomp_jupyter import ui  # noqa: E402
 from autocomp_jupyter.ui.graph import have_dot, plan_dot  # noqa: E402
 from autocomp_jupyter.ui.roofline import roofline_data, roofline_svg  # noqa: E402
-from autocomp_jupyter.ui.live import order_choices  # noqa: E402
 
 
 def ipython_shell():
@@ -193,12 +192,6 @@ def test_roofline_data_derived_when_report_lacks_it(result):
 # --------------------------------------------------------------------------- widget
 
 
-def test_order_choices():   # the sliders' stops: tests/test_space.py
-    assert order_choices(("i", "j"))[0] == ("i", "j") and len(order_choices(("i", "j", "k"))) == 6
-    many = order_choices(tuple("nfhwcrs"))
-    assert many[0] == tuple("nfhwcrs") and len(many) == len(set(many)) < 40
-
-
 def test_widget_has_seven_tabs_and_static_fallback(result):
     view = ui.widget(result)
     assert view.tabs.titles == ui.TABS
@@ -219,44 +212,130 @@ def test_slider_move_changes_the_displayed_metric(result):
     assert "legal" in tune.status.value and 'data-label="variant"' in tune.roofline.value
 
 
-def refuse_inner_over_outer(result):
-    """An evaluator double: the real one, but refusing an inner tile larger than its outer
-    tile (the Tune tab must show any refusal with its reason, whatever the evaluator)."""
-    real = result.evaluate_variant
-    levels = result.target.tiling_levels
+def test_illegal_choice_is_refused_in_one_line_and_the_last_legal_variant_stays():
+    tune = ui.widget(make_result()).tune
+    tune.background = False
+    tune.set("tile k @ VMEM", 32)                     # a legal move first: the variant on screen
+    legal_metrics, legal = tune.metrics.value, tune.last_legal
+    assert "tile k @ VMEM 32" in tune.ab_a.options
+    ev = tune.set("parallel k", True)                 # k is the matmul's reduction: a race
+    assert ev["legal"] is False and ev["primitive"] == "parallel" and ev["loop"] == "k"
+    line = tune.change.value
+    assert line.count("<p") == 1 and "refused" in line and "parallel loop k" in line
+    assert "flow dependence" in line and "reduction over k" in line
+    # the control went back; the metrics, the badge, A/B and keep are the last legal variant's
+    assert tune.widgets and next(w for w, c in tune.widgets.values() if c.label() == "parallel k").value is False
+    assert tune.metrics.value == legal_metrics and tune.last_legal is legal and not tune.keep_button.disabled
+    assert not any("parallel k" in name for name in tune.ab_a.options)
+    assert tune.keep() == "manual1"
+    assert "parallel" not in {s["primitive"] for s in tune.kept[0]["variant"]["trace"] if s.get("loop") == "k"}
 
-    def evaluate_variant(kernel, tiles=None, order=None, annotations=None):
-        for loop, per in (tiles or {}).items():
-            sizes = [per[lv] for lv in levels if lv in per]
-            if sizes != sorted(sizes, reverse=True):
-                return {"legal": False, "reason": f"tile of {loop} at {levels[-1]} exceeds its {levels[0]} tile",
-                        "metrics": {}, "time_s": None, "roofline_point": None}
-        return real(kernel, tiles, order, annotations)
-    return evaluate_variant
 
+def test_every_primitive_has_controls_from_its_decisions(result):
+    from autocomp_jupyter.schedule import PRIMITIVES
+    from autocomp_jupyter.schedule.space import decisions
 
-def test_illegal_choice_is_shown_with_its_reason():
-    result = make_result()
-    result.evaluate_variant = refuse_inner_over_outer(result)
     tune = ui.widget(result).tune
-    tune.sliders[("i", "vregs")].value = 256  # inner tile larger than the outer one: the double refuses
-    assert "illegal" in tune.status.value and "exceeds its VMEM tile" in tune.status.value
-    assert tune.keep_button.disabled
-    assert 'data-label="variant"' not in tune.roofline.value
+    schedule = result.after.schedule_of(tune.kernel)
+    made = {c.primitive for c in tune.ctrls}
+    offered = {d.primitive for d in decisions(schedule.kernel, schedule.levels)}
+    assert made == offered and {"tile", "reorder", "parallel", "vectorize", "unroll", "skew", "reverse",
+                                "compute_at"} <= made <= set(PRIMITIVES)
+    kinds = {c.label(): c.kind for c in tune.ctrls}
+    assert kinds["parallel i"] == "toggle" and kinds["unroll"] == "slider" and kinds["reorder VMEM"] == "dropdown"
+    # the controls start at the schedule's own values: parallel i on, vectorize j
+    assert next(c for c in tune.ctrls if c.label() == "parallel i").value is True
+    assert tune.vectorize_picker.value == "j"
+    with pytest.raises(KeyError, match="no control 'parallel q'"):
+        tune.set("parallel q", True)
 
 
-def test_order_picker_reevaluates(result):
+def test_a_new_primitive_gets_its_control_with_no_ui_code(result, monkeypatch):
+    from dataclasses import dataclass
+
+    from autocomp_jupyter.schedule import PRIMITIVES, Decision, Primitive
+    from autocomp_jupyter.schedule.primitive import annotate
+
+    @dataclass(frozen=True)
+    class Prefetch(Primitive):
+        """Prefetch `loop`'s next tile (a test primitive)."""
+        loop: str
+        name = "prefetch"
+        rank = 7
+
+        def rewrite(self, schedule):
+            return annotate(schedule, prefetch=self.loop)
+
+        @classmethod
+        def decisions(cls, kernel, levels):
+            return (Decision(cls.name, (), (None, *kernel.loop_names)),)
+
+        @classmethod
+        def step_for(cls, schedule, key, value):
+            return None if value is None else {"primitive": cls.name, "loop": value}
+
+    monkeypatch.setitem(PRIMITIVES, "prefetch", Prefetch)
     tune = ui.widget(result).tune
-    picker = tune.order_pickers["VMEM"]
+    ctrl = next(c for c in tune.ctrls if c.primitive == "prefetch")
+    assert ctrl.kind == "dropdown" and ctrl.choices == (None, "i", "j", "k")
+    widget = next(w for w, c in tune.widgets.values() if c is ctrl)
+    assert "autocomp-tune-prefetch" in widget._dom_classes
+
+
+def test_bad_control_values_are_refused_before_evaluation(result):
+    tune = ui.widget(result).tune
     calls = []
     original = result.evaluate_variant
-    result.evaluate_variant = (lambda k, tiles=None, order=None, annotations=None:
-                               calls.append(order) or original(k, tiles, order, annotations))
+    result.evaluate_variant = lambda *a, **k: calls.append(k) or original(*a, **k)
     try:
-        picker.value = ("k", "i", "j")
+        widget, ctrl = next((w, c) for w, c in tune.widgets.values() if c.label() == "unroll")
+        tune._changed({"owner": widget, "new": 3, "old": ctrl.value})     # not a choice of unroll
     finally:
         result.evaluate_variant = original
-    assert calls and calls[-1]["VMEM"] == ("k", "i", "j")
+    assert not calls and "refused" in tune.change.value and "not one of its choices" in tune.change.value
+    assert ctrl.value == ctrl.initial
+
+
+def test_order_picker_reevaluates_as_a_reorder_step(result):
+    tune = ui.widget(result).tune
+    tune.background = False
+    tune.order_pickers["VMEM"].value = ("k", "i", "j")
+    assert {"primitive": "reorder", "level": "VMEM", "order": ["k", "i", "j"]} in tune.last["trace"]
+    assert "s.reorder(level=&#x27;VMEM&#x27;, order=[&#x27;k&#x27;, &#x27;i&#x27;, &#x27;j&#x27;])" in tune.change.value
+
+
+def test_legal_variant_is_verified_in_the_background(result):
+    tune = ui.widget(result).tune
+    tune.set("tile i @ vregs", 8)
+    assert tune.wait_verified(60) is True
+    assert 'data-verified="yes"' in tune.verify_badge.value and "verified" in tune.verify_badge.value
+    assert tune.made[-1]["verified"] is True
+
+
+def test_a_failed_check_says_not_verified_with_the_reason(result, monkeypatch):
+    from autocomp_jupyter import variants
+
+    monkeypatch.setattr(variants, "verify_schedule", lambda *a, **k: "C_D differs from the interpreter at [0, 3]",
+                        raising=False)
+    import autocomp_jupyter.verify as verify
+
+    monkeypatch.setattr(verify, "verify_schedule", lambda *a, **k: "C_D differs from the interpreter at [0, 3]")
+    tune = ui.widget(result).tune
+    tune.background = False
+    tune.set("tile i @ vregs", 16)
+    assert 'data-verified="no"' in tune.verify_badge.value and "NOT verified" in tune.verify_badge.value
+    assert "differs from the interpreter at [0, 3]" in tune.verify_badge.value
+
+
+def test_ab_offers_naive_library_optimized_and_made_variants_at_tune_0(result):
+    tune = ui.widget(result).tune
+    tune.background = False
+    names = list(tune.ab_a.options)
+    assert names[:2] == ["optimized", "top1"] and {"naive", "library"} <= set(names)
+    tune.set("reverse i", True)
+    assert "reverse i on" in tune.ab_b.options
+    html = tune.compare("naive", "optimized")
+    assert "compared as whole programs" in html and re.search(r"(naive|optimized) is [0-9.]+× faster than", html)
 
 
 def test_keep_as_version_adds_to_versions_and_ab_table():
@@ -314,7 +393,7 @@ def test_real_result_renders_statically_and_tunes():
     tune = view.tune
     before = tune.metrics.value
     (loop, level), slider = next((key, s) for key, s in tune.sliders.items() if not s.disabled)
-    slider.value = next(o for o in slider.options if o != slider.value)
+    slider.value = next(v for _, v in slider.options if v != slider.value)
     assert tune.metrics.value != before and tune.last is not None
 
 
@@ -392,7 +471,7 @@ def test_every_control_leaves_a_visible_change_line():
     level = next(iter(tune.order_pickers))
     picker = tune.order_pickers[level]
     picker.value = picker.options[1][1]
-    assert f"order {level}" in tune.change.value and 'data-change="1"' in tune.change.value
+    assert f"reorder {level}" in tune.change.value and 'data-change="1"' in tune.change.value
     # each move is shown as the trace primitive it is, a call a user can paste back
     assert f"s.reorder(level={level!r}, order=" in tune.change.value.replace("&#x27;", "'")
     assert "s.tile(loop=" in tune.metrics.value.replace("&#x27;", "'")     # the variant's whole trace
@@ -649,10 +728,11 @@ def test_kept_versions_are_saved_in_the_output_and_restored_into_a_new_view(resu
     tune = view.tune
     loop, level = next(iter(tune.sliders))
     slider = tune.sliders[(loop, level)]
-    slider.value = slider.options[0]
+    slider.value = slider.options[0][1]
     name = tune.keep()
     records = view._repr_mimebundle_()["application/vnd.autocomp.view+json"]["kept"]
-    assert [r["name"] for r in records] == [name] and records[0]["tiles"][loop][level] == slider.options[0]
+    step = {"primitive": "tile", "loop": loop, "level": level, "size": slider.options[0][1]}
+    assert [r["name"] for r in records] == [name] and step in records[0]["trace"]
     import json
     json.dumps(records)  # saved in the notebook: plain JSON
     assert f"<td>{name}</td>" in view._repr_mimebundle_()["text/html"]  # the static Tune tab lists it
@@ -733,4 +813,37 @@ def test_rules_tab_says_what_a_rolled_back_tiling_kept_and_moves_explain_no_chan
         options = [v for _, v in tune.vectorize_picker.options]
         tune.vectorize_picker.value = next(v for v in options if v != tune.vectorize_picker.value)
         if "(unchanged" in tune.change.value:
-            assert "does not price this annotation" in tune.change.value
+            assert "does not price this primitive" in tune.change.value
+
+
+def test_moving_a_control_back_and_forth_is_one_ab_entry_and_a_crash_is_a_refusal():
+    r = make_result()
+    tune = ui.widget(r).tune
+    tune.background = False
+    for value in (True, False, True):
+        tune.set("reverse j", value)
+    names = list(tune.ab_a.options)
+    assert names.count("reverse j on") == 1 and "reverse j off" in names and "reverse j on (2)" not in names
+    legal = tune.last_legal
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the evaluator is down")
+    r.evaluate_variant = broken
+    tune.set("tile i @ VMEM", 64)                     # raises inside: said in one line, nothing lost
+    assert "refused" in tune.change.value and "the evaluator is down" in tune.change.value
+    assert tune.last_legal is legal and tune.sliders[("i", "VMEM")].value == 128
+
+
+def test_a_reloaded_view_is_displayed_again_under_its_display_id(result):
+    from IPython.utils.capture import capture_output
+
+    from autocomp_jupyter.ui import live
+
+    ipython_shell()
+    view = ui.widget(result)
+    assert live.reattach(view.widget.model_id) is False      # never displayed with an id: nothing to reattach
+    view.attach_display("d-1")
+    with capture_output() as out:
+        assert live.reattach(view.widget.model_id) is True
+    assert out.outputs and "application/vnd.autocomp.view+json" in out.outputs[0].data
+    assert live.reattach("no-such-model") is False

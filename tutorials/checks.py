@@ -272,6 +272,72 @@ def check_parallel_loops(answer, statements) -> None:
     return (f"parallel loops {sorted(truth)}")
 
 
+def _tab_variant(res, kernel: str, steps) -> dict:
+    """What the Tune tab scores for `kernel`'s optimised trace plus `steps` (no check run)."""
+    return res.evaluate_variant(kernel, schedule=[*res.traces()[kernel], *steps], verify=False)
+
+
+@check(names={'loop': 'refused_loop', 'kind': 'refused_kind'})
+def check_tab_refusal(res, kernel: str, loop, kind) -> None:
+    """Tutorial 04 (Tune tab): parallel k refused — the loop the refusal names and the kind of
+    dependence it says that loop carries."""
+    _name(kernel, "a kernel of this result", [k.name for k in res.after.kernels])
+    ev = _tab_variant(res, kernel, [{"primitive": "parallel", "loop": "k"}])
+    assert not ev["legal"], "this kernel accepts parallel k: nothing to read"
+    kinds = re.findall(r"\b(flow|anti|output) dependence", ev["reason"])
+    assert isinstance(loop, str) and isinstance(kind, str), \
+        f"answer with two strings, the loop and the kind (e.g. 'i' and 'anti'); got {loop!r} and {kind!r}"
+    assert loop == ev["loop"], f"the refusal is about loop {ev['loop']!r}, not {loop!r}: read the red line again"
+    assert kind.strip().lower() in kinds, \
+        f"the refusal names a {kinds[0]} dependence, not {kind!r}: read what follows 'it carries the'"
+    return (f"{ev['primitive']} on loop {loop} is refused: k carries the {kinds[0]} dependence of the accumulation "
+            "(a parallel reduction is a race)")
+
+
+def strict_verdict(schedule):
+    """isl's verdict on a tiled `Schedule` in strict mode: reductions kept in their order."""
+    from autocomp_jupyter import poly
+
+    return poly.check_legal(schedule.kernel.statements, poly.from_tiled_schedule(schedule),
+                            parallel=poly.parallel_dims(schedule), reduction_reorderable=False)
+
+
+@check(names={'trace': 'my_trace'})
+def check_strict_reordering(res, kernel: str, trace) -> None:
+    """Tutorial 04 (Tune tab): a variant whose loop order differs from the optimised one and
+    that isl accepts in strict mode."""
+    _name(kernel, "a kernel of this result", [k.name for k in res.after.kernels])
+    assert isinstance(trace, list), \
+        f"answer with a trace, the list of steps tune.last_legal['trace'] holds; got {type(trace).__name__}"
+    ev = res.evaluate_variant(kernel, schedule=trace, verify=False)
+    assert ev["legal"], f"the tab refuses this trace: {ev['reason']}"
+    mine, base = ev["schedule"], res.after.schedule_of(kernel)
+    moved = [lv for lv in base.levels if mine.order_at(lv) != base.order_at(lv)]
+    moved += ["reverse"] * bool(mine.reverse) + ["skew"] * bool(mine.skew)
+    assert moved, "its loop orders are the optimised ones: change a reorder control (or reverse, skew) first"
+    strict = strict_verdict(mine)
+    assert strict.ok, f"strict isl refuses it: {strict.reason}. Hint: keep k's direction (no reverse or skew of k)"
+    return f"strict isl accepts it (it changes {', '.join(moved)} and keeps the accumulation over k in order)"
+
+
+@check(names={'answer': 'unroll_moves_time'})
+def check_unroll_time(res, kernel: str, answer) -> None:
+    """Tutorial 04 (Tune tab): does unrolling more move the modelled time?"""
+    assert isinstance(answer, bool), f"answer True or False, got {answer!r}"
+    base = res.after.schedule_of(kernel)
+    innermost = base.order_at(base.levels[-1])[-1]
+    trace = [s for s in res.traces()[kernel] if s["primitive"] != "unroll"]
+    times = {f: res.evaluate_variant(kernel, schedule=trace + ([{"primitive": "unroll", "loop": innermost, "factor": f}]
+                                                                 if f > 1 else []), verify=False)["time_s"]
+             for f in (1, 2, 4, 8, 16)}
+    moves = len({round(t, 15) for t in times.values()}) > 1
+    assert answer == moves, ("the modelled time does move with the unroll factor: compare the change lines"
+                             if moves else "look again: each change line says the time is unchanged, and why")
+    return ("the model charges unrolling" if moves else
+            "the cost model does not price unroll (it changes the generated code, not the modelled time); "
+            "registers spill when the innermost level's tiles outgrow them: spill_ratio in the metrics")
+
+
 # --------------------------------------------------------------------------- 05 tuning
 
 

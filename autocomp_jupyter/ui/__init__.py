@@ -7,7 +7,8 @@
     ui.view(result, static=...)      # what show() displays (for display in a given output slot)
 
 Renderers are pure functions of the Result: graph.py (DOT/SVG), roofline.py (SVG plot),
-tables.py (each tab's HTML), html.py (the static page), live.py (live widgets and controls),
+tables.py (each tab's HTML), html.py (the static page), live.py (the live widget), tune_panel.py
+(the Tune tab) and playground.py (its controls, from the schedule primitives' decisions),
 compare.py (versions and the A/B), names.py (short kernel names for display), progress.py
 (the tuning progress bar).
 """

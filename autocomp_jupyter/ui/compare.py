@@ -60,6 +60,7 @@ def version_specs(result, kept: list[dict] = ()) -> list[dict]:
         kernels.update({k: _kernel_spec(v) for k, v in (entry.get("kernels") or {}).items()})
         specs.append({"name": name, "time_s": entry.get("time_s"), "legal": entry.get("legal", True),
                       "kernels": kernels, "plan": plans.get(name), "source": "tuner"})
+    specs += baseline_specs(result, {s["name"] for s in specs})
     listed = {s["name"] for s in specs} | {k["name"] for k in kept}
     for name, plan in plans.items():
         if name not in listed:
@@ -72,6 +73,22 @@ def version_specs(result, kept: list[dict] = ()) -> list[dict]:
         s["speedup"] = naive / t if t and naive else None
         s["vs_optimized"] = base / t if t and base else None
     return specs
+
+
+def baseline_specs(result, taken=()) -> list[dict]:
+    """naive (one kernel per op, untiled) and library (each op tuned alone), as versions:
+    whole plans of other kernels than the optimised one, compared program to program."""
+    r = result.report
+    out = []
+    for name, attr, source in (("naive", "before", "one kernel per op, untiled"),
+                               ("library", "library", "each op tuned alone")):
+        plan = getattr(result, attr, None)
+        if plan is None or name in taken:
+            continue
+        out.append({"name": name, "time_s": (r.get(name) or {}).get("time_s"), "legal": True, "plan": plan,
+                    "source": source, "baseline": True,
+                    "kernels": {k.name: schedule_spec(s) for k, s in zip(plan.kernels, plan.schedules)}})
+    return out
 
 
 # --------------------------------------------------------------------------- formatting
@@ -176,6 +193,8 @@ def versions_html(specs: list[dict]) -> str:
         detail = "<br>".join(
             (f"<b>{esc(k)}</b>: " if len(kernels) > 1 else "") + kernel_detail_html(v, (base.get("kernels") or {}).get(k))
             for k, v in kernels.items()) or esc(s.get("source", ""))
+        if s.get("baseline"):      # other kernels than the optimised plan's: what it is, not a diff
+            detail = esc(f"{s.get('source', '')} ({len(kernels)} kernel{'s' if len(kernels) != 1 else ''})")
         if twin:
             detail = f'<span class="autocomp-twin">the same plan as {esc(twin)}</span><br>' + detail
         rows.append([esc(s["name"]), t, ratio(s.get("speedup")), ratio(s.get("vs_optimized")),
@@ -323,6 +342,15 @@ def ab_html(result, a: dict, b: dict) -> str:
     monitor = _monitor(result.report)
     roof = result.report.get("roofline") or {}
     kernels = result.report.get("kernels") or []
+    names = {k["name"] for k in kernels}
+    other = [v for v in (a, b) if set(v.get("kernels") or {}) != names]
+    if other:       # a baseline: other kernels than the optimised plan's, compared as programs
+        out.append(note(f"{', '.join(v['name'] for v in other)} schedule{'s' if len(other) == 1 else ''} other kernels "
+                        f"({', '.join(str(len(v.get('kernels') or {})) for v in other)}) than the optimized plan "
+                        f"({len(names)}): compared as whole programs."))
+        out.append("<h4>pseudo-kernel diff</h4>")
+        out.append(code_diff_html(result, a, b))
+        return '<div class="autocomp-ab">' + "".join(out) + "</div>"
     # Only kernels the two versions schedule differently are compared (a network's versions
     # differ in a few of its kernels); a kernel scheduled as in the optimised plan reads the
     # report's metrics instead of being re-scored.

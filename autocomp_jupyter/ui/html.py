@@ -56,7 +56,7 @@ def tune_static_html(result, kept: list[dict] = ()) -> str:
             out.append(ab_html(result, by_name[a], by_name[b]))
         except Exception as err:  # the comparison is an extra; the table stands without it
             out.append(note(f"no A/B comparison: {type(err).__name__}: {err}"))
-    out.append(note("Run the cell in a live kernel for sliders per tile size and loop order, "
+    out.append(note("Run the cell in a live kernel for a control per schedule primitive, "
                     "and to compare any two versions."))
     return "".join(out)
 

@@ -16,6 +16,19 @@
  * manager reports the model missing (a reopened notebook, a new kernel) the
  * static HTML stays, with its banner: no "Error displaying widget: model not found".
  *
+ * Reload with a live kernel: outputs render from the saved notebook before the
+ * notebook's widget manager exists. ipywidgets then hands its manager to the
+ * widget renderers that are direct children of an output (jupyterlab_widgets'
+ * registerWidgetManager), not to the one nested here, and replaces the
+ * placeholder widget factory in the notebook's registry with one bound to the
+ * manager. So once the session is ready, the renderer waits for that factory
+ * and renders the live view again through it: the manager restores the models
+ * from the kernel (`jupyter.widget.control` comm, ipywidgets 8) and the live
+ * controls come back. Without a kernel the widget renderer reports the model
+ * missing and the snapshot stays. A view made live that way then reattaches its
+ * output to the kernel's display updates (`reattach`), so versions kept after the
+ * reload reach the saved output too.
+ *
  * Kept versions: when the output carries `kept`, the renderer saves it in the
  * cell's metadata (`autocomp.kept`), so it is saved with the notebook; when the
  * cell shows a new live view without them (the cell ran again, in this kernel or
@@ -35,11 +48,20 @@ export const VIEW_RANK = -20;
 /** Where the renderer stands: static HTML shown, live widget shown, or no live view possible. */
 export type ViewState = 'static' | 'live' | 'static-only';
 
+/** How long a reloaded view waits for the notebook's widget manager after its session is ready. */
+const REBIND_WAIT_MS = 30000;
+const REBIND_POLL_MS = 100;
+
 export const SNAPSHOT_BANNER =
   'Snapshot: this output was saved with the notebook and is not live — run the cell for sliders and A/B.';
 
 /** A kept version, as the kernel writes it (autocomp_jupyter/ui/live.py: kept_records). */
 export type KeptRecord = { name?: string; kernel?: string; [key: string]: unknown };
+
+/** The Python statement that has the kernel send view `modelId`'s output again, and its later updates, to this page. */
+export function reattachCode(modelId: string): string {
+  return `import autocomp_jupyter.ui.live as _autocomp_live\n_autocomp_live.reattach(${JSON.stringify(modelId)})`;
+}
 
 /** The Python statement that hands saved kept versions back to the live view `modelId`. */
 export function restoreCode(modelId: string, kept: KeptRecord[]): string {
@@ -65,6 +87,7 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
     }
     this.staticView = null;
     this.liveView = null;
+    this.liveModel = null;
     this.banner = null;
     const source = model.data[VIEW_MIME] as { model_id?: string; kept?: KeptRecord[] } | undefined;
     this.modelId = source?.model_id || '';
@@ -91,6 +114,25 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
       this.setState('static-only');
       return;
     }
+    this.liveModel = new MimeModel({
+      data: { [WIDGET_VIEW_MIME]: { model_id: source.model_id, version_major: (source as any).version_major, version_minor: (source as any).version_minor } },
+      trusted: model.trusted,
+      metadata: model.metadata
+    });
+    const factory = this.registry.getFactory(WIDGET_VIEW_MIME);
+    const rendered = this.renderLive();
+    void this.rebindWhenManagerArrives(factory, this.liveModel);
+    await rendered;
+  }
+
+  /** Render the widget view (hidden until it exists) through the registry's current widget factory. */
+  private async renderLive(): Promise<void> {
+    const model = this.liveModel;
+    if (!model || this.isDisposed) {
+      return;
+    }
+    this.disconnect();
+    this.liveView?.dispose();
     const live = this.registry.createRenderer(WIDGET_VIEW_MIME);
     live.addClass('autocomp-view-live');
     live.hide();
@@ -101,14 +143,47 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
     this.observer = new MutationObserver(() => this.check());
     this.observer.observe(live.node, { childList: true, characterData: true, subtree: false });
     this.setState('static');
-    await live.renderModel(
-      new MimeModel({ data: { [WIDGET_VIEW_MIME]: { model_id: source.model_id, version_major: (source as any).version_major, version_minor: (source as any).version_minor } }, trusted: model.trusted, metadata: model.metadata })
-    );
+    await live.renderModel(model);
     this.check();
+  }
+
+  /**
+   * The notebook's widget manager is registered once its session is ready, after
+   * a reloaded notebook's outputs rendered: when the registry's widget factory
+   * changes from the one the live view was made with (the placeholder without a
+   * manager), render the live view again through the new one.
+   */
+  private async rebindWhenManagerArrives(
+    used: IRenderMime.IRendererFactory | undefined,
+    model: IRenderMime.IMimeModel
+  ): Promise<void> {
+    const session = this.notebook?.sessionContext;
+    if (!session) {
+      return;
+    }
+    try {
+      await session.ready;
+    } catch {
+      return; // no kernel: the snapshot stays
+    }
+    for (let waited = 0; waited < REBIND_WAIT_MS; waited += REBIND_POLL_MS) {
+      if (this.isDisposed || this.liveModel !== model || this.node.dataset.autocompView !== 'static') {
+        return; // re-rendered, live already, or the model is gone for good
+      }
+      const factory = this.registry.getFactory(WIDGET_VIEW_MIME);
+      if (factory && factory !== used) {
+        this.rebound = true;
+        await this.renderLive();
+        return;
+      }
+      await new Promise(resolve => setTimeout(resolve, REBIND_POLL_MS));
+    }
   }
 
   dispose(): void {
     this.disconnect();
+    this.reattachFuture?.dispose();
+    this.reattachFuture = null;
     super.dispose();
   }
 
@@ -124,6 +199,9 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
       this.banner?.hide();
       this.setState('live');
       this.restoreKept();
+      if (this.rebound) {
+        this.reattach();
+      }
     } else if ((live.node.textContent || '').startsWith('Error displaying widget')) {
       // The model is gone for good (reopened notebook, new kernel): the static view stays.
       this.disconnect();
@@ -176,6 +254,44 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
     kernel.requestExecute({ code: restoreCode(this.modelId, saved), silent: true, store_history: false });
   }
 
+  /**
+   * A view made live again after a reload: its output came from the saved notebook, so the
+   * kernel's display updates (a kept version) reach no output of this page. Ask the kernel to
+   * display the view under its display id in reply to a request whose future stays open: the
+   * kernel connection then routes that display and every later update to it, and each is
+   * written into this output (its snapshot and kept versions, saved with the notebook).
+   */
+  private reattach(): void {
+    const kernel = this.notebook?.sessionContext?.session?.kernel;
+    if (this.reattachFuture || !kernel || !this.modelId) {
+      return;
+    }
+    const modelId = this.modelId;
+    const future = kernel.requestExecute({ code: reattachCode(modelId), silent: false, store_history: false }, false);
+    future.onIOPub = msg => {
+      const type = msg.header.msg_type;
+      if (type === 'display_data' || type === 'update_display_data') {
+        this.replaceOutput(modelId, (msg.content as any).data, (msg.content as any).metadata);
+      }
+    };
+    this.reattachFuture = future;
+  }
+
+  /** Put `data` in place of this cell's output that shows view `modelId`. */
+  private replaceOutput(modelId: string, data: Record<string, unknown>, metadata: Record<string, unknown>): void {
+    const outputs = (this.cellModel() as any)?.outputs;
+    if (!outputs || !data || !data[VIEW_MIME]) {
+      return;
+    }
+    for (let i = 0; i < outputs.length; i++) {
+      const shown = outputs.get(i).data?.[VIEW_MIME] as { model_id?: string } | undefined;
+      if (shown?.model_id === modelId) {
+        outputs.set(i, { output_type: 'display_data', data, metadata: metadata || {} });
+        return;
+      }
+    }
+  }
+
   private setState(state: ViewState): void {
     this.node.dataset.autocompView = state;
   }
@@ -191,6 +307,10 @@ export class AutocompViewRenderer extends Panel implements IRenderMime.IRenderer
   private kept: KeptRecord[] = [];
   private restoreAsked = false;
   private liveView: Widget | null = null;
+  private liveModel: IRenderMime.IMimeModel | null = null;
+  /** Made live through the manager that arrived after the page loaded (a reload). */
+  private rebound = false;
+  private reattachFuture: { dispose(): void } | null = null;
   private observer: MutationObserver | null = null;
 }
 

@@ -13,3 +13,23 @@ print(my_schedule)
 
 # %% cell c21: parallel
 parallel = {"i", "j"}
+
+# %% cell c43: refused_loop, refused_kind
+ev = tune.set("parallel k", True)          # what switching the toggle on does
+print(ev["reason"][:200])
+refused_loop, refused_kind = ev["loop"], "flow"
+
+# %% cell c46: my_trace
+# the outer level's order changed, k (the accumulation) still innermost and forward
+order = ("j", "i", "k") if tune.base.order_at("VMEM")[:2] != ("j", "i") else ("i", "j", "k")
+tune.set("reorder VMEM", order)
+my_trace = tune.last_legal["trace"]
+
+# %% cell c51: unroll_moves_time
+import html
+import re
+
+for factor in (1, 2, 4, 8, 16):
+    tune.set("unroll", factor)
+    print(html.unescape(re.sub("<[^>]+>", "", tune.change.value)))
+unroll_moves_time = False
