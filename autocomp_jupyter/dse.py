@@ -1,5 +1,5 @@
 """Hardware design-space exploration: sweep a target's fields, optimise the program on every
-design, and find the designs no other beats on time, energy and area at once (DESIGN §7).
+design, and find the designs no other beats on time, energy and area at once (docs/guide/explore.md).
 
     explore(src, target, sweeps, tune=0, ...) -> Exploration     # .to_json(): points, pareto, seconds
     parse_sweep("compute.pe_rows,compute.pe_cols=16x16,32x32") -> Sweep

@@ -2,7 +2,7 @@
 
 Checks names (unknown, repeated, with suggestions), dtypes, dimensions, library-op
 signatures and shapes, access ranks, and infers every comprehension index's range
-(DESIGN §3: left-hand indices take the output shape, reduction indices the extent of
+(docs/guide/dsl.md: left-hand indices take the output shape, reduction indices the extent of
 the dimension they index directly, any other index needs a declared shape or `where`).
 All problems are collected as diagnostics and raised once as a `UserError`.
 
