@@ -233,7 +233,7 @@ class KernelSpace:
     # ------------------------------------------------------------------ genomes ↔ schedules
 
     def schedule(self, tiles, orders, parallel, vectorize) -> Schedule:
-        # unroll, skew, reverse and stage are the incumbent's (the genome does not hold them)
+        # what the genome does not hold (unroll, point-loop order, staging) is the incumbent's
         return Schedule.of_arrays(self.kernel, self.levels, tiles, orders, parallel, int(vectorize),
                                   keep=self.incumbent)
 

@@ -11,7 +11,7 @@ kernel's loop nest (`ir.loopnest.lower`): `split` per tile loop on the anchor's 
 `reorder` into the nest's order, `parallel`, `vectorize` and `unroll` where the nest marks
 them. Compiled with `tvm.compile(mod, target="llvm")`.
 
-TVM's block schedule has no primitive for a skewed or reversed loop (and
+TVM's block schedule has no primitive for a point loop with affine bounds or a reversed one (and
 `transform_block_layout` takes neither), so a plan with one is written as plain TIR instead
 (`affine_module`): every kernel's tree as `For` loops, tile loops over their tile counts,
 point loops with the affine bounds of `ir.loopnest.affine_point_bounds`, statements as

@@ -34,7 +34,7 @@ def variant_schedule(current: Schedule, tiles: Mapping | None = None, order=None
     `tiles` is a partial {loop: {level: size}} table over the current one (`tile` steps);
     `order` a {level: loops} map or one sequence for every level (`reorder` steps);
     `annotations` replaces the current ones ({"parallel": loops, "vectorize": loop,
-    "unroll": factor, "skew": ..., "reverse": ..., "stage": ...}: their primitives' steps on
+    "unroll": factor, ...}: their primitives' steps on
     the schedule without them). Raises a `ScheduleError` (a ValueError for a malformed
     table) for a variant the primitives refuse (an unknown loop or level, a size out of range)."""
     from .schedule import apply_step

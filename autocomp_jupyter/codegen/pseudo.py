@@ -290,7 +290,7 @@ class _KernelPseudo:
             order = []
             for p, b in zip(node.loops, bounds):
                 down = " downwards" if p.reverse else ""
-                order.append(f"{b.var} in [{b.start}, {b.stop}){down}" + (f" with {p.name} = {b.value}" if p.skew else ""))
+                order.append(f"{b.var} in [{b.start}, {b.stop}){down}" + (f" with {p.name} = {b.value}" if p.shifted else ""))
             self.emit(depth, f"#   points, outer → inner: {'; '.join(order)}"
                                "  (lo_x, hi_x: the tile's bounds on x)")
 

@@ -8,7 +8,7 @@ facts every host strategy reads.
   every read walks a loop along its last dimension only;
 - `substitute`: an access moved onto another statement's loops (a fused epilogue's point);
 - `keeps_point_order`, `reads_loop_values`: kernels no strategy that moves points between
-  loops may take (a user's skew or reverse, a `where` domain, a loop's value read).
+  loops may take (a user's trace giving point loops affine bounds, a `where` domain, a loop's value read).
 """
 from __future__ import annotations
 
@@ -92,9 +92,9 @@ def substitute(access: Access, by: dict[str, Affine]) -> Access:
 
 
 def keeps_point_order(schedule: Schedule | None) -> bool:
-    """A user's trace skewed or reversed point loops: the nest must run in that order, so no
+    """A user's trace gave point loops affine bounds or reversed them: the nest must run in that order, so no
     packed, direct-row or window path (each has its own order) may take the kernel."""
-    return schedule is not None and bool(schedule.annotations.get("skew") or schedule.annotations.get("reverse"))
+    return schedule is not None and schedule.affine_points
 
 
 def reads_loop_values(kernel: Kernel) -> bool:

@@ -141,6 +141,11 @@ class PointLoop:
     region_tiles: tuple[str | None, ...] = ()   # per region term: the tile loop var there (None: untiled)
 
     @property
+    def shifted(self) -> bool:
+        """It runs over its name plus other loops' values (its variable is a new one)."""
+        return bool(self.skew)
+
+    @property
     def affine(self) -> bool:
         """Its bounds depend on another loop or it runs backwards: C, the pseudo-kernel and
         the TVM bridge write affine bounds for it (`affine_point_bounds`)."""

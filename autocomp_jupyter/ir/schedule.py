@@ -318,6 +318,12 @@ class Schedule:
         return tuple(self.annotations.get("reverse") or ())
 
     @property
+    def affine_points(self) -> bool:
+        """Some point loop runs other than in plain increasing order (its bounds follow
+        another loop, or it runs backwards): the nest must run exactly as written."""
+        return bool(self.skew or self.reverse)
+
+    @property
     def stage(self) -> tuple[tuple[str, str], ...]:
         """(tensor, level), ...: tensors held at a level they would stream past (`stage`)."""
         return tuple((t, lv) for t, lv in self.annotations.get("stage") or ())

@@ -5,7 +5,7 @@ every legality question the passes ask about it. The passes in `rules/` decide w
 this package only answers whether it is legal. Its modules, bottom up:
 
 - `text`: isl names and strings (`S{k}` for statement k, tuples, domains), reading isl back;
-- `schedules`: `KernelSchedule` and its loop transformations (interchange, reverse, skew,
+- `schedules`: `KernelSchedule` and its loop transformations (interchange, reverse, affine shifts,
   strip-mine, tile), the original (2d+1) and fused schedules, a schedule's validity;
 - `polyhedra`: iteration domains (`S0[i, j, k] : 0 <= i < M ...`), read and write access
   relations (in-bounds reads only: an out-of-range read yields the access's pad value, not

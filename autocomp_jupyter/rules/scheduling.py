@@ -2,19 +2,14 @@
 
 When it applies: to every kernel of the plan, after tiling. Steps, each logged:
 
-1. Loop transformations in the rule file's `priority` order (default skew > interchange >
-   reverse):
+1. Loop transformations in the rule file's `priority` order (rules/default.yaml):
    - interchange: every swap of two adjacent loops in each level's order
      (`Schedule.order`), scored by the cost model; the best legal one is applied, repeatedly,
      while it gains. Refusals name the broken dependence; the others say how much slower.
-   - skew (every ordered pair of loops, factor 1), reverse (every loop) and any other
-     registered loop-transformation primitive (`schedule/`), its candidates drawn from the
-     primitive's own decisions and scored in one batch: the fastest candidate that gains is
-     applied where isl says legal. The model prices a tile's traffic and compute, which a
-     point loop's direction or skew inside the tile does not change, so today they log "no
-     gain" unless a user's rule file or trace asks for them (`--schedule`); in this DSL's
-     single-assignment programs the only loop-carried dependences are reductions, so a
-     wavefront exposes no parallelism the output loops do not already have.
+   - every other registered loop-transformation primitive (`schedule/`, `loop_transform`),
+     its candidates drawn from the primitive's own decisions and scored in one batch: the
+     fastest candidate that gains is applied where isl says legal; a primitive the model
+     cannot see gain in says why (`why_no_gain`).
    Legality: every candidate is checked with `poly.check_schedule`, the one policy.
 2. `parallel_outer`: the loops that carry no dependence (isl, always strict: a reduction
    loop is never parallel) are marked `parallel`; refused loops are logged with the
@@ -60,7 +55,7 @@ def scheduling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
     log: list[dict] = []
     rollbacks: list[dict] = []
     schedules = []
-    priority = params.get("priority", ["skew", "interchange", "reverse"])
+    priority = params.get("priority", ["interchange"])          # the rule files give it (rules/default.yaml)
     for kernel, tiled in zip(plan.kernels, plan.schedules):
         schedule = tiled
         for transform in priority:
@@ -201,9 +196,8 @@ def try_interchange(schedule: Schedule, ctx: PassContext, log: list) -> Schedule
 
 
 def try_primitive(name: str, schedule: Schedule, ctx: PassContext, log: list) -> Schedule:
-    """Every step the primitive `name`'s decisions offer on `schedule` (skew: every ordered
-    pair of the kernel's loops, factor 1; reverse: every loop; a new primitive: whatever its
-    `decisions` say), scored in one batch; the fastest that gains is applied if isl says legal."""
+    """Every step the primitive `name`'s decisions offer on `schedule`, scored in one batch;
+    the fastest that gains is applied if isl says legal."""
     from ..schedule import PRIMITIVES
 
     cls = PRIMITIVES[name]
@@ -223,7 +217,7 @@ def _try_steps(name: str, schedule: Schedule, steps: list[dict], ctx: PassContex
     for step in steps:
         try:
             candidates.append((step, apply_step(schedule, step)))
-        except ScheduleError:          # e.g. a loop already skewed by the user's rules
+        except ScheduleError:          # e.g. a pair of loops a user's trace already transformed
             continue
     if not candidates:
         return schedule

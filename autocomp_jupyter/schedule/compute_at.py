@@ -30,7 +30,7 @@ class ComputeAt(Primitive):
     loop: str
     level: str
     name = "compute_at"
-    rank = 2
+    rank = 4
     hint_when_illegal = ("leave the loops around the compute point sequential, or compute it at a loop "
                          "its region follows")
 

@@ -23,7 +23,7 @@ class Interchange(Primitive):
     loop: str
     other: str
     name = "interchange"
-    rank = 1
+    rank = 3
     hint_when_illegal = "keep the loop that carries the dependence outside"
 
     def check(self, schedule: Schedule) -> None:

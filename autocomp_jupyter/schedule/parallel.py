@@ -20,7 +20,7 @@ class Parallel(Primitive):
 
     loop: str
     name = "parallel"
-    rank = 6
+    rank = 8
     hint_when_illegal = ("leave this loop sequential (a reduction loop never runs in parallel, nor one whose "
                          "tiles recompute a shared region)")
 

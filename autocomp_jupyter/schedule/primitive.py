@@ -45,7 +45,7 @@ class Primitive:
     """A schedule primitive with its arguments (the dataclass fields of a subclass)."""
 
     name: ClassVar[str] = ""
-    rank: ClassVar[int] = 5            # where a search's trace puts it (tiles first, unroll last)
+    rank: ClassVar[int] = 50           # where a trace puts it, and the registry's order (tiles first, unroll last)
     loop_transform: ClassVar[bool] = False   # the scheduling pass tries its decisions (rules' `priority`)
     why_no_gain: ClassVar[str] = ""          # why the cost model may see no gain in it (the rule log)
     tuned: ClassVar[bool] = False            # the tuner tries its decisions on each kernel's best schedule
@@ -85,8 +85,13 @@ class Primitive:
         return f"s.{self.name}({', '.join(f'{k}={v!r}' for k, v in self.step().items() if k != 'primitive')})"
 
     def describe(self) -> str:
-        """A few words for the rule log ("skew j by i")."""
+        """A few words for the rule log ("reverse k", "split i into 4x8x4")."""
         return " ".join([self.name] + [str(getattr(self, p)) for p in self.params()])
+
+    @classmethod
+    def decision_label(cls, key: tuple) -> str:
+        """What a control for the decision at `key` is called ('parallel j', 'tile i @ VMEM')."""
+        return " ".join([cls.name] + [str(k) for k in key])
 
     @classmethod
     def doc(cls) -> str:
@@ -104,7 +109,7 @@ def register(cls: type[Primitive]) -> type[Primitive]:
 
 def loop_transforms() -> tuple[str, ...]:
     """What a rule file's `scheduling.priority` may list: interchange, and every registered
-    primitive that is a loop transformation (skew, reverse, split, and any added later)."""
+    primitive that is a loop transformation (`loop_transform = True`)."""
     return ("interchange",) + tuple(name for name, cls in PRIMITIVES.items() if cls.loop_transform)
 
 

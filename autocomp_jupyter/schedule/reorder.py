@@ -25,7 +25,7 @@ class Reorder(Primitive):
     level: str
     order: Sequence[str]
     name = "reorder"
-    rank = 1
+    rank = 2
     hint_when_illegal = "keep the loop that carries the dependence outside"
 
     def check(self, schedule: Schedule) -> None:

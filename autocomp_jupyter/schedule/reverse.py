@@ -21,9 +21,8 @@ class Reverse(Primitive):
     loop: str
     name = "reverse"
     loop_transform = True
-    why_no_gain = ("the model prices a tile's traffic and compute, which a loop's direction or skew inside "
-                   "the tile does not change")
-    rank = 5
+    why_no_gain = "the model prices a tile's traffic and compute, which a loop's direction inside the tile does not change"
+    rank = 7
     hint_when_illegal = "a loop that carries a dependence must keep its direction"
 
     def check(self, schedule: Schedule) -> None:

@@ -27,7 +27,7 @@ class Skew(Primitive):
     loop_transform = True
     why_no_gain = ("the model prices a tile's traffic and compute, which a loop's direction or skew inside "
                    "the tile does not change")
-    rank = 4
+    rank = 6
     hint_when_illegal = "try the other order of the two loops, or a different factor"
 
     def check(self, schedule: Schedule) -> None:
@@ -50,6 +50,10 @@ class Skew(Primitive):
     def rewrite(self, schedule: Schedule) -> Schedule:
         skews = schedule.skew
         return annotate(schedule, skew=skews + ((self.loop, self.by, self.factor),))
+
+    @classmethod
+    def decision_label(cls, key: tuple) -> str:
+        return f"{cls.name} {key[0]} by {key[1]}"
 
     @classmethod
     def decisions(cls, kernel: Kernel, levels: Sequence[str]) -> tuple[Decision, ...]:

@@ -30,7 +30,7 @@ class Split(Primitive):
     loop: str
     factors: Sequence[int]
     name = "split"
-    rank = 0
+    rank = 1
     loop_transform = True
     # Not tuned by default: its perfect tilings are a subset of the sizes the tiling search
     # and the tuner's genome already cover; tried on every kernel's best schedule they moved

@@ -28,7 +28,7 @@ class Stage(Primitive):
     tensor: str
     level: str
     name = "stage"
-    rank = 3
+    rank = 5
 
     def check(self, schedule: Schedule) -> None:
         known_level(schedule, self.name, self.level)
@@ -41,6 +41,10 @@ class Stage(Primitive):
 
     def rewrite(self, schedule: Schedule) -> Schedule:
         return annotate(schedule, stage=_staged(schedule) + ((self.tensor, self.level),))
+
+    @classmethod
+    def decision_label(cls, key: tuple) -> str:
+        return f"{cls.name} {key[0]} @ {key[1]}"
 
     @classmethod
     def decisions(cls, kernel: Kernel, levels: Sequence[str]) -> tuple[Decision, ...]:

@@ -41,6 +41,10 @@ class Tile(Primitive):
         return replace(schedule, tiles=tiles)
 
     @classmethod
+    def decision_label(cls, key: tuple) -> str:
+        return f"{cls.name} {key[0]} @ {key[1]}"
+
+    @classmethod
     def decisions(cls, kernel: Kernel, levels: Sequence[str]) -> tuple[Decision, ...]:
         out = []
         for level in levels:

@@ -24,7 +24,7 @@ class Unroll(Primitive):
     loop: str
     factor: int
     name = "unroll"
-    rank = 8
+    rank = 10
 
     def check(self, schedule: Schedule) -> None:
         known_loop(schedule, self.name, self.loop)

@@ -20,7 +20,7 @@ class Vectorize(Primitive):
 
     loop: str
     name = "vectorize"
-    rank = 7
+    rank = 9
 
     def check(self, schedule: Schedule) -> None:
         known_loop(schedule, self.name, self.loop)

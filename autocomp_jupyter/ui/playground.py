@@ -64,12 +64,10 @@ class Control:
         return self.value != self.initial
 
     def label(self) -> str:
-        """'tile i @ VMEM', 'parallel j', 'skew i by j', 'vectorize', 'compute_at T'."""
-        key = self.key
-        if self.primitive == "skew" and len(key) == 2:
-            return f"skew {key[0]} by {key[1]}"
-        return " ".join([self.primitive] + [f"@ {k}" if i and self.primitive in ("tile", "stage") else str(k)
-                                            for i, k in enumerate(key)])
+        """'tile i @ VMEM', 'parallel j', 'vectorize', 'compute_at T': the primitive's own words."""
+        from ..schedule import PRIMITIVES
+
+        return PRIMITIVES[self.primitive].decision_label(self.key)
 
     def text(self, value) -> str:
         """How a choice reads in a picker: None is the current schedule's own value."""

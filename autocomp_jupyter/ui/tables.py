@@ -120,7 +120,7 @@ def _nest(schedule) -> str:
 
 
 def _annotation(value) -> str:
-    """An annotation's value as the nest's header writes it: `i,j`, `(j,i,1)` for a skew."""
+    """An annotation's value as the nest's header writes it: `i,j`, `(j,i,1)` for a (loop, by, factor) triple."""
     if not isinstance(value, (tuple, list)):
         return str(value)
     if any(isinstance(v, (tuple, list)) for v in value):
@@ -279,7 +279,7 @@ def rules_html(result) -> str:
         out.append(note(f"{len(no_gain)} of them fired with no modelled gain: the cost model does not price "
                         "what they change (an annotation such as unroll, or a change off the binding term); "
                         "they stay because they are legal and do not slow the program down."))
-    if skipped:  # often many (every candidate interchange, skew, ...): folded, with reasons
+    if skipped:  # often many (every candidate interchange, every loop transformation tried, ...): folded, with reasons
         out.append(f'<details class="autocomp-skipped"><summary><b>rules skipped ({len(skipped)})</b> '
                    "and why</summary>" + table(header, rule_rows(skipped, badge("skipped", MUTED)), "autocomp-rules")
                    + "</details>")

@@ -30,7 +30,7 @@
 
 #define AC_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define AC_MAX(a, b) ((a) > (b) ? (a) : (b))
-/* floor(a / b) for b > 0 and any a (the bounds of skewed loops) */
+/* floor(a / b) for b > 0 and any a (affine point-loop bounds) */
 #define AC_FLOORDIV(a, b) ((a) >= 0 ? (a) / (b) : -((-(a) + (b) - 1) / (b)))
 
 static inline float ac_relu(float x) { return x > 0.0f ? x : 0.0f; }

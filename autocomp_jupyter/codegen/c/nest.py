@@ -17,7 +17,7 @@ statements around a contraction another strategy writes). The nest is the one
   stored back — the GEMM microkernel shape compilers vectorise well. Reassociating the sum
   is the same freedom the legality check grants (`reduction_reorderable=True`);
 - a statement cut by a `where` domain skips the tiles the domain leaves empty; an online
-  softmax's sums are rescaled as their running max grows (`rescale_sums`); a skewed or
+  softmax's sums are rescaled as their running max grows (`rescale_sums`); a point loop with affine bounds or
   reversed trace keeps its loops' order and affine bounds (`plain_affine`).
 
 Annotations: `parallel` → `#pragma omp parallel for` on the outermost annotated loop;
@@ -160,7 +160,7 @@ class NestWriter(WriterBase):
         if skip:      # a tile the `where` domain leaves empty runs nothing (the per-point guard stays)
             self.emit(depth, f"if ({skip}) {{    /* the tile meets the domain */")
             depth += 1
-        if any(p.affine for p in node.loops):      # skewed or reversed: the plain nest, affine bounds
+        if any(p.affine for p in node.loops):      # affine or reversed point loops: the plain nest, affine bounds
             self.plain_affine(node, depth, var, bounds)
         elif (stmt.reduce is not None and red_loops and rank_out and None not in rank_out and not stmt.domain
                 and len(set(rank_out)) == len(rank_out) and register_tile <= REGISTER_TILE_MAX
@@ -238,7 +238,7 @@ class NestWriter(WriterBase):
 
     def _affine_for(self, depth: int, affine: dict, p, var: dict) -> None:
         """A point loop with affine bounds (`ir.loopnest.affine_point_bounds`), the loop
-        variables renamed to their C names (a skewed loop runs over `<name>_s`)."""
+        variables renamed to their C names (a loop with affine bounds runs over `<name>_s`)."""
         names = {n: var[n] for n in affine}
         names.update({a.var: var[a.name] + "_s" for a in affine.values() if a.var != a.name})
         a = affine[p.name]
@@ -264,7 +264,7 @@ class NestWriter(WriterBase):
             self.emit(d, f"#pragma GCC unroll {unroll}")
 
     def plain_affine(self, node, depth, var, bounds) -> None:
-        """A statement whose point loops a user's trace skewed or reversed: its loops exactly
+        """A statement whose point loops a user's trace gave affine bounds or reversed: its loops exactly
         in the tree's order (no loop moved: the order is the schedule's), with the affine
         bounds of `ir.loopnest.affine_point_bounds`."""
         from ...ir.loopnest import affine_point_bounds

@@ -26,7 +26,7 @@ _PRELUDE = r"""#define _POSIX_C_SOURCE 199309L
 
 #define AC_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define AC_MAX(a, b) ((a) > (b) ? (a) : (b))
-/* floor(a / b) for b > 0 and any a (the bounds of skewed loops) */
+/* floor(a / b) for b > 0 and any a (affine point-loop bounds) */
 #define AC_FLOORDIV(a, b) ((a) >= 0 ? (a) / (b) : -((-(a) + (b) - 1) / (b)))
 
 static inline float ac_relu(float x) { return x > 0.0f ? x : 0.0f; }
