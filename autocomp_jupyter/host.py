@@ -351,7 +351,7 @@ def measured_time(plan, target=None, repeats: int = 3, threads: int | None = Non
 
 
 def measured_scorer(repeats: int = 3, threads: int | None = None, timeout: float = DEFAULT_TIMEOUT_S):
-    """`score(plan) -> seconds` with fixed measurement settings (for tune.py's measured mode)."""
+    """`score(plan) -> seconds` with fixed measurement settings (for the tuner's measured mode)."""
     def score(plan) -> float:
         return measured_time(plan, repeats=repeats, threads=threads, timeout=timeout)
     return score

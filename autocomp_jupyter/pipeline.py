@@ -244,7 +244,7 @@ def _codes(plan: Plan, target: Target) -> dict:
 
 
 def _tune(plan: Plan, ctx: PassContext, configs: int, top: int, budget, progress, executor, rollbacks: list):
-    """The auto-tuner (tune.py) over the plan's kernels; with no configurations, or where
+    """The auto-tuner (tune/) over the plan's kernels; with no configurations, or where
     the tuner fails (a rollback entry), the plan as the rules left it."""
     untuned = plan, {}, {"configs_evaluated": 0, "seconds": 0.0, "top": [], "interrupted": False,
                          "budget_exhausted": False}

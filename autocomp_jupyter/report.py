@@ -164,11 +164,11 @@ class Rollback:
 
 @dataclass(frozen=True)
 class Tuning:
-    """The tuner's summary: §8's fields first, then what tune.py adds (kept as it wrote them)."""
+    """The tuner's summary: §8's fields first, then what the tuner adds (kept as it wrote them)."""
 
     configs_evaluated: int = 0
     seconds: float = 0.0
-    top: tuple[Mapping, ...] = ()    # tune.py's entries: {name, time_s, legal, kernels: {...}, ...}
+    top: tuple[Mapping, ...] = ()    # the tuner's entries: {name, time_s, legal, kernels: {...}, ...}
     interrupted: bool = False
     budget_exhausted: bool = False
     details: Mapping[str, Any] = field(default_factory=dict)

@@ -72,7 +72,7 @@ def _search(monkeypatch, predict: bool, configs: int = 200):
     program = parse(GEMM, "<test>")
     target = load_target("npu")
     kernel = Kernel.from_ops(program, ["C", "D"])
-    monkeypatch.setattr(tune, "PREDICT_LEGALITY", predict)
+    monkeypatch.setattr(tune.legality, "PREDICT_LEGALITY", predict)   # the switch the searches read
     tune._LEGALITY_CACHE.clear()
     asked = []
     real = tune._Legality.verdict

@@ -1,4 +1,4 @@
-"""The auto-tuner (tune.py): determinism, budget, interrupt, legality, executors, top-K."""
+"""The auto-tuner (tune/): determinism, budget, interrupt, legality, executors, top-K."""
 from __future__ import annotations
 
 import itertools
