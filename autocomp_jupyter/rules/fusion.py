@@ -338,8 +338,26 @@ def _fold_views(program: Program, ctx: PassContext, log, rollbacks, keep: set[st
 
 
 def _inline_small(program: Program, ctx: PassContext, threshold: int, log, rollbacks, keep: set[str]) -> Program:
+    """Every small elementwise intermediate inlined into its readers. All are checked at once
+    (one interpreter run of the rewritten program: a network has dozens, and each check runs
+    the whole program); only when that check fails are they checked one by one, each kept
+    or rolled back on its own."""
     if threshold <= 0:
         return program
+    trial_log: list[dict] = []
+    trial_rollbacks: list[dict] = []
+    inlined = _inline_each(program, ctx, threshold, trial_log, trial_rollbacks, keep, check=None)
+    if inlined is program or ctx.verify(inlined):
+        log.extend(trial_log)
+        rollbacks.extend(trial_rollbacks)
+        return inlined
+    return _inline_each(program, ctx, threshold, log, rollbacks, keep, check=ctx.verify)
+
+
+def _inline_each(program: Program, ctx: PassContext, threshold: int, log, rollbacks, keep: set[str],
+                 check) -> Program:
+    """`_inline_small`'s rewrites one after another; each candidate is kept if `check` (the
+    interpreter's verdict on the program so far) holds, or unchecked when `check` is None."""
     for op in program.ops:
         with transaction(rollbacks, PASS, "inline", kernel=op.name, then="not inlined"):
             if program.producer(op.output) is not op:
@@ -367,7 +385,7 @@ def _inline_small(program: Program, ctx: PassContext, threshold: int, log, rollb
                                       f"'{op.output}' is read out of bounds (padding) by a reader; inlining would change it"))
                 continue
             candidate = inline(program, op)
-            verdict = ctx.verify(candidate)
+            verdict = check(candidate) if check is not None else True
             ops = [op.name] + [r.name for r in readers]
             if verdict:
                 log.append(rule_entry("inline", PASS, ops, True,
