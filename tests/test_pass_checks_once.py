@@ -1,0 +1,77 @@
+"""Work the passes' checks do once, not once per candidate: the small inlines are checked
+together (one at a time only when that check fails), and the original program is run once
+for a series of equivalence checks against it."""
+from autocomp_jupyter import interp, verify
+from autocomp_jupyter.accel.cost import naive_schedule
+from autocomp_jupyter.accel.target import load_target
+from autocomp_jupyter.dsl import parse
+from autocomp_jupyter.interp import Equivalence, equivalent
+from autocomp_jupyter.passes import PassContext
+from autocomp_jupyter.pipeline import baseline_plan
+from autocomp_jupyter.rules.engine import load_rules
+from autocomp_jupyter.rules.fusion import fusion_pass
+
+THREE_INLINES = """input A: f32[4, 8]
+param b: f32[8]
+param d: f32[8]
+param e: f32[8]
+c[j] = exp(b[j])
+f[j] = sigmoid(d[j])
+g[j] = relu(e[j])
+D[i, j] = A[i, j] * c[j]
+E[i, j] = D[i, j] + f[j]
+F[i, j] = E[i, j] * g[j]
+"""
+
+
+def _fusion(equivalence):
+    program = parse(THREE_INLINES, "<test>")
+    target = load_target("tpu")
+    ctx = PassContext(program, target, load_rules([], target.name), 0, equivalence=equivalence)
+    return fusion_pass(baseline_plan(program, target, naive_schedule, "naive"), ctx)
+
+
+def _inlines(outcome):
+    return [(e["ops"][0], e["applied"]) for e in outcome.log if e["rule"] == "inline"]
+
+
+def test_the_small_inlines_are_checked_in_one_run():
+    calls = []
+
+    def counted(original, candidate, seed=0):
+        calls.append({op.name for op in candidate.ops})
+        return equivalent(original, candidate, seed=seed)
+
+    outcome = _fusion(counted)
+    assert _inlines(outcome) == [("c", True), ("f", True), ("g", True)]
+    assert calls[0] == {"D", "E", "F"}            # the three inlined at once, one check
+    assert len([c for c in calls if not c & {"c", "f", "g"}]) == 1
+    assert {op.name for op in outcome.plan.program.ops} == {"D", "E", "F"}
+
+
+def test_an_inline_that_fails_its_check_is_found_one_by_one():
+    def refuses_f_inlined(original, candidate, seed=0):
+        if "f" not in {op.name for op in candidate.ops}:
+            return Equivalence(False, 1.0, "F", "output 'F' differs")
+        return equivalent(original, candidate, seed=seed)
+
+    outcome = _fusion(refuses_f_inlined)
+    # each decided on its own, on the program the ones before it left ('E' then qualifies too)
+    assert _inlines(outcome) == [("c", True), ("f", False), ("g", True), ("E", True)]
+    assert [op.name for op in outcome.plan.program.ops] == ["f", "D", "F"]
+    assert any(r["kernel"] == "f" and "inline of 'f'" in r["reason"] for r in outcome.rollbacks)
+
+
+def test_the_original_is_run_once_for_a_series_of_checks(monkeypatch):
+    original = parse(THREE_INLINES, "<test>")
+    same = parse(THREE_INLINES, "<test>")
+    changed = parse(THREE_INLINES.replace("exp(b[j])", "exp(b[j]) + 1.0"), "<test>")
+    runs = []
+    real_run = interp.run
+    monkeypatch.setattr(interp, "run", lambda program, *a, **k: runs.append(program) or real_run(program, *a, **k))
+    assert verify.equivalent_at_scale(original, same)
+    verdict = verify.equivalent_at_scale(original, changed)
+    assert not verdict and "output 'F' differs" in verdict.reason
+    assert runs == [original, same, changed]      # the original once, each candidate once
+    assert verify.equivalent_at_scale(original, changed, seed=1).ok is False
+    assert runs[3:] == [original, changed]        # another seed: other inputs, run again
