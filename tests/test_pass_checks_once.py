@@ -75,3 +75,18 @@ def test_the_original_is_run_once_for_a_series_of_checks(monkeypatch):
     assert runs == [original, same, changed]      # the original once, each candidate once
     assert verify.equivalent_at_scale(original, changed, seed=1).ok is False
     assert runs[3:] == [original, changed]        # another seed: other inputs, run again
+
+
+def test_a_replay_of_the_inlines_is_done_once_per_program_and_rewrite(monkeypatch):
+    from autocomp_jupyter.rules import fusion
+
+    program = parse(THREE_INLINES, "<test>")
+    fused = _fusion(equivalent).plan.program                   # c, f and g inlined
+    replays = []
+    real = fusion._replay
+    monkeypatch.setattr(fusion, "_replay", lambda *a: replays.append(a) or real(*a))
+    first = fusion.replay_inlines(program, fused)
+    assert [op.name for op in first.ops] == ["D", "E", "F"]
+    assert fusion.replay_inlines(program, fused) is first and len(replays) == 1
+    kept = fusion.replay_inlines(program, fused, keep={"f"})   # another rewrite: replayed again
+    assert [op.name for op in kept.ops] == ["f", "D", "E", "F"] and len(replays) == 2

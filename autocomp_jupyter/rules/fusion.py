@@ -32,6 +32,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..accel.cost import kernel_model, library_schedule
+from ..caches import LRU
 from ..ir.loopnest import whole_loops
 from ..ir.program import Access, Op, Program, Statement, rename_loops, substitute
 from ..ir.schedule import Kernel, Schedule
@@ -270,7 +271,27 @@ def replay_inlines(program: Program, fused: Program, keep=()) -> Program:
     `fused` from it replayed: every single-statement elementwise op whose output `fused` no
     longer has is substituted into its readers, in program order (as step 2 did), then every
     view `fused` no longer has. Lets a fused program's kernels be rebuilt on the twin of its
-    source. Ops in `keep` stay (a later rewrite, `Program.rewrites`, removed them)."""
+    source. Ops in `keep` stay (a later rewrite, `Program.rewrites`, removed them).
+
+    The replay depends only on `program` and which of its tensors `fused` lacks: remembered
+    so (each equivalence check and tiled run of a pass asks for the same twin; a network's
+    replay is hundreds of rewrites of the whole program)."""
+    gone = tuple(op.output for op in program.ops if not fused.has_tensor(op.output) and op.output not in keep)
+    key = (id(program), gone)
+    hit = _REPLAYED.get(key)
+    if hit is not None and hit[0] is program:          # an id is reused once its object is gone
+        return hit[1]
+    replayed = _replay(program, fused, keep)
+    _REPLAYED.put(key, (program, replayed))
+    return replayed
+
+
+# Replayed programs by (the program replayed on, the tensors the fused program lacks).
+_REPLAYED = LRU("fusion.replay_inlines", 32)
+
+
+def _replay(program: Program, fused: Program, keep) -> Program:
+    """`replay_inlines`' rewrites, done."""
     for name in [op.output for op in program.ops]:
         op = program.producer(name)         # as rewritten by the inlines before it
         if (not fused.has_tensor(name) and name not in keep and op is not None and op.op_class in ("elementwise", "broadcast")
