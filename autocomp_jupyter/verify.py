@@ -157,11 +157,27 @@ def equivalent_at_scale(original: Program, candidate: Program, seed: int = 0):
         return _equivalent(original, candidate, seed)
     rewritten = replay_inlines(small, candidate, keep={op for _, ops in candidate.rewrites for op in ops})
     for name, ops in candidate.rewrites:
-        replayed = _REPLAYS[name](rewritten, list(ops)) if name in _REPLAYS else "unknown rewrite"
-        if isinstance(replayed, str):
+        rewritten = _replayed(rewritten, name, tuple(ops))
+        if rewritten is None:
             return _equivalent(original, candidate, seed)
-        rewritten = replayed[0]
     return _equivalent(small, rewritten, seed)
+
+
+# A rewrite replayed on a twin, by (the twin it was replayed on, the rewrite): a pass checks
+# its candidates one after another, each with the rewrites of the ones kept before it.
+_REWRITES_REPLAYED = LRU("verify.rewrites_replayed", 64)
+
+
+def _replayed(program: Program, name: str, ops: tuple[str, ...]) -> Program | None:
+    """`program` with the rewrite `name` of `ops` replayed, or None where it does not replay."""
+    key = (id(program), name, ops)
+    hit = _REWRITES_REPLAYED.get(key)
+    if hit is not None and hit[0] is program:          # an id is reused once its object is gone
+        return hit[1]
+    replayed = _REPLAYS[name](program, list(ops)) if name in _REPLAYS else "unknown rewrite"
+    result = None if isinstance(replayed, str) else replayed[0]
+    _REWRITES_REPLAYED.put(key, (program, result))
+    return result
 
 
 # The original's outputs on its random inputs, per (original, seed): every rewrite a pass

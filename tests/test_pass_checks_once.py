@@ -90,3 +90,36 @@ def test_a_replay_of_the_inlines_is_done_once_per_program_and_rewrite(monkeypatc
     assert fusion.replay_inlines(program, fused) is first and len(replays) == 1
     kept = fusion.replay_inlines(program, fused, keep={"f"})   # another rewrite: replayed again
     assert [op.name for op in kept.ops] == ["f", "D", "E", "F"] and len(replays) == 2
+
+
+ATTENTION = """input Q: f32[2, 48, 16]
+input K: f32[2, 40, 16]
+input V: f32[2, 40, 8]
+S[h, i, j] += Q[h, i, d] * K[h, j, d]
+M[h, i] max= S[h, i, j]
+E[h, i, j] = exp(S[h, i, j] * 0.25 - M[h, i] * 0.25)
+Z[h, i] += E[h, i, j]
+P[h, i, j] = E[h, i, j] / Z[h, i]
+O[h, i, e] += P[h, i, j] * V[h, j, e]
+output O
+"""
+
+
+def test_a_rewrite_is_replayed_on_the_twin_once(monkeypatch):
+    from autocomp_jupyter.rules.online_softmax import online_softmax
+
+    program = parse(ATTENTION, "<test>")
+    rewritten, _ = online_softmax(program, [op.name for op in program.ops])
+    assert rewritten.rewrites
+    monkeypatch.setattr(verify, "EQUIVALENCE_POINTS", 0)          # large: checked on the scaled twin
+    replays = []
+    real = verify._REPLAYS["online_softmax"]
+    monkeypatch.setitem(verify._REPLAYS, "online_softmax", lambda p, ops: replays.append(ops) or real(p, ops))
+    runs = []
+    real_run = interp.run
+    monkeypatch.setattr(interp, "run", lambda p, *a, **k: runs.append(max(t.shape[1] for t in p.tensors if len(t.shape) > 1))
+                        or real_run(p, *a, **k))
+    assert verify.equivalent_at_scale(program, rewritten)
+    assert verify.equivalent_at_scale(program, rewritten)
+    assert len(replays) == 1
+    assert runs and max(runs) < 40                     # only the twin ran, never the full size
