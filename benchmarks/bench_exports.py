@@ -244,7 +244,7 @@ class _Timeout(Exception):
     pass
 
 
-def optimise_row(program, target: str, tune: int, timeout: float) -> dict:
+def optimise_row(program, target: str, tune: int, timeout: float, executor: str | None = None) -> dict:
     from autocomp_jupyter import optimize
     from bench_onnx import chain_floor, clear_caches
 
@@ -257,7 +257,7 @@ def optimise_row(program, target: str, tune: int, timeout: float) -> dict:
     signal.setitimer(signal.ITIMER_REAL, timeout)
     t0, cpu0 = time.perf_counter(), time.process_time()
     try:
-        r = optimize(program, target=target, tune=tune).report
+        r = optimize(program, target=target, tune=tune, executor=executor).report
         return {"verified": bool(r["verified"]), "seconds": time.perf_counter() - t0,
                 "cpu": time.process_time() - cpu0, "vs_lib": r["speedup_vs_library"], "limit": r["limit_fraction"],
                 "chain": chain_floor(r), "kernels": len(r["kernels"]), "seconds_by_pass": r["seconds_by_pass"],
@@ -312,7 +312,7 @@ def run_model(name: str, targets, args, results: list) -> None:
     except Exception as exc:  # noqa: BLE001
         err, error = float("nan"), f"numerics: {one_line(exc)}"
     for target in targets:
-        row = optimise_row(program, target, args.tune, args.timeout)
+        row = optimise_row(program, target, args.tune, args.timeout, args.executor)
         if error and not row["error"]:
             row["error"] = error
         print(row_text(name, target, nodes, err, row), flush=True)
@@ -327,6 +327,8 @@ def main(argv=None) -> int:
     ap.add_argument("--torch-python", default=None, help="a python that has torch (runs the exports)")
     ap.add_argument("--cache", default="~/.cache/autocomp-exports", help="where exported models are kept")
     ap.add_argument("--seq", type=int, default=64, help="sequence length of the transformers models")
+    ap.add_argument("--executor", default=None,
+                    help="optimize()'s executor for the library's per-kernel searches, e.g. processes:2 (same results)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per optimise before it counts as a hang")
     ap.add_argument("--export-timeout", type=float, default=1800.0, help="seconds per export")
     ap.add_argument("--reexport", action="store_true", help="export again even when cached")
