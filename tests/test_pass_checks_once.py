@@ -123,3 +123,24 @@ def test_a_rewrite_is_replayed_on_the_twin_once(monkeypatch):
     assert verify.equivalent_at_scale(program, rewritten)
     assert len(replays) == 1
     assert runs and max(runs) < 40                     # only the twin ran, never the full size
+
+
+def test_an_online_softmax_is_checked_on_its_ops_when_the_programs_twin_is_not_small(monkeypatch):
+    from autocomp_jupyter.rules import chains
+    from autocomp_jupyter.rules.online_softmax import online_softmax
+
+    program = parse(ATTENTION, "<test>")
+    ops = [op.name for op in program.ops]
+    rewritten, _ = online_softmax(program, ops)
+    full = sum(st.box_points for st in program.statements)
+    monkeypatch.setattr(verify, "EQUIVALENCE_POINTS", 0)
+    assert 0 < verify.scaled_points(program) < full                 # the source's twin: smaller, not nothing
+
+    class NoWholeProgramRuns:
+        seed = 0
+
+        def verify(self, candidate):
+            raise AssertionError("the whole program was run")
+
+    monkeypatch.setattr(chains, "EQUIVALENCE_POINTS", verify.scaled_points(program) - 1)   # the twin too large
+    assert chains._rewrite_verdict(program, ops, rewritten, NoWholeProgramRuns())
