@@ -48,3 +48,19 @@ def test_a_legal_textbook_schedule_adds_no_search():
     program, kernel, ctx = _chain("npu")
     assert poly.check_schedule(textbook_schedule(kernel, ctx.target)).ok
     assert baselines._from_bare_textbook(program, kernel, ctx) == []
+
+
+def test_inlines_the_library_schedules_slower_are_explained():
+    """moe_decode on host: the gate `w` and the SwiGLU `A` are inlined into `y` (small), whose
+    library schedule is then slower than the three apart: the gain chain's fusion step reads
+    0.965, and the report says why, with the three times."""
+    from pathlib import Path
+
+    import autocomp_jupyter as ac
+
+    source = (Path(__file__).resolve().parent.parent / "examples" / "moe_decode.acir").read_text()
+    report = ac.optimize(source, target="host", tune=0).report
+    assert report["gain_breakdown"]["fusion"] < 0.99
+    entry = next(e for e in report["rules"] if e["rule"] == "library_check")
+    assert entry["ops"] == ["y", "w", "A"] and "recomputes the inlined w, A" in entry["why"]
+    assert "as the library schedules it" in entry["why"]
