@@ -29,7 +29,9 @@ factors that multiply to it exactly, along a chain of plans:
     F: the optimised plan's kernels (its fusion groups), each scheduled as the library would
        schedule it alone (the same per-kernel procedure and cache) — fusion at library quality;
     T: the optimised plan's tiles and per-level loop orders on those kernels, with F's
-       annotations (parallel / vectorize / unroll);
+       annotations (parallel / vectorize / unroll), or where those are slower than F the
+       best of these tiles annotated by the library's scheduling pass or as the tiling
+       search scored them (`_tiles_annotated`);
     fusion = t(library) / t(F), tiling = t(F) / t(T), scheduling = t(T) / t(optimized).
 
 A factor below 1 says that step of the optimised plan is worse than what the library's
@@ -165,10 +167,32 @@ def _tune_alone(program: Program, kernel: Kernel, ctx) -> Schedule:
     # The textbook tiles' default annotations can be illegal on a fused kernel (a layernorm's
     # row loop marked parallel across its mean): only legal schedules compete.
     from . import poly
+    candidates = _from_bare_textbook(program, kernel, ctx) + candidates
     times = [evaluate_program(p.schedules, target).total.time_s if poly.check_schedule(p.schedules[0]).ok
              else math.inf for p in candidates]
     best = min(range(len(candidates)), key=lambda i: (times[i], -i))
     return candidates[best].schedules[0]
+
+
+def _from_bare_textbook(program: Program, kernel: Kernel, ctx) -> list[Plan]:
+    """Where the textbook schedule is illegal (its default parallel loops race: a chain's
+    producer computed at each tile over a halo), every tiled candidate inherits its
+    annotations and the tiling pass rolls each back: the tiling and scheduling passes run
+    from its tiles without annotations as well. (Listed before the other candidates: on a
+    tie those win.)"""
+    from . import poly
+    from .rules.scheduling import scheduling_pass
+    from .rules.tiling import tiling_pass
+
+    textbook = textbook_schedule(kernel, ctx.target)
+    if poly.check_schedule(textbook).ok:
+        return []
+    plan = Plan(program, (kernel,), (replace(textbook, annotations={}),), "textbook")
+    found = []
+    for run in (tiling_pass, scheduling_pass):
+        plan = run(plan, ctx).plan
+        found.append(plan)
+    return found
 
 
 def _on_the_anchors_schedule(program: Program, kernel: Kernel, ctx) -> Schedule:
@@ -282,9 +306,13 @@ def _rebuild(kernel: Kernel, genome: tuple) -> Schedule:
 def _tiles_annotated(program: Program, optimized: Schedule, fused: Schedule, ctx) -> Schedule:
     """T's schedule of a kernel: the optimised tiles and orders with F's annotations, or,
     where those do not fit these tiles (slower than F: F vectorised a loop these tiles cut
-    short), the faster of that and these tiles annotated as the library's scheduling pass
-    annotates them."""
+    short), the fastest of that, these tiles annotated as the library's scheduling pass
+    annotates them, and these tiles as the tiling search scored them (its vector loop, where
+    that is legal: the pass refuses a vector loop a computed-at producer's halo follows,
+    which the search scores vectorised and isl accepts)."""
+    from . import poly
     from .rules.scheduling import scheduling_pass
+    from .rules.tiling import vector_loop_index
 
     transplanted = replace(optimized, annotations=fused.annotations)
     time_s = lambda s: evaluate_program((s,), ctx.target).total.time_s
@@ -293,7 +321,13 @@ def _tiles_annotated(program: Program, optimized: Schedule, fused: Schedule, ctx
     bare = replace(optimized, annotations={})
     ctx = replace(ctx, explain=False, tiled_checks=False)
     annotated = scheduling_pass(Plan(program, (optimized.kernel,), (bare,), "tiled"), ctx).plan.schedules[0]
-    return min((transplanted, annotated), key=time_s)
+    candidates = [transplanted, annotated]
+    vector = vector_loop_index(optimized.kernel, ctx.target)
+    if vector >= 0:
+        searched = replace(optimized, annotations={"vectorize": optimized.kernel.loop_names[vector]})
+        if poly.check_schedule(searched).ok:
+            candidates.append(searched)
+    return min(candidates, key=time_s)
 
 
 def gain_breakdown(library: Plan, optimized: Plan, ctx) -> dict:

@@ -340,10 +340,14 @@ def _fusions_that_beat_the_library(plan: Plan, ctx: PassContext, log: list, roll
     from .ir.schedule import Kernel
 
     kernels, schedules = [], []
+    absorbed = _absorbed_ops(ctx.program, plan.program)
     for kernel, schedule in zip(plan.kernels, plan.schedules):
         kernels.append(kernel)
         schedules.append(schedule)
         if len(kernel.ops) < 2:
+            if absorbed.get(kernel.ops[0]) and not kernel.compute_at:
+                with transaction(rollbacks, "fusion", "judging the inlines against the library", kernel=kernel.name):
+                    _explain_inlines(plan, kernel, schedule, absorbed[kernel.ops[0]], ctx, log)
             continue
         with transaction(rollbacks, "fusion", "judging the fusion against the library", kernel=kernel.name,
                          then="kept as it is"):
@@ -367,6 +371,49 @@ def _fusions_that_beat_the_library(plan: Plan, ctx: PassContext, log: list, roll
     if len(kernels) == len(plan.kernels):
         return plan
     return Plan(plan.program, tuple(kernels), tuple(schedules), plan.label)
+
+
+def _absorbed_ops(original: Program, program: Program) -> dict[str, list[str]]:
+    """{op of `program`: the ops of `original` the fusion pass inlined or folded into it}
+    (an op inlined into several readers is recomputed in each)."""
+    present = {op.name for op in program.ops}
+    owners: dict[str, set[str]] = {}
+    for op in reversed(original.ops):                  # readers first: an inline into an inline lands further on
+        if op.name in present:
+            continue
+        owners[op.name] = {name for r in original.readers(op.output)
+                           for name in ({r.name} if r.name in present else owners.get(r.name, set()))}
+    absorbed: dict[str, list[str]] = {}
+    for op in original.ops:
+        for owner in sorted(owners.get(op.name, ())):
+            absorbed.setdefault(owner, []).append(op.name)
+    return absorbed
+
+
+def _explain_inlines(plan: Plan, kernel, schedule, inlined: list[str], ctx: PassContext, log: list) -> None:
+    """A kernel that recomputes inlined ops, judged as `_fusions_that_beat_the_library`
+    judges a fused kernel: where the library's own schedule of it is slower than it and its
+    inlined ops in the library (the gain chain's fusion step then reads below 1), the log says
+    so, with the times. Inlining is decided by size (`inline_threshold`), so it is kept."""
+    from .baselines import library_schedule
+    from .canon import evaluate
+    from .ir.schedule import Kernel
+
+    ops = [kernel.ops[0]] + inlined
+    t_alone = sum(evaluate(library_schedule(ctx.program, Kernel.from_ops(ctx.program, [op]), ctx), ctx.target).time_s
+                  for op in ops)
+    t_library = evaluate(library_schedule(plan.program, kernel, ctx), ctx.target).time_s
+    if t_library <= t_alone * (1 + LIBRARY_QUALITY_SLACK):
+        return
+    t_own = evaluate(schedule, ctx.target).time_s
+    times = (f"{t_own * 1e6:.1f} us as scheduled here, {t_library * 1e6:.1f} us as the library schedules it, "
+             f"{t_alone * 1e6:.1f} us for it and those ops in the library")
+    then = ("its tiling makes up for it" if t_own < t_alone else
+            "as scheduled here it is no faster either: inlines are chosen by size (inline_threshold), not by time")
+    log.append(rule_entry("library_check", "fusion", ops, True,
+                          f"{kernel.ops[0]} recomputes the inlined {', '.join(inlined)} ({times}): the library's own "
+                          f"schedule of it is slower than those ops apart, so the gain chain counts these inlines "
+                          f"below 1; {then}"))
 
 
 def _load_traces(schedule):

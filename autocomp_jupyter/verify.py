@@ -150,20 +150,54 @@ def equivalent_at_scale(original: Program, candidate: Program, seed: int = 0):
     same rewrites replayed — each rewrite reads only the program's structure, which the twin
     keeps — and at full size where no twin builds (an imported model: no source) or a
     rewrite does not replay on it."""
-    from .interp import equivalent
-
     if sum(st.box_points for st in original.statements) <= EQUIVALENCE_POINTS:
-        return equivalent(original, candidate, seed=seed)
+        return _equivalent(original, candidate, seed)
     small = _scaled_source(original)
     if small is None:
-        return equivalent(original, candidate, seed=seed)
+        return _equivalent(original, candidate, seed)
     rewritten = replay_inlines(small, candidate, keep={op for _, ops in candidate.rewrites for op in ops})
     for name, ops in candidate.rewrites:
-        replayed = _REPLAYS[name](rewritten, list(ops)) if name in _REPLAYS else "unknown rewrite"
-        if isinstance(replayed, str):
-            return equivalent(original, candidate, seed=seed)
-        rewritten = replayed[0]
-    return equivalent(small, rewritten, seed=seed)
+        rewritten = _replayed(rewritten, name, tuple(ops))
+        if rewritten is None:
+            return _equivalent(original, candidate, seed)
+    return _equivalent(small, rewritten, seed)
+
+
+# A rewrite replayed on a twin, by (the twin it was replayed on, the rewrite): a pass checks
+# its candidates one after another, each with the rewrites of the ones kept before it.
+_REWRITES_REPLAYED = LRU("verify.rewrites_replayed", 64)
+
+
+def _replayed(program: Program, name: str, ops: tuple[str, ...]) -> Program | None:
+    """`program` with the rewrite `name` of `ops` replayed, or None where it does not replay."""
+    key = (id(program), name, ops)
+    hit = _REWRITES_REPLAYED.get(key)
+    if hit is not None and hit[0] is program:          # an id is reused once its object is gone
+        return hit[1]
+    replayed = _REPLAYS[name](program, list(ops)) if name in _REPLAYS else "unknown rewrite"
+    result = None if isinstance(replayed, str) else replayed[0]
+    _REWRITES_REPLAYED.put(key, (program, result))
+    return result
+
+
+# The original's outputs on its random inputs, per (original, seed): every rewrite a pass
+# checks (each inline, the view folds, each chain) is compared with the same original run.
+_REFERENCE_OUTPUTS = LRU("verify.reference_outputs", 4)
+
+
+def _equivalent(original: Program, candidate: Program, seed: int):
+    """`interp.equivalent(original, candidate, seed)`, the original's run done once."""
+    from .interp import compare_outputs, random_inputs, run
+
+    key = (id(original), seed)
+    memo = _REFERENCE_OUTPUTS.get(key)
+    if memo is None or memo[0] is not original:          # an id is reused once its object is gone
+        inputs = random_inputs(original, seed)
+        values = run(original, inputs)
+        memo = (original, inputs, {name: values[name] for name in original.outputs})
+        _REFERENCE_OUTPUTS.put(key, memo)
+    _, inputs, expected = memo
+    return compare_outputs(original, expected, run(candidate, inputs))
 
 
 def _replay_online_softmax(program: Program, ops: list[str]):
@@ -179,6 +213,14 @@ def _replay_split_k(program: Program, ops: list[str]):
 
 
 _REPLAYS = {"online_softmax": _replay_online_softmax, "split_k": _replay_split_k}
+
+
+def scaled_points(program: Program) -> int:
+    """The iteration points a check of `program` at scale runs: its scaled twin's (from its
+    source), else its own. An imported model's literal reshapes can pin its twin near full
+    size (MaxViT's windows: 4.2e9 of 5.8e9 points)."""
+    small = _scaled_source(program) if sum(st.box_points for st in program.statements) > EQUIVALENCE_POINTS else None
+    return sum(st.box_points for st in (small or program).statements)
 
 
 def _scaled_source(program: Program) -> Program | None:

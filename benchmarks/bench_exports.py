@@ -21,7 +21,8 @@ downloaded). `--models` takes names, `tv`, `timm`, `hf` or `all` (the default: t
 One row per model x preset: `numerics` is max |interpreter - onnxruntime| / max |y| on the
 example input (`!` above 1e-4; `const` when the output does not depend on the input: the
 random weights let every activation die, as GoogLeNet's initialisation does); `verified`, `seconds` (the rules-only `optimize`, cold
-caches), `vs_lib` (speedup_vs_library), `limit` (limit_fraction) and `chain` (the smallest
+caches), `cpu` (this process's CPU seconds for it: on a shared machine the steadier number), `slowest pass`
+(the report's `seconds_by_pass`, its largest entry; the JSON rows keep them all), `vs_lib` (speedup_vs_library), `limit` (limit_fraction) and `chain` (the smallest
 factor of the report's gain chain library -> fused -> tiled -> optimised, as in bench_onnx.py)
 from the report; `error` the first line of an export, import or optimise failure with the
 innermost place in the package.
@@ -243,7 +244,7 @@ class _Timeout(Exception):
     pass
 
 
-def optimise_row(program, target: str, tune: int, timeout: float) -> dict:
+def optimise_row(program, target: str, tune: int, timeout: float, executor: str | None = None) -> dict:
     from autocomp_jupyter import optimize
     from bench_onnx import chain_floor, clear_caches
 
@@ -254,21 +255,23 @@ def optimise_row(program, target: str, tune: int, timeout: float) -> dict:
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, timeout)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     try:
-        r = optimize(program, target=target, tune=tune).report
+        r = optimize(program, target=target, tune=tune, executor=executor).report
         return {"verified": bool(r["verified"]), "seconds": time.perf_counter() - t0,
-                "vs_lib": r["speedup_vs_library"], "limit": r["limit_fraction"], "chain": chain_floor(r),
-                "kernels": len(r["kernels"]), "error": ""}
+                "cpu": time.process_time() - cpu0, "vs_lib": r["speedup_vs_library"], "limit": r["limit_fraction"],
+                "chain": chain_floor(r), "kernels": len(r["kernels"]), "seconds_by_pass": r["seconds_by_pass"],
+                "error": ""}
     except Exception as err:  # noqa: BLE001 - the traceback is the finding: one line in the table
-        return {"verified": None, "seconds": time.perf_counter() - t0, "error": f"optimize: {one_line(err)}"}
+        return {"verified": None, "seconds": time.perf_counter() - t0, "cpu": time.process_time() - cpu0,
+                "error": f"optimize: {one_line(err)}"}
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
 
 
 HEADER = (f"| {'model':38} | {'target':7} | {'nodes':>5} | {'numerics':>8} | {'verified':>8} | {'seconds':>7} | "
-          f"{'vs_lib':>6} | {'limit':>5} | {'chain':>5} | error |")
+          f"{'cpu':>6} | {'slowest pass':>20} | {'vs_lib':>6} | {'limit':>5} | {'chain':>5} | error |")
 
 
 def row_text(name, target, nodes, err, row) -> str:
@@ -278,8 +281,12 @@ def row_text(name, target, nodes, err, row) -> str:
     numer = "-" if err is None or math.isnan(err) else "const" if err < 0 else \
         f"{err:.1e}" + ("" if err <= NUMERICS_TOLERANCE else "!")
     verified = {True: "yes", False: "NO", None: "-"}[row.get("verified")]
+    passes = row.get("seconds_by_pass") or {}
+    slowest = max(passes, key=passes.get) if passes else ""
+    slowest = f"{slowest} {passes[slowest]:.1f}" if slowest else "-"
     return (f"| {name:38} | {target:7} | {nodes:>5} | {numer:>8} | {verified:>8} | {num('seconds', '.1f'):>7} | "
-            f"{num('vs_lib', '.2f'):>6} | {num('limit', '.2f'):>5} | {num('chain', '.3f'):>5} | {row.get('error', '')} |")
+            f"{num('cpu', '.1f'):>6} | {slowest:>20} | {num('vs_lib', '.2f'):>6} | {num('limit', '.2f'):>5} | "
+            f"{num('chain', '.3f'):>5} | {row.get('error', '')} |")
 
 
 def run_model(name: str, targets, args, results: list) -> None:
@@ -305,7 +312,7 @@ def run_model(name: str, targets, args, results: list) -> None:
     except Exception as exc:  # noqa: BLE001
         err, error = float("nan"), f"numerics: {one_line(exc)}"
     for target in targets:
-        row = optimise_row(program, target, args.tune, args.timeout)
+        row = optimise_row(program, target, args.tune, args.timeout, args.executor)
         if error and not row["error"]:
             row["error"] = error
         print(row_text(name, target, nodes, err, row), flush=True)
@@ -320,6 +327,8 @@ def main(argv=None) -> int:
     ap.add_argument("--torch-python", default=None, help="a python that has torch (runs the exports)")
     ap.add_argument("--cache", default="~/.cache/autocomp-exports", help="where exported models are kept")
     ap.add_argument("--seq", type=int, default=64, help="sequence length of the transformers models")
+    ap.add_argument("--executor", default=None,
+                    help="optimize()'s executor for the library's per-kernel searches, e.g. processes:2 (same results)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per optimise before it counts as a hang")
     ap.add_argument("--export-timeout", type=float, default=1800.0, help="seconds per export")
     ap.add_argument("--reexport", action="store_true", help="export again even when cached")
@@ -342,8 +351,27 @@ def main(argv=None) -> int:
         run_model(name, targets, args, results)
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
+    for line in summary(results, targets):
+        print(line)
     bad = [r for r in results if r.get("error") or r.get("verified") is False]
     return 1 if bad else 0
+
+
+def summary(results: list[dict], targets) -> list[str]:
+    """Per target: verified rows, median limit_fraction, the lowest gain step, the slowest run."""
+    import statistics
+
+    lines = []
+    for target in targets:
+        rows = [r for r in results if r.get("target") == target and r.get("verified")]
+        if not rows:
+            continue
+        low = min(rows, key=lambda r: r["chain"])
+        slow = max(rows, key=lambda r: r["seconds"])
+        lines.append(f"# {target}: {len(rows)} verified, median limit {statistics.median(r['limit'] for r in rows):.2f}, "
+                     f"lowest gain step {low['chain']:.3f} ({low['model']}), slowest {slow['seconds']:.1f} s "
+                     f"({slow['model']}, cpu {slow['cpu']:.1f} s)")
+    return lines
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, rollback_entry, rule_entry, transaction
 from ..interp import equivalent
 from ..ir.twin import kernel_twin
-from ..verify import EQUIVALENCE_POINTS, TWIN_EXTENT, verify_schedule
+from ..verify import EQUIVALENCE_POINTS, TWIN_EXTENT, scaled_points, verify_schedule
 from .fusion import _kernel_name
 from .online_softmax import online_softmax
 from .tiling import level_mapping, search_tiles
@@ -420,11 +420,12 @@ def _online(program: Program, chain: list[Kernel], ctx: PassContext):
 
 def _rewrite_verdict(program: Program, ops: list[str], rewritten: Program, ctx: PassContext):
     """Whether the online-softmax rewrite computes what the program does: `ctx.verify` where
-    the program is small or has a source (its scaled twin replays the rewrite:
-    `verify.equivalent_at_scale`); else (a large imported model) the same rewrite of the
-    chain's ops alone, cut to a small twin (`ir.twin.kernel_twin`) — the rewrite reads only the
-    chain's structure, which the twin keeps — or the whole program where no twin has it."""
-    if program.source or sum(st.box_points for st in program.statements) <= EQUIVALENCE_POINTS:
+    the program is small or its scaled twin is (the twin replays the rewrite:
+    `verify.equivalent_at_scale`); else (a large imported model, whose literal reshapes can
+    pin its twin near full size) the same rewrite of the chain's ops alone, cut to a small
+    twin (`ir.twin.kernel_twin`) — the rewrite reads only the chain's structure, which the
+    twin keeps — or the whole program where no twin has it."""
+    if scaled_points(program) <= EQUIVALENCE_POINTS:
         return ctx.verify(rewritten)
     small = kernel_twin(program, ops, TWIN_EXTENT)
     found = online_softmax(small, ops) if small is not None else "no twin"

@@ -32,6 +32,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..accel.cost import kernel_model, library_schedule
+from ..caches import LRU
 from ..ir.loopnest import whole_loops
 from ..ir.program import Access, Op, Program, Statement, rename_loops, substitute
 from ..ir.schedule import Kernel, Schedule
@@ -270,7 +271,27 @@ def replay_inlines(program: Program, fused: Program, keep=()) -> Program:
     `fused` from it replayed: every single-statement elementwise op whose output `fused` no
     longer has is substituted into its readers, in program order (as step 2 did), then every
     view `fused` no longer has. Lets a fused program's kernels be rebuilt on the twin of its
-    source. Ops in `keep` stay (a later rewrite, `Program.rewrites`, removed them)."""
+    source. Ops in `keep` stay (a later rewrite, `Program.rewrites`, removed them).
+
+    The replay depends only on `program` and which of its tensors `fused` lacks: remembered
+    so (each equivalence check and tiled run of a pass asks for the same twin; a network's
+    replay is hundreds of rewrites of the whole program)."""
+    gone = tuple(op.output for op in program.ops if not fused.has_tensor(op.output) and op.output not in keep)
+    key = (id(program), gone)
+    hit = _REPLAYED.get(key)
+    if hit is not None and hit[0] is program:          # an id is reused once its object is gone
+        return hit[1]
+    replayed = _replay(program, fused, keep)
+    _REPLAYED.put(key, (program, replayed))
+    return replayed
+
+
+# Replayed programs by (the program replayed on, the tensors the fused program lacks).
+_REPLAYED = LRU("fusion.replay_inlines", 32)
+
+
+def _replay(program: Program, fused: Program, keep) -> Program:
+    """`replay_inlines`' rewrites, done."""
     for name in [op.output for op in program.ops]:
         op = program.producer(name)         # as rewritten by the inlines before it
         if (not fused.has_tensor(name) and name not in keep and op is not None and op.op_class in ("elementwise", "broadcast")
@@ -338,8 +359,26 @@ def _fold_views(program: Program, ctx: PassContext, log, rollbacks, keep: set[st
 
 
 def _inline_small(program: Program, ctx: PassContext, threshold: int, log, rollbacks, keep: set[str]) -> Program:
+    """Every small elementwise intermediate inlined into its readers. All are checked at once
+    (one interpreter run of the rewritten program: a network has dozens, and each check runs
+    the whole program); only when that check fails are they checked one by one, each kept
+    or rolled back on its own."""
     if threshold <= 0:
         return program
+    trial_log: list[dict] = []
+    trial_rollbacks: list[dict] = []
+    inlined = _inline_each(program, ctx, threshold, trial_log, trial_rollbacks, keep, check=None)
+    if inlined is program or ctx.verify(inlined):
+        log.extend(trial_log)
+        rollbacks.extend(trial_rollbacks)
+        return inlined
+    return _inline_each(program, ctx, threshold, log, rollbacks, keep, check=ctx.verify)
+
+
+def _inline_each(program: Program, ctx: PassContext, threshold: int, log, rollbacks, keep: set[str],
+                 check) -> Program:
+    """`_inline_small`'s rewrites one after another; each candidate is kept if `check` (the
+    interpreter's verdict on the program so far) holds, or unchecked when `check` is None."""
     for op in program.ops:
         with transaction(rollbacks, PASS, "inline", kernel=op.name, then="not inlined"):
             if program.producer(op.output) is not op:
@@ -367,7 +406,7 @@ def _inline_small(program: Program, ctx: PassContext, threshold: int, log, rollb
                                       f"'{op.output}' is read out of bounds (padding) by a reader; inlining would change it"))
                 continue
             candidate = inline(program, op)
-            verdict = ctx.verify(candidate)
+            verdict = check(candidate) if check is not None else True
             ops = [op.name] + [r.name for r in readers]
             if verdict:
                 log.append(rule_entry("inline", PASS, ops, True,
