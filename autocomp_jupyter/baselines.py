@@ -312,7 +312,7 @@ def _tiles_annotated(program: Program, optimized: Schedule, fused: Schedule, ctx
     which the search scores vectorised and isl accepts)."""
     from . import poly
     from .rules.scheduling import scheduling_pass
-    from .rules.tiling import vector_loop_index
+    from .accel.tile_search import vector_loop_index
 
     transplanted = replace(optimized, annotations=fused.annotations)
     time_s = lambda s: evaluate_program((s,), ctx.target).total.time_s

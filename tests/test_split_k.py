@@ -153,8 +153,8 @@ def test_a_large_split_is_checked_on_the_scaled_twin(monkeypatch):
     split = split_k(program, 16)
     monkeypatch.setattr(verify, "EQUIVALENCE_POINTS", 1000)      # as if too large to run whole
     ran = []
-    real = interp.equivalent
-    monkeypatch.setattr(interp, "equivalent",
+    real = verify._equivalent
+    monkeypatch.setattr(verify, "_equivalent",
                         lambda a, b, seed=0: ran.append(max(a.tensor("Kc").shape)) or real(a, b, seed))
     assert verify.equivalent_at_scale(program, split).ok
     assert ran and ran[-1] < 4096                # the twin's cache, split by the replayed rewrite
