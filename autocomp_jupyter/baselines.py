@@ -1,4 +1,4 @@
-"""The per-op baselines every report is measured against (DESIGN §8).
+"""The per-op baselines every report is measured against (docs/guide/report.md).
 
 * `naive`    — one kernel per op, untiled, source order (`accel.cost.naive_schedule`).
 * `textbook` — one kernel per op with a fixed textbook tiling (`accel.cost.textbook_schedule`):
@@ -244,17 +244,10 @@ def _exhaustive(kernel: Kernel, ctx) -> Schedule | None:
     cost = model.evaluate_batch(T, O, P, V)
     max_spill = float(ctx.rules.tiling.get("max_spill_ratio", 0.05))
     times = np.where(cost.spill_ratio <= max_spill + 1e-12, cost.time_s, np.inf)
-    names = kernel.loop_names
     for i in np.argsort(times, kind="stable"):   # the fastest legal one
         if not np.isfinite(times[i]):
             return None
-        annotations = {"parallel": tuple(n for d, n in enumerate(names) if P[i, d])}
-        if V[i] >= 0:
-            annotations["vectorize"] = names[V[i]]
-        schedule = Schedule(kernel, tiles={n: {lv: int(T[i, d, h]) for h, lv in enumerate(levels)}
-                                           for d, n in enumerate(names)},
-                            order={lv: tuple(names[d] for d in O[i, h]) for h, lv in enumerate(levels)},
-                            annotations=annotations, levels=levels)
+        schedule = Schedule.of_arrays(kernel, levels, T[i], O[i], P[i], V[i])
         if poly.check_schedule(schedule).ok:
             return schedule
     return None

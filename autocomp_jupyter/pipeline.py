@@ -35,7 +35,7 @@ from .verify import equivalent_at_scale
 
 
 def _registered_passes() -> dict[str, Pass]:
-    """The built-in passes by name, in pipeline order (DESIGN §4)."""
+    """The built-in passes by name, in pipeline order (docs/architecture.md)."""
     passes: dict[str, Pass] = {"fusion": fusion_pass}
     try:
         from .rules.tiling import tiling_pass
@@ -185,7 +185,7 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
 
     with transaction(rollbacks, "pipeline", "the gain breakdown's library tuning"):
         prefetch(program, plan.kernels, ctx, executor)           # the gain breakdown's per-kernel library tuning
-    result = _result(program, target, ruleset, ctx, naive, textbook, library, plan, versions, log, rollbacks,  # DESIGN §8
+    result = _result(program, target, ruleset, ctx, naive, textbook, library, plan, versions, log, rollbacks,  # docs/guide/report.md
                      tuning, verified, fell_back, measured, started)
     lap("report")
     # How the tiled runs were done (twins, kernels checked by isl alone): report["verification"].
@@ -210,7 +210,7 @@ class _Laps:
 def _result(program: Program, target: Target, ruleset, ctx: PassContext, naive: Plan, textbook: Plan,
             library: Plan, plan: Plan, versions: dict, log: list, rollbacks: list, tuning: dict, verified: bool,
             fell_back: str | None, measured: dict | None, started: float) -> Result:
-    """The report (DESIGN §8) from the four plans' costs, and what the views show: the
+    """The report (docs/guide/report.md) from the four plans' costs, and what the views show: the
     optimised plan's tile footprints and its generated code (C and pseudo-kernel)."""
     from .baselines import gain_breakdown
     from .report import build_report, kernel_footprints

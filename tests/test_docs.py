@@ -226,5 +226,4 @@ def test_the_package_cites_only_documents_the_repository_holds():
                                  "README.md#design-notes" if name == "design notes" else name)
                 if not target.exists():
                     problems.append(f"{path.relative_to(ROOT)}:{n}: {name}")
-    if problems:  # the package is being refactored elsewhere: its comments are fixed when that merges
-        pytest.xfail(f"{len(problems)} citations of documents the repository lacks: " + "; ".join(problems))
+    assert not problems, f"{len(problems)} citations of documents the repository lacks: " + "; ".join(problems)
