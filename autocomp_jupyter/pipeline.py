@@ -111,87 +111,154 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     checked, then verified like any plan. Bad input raises `UserError` (a refused step: a
     `schedule.ScheduleError` naming the step, its loop and the dependence).
     """
-    started = time.perf_counter()
-    lap = _Laps(started)                                         # report["seconds_by_pass"]
-    program = _as_program(src)                                   # parse and shape-check
-    target = load_target(target)                                 # preset or YAML (validated)
-    ruleset = load_rules(list(rules or []), target.name)         # default.yaml ← target ← user
-    tune_cfg = ruleset.tune
-    seed = tune_cfg.get("seed", 0) if seed is None else seed
-    _check_flags(tune, top, seed, budget)
-    traces = _load_traces(schedule)                              # --schedule: checked before any work
-    program, in_place_log = mark_in_place_updates(program)      # KV-cache updates: one row, in place
-    ctx = PassContext(program, target, ruleset, seed, equivalence=equivalent_at_scale)  # large: on twins
-    log: list[dict] = list(in_place_log)
-    rollbacks: list[dict] = []
-    lap("parse")
+    run = _Run(src, target, rules, tune, top, seed, budget, passes, progress, executor, measure, threads, schedule)
+    for name, stage in STAGES:
+        stage(run)
+        if name:
+            run.lap(name)
+    # How the tiled runs were done (twins, kernels checked by isl alone): report["verification"].
+    result = run.result
+    result.typed_report = replace(result.typed_report, verification=run.checks, seconds_by_pass=run.lap.seconds)
+    result.report = result.typed_report.to_json()
+    return result
 
-    naive = baseline_plan(program, target, naive_schedule, "naive")          # per-op, untiled
-    textbook = _baseline("textbook", lambda: textbook_plan(program, target), naive, rollbacks)   # fixed textbook tiles
-    library = _baseline("library", lambda: library_plan(program, ctx, executor), textbook, rollbacks)  # each op tuned alone
-    lap("baselines")
 
-    plan = library                                               # the passes start from the library
-    selected = _select_passes(passes)
+# --------------------------------------------------------------------------- the stages
+
+
+class _Run:
+    """What the stages of one `optimize` call read and write, from the arguments on."""
+
+    def __init__(self, src, target, rules, tune, top, seed, budget, passes, progress, executor, measure, threads,
+                 schedule):
+        self.started = time.perf_counter()
+        self.lap = _Laps(self.started)                           # report["seconds_by_pass"]
+        self.src, self.target, self.rules, self.tune, self.top, self.seed = src, target, rules, tune, top, seed
+        self.budget, self.passes, self.progress, self.executor = budget, passes, progress, executor
+        self.measure, self.threads, self.schedule = measure, threads, schedule
+        self.log: list[dict] = []
+        self.rollbacks: list[dict] = []
+        self.checks: dict = {}                                   # how the tiled runs were done
+
+
+def _parse(run: _Run) -> None:
+    """The program parsed and shape-checked, the target and rule files loaded and checked,
+    the flags and any given traces checked before any work; KV-cache updates marked in place."""
+    program = _as_program(run.src)                               # parse and shape-check
+    run.target = load_target(run.target)                         # preset or YAML (validated)
+    run.ruleset = load_rules(list(run.rules or []), run.target.name)   # default.yaml ← target ← user
+    run.tune_cfg = run.ruleset.tune
+    run.seed = run.tune_cfg.get("seed", 0) if run.seed is None else run.seed
+    _check_flags(run.tune, run.top, run.seed, run.budget)
+    run.traces = _load_traces(run.schedule)                      # --schedule: checked before any work
+    run.program, in_place_log = mark_in_place_updates(program)   # KV-cache updates: one row, in place
+    run.ctx = PassContext(run.program, run.target, run.ruleset, run.seed,
+                          equivalence=equivalent_at_scale)       # large programs: on twins
+    run.log.extend(in_place_log)
+
+
+def _baselines(run: _Run) -> None:
+    """The naive (per-op, untiled), textbook (fixed tiles) and library (each op tuned alone) plans."""
+    program, target = run.program, run.target
+    run.naive = baseline_plan(program, target, naive_schedule, "naive")
+    run.textbook = _baseline("textbook", lambda: textbook_plan(program, target), run.naive, run.rollbacks)
+    run.library = _baseline("library", lambda: library_plan(program, run.ctx, run.executor), run.textbook,
+                            run.rollbacks)
+
+
+def _passes(run: _Run) -> None:
+    """The passes (fusion → tiling → scheduling), each kept only where it gains and verifies;
+    each pass's seconds under its own name."""
+    plan = run.library                                           # the passes start from the library
+    run.selected = _select_passes(run.passes)
     runs = _PassRuns()
     judged: set[str] = set()                                     # passes whose gain an earlier pass was judged with
-    for i, (name, run_pass) in enumerate(selected):              # fusion → tiling → scheduling
-        outcome = runs.run(name, run_pass, plan, ctx)
-        retile = next(((n, fn) for n, fn in selected[i + 1:] if n == "tiling"), None)
-        kept = _checked(name, plan, outcome, ctx, log, rollbacks, runs, retile, gain_judged=name in judged)
+    for i, (name, run_pass) in enumerate(run.selected):
+        outcome = runs.run(name, run_pass, plan, run.ctx)
+        retile = next(((n, fn) for n, fn in run.selected[i + 1:] if n == "tiling"), None)
+        kept = _checked(name, plan, outcome, run.ctx, run.log, run.rollbacks, runs, retile,
+                        gain_judged=name in judged)
         if retile is not None and kept is not plan:
             judged.add(retile[0])    # fusion was kept for its gain after tiling: tiling is part of that gain
         plan = kept
-        lap(name)
+        run.lap(name)
+    run.plan = plan
 
-    names = [n for n, _ in selected]
-    if "fusion" in names and "tiling" in names:                  # across layers: compute_at chains
-        plan = _chains(plan, ctx, log, rollbacks)
-        plan = split_k_step(plan, ctx, log, rollbacks)           # decode: the cache split across the array
-    lap("chains")
-    plan = _never_slower_than(library, plan, ctx, rollbacks)      # never worse than the baseline
-    plan = _searched_as_well_as_the_library(plan, ctx, executor, log, rollbacks)   # fused kernels: never below the library's own search
-    plan = _fusions_that_beat_the_library(plan, ctx, log, rollbacks)   # each fused kernel: faster than its ops in the library
-    lap("library checks")
+
+def _across_layers(run: _Run) -> None:
+    """Fusion across layers (compute_at chains), then split-K for decode."""
+    names = [n for n, _ in run.selected]
+    if "fusion" in names and "tiling" in names:
+        run.plan = _chains(run.plan, run.ctx, run.log, run.rollbacks)
+        run.plan = split_k_step(run.plan, run.ctx, run.log, run.rollbacks)   # the cache split across the array
+
+
+def _library_checks(run: _Run) -> None:
+    """Never slower than the library: the plan, each fused kernel's search, each fusion."""
+    ctx, rollbacks = run.ctx, run.rollbacks
+    plan = _never_slower_than(run.library, run.plan, ctx, rollbacks)
+    plan = _searched_as_well_as_the_library(plan, ctx, run.executor, run.log, rollbacks)
+    run.plan = _fusions_that_beat_the_library(plan, ctx, run.log, rollbacks)
+
+
+def _tuning(run: _Run) -> None:
+    """The user's traces replayed, then the tuner over what the rules leave open (never
+    overriding a given schedule)."""
     replayed: set[str] = set()
-    if traces is not None:                                       # the user's traces replace the search
-        plan, replayed = _replay(traces, (plan, library, naive), target, schedule, log)
-    configs = tune_cfg.get("configs", 0) if tune is None else tune   # what the rules leave open
-    if replayed and replayed >= {k.name for k in plan.kernels}:
+    if run.traces is not None:                                   # the user's traces replace the search
+        run.plan, replayed = _replay(run.traces, (run.plan, run.library, run.naive), run.target, run.schedule,
+                                     run.log)
+    configs = run.tune_cfg.get("configs", 0) if run.tune is None else run.tune   # what the rules leave open
+    if replayed and replayed >= {k.name for k in run.plan.kernels}:
         configs = 0                                              # every kernel's schedule was given
-    given = {k.name: s for k, s in zip(plan.kernels, plan.schedules) if k.name in replayed}
-    plan, versions, tuning = _tune(plan, ctx, configs, top or tune_cfg.get("top", 3), budget, progress, executor,
-                                   rollbacks)
-    if given:                                                    # the tuner never overrides a given schedule
-        plan, versions = _keep_replayed(plan, given, versions)
-    lap("tuning")
+    given = {k.name: s for k, s in zip(run.plan.kernels, run.plan.schedules) if k.name in replayed}
+    run.plan, run.versions, run.tuning = _tune(run.plan, run.ctx, configs, run.top or run.tune_cfg.get("top", 3),
+                                               run.budget, run.progress, run.executor, run.rollbacks)
+    if given:
+        run.plan, run.versions = _keep_replayed(run.plan, given, run.versions)
 
-    versions = {name: v for name, v in versions.items() if _verify(v, ctx)[0]}   # only verified versions
-    checks: dict = {}                                            # how the tiled runs were done
-    verified, reason = _verify(plan, ctx, checks)                # equivalence, legality, tiled runs
-    fell_back = None
-    for fallback in (library, naive):                            # never show an unverified plan
+
+def _verification(run: _Run) -> None:
+    """Only verified versions kept; the plan verified, else the library, else the naive plan."""
+    ctx = run.ctx
+    run.versions = {name: v for name, v in run.versions.items() if _verify(v, ctx)[0]}
+    verified, reason = _verify(run.plan, ctx, run.checks)        # equivalence, legality, tiled runs
+    run.fell_back = None
+    for fallback in (run.library, run.naive):                    # never show an unverified plan
         if verified:
             break
-        rollbacks.append(rollback_entry("verify", "", f"the {plan.label} plan failed verification ({reason}): "
-                                                      f"fell back to the {fallback.label} baseline"))
-        plan, versions, fell_back = fallback, {}, fallback.label
-        verified, reason = _verify(plan, ctx, checks)
+        run.rollbacks.append(rollback_entry("verify", "", f"the {run.plan.label} plan failed verification "
+                                                          f"({reason}): fell back to the {fallback.label} baseline"))
+        run.plan, run.versions, run.fell_back = fallback, {}, fallback.label
+        verified, reason = _verify(run.plan, ctx, run.checks)
+    run.verified = verified
 
-    lap("verify")
-    measured = _measure(plan, target, threads) if measure else None      # the generated C, run on host
-    if measured is not None and not measured["matches_interpreter"]:
-        verified = False
 
-    with transaction(rollbacks, "pipeline", "the gain breakdown's library tuning"):
-        prefetch(program, plan.kernels, ctx, executor)           # the gain breakdown's per-kernel library tuning
-    result = _result(program, target, ruleset, ctx, naive, textbook, library, plan, versions, log, rollbacks,  # docs/guide/report.md
-                     tuning, verified, fell_back, measured, started)
-    lap("report")
-    # How the tiled runs were done (twins, kernels checked by isl alone): report["verification"].
-    result.typed_report = replace(result.typed_report, verification=checks, seconds_by_pass=lap.seconds)
-    result.report = result.typed_report.to_json()
-    return result
+def _report(run: _Run) -> None:
+    """The generated C measured on host when asked, the gain breakdown's library tuning,
+    then the report (docs/guide/report.md)."""
+    run.measured = _measure(run.plan, run.target, run.threads) if run.measure else None
+    if run.measured is not None and not run.measured["matches_interpreter"]:
+        run.verified = False
+    with transaction(run.rollbacks, "pipeline", "the gain breakdown's library tuning"):
+        prefetch(run.program, run.plan.kernels, run.ctx, run.executor)
+    run.result = _result(run.program, run.target, run.ruleset, run.ctx, run.naive, run.textbook, run.library,
+                         run.plan, run.versions, run.log, run.rollbacks, run.tuning, run.verified, run.fell_back,
+                         run.measured, run.started)
+
+
+# The stages of `optimize`, in order, with the name their seconds have in
+# report["seconds_by_pass"] (the passes stage names each pass itself: fusion, tiling, scheduling).
+STAGES: tuple[tuple[str, Callable[[_Run], None]], ...] = (
+    ("parse", _parse),
+    ("baselines", _baselines),
+    ("", _passes),
+    ("chains", _across_layers),
+    ("library checks", _library_checks),
+    ("tuning", _tuning),
+    ("verify", _verification),
+    ("report", _report),
+)
 
 
 class _Laps:
