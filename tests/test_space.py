@@ -150,13 +150,15 @@ def test_sliders_offer_the_spaces_slider_view():
     tune = ui.widget(res).tune
     schedule = res.after.schedule_of(tune.kernel)
     space = TileSpace.of(schedule.kernel, res.target)
-    sizes = schedule.tile_sizes(tune.levels)
+    levels = tuple(schedule.levels)
+    sizes = schedule.tile_sizes(levels)
     assert tune.sliders
     for (loop, level), slider in tune.sliders.items():
-        current = sizes[loop][tune.levels.index(level)]
-        assert list(slider.options) == space.slider(loop, current)
+        current = sizes[loop][levels.index(level)]
+        offered = [value for _, value in slider.options]          # (label, size) pairs
+        assert offered == space.slider(loop, current)
         assert slider.value == current
-        assert not in_space(slider.options, space, space.index(loop), factor_of("tpu"))
+        assert not in_space(offered, space, space.index(loop), factor_of("tpu"))
 
 
 def test_library_exhaustive_search_enumerates_every_size():

@@ -324,7 +324,7 @@ def replay_packed(kernel: Kernel, schedule, target: Target) -> float | None:
     wg = winograd(kernel, pk)
     if wg is not None:      # not the packed blocks: Winograd's own phases
         anchors = kernel.loop_map(pk.index)
-        parallel = set(schedule.annotations.get("parallel", ())) & {anchors.get(l) for l in pk.batch + pk.m + pk.n}
+        parallel = set(schedule.parallel or ()) & {anchors.get(l) for l in pk.batch + pk.m + pk.n}
         return winograd_cycles(kernel, pk, wg, target, target.compute.units if parallel else 1) / (target.clock_ghz * 1e9)
     compute = target.compute
     lanes = compute.vector_width("f32")
@@ -340,7 +340,7 @@ def replay_packed(kernel: Kernel, schedule, target: Target) -> float | None:
     MC, NC, KC = packed_blocks(pk, block_of)
     mr, nr = pk.micro
     M, N, K = (pk.size(g) for g in ("m", "n", "k"))
-    parallel = set(schedule.annotations.get("parallel", ())) & {anchors.get(l) for l in pk.batch + pk.m + pk.n}
+    parallel = set(schedule.parallel or ()) & {anchors.get(l) for l in pk.batch + pk.m + pk.n}
     threads = compute.units if parallel else 1
     l2 = _l2_bytes(target)
     part = packed_partition(pk, NC, threads, a_cost, b_cost, cached_bytes=l2 / 2)

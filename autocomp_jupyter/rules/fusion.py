@@ -208,7 +208,7 @@ def _without_racing_loops(schedule: Schedule) -> Schedule:
     from ..ir.loopnest import lower
     from ..poly import check_schedule
 
-    parallel = tuple(schedule.annotations.get("parallel", ()) or ())
+    parallel = schedule.parallel or ()
     while parallel:
         verdict = check_schedule(schedule)
         if verdict.ok:

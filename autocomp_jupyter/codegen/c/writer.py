@@ -41,9 +41,9 @@ class WriterBase:
     def __init__(self, plan, kernel: Kernel, schedule: Schedule, cname: dict[str, str], namer: Namer):
         self.plan, self.kernel, self.schedule, self.cname, self.namer = plan, kernel, schedule, cname, namer
         self.extents = kernel.extents
-        self.parallel = tuple(schedule.annotations.get("parallel", ()) or ())
-        self.vectorize = schedule.annotations.get("vectorize")
-        self.unroll = int(schedule.annotations.get("unroll") or 0)
+        self.parallel = schedule.parallel or ()
+        self.vectorize = schedule.vectorize
+        self.unroll = schedule.unroll
         # Non-f32 tensors this kernel accumulates: stored unrounded while the sum runs (an integer
         # sum exactly, in double), read rounded to their dtype, rounded in place once complete.
         self.rounded_accumulators = {st.target for st in kernel.statements
