@@ -292,6 +292,57 @@ def host_comparison(results: dict, names, log, naive_timeout: float) -> list[dic
 # --------------------------------------------------------------------------- 6. ZigZag (optional)
 
 
+def llm_inference(log) -> dict:
+    """The LLM workloads of bench_llm.py at their real sizes (tune 0) on the accelerator presets:
+    each one's speedup over the tuned library and limit fraction, and the ratios the LLM
+    numbers are stated in (causal / unmasked attention, decode with / without the cache write,
+    an embedding's flops per element moved)."""
+    sys.path.insert(0, str(HERE))
+    import bench_llm
+
+    rows = []
+    for name in bench_llm.DEFAULT:
+        for target in bench_llm.TARGETS:
+            start = time.perf_counter()
+            report = autocomp.optimize(bench_llm.WORKLOADS / f"{name}.acir", target=target, tune=0).report
+            row = {"workload": name, "target": target, "vs_library": report["speedup_vs_library"],
+                   "limit_fraction": report["limit_fraction"], "time_s": report["optimized"]["time_s"],
+                   "verified": report["verified"], "seconds": time.perf_counter() - start,
+                   "split_k": next((r["applied"] for r in report["rules"] if r["rule"] == "split_k"), None),
+                   "flops": sum(k["metrics"]["flops"] for k in report["kernels"])}
+            rows.append(row)
+            log(f"  {name:<28} {target:<8} {row['vs_library']:6.2f}x  limit {row['limit_fraction']:.2f}  "
+                f"{row['seconds']:.1f} s")
+    return {"rows": rows, "targets": list(bench_llm.TARGETS)}
+
+
+def llm_markdown(section: dict, h: str) -> list[str]:
+    rows = section["rows"]
+    by = {(r["workload"], r["target"]): r for r in rows}
+    targets = section["targets"]
+    lines = [f"{h} LLM inference (tune=0, real sizes)", "",
+             "Speedup over the tuned library and fraction of the physical limit, per workload "
+             "(`benchmarks/workloads/`) and preset.", "",
+             md_table(["workload"] + [f"{t} vs library / limit" for t in targets],
+                      [[w] + [f"{by[w, t]['vs_library']:.2f} / {by[w, t]['limit_fraction']:.2f}"
+                              + ("" if by[w, t]["verified"] else " (NOT verified)") if (w, t) in by else "-"
+                              for t in targets]
+                       for w in dict.fromkeys(r["workload"] for r in rows)]), ""]
+    ratios = []
+    for t in targets:
+        def time_of(w):
+            return by[w, t]["time_s"] if (w, t) in by else None
+        causal, full = time_of("attention_2048_causal"), time_of("attention_2048")
+        write, nowrite = time_of("decode_4096"), time_of("decode_4096_nowrite")
+        emb = by.get(("embedding_32000x2048", t))
+        ratios.append([t, f"{causal / full:.2f}" if causal and full else "-",
+                       f"{write / nowrite:.2f}" if write and nowrite else "-",
+                       f"{emb['flops'] / (64 * 2048):.2f}" if emb else "-"])
+    lines += [md_table(["target", "causal / unmasked attention time", "decode with / without the cache write",
+                        "embedding flops per element moved"], ratios), ""]
+    return lines
+
+
 def zigzag_status() -> str:
     """Why the ZigZag section has no numbers (see benchmarks/README.md, "Left out")."""
     try:
@@ -439,6 +490,8 @@ def markdown(data: dict, for_readme: bool = False) -> str:
             lines += ["`numpy / generated` > 1 means the generated C is faster than numpy.", "",
                       md_table(["workload", "generated C (ms)", "GFLOP/s", "numpy (ms)", "numpy / generated",
                                 "naive C (ms)", "speedup vs naive C", "correct"], body), ""]
+    if "llm" in sections:
+        lines += llm_markdown(sections["llm"], h)
     if "zigzag" in sections:
         s = sections["zigzag"]
         lines += [f"{h} ZigZag", ""]
@@ -577,7 +630,8 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--budget", type=float, default=None,
                     help="tuning seconds per workload x target (optimize(budget=...)); default: no limit")
-    ap.add_argument("--skip", nargs="+", default=[], choices=["rules", "tuned", "search", "sim", "host", "zigzag"],
+    ap.add_argument("--skip", nargs="+", default=[],
+                    choices=["rules", "tuned", "search", "sim", "host", "zigzag", "llm"],
                     help="sections to leave out")
     ap.add_argument("--search-target", default="npu", help="target of the search-quality section (default npu)")
     ap.add_argument("--sim-max-steps", type=int, default=None,
@@ -654,6 +708,10 @@ def main(argv=None) -> dict:
             sections["host"] = {"skipped": "needs the tuned section"}
         else:
             sections["host"] = host_comparison(tuned_results, names, log, naive_timeout=60 if quick else 600)
+    if "llm" not in args.skip:
+        log("== LLM inference (bench_llm.py's workloads, tune=0)")
+        sections["llm"] = llm_inference(log)
+        checkpoint()
     if "zigzag" not in args.skip:
         why = zigzag_status()
         if why:
