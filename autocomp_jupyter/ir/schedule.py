@@ -359,9 +359,13 @@ class Schedule:
         if self.vectorize:
             steps.append({"primitive": "vectorize", "loop": self.vectorize})
         if self.unroll > 1:
-            innermost = self.order_at(self.levels[-1])[-1] if self.levels else kernel.loop_names[-1]
-            steps.append({"primitive": "unroll", "loop": innermost, "factor": self.unroll})
+            steps.append({"primitive": "unroll", "loop": self.innermost_loop, "factor": self.unroll})
         return steps
+
+    @property
+    def innermost_loop(self) -> str:
+        """The loop innermost at the innermost level (the one `unroll` unrolls)."""
+        return self.order_at(self.levels[-1])[-1] if self.levels else self.kernel.loop_names[-1]
 
     @staticmethod
     def of_arrays(kernel: Kernel, levels: Iterable[str], tiles, orders=None, parallel=None, vectorize=None,

@@ -1,20 +1,19 @@
 """`parallel(loop)`: every tile and point loop over `loop` runs in parallel.
 
 Refused (by isl, through the trace) where the loop carries a dependence, a reduction's
-included: a parallel reduction is a race. The search chooses, per loop, parallel or not.
+included: a parallel reduction is a race. The search chooses, per loop, parallel or not (`LoopToggle`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
-from ..ir.schedule import Kernel, Schedule
-from .primitive import Decision, Primitive, annotate, known_loop, moving_loops, register
+from ..ir.schedule import Schedule
+from .primitive import LoopToggle, annotate, known_loop, register
 
 
 @register
 @dataclass(frozen=True)
-class Parallel(Primitive):
+class Parallel(LoopToggle):
     """Run every tile and point loop over `loop` in parallel: it must carry no dependence,
     a reduction's included (a parallel reduction is a race)."""
 
@@ -30,11 +29,3 @@ class Parallel(Primitive):
     def rewrite(self, schedule: Schedule) -> Schedule:
         loops = schedule.parallel or ()
         return annotate(schedule, parallel=loops + ((self.loop,) if self.loop not in loops else ()))
-
-    @classmethod
-    def decisions(cls, kernel: Kernel, levels: Sequence[str]) -> tuple[Decision, ...]:
-        return tuple(Decision(cls.name, (loop,), (False, True)) for loop in moving_loops(kernel))
-
-    @classmethod
-    def step_for(cls, schedule: Schedule, key: tuple, value):
-        return {"primitive": cls.name, "loop": key[0]} if value else None

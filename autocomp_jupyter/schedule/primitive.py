@@ -98,6 +98,19 @@ class Primitive:
         return (cls.__doc__ or "").strip()
 
 
+class LoopToggle(Primitive):
+    """A primitive whose one argument is a loop, each loop that runs more than once being a
+    decision of its own: on (a step) or off (none) — `parallel`, `reverse`."""
+
+    @classmethod
+    def decisions(cls, kernel: Kernel, levels: Sequence[str]) -> tuple[Decision, ...]:
+        return tuple(Decision(cls.name, (loop,), (False, True)) for loop in moving_loops(kernel))
+
+    @classmethod
+    def step_for(cls, schedule: Schedule, key: tuple, value) -> Step | None:
+        return {"primitive": cls.name, "loop": key[0]} if value else None
+
+
 PRIMITIVES: dict[str, type[Primitive]] = {}
 
 
@@ -174,7 +187,7 @@ def annotate(schedule: Schedule, **values) -> Schedule:
 
 def innermost_loop(schedule: Schedule) -> str:
     """The loop innermost at the innermost level (the one `unroll` unrolls)."""
-    return schedule.order_at(schedule.levels[-1])[-1] if schedule.levels else schedule.kernel.loop_names[-1]
+    return schedule.innermost_loop
 
 
 def moving_loops(kernel: Kernel) -> list[str]:

@@ -6,16 +6,15 @@ per loop, reversed or not.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
-from ..ir.schedule import Kernel, Schedule
+from ..ir.schedule import Schedule
 from .errors import BadArgumentError
-from .primitive import Decision, Primitive, annotate, known_loop, moving_loops, register
+from .primitive import LoopToggle, annotate, known_loop, register
 
 
 @register
 @dataclass(frozen=True)
-class Reverse(Primitive):
+class Reverse(LoopToggle):
     """The point loop of `loop` runs from its last value down to its first."""
 
     loop: str
@@ -33,11 +32,3 @@ class Reverse(Primitive):
     def rewrite(self, schedule: Schedule) -> Schedule:
         loops = schedule.reverse
         return annotate(schedule, reverse=loops + (self.loop,))
-
-    @classmethod
-    def decisions(cls, kernel: Kernel, levels: Sequence[str]) -> tuple[Decision, ...]:
-        return tuple(Decision(cls.name, (loop,), (False, True)) for loop in moving_loops(kernel))
-
-    @classmethod
-    def step_for(cls, schedule: Schedule, key: tuple, value):
-        return {"primitive": cls.name, "loop": key[0]} if value else None

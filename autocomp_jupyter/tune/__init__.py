@@ -69,4 +69,10 @@ from .moves import KERNEL_MOVES, KernelMove, _compute_at_placements, _kernel_mov
 from .plan import (KernelResult, _SEARCH_LOCK, _search_task, _top_combinations, expected_gain, search_kernel,
                    split_configs, tqdm_progress, tune_plan)
 
-__all__ = ['DEFAULT_MAX_SPILL', 'KERNEL_MOVES', 'KernelMove', 'KernelResult', 'KernelSpace', 'MUTATORS', 'Mutator', '_LEGALITY_CACHE', '_Legality', '_SEARCH_LOCK', '_Scorer', '_Search', '_arrays', '_compute_at_placements', '_kernel_moves', '_primitive_moves', '_score_chunk', '_search_task', '_top_combinations', 'close_executor', 'expected_gain', 'legal', 'model_score', 'open_executor', 'population_size', 'search_kernel', 'split_configs', 'tqdm_progress', 'tune_plan']
+__all__ = [
+    'DEFAULT_MAX_SPILL', 'KERNEL_MOVES', 'KernelMove', 'KernelResult', 'KernelSpace', 'MUTATORS', 'Mutator',
+    '_LEGALITY_CACHE', '_Legality', '_SEARCH_LOCK', '_Scorer', '_Search', '_arrays',
+    '_compute_at_placements', '_kernel_moves', '_primitive_moves', '_score_chunk', '_search_task',
+    '_top_combinations', 'close_executor', 'expected_gain', 'legal', 'model_score', 'open_executor',
+    'population_size', 'search_kernel', 'split_configs', 'tqdm_progress', 'tune_plan'
+]

@@ -87,8 +87,10 @@ def _primitive_moves(entry: tuple[float, Schedule], target, score_fn, max_spill:
         for decision in cls.decisions(best.kernel.without_compute_at(), best.levels):
             for value in decision.choices[1:]:
                 step = cls.step_for(best, decision.key, value)
+                if step is None:
+                    continue
                 try:
-                    candidates.append(apply_step(best, step)) if step is not None else None
+                    candidates.append(apply_step(best, step))
                 except ScheduleError:
                     continue
     if not candidates:
