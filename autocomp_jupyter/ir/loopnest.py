@@ -136,25 +136,25 @@ class PointLoop:
     vectorize: bool = False
     unroll: int = 0
     reverse: bool = False                     # runs from its last value down to its first
-    skew: tuple[tuple[str, int], ...] = ()    # ((by, factor), ...): runs over name + factor*by
+    shift: tuple[tuple[str, int], ...] = ()   # ((by, factor), ...): runs over name + factor*by
     region: Region | None = None              # computed at: the region its tile reads
     region_tiles: tuple[str | None, ...] = ()   # per region term: the tile loop var there (None: untiled)
 
     @property
     def shifted(self) -> bool:
         """It runs over its name plus other loops' values (its variable is a new one)."""
-        return bool(self.skew)
+        return bool(self.shift)
 
     @property
     def affine(self) -> bool:
         """Its bounds depend on another loop or it runs backwards: C, the pseudo-kernel and
         the TVM bridge write affine bounds for it (`affine_point_bounds`)."""
-        return self.reverse or bool(self.skew)
+        return self.reverse or bool(self.shift)
 
     def time(self) -> str:
         """The loop's time coordinate in the statement's own loop names (what isl orders):
-        `j + 1*i` for a skew of j by i, `-(k)` reversed."""
-        text = " + ".join([self.name] + [f"{f}*{by}" for by, f in self.skew])
+        `j + 1*i` for j shifted by i, `-(k)` reversed."""
+        text = " + ".join([self.name] + [f"{f}*{by}" for by, f in self.shift])
         return f"-({text})" if self.reverse else text
 
 
@@ -270,11 +270,11 @@ class LoopNest:
                     for k, v in zip(position, values):
                         point[k] = v
                     points.append(tuple(point))
-                if any(p.affine for p in node.loops):   # skewed or reversed: ordered by time
+                if any(p.affine for p in node.loops):   # shifted or reversed: ordered by time
                     names = stmt.loop_names
                     points.sort(key=lambda pt: tuple(
                         (-1 if p.reverse else 1) * (pt[names.index(p.name)]
-                                                    + sum(f * pt[names.index(b)] for b, f in p.skew))
+                                                    + sum(f * pt[names.index(b)] for b, f in p.shift))
                         for p in node.loops))
                 for point in points:
                     yield node.index, point
@@ -390,7 +390,7 @@ def point_range(p: PointLoop, box: dict, extents: dict) -> tuple[int, int]:
 class AffineBounds:
     """How one point loop is written with affine bounds: `var` runs over [start, stop)
     (downwards when reversed) and the statement's loop `name` is `value` (an expression in
-    `var` and outer loop names; `name` itself when not skewed), defined once the loop
+    `var` and outer loop names; `name` itself when not shifted), defined once the loop
     `defined_in` (this one, or the inner loop of a wavefront) is open."""
 
     name: str
@@ -404,7 +404,7 @@ class AffineBounds:
 def affine_point_bounds(compute: "Compute", spans: dict, floordiv="floordiv", maximum="max", minimum="min",
                         symbol=None) -> list[AffineBounds]:
     """The point loops of `compute`, outer → inner, as loops with affine bounds, from each
-    loop's own [start, stop) (`spans[name]`). A loop `x` skewed by `y` with factor f runs
+    loop's own [start, stop) (`spans[name]`). A loop `x` shifted by `y` with factor f runs
     over x' = x + f*y:
       - y outside x: x' in [sx + f*y, ex + f*y), x = x' - f*y;
       - x' outside y (a wavefront): x' in [sx + f*sy, ex + f*(ey - 1)), and y in
@@ -418,12 +418,12 @@ def affine_point_bounds(compute: "Compute", spans: dict, floordiv="floordiv", ma
     position = {p.name: n for n, p in enumerate(loops)}
     start = {p.name: spans[p.name][0] for p in loops}
     stop = {p.name: spans[p.name][1] for p in loops}
-    var = {p.name: (f"{p.name}_s" if p.skew else p.name) for p in loops}
+    var = {p.name: (f"{p.name}_s" if p.shift else p.name) for p in loops}
     value = {p.name: algebra.var(p.name) for p in loops}
     defined_in = {p.name: p.name for p in loops}
     A = algebra
     for p in loops:
-        for by, f in p.skew:
+        for by, f in p.shift:
             x, y = p.name, by
             if position[y] < position[x]:
                 start[x], stop[x] = A.add(start[x], A.mul(f, A.var(y))), A.add(stop[x], A.mul(f, A.var(y)))
@@ -549,7 +549,7 @@ def may_share(kernel: Kernel, producer: int, consumer: int, anchor: str) -> bool
     (p_loop,), (c_loop,) = p_loops, c_loops
     dims = [d for d, idx in enumerate(p_stmt.target_indices) if p_loop in idx.loops]
     if len(dims) != 1 or p_stmt.target_indices[dims[0]].single_loop != p_loop:
-        return False                      # a reduction over `anchor`, or a skewed write
+        return False                      # a reduction over `anchor`, or a shifted write
     (dim,) = dims
     for access in c_stmt.reads():
         if access.tensor != p_stmt.target:
@@ -739,8 +739,8 @@ def lower(schedule: Schedule) -> LoopNest:
     have no parallel loop around them and are not a reduction of any statement beneath
     (a reduction loop is never parallel); `vectorize` the innermost point loop when it is
     the annotated output loop; `unroll` every statement's innermost point loop; `reverse`
-    (loops) runs their point loops backwards; `skew` ((loop, by, factor), ...) runs the point
-    loop of `loop` over loop + factor*by in every statement that has both (bounds from
+    (loops) runs their point loops backwards; the point shifts ((loop, by, factor), ...) run the
+    point loop of `loop` over loop + factor*by in every statement that has both (bounds from
     `affine_point_bounds`). Both change only the order inside a tile: the tiles, and so
     every footprint, stay as they are."""
     lowering = _Lowering(schedule)
@@ -778,7 +778,7 @@ class _Lowering:
         self.vectorize = schedule.vectorize
         self.unroll = schedule.unroll
         self.reverse = frozenset(schedule.reverse)
-        self.skews = schedule.skew
+        self.shifts = schedule.point_shifts
         self.inner_order = schedule.order_at(schedule.levels[-1]) if schedule.levels else kernel.loop_names
         self.extents = kernel.extents
         self.shapes = _tile_shapes(steps, self.extents)
@@ -827,11 +827,11 @@ class _Lowering:
             innermost = n == len(order) - 1
             is_parallel = (anchor in self.parallel and not parallel_above and not reduction and not innermost)
             parallel_above = parallel_above or is_parallel
-            skew = tuple((own_of[by], int(f)) for loop, by, f in self.skews if loop == anchor and by in own_of)
+            shift = tuple((own_of[by], int(f)) for loop, by, f in self.shifts if loop == anchor and by in own_of)
             loops.append(PointLoop(own, anchor, tile, ext[own], lengths, reduction, is_parallel,
                                    vectorize=(innermost and anchor is not None and anchor == self.vectorize
                                               and not reduction),
-                                   unroll=self.unroll if innermost else 0, reverse=anchor in self.reverse, skew=skew))
+                                   unroll=self.unroll if innermost else 0, reverse=anchor in self.reverse, shift=shift))
         last_of = tuple(shapes[p][0] for p in range(depth) if steps[p].anchor not in own_of)
         return Compute(s, stmt, tuple(loops), last_of)
 

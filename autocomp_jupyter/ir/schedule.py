@@ -313,6 +313,11 @@ class Schedule:
         return tuple((a, b, int(f)) for a, b, f in self.annotations.get("skew") or ())
 
     @property
+    def point_shifts(self) -> tuple[tuple[str, str, int], ...]:
+        """What the lowering reads of `skew`: the point loops whose bounds follow other loops."""
+        return self.skew
+
+    @property
     def reverse(self) -> tuple[str, ...]:
         """Loops whose point loop runs from its last value down (`reverse`)."""
         return tuple(self.annotations.get("reverse") or ())
