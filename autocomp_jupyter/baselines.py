@@ -7,7 +7,7 @@
                (cuDNN, XLA's per-op kernels, the Gemmini library): the same tiling pass,
                scheduling pass and auto-tuner the pipeline runs, applied to that op's kernel
                alone, fusion off, with a fixed tuner budget (`LIBRARY_CONFIGS` candidates);
-               a kernel whose whole schedule space is small (`EXHAUSTIVE_MAX`) is searched
+               a kernel whose whole schedule space is small (`search_space.EXHAUSTIVE_MAX`) is searched
                exhaustively, so on it the library is the per-op optimum. The fastest of
                those candidates, the naive and the textbook schedules is kept, so the
                library is never slower than either baseline, kernel by kernel.
@@ -205,52 +205,17 @@ def _on_the_anchors_schedule(program: Program, kernel: Kernel, ctx) -> Schedule:
                                                           "library"))
 
 
-EXHAUSTIVE_MAX = 50_000   # schedules: a kernel with no more than these is searched exhaustively
-
-
 def _exhaustive(kernel: Kernel, ctx) -> Schedule | None:
     """The fastest legal schedule of a kernel whose whole space — every tile size of every loop
     at every level (inner within outer), every loop order per level, every parallel set, every
-    vectorised loop — has at most EXHAUSTIVE_MAX points, scored at once by the cost model
-    (spill within the rules' `max_spill_ratio`, as the tuner); None for a larger space. A
-    vendor library tunes small ops exhaustively; so does this baseline."""
-    import itertools
-
-    import numpy as np
-
+    vectorised loop — is small enough to score whole (spill within the rules'
+    `max_spill_ratio`, as the tuner); None for a larger space. A vendor library tunes small
+    ops exhaustively; so does this baseline."""
     from . import poly
-    from .accel.cost import kernel_model
-    from .space import TileSpace
+    from .accel.search_space import exhaustive
 
-    target = ctx.target
-    model = kernel_model(kernel, target)
-    levels = target.tiling_levels
-    D, L = len(kernel.loops), len(levels)
-    # The candidate space's `every` view: every size (a loop read whole: its extent).
-    # Count first (non-increasing chains of L sizes out of E: C(E + L - 1, L)), enumerate after.
-    space = TileSpace.of(kernel, target)
-    sizes = [space.every(d) for d in range(D)]
-    count = math.prod(math.comb(len(s) + L - 1, L) for s in sizes) * math.factorial(D) ** L * 2 ** D * (D + 1)
-    if count > EXHAUSTIVE_MAX:
-        return None
-    orders = list(itertools.permutations(range(D)))
-    chains = [list(itertools.combinations_with_replacement(sorted(s, reverse=True), L)) for s in sizes]
-    tile_sets = np.array([list(t) for t in itertools.product(*chains)], dtype=np.int64)        # [n, D, L]
-    order_sets = np.array(list(itertools.product(orders, repeat=L)), dtype=np.int64)            # [m, L, D]
-    par_sets = np.array(list(itertools.product((False, True), repeat=D)), dtype=bool)
-    grid = np.array(list(itertools.product(range(len(tile_sets)), range(len(order_sets)),
-                                           range(len(par_sets)), range(-1, D))), dtype=np.int64)
-    T, O, P, V = tile_sets[grid[:, 0]], order_sets[grid[:, 1]], par_sets[grid[:, 2]], grid[:, 3]
-    cost = model.evaluate_batch(T, O, P, V)
-    max_spill = float(ctx.rules.tiling.get("max_spill_ratio", 0.05))
-    times = np.where(cost.spill_ratio <= max_spill + 1e-12, cost.time_s, np.inf)
-    for i in np.argsort(times, kind="stable"):   # the fastest legal one
-        if not np.isfinite(times[i]):
-            return None
-        schedule = Schedule.of_arrays(kernel, levels, T[i], O[i], P[i], V[i])
-        if poly.check_schedule(schedule).ok:
-            return schedule
-    return None
+    return exhaustive(kernel, ctx.target, float(ctx.rules.tiling.get("max_spill_ratio", 0.05)),
+                      lambda schedule: poly.check_schedule(schedule).ok)
 
 
 # --------------------------------------------------------------------------- the cache key
@@ -305,7 +270,7 @@ def _tiles_annotated(program: Program, optimized: Schedule, fused: Schedule, ctx
     which the search scores vectorised and isl accepts)."""
     from . import poly
     from .rules.scheduling import scheduling_pass
-    from .accel.tile_search import vector_loop_index
+    from .accel.search_space import vector_loop_index
 
     transplanted = replace(optimized, annotations=fused.annotations)
     time_s = lambda s: evaluate_program((s,), ctx.target).total.time_s

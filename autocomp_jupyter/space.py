@@ -4,7 +4,7 @@ schedule may take, made of the target's units.
 space.py owns which tile sizes a schedule is offered — the tiling pass, the auto-tuner, the
 library baseline and the Tune tab's sliders all ask `TileSpace` and generate none
 themselves. Loop orders and annotations are not sizes: the tiling pass's orders stay in
-accel/tile_search.py, the tuner's in tune/genome.py, the Tune tab's in ui/playground.py.
+accel/search_space.py (the one search space: its tiling, tuner and exhaustive views), the Tune tab's in ui/playground.py.
 
 The units (per kernel × target, `TileSpace.of`):
   * `units[d]` — the datapath's tile along loop d: PE rows / columns on the two loops a

@@ -33,7 +33,8 @@ from autocomp_jupyter.ir.schedule import kernels_unfused  # noqa: E402
 from autocomp_jupyter.passes import PassContext  # noqa: E402
 from autocomp_jupyter.report import roofline_fraction  # noqa: E402
 from autocomp_jupyter.space import TileSpace  # noqa: E402
-from autocomp_jupyter.tune import DEFAULT_MAX_SPILL, KernelSpace, legal, search_kernel, tune_plan  # noqa: E402
+from autocomp_jupyter.accel.search_space import SearchSpace  # noqa: E402
+from autocomp_jupyter.tune import DEFAULT_MAX_SPILL, legal, search_kernel, tune_plan  # noqa: E402
 
 
 def gemm(n: int) -> str:
@@ -76,7 +77,7 @@ def bench_scoring(repeats: int = 7) -> list:
 def spill_limit(schedule, target, max_spill: float = DEFAULT_MAX_SPILL) -> float:
     """The spill ratio the tuner allows from `schedule` (the rules' limit, or the
     schedule's own spill if larger)."""
-    return KernelSpace.of(schedule, target, max_spill=max_spill).max_spill
+    return SearchSpace.tuner(schedule, target, max_spill=max_spill).max_spill
 
 
 def exhaustive(schedule, target, max_spill: float = DEFAULT_MAX_SPILL):
@@ -110,7 +111,7 @@ def random_search(schedule, target, budget: int, seed: int, max_spill: float = D
     orders only, reductions reorderable, the schedule's parallel set); samples beyond the
     spill limit count against the budget (random search cannot know in advance)."""
     limit = spill_limit(schedule, target, max_spill)
-    space = KernelSpace.of(schedule, target, divisors_only=True, tune_annotations=False)
+    space = SearchSpace.tuner(schedule, target, divisors_only=True, tune_annotations=False)
     kernel = schedule.kernel
     model = kernel_model(kernel, target)
     _, _, parallel, vectorize = model.normalise(*model.schedule_arrays(schedule))

@@ -15,7 +15,7 @@ from autocomp_jupyter.passes import PassContext
 from autocomp_jupyter.rules.engine import load_rules
 from autocomp_jupyter.rules.tiling import level_mapping, search_tiles
 from autocomp_jupyter.space import TileSpace, balanced, divisors, powers_of_two
-from autocomp_jupyter.tune import KernelSpace
+from autocomp_jupyter.accel.search_space import SearchSpace
 
 GEMM = "input A: f32[96, 200]\ninput B: f32[200, 100]\nC = matmul(A, B)\nD = relu(C)\noutput D\n"
 CONV = ("input x: f32[1, 8, 14, 14]\ninput w: f32[16, 8, 3, 3]\n"
@@ -119,13 +119,13 @@ def test_tuner_genes_are_the_spaces_tuner_view(target):
     for src in PROGRAMS.values():
         kernel = kernel_of(src)
         schedule = library_schedule(kernel, tgt)
-        ks = KernelSpace.of(schedule, tgt)
+        ks = SearchSpace.tuner(schedule, tgt)
         space = TileSpace.of(kernel, tgt)
         incumbent = schedule.tile_sizes(tgt.tiling_levels)
         for d, loop in enumerate(kernel.loops):
             expected = np.union1d(space.tuner(d), [min(v, loop.extent) for v in incumbent[loop.name]])
             assert ks.choices[d].tolist() == expected.tolist()
-        divisors_only = KernelSpace.of(schedule, tgt, divisors_only=True)
+        divisors_only = SearchSpace.tuner(schedule, tgt, divisors_only=True)
         for d in range(len(kernel.loops)):
             assert set(space.tuner(d, divisors_only=True).tolist()) <= set(divisors_only.choices[d].tolist())
 

@@ -211,7 +211,7 @@ def test_tqdm_progress_callback():
 
 def test_tuned_tilings_respect_the_rules_spill_limit(serial_run):
     plan, ctx, (_, versions, tuning) = serial_run
-    from autocomp_jupyter.tune import KernelSpace
+    from autocomp_jupyter.accel.search_space import SearchSpace
 
     limit = ctx.rules.tiling["max_spill_ratio"]
     assert tuning["max_spill_ratio"] == limit
@@ -219,7 +219,7 @@ def test_tuned_tilings_respect_the_rules_spill_limit(serial_run):
         for incumbent, schedule in zip(plan.schedules, version.schedules):
             allowed = max(limit, evaluate(incumbent, ctx.target).spill_ratio)
             assert evaluate(schedule, ctx.target).spill_ratio <= allowed + 1e-9
-    space = KernelSpace.of(plan.schedules[0], ctx.target)
+    space = SearchSpace.tuner(plan.schedules[0], ctx.target)
     tiles = np.array([[list(s) for s in plan.schedules[0].tile_sizes(ctx.target.tiling_levels).values()]])
     assert space.spill(tiles)[0] == pytest.approx(evaluate(plan.schedules[0], ctx.target).spill_ratio)
 

@@ -1,6 +1,7 @@
 """The auto-tuner: an evolutionary search over what the rules leave open.
 
-This package owns the search of each kernel's legal schedule space — tile sizes per level
+This package owns the evolution strategy over each kernel's search space
+(`accel.search_space.SearchSpace.tuner`) — tile sizes per level
 (the candidate space's tuner view, `space.TileSpace.tuner`: divisors and non-divisors,
 each tile inside the enclosing one), a loop order per level,
 and annotations (parallel loops, the vectorised loop; `unroll` is carried from the rules,
@@ -53,8 +54,8 @@ The top-K versions combine per-kernel candidates into the K fastest whole progra
 model's best few are measured and re-ranked. `tune_plan` returns (best plan, versions,
 tuning summary); a KeyboardInterrupt or the time budget ends the search with the best so far.
 
-Modules: `constants` (fixed numbers), `scoring` (scoring chunks on any executor), `genome`
-(one kernel's space as arrays, and their repair), `legality` (isl verdicts, predicted),
+Modules: `constants` (fixed numbers), `scoring` (scoring chunks on any executor), `legality`
+(isl verdicts, predicted),
 `search` (the evolutionary search and its mutators), `moves` (compute_at placements and
 the tuned primitives' steps, beyond the genome), `plan` (budgets, versions, the entry points).
 """
@@ -62,7 +63,6 @@ from __future__ import annotations
 
 from .constants import DEFAULT_MAX_SPILL
 from .scoring import _Scorer, _arrays, _score_chunk, close_executor, model_score, open_executor
-from .genome import KernelSpace
 from .legality import _LEGALITY_CACHE, _Legality, legal
 from .search import MUTATORS, Mutator, _Search, population_size
 from .moves import KERNEL_MOVES, KernelMove, _compute_at_placements, _kernel_moves, _primitive_moves
@@ -70,7 +70,7 @@ from .plan import (KernelResult, _SEARCH_LOCK, _search_task, _top_combinations, 
                    split_configs, tqdm_progress, tune_plan)
 
 __all__ = [
-    'DEFAULT_MAX_SPILL', 'KERNEL_MOVES', 'KernelMove', 'KernelResult', 'KernelSpace', 'MUTATORS', 'Mutator',
+    'DEFAULT_MAX_SPILL', 'KERNEL_MOVES', 'KernelMove', 'KernelResult', 'MUTATORS', 'Mutator',
     '_LEGALITY_CACHE', '_Legality', '_SEARCH_LOCK', '_Scorer', '_Search', '_arrays',
     '_compute_at_placements', '_kernel_moves', '_primitive_moves', '_score_chunk', '_search_task',
     '_top_combinations', 'close_executor', 'expected_gain', 'legal', 'model_score', 'open_executor',

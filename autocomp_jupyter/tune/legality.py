@@ -12,7 +12,7 @@ from ..canon import canonical_kernel
 from ..ir.loopnest import loop_dims, lower
 from ..ir.schedule import Schedule
 from .constants import PREDICT_LEGALITY
-from .genome import KernelSpace
+from ..accel.search_space import SearchSpace
 
 
 # --------------------------------------------------------------------------- legality
@@ -44,7 +44,7 @@ class _Legality:
     other searches left in the shared cache), so the search is deterministic.
     """
 
-    def __init__(self, space: KernelSpace, predict: bool | None = None):
+    def __init__(self, space: SearchSpace, predict: bool | None = None):
         self.space = space
         self.cache = _LEGALITY_CACHE
         self.asked: dict = {}      # nest key -> verdict, for the nests this search asked about

@@ -76,23 +76,11 @@ def _primitive_moves(entry: tuple[float, Schedule], target, score_fn, max_spill:
     schedule (schedule/: `split`'s perfect tilings, and any primitive registered later with
     `tuned = True`), scored in one batch; the fastest few that gain are checked for spill and
     legality. None when none beats it. A new primitive is searched here with no change."""
+    from ..accel.search_space import refinements
     from ..canon import evaluate
-    from ..schedule import PRIMITIVES, ScheduleError, apply_step
 
     best_time, best = entry
-    candidates = []
-    for cls in PRIMITIVES.values():
-        if not cls.tuned:
-            continue
-        for decision in cls.decisions(best.kernel.without_compute_at(), best.levels):
-            for value in decision.choices[1:]:
-                step = cls.step_for(best, decision.key, value)
-                if step is None:
-                    continue
-                try:
-                    candidates.append(apply_step(best, step))
-                except ScheduleError:
-                    continue
+    candidates = refinements(best)
     if not candidates:
         return None
     arrays = [_arrays(c, target) for c in candidates]

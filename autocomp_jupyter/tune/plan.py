@@ -16,7 +16,7 @@ from ..ir.schedule import Kernel, Schedule
 from ..ir.plan import Plan
 from .constants import DEFAULT_MAX_SPILL, MEASURED_CANDIDATES
 from .scoring import ScoreFn, _Scorer, _arrays, _score_chunk, model_score
-from .genome import KernelSpace
+from ..accel.search_space import SearchSpace
 from .legality import _Legality, legal
 from .search import _Search
 from .moves import _kernel_moves
@@ -123,7 +123,7 @@ def _search_task(schedule: Schedule, target: Target, divisors_only: bool, max_sp
     isl contexts and the caches are not thread-safe: in a worker running tasks in threads
     (a threaded dask worker), searches take turns; processes run them side by side."""
     with _SEARCH_LOCK:
-        space = KernelSpace.of(schedule, target, divisors_only, max_spill=max_spill)
+        space = SearchSpace.tuner(schedule, target, divisors_only, max_spill=max_spill)
         search = _Search(space, np.random.default_rng(seed), share, _Legality(space))
         scorer = _Scorer(None, score_fn)
         search.run(scorer)
@@ -297,7 +297,7 @@ def _tune_serially(plan: Plan, target: Target, gains, order, configs: int, seed:
             continue     # too small a share to search: the rules' schedule stands (its share goes on)
         if over_budget():
             return True
-        space = KernelSpace.of(plan.schedules[i], target, divisors_only, max_spill=max_spill)
+        space = SearchSpace.tuner(plan.schedules[i], target, divisors_only, max_spill=max_spill)
         search = _Search(space, np.random.default_rng(seed + i), share, _Legality(space))
         searches[i] = search
         budget_exhausted = search.run(scorer, over_budget, report)
@@ -399,7 +399,7 @@ def search_kernel(schedule: Schedule, target, configs: int, seed: int = 0, *, di
     scored). The building block of `tune_plan`, for benchmarks and experiments on one
     kernel's space (tiles from divisors only, orders or annotations held fixed)."""
     target = load_target(target)
-    space = KernelSpace.of(schedule, target, divisors_only, tune_orders, tune_annotations, max_spill)
+    space = SearchSpace.tuner(schedule, target, divisors_only, tune_orders, tune_annotations, max_spill)
     search = _Search(space, np.random.default_rng(seed), configs, _Legality(space))
     scorer = _Scorer(None, score_fn)
     search.run(scorer)

@@ -1,4 +1,5 @@
-"""The evolutionary search of one kernel (`_Search`) and its mutators."""
+"""The evolutionary search of one kernel (`_Search`) and its mutators: the evolution strategy over
+the kernel's search space in its tuner view (`accel.search_space.SearchSpace.tuner`)."""
 from __future__ import annotations
 
 import bisect
@@ -10,7 +11,7 @@ import numpy as np
 
 from .constants import (CONFIRMED_VERDICTS, MAX_GENERATIONS_PER_CONFIG, MAX_POPULATION, MIN_POPULATION,
                         NEW_ORDERS_PER_GENERATION, NEW_ORDERS_START, TOURNAMENT)
-from .genome import Batch, KernelSpace, _concat, _genome_keys, _stack
+from ..accel.search_space import Points, SearchSpace
 from .legality import _Legality
 
 
@@ -21,7 +22,7 @@ from .legality import _Legality
 class _Search:
     """The evolutionary search state for one kernel."""
 
-    space: KernelSpace
+    space: SearchSpace
     rng: np.random.Generator
     configs: int
     legality: _Legality
@@ -49,8 +50,7 @@ class _Search:
 
     @property
     def incumbent_key(self) -> bytes:
-        t, o, p, v = self.space.incumbent_genome
-        return _genome_keys(t[None], o[None], p[None], np.array([v]))[0]
+        return Points.stack([self.space.incumbent_point]).keys()[0]
 
     def best_time(self) -> float:
         """The best legal time so far (checks legality of the leaders as needed)."""
@@ -59,7 +59,7 @@ class _Search:
 
     # ------------------------------------------------------------------ variation (vectorised)
 
-    def _random(self, n: int, new_orders: float = 0.5) -> Batch:
+    def _random(self, n: int, new_orders: float = 0.5) -> Points:
         """Random tiles; the incumbent's orders (or, with probability `new_orders`, one
         random permutation for every level) and annotations."""
         sp, rng = self.space, self.rng
@@ -67,15 +67,15 @@ class _Search:
         for d, ch in enumerate(sp.choices):
             tiles[:, d, :] = ch[rng.integers(0, len(ch), size=(n, sp.L))]
         tiles = -np.sort(-tiles, axis=2)   # outer >= inner
-        it, io, ip, iv = sp.incumbent_genome
+        it, io, ip, iv = sp.incumbent_point
         orders = np.repeat(io[None], n, axis=0)
         if sp.tune_orders:
             fresh = np.flatnonzero(rng.random(n) < new_orders)
             perms = np.argsort(rng.random((len(fresh), sp.D)), axis=1)
             orders[fresh] = perms[:, None, :]
-        return tiles, orders, np.repeat(ip[None], n, axis=0), np.full(n, iv, dtype=np.int64)
+        return Points(tiles, orders, np.repeat(ip[None], n, axis=0), np.full(n, iv, dtype=np.int64))
 
-    def _mutate(self, batch: Batch, strength: float = 1.0) -> Batch:
+    def _mutate(self, batch: Points, strength: float = 1.0) -> Points:
         """1 + Poisson(strength) moves per genome, each by one of the `MUTATORS` (drawn by
         their shares of the moves): a tile a step or two along its sizes, two loops of one
         level's order swapped, a parallel mark toggled or the vectorised loop moved."""
@@ -96,17 +96,17 @@ class _Search:
                 low = high
                 if len(rows):
                     mutator.apply(self, rows, *genome)
-        return tuple(genome)
+        return Points(*genome)
 
-    def _breed(self, n: int) -> Batch:
+    def _breed(self, n: int) -> Points:
         """n children of the population: tournament parents, uniform crossover (per loop
         for tiles and parallel marks, per level for orders) 3 times in 5, then mutation."""
         rng = self.rng
         if not self.population:
             # Nothing legal has been scored yet (every candidate so far was illegal or
             # overflowed): breed from the incumbent until something legal is found.
-            return self._mutate(tuple(np.repeat(x, n, axis=0) for x in _stack([self.space.incumbent_genome])))
-        pop = _stack([self.genomes[k] for k in self.population])
+            return self._mutate(Points(*(np.repeat(x, n, axis=0) for x in Points.stack([self.space.incumbent_point]))))
+        pop = Points.stack([self.genomes[k] for k in self.population])
         fit = np.array([self.seen[k] for k in self.population])
         K, rows = len(fit), np.arange(n)
 
@@ -122,7 +122,7 @@ class _Search:
         O = np.where(from_a((L,))[:, :, None], pop[1][a], pop[1][b])
         P = np.where(from_a((D,)), pop[2][a], pop[2][b])
         V = np.where(from_a(()), pop[3][a], pop[3][b])
-        return self._mutate((T, O, P, V))
+        return self._mutate(Points(T, O, P, V))
 
     # ------------------------------------------------------------------ legality
 
@@ -133,7 +133,7 @@ class _Search:
         (order_ok, may), _ = self.legality.judge(tiles, orders, exact)
         if order_ok:
             return tiles, orders, parallel & may, vectorize
-        it, io, ip, iv = self.space.incumbent_genome
+        it, io, ip, iv = self.space.incumbent_point
         if self.legality.ok(tiles, io, ip, vectorize, exact):
             return tiles, io.copy(), ip.copy(), vectorize
         return None
@@ -178,20 +178,20 @@ class _Search:
 
     # ------------------------------------------------------------------ evaluation
 
-    def evaluate(self, batch: Batch | None, scorer, limit: int, new_orders: int = NEW_ORDERS_PER_GENERATION) -> int:
+    def evaluate(self, batch: Points | None, scorer, limit: int, new_orders: int = NEW_ORDERS_PER_GENERATION) -> int:
         """Repair, deduplicate and score up to `limit` new candidates (the legal repairs of
         illegal ones first). Legality is decided before a candidate can enter the
         population or a version (`iter_verified`); at most `new_orders` loop orders new to
         the search come in (candidates with more are dropped unscored)."""
         sp = self.space
-        pending = _stack(self.pending) if self.pending else None
+        pending = Points.stack(self.pending) if self.pending else None
         self.pending = []
-        batch = _concat(pending, batch) if (pending is not None or batch is not None) else None
+        batch = Points.concat(pending, batch) if (pending is not None or batch is not None) else None
         if batch is None or not len(batch[0]) or limit <= 0:
             return 0
         tiles, orders = sp.repair(batch[0], batch[1])
         parallel, vectorize = batch[2].astype(bool), batch[3].astype(np.int64)
-        keys = _genome_keys(tiles, orders, parallel, vectorize)
+        keys = Points(tiles, orders, parallel, vectorize).keys()
         pick, batch_keys = [], set()
         for i, key in enumerate(keys):
             if key in self.seen or key in self.illegal or key in self.infeasible or key in batch_keys:
@@ -242,13 +242,13 @@ class _Search:
 
     def start(self, scorer, pop_size: int) -> None:
         """The first population: the incumbent, mutations of it, random samples."""
-        inc = self.space.incumbent_genome
+        inc = self.space.incumbent_point
         n_mut = pop_size // 2
-        first = _stack([inc])
-        mutants = self._mutate(tuple(np.repeat(x, n_mut, axis=0) for x in first), strength=1.5)
+        first = Points.stack([inc])
+        mutants = self._mutate(Points(*(np.repeat(x, n_mut, axis=0) for x in first)), strength=1.5)
         randoms = self._random(pop_size - 1 - n_mut)
-        self.orders_known.add(self.space.incumbent_genome[1].astype(np.int64).tobytes())
-        self.evaluate(_concat(first, mutants, randoms), scorer, max(1, min(self.configs, pop_size)),
+        self.orders_known.add(self.space.incumbent_point[1].astype(np.int64).tobytes())
+        self.evaluate(Points.concat(first, mutants, randoms), scorer, max(1, min(self.configs, pop_size)),
                       new_orders=NEW_ORDERS_START)
         self._select(pop_size)
 
@@ -304,19 +304,19 @@ class Mutator:
 
     name: str
     step: str                                  # the trace primitive it varies
-    share: Callable[["KernelSpace"], float]
+    share: Callable[["SearchSpace"], float]
     apply: Callable[..., None]
 
 
-def _tile_share(sp: "KernelSpace") -> float:
+def _tile_share(sp: "SearchSpace") -> float:
     return 0.65 if (sp.tune_orders and sp.D > 1) or sp.tune_annotations else 1.0
 
 
-def _order_share(sp: "KernelSpace") -> float:
+def _order_share(sp: "SearchSpace") -> float:
     return (0.85 if sp.tune_orders and sp.D > 1 else _tile_share(sp)) - _tile_share(sp)
 
 
-def _annotation_share(sp: "KernelSpace") -> float:
+def _annotation_share(sp: "SearchSpace") -> float:
     return (1.0 - _tile_share(sp) - _order_share(sp)) if sp.tune_annotations else 0.0
 
 
