@@ -27,6 +27,16 @@ def trace_from(kernel: Kernel, levels: Sequence[str], space: Sequence[Decision],
     """The trace a point of the space builds: one value per decision of `space` (in its
     order). A value whose step does not fit what the earlier steps built (a compute point
     the region rules refuse) is left out, as choosing the first value would."""
+    return _built(kernel, levels, space, values)[1]
+
+
+def schedule_from(kernel: Kernel, levels: Sequence[str], space: Sequence[Decision], values: Sequence) -> Schedule:
+    """The schedule a point of the space builds (`trace_from`'s steps applied; legality is
+    the caller's to ask)."""
+    return _built(kernel, levels, space, values)[0]
+
+
+def _built(kernel: Kernel, levels: Sequence[str], space: Sequence[Decision], values: Sequence):
     if len(values) != len(space):
         raise ValueError(f"{len(values)} values for {len(space)} decisions")
     schedule = Schedule.default(kernel.without_compute_at(), levels)
@@ -40,7 +50,7 @@ def trace_from(kernel: Kernel, levels: Sequence[str], space: Sequence[Decision],
         except ScheduleError:
             continue
         steps.append(step)
-    return steps
+    return schedule, steps
 
 
 def sample(space: Sequence[Decision], rng: np.random.Generator, keep: float = 0.5) -> list:
