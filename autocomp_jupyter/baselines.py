@@ -49,6 +49,7 @@ from .canon import canonical_kernel, evaluate_program
 from .ir.program import Program
 from .ir.schedule import Kernel, Schedule, kernels_unfused
 from .result import Plan
+from .schedule import by_position, from_positions
 
 LIBRARY_CONFIGS = 64       # tuner candidates per op: the library's fixed search budget
 CACHE_SIZE = 512           # distinct (kernel structure, target, rules, seed) entries kept
@@ -119,7 +120,7 @@ def _tune_alone_task(program: Program, kernel: Kernel, target: Target, rules, se
     from .tune import _SEARCH_LOCK
 
     with _SEARCH_LOCK:
-        return _genome(_tune_alone(program, kernel, PassContext(program, target, rules, seed)))
+        return by_position(_tune_alone(program, kernel, PassContext(program, target, rules, seed)))
 
 
 def library_schedule(program: Program, kernel: Kernel, ctx) -> Schedule:
@@ -129,9 +130,9 @@ def library_schedule(program: Program, kernel: Kernel, ctx) -> Schedule:
     key = _cache_key(kernel, ctx)
     hit = _CACHE.get(key)
     if hit is not None:
-        return _rebuild(kernel, hit)
+        return from_positions(kernel, hit)
     schedule = _tune_alone(program, kernel, ctx)
-    _CACHE.put(key, _genome(schedule))
+    _CACHE.put(key, by_position(schedule))
     return schedule
 
 
@@ -228,34 +229,6 @@ def _cache_key(kernel: Kernel, ctx) -> tuple:
     params = repr((sorted(rules.tiling.items()), sorted(rules.scheduling.items()),
                    sorted(rules.rollback.items()) if hasattr(rules, "rollback") else ()))
     return (canonical_kernel(kernel), ctx.target, params, int(ctx.seed or 0), LIBRARY_CONFIGS)
-
-
-def _genome(schedule: Schedule) -> tuple:
-    """A schedule by loop position (loop names may differ between kernels of one key)."""
-    names = schedule.kernel.loop_names
-    pos = {n: i for i, n in enumerate(names)}
-    tiles = tuple((pos[l], tuple(sorted(per.items()))) for l, per in schedule.tiles.items() if l in pos)
-    order = tuple((lv, tuple(pos[l] for l in loops)) for lv, loops in schedule.order.items())
-    ann = []
-    for k, v in schedule.annotations.items():
-        if isinstance(v, tuple):
-            ann.append((k, "loops", tuple(pos[l] for l in v if l in pos)))
-        elif isinstance(v, str) and v in pos:
-            ann.append((k, "loop", pos[v]))
-        else:
-            ann.append((k, "value", v))
-    return tiles, order, tuple(ann), tuple(schedule.levels)
-
-
-def _rebuild(kernel: Kernel, genome: tuple) -> Schedule:
-    tiles, order, ann, levels = genome
-    names = kernel.loop_names
-    annotations = {}
-    for k, kind, v in ann:
-        annotations[k] = tuple(names[i] for i in v) if kind == "loops" else names[v] if kind == "loop" else v
-    return Schedule(kernel, tiles={names[i]: dict(per) for i, per in tiles},
-                    order={lv: tuple(names[i] for i in loops) for lv, loops in order},
-                    annotations=annotations, levels=levels)
 
 
 # --------------------------------------------------------------------------- gain breakdown

@@ -200,3 +200,42 @@ def test_stage_holds_a_tensor_at_a_level_it_would_bypass():
     assert f"dma_load {inner} <- " in text and any(f"dma_load {inner}" in l and " A[" in l for l in text.splitlines())
     with pytest.raises(UnknownLoopError, match="no tensor 'Z'"):
         replay(kernel, [{"primitive": "stage", "tensor": "Z", "level": inner}], schedule.levels)
+
+
+def test_no_parallel_loop_is_a_step_of_its_own_on_a_target_that_runs_loops_in_parallel_by_itself():
+    from dataclasses import replace
+
+    from autocomp_jupyter.accel.cost import textbook_schedule
+    from autocomp_jupyter.accel.target import load_target
+
+    kernel = Kernel.from_ops(parse("input A: f32[1024, 512]\ninput B: f32[512, 1024]\nC = matmul(A, B)\n"), ["C"])
+    tiled = textbook_schedule(kernel, load_target("gpu"))
+    default = replace(tiled, annotations={})
+    none = replace(tiled, annotations={"parallel": ()})
+    assert {"primitive": "parallel", "loop": None} in none.trace
+    again = replay(kernel, none.trace, tiled.levels)
+    assert again.parallel == () and default.parallel is None
+    assert canon.evaluate(again, "gpu").time_s == canon.evaluate(none, "gpu").time_s \
+        > canon.evaluate(default, "gpu").time_s      # the threads' default parallelism is gone
+
+
+def test_a_schedule_by_position_replays_on_a_kernel_of_the_same_form_with_other_names():
+    from autocomp_jupyter import canon as c
+    from autocomp_jupyter.schedule import by_position, from_positions
+
+    src = GEMM.replace("D = relu(C)", "D = relu(C)\nE = exp(D)")
+    other = src.replace("A", "P").replace("B", "Q")
+    k1 = Kernel.from_ops(parse(src), ["C", "D", "E"])
+    k2 = Kernel.from_ops(parse(other), ["C", "D", "E"])
+    assert c.canonical_kernel(k1) is c.canonical_kernel(k2)
+    levels = ("SRAM", "accumulator")
+    s1 = replay(k1, [{"primitive": "tile", "loop": "i", "level": "SRAM", "size": 16},
+                     {"primitive": "tile", "loop": "j", "level": "SRAM", "size": 12},
+                     {"primitive": "reorder", "level": "SRAM", "order": ["j", "i", "k"]},
+                     {"primitive": "parallel", "loop": "i"}], levels)
+    record = by_position(s1)
+    assert hash(record) is not None
+    s2 = from_positions(k2, record)
+    assert s2.kernel is k2 or s2.kernel.without_compute_at() == k2.without_compute_at()
+    assert s2.tiles == s1.tiles and s2.order == s1.order and s2.parallel == s1.parallel
+    assert canon.evaluate(s2, "npu").time_s == canon.evaluate(s1, "npu").time_s

@@ -360,6 +360,8 @@ class Schedule:
         steps += [{"primitive": "stage", "tensor": tensor, "level": level} for tensor, level in self.stage]
         steps += [{"primitive": "skew", "loop": loop, "by": by, "factor": factor} for loop, by, factor in self.skew]
         steps += [{"primitive": "reverse", "loop": loop} for loop in self.reverse]
+        if self.parallel == ():        # decided: no loop in parallel (not the target's default)
+            steps.append({"primitive": "parallel", "loop": None})
         steps += [{"primitive": "parallel", "loop": loop} for loop in self.parallel or ()]
         if self.vectorize:
             steps.append({"primitive": "vectorize", "loop": self.vectorize})

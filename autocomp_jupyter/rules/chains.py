@@ -21,6 +21,7 @@ from ..ir.loopnest import ComputeAtError, regions
 from ..ir.plan import Plan
 from ..ir.program import Program
 from ..ir.schedule import Kernel, Schedule
+from ..schedule import by_position, from_positions
 from ..passes import PassContext, rollback_entry, rule_entry, transaction
 from ..interp import equivalent
 from ..ir.twin import kernel_twin
@@ -318,16 +319,12 @@ def _fused(program: Program, chain: list[Kernel], ctx: PassContext, alone: float
         hit = _search_chain(program, kernel, ctx, alone)
         if not isinstance(hit, str):
             schedule, seconds, searched = hit
-            hit = (schedule.kernel.compute_at, dict(schedule.tiles), dict(schedule.order),
-                   dict(schedule.annotations), schedule.levels, seconds, searched)
+            hit = (by_position(schedule), seconds, searched)     # its compute points are steps of it
         _SEARCHED.put(key, hit)
     if isinstance(hit, str):
         return hit
-    points, tiles, order, annotations, levels, seconds, searched = hit
-    at = kernel
-    for (tensor, _, _), (_, loop, level) in zip(kernel.compute_at, points):
-        at = at.with_compute_at(tensor, loop, level)
-    return Schedule(at, tiles=tiles, order=order, annotations=annotations, levels=levels), seconds, searched
+    record, seconds, searched = hit
+    return from_positions(kernel, record), seconds, searched
 
 
 # Chain searches by the fused kernel's canonical form, target, rule parameters and seed.

@@ -25,8 +25,9 @@ for _module in sorted(m.name for m in _pkgutil.iter_modules(__path__) if m.name 
     _importlib.import_module(f"{__name__}.{_module}")
 for _name, _cls in sorted(PRIMITIVES.items(), key=lambda item: item[1].rank):
     PRIMITIVES[_name] = PRIMITIVES.pop(_name)
-from .trace import ScheduleBuilder, apply_step, load_traces, python_of, replay, replay_plan, schedule_json
+from .trace import (ScheduleBuilder, apply_step, by_position, from_positions, load_traces, python_of, replay, replay_plan,
+                    schedule_json)
 
 __all__ = ["BadArgumentError", "IllegalStepError", "ScheduleError", "UnknownLoopError", "PRIMITIVES", "Decision",
-           "Primitive", "Step", "from_step", "innermost_loop", "loop_transforms", "register", "ScheduleBuilder", "apply_step",
-           "load_traces", "python_of", "replay", "replay_plan", "schedule_json"]
+           "Primitive", "Step", "from_step", "innermost_loop", "loop_transforms", "register", "ScheduleBuilder",
+           "apply_step", "by_position", "from_positions", "load_traces", "python_of", "replay", "replay_plan", "schedule_json"]

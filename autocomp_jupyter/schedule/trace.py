@@ -54,6 +54,54 @@ def replay(kernel: Kernel, trace: Iterable[Mapping[str, Any]], levels: Sequence[
     raise IllegalStepError(verdict.reason, kernel=kernel.name, filename=filename)
 
 
+# --------------------------------------------------------------------------- by position
+
+_LOOP_ARGS = ("loop", "by", "order")      # step arguments that name loops (`order`: a list of them)
+_TENSOR_ARGS = ("tensor",)                # ... and tensors
+
+
+def by_position(schedule: Schedule) -> tuple:
+    """The schedule's trace, every loop and tensor named by its position in the kernel, as
+    nested tuples (hashable): what a cache keyed by a kernel's canonical form keeps, since
+    the kernels of one form may name their loops and tensors differently. `from_positions`
+    replays it on any of them."""
+    loops = {n: i for i, n in enumerate(schedule.kernel.loop_names)}
+    tensors = {t.name: i for i, t in enumerate(schedule.kernel.tensors)}
+
+    def position(arg, value):
+        if value is None:
+            return None
+        if arg in _LOOP_ARGS:
+            return tuple(loops[v] for v in value) if isinstance(value, list) else loops[value]
+        if arg in _TENSOR_ARGS:
+            return tensors[value]
+        return tuple(value) if isinstance(value, list) else value
+
+    return (tuple(tuple((arg, position(arg, v)) for arg, v in step.items()) for step in schedule.trace),
+            tuple(schedule.levels))
+
+
+def from_positions(kernel: Kernel, record: tuple) -> Schedule:
+    """The schedule a `by_position` record builds on `kernel` (of the recorded kernel's
+    canonical form). Its steps were legal where recorded, and legality follows the form."""
+    steps, levels = record
+    loops, tensors = kernel.loop_names, [t.name for t in kernel.tensors]
+
+    def name(arg, value):
+        if value is None:
+            return None
+        if arg in _LOOP_ARGS:
+            return [loops[v] for v in value] if isinstance(value, tuple) else loops[value]
+        if arg in _TENSOR_ARGS:
+            return tensors[value]
+        return list(value) if isinstance(value, tuple) else value
+
+    schedule = Schedule.default(kernel.without_compute_at(), levels)
+    for step in steps:
+        schedule = apply_step(schedule, {arg: name(arg, v) for arg, v in step})
+    return schedule
+
+
 def schedule_json(schedule: Schedule) -> dict:
     """The schedule as the report and the tuner's versions write it: effective `tiles`
     {loop: {level: size}}, `order` (outermost level), `order_by_level`, `annotations`
