@@ -2,8 +2,9 @@
 
 A *version* is the optimised plan, one of the tuner's top-K (`report["tuning"]["top"]`,
 plans in `result.versions`) or a variant the user kept from the Tune tab. Each is described
-the same way — `{name, time_s, legal, kernels: {kernel: {tiles, order_by_level,
-annotations}}, plan}` — so the table and the comparison need no per-source formats.
+the same way — `{name, time_s, legal, kernels: {kernel: {trace, tiles, order_by_level,
+annotations}}, plan}`: each kernel's trace (the schedule) with the views of it the table
+shows (`schedule_json`) — so the table and the comparison need no per-source formats.
 
 `versions_html(specs)` lists them with every tile, order and annotation that differs from
 the optimised plan highlighted, a version that is the same plan as an earlier one says so,
@@ -31,18 +32,19 @@ from .roofline import kernel_point, roofline_svg
 
 
 def _kernel_spec(entry: dict) -> dict:
-    return {"tiles": {loop: dict(per) for loop, per in (entry.get("tiles") or {}).items()},
+    return {"trace": list(entry.get("trace") or []),
+            "tiles": {loop: dict(per) for loop, per in (entry.get("tiles") or {}).items()},
             "order_by_level": {lv: list(o) for lv, o in (entry.get("order_by_level") or {}).items()},
             "annotations": dict(entry.get("annotations") or {})}
 
 
 def schedule_spec(schedule) -> dict:
-    """The {tiles, order_by_level, annotations} of a Schedule, as the report writes them
-    (`trace.schedule_json`, the one JSON form of a schedule)."""
+    """The {trace, tiles, order_by_level, annotations} of a Schedule, as the report writes
+    them (`trace.schedule_json`, the one JSON form of a schedule)."""
     from ..schedule import schedule_json
 
     spec = schedule_json(schedule)
-    return {key: spec[key] for key in ("tiles", "order_by_level", "annotations")}
+    return {key: spec[key] for key in ("trace", "tiles", "order_by_level", "annotations")}
 
 
 def version_specs(result, kept: list[dict] = ()) -> list[dict]:
@@ -121,12 +123,17 @@ def _norm(value):
 
 
 def same_plan(a: dict, b: dict) -> bool:
-    """Do two version specs schedule every kernel alike (tiles, orders, annotations)?"""
+    """Do two version specs schedule every kernel alike? (Their traces in normal form are
+    equal; specs without one compare tiles, orders and annotations.)"""
     ka, kb = a.get("kernels") or {}, b.get("kernels") or {}
     if set(ka) != set(kb):
         return False
     for name in ka:
         x, y = ka[name], kb[name]
+        if x.get("trace") and y.get("trace"):
+            if x["trace"] != y["trace"]:
+                return False
+            continue
         if (x.get("tiles") or {}) != (y.get("tiles") or {}) or \
                 {lv: list(o) for lv, o in (x.get("order_by_level") or {}).items()} != \
                 {lv: list(o) for lv, o in (y.get("order_by_level") or {}).items()}:
@@ -218,12 +225,11 @@ def kernel_metrics(result, kernel: str, spec: dict, entry: dict | None = None) -
     if not callable(evaluate):
         k = next((k for k in result.report.get("kernels", []) if k["name"] == kernel), {})
         return {"metrics": k.get("metrics") or {}, "legal": True}
-    order = {lv: tuple(o) for lv, o in (spec.get("order_by_level") or {}).items()} or None
-    annotations = {k: (tuple(v) if isinstance(v, list) else v) for k, v in (spec.get("annotations") or {}).items()}
     try:
-        try:
-            ev = evaluate(kernel, tiles=spec.get("tiles"), order=order, annotations=annotations)
-        except TypeError:  # an evaluator without annotations
+        if spec.get("trace") is not None:        # the schedule itself
+            ev = evaluate(kernel, schedule=spec["trace"], verify=False)
+        else:
+            order = {lv: tuple(o) for lv, o in (spec.get("order_by_level") or {}).items()} or None
             ev = evaluate(kernel, tiles=spec.get("tiles"), order=order)
     except Exception as err:  # a refused variant is a verdict
         return {"metrics": {}, "legal": False, "reason": f"{type(err).__name__}: {err}"}
