@@ -39,9 +39,9 @@ procedure would have chosen (e.g. a tuner budget spread over more kernels).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
+from . import objective
 from .accel.cost import naive_schedule, textbook_schedule
 from .accel.target import Target
 from .caches import LRU
@@ -169,9 +169,14 @@ def _tune_alone(program: Program, kernel: Kernel, ctx) -> Schedule:
     # row loop marked parallel across its mean): only legal schedules compete.
     from . import poly
     candidates = _from_bare_textbook(program, kernel, ctx) + candidates
-    times = [evaluate_program(p.schedules, target).total.time_s if poly.check_schedule(p.schedules[0]).ok
-             else math.inf for p in candidates]
-    best = min(range(len(candidates)), key=lambda i: (times[i], -i))
+    totals = [evaluate_program(p.schedules, target).total if poly.check_schedule(p.schedules[0]).ok else None
+              for p in candidates]
+    legal = [i for i, c in enumerate(totals) if c is not None]
+    # the objective's choice (objective.py); on a tie, the later candidate (the searched one)
+    legal.reverse()
+    best = legal[objective.pick(target.objective, [totals[i].time_s for i in legal],
+                                [totals[i].energy_j for i in legal],
+                                [totals[i].bytes.get(target.dram.name, 0.0) for i in legal])]
     return candidates[best].schedules[0]
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from . import __version__
 from .errors import UserError
 from .flags import int_at_least, positive_seconds
+from .objective import OBJECTIVES
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--top", type=int_at_least(1, "an integer >= 1"), default=None, metavar="K", help="tuned versions to keep")
     opt.add_argument("--seed", type=int_at_least(0, "an integer >= 0"), default=None, metavar="S", help="tuner seed")
     opt.add_argument("--budget", type=positive_seconds, default=None, metavar="SECONDS", help="tuning time limit")
+    opt.add_argument("--objective", choices=OBJECTIVES, default=None,
+                     help="what every search minimises (default: the target's, latency)")
     opt.add_argument("--executor", default=None, metavar="SPEC",
                      help="where the tuner scores: 'processes[:N]' or a Dask scheduler 'tcp://host:8786'")
     opt.add_argument("--schedule", metavar="REPORT.json",
@@ -87,7 +90,7 @@ def cmd_optimize(args) -> int:
     result = optimize(source, target=args.target, rules=args.rules, tune=args.tune, top=args.top,
                       seed=args.seed, budget=args.budget, passes=args.passes, progress=progress,
                       executor=args.executor, measure=args.measure, threads=args.threads,
-                      schedule=args.schedule)
+                      schedule=args.schedule, objective=args.objective)
     if args.vis_graph:
         from .ui.graph import plan_dot
 
@@ -287,6 +290,8 @@ def add_explore_parser(sub) -> None:
     exp.add_argument("--tune", type=int_at_least(0, "an integer >= 0"), default=0, metavar="N",
                      help="configurations the tuner evaluates per design (default 0: rules only)")
     exp.add_argument("--seed", type=int_at_least(0, "an integer >= 0"), default=None, metavar="S", help="tuner seed")
+    exp.add_argument("--objective", choices=OBJECTIVES, default=None,
+                     help="what every design's searches minimise (default: the target's, latency)")
     where = exp.add_mutually_exclusive_group()
     where.add_argument("--workers", type=int_at_least(1, "an integer >= 1"), default=None, metavar="N",
                        help="run designs on a local Dask cluster of N processes")
@@ -309,7 +314,8 @@ def cmd_explore(args) -> int:
             print(f"\r{done}/{total} designs", end="" if done < total else "\n", file=sys.stderr, flush=True)
     source = args.file if args.file.endswith(".onnx") else Path(args.file)
     result = explore(source, args.target, args.sweep, tune=args.tune, seed=args.seed, workers=args.workers,
-                     scheduler=args.scheduler, max_points=args.max_points, cache=args.cache, progress=progress)
+                     scheduler=args.scheduler, max_points=args.max_points, cache=args.cache, progress=progress,
+                     objective=args.objective)
     if args.csv:
         _write(args.csv, result.to_csv())
     if args.json:

@@ -421,7 +421,8 @@ def _open_dask(workers: int | None, scheduler: str | None):
 
 def explore(src, target="tpu", sweeps: Sequence[str | Sweep] = (), tune: int = 0, *, seed: int | None = None,
             workers: int | None = None, scheduler: str | None = None, max_points: int | None = None,
-            cache: str | Path | None = None, progress: Callable[[int, int, dict], None] | None = None) -> Exploration:
+            cache: str | Path | None = None, progress: Callable[[int, int, dict], None] | None = None,
+            objective: str | None = None) -> Exploration:
     """Optimise `src` (DSL text, a .acir/.onnx path, a Program) on every design of `sweeps`.
 
     target: a preset name or a target YAML; sweeps: `PATH=V1,V2` strings (or `Sweep`s), or one
@@ -429,7 +430,8 @@ def explore(src, target="tpu", sweeps: Sequence[str | Sweep] = (), tune: int = 0
     tune: configurations the tuner evaluates per point; workers / scheduler: run points on a
     Dask LocalCluster of that many processes / on the scheduler at that address; max_points:
     allow more than 1,000 points; cache: a directory of finished points (resume);
-    progress(done, total, point) after each point. Bad input raises `UserError`.
+    progress(done, total, point) after each point; objective: what every design's searches
+    minimise (latency, energy, edp; default the target's). Bad input raises `UserError`.
     """
     from .pipeline import _as_program
 
@@ -437,6 +439,10 @@ def explore(src, target="tpu", sweeps: Sequence[str | Sweep] = (), tune: int = 0
     if workers is not None and scheduler is not None:
         raise UserError("give --workers or --scheduler, not both", filename="--workers")
     raw, filename = target_mapping(target)
+    if objective is not None:        # every design carries it (a target field)
+        from .objective import check
+
+        raw = {**raw, "objective": check(objective, "objective")}
     kinds = path_kinds(raw)
     if isinstance(sweeps, (str, Sweep)):
         sweeps = [s.strip() for s in sweeps.split(";") if s.strip()] if isinstance(sweeps, str) else [sweeps]

@@ -30,6 +30,7 @@ from IPython.display import HTML, display
 
 from .errors import Diagnostic, UserError, did_you_mean
 from .flags import int_at_least, positive_seconds
+from .objective import OBJECTIVES
 
 PASSES = ("fusion", "tiling", "scheduling")
 CODE_LANGS = ("c", "pseudo")
@@ -53,6 +54,14 @@ def _passes(text: str) -> list[str]:
 def _identifier(text: str) -> str:
     if not text.isidentifier() or keyword.iskeyword(text):
         raise argparse.ArgumentTypeError(f"expected a Python variable name, got {text!r}")
+    return text
+
+
+def _objective(text: str) -> str:
+    if text not in OBJECTIVES:
+        hint = did_you_mean(text, OBJECTIVES)
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(OBJECTIVES)}, got {text!r}"
+                                         + (f" ({hint})" if hint else ""))
     return text
 
 
@@ -195,7 +204,7 @@ def _value_error_on_line(err: UserError, line: str, args) -> UserError | None:
     return UserError(diagnostics, source="%%autocomp " + line, filename=CELL_FILENAME)
 
 
-FLAGS = ("--target", "--rules", "--tune", "--top", "--seed", "--budget", "--passes", "--vis-graph",
+FLAGS = ("--target", "--rules", "--tune", "--top", "--seed", "--budget", "--objective", "--passes", "--vis-graph",
          "--out", "--static", "--code", "--explore", "--workers", "--scheduler")
 
 
@@ -274,6 +283,8 @@ class AutocompMagics(Magics):
     @argument("--top", type=int_at_least(1, "a positive integer"), metavar="K", help="keep the K best versions")
     @argument("--seed", type=int_at_least(0, "a non-negative integer"), metavar="S", help="tuner seed")
     @argument("--budget", type=positive_seconds, metavar="SECONDS", help="tuning time limit")
+    @argument("--objective", type=_objective, metavar="latency|energy|edp",
+              help="what every search minimises (default: the target's, latency)")
     @argument("--passes", type=_passes, metavar="fusion,tiling,scheduling", help="passes to run")
     @argument("--vis-graph", nargs="?", const="", default=None, metavar="FILE.dot",
               help="show the before/after graph at once; with FILE.dot also write the optimised graph there")
@@ -309,7 +320,8 @@ class AutocompMagics(Magics):
             program = _cell_program(cell)
             result = _optimize()(program, target=args.target, rules=args.rules, tune=args.tune, top=args.top,
                                  seed=args.seed, budget=args.budget, passes=args.passes, progress=progress,
-                                 **({"schedule": args.schedule} if args.schedule else {}))
+                                 **({"schedule": args.schedule} if args.schedule else {}),
+                                 **({"objective": args.objective} if args.objective else {}))
         except errors as err:
             user_error = as_user_error(err)
             show_error(_value_error_on_line(user_error, line, args) or user_error, progress.show)

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from .accel.cost import naive_schedule
+from . import objective
+from .objective import check as check_objective
 from .accel.target import Target, load_target
 from .baselines import library_plan, prefetch, textbook_plan
 from .dsl import load, parse
@@ -94,7 +96,8 @@ def baseline_plan(program: Program, target: Target, schedule_for: Callable, labe
 def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = None, tune: int | None = None,
              top: int | None = None, seed: int | None = None, budget: float | None = None,
              passes: str | Sequence | None = None, progress: Callable | None = None,
-             executor=None, measure: bool = False, threads: int | None = None, schedule=None) -> Result:
+             executor=None, measure: bool = False, threads: int | None = None, schedule=None,
+             objective: str | None = None) -> Result:
     """Run the ADRS pipeline on `src` (DSL text, a .acir path or a Program) for `target`.
 
     rules: extra rule files / registered @adrs_rule names (after default.yaml and the
@@ -108,10 +111,13 @@ def optimize(src, target: str | Path | Target = "tpu", rules: Iterable | None = 
     cores this process may use); schedule: kernels' schedules to replay instead of searching
     for them — a report (dict, or a JSON file's path) whose kernels carry `trace`, or
     {kernel name: trace | ScheduleBuilder} (schedule/); each is replayed step by step,
-    checked, then verified like any plan. Bad input raises `UserError` (a refused step: a
+    checked, then verified like any plan; objective: what every search minimises —
+    'latency' (ties within 1% to less energy, then fewer DRAM bytes), 'energy' or 'edp'
+    (default: the target's). Bad input raises `UserError` (a refused step: a
     `schedule.ScheduleError` naming the step, its loop and the dependence).
     """
-    run = _Run(src, target, rules, tune, top, seed, budget, passes, progress, executor, measure, threads, schedule)
+    run = _Run(src, target, rules, tune, top, seed, budget, passes, progress, executor, measure, threads, schedule,
+               objective)
     for name, stage in STAGES:
         stage(run)
         if name:
@@ -130,12 +136,12 @@ class _Run:
     """What the stages of one `optimize` call read and write, from the arguments on."""
 
     def __init__(self, src, target, rules, tune, top, seed, budget, passes, progress, executor, measure, threads,
-                 schedule):
+                 schedule, objective=None):
         self.started = time.perf_counter()
         self.lap = _Laps(self.started)                           # report["seconds_by_pass"]
         self.src, self.target, self.rules, self.tune, self.top, self.seed = src, target, rules, tune, top, seed
         self.budget, self.passes, self.progress, self.executor = budget, passes, progress, executor
-        self.measure, self.threads, self.schedule = measure, threads, schedule
+        self.measure, self.threads, self.schedule, self.objective = measure, threads, schedule, objective
         self.log: list[dict] = []
         self.rollbacks: list[dict] = []
         self.checks: dict = {}                                   # how the tiled runs were done
@@ -146,6 +152,8 @@ def _parse(run: _Run) -> None:
     the flags and any given traces checked before any work; KV-cache updates marked in place."""
     program = _as_program(run.src)                               # parse and shape-check
     run.target = load_target(run.target)                         # preset or YAML (validated)
+    if run.objective is not None:                                # the run's objective over the target's
+        run.target = replace(run.target, objective=check_objective(run.objective, "objective"))
     run.ruleset = load_rules(list(run.rules or []), run.target.name)   # default.yaml ← target ← user
     run.tune_cfg = run.ruleset.tune
     run.seed = run.tune_cfg.get("seed", 0) if run.seed is None else run.seed
@@ -333,13 +341,15 @@ def _baseline(label: str, build: Callable[[], Plan], fallback: Plan, rollbacks: 
 
 
 def _never_slower_than(library: Plan, plan: Plan, ctx: PassContext, rollbacks: list) -> Plan:
-    """`plan`, or `library` where the passes' plan is slower (or cannot be costed)."""
+    """`plan`, or `library` where the objective prefers it (or the plan cannot be costed)."""
     with transaction(rollbacks, "pipeline", "costing the passes' plan", then="keeping the library baseline"):
-        if ctx.cost(plan).total.time_s <= ctx.cost(library).total.time_s:
+        ours, theirs = ctx.cost(plan).total, ctx.cost(library).total
+        if not objective.prefers(ctx.target.objective, ours, theirs):
             return plan
-        rollbacks.append(rollback_entry("pipeline", "", "the passes' plan is slower than the library baseline "
-                                        f"({ctx.cost(plan).total.time_s * 1e6:.1f} us vs "
-                                        f"{ctx.cost(library).total.time_s * 1e6:.1f} us): keeping the baseline"))
+        rollbacks.append(rollback_entry("pipeline", "", f"the passes' plan is worse than the library baseline by the "
+                                        f"{ctx.target.objective} objective ({ours.time_s * 1e6:.1f} us, "
+                                        f"{ours.energy_j * 1e6:.1f} uJ vs {theirs.time_s * 1e6:.1f} us, "
+                                        f"{theirs.energy_j * 1e6:.1f} uJ): keeping the baseline"))
     return library
 
 
@@ -375,16 +385,18 @@ def _searched_as_well_as_the_library(plan: Plan, ctx: PassContext, executor, log
         schedules.append(schedule)
         with transaction(rollbacks, "tiling", "the library's search", kernel=kernel.name,
                          then="the kernel's schedule kept"):
-            own = evaluate(schedule, ctx.target).time_s           # remembered by canonical schedule
+            own = evaluate(schedule, ctx.target)                  # remembered by canonical schedule
             alone = library_schedule(plan.program, kernel, ctx)
-            theirs = evaluate(alone, ctx.target).time_s
+            theirs = evaluate(alone, ctx.target)
             # (a legal schedule: `library_schedule` keeps only those; it may split a row whose
             # tiles then run in their own nests, which the tiling pass keeps whole: checked here)
-            if theirs < own * (1 - 1e-9) and not verify_schedule(alone, plan.program, ctx):
+            if objective.prefers(ctx.target.objective, own, theirs) and not verify_schedule(alone, plan.program, ctx):
                 schedules[-1] = alone
                 log.append(rule_entry("library_search", "tiling", kernel.ops, True,
-                                      f"the library's own search of kernel {kernel.name} finds a faster schedule "
-                                      f"({own * 1e6:.1f} -> {theirs * 1e6:.1f} us): taken"))
+                                      f"the library's own search of kernel {kernel.name} finds a better schedule "
+                                      f"by the {ctx.target.objective} objective ({own.time_s * 1e6:.1f} -> "
+                                      f"{theirs.time_s * 1e6:.1f} us, {own.energy_j * 1e6:.1f} -> "
+                                      f"{theirs.energy_j * 1e6:.1f} uJ): taken"))
     return Plan(plan.program, plan.kernels, tuple(schedules), plan.label)
 
 
@@ -420,13 +432,17 @@ def _fusions_that_beat_the_library(plan: Plan, ctx: PassContext, log: list, roll
                          then="kept as it is"):
             ops = [Kernel.from_ops(plan.program, [op]) for op in kernel.ops]
             alone = [library_schedule(plan.program, k, ctx) for k in ops]
-            t_alone = sum(evaluate(s, ctx.target).time_s for s in alone)
-            t_own = evaluate(schedule, ctx.target).time_s
+            apart = [evaluate(s, ctx.target) for s in alone]
+            t_alone = sum(c.time_s for c in apart)
+            own = evaluate(schedule, ctx.target)
+            t_own = own.time_s
             t_library = evaluate(library_schedule(plan.program, kernel, ctx), ctx.target).time_s
             times = (f"{t_own * 1e6:.1f} us as scheduled here, {t_library * 1e6:.1f} us as the library schedules it, "
                      f"{t_alone * 1e6:.1f} us for its ops in the library")
-            if t_own >= t_alone * (1 - 1e-9):
-                why = f"fused, it is no faster than its ops as the library schedules them ({times}): split back"
+            if not objective.prefers(ctx.target.objective, (t_alone, sum(c.energy_j for c in apart),
+                                                            sum(c.dram_bytes for c in apart)), own):
+                why = (f"fused, it is no better by the {ctx.target.objective} objective than its ops as the library "
+                       f"schedules them ({times}): split back")
                 kernels[-1:], schedules[-1:] = ops, alone
                 rollbacks.append(rollback_entry("fusion", kernel.name, why))
                 log.append(rule_entry("library_check", "fusion", kernel.ops, False, why))

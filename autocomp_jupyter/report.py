@@ -273,6 +273,7 @@ class Report:
     limit: Mapping[str, Any] | None = None    # the physical limit: time_s, bound, dram_s, datapaths_s, ports_s
     area_mm2: float | None = None             # the target's on-chip area (accel/area.py)
     seconds_by_pass: Mapping[str, float] | None = None   # optimize's seconds per stage (parse, baselines, passes, ...)
+    objective: str = "latency"                # what every search minimised (objective.py)
 
     def kernel(self, name: str) -> KernelReport:
         for k in self.kernels:
@@ -326,7 +327,7 @@ class Report:
             program=ProgramInfo.from_json(d["program"]) if d.get("program") else None,
             seconds=d.get("seconds", 0.0), fell_back=d.get("fell_back"), measured=d.get("measured"),
             verification=d.get("verification"), limit=d.get("limit"), area_mm2=d.get("area_mm2"),
-            seconds_by_pass=d.get("seconds_by_pass"))
+            seconds_by_pass=d.get("seconds_by_pass"), objective=d.get("objective", "latency"))
 
 
 def build_report(program: Program, target: Target, costs: Mapping[str, ProgramCost], optimized: Plan, *,
@@ -366,7 +367,7 @@ def build_report(program: Program, target: Target, costs: Mapping[str, ProgramCo
         seconds=seconds, fell_back=fell_back, measured=measured,
         limit={"time_s": limit["time_s"], "bound": limit["bound"], "dram_s": limit["dram_s"],
                "datapaths_s": dict(limit["datapaths_s"]), "ports_s": dict(limit["ports_s"])},
-        area_mm2=target.area_mm2)
+        area_mm2=target.area_mm2, objective=target.objective)
 
 
 # --------------------------------------------------------------------------- footprints

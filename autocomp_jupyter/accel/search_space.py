@@ -37,6 +37,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from .. import objective
 from ..ir.loopnest import whole_loops
 from ..ir.schedule import Kernel, Schedule
 from .cost import datapath_of, kernel_model
@@ -112,6 +113,7 @@ class SearchSpace:
 
     def __post_init__(self):
         self.model = kernel_model(self.kernel, self.target)
+        self.objective = objective.of(self.target)
         self.levels = tuple(self.target.tiling_levels)
         self.extents = self.model.extents
         kept = whole_loops(self.kernel)
@@ -263,20 +265,37 @@ class SearchSpace:
         return np.clip(footprint / self.model.capacity[None, :] - 1.0, 0.0, None).max(axis=1)
 
     def measure(self, points: Points):
-        """(time, energy, within the spill limit) of each point, from the cost model in one batch."""
+        """(time, energy, within the spill limit, DRAM bytes) of each point, from the cost
+        model in one batch."""
         if not len(points):      # no move left (every loop has extent 1)
-            return np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool)
+            return np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool), np.zeros(0)
         vectorize = points.vectorize if points.vectorize is not None else np.full(len(points), self.vector)
         cost = self.model.evaluate_batch(points.tiles, points.orders, points.parallel, vectorize)
-        return cost.time_s, cost.energy_j, cost.spill_ratio <= self.max_spill + 1e-12
+        return cost.time_s, cost.energy_j, cost.spill_ratio <= self.max_spill + 1e-12, cost.bytes[:, -1]
 
-    @staticmethod
-    def rank(time_s, energy_j, ok) -> np.ndarray:
-        """A batch's scores, lower is better: time (inf beyond the spill limit); ties in time
-        (common when compute-bound) go to less energy, relative to the batch's largest."""
+    def rank(self, time_s, energy_j, ok) -> np.ndarray:
+        """A batch's scores by the target's objective, lower is better (inf beyond the spill
+        limit): `objective.score`."""
         if not len(time_s):
             return np.zeros(0)
-        return np.where(ok, time_s * (1.0 + 1e-3 * energy_j / max(float(energy_j.max()), 1e-30)), np.inf)
+        return np.where(ok, objective.score(self.objective, time_s, energy_j), np.inf)
+
+    def decide(self, tiles, orders, measured, ranked: int = 1) -> list:
+        """Up to `ranked` distinct (tiles, orders) of the measured candidates, best first by the
+        objective's rule (`objective.order`: under latency, the least energy within 1% of the
+        fastest, then the fewest DRAM bytes); none when every candidate spills."""
+        time_s, energy_j, ok, dram = measured
+        idx = np.flatnonzero(ok & np.isfinite(time_s))
+        picks, seen = [], set()
+        for j in idx[objective.order(self.objective, time_s[idx], energy_j[idx], dram[idx])]:
+            key = (tiles[j].tobytes(), orders[j].tobytes())
+            if key in seen:
+                continue
+            seen.add(key)
+            picks.append((tiles[j].copy(), orders[j].copy()))
+            if len(picks) == ranked:
+                break
+        return picks
 
 
 # --------------------------------------------------------------------------- beyond the arrays
@@ -346,11 +365,9 @@ def exhaustive(kernel: Kernel, target, max_spill: float, legal) -> Schedule | No
     points = enumerate_points(space)
     if points is None:
         return None
-    time_s, _, ok = space.measure(points)
-    times = np.where(ok, time_s, np.inf)
-    for i in np.argsort(times, kind="stable"):   # the fastest legal one
-        if not np.isfinite(times[i]):
-            return None
+    time_s, energy_j, ok, dram = space.measure(points)
+    fits = np.flatnonzero(ok)
+    for i in fits[objective.order(space.objective, time_s[fits], energy_j[fits], dram[fits])]:   # the best legal one
         schedule = Schedule.of_arrays(kernel, space.levels, *points.take(i))
         if legal(schedule):
             return schedule

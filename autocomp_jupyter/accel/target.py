@@ -21,6 +21,9 @@ the node of the published tables), `compute.pe_dtype` (the datapath a PE is buil
 the widest dtype at the full MAC rate), a memory level's `ports` (default 1), and
 `energy_pj_per_byte: auto` on an on-chip level, which follows its capacity (CACTI-like).
 
+`objective` (default `latency`; or `energy`, `edp`) is what every search minimises on this
+target (objective.py); a run's `--objective` / `optimize(objective=...)` overrides it.
+
 Fields that follow the array (ZigZag and Timeloop describe register files this way), converted
 at load time into what the cost model reads — whole-array sizes and bandwidths, one energy per
 byte — so a sweep of `compute.pe_rows` / `compute.pe_cols` rescales them with no other edit:
@@ -60,6 +63,7 @@ from ..errors import Diagnostic, UserError
 from ..limits import YAML_BYTES, YAMLLimitError, is_plain_name, load_yaml, read_text_file
 from ..ir.program import DTYPE_BYTES, DTYPES
 from .area import REFERENCE_NM, sram_energy_pj_per_byte
+from ..objective import OBJECTIVES
 
 PRESET_DIR = Path(__file__).parent / "presets"
 COMPUTE_KINDS = ("systolic", "simt", "vector")
@@ -210,6 +214,7 @@ class Target:
     description: str = ""
     source: str = field(default="<target>", compare=False)
     technology_nm: float = REFERENCE_NM   # scales area (and `auto` energies): accel/area.py
+    objective: str = "latency"            # what every search minimises: objective.py
 
     # a key of every cache, hashed per lookup: hashed once (the target is immutable)
     __hash__ = hash_once
@@ -377,6 +382,7 @@ MEMORY_SCHEMA: dict[str, Any] = {
 TOP_SCHEMA: dict[str, Any] = {
     "name": "name", "description": "str", "clock_ghz": "pos", "compute": COMPUTE_SCHEMA,
     "memory": [MEMORY_SCHEMA], "energy_pj_per_mac": "nonneg", "technology_nm": "pos",
+    "objective": ("enum", OBJECTIVES),
 }
 REQUIRED_TOP = ("name", "clock_ghz", "compute", "memory", "energy_pj_per_mac")
 REQUIRED_MEMORY = ("name", "bandwidth_gbps", "latency_cycles")  # and an energy: _check_energy_fields
@@ -663,7 +669,8 @@ def _build(raw: dict, filename: str) -> Target:
     memory = tuple(_build_level(m, _pes(c), nm) for m in raw["memory"])
     return Target(name=raw["name"], clock_ghz=float(raw["clock_ghz"]), compute=compute, memory=memory,
                   energy_pj_per_mac=float(raw["energy_pj_per_mac"]),
-                  description=raw.get("description", ""), source=filename, technology_nm=nm)
+                  description=raw.get("description", ""), source=filename, technology_nm=nm,
+                  objective=raw.get("objective", "latency"))
 
 
 def _build_level(m: Mapping, pes: int, technology_nm: float) -> MemoryLevel:

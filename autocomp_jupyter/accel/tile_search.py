@@ -30,10 +30,12 @@ import numpy as np
 from ..caches import LRU
 from ..canon import canonical_kernel, evaluate, schedule_key
 from ..ir.schedule import Kernel, Schedule
+from .. import objective
 from .cost import library_schedule
 from .search_space import Points, SearchSpace, vector_loop_index
 
 RANDOM_CANDIDATES = 3000
+PAST_THE_BAND = 100.0         # the energy climb's penalty: energy x e^(100 x how far past 1% of the fastest)
 LOCAL_ROUNDS = 8
 KEEP = 4                      # candidates refined by local search
 
@@ -100,12 +102,13 @@ def _search(kernel: Kernel, target, current: Schedule | None, levels: dict[str, 
     candidates evaluated); an empty list when every candidate spills."""
     s = _space(kernel, target, levels, params, seed, n_random)
     tiles, orders, measured, evaluated = _draw(kernel, target, current, s, seed, n_random)
-    return _local_search(s, tiles, orders, s.rank(*measured), evaluated, ranked, rounds)
+    return _local_search(s, tiles, orders, measured, evaluated, ranked, rounds)
 
 
 def _draw(kernel: Kernel, target, current: Schedule | None, s: SearchSpace, seed: int, n_random: int):
     """The random candidates and the seeds (the current schedule and the textbook one),
-    measured: (tiles, orders, (time, energy, within the spill limit), candidates evaluated)."""
+    measured: (tiles, orders, (time, energy, within the spill limit, DRAM bytes), candidates
+    evaluated)."""
     L, D = s.L, s.D
     rng = np.random.default_rng(seed)
     # Seeds: the current schedule and the textbook one.
@@ -145,54 +148,92 @@ def _draw(kernel: Kernel, target, current: Schedule | None, s: SearchSpace, seed
     return tiles, orders, measured, evaluated
 
 
-def _local_search(s: SearchSpace, tiles, orders, scores, evaluated: int, ranked: int, rounds: int) -> tuple[list, int]:
-    """Local search from the best few distinct candidates. Pool members that stay in the
-    pool have the same neighbours next round, and searches of one kernel from different
-    schedules meet the same candidates: each is measured once (the model is deterministic
-    and scores each row alone), the rest are looked up; a round's scores are made from
-    its whole batch, as if it were all measured."""
+def _local_search(s: SearchSpace, tiles, orders, measured, evaluated: int, ranked: int, rounds: int) -> tuple[list, int]:
+    """Local search from the best few distinct candidates by the objective's score; then,
+    under `latency`, a second climb from the objective's picks that lowers energy among the
+    candidates within 1% of the fastest (the ties the objective breaks by energy: a tiling
+    that keeps a tensor in a bigger buffer at equal time). What the search returns is
+    decided by the objective's rule over every candidate it measured (`SearchSpace.decide`)."""
     known = _KNOWN.get((s.structure, s.vector, s.max_spill))
     if known is None:
         known = {}
         _KNOWN.put((s.structure, s.vector, s.max_spill), known)
-    counted: set = set()
-    moves: dict[bytes, tuple] = {}       # a pool member's neighbours, keys
-    best_idx = _top_distinct(scores, tiles, orders, KEEP)
-    pool_t, pool_o, pool_s = tiles[best_idx], orders[best_idx], scores[best_idx]
-    for _ in range(rounds):
-        parts = []
-        for i, member in enumerate(Points(pool_t, pool_o).keys()):
-            if member not in moves:
-                mt, mo = _neighbours(s, pool_t[i:i + 1], pool_o[i:i + 1])
-                moves[member] = (s.pin_whole(mt), mo, Points(mt, mo).keys())
-            parts.append(moves[member])
-        nt = np.concatenate([p[0] for p in parts])
-        no = np.concatenate([p[1] for p in parts])
-        keys = [k for p in parts for k in p[2]]
-        first: dict = {}
-        for i, k in enumerate(keys):
-            if k not in known:
-                first.setdefault(k, i)       # a candidate repeated within this round is scored once too
-        if first:
-            fresh = np.array(sorted(first.values()), dtype=np.int64)
-            for i, t, e, ok in zip(fresh, *s.measure(Points(nt[fresh], no[fresh]))):
-                known[keys[i]] = (float(t), float(e), bool(ok))
-        rows = [known[k] for k in keys]
-        ns = s.rank(np.array([r[0] for r in rows], dtype=float), np.array([r[1] for r in rows], dtype=float),
-                     np.array([r[2] for r in rows], dtype=bool))
-        new_here = set(keys) - counted
-        evaluated += len(new_here)
-        counted |= new_here
-        all_t = np.concatenate([pool_t, nt])
-        all_o = np.concatenate([pool_o, no])
-        all_s = np.concatenate([pool_s, ns])
-        keep = _top_distinct(all_s, all_t, all_o, KEEP)
-        if np.isclose(all_s[keep[0]], pool_s.min(), rtol=1e-9) and set(map(float, all_s[keep])) == set(map(float, pool_s)):
-            break
-        pool_t, pool_o, pool_s = all_t[keep], all_o[keep], all_s[keep]
-    picks = [(pool_t[i].copy(), pool_o[i].copy()) for i in np.argsort(pool_s, kind="stable")[:ranked]
-             if np.isfinite(pool_s[i])]
-    return picks, evaluated
+    every = [(tiles, orders, measured)]
+    climb = _Climb(s, known, every, evaluated)
+    climb.run(tiles, orders, s.rank(*measured[:3]), lambda m: s.rank(*m[:3]), rounds)
+    if s.objective == "latency":
+        fastest = min(float(np.min(np.where(m[2], m[0], np.inf), initial=np.inf)) for _, _, m in every)
+        if np.isfinite(fastest):
+            bound = fastest * (1.0 + objective.LATENCY_TIES)
+
+            def energy(m):      # with a steep penalty past the band: slower low-energy tilings may climb into it
+                past = np.minimum(PAST_THE_BAND * np.maximum(m[0] / bound - 1.0, 0.0), 50.0)
+                return np.where(m[2], m[1] * np.exp(past), np.inf)
+
+            joined = _joined(every)
+            climb.run(joined[0], joined[1], energy(joined[2]), energy, rounds)
+    joined = _joined(every)
+    return s.decide(joined[0], joined[1], joined[2], ranked), climb.evaluated
+
+
+def _joined(every: list) -> tuple:
+    return (np.concatenate([e[0] for e in every]), np.concatenate([e[1] for e in every]),
+            tuple(np.concatenate([e[2][j] for e in every]) for j in range(4)))
+
+
+class _Climb:
+    """Rounds of local moves from a pool of the best few. Pool members that stay in the pool
+    have the same neighbours next round, and searches of one kernel from different schedules
+    meet the same candidates: each is measured once (the model is deterministic and scores
+    each row alone; `known`), the rest are looked up; a round's scores are made from its
+    whole batch, as if it were all measured. Every round's candidates join `every`."""
+
+    def __init__(self, s: SearchSpace, known: dict, every: list, evaluated: int):
+        self.s, self.known, self.every, self.evaluated = s, known, every, evaluated
+        self.counted: set = set()
+        self.moves: dict[bytes, tuple] = {}       # a pool member's neighbours, keys
+
+    def run(self, tiles, orders, scores, score, rounds: int) -> None:
+        """Climb from the best KEEP of (tiles, orders) by `scores`; `score(measured)` scores a round."""
+        s, known = self.s, self.known
+        best_idx = _top_distinct(scores, tiles, orders, KEEP)
+        pool_t, pool_o, pool_s = tiles[best_idx], orders[best_idx], scores[best_idx]
+        for _ in range(rounds):
+            if not len(pool_s) or not np.isfinite(pool_s).any():
+                return
+            parts = []
+            for i, member in enumerate(Points(pool_t, pool_o).keys()):
+                if member not in self.moves:
+                    mt, mo = _neighbours(s, pool_t[i:i + 1], pool_o[i:i + 1])
+                    self.moves[member] = (s.pin_whole(mt), mo, Points(mt, mo).keys())
+                parts.append(self.moves[member])
+            nt = np.concatenate([p[0] for p in parts])
+            no = np.concatenate([p[1] for p in parts])
+            keys = [k for p in parts for k in p[2]]
+            first: dict = {}
+            for i, k in enumerate(keys):
+                if k not in known:
+                    first.setdefault(k, i)       # a candidate repeated within this round is scored once too
+            if first:
+                fresh = np.array(sorted(first.values()), dtype=np.int64)
+                for i, t, e, ok, b in zip(fresh, *s.measure(Points(nt[fresh], no[fresh]))):
+                    known[keys[i]] = (float(t), float(e), bool(ok), float(b))
+            rows = [known[k] for k in keys]
+            measured = (np.array([r[0] for r in rows], dtype=float), np.array([r[1] for r in rows], dtype=float),
+                        np.array([r[2] for r in rows], dtype=bool), np.array([r[3] for r in rows], dtype=float))
+            self.every.append((nt, no, measured))
+            ns = score(measured)
+            new_here = set(keys) - self.counted
+            self.evaluated += len(new_here)
+            self.counted |= new_here
+            all_t = np.concatenate([pool_t, nt])
+            all_o = np.concatenate([pool_o, no])
+            all_s = np.concatenate([pool_s, ns])
+            keep = _top_distinct(all_s, all_t, all_o, KEEP)
+            if np.isclose(all_s[keep[0]], pool_s.min(), rtol=1e-9) and \
+                    set(map(float, all_s[keep])) == set(map(float, pool_s)):
+                return
+            pool_t, pool_o, pool_s = all_t[keep], all_o[keep], all_s[keep]
 
 
 def _top_distinct(scores, tiles, orders, k: int) -> np.ndarray:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 import time
 
+from .. import objective
 from ..accel.cost import library_schedule
 from ..accel.tile_search import level_mapping, search_tiles
 from ..canon import evaluate
@@ -75,7 +76,7 @@ def tiling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
             continue
         schedule, cost, evaluated = choice
         old = evaluate(current, ctx.target)
-        if cost.time_s >= old.time_s * (1 - 1e-9):
+        if not objective.prefers(ctx.target.objective, old, cost):
             log.append(rule_entry(rule, PASS, kernel.ops, False,
                                   f"the current tiles are already the best found ({evaluated} candidates)"))
             schedules.append(current)
@@ -105,6 +106,7 @@ def _why(schedule: Schedule, cost, textbook, old, levels: dict[str, str], evalua
     return (f"{gain:.1f}x less time than the textbook tiles ({textbook.time_s * 1e6:.1f} -> "
             f"{cost.time_s * 1e6:.1f} us; {old.time_s / cost.time_s:.2f}x over the tiles before): "
             f"{', '.join(parts)} ({'x'.join(schedule.kernel.loop_names)}); {orders}; "
+            f"energy {old.energy_j * 1e6:.1f} -> {cost.energy_j * 1e6:.1f} uJ; "
             f"spill {cost.spill_ratio:.3f}, pe_util {cost.pe_util:.2f}, {cost.bound}-bound; "
             f"levels {mapping}; {evaluated} candidates in {seconds:.2f} s")
 

@@ -14,7 +14,9 @@ import numpy as np
 from ..accel.target import Target, load_target
 from ..ir.schedule import Kernel, Schedule
 from ..ir.plan import Plan
-from .constants import DEFAULT_MAX_SPILL, MEASURED_CANDIDATES
+from .. import objective
+from ..canon import evaluate
+from .constants import DEFAULT_MAX_SPILL, MEASURED_CANDIDATES, TIES_KEPT
 from .scoring import ScoreFn, _Scorer, _arrays, _score_chunk, model_score
 from ..accel.search_space import SearchSpace
 from .legality import _Legality, legal
@@ -96,9 +98,13 @@ class KernelResult:
     @staticmethod
     def of(search: "_Search", keep: int, scoring_seconds: float = 0.0) -> "KernelResult":
         inc_key = search.incumbent_key
+        # Under `latency`, candidates within 1% of the fastest are ties the objective breaks
+        # by energy (`_ranked_candidates`): they are kept too, up to TIES_KEPT more.
+        ties = objective.of(search.space.target) == "latency"
         entries: list = []
         for t, key in search.iter_verified():
-            if len(entries) >= keep:
+            if len(entries) >= keep and not (ties and len(entries) < keep + TIES_KEPT
+                                             and t <= entries[0][0] * (1 + objective.LATENCY_TIES)):
                 break
             if entries and t == entries[-1][0]:
                 # The same time as the last kept: an equivalent schedule, not another
@@ -273,7 +279,7 @@ def tune_plan(plan: Plan, ctx, configs: int, top: int = 3, budget: float | None 
         results[i] = KernelResult.of(search, keep)
 
     per_kernel = _per_kernel_candidates(plan, results, incumbent_times, target, score_fn, max_spill)
-    candidates, measured = _ranked_candidates(plan, per_kernel, keep, rules_time,
+    candidates, measured = _ranked_candidates(plan, per_kernel, keep, rules_time, target,
                                               None if interrupted else measure)
     versions, top_entries = _versions(plan, candidates, measured, top, rules_time)
     best_plan = versions["v1"] if versions else plan
@@ -328,12 +334,25 @@ def _per_kernel_candidates(plan: Plan, results: dict, incumbent_times: list, tar
     return per_kernel
 
 
-def _ranked_candidates(plan: Plan, per_kernel: list, keep: int, rules_time: float,
+def _ranked_candidates(plan: Plan, per_kernel: list, keep: int, rules_time: float, target: Target,
                        measure: Callable[[Plan], float] | None) -> tuple[list, list]:
-    """The `keep` fastest whole-program combinations [(time, schedules)], and their measured
-    times: with `measure`, the rules' plan joins them and all are re-ranked by measured time."""
-    combos = _top_combinations([[(t, b"") for t, _ in entries] for entries in per_kernel], keep)
+    """The `keep` best whole-program combinations [(time, schedules)] by the objective, and
+    their measured times: with `measure`, the rules' plan joins them and all are re-ranked by
+    measured time. Under `latency` the combinations within 1% of the fastest are ties, the
+    least energy first, then the fewest DRAM bytes (`objective.order`); under `energy` or
+    `edp` the kernels' scores add up and the times are the model's."""
+    goal = objective.of(target)
+    extra = TIES_KEPT if goal == "latency" and measure is None else 0
+    combos = _top_combinations([[(t, b"") for t, _ in entries] for entries in per_kernel], keep + extra)
     candidates = [(total, tuple(per_kernel[k][j][1] for k, j in enumerate(idx))) for total, idx in combos]
+    if measure is None and candidates:
+        costs = [[evaluate(s, target) for s in schedules] for _, schedules in candidates]
+        times = [sum(c.time_s for c in cs) for cs in costs]
+        ranked = objective.order(goal, [t for t, _ in candidates] if goal == "latency" else times,
+                                 [sum(c.energy_j for c in cs) for cs in costs],
+                                 [sum(c.bytes.get(target.dram.name, 0.0) for c in cs) for cs in costs])
+        candidates = [(candidates[i][0] if goal == "latency" else times[i], candidates[i][1])
+                      for i in ranked[:keep]]
     measured: list[float | None] = [None] * len(candidates)
     if measure is not None:
         if not any(all(a is b for a, b in zip(sch, plan.schedules)) for _, sch in candidates):

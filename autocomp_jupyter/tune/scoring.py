@@ -8,6 +8,7 @@ from typing import Callable
 
 import numpy as np
 
+from .. import objective
 from ..accel.cost import evaluate_batch, kernel_model
 from ..accel.target import Target
 from ..ir.schedule import Kernel, Schedule
@@ -22,12 +23,15 @@ ScoreFn = Callable[[Kernel, Target, np.ndarray, np.ndarray, np.ndarray, np.ndarr
 
 def model_score(kernel: Kernel, target: Target, tiles: np.ndarray, orders: np.ndarray,
                 parallel: np.ndarray, vectorize: np.ndarray) -> np.ndarray:
-    """The default score: the analytic cost model's time in seconds, one per candidate.
+    """The default score: the analytic cost model's time in seconds, one per candidate —
+    or, where the target's objective is `energy` or `edp`, its joules or joule-seconds.
 
     Any `score_fn` with this signature (module-level, so it pickles) can replace it, e.g.
     a measured run on the host; lower is better.
     """
-    return evaluate_batch(kernel, target, tiles, orders, parallel, vectorize).time_s
+    cost = evaluate_batch(kernel, target, tiles, orders, parallel, vectorize)
+    goal = objective.of(target)
+    return cost.time_s if goal == "latency" else objective.score(goal, cost.time_s, cost.energy_j)
 
 
 def _score_chunk(score_fn: ScoreFn, kernel: Kernel, target: Target, tiles, orders, parallel, vectorize) -> np.ndarray:
