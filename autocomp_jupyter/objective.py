@@ -19,6 +19,7 @@ import numpy as np
 from .errors import UserError
 
 OBJECTIVES = ("latency", "energy", "edp")
+FIGURES = {"latency": "time", "energy": "energy", "edp": "energy-delay"}   # what a gain is a ratio of
 LATENCY_TIES = 0.01          # candidates within 1% of the fastest tie under `latency`
 
 
@@ -84,3 +85,12 @@ def _triple(cost) -> tuple:
     if isinstance(cost, tuple):
         return cost
     return (float(cost.time_s), float(cost.energy_j), float(getattr(cost, "dram_bytes", 0.0)))
+
+
+def value(objective: str, cost) -> float:
+    """The figure a gain is a ratio of: time, energy, or energy x time."""
+    if objective == "energy":
+        return float(cost.energy_j)
+    if objective == "edp":
+        return float(cost.energy_j) * float(cost.time_s)
+    return float(cost.time_s)

@@ -695,7 +695,8 @@ def _fusion_groups_that_pay(before: Plan, after: Plan, ctx: PassContext, runs: _
             fate = f"shortened to {', '.join(prefix.ops)} (the other groups stay fused)"
         else:
             fate = "split back (the other groups stay fused)"
-        why = (f"this group alone is slower fused: {fused_s * 1e6:.1f} us tiled vs {alone_s * 1e6:.1f} us for its "
+        worse = "slower" if ctx.target.objective == "latency" else f"worse by the {ctx.target.objective} objective"
+        why = (f"this group alone is {worse} fused: {fused_s * 1e6:.1f} us tiled vs {alone_s * 1e6:.1f} us for its "
                f"ops tiled alone: {fate}")
         rollbacks.append(rollback_entry("fusion", kernel.name, why))
         for i, entry in enumerate(entries):
@@ -724,14 +725,18 @@ def _rejection(name: str, before: Plan, after: Plan, ctx: PassContext, runs: _Pa
     if retile is not None:
         judged_before = runs.run(retile[0], retile[1], before, ctx).plan
         judged_after = runs.run(retile[0], retile[1], after, ctx).plan
-    old, new = ctx.cost(judged_before).total.time_s, ctx.cost(judged_after).total.time_s
+    goal = ctx.target.objective
+    old_cost, new_cost = ctx.cost(judged_before).total, ctx.cost(judged_after).total
+    old, new = objective.value(goal, old_cost), objective.value(goal, new_cost)
     gain = old / new if new > 0 else float("inf")
     min_speedup = float(ctx.rules.rollback.get("min_speedup_by_pass", {}).get(
         name, ctx.rules.rollback.get("min_speedup", 1.0)))
-    if gain < min_speedup:
+    # (a latency within 1% at less energy is a tie the objective breaks: no gain asked of it)
+    if gain < min_speedup and not (min_speedup <= 1.0 and objective.prefers(goal, old_cost, new_cost)):
         after_tiling = " after tiling" if retile is not None else ""
-        return "", (f"gain {gain:.2f}x{after_tiling} < min_speedup {min_speedup:g}x "
-                    f"({old * 1e6:.1f} us -> {new * 1e6:.1f} us): pass rolled back")
+        return "", (f"{objective.FIGURES[goal]} gain {gain:.2f}x{after_tiling} < min_speedup {min_speedup:g}x "
+                    f"({old_cost.time_s * 1e6:.1f} us, {old_cost.energy_j * 1e6:.1f} uJ -> "
+                    f"{new_cost.time_s * 1e6:.1f} us, {new_cost.energy_j * 1e6:.1f} uJ): pass rolled back")
     return "", ""
 
 

@@ -704,3 +704,23 @@ def check_budget_design(ex, answer, max_time_s, max_energy_j, max_area_mm2) -> N
     p = points[i]
     return (f"design {i} ({_design(ex, i)}): {p['time_s'] * 1e6:.1f} µs, {p['energy_j'] * 1e6:.1f} µJ, "
             f"{p['area_mm2']:.2f} mm², the lowest EDP of the {len(fits)} design(s) within budget")
+
+
+@check(names={'frugal': 'frugal_design'})
+def check_objective_tradeoff(by_latency, by_energy, frugal, slower_by) -> None:
+    """Tutorial 10: the least-energy design under the energy objective, and its time over the
+    fastest design under the latency objective (within 1%)."""
+    usable = _usable(by_energy)
+    fast = [by_latency.points[i]["time_s"] for i in _usable(by_latency)]
+    assert fast, "no design of by_latency ran and verified"
+    i = _index(by_energy, frugal, "frugal_design")
+    assert i in usable, f"design {i} ({_design(by_energy, i)}) did not run or is not verified"
+    least = min(usable, key=lambda j: by_energy.points[j]["energy_j"])
+    assert math.isclose(by_energy.points[i]["energy_j"], by_energy.points[least]["energy_j"], rel_tol=1e-9), \
+        f"design {least} ({_design(by_energy, least)}) uses less energy. Hint: compare energy_j of by_energy.points"
+    truth = by_energy.points[i]["time_s"] / min(fast)
+    a = _number(slower_by, "slower_by")
+    assert math.isclose(a, truth, rel_tol=1e-2), \
+        f"{a:g} is not the ratio. Hint: by_energy.points[frugal_design]['time_s'] / the least time_s of by_latency"
+    return (f"{_design(by_energy, i)}: {by_energy.points[i]['energy_j'] * 1e6:.0f} µJ under the energy objective, "
+            f"{truth:.2f}x the fastest latency design's time — the objective, not the hardware alone, picks it")

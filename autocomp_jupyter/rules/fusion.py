@@ -31,6 +31,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from .. import objective
 from ..accel.cost import kernel_model, library_schedule
 from ..caches import LRU
 from ..ir.loopnest import whole_loops
@@ -94,10 +95,13 @@ def groups_that_pay(before: Plan, after: Plan, ctx: PassContext, tiled):
     by_op = _ops_alone(program, ctx, before)
     unfused = Plan(program, tuple(k for k, _ in by_op.values()), tuple(s for _, s in by_op.values()), "unfused")
     fused_tiled, alone_tiled = tiled(after), tiled(unfused)
-    fused_s = {k.name: c.time_s for k, c in zip(fused_tiled.kernels, ctx.cost(fused_tiled).kernels)}
-    alone_s = {k.ops[0]: c.time_s for k, c in zip(alone_tiled.kernels, ctx.cost(alone_tiled).kernels)}
-    dropped = [(k, fused_s[k.name], sum(alone_s[op] for op in k.ops)) for k in groups
-               if fused_s[k.name] > sum(alone_s[op] for op in k.ops)]
+    # (time, energy, DRAM bytes) per kernel: a group pays where the objective prefers it to its ops
+    goal = ctx.target.objective
+    fused_c = {k.name: _triple(c) for k, c in zip(fused_tiled.kernels, ctx.cost(fused_tiled).kernels)}
+    alone_c = {k.ops[0]: _triple(c) for k, c in zip(alone_tiled.kernels, ctx.cost(alone_tiled).kernels)}
+    apart = lambda ops: tuple(sum(alone_c[op][j] for op in ops) for j in range(3))   # noqa: E731
+    dropped = [(k, fused_c[k.name][0], apart(k.ops)[0]) for k in groups
+               if objective.prefers(goal, fused_c[k.name], apart(k.ops))]
     if not dropped:
         return after, [], []
     slower = {k.name for k, _, _ in dropped}
@@ -114,10 +118,11 @@ def groups_that_pay(before: Plan, after: Plan, ctx: PassContext, tiled):
         trial = {name: candidates[name][0] for name in pending}
         plan = _with_groups(after, program, slower, {**chosen, **trial}, by_op, ctx, before)
         trial_tiled = tiled(plan)
-        times = {k.name: c.time_s for k, c in zip(trial_tiled.kernels, ctx.cost(trial_tiled).kernels)}
+        costs = {k.name: _triple(c) for k, c in zip(trial_tiled.kernels, ctx.cost(trial_tiled).kernels)}
         for name, (ops, rule) in trial.items():
-            fused, alone_time = times[_kernel_name(ops)], sum(alone_s[op] for op in ops)
-            if fused <= alone_time:
+            fused_cost = costs[_kernel_name(ops)]
+            fused, alone_time = fused_cost[0], apart(ops)[0]
+            if not objective.prefers(goal, fused_cost, apart(ops)):
                 chosen[name] = (ops, rule)
                 group = next(k for k, _, _ in dropped if k.name == name)
                 shortened.append((Kernel.from_ops(program, list(ops), name=_kernel_name(ops)), rule.name, fused,
@@ -128,6 +133,10 @@ def groups_that_pay(before: Plan, after: Plan, ctx: PassContext, tiled):
                 if not candidates[name]:
                     pending.discard(name)
     return _with_groups(after, program, slower, chosen, by_op, ctx, before), dropped, shortened
+
+
+def _triple(cost) -> tuple[float, float, float]:
+    return (cost.time_s, cost.energy_j, cost.dram_bytes)
 
 
 def split_back(before: Plan, after: Plan, names: set[str], ctx: PassContext) -> Plan:

@@ -103,7 +103,8 @@ def _why(schedule: Schedule, cost, textbook, old, levels: dict[str, str], evalua
     orders = "; ".join(f"order@{lv} {','.join(schedule.order_at(lv))}" for lv in schedule.levels)
     gain = textbook.time_s / cost.time_s if cost.time_s else math.inf
     mapping = ", ".join(f"{g}→{t}" for g, t in levels.items())
-    return (f"{gain:.1f}x less time than the textbook tiles ({textbook.time_s * 1e6:.1f} -> "
+    than = f"{gain:.1f}x less time" if gain >= 1 else f"{1 / gain:.1f}x more time (for less energy)"
+    return (f"{than} than the textbook tiles ({textbook.time_s * 1e6:.1f} -> "
             f"{cost.time_s * 1e6:.1f} us; {old.time_s / cost.time_s:.2f}x over the tiles before): "
             f"{', '.join(parts)} ({'x'.join(schedule.kernel.loop_names)}); {orders}; "
             f"energy {old.energy_j * 1e6:.1f} -> {cost.energy_j * 1e6:.1f} uJ; "

@@ -36,3 +36,10 @@ within = [i for i, p in enumerate(conv.points)
           and p["energy_j"] <= budget["max_energy_j"] and p["area_mm2"] <= budget["max_area_mm2"]]
 choice = min(within, key=lambda i: conv.points[i]["edp"]) if within else None
 choice
+
+# %% cell b7e1a0c5: frugal_design, slower_by
+ran = [i for i, p in enumerate(by_energy.points) if p["valid"] and p["verified"]]
+frugal_design = min(ran, key=lambda i: by_energy.points[i]["energy_j"])
+fastest = min(p["time_s"] for p in by_latency.points if p["valid"] and p["verified"])
+slower_by = by_energy.points[frugal_design]["time_s"] / fastest
+frugal_design, slower_by
