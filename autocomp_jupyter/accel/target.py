@@ -122,6 +122,10 @@ class MemoryLevel:
     # `energy_pj_per_byte`, their mean.
     read_pj_per_byte: float | None = None
     write_pj_per_byte: float | None = None
+    # The port's width (`width_bits`, given with energies per access): a port moves whole
+    # accesses of this width, one a cycle at `bandwidth_gbps` (the cost model's ports step
+    # rounds each transfer up to them); None: any number of bytes.
+    width_bits: int | None = None
 
     @property
     def is_unbounded(self) -> bool:
@@ -677,6 +681,7 @@ def _build_level(m: Mapping, pes: int, technology_nm: float) -> MemoryLevel:
         energy_pj_per_byte=(read_pj + write_pj) / 2, per_unit=bool(m.get("per_unit", m.get("per_pe", False))),
         roles=roles_of(m.get("holds", HOLDS)), ports=int(m.get("ports", 1)), per_pe=bool(m.get("per_pe", False)),
         read_pj_per_byte=read_pj, write_pj_per_byte=write_pj,
+        width_bits=int(m["width_bits"]) if "width_bits" in m else None,
     )
 
 

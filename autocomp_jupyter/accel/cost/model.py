@@ -26,7 +26,7 @@ from .compute import Work, datapath_of, datapath_tile, occupancy, statement_cycl
 from .energy import kernel_energy, level_energies
 from .fill import array_fill
 from .overlap import Timeline
-from .ports import bandwidth, statement_time
+from .ports import bandwidth, port_shapes, statement_time
 from .producer import _ProducerModel, _producer_groups
 from .results import BatchCost
 from .statements import statement_model
@@ -57,6 +57,7 @@ class KernelModel:
         self.bw = np.array([m.bandwidth_gbps * 1e9 for m in target.memory])
         self.latency_s = np.array([m.latency_cycles for m in target.memory]) / (target.clock_ghz * 1e9)
         self.read_j, self.write_j = level_energies(target)      # J per byte read / written at each level
+        self.port_bytes, self.ported, self.split_ports = port_shapes(target)   # ports.py
         self.mem_per_unit = np.array([m.per_unit for m in target.memory])
         per_unit_levels = [h for h in range(L) if on_chip[h].per_unit]
         self.dist_level = per_unit_levels[0] if per_unit_levels else L - 1

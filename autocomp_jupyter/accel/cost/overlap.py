@@ -83,7 +83,7 @@ class Timeline:
             self.beside[unit] = self.beside.get(unit, 0.0) + np.where(other, st_compute, 0.0)
             self.beside_tail += np.where(other, st_compute / out_tiles, 0.0)
             self.group_busy += np.where(other, 0.0, st_compute) + t.drain
-            self.group_levels += st_bytes / bw
+            self.group_levels += t.bw_s
             self.drain_total += t.drain
         else:
             st_time = np.maximum(t.step + t.serial + t.cold + t.drain, t.level.max(axis=1))
