@@ -33,10 +33,11 @@ byte — so a sweep of `compute.pe_rows` / `compute.pe_cols` rescales them with 
   level ... got 1.5 B per PE`). DRAM is never per PE, and `per_pe` replaces `per_unit`.
 - `read_pj`, `write_pj` (default `read_pj`) and `width_bits` on a memory level, instead of
   `energy_pj_per_byte`: the energy of one access of the port's width, as ZigZag's `r_cost` /
-  `w_cost` per word of the port's bandwidth. Per byte that is `read_pj / (width_bits / 8)`;
-  the model charges one energy per byte moved at a level, both ways, so it reads the mean of the
-  read and write energies per byte (`MemoryLevel.read_pj_per_byte` / `write_pj_per_byte` keep the
-  two apart). `width_bits` must be a multiple of the PE dtype's element (`compute.pe_dtype`, by
+  `w_cost` per word of the port's bandwidth. Per byte that is `read_pj / (width_bits / 8)`
+  (`MemoryLevel.read_pj_per_byte` / `write_pj_per_byte`; the cost model charges a transfer's
+  read where it leaves and its write where it lands), and the level is timed by its ports: whole
+  accesses of `width_bits`, reads and writes on one port or, with `ports: 2`, apart
+  (`accel/cost/ports.py`). `width_bits` must be a multiple of the PE dtype's element (`compute.pe_dtype`, by
   default the widest dtype at the full MAC rate): an 8-bit port on an f32 array is refused.
 - Derived compute fields: peak MACs per cycle per dtype default to `pe_rows x pe_cols` (lanes x
   FMA pipes on SIMT and vector targets), `vector_lanes` to `pe_cols`, `fill_cycles` to `pe_rows +
@@ -118,8 +119,8 @@ class MemoryLevel:
     # (the per-PE figures x PEs), the level is per_unit, and area builds one per PE.
     per_pe: bool = False
     # Energy per byte read out of / written into the level (given per access at a port width,
-    # they may differ); None: `energy_pj_per_byte` both ways. The cost model reads only
-    # `energy_pj_per_byte`, their mean.
+    # they may differ); None: `energy_pj_per_byte` (their mean) both ways. The cost model
+    # charges reads and writes apart (accel/cost/energy.py).
     read_pj_per_byte: float | None = None
     write_pj_per_byte: float | None = None
     # The port's width (`width_bits`, given with energies per access): a port moves whole
