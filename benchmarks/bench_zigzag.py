@@ -135,17 +135,24 @@ def _zigzag_level_energy(cme) -> dict[str, float]:
 # ZigZag's layer dimensions -> the loops of autocomp's matmul / conv2d kernels.
 LOOP_OF = {"gemm": {"B": "i", "K": "j", "C": "k"},
            "conv": {"B": "n", "K": "f", "C": "c", "OY": "h", "OX": "w", "FY": "r", "FX": "s"}}
-# Which ZigZag operand and memory level (its temporal mapping, innermost level first) bounds
-# each of autocomp's tiling levels on tpu_like: SRAM = I's sram, rf_W = W's rf_128B, rf_O =
-# O's rf_2B.
-LEVEL_OF = {"SRAM": ("I", 0), "rf_W": ("W", 0), "rf_O": ("O", 0)}
+# Which ZigZag operands and memory levels (their temporal mappings, innermost level first)
+# bound each of autocomp's tiling levels on tpu_like: SRAM = I's and O's sram, rf_W = W's
+# rf_128B, rf_O = O's rf_2B.
+LEVEL_OF = {"SRAM": (("I", 0), ("O", 1)), "rf_W": (("W", 0),), "rf_O": (("O", 0),)}
+# The dimensions indexing each ZigZag operand: a level shared by two operands takes, along a
+# loop, the tile of the operands the loop indexes (the others keep their tile whatever it
+# iterates, ZigZag's stationarity).
+RELEVANT = {"gemm": {"I": {"B", "C"}, "W": {"K", "C"}, "O": {"B", "K"}},
+            "conv": {"I": {"B", "C", "OY", "OX", "FY", "FX"}, "W": {"K", "C", "FY", "FX"},
+                     "O": {"B", "K", "OY", "OX"}}}
 
 
 def zigzag_schedule(kind: str, sizes, zz: dict, target=None):
     """ZigZag's chosen mapping as an autocomp Schedule on benchmarks/targets/tpu_like.yaml, so
     the two cost models can be compared on one mapping. A level's tile along a loop is the
     spatial unrolling times the temporal loops ZigZag keeps at or below the matching
-    operand level (LEVEL_OF), nested inside the tile outside it; each level's loop order
+    operand level (LEVEL_OF; at a level two operands share, the smaller tile of the operands
+    the loop indexes), nested inside the tile outside it; each level's loop order
     follows ZigZag's order (operand I lists every temporal loop) by each loop's outermost
     occurrence among the loops that iterate that level's tiles. ZigZag may split one
     dimension into several loops with others between (K 4, B 16, B 32, K 4): autocomp has one
@@ -158,6 +165,7 @@ def zigzag_schedule(kind: str, sizes, zz: dict, target=None):
     target = load_target(str(TARGET) if target is None else target)
     kernel = kernels_unfused(parse(_program(kind, sizes)))[0]
     names = LOOP_OF[kind]
+    dims = {loop: d for d, loop in names.items()}
     extents = {l.name: l.extent for l in kernel.loops}
     spatial = {names[d]: n for d, n in zz["spatial"]}
     levels = target.tiling_levels                     # outer -> inner
@@ -166,13 +174,16 @@ def zigzag_schedule(kind: str, sizes, zz: dict, target=None):
         outer = extent
         per_level = []
         for lv in levels:
-            op, idx = LEVEL_OF[lv]
-            size = spatial.get(loop, 1)
-            for level in zz["temporal"][op][:idx + 1]:
-                for d, n in level:
-                    if names[d] == loop:
-                        size *= n
-            outer = min(outer, size)
+            sizes_at = {}
+            for op, idx in LEVEL_OF[lv]:
+                size = spatial.get(loop, 1)
+                for level in zz["temporal"][op][:idx + 1]:
+                    for d, n in level:
+                        if names[d] == loop:
+                            size *= n
+                sizes_at[op] = size
+            indexed = [size for op, size in sizes_at.items() if dims[loop] in RELEVANT[kind][op]]
+            outer = min(outer, min(indexed) if indexed else max(sizes_at.values()))
             per_level.append(outer)
         tiles[loop] = per_level
     order_seq = [(names[d], n) for level in zz["temporal"]["I"] for d, n in level]   # inner -> outer
