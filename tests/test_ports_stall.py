@@ -123,3 +123,12 @@ def test_a_posted_write_back_takes_idle_time_not_a_place_in_line():
     assert ch.book(3.0, 1.0) == 4.0      # ... and the next load goes first
     ch.flush()                           # the end of the run: it goes in line
     assert ch.free == 6.0
+
+
+def test_a_sweep_keeps_the_ports_of_a_level_timed_by_them():
+    # `explore` runs once for designs that differ only in area fields; `ports` is one of them
+    # unless the level is timed by its ports (width_bits), where 1 and 2 ports time apart.
+    from autocomp_jupyter.dse import performance_view
+
+    assert performance_view(toy(ported(32, 2))).level("buf").ports == 2
+    assert performance_view(toy("bandwidth_gbps: 64, energy_pj_per_byte: 0.5, ports: 2")).level("buf").ports == 1
