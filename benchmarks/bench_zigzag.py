@@ -335,10 +335,11 @@ def sweep_markdown(result: dict) -> str:
              for key in ("cycles", "pj", "zigzag_cycles", "zigzag_pj")}
     rc, rz = ranks(total["cycles"]), ranks(total["zigzag_cycles"])
     ec, ez = ranks(total["pj"]), ranks(total["zigzag_pj"])
+    seconds = result["seconds"]
     out = [f"Designs (PE array x SRAM) over the {len(LAYERS)} layers, latency objectives "
-           f"(autocomp `explore` {result['seconds']['autocomp']:.0f} s, ZigZag {result['seconds']['zigzag']:.0f} s)", "",
-           "| array | SRAM | autocomp cycles | ZigZag cycles | rank a/z | autocomp µJ | ZigZag µJ | energy a/z | rank a/z |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+           f"(autocomp `explore` {seconds['autocomp']:.0f} s, ZigZag {seconds['zigzag']:.0f} s)", "",
+           "| array | SRAM | autocomp cycles | ZigZag cycles | rank a/z | autocomp µJ | ZigZag µJ | "
+           "energy a/z | rank a/z |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for d, (n, k) in enumerate(DESIGNS):
         out.append(f"| {n}x{n} | {k} KiB | {total['cycles'][d]:,.0f} | {total['zigzag_cycles'][d]:,.0f} | "
                    f"{rc[d]:g}/{rz[d]:g} | {total['pj'][d] / 1e6:,.1f} | {total['zigzag_pj'][d] / 1e6:,.1f} | "

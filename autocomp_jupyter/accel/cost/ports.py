@@ -14,12 +14,12 @@ is a channel to the levels inside it (`bandwidth_gbps`: the rate it feeds them):
 moved to and from them / bandwidth, fills from its parent riding the parent's channel.
 
 A per-unit level's ports scale with the active units (`bandwidth`). Levels whose tiles fit
-twice (double buffering) overlap their transfers with compute; others serialise with it (`serial`). The
-first input tiles (cold start) and the last output tiles (drain) overlap nothing. A level's
-bound is max(traffic / bw, its reads / bw + loads x latency — one load in flight per fed
-level, the fed levels side by side, posted write-backs in the latency's shadow), after the
-levels outside it delivered their first tiles (every unit's first load a whole latency),
-plus the last tile's compute after its last load. Operands stream into the datapath from
+twice (double buffering) overlap their transfers with compute; others serialise with it
+(`serial`). The first input tiles (cold start) and the last output tiles (drain) overlap
+nothing. A level's bound is max(its port time, its reads / bw + loads x latency — one load
+in flight per fed level, the fed levels side by side, posted write-backs in the latency's
+shadow), after the levels outside it delivered their first tiles (every unit's first load a
+whole latency), plus the last tile's compute after its last load. Operands stream into the datapath from
 the innermost levels (`stream`), and stop while the array fills.
 """
 from __future__ import annotations
