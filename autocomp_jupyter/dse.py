@@ -237,8 +237,9 @@ def _dominant_bound(report: Mapping) -> str:
 def performance_view(target: Target) -> Target:
     """`target` with its area-only fields at their defaults: two designs with equal views get
     the same schedules, times and energies (accel/cost/ reads none of those fields), so a
-    sweep runs the pipeline once for them."""
-    memory = tuple(dataclasses.replace(m, ports=1) for m in target.memory)
+    sweep runs the pipeline once for them. A level's `ports` is area-only unless the level is
+    timed by its ports (a `width_bits`: accel/cost/ports.py)."""
+    memory = tuple(m if m.width_bits is not None else dataclasses.replace(m, ports=1) for m in target.memory)
     return dataclasses.replace(target, technology_nm=REFERENCE_NM, memory=memory,
                                compute=dataclasses.replace(target.compute, pe_dtype=""))
 

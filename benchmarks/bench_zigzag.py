@@ -4,7 +4,16 @@ Both tools map the same layers onto ZigZag's bundled `tpu_like` accelerator — 
 own inputs/hardware/tpu_like.yaml and inputs/mapping/tpu_like.yaml (`opt="latency"`),
 autocomp from benchmarks/targets/tpu_like.yaml (the closest description its schema allows) —
 and the tables show predicted cycles and energy side by side (energy also per memory level
-on ZigZag's mapping), the mapping each picks and each one's search time. Run: `python benchmarks/bench_zigzag.py` (prints a note when ZigZag is absent).
+on ZigZag's mapping), the mapping each picks and each one's search time. Then the GEMMs'
+stalls on a 32x32 array with 256 KiB, where their ports saturate (each tool's count on
+ZigZag's mapping, our model against our simulator), and the sweep of 9 designs (PE array
+8x8, 16x16, 32x32 by SRAM 256 KiB, 1 MiB, 4 MiB; `explore` on our side, ZigZag's opt=latency):
+totals side by side with Spearman for latency and energy, each design's energy ratio, and
+per layer ZigZag's mapping priced by our model over ZigZag's own price.
+
+    python benchmarks/bench_zigzag.py [--only default|ports|sweep]
+
+(prints a note when ZigZag is absent).
 """
 from __future__ import annotations
 
@@ -17,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 TARGET = ROOT / "benchmarks" / "targets" / "tpu_like.yaml"
 # (name, kind, sizes): GEMM B x C -> K (M x K x N), ResNet-50 3x3 convs (K, C, OY, OX).
@@ -52,17 +62,45 @@ def _zigzag_layer(kind: str, sizes) -> list[dict]:
              "operand_precision": prec, "operand_source": {"I": 0, "W": 0}}]
 
 
-def run_zigzag(kind: str, sizes) -> dict:
+def _zigzag_inputs(tmp: Path, n: int, sram_kib: int | None) -> tuple[str, str]:
+    """ZigZag's bundled tpu_like hardware and mapping files, with an n x n array (its spatial
+    unrolling follows) and the SRAM resized (None: its own 2 MiB)."""
+    import yaml
     import zigzag
-    from zigzag.api import get_hardware_performance_zigzag
 
     inputs = Path(zigzag.__file__).parent / "inputs"
+    if n == 32 and sram_kib is None:
+        return str(inputs / "hardware" / "tpu_like.yaml"), str(inputs / "mapping" / "tpu_like.yaml")
+    hardware = yaml.safe_load((inputs / "hardware" / "tpu_like.yaml").read_text())
+    hardware["operational_array"]["sizes"] = [n, n]
+    if sram_kib is not None:
+        hardware["memories"]["sram_2MB"]["size"] = sram_kib * 1024 * 8      # ZigZag sizes are bits
+    mapping = yaml.safe_load((inputs / "mapping" / "tpu_like.yaml").read_text())
+    for entry in mapping:  # the unrolling over the 32-wide dimensions follows the array
+        entry["spatial_mapping"] = {d: [_unrolled(item, n) for item in dims]
+                                    for d, dims in entry["spatial_mapping"].items()}
+    hw, mp = tmp / "hw.yaml", tmp / "map.yaml"
+    hw.write_text(yaml.safe_dump(hardware, sort_keys=False))  # memories innermost first
+    mp.write_text(yaml.safe_dump(mapping, sort_keys=False))
+    return str(hw), str(mp)
+
+
+def _unrolled(item: str, n: int) -> str:
+    """'K, 32' -> 'K, n': a spatial unrolling of ZigZag's mapping file over an n-wide array."""
+    dim, size = (x.strip() for x in item.split(","))
+    return f"{dim}, {n if int(size) == 32 else size}"
+
+
+def run_zigzag(kind: str, sizes, n: int = 32, sram_kib: int | None = None) -> dict:
+    """ZigZag (opt="latency") on one layer of tpu_like with an n x n array and the SRAM resized."""
+    from zigzag.api import get_hardware_performance_zigzag
+
     logging.disable(logging.CRITICAL)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as dump:
+    with tempfile.TemporaryDirectory() as tmp:
+        hw, mp = _zigzag_inputs(Path(tmp), n, sram_kib)
         energy, latency, cmes = get_hardware_performance_zigzag(
-            _zigzag_layer(kind, sizes), str(inputs / "hardware" / "tpu_like.yaml"),
-            str(inputs / "mapping" / "tpu_like.yaml"), opt="latency", dump_folder=dump,
+            _zigzag_layer(kind, sizes), hw, mp, opt="latency", dump_folder=str(Path(tmp) / "dump"),
             loma_show_progress_bar=False)
     seconds = time.perf_counter() - started
     cme = cmes[0][1][0][0]
@@ -72,6 +110,8 @@ def run_zigzag(kind: str, sizes) -> dict:
     return {"cycles": float(latency), "ideal": float(cme.ideal_cycle), "pj": float(energy),
             "pj_by_level": {**_zigzag_level_energy(cme), "MAC": float(cme.mac_energy)},
             "onloading": float(getattr(cme, "data_onloading_cycle", 0.0)),
+            "offloading": float(getattr(cme, "data_offloading_cycle", 0.0)),
+            "stall": float(cme.stall_slack_comb), "temporal_cycles": float(cme.ideal_temporal_cycle),
             "temporal": temporal, "spatial": spatial,
             "mapping": f"spatial {cme.spatial_mapping}; temporal {cme.temporal_mapping}", "seconds": seconds}
 
@@ -95,29 +135,37 @@ def _zigzag_level_energy(cme) -> dict[str, float]:
 # ZigZag's layer dimensions -> the loops of autocomp's matmul / conv2d kernels.
 LOOP_OF = {"gemm": {"B": "i", "K": "j", "C": "k"},
            "conv": {"B": "n", "K": "f", "C": "c", "OY": "h", "OX": "w", "FY": "r", "FX": "s"}}
-# Which ZigZag operand and memory level (its temporal mapping, innermost level first) bounds
-# each of autocomp's tiling levels on tpu_like: SRAM = I's sram, rf_W = W's rf_128B, rf_O =
-# O's rf_2B.
-LEVEL_OF = {"SRAM": ("I", 0), "rf_W": ("W", 0), "rf_O": ("O", 0)}
+# Which ZigZag operands and memory levels (their temporal mappings, innermost level first)
+# bound each of autocomp's tiling levels on tpu_like: SRAM = I's and O's sram, rf_W = W's
+# rf_128B, rf_O = O's rf_2B.
+LEVEL_OF = {"SRAM": (("I", 0), ("O", 1)), "rf_W": (("W", 0),), "rf_O": (("O", 0),)}
+# The dimensions indexing each ZigZag operand: a level shared by two operands takes, along a
+# loop, the tile of the operands the loop indexes (the others keep their tile whatever it
+# iterates, ZigZag's stationarity).
+RELEVANT = {"gemm": {"I": {"B", "C"}, "W": {"K", "C"}, "O": {"B", "K"}},
+            "conv": {"I": {"B", "C", "OY", "OX", "FY", "FX"}, "W": {"K", "C", "FY", "FX"},
+                     "O": {"B", "K", "OY", "OX"}}}
 
 
-def zigzag_schedule(kind: str, sizes, zz: dict):
+def zigzag_schedule(kind: str, sizes, zz: dict, target=None):
     """ZigZag's chosen mapping as an autocomp Schedule on benchmarks/targets/tpu_like.yaml, so
     the two cost models can be compared on one mapping. A level's tile along a loop is the
     spatial unrolling times the temporal loops ZigZag keeps at or below the matching
-    operand level (LEVEL_OF), nested inside the tile outside it; each level's loop order
+    operand level (LEVEL_OF; at a level two operands share, the smaller tile of the operands
+    the loop indexes), nested inside the tile outside it; each level's loop order
     follows ZigZag's order (operand I lists every temporal loop) by each loop's outermost
     occurrence among the loops that iterate that level's tiles. ZigZag may split one
     dimension into several loops with others between (K 4, B 16, B 32, K 4): autocomp has one
-    loop per dimension per level, which keeps the outer occurrence's place."""
-    import autocomp_jupyter as ac
+    loop per dimension per level, which keeps the outer occurrence's place. `target`: the
+    design (default benchmarks/targets/tpu_like.yaml)."""
     from autocomp_jupyter.accel.target import load_target
     from autocomp_jupyter.dsl import parse
     from autocomp_jupyter.ir.schedule import Schedule, kernels_unfused
 
-    target = load_target(str(TARGET))
+    target = load_target(str(TARGET) if target is None else target)
     kernel = kernels_unfused(parse(_program(kind, sizes)))[0]
     names = LOOP_OF[kind]
+    dims = {loop: d for d, loop in names.items()}
     extents = {l.name: l.extent for l in kernel.loops}
     spatial = {names[d]: n for d, n in zz["spatial"]}
     levels = target.tiling_levels                     # outer -> inner
@@ -126,13 +174,16 @@ def zigzag_schedule(kind: str, sizes, zz: dict):
         outer = extent
         per_level = []
         for lv in levels:
-            op, idx = LEVEL_OF[lv]
-            size = spatial.get(loop, 1)
-            for level in zz["temporal"][op][:idx + 1]:
-                for d, n in level:
-                    if names[d] == loop:
-                        size *= n
-            outer = min(outer, size)
+            sizes_at = {}
+            for op, idx in LEVEL_OF[lv]:
+                size = spatial.get(loop, 1)
+                for level in zz["temporal"][op][:idx + 1]:
+                    for d, n in level:
+                        if names[d] == loop:
+                            size *= n
+                sizes_at[op] = size
+            indexed = [size for op, size in sizes_at.items() if dims[loop] in RELEVANT[kind][op]]
+            outer = min(outer, min(indexed) if indexed else max(sizes_at.values()))
             per_level.append(outer)
         tiles[loop] = per_level
     order_seq = [(names[d], n) for level in zz["temporal"]["I"] for d, n in level]   # inner -> outer
@@ -150,17 +201,18 @@ def zigzag_schedule(kind: str, sizes, zz: dict):
                     levels=levels), target
 
 
-def autocomp_on_zigzag_mapping(kind: str, sizes, zz: dict) -> dict:
+def autocomp_on_zigzag_mapping(kind: str, sizes, zz: dict, target=None) -> dict:
     """autocomp's cost model on ZigZag's mapping: cycles, cold start and the bound."""
     from autocomp_jupyter.accel.cost import evaluate
 
-    schedule, target = zigzag_schedule(kind, sizes, zz)
+    schedule, target = zigzag_schedule(kind, sizes, zz, target)
     c = evaluate(schedule, target)
     clock = target.clock_ghz * 1e9
     tiles = ", ".join(f"{loop} {'/'.join(str(v) for v in lv.values())}" for loop, lv in schedule.tiles.items())
-    by_level = {m.name: c.bytes[m.name] * m.energy_pj_per_byte for m in target.memory}
+    by_level = {name: pj * 1e12 for name, pj in c.energy_by_level.items()}   # reads and writes at both ends
     by_level["MAC"] = c.energy_j * 1e12 - sum(by_level.values())   # MACs and vector ops
     return {"cycles": c.cycles, "cold": c.limits.get("cold start", 0.0) * clock, "bound": c.bound,
+            "compute_cycles": c.compute_s * clock, "schedule": schedule,
             "pj": c.energy_j * 1e12, "pj_by_level": by_level,
             "mapping": f"tiles {tiles}; orders " + "; ".join(f"{lv} {' '.join(o)}" for lv, o in schedule.order.items())}
 
@@ -231,11 +283,146 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def main() -> int:
+# ------------------------------------------------------------------ the design sweep
+
+ARRAYS = (8, 16, 32)
+SRAM_KIB = (256, 1024, 4096)
+DESIGNS = [(n, k) for n in ARRAYS for k in SRAM_KIB]       # explore's order: array outer, SRAM inner
+
+
+def design_target(n: int, sram_kib: int):
+    """benchmarks/targets/tpu_like.yaml with an n x n array and the SRAM resized, as `explore`
+    builds it (the per-PE register files and the peak MACs follow the array)."""
+    from autocomp_jupyter.dse import _design_target, target_mapping
+
+    raw, filename = target_mapping(str(TARGET))
+    return _design_target(raw, filename, {"compute.pe_rows": n, "compute.pe_cols": n,
+                                          "memory.SRAM.size_bytes": f"{sram_kib}KiB"})
+
+
+def sweep() -> dict:
+    """The 9 designs over LAYERS in both tools (latency objectives: `explore` on ours, ZigZag's
+    opt="latency"), and ZigZag's mapping of every layer priced by our model."""
+    from autocomp_jupyter.dse import explore
+
+    sweeps = ["compute.pe_rows,compute.pe_cols=" + ",".join(f"{n}x{n}" for n in ARRAYS),
+              "memory.SRAM.size_bytes=" + ",".join(f"{k}KiB" for k in SRAM_KIB)]
+    targets = [design_target(n, k) for n, k in DESIGNS]
+    rows = []          # one per (layer, design)
+    seconds = {"autocomp": 0.0, "zigzag": 0.0}
+    for name, kind, sizes in LAYERS:
+        started = time.perf_counter()
+        points = explore(_program(kind, sizes), str(TARGET), sweeps).points
+        seconds["autocomp"] += time.perf_counter() - started
+        for d, (n, k) in enumerate(DESIGNS):
+            point = points[d]
+            assert point["valid"] and point["verified"], (name, n, k, point.get("reason"))
+            z = run_zigzag(kind, sizes, n, k)
+            seconds["zigzag"] += z["seconds"]
+            same = autocomp_on_zigzag_mapping(kind, sizes, z, targets[d])
+            rows.append({"layer": name, "design": (n, k), "cycles": point["time_s"] * 1e9,   # 1 GHz
+                         "pj": point["energy_j"] * 1e12, "zigzag_cycles": z["cycles"], "zigzag_pj": z["pj"],
+                         "same_cycles": same["cycles"], "same_pj": same["pj"]})
+        print(f"  {name}: done", file=sys.stderr, flush=True)
+    return {"rows": rows, "seconds": seconds}
+
+
+def sweep_markdown(result: dict) -> str:
+    from bench_dse import ranks, spearman
+
+    rows = result["rows"]
+    total = {key: [sum(r[key] for r in rows if r["design"] == d) for d in DESIGNS]
+             for key in ("cycles", "pj", "zigzag_cycles", "zigzag_pj")}
+    rc, rz = ranks(total["cycles"]), ranks(total["zigzag_cycles"])
+    ec, ez = ranks(total["pj"]), ranks(total["zigzag_pj"])
+    seconds = result["seconds"]
+    out = [f"Designs (PE array x SRAM) over the {len(LAYERS)} layers, latency objectives "
+           f"(autocomp `explore` {seconds['autocomp']:.0f} s, ZigZag {seconds['zigzag']:.0f} s)", "",
+           "| array | SRAM | autocomp cycles | ZigZag cycles | rank a/z | autocomp µJ | ZigZag µJ | "
+           "energy a/z | rank a/z |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for d, (n, k) in enumerate(DESIGNS):
+        out.append(f"| {n}x{n} | {k} KiB | {total['cycles'][d]:,.0f} | {total['zigzag_cycles'][d]:,.0f} | "
+                   f"{rc[d]:g}/{rz[d]:g} | {total['pj'][d] / 1e6:,.1f} | {total['zigzag_pj'][d] / 1e6:,.1f} | "
+                   f"{total['pj'][d] / total['zigzag_pj'][d]:.2f} | {ec[d]:g}/{ez[d]:g} |")
+    ratios = [total["pj"][d] / total["zigzag_pj"][d] for d in range(len(DESIGNS))]
+    out += ["", f"Spearman, total latency: {spearman(total['cycles'], total['zigzag_cycles']):+.3f}; "
+            f"total energy: {spearman(total['pj'], total['zigzag_pj']):+.3f}. "
+            f"Energy autocomp / ZigZag per design: {min(ratios):.2f}-{max(ratios):.2f} "
+            f"({sum(0.5 <= r <= 2.0 for r in ratios)} of {len(ratios)} within 2x).", "",
+            "Like for like: ZigZag's mapping of each layer priced by autocomp's model, over ZigZag's own "
+            "price (cycles / energy):", "",
+            "| array | SRAM | " + " | ".join(name for name, _, _ in LAYERS) + " |",
+            "|---|---|" + "---:|" * len(LAYERS)]
+    for n, k in DESIGNS:
+        cells = [f"{r['same_cycles'] / r['zigzag_cycles']:.2f} / {r['same_pj'] / r['zigzag_pj']:.2f}"
+                 for r in rows if r["design"] == (n, k)]
+        out.append(f"| {n}x{n} | {k} KiB | " + " | ".join(cells) + " |")
+    lat = [r["same_cycles"] / r["zigzag_cycles"] for r in rows]
+    en = [r["same_pj"] / r["zigzag_pj"] for r in rows]
+    within = sum(abs(a - 1) <= 0.15 and abs(b - 1) <= 0.15 for a, b in zip(lat, en))
+    out += ["", f"Like-for-like ratios: cycles {min(lat):.2f}-{max(lat):.2f}, energy {min(en):.2f}-{max(en):.2f}; "
+            f"{within} of {len(rows)} layer x design points within 15% on both."]
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------ saturated ports
+
+GEMMS = [layer for layer in LAYERS if layer[1] == "gemm"]
+
+
+def saturated_ports(n: int = 32, sram_kib: int = 256) -> list[dict]:
+    """The GEMMs on one design (default 32x32 with 256 KiB, where their ports saturate): the
+    stall each tool counts on ZigZag's mapping (cycles past the compute: ZigZag's stall,
+    on- and off-loading and systolic drain; ours the same on the translated schedule), and
+    our model against our simulator on ZigZag's mapping and on our own."""
+    import autocomp_jupyter as ac
+    from autocomp_jupyter.accel.cost import evaluate
+    from autocomp_jupyter.accel.sim import simulate
+
+    target = design_target(n, sram_kib)
+    rows = []
+    for name, kind, sizes in GEMMS:
+        z = run_zigzag(kind, sizes, n, sram_kib)
+        same = autocomp_on_zigzag_mapping(kind, sizes, z, target)
+        own = ac.optimize(_program(kind, sizes), target=target, tune=0).after.schedules[0]
+        c = evaluate(own, target)
+        rows.append({"layer": name, "zigzag_stall": z["cycles"] - z["temporal_cycles"],
+                     "zigzag_ss": z["stall"], "zigzag_on_off": z["onloading"] + z["offloading"],
+                     "same_stall": same["cycles"] - same["compute_cycles"], "same_cycles": same["cycles"],
+                     "zigzag_cycles": z["cycles"], "same_sim": simulate(same["schedule"], target).cycles,
+                     "own_cycles": c.cycles, "own_stall": c.cycles - c.compute_s * 1e9, "own_bound": c.bound,
+                     "own_sim": simulate(own, target).cycles})
+    return rows
+
+
+def saturated_markdown(rows: list[dict], n: int = 32, sram_kib: int = 256) -> str:
+    out = [f"Stalls on {n}x{n} with {sram_kib} KiB (cycles past the compute), and model against simulator:", "",
+           "| layer | ZigZag stall (SS + on/off-loading) | autocomp on ZigZag's mapping | ratio | its sim / model | "
+           "autocomp's own mapping: stall | bound | sim / model |", "|---|---:|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        out.append(f"| {r['layer']} | {r['zigzag_stall']:,.0f} ({r['zigzag_ss']:,.0f} + {r['zigzag_on_off']:,.0f}) | "
+                   f"{r['same_stall']:,.0f} | {r['same_stall'] / r['zigzag_stall']:.2f} | "
+                   f"{r['same_sim'] / r['same_cycles']:.3f} | {r['own_stall']:,.0f} | {r['own_bound']} | "
+                   f"{r['own_sim'] / r['own_cycles']:.3f} |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=("default", "sweep", "ports"), default=None,
+                    help="one part: tpu_like as bundled, the 9-design sweep, or the saturated ports")
+    args = ap.parse_args(argv)
     if not zigzag_available():
         print("ZigZag comparison skipped: zigzag-dse is not installed (pip install 'autocomp-jupyter[zigzag]').")
         return 0
-    print(markdown(table()))
+    if args.only in (None, "default"):
+        print(markdown(table()) + "\n")
+    if args.only in (None, "ports"):
+        print(saturated_markdown(saturated_ports()) + "\n")
+    if args.only in (None, "sweep"):
+        print(sweep_markdown(sweep()))
     return 0
 
 

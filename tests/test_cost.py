@@ -99,8 +99,12 @@ def test_gemm_on_toy_by_hand(toy):
     assert c.flops == 2 * 64 ** 3
     assert c.arithmetic_intensity == pytest.approx(524288 / 65536)
     assert c.bw_util == pytest.approx(65536 / c.time_s / 8e9)
-    # Energy: buf 2113536 x 0.5 pJ + DRAM 65536 x 10 pJ + 262144 MACs x 1 pJ.
-    assert c.energy_j == pytest.approx((2113536 * 0.5 + 65536 * 10 + 262144) * 1e-12)
+    # Energy, every transfer at both its ends: buf reads 2 x 1048576 operand bytes and the
+    # 16384 B of C it writes back, and is written 49152 B of A and B tiles and 16384 B of
+    # results (2179072 B x 0.5 pJ); DRAM reads 49152 B and is written 16384 B (x 10 pJ);
+    # 262144 MACs x 1 pJ.
+    assert c.energy_j == pytest.approx((2179072 * 0.5 + 65536 * 10 + 262144) * 1e-12)
+    assert c.energy_by_level == pytest.approx({"buf": 2179072 * 0.5e-12, "DRAM": 65536 * 10e-12})
     assert c.pe_util == 1.0 and c.occupancy == 1.0 and c.spill_ratio == 0.0
     assert set(c.metrics()) == set(METRIC_NAMES)
 

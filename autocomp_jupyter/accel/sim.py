@@ -42,12 +42,16 @@ class SimResult:
 
 
 class _Channel:
-    """One source level's channel to the levels inside it. A transfer occupies bytes / bandwidth
-    of it. Transfers are booked in the order the replay meets them, but a prefetch is issued
-    at the start of the tile it overlaps, earlier than loads already booked for that tile's
-    steps: it then takes the idle gaps after its issue time (a DMA engine interleaves its
-    queued requests in bursts) before queueing at the end. Only the last `MAX_GAPS` gaps are
-    kept (a finite request queue)."""
+    """One port's channel. A transfer occupies bytes / bandwidth of it. Transfers are booked in
+    the order the replay meets them, but a prefetch is issued at the start of the tile it
+    overlaps, earlier than loads already booked for that tile's steps: it then takes the idle
+    gaps after its issue time (a DMA engine interleaves its queued requests in bursts) before
+    queueing at the end. Only the last `MAX_GAPS` gaps are kept (a finite request queue).
+
+    A transfer nothing waits for (a double-buffered level's write-back) is posted instead: it
+    takes the idle time the bookings leave after its issue (`serve`), as ZigZag lets a
+    transfer use any cycle of its memory-updating window, and goes in line only when its
+    buffer posts the next one (it must be out by then) or at the end (`flush`)."""
 
     MAX_GAPS = 4096
 
@@ -55,11 +59,11 @@ class _Channel:
         self.free = 0.0
         self.starts: list[float] = []   # idle gaps before `free`, sorted and disjoint
         self.ends: list[float] = []
+        self.pending: dict = {}         # key -> [issue, seconds left] of posted transfers
 
-    def book(self, issue: float, duration: float) -> float:
-        """Book `duration` seconds of transfer issued at `issue`; return when it is done."""
-        if duration <= 0.0:
-            return max(issue, 0.0)
+    def _fill_gaps(self, issue: float, duration: float) -> tuple[float, float]:
+        """Take idle gaps after `issue` for up to `duration`: (seconds left, when the last
+        part taken ends)."""
         starts, ends = self.starts, self.ends
         g = bisect.bisect_right(ends, issue)
         done = issue
@@ -78,15 +82,46 @@ class _Channel:
                 starts[g] = done
             else:
                 del starts[g], ends[g]
+        return duration, done
+
+    def book(self, issue: float, duration: float) -> float:
+        """Book `duration` seconds of transfer issued at `issue`; return when it is done."""
+        if duration <= 0.0:
+            return max(issue, 0.0)
+        duration, done = self._fill_gaps(issue, duration)
         if duration > 0.0:
             begin = max(self.free, issue)
             if begin > self.free:
-                starts.append(self.free)
-                ends.append(begin)
-                if len(starts) > self.MAX_GAPS:
-                    del starts[0], ends[0]
+                self.starts.append(self.free)
+                self.ends.append(begin)
+                if len(self.starts) > self.MAX_GAPS:
+                    del self.starts[0], self.ends[0]
             self.free = done = begin + duration
         return done
+
+    def post(self, key, issue: float, duration: float) -> None:
+        """Post a transfer nothing waits for (see the class docstring); `key` its buffer."""
+        if duration <= 0.0:
+            return
+        old = self.pending.pop(key, None)
+        if old is not None:                 # its buffer's previous one must be out first
+            self.book(*old)
+        self.pending[key] = [issue, duration]
+        self.serve()
+
+    def serve(self) -> None:
+        """Give the posted transfers the idle gaps the bookings so far left."""
+        for key in list(self.pending):
+            job = self.pending[key]
+            job[1], _ = self._fill_gaps(job[0], job[1])
+            if job[1] <= 0.0:
+                del self.pending[key]
+
+    def flush(self) -> None:
+        """Book what is still posted in line (the end of the run)."""
+        for issue, rest in self.pending.values():
+            self.book(issue, rest)
+        self.pending.clear()
 
 
 def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
@@ -311,6 +346,8 @@ class _StatementReplay:
             prev_end = ready + busy
             compute_total += step_compute
             points_done += points
+        for channel in self.channels:
+            channel.flush()
         drain = self.drain()
         moved += drain
         # An inner level's last tile reaches its parent before the parent's can leave.
@@ -415,7 +452,8 @@ class _StatementReplay:
         next tile is fetched from the moment the current one came into use, and the tile
         leaving is written back (after the step that last used it) while the next computes.
         A level that holds its tiles once waits for the write-back, then the fetch, after
-        the previous step. Each source level is one channel."""
+        the previous step. Each source level is one channel; a double-buffered level's
+        write-back is posted on it (`_Channel.post`): it waits for idle time, not in line."""
         bw, channels, double_buffered = self.bw, self.channels, self.double_buffered
         ready = prev_end
         arrived: dict[int, float] = {}   # tiling level -> when its new tiles of this step are in
@@ -427,7 +465,7 @@ class _StatementReplay:
             issue = max(issue, arrived.get(self.level_of_source.get(src, -1), 0.0))
             wait = []
             if back and double_buffered[h]:
-                posted.append((src, back))     # after this step's fetches, issued earlier
+                posted.append((src, back, slot))     # after this step's fetches, issued earlier
             elif back:
                 done = channels[src].book(prev_end, back / bw[src])
                 wait.append(done)
@@ -441,8 +479,10 @@ class _StatementReplay:
                 par = self.lat_par[src] if slot in self.since else 1.0
                 arrived[h] = max(arrived.get(h, 0.0), max(wait) + self.latency[src] / par)
                 ready = max(ready, arrived[h])
-        for src, back in posted:
-            channels[src].book(prev_end, back / bw[src])
+        for src, back, slot in posted:
+            channels[src].post(slot, prev_end, back / bw[src])
+        for channel in channels:
+            channel.serve()
         for _, _, slot, _, _ in changes:
             self.since[slot] = ready
         return ready

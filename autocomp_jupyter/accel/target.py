@@ -36,10 +36,11 @@ byte — so a sweep of `compute.pe_rows` / `compute.pe_cols` rescales them with 
   level ... got 1.5 B per PE`). DRAM is never per PE, and `per_pe` replaces `per_unit`.
 - `read_pj`, `write_pj` (default `read_pj`) and `width_bits` on a memory level, instead of
   `energy_pj_per_byte`: the energy of one access of the port's width, as ZigZag's `r_cost` /
-  `w_cost` per word of the port's bandwidth. Per byte that is `read_pj / (width_bits / 8)`;
-  the model charges one energy per byte moved at a level, both ways, so it reads the mean of the
-  read and write energies per byte (`MemoryLevel.read_pj_per_byte` / `write_pj_per_byte` keep the
-  two apart). `width_bits` must be a multiple of the PE dtype's element (`compute.pe_dtype`, by
+  `w_cost` per word of the port's bandwidth. Per byte that is `read_pj / (width_bits / 8)`
+  (`MemoryLevel.read_pj_per_byte` / `write_pj_per_byte`; the cost model charges a transfer's
+  read where it leaves and its write where it lands), and the level is timed by its ports: whole
+  accesses of `width_bits`, reads and writes on one port or, with `ports: 2`, apart
+  (`accel/cost/ports.py`). `width_bits` must be a multiple of the PE dtype's element (`compute.pe_dtype`, by
   default the widest dtype at the full MAC rate): an 8-bit port on an f32 array is refused.
 - Derived compute fields: peak MACs per cycle per dtype default to `pe_rows x pe_cols` (lanes x
   FMA pipes on SIMT and vector targets), `vector_lanes` to `pe_cols`, `fill_cycles` to `pe_rows +
@@ -122,10 +123,14 @@ class MemoryLevel:
     # (the per-PE figures x PEs), the level is per_unit, and area builds one per PE.
     per_pe: bool = False
     # Energy per byte read out of / written into the level (given per access at a port width,
-    # they may differ); None: `energy_pj_per_byte` both ways. The cost model reads only
-    # `energy_pj_per_byte`, their mean.
+    # they may differ); None: `energy_pj_per_byte` (their mean) both ways. The cost model
+    # charges reads and writes apart (accel/cost/energy.py).
     read_pj_per_byte: float | None = None
     write_pj_per_byte: float | None = None
+    # The port's width (`width_bits`, given with energies per access): a port moves whole
+    # accesses of this width, one a cycle at `bandwidth_gbps` (the cost model's ports step
+    # rounds each transfer up to them); None: any number of bytes.
+    width_bits: int | None = None
 
     @property
     def is_unbounded(self) -> bool:
@@ -684,6 +689,7 @@ def _build_level(m: Mapping, pes: int, technology_nm: float) -> MemoryLevel:
         energy_pj_per_byte=(read_pj + write_pj) / 2, per_unit=bool(m.get("per_unit", m.get("per_pe", False))),
         roles=roles_of(m.get("holds", HOLDS)), ports=int(m.get("ports", 1)), per_pe=bool(m.get("per_pe", False)),
         read_pj_per_byte=read_pj, write_pj_per_byte=write_pj,
+        width_bits=int(m["width_bits"]) if "width_bits" in m else None,
     )
 
 

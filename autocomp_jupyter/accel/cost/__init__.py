@@ -35,18 +35,23 @@ package (`KernelModel._evaluate` in model.py runs them in this order):
 * Ports (ports.py). Levels whose tiles fit twice overlap their transfers with compute;
   others serialise with it. The first input tiles (cold start) and the last output tiles
   (drain) overlap nothing: time = max(max(compute, operand streaming) + serial transfers +
-  cold start + drain, each level L's bound). A level's bound is max(traffic_L / bw_L, its
+  cold start + drain, each level L's bound). A level's bound is max(its port time, its
   reads / bw_L + loads x latency — one load in flight per fed level, the fed levels side by
   side, posted write-backs in the latency's shadow), after the levels outside it delivered
   their first tiles (every unit's first load a whole latency), plus the last tile's compute
-  after its last load. Operand streaming stops while the array fills.
+  after its last load. Port time: a level given per byte is a channel to the levels inside
+  it (its traffic / bw_L); a level given per access (`width_bits`) is timed as ZigZag times
+  ports — every transfer at both its ends, whole accesses of the port's width, reads and
+  writes on one port or apart — so a saturated port stalls. Operand streaming stops while
+  the array fills.
 * Overlap (overlap.py). How a kernel's statements (the anchor, in-place epilogues, nests
   of their own) and its producer nests combine into its time.
 * Compute at (producer.py). A statement computed at the anchor's tiles (`Kernel.compute_at`)
   is costed as its own nest over its region, scaled by its recompute; its tensor is held on
   chip at the compute point (capacity.py's `_held_regions`). Producer and consumer run one
   after the other in each tile: their times add, or overlap on different datapaths.
-* Energy (energy.py). Bytes per level at its energy per byte, plus MACs and vector ops.
+* Energy (energy.py). Every transfer at both its ends: bytes read out of a level at its read
+  energy, bytes written into it at its write energy; plus MACs and vector ops.
 
 The rest: statements.py compiles a kernel's statements (accesses, roles, datapath mapping)
 once per kernel and target; results.py holds `BatchCost` / `KernelCost` / `ProgramCost`;

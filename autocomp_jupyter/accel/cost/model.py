@@ -23,10 +23,10 @@ from ..host_model import _GEMM_MIN_BLOCK, _GEMM_MR, _GEMM_NR, compute_model
 from ..target import Target, load_target
 from .capacity import _held_regions, footprints, occupy
 from .compute import Work, datapath_of, datapath_tile, occupancy, statement_cycles
-from .energy import kernel_energy
+from .energy import kernel_energy, level_energies
 from .fill import array_fill
 from .overlap import Timeline
-from .ports import bandwidth, statement_time
+from .ports import bandwidth, port_shapes, statement_time
 from .producer import _ProducerModel, _producer_groups
 from .results import BatchCost
 from .statements import statement_model
@@ -56,7 +56,8 @@ class KernelModel:
         self.per_unit = np.array([m.per_unit for m in on_chip])
         self.bw = np.array([m.bandwidth_gbps * 1e9 for m in target.memory])
         self.latency_s = np.array([m.latency_cycles for m in target.memory]) / (target.clock_ghz * 1e9)
-        self.energy_per_byte = np.array([m.energy_pj_per_byte for m in target.memory]) * 1e-12
+        self.read_j, self.write_j = level_energies(target)      # J per byte read / written at each level
+        self.port_bytes, self.ported, self.split_ports = port_shapes(target)   # ports.py
         self.mem_per_unit = np.array([m.per_unit for m in target.memory])
         per_unit_levels = [h for h in range(L) if on_chip[h].per_unit]
         self.dist_level = per_unit_levels[0] if per_unit_levels else L - 1
@@ -253,10 +254,10 @@ class KernelModel:
             datapath_bytes[:, si, :] = moved.datapath
             times = statement_time(self, moved, cap.double_buffered, bw, seq.tiles_at, st_compute, fill,
                                    active)                                     # ports.py
-            timeline.add_statement(si == self.kernel.anchor, st.in_place, tile.dp.unit, st_compute, moved.bytes,
+            timeline.add_statement(si == self.kernel.anchor, st.in_place, tile.dp.unit, st_compute, moved,
                                    bw, times, seq.tiles_at[:, L - 1])          # overlap.py
         timeline.close_statements()
-        producer_energy = timeline.add_producers(self.producers, compute, grid, parallel, self.energy_per_byte)
+        producer_energy = timeline.add_producers(self.producers, compute, grid, parallel)
         time_s = timeline.time_s
         if self.host is not None:   # host C: the paths that replace the nest (packed, direct rows)
             time_s = self.host.seconds(self, schedule_tiles, parallel, time_s)
@@ -264,11 +265,14 @@ class KernelModel:
             # 64 MB of pre-packed weights do not stay in cache between calls).
             time_s = np.maximum(time_s, self.compulsory_bytes / self.bw[-1])
         bytes_by_level = timeline.bytes_by_level
-        energy = kernel_energy(bytes_by_level, self.energy_per_byte, work.mac_points + work.vector_ops,
-                               target.energy_pj_per_mac, producer_energy)      # energy.py
-        return self._batch_cost(time_s, bytes_by_level, energy, share, work, cap, datapath_bytes, timeline)
+        energy, energy_by_level = kernel_energy(
+            timeline.reads_by_level, timeline.writes_by_level, self.read_j, self.write_j,
+            work.mac_points + work.vector_ops, target.energy_pj_per_mac, producer_energy,
+            timeline.producer_level_energy)                                    # energy.py
+        return self._batch_cost(time_s, bytes_by_level, energy, energy_by_level, share, work, cap, datapath_bytes,
+                                timeline)
 
-    def _batch_cost(self, time_s, bytes_by_level, energy, share, work, cap, datapath_bytes,
+    def _batch_cost(self, time_s, bytes_by_level, energy, energy_by_level, share, work, cap, datapath_bytes,
                     timeline) -> BatchCost:
         """The steps' results as a BatchCost, with the utilisations derived from them."""
         clock = self.target.clock_ghz * 1e9
@@ -276,7 +280,7 @@ class KernelModel:
         flops = np.full(len(time_s), self.flops)
         return BatchCost(
             level_names=self.level_names, time_s=time_s, cycles=time_s * clock, flops=flops,
-            bytes=bytes_by_level, energy_j=energy,
+            bytes=bytes_by_level, energy_j=energy, energy_by_level=energy_by_level,
             bw_util=dram / np.maximum(time_s, 1e-30) / self.bw[-1],
             occupancy=share,
             pe_util=np.where(work.offered > 0, work.useful / np.maximum(work.offered, 1e-30), 1.0),

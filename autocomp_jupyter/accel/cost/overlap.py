@@ -19,6 +19,7 @@ import numpy as np
 from .compute import datapath_of
 from .energy import nest_compute_energy
 from .ports import StatementTime
+from .traffic import StatementTraffic
 
 
 class Timeline:
@@ -34,6 +35,11 @@ class Timeline:
         self.compute_s = np.zeros(n)
         self.compute_by_unit: dict[str, np.ndarray] = {}
         self.bytes_by_level = np.zeros((n, M))
+        # bytes read out of / written into each level (each transfer at both its ends), and
+        # the producers' traffic energy per level (energy.py)
+        self.reads_by_level = np.zeros((n, M))
+        self.writes_by_level = np.zeros((n, M))
+        self.producer_level_energy = np.zeros((n, M))
         self.level_time = np.zeros((n, M))
         self.level_bw_s = np.zeros((n, M))
         self.level_lat_s = np.zeros((n, M))
@@ -52,10 +58,13 @@ class Timeline:
         self.apart_total = np.zeros(n)
         self.anchor_only = None
 
-    def add_statement(self, anchor: bool, in_place: bool, unit: str, st_compute: np.ndarray, st_bytes: np.ndarray,
+    def add_statement(self, anchor: bool, in_place: bool, unit: str, st_compute: np.ndarray, traffic: StatementTraffic,
                       bw: np.ndarray, t: StatementTime, out_tiles: np.ndarray) -> None:
         """One statement of the kernel's own nest (not computed at the anchor's tiles):
         `unit` its datapath, `out_tiles` [n] its innermost tiles."""
+        st_bytes = traffic.bytes
+        self.reads_by_level += traffic.reads_at
+        self.writes_by_level += traffic.writes_at
         self.level_bw_s += t.bw_s
         self.serial_total += t.serial
         if not in_place:   # an in-place epilogue's loads ride the anchor's (below)
@@ -74,7 +83,7 @@ class Timeline:
             self.beside[unit] = self.beside.get(unit, 0.0) + np.where(other, st_compute, 0.0)
             self.beside_tail += np.where(other, st_compute / out_tiles, 0.0)
             self.group_busy += np.where(other, 0.0, st_compute) + t.drain
-            self.group_levels += st_bytes / bw
+            self.group_levels += t.bw_s
             self.drain_total += t.drain
         else:
             st_time = np.maximum(t.step + t.serial + t.cold + t.drain, t.level.max(axis=1))
@@ -102,10 +111,10 @@ class Timeline:
                 + self.beside_tail
         self.time_s += np.maximum(group_busy, self.group_levels.max(axis=1))
 
-    def add_producers(self, producers, compute, grid, parallel, energy_per_byte: np.ndarray) -> np.ndarray:
+    def add_producers(self, producers, compute, grid, parallel) -> np.ndarray:
         """Producer nests computed at the anchor's tiles, each costed over its region and
-        recomputed (`producer.py`); returns their compute energy [n] (their traffic's is in
-        the bytes)."""
+        recomputed (`producer.py`); returns their compute energy [n] (their traffic's joins
+        `producer_level_energy`)."""
         n = self.n
         producer_energy = np.zeros(n)
         if not producers:
@@ -131,7 +140,8 @@ class Timeline:
             self.compute_s += cost.compute_s * mult
             self.bytes_by_level += cost.bytes * mult[:, None]
             self.level_time += cost.level_time_s * mult[:, None]
-            producer_energy += nest_compute_energy(cost, energy_per_byte) * mult
+            producer_energy += nest_compute_energy(cost) * mult
+            self.producer_level_energy += cost.energy_by_level * mult[:, None]
         self.time_s = np.maximum(np.max(np.stack([np.broadcast_to(v, (n,)) for v in busy.values()]), axis=0),
                                  self.level_time.max(axis=1))
         return producer_energy

@@ -1,13 +1,25 @@
-"""Ports: how long a statement's traffic takes on each level's channel, and what overlaps.
+"""Ports: how long a statement's traffic takes on each level's ports, and what overlaps.
 
-Each source level's channel moves bytes at its bandwidth (a per-unit level's channels
-scale with the active units: `bandwidth`). Levels whose tiles fit twice (double
-buffering) overlap their transfers with compute; others serialise with it (`serial`). The
-first input tiles (cold start) and the last output tiles (drain) overlap nothing. A level's
-bound is max(traffic / bw, its reads / bw + loads x latency — one load in flight per fed
-level, the fed levels side by side, posted write-backs in the latency's shadow), after the
-levels outside it delivered their first tiles (every unit's first load a whole latency),
-plus the last tile's compute after its last load. Operands stream into the datapath from
+A level whose energy is given per access at a port width (`width_bits`) describes its ports
+as ZigZag does, and is timed as ZigZag's latency model times them: every transfer holds a
+port at both its ends (a DRAM->SRAM fill is a read on DRAM's port and a write on SRAM's, a
+result's write-back a read on the level it leaves and a write on its parent's, an operand
+streaming into the datapath a read on the innermost level holding it); one port (`ports: 1`)
+carries the level's reads and writes, two or more give them a port each; and a port moves
+whole accesses of its width, one a cycle at its bandwidth, so a 32-byte operand vector on a
+2048-bit port takes a whole access (`port_shapes`; traffic.py rounds each transfer up). Such
+a level is busy for its accesses / bandwidth (`port_time`): where that reaches the compute
+time its bound exceeds compute, the stall ZigZag counts on a saturated port. Any other level
+is a channel to the levels inside it (`bandwidth_gbps`: the rate it feeds them): its bytes
+moved to and from them / bandwidth, fills from its parent riding the parent's channel.
+
+A per-unit level's ports scale with the active units (`bandwidth`). Levels whose tiles fit
+twice (double buffering) overlap their transfers with compute; others serialise with it
+(`serial`). The first input tiles (cold start) and the last output tiles (drain) overlap
+nothing. A level's bound is max(its port time, its reads / bw + loads x latency — one load
+in flight per fed level, the fed levels side by side, posted write-backs in the latency's
+shadow), after the levels outside it delivered their first tiles (every unit's first load a
+whole latency), plus the last tile's compute after its last load. Operands stream into the datapath from
 the innermost levels (`stream`), and stop while the array fills.
 """
 from __future__ import annotations
@@ -17,6 +29,24 @@ from dataclasses import dataclass
 import numpy as np
 
 from .traffic import StatementTraffic
+
+
+def port_shapes(target) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per memory level [M]: the bytes of one access of its port (0 where any number of
+    bytes moves), whether it is timed by its ports (a `width_bits` is given), and whether its
+    reads and writes have a port each. A per-PE register file's accesses are each PE's own,
+    spread over the array: it is taken as moving any number of bytes."""
+    width = [m.width_bits / 8 if m.width_bits and not m.per_pe else 0.0 for m in target.memory]
+    return (np.array(width), np.array([m.width_bits is not None for m in target.memory]),
+            np.array([m.ports >= 2 for m in target.memory]))
+
+
+def port_time(model, reads: np.ndarray, writes: np.ndarray, channel: np.ndarray, bw: np.ndarray) -> np.ndarray:
+    """[n, M] seconds each level is busy: a level timed by its ports with its `reads` /
+    `writes` [n, M] (bytes in whole accesses; one port carries both, two ports each their own,
+    the busier bounding), any other with the bytes on its `channel` [n, M]."""
+    ports = np.where(model.split_ports[None, :], np.maximum(reads, writes), reads + writes)
+    return np.where(model.ported[None, :], ports, channel) / bw
 
 
 def bandwidth(model, active: np.ndarray) -> np.ndarray:
@@ -47,8 +77,7 @@ def statement_time(model, traffic: StatementTraffic, double_buffered: np.ndarray
     """The StatementTime of a statement's traffic, given its compute seconds and its array
     fill cycles (`fill`, 0.0 off the array)."""
     clock = model.target.clock_ghz * 1e9
-    st_bytes = traffic.bytes
-    bw_s = st_bytes / bw
+    bw_s = port_time(model, traffic.port_reads, traffic.port_writes, traffic.bytes, bw)
     st_level_time = bw_s
     serial_time = (traffic.serial / bw).sum(axis=1)
     first_wait, src_lat, tail, serial_time = _latency(model, traffic, double_buffered, tiles_at, st_compute,
@@ -71,11 +100,12 @@ def statement_time(model, traffic: StatementTraffic, double_buffered: np.ndarray
     tail = np.where(np.isfinite(tail), tail, 0.0)
     st_level_time = st_level_time + np.where(st_level_time > 0, outer_cold + first_wait + tail, 0.0)
     # `<level> latency`: what the level's bound adds to its bytes / bandwidth.
-    latency_s = st_level_time - st_bytes / bw
+    latency_s = st_level_time - bw_s
     # A step lasts as long as its compute or its operands' streaming into the datapath
     # (the innermost levels' channels), whichever is longer: the part of the work
     # the cold start and the drain cannot overlap.
-    stream = (traffic.datapath / bw).max(axis=1)
+    stream = port_time(model, traffic.datapath_port_reads, traffic.datapath_port - traffic.datapath_port_reads,
+                       traffic.datapath, bw).max(axis=1)
     # While the array fills (the part no double buffering hides) nothing streams: the
     # operands' streaming waits through the fills.
     stream = stream + fill / active / clock

@@ -54,6 +54,9 @@ class BatchCost:
     drain_s: np.ndarray | None = None          # [n]: last output tiles, after all compute
     stream_s: np.ndarray | None = None         # [n]: operands streaming into the datapath
     compute_by_unit: dict | None = None        # {unit name: [n]}
+    # [n, levels]: joules of the traffic at each level, reads and writes at both ends of
+    # every transfer (energy.py); the rest of energy_j is MACs and vector operations
+    energy_by_level: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.time_s)
@@ -69,6 +72,8 @@ class BatchCost:
             spill_ratio=float(self.spill_ratio[i]), compute_s=float(self.compute_s[i]),
             level_time_s={n: float(t) for n, t in zip(self.level_names, self.level_time_s[i])},
             limits=self._limits(i),
+            energy_by_level=({n: float(e) for n, e in zip(self.level_names, self.energy_by_level[i])}
+                             if self.energy_by_level is not None else {}),
         )
 
     def _limits(self, i: int) -> dict:
@@ -104,6 +109,7 @@ class KernelCost:
     compute_s: float = 0.0
     level_time_s: dict[str, float] = field(default_factory=dict)
     limits: dict[str, float] = field(default_factory=dict)
+    energy_by_level: dict[str, float] = field(default_factory=dict)   # joules of traffic per level
 
     @property
     def dram_bytes(self) -> float:
@@ -179,6 +185,7 @@ def combine(costs: Sequence[KernelCost], target: Target) -> KernelCost:
         compute_s=sum(c.compute_s for c in costs),
         level_time_s={n: sum(c.level_time_s.get(n, 0.0) for c in costs) for n in names},
         limits={k: sum(c.limits.get(k, 0.0) for c in costs) for k in dict.fromkeys(k for c in costs for k in c.limits)},
+        energy_by_level={n: sum(c.energy_by_level.get(n, 0.0) for c in costs) for n in names},
     )
 
 

@@ -8,7 +8,11 @@ reads back its partial sums on every fetch but the first (`_traffic`). A `where`
 moves only its non-empty tiles' share (`_kept_share`). An overflowing level's share of its
 traffic streams through from its parent instead (spill). Internal tensors of a fused kernel
 never cross the DRAM boundary. `statement_traffic` sorts the bytes by source level into what
-the ports step times: loads, serial transfers, cold start and drain.
+the ports step times: loads, serial transfers, cold start and drain; and by end into what the
+energy step charges: every transfer is a read at the level it leaves and a write at the level
+it enters (a DRAM->SRAM fill is a DRAM read and an SRAM write, an output's write-back an SRAM
+read and a DRAM write, an operand into the datapath a read of the innermost level holding it,
+a result out of the datapath a write there).
 """
 from __future__ import annotations
 
@@ -78,8 +82,13 @@ class StatementTraffic:
     """Where a statement's bytes go, per source memory level [n, M]: all of them (`bytes`),
     into the datapath (`datapath`), the reads into double-buffered levels (their load
     chain), the transfers into levels that cannot double-buffer (`serial`), the first input
-    tiles (`cold`) and last output tiles (`drain`) of double-buffered levels; and per
-    tiling level the tile loads that wait a latency (`events` [n, L]) and their source."""
+    tiles (`cold`) and last output tiles (`drain`) of double-buffered levels; per
+    tiling level the tile loads that wait a latency (`events` [n, L]) and their source; and
+    per memory level, by end, the bytes read out of it (`reads_at`) and written into it
+    (`writes_at`): the energy step's view, where each transfer counts at both its ends; and
+    the same in whole accesses of each level's port (`port_reads`, `port_writes`, bytes
+    rounded up to the port's width per transfer: the ports step's view), with the
+    datapath's share of them (`datapath_port`: operands and results streaming)."""
 
     bytes: np.ndarray
     datapath: np.ndarray
@@ -89,10 +98,17 @@ class StatementTraffic:
     cold: np.ndarray
     drain: np.ndarray
     event_src: dict
+    reads_at: np.ndarray
+    writes_at: np.ndarray
+    port_reads: np.ndarray
+    port_writes: np.ndarray
+    datapath_port: np.ndarray
+    datapath_port_reads: np.ndarray
 
     @classmethod
     def zeros(cls, n: int, M: int, L: int) -> "StatementTraffic":
-        return cls(*(np.zeros((n, M)) for _ in range(4)), np.zeros((n, L)), np.zeros((n, M)), np.zeros((n, M)), {})
+        return cls(*(np.zeros((n, M)) for _ in range(4)), np.zeros((n, L)), np.zeros((n, M)), np.zeros((n, M)), {},
+                   *(np.zeros((n, M)) for _ in range(6)))
 
 
 @dataclass
@@ -105,6 +121,8 @@ class _LevelTraffic:
     fetch_counts: list
     read_share: list
     row_share: list        # an in-place row update: the share of a tile its one row is (cold start, drain)
+    down_share: list       # the share of its bytes moving parent -> level (loads, partial sums read back)
+    footprint: list        # [n] bytes of one tile (one transfer) at each level
 
 
 def statement_traffic(model, grid: TileGrid, capacity, si: int, st: _StatementModel, tile: DatapathTile,
@@ -119,7 +137,8 @@ def statement_traffic(model, grid: TileGrid, capacity, si: int, st: _StatementMo
         by_level = _fetches_by_prefix(a.index_mask[seq.loops], seq.moving, seq.prefix,
                                       [(h + 1) * D for h in a.chain] + [seq.length])
         levels = _level_traffic(a, st, grid, capacity.double_buffered, tile.kept, by_level, model.extents)
-        datapath = _datapath_traffic(a, st, model.target.compute.kind, tile.kept, seq, by_level[:, -1], L)
+        datapath, datapath_reads, granule = _datapath_traffic(a, st, model.target.compute.kind, tile.kept, seq,
+                                                              by_level[:, -1], L)
         # Spill: blend each level's traffic toward what streams through it.
         through = datapath
         eff = [None] * len(a.chain)
@@ -128,6 +147,7 @@ def statement_traffic(model, grid: TileGrid, capacity, si: int, st: _StatementMo
             eff[pos] = levels.fits[pos] + capacity.overflow[:, h] * (through - levels.fits[pos])
             through = eff[pos]
         _charge(model, out, a, capacity.double_buffered, levels, datapath, eff, capacity.tile_bytes[si, ai], active)
+        _charge_ends(model, out, a, levels, datapath, datapath_reads, granule, eff)
     return out
 
 
@@ -135,7 +155,7 @@ def _level_traffic(a: _AccessModel, st: _StatementModel, grid: TileGrid, double_
                    by_level, extents) -> _LevelTraffic:
     """Fetches and traffic of one access at each level holding it (see _LevelTraffic)."""
     n = grid.n
-    fits, fetch_counts, read_share = [], [], []
+    fits, fetch_counts, read_share, down_share = [], [], [], []
     rows = st.domain.loops[0] if isinstance(st.domain, RowTiles) else None
     # an in-place row update touches one row of its tile (its cold start and drain)
     row_share = [grid.counts[:, h, rows] / extents[rows] if rows is not None else 1.0 for h in a.chain]
@@ -156,6 +176,8 @@ def _level_traffic(a: _AccessModel, st: _StatementModel, grid: TileGrid, double_
             # Only partial sums of an accumulation travel between on-chip levels.
             moved, fetches = np.zeros(n), np.zeros(n)
         fits.append(moved)
+        down_share.append(1.0 if a.kind == "read" else _read_back_share(fetches, distinct)
+                          if a.kind == "accumulate" else 0.0)
         # Loads that wait a latency: into a double-buffered level only the reads
         # (an output's write-back is posted, and its first visit starts from zero,
         # so only partial sums are read back); into others, every transfer.
@@ -166,21 +188,29 @@ def _level_traffic(a: _AccessModel, st: _StatementModel, grid: TileGrid, double_
         fetch_counts.append(np.where(double_buffered[:, h], np.maximum(loads, 0.0), fetches))
         read_share.append(1.0 if a.kind == "read" else np.maximum(loads, 0.0) / np.maximum(
             2.0 * fetches - distinct, 1e-30) if a.kind == "accumulate" else 0.0)
-    return _LevelTraffic(fits, fetch_counts, read_share, row_share)
+    return _LevelTraffic(fits, fetch_counts, read_share, row_share, down_share,
+                         [fps[:, pos] for pos in range(len(a.chain))])
 
 
 def _datapath_traffic(a: _AccessModel, st: _StatementModel, compute_kind: str, kept, seq: LoopSequence,
-                      fetches, L: int) -> np.ndarray:
-    """[n] bytes of one access streaming between its innermost level and the datapath."""
+                      fetches, L: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[n] bytes of one access streaming between its innermost level and the datapath, [n]
+    the part of them read out of that level (an operand; an accumulation's partial sums read
+    back; the rest are results written into it), and [n] the bytes of one transfer (a pass's)."""
     distinct = np.prod(seq.counts[:, a.counted], axis=1)
     # A systolic array's partial sums are added into its accumulator as they arrive
     # (the banks read-modify-write in place: Gemmini's accumulate-on-write, the MXU's
     # result buffers): one transfer each on the port, none read back out.
     dp_kind = "write" if a.kind == "accumulate" and compute_kind == "systolic" else a.kind
-    datapath = _traffic(dp_kind, _footprint(a, seq.mean), fetches, distinct)
+    granule = _footprint(a, seq.mean)
+    datapath = _traffic(dp_kind, granule, fetches, distinct)
     if kept is not None:
         datapath = datapath * _kept_share(a, st.domain, kept[:, L - 1], fetches, distinct)
-    return datapath
+    if dp_kind == "read":
+        return datapath, datapath, granule
+    if dp_kind == "write":
+        return datapath, np.zeros_like(datapath), granule
+    return datapath, datapath * _read_back_share(fetches, distinct), granule
 
 
 def _charge(model, out: StatementTraffic, a: _AccessModel, double_buffered, levels: _LevelTraffic, datapath,
@@ -207,6 +237,56 @@ def _charge(model, out: StatementTraffic, a: _AccessModel, double_buffered, leve
             out.drain[:, src] += np.where(double_buffered[:, h], last, 0.0)
         out.events[:, h] = np.maximum(out.events[:, h], levels.fetch_counts[pos])
         out.event_src[h] = src
+
+
+def _charge_ends(model, out: StatementTraffic, a: _AccessModel, levels: _LevelTraffic, datapath, datapath_reads,
+                 granule, eff: list) -> None:
+    """Add one access's bytes to the statement's reads and writes at each end: a load is
+    read out of its source and written into the level it fills; a result's write-back is
+    read out of the level it leaves and written into its parent. In bytes (`reads_at`,
+    `writes_at`: energy) and in whole accesses of each end's port (`port_reads`,
+    `port_writes`: time), each transfer of `granule` / the tile footprint bytes rounded up."""
+    M = len(model.level_names)
+    inner = model.mem_index[a.chain[-1]] if a.chain else M - 1
+    g = _granularity(granule, model.port_bytes[inner])
+    out.reads_at[:, inner] += datapath_reads
+    out.writes_at[:, inner] += datapath - datapath_reads
+    out.port_reads[:, inner] += datapath_reads * g
+    out.port_writes[:, inner] += (datapath - datapath_reads) * g
+    out.datapath_port[:, inner] += datapath * g
+    out.datapath_port_reads[:, inner] += datapath_reads * g
+    for pos, h in enumerate(a.chain):
+        src = M - 1 if pos == 0 else model.mem_index[a.chain[pos - 1]]
+        dst = model.mem_index[h]
+        down = eff[pos] * levels.down_share[pos]          # parent -> this level
+        up = eff[pos] - down                              # this level -> parent
+        g_src = _granularity(levels.footprint[pos], model.port_bytes[src])
+        g_dst = _granularity(levels.footprint[pos], model.port_bytes[dst])
+        out.reads_at[:, src] += down
+        out.writes_at[:, dst] += down
+        out.reads_at[:, dst] += up
+        out.writes_at[:, src] += up
+        out.port_reads[:, src] += down * g_src
+        out.port_writes[:, dst] += down * g_dst
+        out.port_reads[:, dst] += up * g_dst
+        out.port_writes[:, src] += up * g_src
+
+
+def _granularity(transfer, port_bytes: float):
+    """How much longer than its bytes a transfer of `transfer` bytes [n] holds a port that
+    moves whole accesses of `port_bytes` (0: any number of bytes): ceil(b / w) * w / b.
+    A 32-byte operand vector on a 2048-bit SRAM port takes a whole access, as ZigZag counts
+    it (its ports' accesses per period are ceil(bits / bandwidth))."""
+    if not port_bytes:
+        return 1.0
+    transfer = np.maximum(transfer, 1e-30)
+    return np.ceil(transfer / port_bytes - 1e-9) * port_bytes / transfer
+
+
+def _read_back_share(fetches, distinct):
+    """The share of an accumulation's traffic that reads partial sums back (all visits but
+    the first of each tile), the rest writing them out: (f - d) / (2f - d)."""
+    return np.maximum(fetches - distinct, 0.0) / np.maximum(2.0 * fetches - distinct, 1e-30)
 
 
 def _fetches_by_prefix(index_seq: np.ndarray, moving: np.ndarray, upto: np.ndarray,
