@@ -4,11 +4,11 @@ repair that keeps a genome inside its enclosing tiles."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..accel.cost import kernel_model
+from ..accel.cost import fitting_unroll, kernel_model
 from ..accel.target import Target
 from ..ir.schedule import Kernel, Schedule
 from ..space import TileSpace
@@ -23,7 +23,9 @@ class KernelSpace:
 
     Genomes are arrays: tiles [n, D, L] (sizes, inner <= outer), orders [n, L, D]
     (permutations per level), parallel [n, D] bool, vectorize [n] (loop index, -1 = the
-    innermost loop). `unroll` is carried from the incumbent: the cost model does not score it.
+    innermost loop). `unroll` is carried from the incumbent, capped where a candidate's
+    registers would spill it (`schedule`): a fitting unroll costs nothing in the model, so
+    the genome's unroll-free score is the schedule's.
     """
 
     kernel: Kernel
@@ -70,9 +72,13 @@ class KernelSpace:
     # ------------------------------------------------------------------ genomes ↔ schedules
 
     def schedule(self, tiles, orders, parallel, vectorize) -> Schedule:
-        # what the genome does not hold (unroll, point-loop order, staging) is the incumbent's
-        return Schedule.of_arrays(self.kernel, self.levels, tiles, orders, parallel, int(vectorize),
-                                  keep=self.incumbent)
+        # what the genome does not hold (unroll, point-loop order, staging) is the incumbent's;
+        # its unroll capped at what these tiles' registers hold (the genome's score prices none)
+        schedule = Schedule.of_arrays(self.kernel, self.levels, tiles, orders, parallel, int(vectorize),
+                                      keep=self.incumbent)
+        fits = fitting_unroll(schedule, self.target) if schedule.unroll > 1 else schedule.unroll
+        return schedule if fits == schedule.unroll else \
+            replace(schedule, annotations={**schedule.annotations, "unroll": fits})
 
     def repair(self, tiles, orders):
         """Clip tiles inside their enclosing tile; at levels where no loop iterates, keep the
