@@ -21,7 +21,7 @@ from dataclasses import replace
 from numbers import Integral
 from typing import Mapping
 
-from .accel.cost import evaluate
+from .accel.cost import evaluate, unroll_note
 from .canon import evaluate_program
 from .accel.target import Target
 from .ir.plan import Plan
@@ -102,9 +102,10 @@ def evaluate_variant(plan: Plan, target: Target, kernel_name: str, tiles=None, o
     the schedule `schedule` builds (a trace, a `ScheduleBuilder` or a Schedule of this kernel).
 
     Returns {"legal", "reason", "verified", "metrics", "bound", "limits_s", "time_s",
-    "roofline_point", "schedule", "plan", "note"}: legality from isl (with the reason when
+    "roofline_point", "schedule", "plan", "note", "unroll"}: legality from isl (with the reason when
     illegal), the kernel's metrics, binding term and every term it compares (`limits_s`)
-    from the cost model, the program's total time with this variant, its point on the
+    from the cost model, what its unroll costs in registers (`unroll`: the values its
+    unrolled body keeps live, the spill charged and why; '' when it does not unroll), the program's total time with this variant, its point on the
     program's roofline, the variant's Schedule and Plan; `verified` is True when the
     variant ran tile by tile and matched the interpreter (on the scaled twin of a large
     program), False with the reason when it did not, None when not asked (`verify`; by
@@ -145,7 +146,7 @@ def evaluate_variant(plan: Plan, target: Target, kernel_name: str, tiles=None, o
     return {"legal": verdict.ok, "reason": verdict.reason if not verdict.ok else checked[1],
             "verified": checked[0], "metrics": cost.metrics(), "bound": cost.bound, "limits_s": dict(cost.limits),
             "time_s": total.time_s, "roofline_point": roofline_point(plan.program, total, "variant"),
-            "schedule": new, "plan": variant, "note": fission_note(new)}
+            "schedule": new, "plan": variant, "note": fission_note(new), "unroll": unroll_note(new, target)}
 
 
 def _refused(current: Schedule, reason: str, **where) -> dict:
