@@ -23,6 +23,7 @@ import threading
 import ipywidgets as W
 
 from ..space import TileSpace
+from ..variants import collector_paused
 from .compare import ab_html, default_pair, distinct_seconds, kernel_point, schedule_spec, version_specs, versions_html
 from .fmt import BAD, GOOD, MUTED, badge, esc, note, ratio, table
 from .glossary import legend, th
@@ -229,7 +230,8 @@ class TunePanel:
             self._say_refused(ctrl, new, {"reason": problem})
             return
         try:
-            self._move(widget, ctrl, new, old)
+            with collector_paused():      # the answer and its redraw first; a due collection after
+                self._move(widget, ctrl, new, old)
         except Exception as err:  # never into the notebook: the control goes back, the last legal variant stays
             ctrl.value = old
             self._revert(widget, ctrl, old)
