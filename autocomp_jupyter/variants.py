@@ -162,6 +162,17 @@ def _modelled(plan: Plan, target: Target, kernel_name: str, tiles, order, annota
             "schedule": new, "plan": variant, "note": fission_note(new), "unroll": unroll_note(new, target)}
 
 
+def settle_heap() -> None:
+    """Collect the garbage, then freeze what lives (`gc.freeze`): the session's heap as it is
+    (a result, the pipeline's caches) is never scanned again by a full collection, which
+    then walks only what later moves create — what the Tune tab does once it is built, so
+    that no move waits for a scan of the whole heap. Each call first unfreezes, so what a
+    previous tab froze and has since become garbage is collected now."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
+
 @contextmanager
 def collector_paused():
     """Python's cyclic garbage collector paused for a block (what it would collect waits until

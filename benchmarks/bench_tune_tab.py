@@ -26,7 +26,7 @@ import autocomp_jupyter as autocomp  # noqa: E402
 from autocomp_jupyter import ui  # noqa: E402
 from autocomp_jupyter.space import TileSpace  # noqa: E402
 from autocomp_jupyter.ui.playground import controls, variant_trace  # noqa: E402
-from autocomp_jupyter.variants import verify_variant  # noqa: E402
+from autocomp_jupyter.variants import collector_paused, settle_heap, verify_variant  # noqa: E402
 
 PROGRAMS = {
     "gemm_relu_128": "input A: f32[128, 128]\ninput B: f32[128, 128]\nC = matmul(A, B)\nD = relu(C)\n",
@@ -41,6 +41,7 @@ def moves(res, max_choices: int):
     kernel = res.after.kernels[0].name
     base = res.after.schedule_of(kernel)
     ctrls = controls(base, TileSpace.of(base.kernel, res.target).slider)
+    settle_heap()                          # as the tab does once built
     answers, checks, refused = [], [], 0
     for ctrl in ctrls:
         for choice in ctrl.choices[:max_choices]:
@@ -48,7 +49,8 @@ def moves(res, max_choices: int):
                 continue
             ctrl.value = choice
             t0 = time.perf_counter()
-            ev = res.evaluate_variant(kernel, schedule=variant_trace(base, ctrls), verify=False)
+            with collector_paused():       # as the tab moves: trace and answer with the collector paused
+                ev = res.evaluate_variant(kernel, schedule=variant_trace(base, ctrls), verify=False)
             answers.append(time.perf_counter() - t0)
             if ev["legal"]:
                 t0 = time.perf_counter()

@@ -23,7 +23,7 @@ import threading
 import ipywidgets as W
 
 from ..space import TileSpace
-from ..variants import collector_paused
+from ..variants import collector_paused, settle_heap
 from .compare import ab_html, default_pair, distinct_seconds, kernel_point, schedule_spec, version_specs, versions_html
 from .fmt import BAD, GOOD, MUTED, badge, esc, note, ratio, table
 from .glossary import legend, th
@@ -146,6 +146,7 @@ class TunePanel:
         ], layout=W.Layout(width="100%", overflow="hidden"))
         if names:
             self.select_kernel(names[0])
+        settle_heap()       # moves then never wait for a full scan of the session's heap
 
     # ------------------------------------------------------------------ controls
 
