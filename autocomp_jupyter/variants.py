@@ -17,14 +17,13 @@ is returned for keeping.
 """
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
 from dataclasses import replace
 from numbers import Integral
 from typing import Mapping
 
 from .accel.cost import evaluate, unroll_note
 from .canon import evaluate_program
+from .heap import collector_paused
 from .accel.target import Target
 from .ir.plan import Plan
 from .ir.schedule import Schedule
@@ -108,10 +107,11 @@ def evaluate_variant(plan: Plan, target: Target, kernel_name: str, tiles=None, o
     reason when illegal), the kernel's metrics, binding term and every term it compares
     (`limits_s`) from the cost model, what its unroll costs in registers (`unroll`: the
     values its unrolled body keeps live, the spill charged and why; '' when it does not
-    unroll), the program's total time with this variant, its point on the program's roofline, the variant's Schedule and Plan; `verified` is True when the
-    variant ran tile by tile and matched the interpreter (on the scaled twin of a large
-    program), False with the reason when it did not, None when not asked (`verify`; by
-    default asked for a `schedule`, not for slider changes). Bad input — an unknown loop or
+    unroll), the program's total time with this variant, its point on the program's
+    roofline, the variant's Schedule and Plan; `verified` is True when the variant ran tile
+    by tile and matched the interpreter (on the scaled twin of a large program), False
+    with the reason when it did not, None when not asked (`verify`; by default asked for a
+    `schedule`, not for slider changes). Bad input — an unknown loop or
     level, a tile outside 1..extent, an order that is not a permutation (`variant_problems`),
     a trace step its primitive refuses — or a variant the schedule refuses outright is
     illegal with every reason, `"error": True` and no plan; a refused step also gives its
@@ -160,32 +160,6 @@ def _modelled(plan: Plan, target: Target, kernel_name: str, tiles, order, annota
             "verified": None, "metrics": cost.metrics(), "bound": cost.bound, "limits_s": dict(cost.limits),
             "time_s": total.time_s, "roofline_point": roofline_point(plan.program, total, "variant"),
             "schedule": new, "plan": variant, "note": fission_note(new), "unroll": unroll_note(new, target)}
-
-
-def settle_heap() -> None:
-    """Collect the garbage, then freeze what lives (`gc.freeze`): the session's heap as it is
-    (a result, the pipeline's caches) is never scanned again by a full collection, which
-    then walks only what later moves create — what the Tune tab does once it is built, so
-    that no move waits for a scan of the whole heap. Each call first unfreezes, so what a
-    previous tab froze and has since become garbage is collected now."""
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()
-
-
-@contextmanager
-def collector_paused():
-    """Python's cyclic garbage collector paused for a block (what it would collect waits until
-    after): a full collection of a session's heap (the pipeline's caches, isl's objects) takes
-    tens of milliseconds, and falling inside an interactive answer doubled the Tune tab's
-    slowest moves. Nested or concurrent blocks leave it as the outermost found it."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _refused(current: Schedule, reason: str, **where) -> dict:

@@ -26,7 +26,8 @@ import autocomp_jupyter as autocomp  # noqa: E402
 from autocomp_jupyter import ui  # noqa: E402
 from autocomp_jupyter.space import TileSpace  # noqa: E402
 from autocomp_jupyter.ui.playground import controls, variant_trace  # noqa: E402
-from autocomp_jupyter.variants import collector_paused, settle_heap, verify_variant  # noqa: E402
+from autocomp_jupyter.heap import collector_paused, settle_heap  # noqa: E402
+from autocomp_jupyter.variants import verify_variant  # noqa: E402
 
 PROGRAMS = {
     "gemm_relu_128": "input A: f32[128, 128]\ninput B: f32[128, 128]\nC = matmul(A, B)\nD = relu(C)\n",

@@ -325,7 +325,8 @@ def reduction_innermost(res, kernel: str) -> list:
     innermost level (the order the exercise asks for in the tab)."""
     base = res.after.schedule_of(kernel)
     inner = base.levels[-1]
-    reduction = [l.name for l in base.kernel.loops if l.name not in {o.name for o in base.kernel.anchor_statement.output_loops}]
+    outputs = {o.name for o in base.kernel.anchor_statement.output_loops}
+    reduction = [l.name for l in base.kernel.loops if l.name not in outputs]
     order = [l for l in base.order_at(inner) if l not in reduction] + reduction
     trace = [s for s in res.traces()[kernel] if s["primitive"] != "unroll"]
     trace = [s for s in trace if not (s["primitive"] == "reorder" and s["level"] == inner)]
@@ -345,7 +346,8 @@ def check_unroll_spill(res, kernel: str, answer) -> None:
     base = evs[1]["time_s"]
     moved = [f for f in (2, 4, 8, 16) if evs[f]["time_s"] > base * (1 + 1e-9)]
     assert moved, "no unroll moves this kernel's time: nothing spills here"
-    assert isinstance(answer, int) and not isinstance(answer, bool), f"answer with a factor (2, 4, 8 or 16), got {answer!r}"
+    assert isinstance(answer, int) and not isinstance(answer, bool), \
+        f"answer with a factor (2, 4, 8 or 16), got {answer!r}"
     truth = moved[0]
     assert answer >= truth, (f"at unroll {answer} the time has not moved yet: the body still fits the registers. "
                              "Hint: read the change line's 'x the ... registers'")

@@ -23,7 +23,7 @@ import threading
 import ipywidgets as W
 
 from ..space import TileSpace
-from ..variants import collector_paused, settle_heap
+from ..heap import collector_paused, settle_heap
 from .compare import ab_html, default_pair, distinct_seconds, kernel_point, schedule_spec, version_specs, versions_html
 from .fmt import BAD, GOOD, MUTED, badge, esc, note, ratio, table
 from .glossary import legend, th
@@ -254,8 +254,8 @@ class TunePanel:
         t = ev.get("time_s")
         if t and before:
             o, n = distinct_seconds([before, t])
-            effect = f"program {o} → {n}" + (f" (unchanged: {unchanged_why(ctrl.primitive, ev)})"
-                                             if o == n else f" ({before / t:.3f}×)" + _unroll_why(ctrl, ev, self._previous_unroll))
+            effect = f"program {o} → {n}" + (f" (unchanged: {unchanged_why(ctrl.primitive, ev)})" if o == n else
+                                             f" ({before / t:.3f}×)" + _unroll_why(ctrl, ev, self._previous_unroll))
         else:
             effect = "re-evaluated"
         self._previous_unroll = ev.get("unroll") or ""
