@@ -254,7 +254,8 @@ def unroll_pressure(model, grid: TileGrid, cap: Capacity, si: int, st: _Statemen
     span = grid.T[rows, loop, reg]
     trips = np.ceil(span / step - 1e-9)
     factor = np.clip(np.minimum(unroll, trips), 1.0, None)
-    body_one = np.where(st.present[None, :], tile.unit.astype(float), 1.0)
+    # one datapath step, within the innermost tile (a vector over a 2-wide tile holds 2 points)
+    body_one = np.where(st.present[None, :], np.minimum(tile.unit, grid.T[:, :, reg]), 1.0)
     body = body_one.copy()
     body[rows, loop] = np.minimum(factor * step, span)
     live = _operand_bytes(operands, body)

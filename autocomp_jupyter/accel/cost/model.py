@@ -274,7 +274,6 @@ class KernelModel:
             if pressure is not None:
                 pressures.append(pressure)
                 spill = spill + pressure.traffic
-                cap.spill = np.maximum(cap.spill, pressure.ratio)
             st_compute = cycles / active / clock
             moved = statement_traffic(self, grid, cap, si, st, tile, seq, active)   # traffic.py
             datapath_bytes[:, si, :] = moved.datapath
@@ -283,6 +282,8 @@ class KernelModel:
             timeline.add_statement(si == self.kernel.anchor, st.in_place, tile.dp.unit, st_compute, moved.bytes,
                                    bw, times, seq.tiles_at[:, L - 1])          # overlap.py
         timeline.close_statements()
+        for pressure in pressures:      # the report's spill_ratio: the registers' overflow too
+            cap.spill = np.maximum(cap.spill, pressure.ratio)
         producer_energy = timeline.add_producers(self.producers, compute, grid, parallel, self.energy_per_byte)
         # An unrolled body's spilled values are stored to the next level out and loaded back
         # in line with its compute (the body waits for them).
