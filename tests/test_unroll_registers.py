@@ -151,3 +151,18 @@ def test_skew_offers_factors_up_to_three_below_the_loops_extent(small):
     ev = tune.set("skew j by i", 2)
     assert ev["legal"] and {"primitive": "skew", "loop": "j", "by": "i", "factor": 2} in ev["trace"]
     assert "skew j by i" in tune.change.value and "factor=2" in tune.change.value
+
+
+def test_an_illegal_skew_factor_is_refused_with_the_dependence_named():
+    res = autocomp.optimize("input X: f32[1, 4, 6, 6]\nparam W: f32[4, 4, 3, 3]\nparam g: f32[4]\nparam b: f32[4]\n"
+                            "Y = conv2d(X, W, stride=1, padding=1)\nZ = batchnorm(Y, g, b)\nR = relu(Z)\n",
+                            target="npu", tune=0)
+    tune = ui.widget(res).tune
+    tune.background = False
+    assert "h" in res.report["kernels"][0]["annotations"]["parallel"]
+    legal = tune.last_legal
+    ev = tune.set("skew h by c", 2)            # h then carries the reduction over c: parallel h races
+    assert ev["legal"] is False and ev["loop"] == "h"
+    line = tune.change.value
+    assert "refused" in line and "skew h by c → 2" in line and "flow dependence" in line and "reduction over c" in line
+    assert tune.last_legal is legal
