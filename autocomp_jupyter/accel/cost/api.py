@@ -20,15 +20,17 @@ from .model import kernel_model, naive_schedule, textbook_schedule
 from .results import BatchCost, KernelCost, ProgramCost, combine
 
 
-def evaluate_batch(kernel: Kernel, target, tiles, orders=None, parallel=None, vectorize=None) -> BatchCost:
+def evaluate_batch(kernel: Kernel, target, tiles, orders=None, parallel=None, vectorize=None,
+                   unroll=None) -> BatchCost:
     """Score many schedules of one kernel at once.
 
     tiles: int [n, loops, levels] (kernel.loops order × target.tiling_levels, outer → inner;
     a value <= 0 keeps the enclosing tile); orders: int [n, loops] (one permutation of loop
     indices, outer → inner, for every level) or [n, levels, loops]; parallel: bool [n, loops]
-    (default: the anchor's output loops); vectorize: int [n] loop index (-1: innermost loop).
+    (default: the anchor's output loops); vectorize: int [n] loop index (-1: innermost loop);
+    unroll: [n] factors of the innermost point loop (default: not unrolled).
     """
-    return kernel_model(kernel, load_target(target)).evaluate_batch(tiles, orders, parallel, vectorize)
+    return kernel_model(kernel, load_target(target)).evaluate_batch(tiles, orders, parallel, vectorize, unroll)
 
 
 def evaluate(schedule: Schedule, target) -> KernelCost:
