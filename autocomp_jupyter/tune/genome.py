@@ -74,11 +74,8 @@ class KernelSpace:
     def schedule(self, tiles, orders, parallel, vectorize) -> Schedule:
         # what the genome does not hold (unroll, point-loop order, staging) is the incumbent's;
         # its unroll capped at what these tiles' registers hold (the genome's score prices none)
-        schedule = Schedule.of_arrays(self.kernel, self.levels, tiles, orders, parallel, int(vectorize),
-                                      keep=self.incumbent)
-        fits = fitting_unroll(schedule, self.target) if schedule.unroll > 1 else schedule.unroll
-        return schedule if fits == schedule.unroll else \
-            replace(schedule, annotations={**schedule.annotations, "unroll": fits})
+        return unroll_fitted(Schedule.of_arrays(self.kernel, self.levels, tiles, orders, parallel, int(vectorize),
+                                                keep=self.incumbent), self.target)
 
     def repair(self, tiles, orders):
         """Clip tiles inside their enclosing tile; at levels where no loop iterates, keep the
@@ -105,6 +102,14 @@ class KernelSpace:
             pos = np.argsort(key, axis=1, kind="stable")
             orders[:, h, :] = np.take_along_axis(orders[:, h, :], pos, axis=1)
         return tiles, orders
+
+
+def unroll_fitted(schedule: Schedule, target: Target) -> Schedule:
+    """`schedule` with its unroll capped at what its registers hold (`accel.cost.fitting_unroll`):
+    the tuner scores candidates without unroll, which is exact once no unroll spills."""
+    fits = fitting_unroll(schedule, target) if schedule.unroll > 1 else schedule.unroll
+    return schedule if fits == schedule.unroll else replace(schedule, annotations={**schedule.annotations,
+                                                                                   "unroll": fits})
 
 
 def _genome_keys(tiles, orders, parallel, vectorize) -> list[bytes]:

@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import poly
 from ..ir.schedule import Schedule
+from .genome import unroll_fitted
 from .scoring import _arrays, _score_chunk
 
 
@@ -62,6 +63,7 @@ def _kernel_moves(entry: tuple[float, Schedule], target, score_fn, max_spill: fl
     found = None
     for move in KERNEL_MOVES:
         for candidate in move.candidates(best):
+            candidate = unroll_fitted(candidate, target)     # scored without unroll: none may spill
             if evaluate(candidate, target).spill_ratio > max_spill or not poly.check_schedule(candidate).ok:
                 continue
             t = float(_score_chunk(score_fn, *((candidate.kernel, target) + _arrays(candidate, target)))[0])
@@ -90,7 +92,7 @@ def _primitive_moves(entry: tuple[float, Schedule], target, score_fn, max_spill:
                 if step is None:
                     continue
                 try:
-                    candidates.append(apply_step(best, step))
+                    candidates.append(unroll_fitted(apply_step(best, step), target))
                 except ScheduleError:
                     continue
     if not candidates:
