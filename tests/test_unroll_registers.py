@@ -166,3 +166,13 @@ def test_an_illegal_skew_factor_is_refused_with_the_dependence_named():
     line = tune.change.value
     assert "refused" in line and "skew h by c → 2" in line and "flow dependence" in line and "reduction over c" in line
     assert tune.last_legal is legal
+
+
+def test_a_control_shows_the_schedules_own_value_where_it_is_not_a_stop():
+    from autocomp_jupyter.ui.playground import controls, variant_trace
+
+    schedule = _k_innermost(3)                 # the scheduling pass caps unroll at a tile: 3 is no stop
+    unroll = next(c for c in controls(schedule) if c.primitive == "unroll")
+    assert unroll.choices == (1, 2, 3, 4, 8, 16) and unroll.initial == 3
+    unroll.value = 1
+    assert not any(s["primitive"] == "unroll" for s in variant_trace(schedule, [unroll]))

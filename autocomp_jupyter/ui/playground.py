@@ -118,9 +118,30 @@ def controls(schedule: Schedule, slider_sizes=None) -> list[Control]:
             choices = tuple(slider_sizes(loop, owned[0]["size"]))     # a size, never "untiled"
         if len(choices) > MAX_DROPDOWN:
             choices = choices[:MAX_DROPDOWN]
+        choices = _with_own_value(cls, schedule, decision.key, choices, owned)
         initial = _current_value(cls, schedule, decision.key, choices, owned)
         out.append(Control(decision, choices, initial, initial, key_args, owned, probe))
     return out
+
+
+def _with_own_value(cls, schedule: Schedule, key: tuple, choices: tuple, owned: tuple) -> tuple:
+    """`choices`, plus the value the schedule's own step has where it is not one of them (an
+    unroll the scheduling pass capped at a tile of 3), so the control shows what the schedule
+    does: the value is the step argument whose choice makes that very step."""
+    if len(owned) != 1 or any(cls.step_for(schedule, key, c) == owned[0] for c in choices[1:]):
+        return choices
+    for value in owned[0].values():
+        value = tuple(value) if isinstance(value, list) else value
+        if value in choices or type(value) not in {type(c) for c in choices if c is not None}:
+            continue
+        try:
+            made = cls.step_for(schedule, key, value)
+        except (TypeError, ValueError):
+            continue
+        if made == owned[0]:
+            ordered = all(isinstance(c, int) and not isinstance(c, bool) for c in choices)
+            return tuple(sorted(choices + (value,))) if ordered else choices + (value,)
+    return choices
 
 
 def _shared_args(probes: Sequence[dict]) -> tuple:
