@@ -21,8 +21,9 @@ from dataclasses import replace
 from numbers import Integral
 from typing import Mapping
 
-from .accel.cost import evaluate
+from .accel.cost import evaluate, unroll_note
 from .canon import evaluate_program
+from .heap import collector_paused
 from .accel.target import Target
 from .ir.plan import Plan
 from .ir.schedule import Schedule
@@ -102,28 +103,42 @@ def evaluate_variant(plan: Plan, target: Target, kernel_name: str, tiles=None, o
     the schedule `schedule` builds (a trace, a `ScheduleBuilder` or a Schedule of this kernel).
 
     Returns {"legal", "reason", "verified", "metrics", "bound", "limits_s", "time_s",
-    "roofline_point", "schedule", "plan", "note"}: legality from isl (with the reason when
-    illegal), the kernel's metrics, binding term and every term it compares (`limits_s`)
-    from the cost model, the program's total time with this variant, its point on the
-    program's roofline, the variant's Schedule and Plan; `verified` is True when the
-    variant ran tile by tile and matched the interpreter (on the scaled twin of a large
-    program), False with the reason when it did not, None when not asked (`verify`; by
-    default asked for a `schedule`, not for slider changes). Bad input — an unknown loop or
+    "roofline_point", "schedule", "plan", "note", "unroll"}: legality from isl (with the
+    reason when illegal), the kernel's metrics, binding term and every term it compares
+    (`limits_s`) from the cost model, what its unroll costs in registers (`unroll`: the
+    values its unrolled body keeps live, the spill charged and why; '' when it does not
+    unroll), the program's total time with this variant, its point on the program's
+    roofline, the variant's Schedule and Plan; `verified` is True when the variant ran tile
+    by tile and matched the interpreter (on the scaled twin of a large program), False
+    with the reason when it did not, None when not asked (`verify`; by default asked for a
+    `schedule`, not for slider changes). Bad input — an unknown loop or
     level, a tile outside 1..extent, an order that is not a permutation (`variant_problems`),
     a trace step its primitive refuses — or a variant the schedule refuses outright is
     illegal with every reason, `"error": True` and no plan; a refused step also gives its
     `primitive`, `loop` and `step`."""
+    with collector_paused():      # the modelled answer at once: no cyclic collection in the middle of it
+        answer = _modelled(plan, target, kernel_name, tiles, order, annotations, schedule)
+    if answer.get("error"):
+        return answer
+    verify = (schedule is not None) if verify is None else verify
+    if verify and answer["legal"]:
+        answer["verified"], answer["reason"] = verify_variant(plan, answer["schedule"])
+    elif verify:
+        answer["verified"] = False
+    return answer
+
+
+def _modelled(plan: Plan, target: Target, kernel_name: str, tiles, order, annotations, schedule) -> dict:
+    """`evaluate_variant`'s answer before any equivalence check (`verified` None)."""
     from . import poly
     from .report import roofline_point
     from .schedule import ScheduleError
 
     current = plan.schedule_of(kernel_name)
     if schedule is not None:
-        built = _replayed(current, schedule)
-        if isinstance(built, dict):
-            return built
-        new = built
-        verify = True if verify is None else verify
+        new = _replayed(current, schedule)
+        if isinstance(new, dict):
+            return new
     else:
         problems = variant_problems(current, tiles, order)
         if problems:
@@ -141,11 +156,10 @@ def evaluate_variant(plan: Plan, target: Target, kernel_name: str, tiles=None, o
     verdict = poly.check_schedule(new)
     variant = plan.with_schedule(kernel_name, new)
     total = evaluate_program(variant.schedules, target).total
-    checked = _verified(new, plan, verdict.ok) if verify else (None, "")
-    return {"legal": verdict.ok, "reason": verdict.reason if not verdict.ok else checked[1],
-            "verified": checked[0], "metrics": cost.metrics(), "bound": cost.bound, "limits_s": dict(cost.limits),
+    return {"legal": verdict.ok, "reason": verdict.reason if not verdict.ok else "",
+            "verified": None, "metrics": cost.metrics(), "bound": cost.bound, "limits_s": dict(cost.limits),
             "time_s": total.time_s, "roofline_point": roofline_point(plan.program, total, "variant"),
-            "schedule": new, "plan": variant, "note": fission_note(new)}
+            "schedule": new, "plan": variant, "note": fission_note(new), "unroll": unroll_note(new, target)}
 
 
 def _refused(current: Schedule, reason: str, **where) -> dict:
@@ -169,13 +183,6 @@ def _replayed(current: Schedule, schedule):
         return replay(current.kernel, trace, current.levels, filename="schedule")
     except ScheduleError as err:
         return _refused(current, err.diagnostics[0].message, primitive=err.primitive, loop=err.loop, step=err.step)
-
-
-def _verified(schedule: Schedule, plan: Plan, legal: bool) -> tuple[bool, str]:
-    """(matched the interpreter, why not): the pipeline's check of a scheduled kernel."""
-    if not legal:
-        return False, ""
-    return verify_variant(plan, schedule)
 
 
 def verify_variant(plan: Plan, schedule: Schedule) -> tuple[bool, str]:

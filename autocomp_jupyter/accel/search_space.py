@@ -30,6 +30,7 @@ library baseline's small kernels). Each scores points with `measure`.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ import numpy as np
 from .. import objective
 from ..ir.loopnest import whole_loops
 from ..ir.schedule import Kernel, Schedule
-from .cost import datapath_of, kernel_model
+from .cost import datapath_of, fitting_unroll, kernel_model
 
 
 class Points(NamedTuple):
@@ -189,10 +190,13 @@ class SearchSpace:
 
     def schedule(self, tiles, orders, parallel=None, vectorize=-1, keep: Schedule | None = None) -> Schedule:
         """The schedule of one point; what a point does not hold (unroll, point-loop order,
-        staging, and the parallel loops when None) is `keep`'s (the incumbent's by default)."""
+        staging, and the parallel loops when None) is `keep`'s (the incumbent's by default),
+        its unroll capped at what this point's registers hold (`unroll_fitted`: a point's
+        score prices no unroll, which is exact once none spills)."""
         keep = self.incumbent if keep is None else keep
         vectorize = None if vectorize is None else int(vectorize)
-        return Schedule.of_arrays(self.kernel, self.levels, tiles, orders, parallel, vectorize, keep=keep)
+        return unroll_fitted(Schedule.of_arrays(self.kernel, self.levels, tiles, orders, parallel, vectorize,
+                                                keep=keep), self.target)
 
     def points(self, schedules: Sequence[Schedule]) -> Points:
         """The points of `schedules` (of this kernel)."""
@@ -299,6 +303,15 @@ class SearchSpace:
 
 
 # --------------------------------------------------------------------------- beyond the arrays
+
+
+def unroll_fitted(schedule: Schedule, target) -> Schedule:
+    """`schedule` with its unroll capped at what its registers hold (`accel.cost.fitting_unroll`):
+    searches score points without unroll, which is exact once no unroll spills."""
+    fits = fitting_unroll(schedule, target) if schedule.unroll > 1 else schedule.unroll
+    if fits == schedule.unroll:
+        return schedule
+    return dataclasses.replace(schedule, annotations={**schedule.annotations, "unroll": fits})
 
 
 def trace_decisions(schedule: Schedule) -> list:

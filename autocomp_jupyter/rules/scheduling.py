@@ -67,7 +67,7 @@ def scheduling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
             schedule = annotate_vectorize(schedule, ctx, log)
         factor = int(params.get("unroll_factor", 1))
         if factor > 1:
-            schedule = annotate_unroll(schedule, factor, log)
+            schedule = annotate_unroll(schedule, factor, log, ctx.target)
         if schedule == tiled:
             schedules.append(tiled)
             continue
@@ -340,16 +340,28 @@ def annotate_vectorize(schedule: Schedule, ctx: PassContext, log: list) -> Sched
     return best
 
 
-def annotate_unroll(schedule: Schedule, factor: int, log: list) -> Schedule:
-    """Unroll the innermost loop by `factor`, capped at its innermost tile."""
+def annotate_unroll(schedule: Schedule, factor: int, log: list, target=None) -> Schedule:
+    """Unroll the innermost loop by `factor`, capped at its innermost tile and at what the
+    registers hold (`accel.cost.fitting_unroll`: past them the cost model charges the spill)."""
+    from ..accel.cost import fitting_unroll
+
     kernel = schedule.kernel
     if not schedule.levels:
         return schedule
     inner = schedule.order_at(schedule.levels[-1])[-1]
     tile = schedule.tile_sizes()[inner][-1]
     unroll = max(1, min(factor, tile))
-    if unroll <= 1:
-        log.append(_rule("unroll", kernel, False, f"innermost loop {inner} has a tile of 1"))
+    fits = fitting_unroll(schedule, target, unroll) if target is not None and unroll > 1 else unroll
+    if fits <= 1:
+        log.append(_rule("unroll", kernel, False, f"innermost loop {inner} has a tile of 1" if unroll <= 1 else
+                         f"unroll {inner} by 2 would spill the registers ({unroll_note(schedule, target, 2)})"))
         return schedule
-    log.append(_rule("unroll", kernel, True, f"unroll {inner} by {unroll} (unroll_factor {factor}, tile {tile})"))
-    return replace(schedule, annotations={**schedule.annotations, "unroll": unroll})
+    capped = f", {unroll} would spill the registers" if fits < unroll else ""
+    log.append(_rule("unroll", kernel, True, f"unroll {inner} by {fits} (unroll_factor {factor}, tile {tile}{capped})"))
+    return replace(schedule, annotations={**schedule.annotations, "unroll": fits})
+
+
+def unroll_note(schedule: Schedule, target, factor: int) -> str:
+    from ..accel.cost import unroll_note as note
+
+    return note(replace(schedule, annotations={**schedule.annotations, "unroll": factor}), target)

@@ -14,6 +14,14 @@ from .errors import BadArgumentError
 from .primitive import Decision, Primitive, annotate, known_loop, moving_loops, positive, register
 
 
+MAX_FACTOR = 3     # skew factors a search or the Tune tab offers (a trace may give any positive factor)
+
+
+def factors(extent: int) -> tuple[int, ...]:
+    """The skew factors offered for a loop of `extent` points: 1 .. min(MAX_FACTOR, extent - 1)."""
+    return tuple(range(1, max(2, min(MAX_FACTOR, extent - 1) + 1)))
+
+
 @register
 @dataclass(frozen=True)
 class Skew(Primitive):
@@ -45,7 +53,7 @@ class Skew(Primitive):
                                    primitive=self.name, loop=self.loop)
 
     def describe(self) -> str:
-        return f"skew {self.loop} by {self.by}"
+        return f"skew {self.loop} by {self.by}" + (f" x{self.factor}" if self.factor != 1 else "")
 
     def rewrite(self, schedule: Schedule) -> Schedule:
         skews = schedule.skew
@@ -57,8 +65,12 @@ class Skew(Primitive):
 
     @classmethod
     def decisions(cls, kernel: Kernel, levels: Sequence[str]) -> tuple[Decision, ...]:
+        """Per ordered pair of loops that run more than once: no skew (0), or a factor from 1
+        to MAX_FACTOR below `loop`'s extent — from there on the skewed ranges of successive
+        `by` iterations no longer overlap, so a larger factor orders nothing new."""
         loops = moving_loops(kernel)
-        return tuple(Decision(cls.name, (a, b), (0, 1)) for a in loops for b in loops if a != b)
+        return tuple(Decision(cls.name, (a, b), (0,) + factors(kernel.extents[a]))
+                     for a in loops for b in loops if a != b)
 
     @classmethod
     def step_for(cls, schedule: Schedule, key: tuple, value):

@@ -44,7 +44,7 @@ def replay(kernel: Kernel, trace: Iterable[Mapping[str, Any]], levels: Sequence[
     verdict = poly.check_schedule(schedules[-1])
     if verdict.ok:
         return schedules[-1]
-    for index in range(1, len(schedules)):       # the first illegal prefix: its last step is to blame
+    for index in _prefixes_to_blame(steps, schedules, poly.check_schedule):   # its last step is to blame
         prefix = poly.check_schedule(schedules[index])
         if not prefix.ok:
             step = steps[index - 1]
@@ -52,6 +52,21 @@ def replay(kernel: Kernel, trace: Iterable[Mapping[str, Any]], levels: Sequence[
                                    loop=str(step.get("loop", "")), step=index - 1, filename=filename,
                                    hint=PRIMITIVES[step["primitive"]].hint_when_illegal)
     raise IllegalStepError(verdict.reason, kernel=kernel.name, filename=filename)
+
+
+def _prefixes_to_blame(steps: Sequence[Mapping[str, Any]], schedules: Sequence[Schedule], check) -> range:
+    """Where to look for the step an illegal trace is refused at: the prefixes of the first
+    run of same-primitive steps (a trace's tiles, its reorders, ...) after which the schedule
+    is illegal — the run's ends are checked first, each a single isl check, so a refused
+    last step costs a few checks, not one per step of the trace."""
+    start = 1
+    for end in range(1, len(schedules)):
+        if end < len(steps) and steps[end]["primitive"] == steps[end - 1]["primitive"]:
+            continue                              # inside a run: its end decides
+        if not check(schedules[end]).ok:
+            return range(start, end + 1)
+        start = end + 1
+    return range(1, len(schedules))
 
 
 # --------------------------------------------------------------------------- by position

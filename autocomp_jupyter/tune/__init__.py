@@ -5,7 +5,7 @@ This package owns the evolution strategy over each kernel's search space
 (the candidate space's tuner view, `space.TileSpace.tuner`: divisors and non-divisors,
 each tile inside the enclosing one), a loop order per level,
 and annotations (parallel loops, the vectorised loop; `unroll` is carried from the rules,
-the cost model does not score it) — and the assembly of the best whole-program versions.
+capped where a candidate's registers would spill it) — and the assembly of the best whole-program versions.
 It decides nothing about legality or cost itself: candidates are scored in batches by the
 cost model (`accel.cost.evaluate_batch`, or any `score_fn`), legality is asked of
 `poly.check_schedule`.

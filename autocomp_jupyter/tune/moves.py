@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import poly
 from ..ir.schedule import Schedule
+from ..accel.search_space import unroll_fitted
 from .scoring import _arrays, _score_chunk
 
 
@@ -62,6 +63,7 @@ def _kernel_moves(entry: tuple[float, Schedule], target, score_fn, max_spill: fl
     found = None
     for move in KERNEL_MOVES:
         for candidate in move.candidates(best):
+            candidate = unroll_fitted(candidate, target)     # scored without unroll: none may spill
             if evaluate(candidate, target).spill_ratio > max_spill or not poly.check_schedule(candidate).ok:
                 continue
             t = float(_score_chunk(score_fn, *((candidate.kernel, target) + _arrays(candidate, target)))[0])
@@ -80,7 +82,7 @@ def _primitive_moves(entry: tuple[float, Schedule], target, score_fn, max_spill:
     from ..canon import evaluate
 
     best_time, best = entry
-    candidates = refinements(best)
+    candidates = [unroll_fitted(c, target) for c in refinements(best)]
     if not candidates:
         return None
     arrays = [_arrays(c, target) for c in candidates]

@@ -109,7 +109,7 @@ def controls(schedule: Schedule, slider_sizes=None) -> list[Control]:
         cls = PRIMITIVES[decision.primitive]
         choices = tuple(decision.choices)
         probes = [s for s in (cls.step_for(schedule, decision.key, c) for c in choices) if s is not None]
-        key_args = _shared_args(probes)
+        key_args = _shared_args(probes) if decision.key else ()   # a keyless decision owns its primitive's step
         probe = probes[0] if probes else {}
         owned = tuple(s for s in trace if probe and s["primitive"] == decision.primitive
                       and all(s.get(a) == probe.get(a) for a in key_args))
@@ -118,9 +118,30 @@ def controls(schedule: Schedule, slider_sizes=None) -> list[Control]:
             choices = tuple(slider_sizes(loop, owned[0]["size"]))     # a size, never "untiled"
         if len(choices) > MAX_DROPDOWN:
             choices = choices[:MAX_DROPDOWN]
+        choices = _with_own_value(cls, schedule, decision.key, choices, owned)
         initial = _current_value(cls, schedule, decision.key, choices, owned)
         out.append(Control(decision, choices, initial, initial, key_args, owned, probe))
     return out
+
+
+def _with_own_value(cls, schedule: Schedule, key: tuple, choices: tuple, owned: tuple) -> tuple:
+    """`choices`, plus the value the schedule's own step has where it is not one of them (an
+    unroll the scheduling pass capped at a tile of 3), so the control shows what the schedule
+    does: the value is the step argument whose choice makes that very step."""
+    if len(owned) != 1 or any(cls.step_for(schedule, key, c) == owned[0] for c in choices[1:]):
+        return choices
+    for value in owned[0].values():
+        value = tuple(value) if isinstance(value, list) else value
+        if value in choices or type(value) not in {type(c) for c in choices if c is not None}:
+            continue
+        try:
+            made = cls.step_for(schedule, key, value)
+        except (TypeError, ValueError):
+            continue
+        if made == owned[0]:
+            ordered = all(isinstance(c, int) and not isinstance(c, bool) for c in choices)
+            return tuple(sorted(choices + (value,))) if ordered else choices + (value,)
+    return choices
 
 
 def _shared_args(probes: Sequence[dict]) -> tuple:
@@ -144,13 +165,14 @@ def variant_trace(schedule: Schedule, ctrls: Sequence[Control]) -> list[dict]:
     """The trace of the variant the controls describe: `schedule`'s trace with the steps of
     the controls that moved replaced by theirs, primitives in rank order. The steps are made
     one by one on the schedule built so far (an `unroll` unrolls what the order leaves
-    innermost); a step whose arguments no longer fit is kept — replay refuses it, naming it."""
+    innermost); a kept step that no longer fits is made again by its primitive for what
+    stands (`_remade`), else kept — replay refuses it, naming it."""
     from ..schedule import apply_step
     from ..schedule.errors import ScheduleError
 
     moved = [c for c in ctrls if c.moved]
     dropped = [s for c in moved for s in c.owned]
-    kept = [s for s in schedule.trace if not any(s is d for d in dropped)]
+    kept = [s for s in schedule.trace if s not in dropped]     # `trace` makes new dicts: equal, not identical
     steps: list[dict] = []
     built = Schedule.default(schedule.kernel.without_compute_at(), schedule.levels)
     pending = sorted(kept + [("control", c) for c in moved],
@@ -163,12 +185,36 @@ def variant_trace(schedule: Schedule, ctrls: Sequence[Control]) -> list[dict]:
                 continue
         else:
             step = item
-        steps.append(step)
         try:
             built = apply_step(built, step)
         except ScheduleError:
-            pass                     # replay names this step; later steps are made on what stands
+            remade = _remade(item, built, ctrls)
+            if remade is not None:   # a kept step the earlier moves unsettled, made anew by its primitive
+                step, built = remade
+            # else: replay names this step; later steps are made on what stands
+        steps.append(step)
     return steps
+
+
+def _remade(step, built: Schedule, ctrls: Sequence[Control]):
+    """(step, schedule) for a kept `step` that no longer fits `built`, made again by its
+    primitive's `step_for` with its control's value on what the earlier steps built (an
+    `unroll` follows the loop a new order leaves innermost); None when that fails too."""
+    from ..schedule import apply_step
+    from ..schedule.errors import ScheduleError
+
+    if isinstance(step, tuple):
+        return None
+    ctrl = next((c for c in ctrls if c.makes(step)), None)
+    if ctrl is None or ctrl.value is None:
+        return None
+    again = PRIMITIVES[ctrl.primitive].step_for(built, ctrl.key, ctrl.value)
+    if again is None or again == step:
+        return None
+    try:
+        return again, apply_step(built, again)
+    except ScheduleError:
+        return None
 
 
 def change_name(ctrl: Control, value) -> str:

@@ -23,6 +23,7 @@ import threading
 import ipywidgets as W
 
 from ..space import TileSpace
+from ..heap import collector_paused, settle_heap
 from .compare import ab_html, default_pair, distinct_seconds, kernel_point, schedule_spec, version_specs, versions_html
 from .fmt import BAD, GOOD, MUTED, badge, esc, note, ratio, table
 from .glossary import legend, th
@@ -31,8 +32,11 @@ from .playground import Control, change_name, controls, step_of, variant_trace
 from .roofline import roofline_data, roofline_svg
 from .tables import METRIC_HEADER, _monitor, metric_cells
 
-def unchanged_why(annotation: bool, ev: dict) -> str:
-    """Why a move left the program time where it was, for the move log."""
+def unchanged_why(primitive: str, ev: dict) -> str:
+    """Why a move of `primitive`'s control left the program time where it was, for the move log."""
+    if primitive == "unroll":
+        return (ev or {}).get("unroll") or "not unrolled: the body keeps one step of values live, nothing to spill"
+    annotation = primitive not in ("tile", "split", "reorder")
     if annotation:
         return ("the cost model does not price this primitive here — it changes the generated code "
                 "(see the Code tab), not the modelled time")
@@ -103,6 +107,7 @@ class TunePanel:
         self.vectorize_picker = None
         self._quiet = False
         self._previous_time = None
+        self._previous_unroll = ""
         self.verifier = Verifier(lambda: self.generation, self._verified)
         names = [k.name for k in result.after.kernels]
         labels = kernel_labels(result)
@@ -141,6 +146,7 @@ class TunePanel:
         ], layout=W.Layout(width="100%", overflow="hidden"))
         if names:
             self.select_kernel(names[0])
+        settle_heap()       # moves then never wait for a full scan of the session's heap
 
     # ------------------------------------------------------------------ controls
 
@@ -225,7 +231,8 @@ class TunePanel:
             self._say_refused(ctrl, new, {"reason": problem})
             return
         try:
-            self._move(widget, ctrl, new, old)
+            with collector_paused():      # the answer and its redraw first; a due collection after
+                self._move(widget, ctrl, new, old)
         except Exception as err:  # never into the notebook: the control goes back, the last legal variant stays
             ctrl.value = old
             self._revert(widget, ctrl, old)
@@ -234,9 +241,11 @@ class TunePanel:
     def _move(self, widget, ctrl: Control, new, old) -> None:
         ctrl.value = tuple(new) if isinstance(new, list) else new
         before = self._previous_time
+        previous_unroll = (self.last_legal or {}).get("unroll") or ""
         ev = self.evaluate()
         if ev is None:
             return
+        self._previous_unroll = previous_unroll
         if not ev.get("legal"):
             ctrl.value = old
             self._revert(widget, ctrl, old)
@@ -245,10 +254,11 @@ class TunePanel:
         t = ev.get("time_s")
         if t and before:
             o, n = distinct_seconds([before, t])
-            effect = f"program {o} → {n}" + (f" (unchanged: {unchanged_why(ctrl.primitive not in ('tile', 'split', 'reorder'), ev)})"
-                                             if o == n else f" ({before / t:.3f}×)")
+            effect = f"program {o} → {n}" + (f" (unchanged: {unchanged_why(ctrl.primitive, ev)})" if o == n else
+                                             f" ({before / t:.3f}×)" + _unroll_why(ctrl, ev, self._previous_unroll))
         else:
             effect = "re-evaluated"
+        self._previous_unroll = ev.get("unroll") or ""
         self.changes += 1
         name = self._remember(ctrl, new, ev)
         step = step_python(ctrl, ev)
@@ -530,6 +540,17 @@ def step_python(ctrl: Control, ev: dict) -> str:
 
     step = step_of(ctrl, ev.get("trace") or [])
     return from_step(step).python() if step else ""
+
+
+def _unroll_why(ctrl: Control, ev: dict, before: str) -> str:
+    """Why a move that changed the time did, where unroll is the reason: the cost model's
+    note on the variant's unroll (the values kept live, the spill charged), after an unroll
+    move or any move that changed what the unroll costs (a reorder it now follows)."""
+    note = ev.get("unroll") or ""
+    charged = ("spill to" in note) or ("spill to" in before)
+    if note and (ctrl.primitive == "unroll" or (note != before and charged)):
+        return f": {note}"
+    return ""
 
 
 def _shown(choice):

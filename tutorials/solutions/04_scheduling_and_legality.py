@@ -25,11 +25,13 @@ order = ("j", "i", "k") if tune.base.order_at("VMEM")[:2] != ("j", "i") else ("i
 tune.set("reorder VMEM", order)
 my_trace = tune.last_legal["trace"]
 
-# %% cell c51: unroll_moves_time
+# %% cell c51: first_spilling_factor
 import html
 import re
 
-for factor in (1, 2, 4, 8, 16):
-    tune.set("unroll", factor)
-    print(html.unescape(re.sub("<[^>]+>", "", tune.change.value)))
-unroll_moves_time = False
+small_tune.set("unroll", 1)                                  # then k innermost: each step loads A and B
+small_tune.set("reorder registers", ("i", "j", "k"))
+for factor in (2, 4, 8, 16):
+    small_tune.set("unroll", factor)
+    print(html.unescape(re.sub("<[^>]+>", "", small_tune.change.value)))
+first_spilling_factor = 8

@@ -15,7 +15,8 @@ package (`KernelModel._evaluate` in model.py runs them in this order):
   sum |coeff|*(T-1)+1 elements (a conv input row: h + r - 1), clipped to the dimension.
   If a level's tiles overflow it by a fraction s of their footprint, that fraction of its
   traffic instead streams through from the parent (spill); a level whose tiles fit twice
-  double-buffers.
+  double-buffers. The innermost level is the register file: an unrolled body's operands that
+  it does not hold (`unroll_pressure`) spill past it to the next level and back, per body.
 * Compute (compute.py). Passes of the PE array / vectors over the whole run, with edge
   waste of non-dividing tiles (ceil), divided over the compute units the parallel tile
   loops keep busy (occupancy, wave quantisation). Operands stream from the innermost level
@@ -58,7 +59,8 @@ once per kernel and target; results.py holds `BatchCost` / `KernelCost` / `Progr
 api.py the entry points. A producer nest is scheduled alone as the tile search
 (`accel.tile_search`) schedules it; the accel package connects the two when imported.
 """
-from .api import baseline_costs, carried_halos, evaluate, evaluate_batch, evaluate_program
+from .api import (baseline_costs, carried_halos, evaluate, evaluate_batch, evaluate_program, fitting_unroll,
+                  unroll_note)
 from .compute import Datapath, datapath_of
 from .domain import RowTiles, TileDomain
 from .fill import _fill_cycles, _stationary_operand
@@ -69,7 +71,7 @@ from .tiles import _chunks, _tile_counts
 
 __all__ = ["BatchCost", "Datapath", "KernelCost", "KernelModel", "LIBRARY_TILE", "METRIC_NAMES", "ProgramCost",
            "RowTiles", "TileDomain", "baseline_costs", "carried_halos", "combine", "datapath_of", "evaluate",
-           "evaluate_batch", "evaluate_program", "kernel_model", "library_schedule", "naive_schedule",
-           "register_producer_search", "textbook_schedule",
+           "evaluate_batch", "evaluate_program", "fitting_unroll", "kernel_model", "library_schedule", "naive_schedule",
+           "register_producer_search", "textbook_schedule", "unroll_note",
            # the simulator's, the limit's and the tests' view of the model's parts
            "_chunks", "_fill_cycles", "_stationary_operand", "_tile_counts"]

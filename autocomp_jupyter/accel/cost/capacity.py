@@ -7,6 +7,19 @@ its compute point's level from its writer to its last reader (`_HeldRegion`, `_h
 A level whose tiles overflow it by a fraction s of their footprint streams that fraction of
 its traffic through from its parent (`overflow`, applied in traffic.py); a level whose
 tiles fit twice double-buffers (the ports step overlaps its loads with compute).
+
+Registers and unroll (`unroll_pressure`). The innermost level is the register file (a
+target's innermost memory level: registers, vregs, an accumulator). Unrolling a statement's
+innermost point loop by f keeps f copies of its body's values live at once: f datapath steps
+(one vector of the vectorised loop, or one point) of every operand that varies along the
+unrolled loop, one of those that do not. The roles the register level holds (an
+accumulator's outputs) are its tile, already counted; the operands the level does not hold
+(loaded for the body and used in it) are what unrolling adds. Past the level's capacity the
+excess is spilled: stored to the next level out and loaded back once per unrolled body. A
+statement on the PE array is not charged (the array streams its operands; an unrolled
+command stream keeps no values live), nor is one whose register level holds every role
+(the unrolled values are its tile). No target field prices a benefit of unrolling (loop
+overhead), so below capacity unroll costs and saves nothing.
 """
 from __future__ import annotations
 
@@ -18,6 +31,8 @@ import numpy as np
 from ...ir.loopnest import regions
 from ...ir.schedule import Kernel
 from ..target import Target
+from .compute import DatapathTile
+from .statements import _StatementModel
 from .tiles import TileGrid
 from .traffic import _footprint
 
@@ -183,3 +198,81 @@ def _tiles_at_point(tiles: np.ndarray, inside: np.ndarray, at: int, extents) -> 
     `_inside_point`), else one level out (its whole extent above the outermost level)."""
     outer = tiles[:, :, at - 1] if at else np.asarray(extents, dtype=float)[None, :]
     return np.where(inside, tiles[:, :, at], outer)
+
+
+# --------------------------------------------------------------------------- registers and unroll
+
+
+@dataclass
+class UnrollPressure:
+    """One statement's unrolled body against the register level, for a batch ([n] arrays):
+    the unrolled loop (an anchor loop index) and its effective factor (the unroll, capped at
+    the loop's steps in an innermost tile), the tile bytes the register level holds (`held`),
+    the operand bytes the body keeps live unrolled (`live`) and not unrolled (`live_one`),
+    the level's capacity, the bytes unrolling pushes past it per body (`excess`), the bodies
+    over the run, and the spill traffic to the next level out (stored and loaded back)."""
+
+    statement: int
+    loop: np.ndarray
+    factor: np.ndarray
+    held: np.ndarray
+    live: np.ndarray
+    live_one: np.ndarray
+    capacity: float
+    excess: np.ndarray
+    bodies: np.ndarray
+
+    @property
+    def traffic(self) -> np.ndarray:
+        """[n] bytes the spill moves over the run: each spilled byte stored once and loaded once per body."""
+        return 2.0 * self.excess * self.bodies
+
+    @property
+    def ratio(self) -> np.ndarray:
+        """[n] how far the register level overflows with the unrolled body (0: it fits)."""
+        return np.where(self.excess > 0, (self.held + self.live) / self.capacity - 1.0, 0.0)
+
+
+def unroll_pressure(model, grid: TileGrid, cap: Capacity, si: int, st: _StatementModel, tile: DatapathTile,
+                    unroll: np.ndarray) -> UnrollPressure | None:
+    """Statement `si`'s UnrollPressure under `unroll` [n] (factors; <= 1: not unrolled), or
+    None where unrolling cannot spill its registers (see the module doc)."""
+    L = model.n_levels
+    reg = L - 1
+    if tile.dp.on_array or not np.any(unroll > 1):
+        return None
+    operands = [a for a in st.accesses
+                if reg not in a.chain and not (st.in_place and a.internal)]   # not held in the registers
+    if not operands:
+        return None
+    n, D = tile.unit.shape
+    rows = np.arange(n)
+    inner_order = grid.inner_order
+    last = D - 1 - np.argmax(st.present[inner_order][:, ::-1], axis=1)
+    loop = inner_order[rows, last]                       # the statement's innermost point loop
+    step = tile.unit[rows, loop].astype(float)           # points one datapath step covers along it
+    span = grid.T[rows, loop, reg]
+    trips = np.ceil(span / step - 1e-9)
+    factor = np.clip(np.minimum(unroll, trips), 1.0, None)
+    # one datapath step, within the innermost tile (a vector over a 2-wide tile holds 2 points)
+    body_one = np.where(st.present[None, :], np.minimum(tile.unit, grid.T[:, :, reg]), 1.0)
+    body = body_one.copy()
+    body[rows, loop] = np.minimum(factor * step, span)
+    live = _operand_bytes(operands, body)
+    live_one = _operand_bytes(operands, body_one)
+    held = cap.footprint[:, reg]
+    capacity = float(model.capacity[reg])
+    excess = np.clip(held + live - capacity, 0.0, None) - np.clip(held + live_one - capacity, 0.0, None)
+    excess = np.where(factor > 1, np.clip(excess, 0.0, None), 0.0)
+    bodies = tile.passes / factor
+    return UnrollPressure(si, loop, factor, held, live, live_one, capacity, excess, bodies)
+
+
+def _operand_bytes(accesses, body: np.ndarray) -> np.ndarray:
+    """[n] bytes of the accesses' values over a body ([n, D] points): a tensor read twice is held once."""
+    per_tensor: dict[str, np.ndarray] = {}
+    for a in accesses:
+        fp = _footprint(a, body)
+        prev = per_tensor.get(a.tensor)
+        per_tensor[a.tensor] = fp if prev is None else np.maximum(prev, fp)
+    return sum(per_tensor.values())

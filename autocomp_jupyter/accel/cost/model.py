@@ -21,7 +21,7 @@ from ...ir.program import DTYPE_BYTES
 from ...ir.schedule import Kernel, Schedule, canonical_kernel, canonical_names
 from ..host_model import _GEMM_MIN_BLOCK, _GEMM_MR, _GEMM_NR, compute_model
 from ..target import Target, load_target
-from .capacity import _held_regions, footprints, occupy
+from .capacity import _held_regions, footprints, occupy, unroll_pressure
 from .compute import Work, datapath_of, datapath_tile, occupancy, statement_cycles
 from .energy import kernel_energy, level_energies
 from .fill import array_fill
@@ -209,23 +209,43 @@ class KernelModel:
             return np.zeros(n, dtype=bool)
         return double_buffered[:, chain[-1]]
 
-    def evaluate_batch(self, tiles, orders=None, parallel=None, vectorize=None) -> BatchCost:
+    def evaluate_batch(self, tiles, orders=None, parallel=None, vectorize=None, unroll=None) -> BatchCost:
+        """`unroll`: [n] unroll factors of each candidate's innermost point loop (None: not
+        unrolled); the registers' spill it causes is charged (capacity.py, `unroll_pressure`)."""
+        return self._costed(tiles, orders, parallel, vectorize, unroll)[0]
+
+    def unroll_pressures(self, tiles, orders=None, parallel=None, vectorize=None, unroll=None) -> list:
+        """The `UnrollPressure` of each statement that unrolling may spill (capacity.py), for
+        a batch: what `evaluate_batch` charges, for the reasons a report or the Tune tab gives."""
+        return self._costed(tiles, orders, parallel, vectorize, unroll)[1]
+
+    def _costed(self, tiles, orders, parallel, vectorize, unroll) -> tuple[BatchCost, list]:
         tiles, orders, parallel, vectorize = self.normalise(tiles, orders, parallel, vectorize)
+        unroll = self.unroll_array(unroll, len(tiles))
         if len(tiles) > 1:
-            return self._evaluate(tiles, orders, parallel, vectorize)
+            return self._evaluate(tiles, orders, parallel, vectorize, unroll)
         # One schedule: the passes ask the same one again (its tiles under other annotations,
         # a plan re-costed); each is costed once (shared by the kernels sharing this model).
-        key = (tiles.tobytes(), orders.tobytes(), parallel.tobytes(), vectorize.tobytes())
-        cost = self._single.get(key)
-        if cost is None:
+        key = (tiles.tobytes(), orders.tobytes(), parallel.tobytes(), vectorize.tobytes(), unroll.tobytes())
+        found = self._single.get(key)
+        if found is None:
             if len(self._single) >= SINGLE_SCHEDULES:
                 self._single.clear()
-            cost = self._single[key] = self._evaluate(tiles, orders, parallel, vectorize)
-        return cost
+            found = self._single[key] = self._evaluate(tiles, orders, parallel, vectorize, unroll)
+        return found
 
-    def _evaluate(self, tiles, orders, parallel, vectorize) -> BatchCost:
+    @staticmethod
+    def unroll_array(unroll, n: int) -> np.ndarray:
+        """[n] unroll factors as floats (None or <= 1: not unrolled)."""
+        if unroll is None:
+            return np.ones(n)
+        unroll = np.broadcast_to(np.asarray(unroll, dtype=float), (n,))
+        return np.maximum(unroll, 1.0)
+
+    def _evaluate(self, tiles, orders, parallel, vectorize, unroll) -> tuple[BatchCost, list]:
         """`evaluate_batch` of normalised arrays: the model's steps in order (the package
-        docstring), each a function of its own module."""
+        docstring), each a function of its own module; and the unrolled bodies' register
+        pressures (`unroll_pressures`)."""
         target, compute = self.target, self.target.compute
         pack_cycles = micro_k = None
         schedule_tiles = tiles      # the packed path's blocks come from these (not _as_packed's rewrite)
@@ -241,6 +261,8 @@ class KernelModel:
         timeline = Timeline(n, M, anchor_unit, self._epilogue_overlap(cap.double_buffered))   # overlap.py
         work = Work.zeros(n)
         datapath_bytes = np.zeros((n, len(self.statements), M))
+        spill = np.zeros(n)                      # bytes unrolled bodies spill out of the registers
+        pressures = []
         for si, st in enumerate(self.statements):
             if si in self.computed:
                 continue      # computed at the anchor's tiles: its own nest (producer.py)
@@ -249,6 +271,10 @@ class KernelModel:
             fill = array_fill(compute, grid, st, tile, seq)                    # fill.py
             cycles = statement_cycles(self, grid, si, st, tile, fill, pack_cycles, micro_k)
             work.count(st, tile)
+            pressure = unroll_pressure(self, grid, cap, si, st, tile, unroll)  # capacity.py
+            if pressure is not None:
+                pressures.append(pressure)
+                spill = spill + pressure.traffic
             st_compute = cycles / active / clock
             moved = statement_traffic(self, grid, cap, si, st, tile, seq, active)   # traffic.py
             datapath_bytes[:, si, :] = moved.datapath
@@ -257,20 +283,30 @@ class KernelModel:
             timeline.add_statement(si == self.kernel.anchor, st.in_place, tile.dp.unit, st_compute, moved,
                                    bw, times, seq.tiles_at[:, L - 1])          # overlap.py
         timeline.close_statements()
+        for pressure in pressures:      # the report's spill_ratio: the registers' overflow too
+            cap.spill = np.maximum(cap.spill, pressure.ratio)
         producer_energy = timeline.add_producers(self.producers, compute, grid, parallel)
-        time_s = timeline.time_s
+        # An unrolled body's spilled values are stored to the next level out and loaded back
+        # in line with its compute (the body waits for them).
+        time_s = timeline.time_s + spill / bw[:, 1]
         if self.host is not None:   # host C: the paths that replace the nest (packed, direct rows)
             time_s = self.host.seconds(self, schedule_tiles, parallel, time_s)
             # ... which still move the kernel's inputs and outputs through DRAM once (a GEMV's
             # 64 MB of pre-packed weights do not stay in cache between calls).
             time_s = np.maximum(time_s, self.compulsory_bytes / self.bw[-1])
         bytes_by_level = timeline.bytes_by_level
+        reads, writes = timeline.reads_by_level, timeline.writes_by_level
+        if spill.any():                 # half stored to the next level out, half loaded back
+            bytes_by_level, reads, writes = bytes_by_level.copy(), reads.copy(), writes.copy()
+            bytes_by_level[:, 1] += spill
+            reads[:, 1] += spill / 2
+            writes[:, 1] += spill / 2
         energy, energy_by_level = kernel_energy(
-            timeline.reads_by_level, timeline.writes_by_level, self.read_j, self.write_j,
+            reads, writes, self.read_j, self.write_j,
             work.mac_points + work.vector_ops, target.energy_pj_per_mac, producer_energy,
             timeline.producer_level_energy)                                    # energy.py
         return self._batch_cost(time_s, bytes_by_level, energy, energy_by_level, share, work, cap, datapath_bytes,
-                                timeline)
+                                timeline), pressures
 
     def _batch_cost(self, time_s, bytes_by_level, energy, energy_by_level, share, work, cap, datapath_bytes,
                     timeline) -> BatchCost:
