@@ -91,6 +91,7 @@ class KernelReport:
     bound: str                                       # which term of the time formula binds
     limits_s: Mapping[str, float]                    # every term `bound` compares
     trace: tuple[Mapping[str, Any], ...] = ()        # the primitives that build the schedule (schedule/)
+    energy_by_level: Mapping[str, float] = field(default_factory=dict)   # joules per memory level, and "compute"
 
     @classmethod
     def of(cls, kernel, schedule, cost: KernelCost) -> "KernelReport":
@@ -101,7 +102,8 @@ class KernelReport:
             name=kernel.name, ops=tuple(kernel.ops), loops=tuple(kernel.loop_names), extents=dict(kernel.extents),
             order=tuple(spec["order"]), order_by_level={lv: tuple(o) for lv, o in spec["order_by_level"].items()},
             annotations=dict(schedule.annotations), tiles=spec["tiles"],
-            metrics=cost.metrics(), bound=cost.bound, limits_s=dict(cost.limits), trace=tuple(spec["trace"]))
+            metrics=cost.metrics(), bound=cost.bound, limits_s=dict(cost.limits), trace=tuple(spec["trace"]),
+            energy_by_level=_energy_by_level(cost))
 
     @property
     def time_s(self) -> float:
@@ -113,7 +115,7 @@ class KernelReport:
                 "annotations": {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.annotations.items()},
                 "tiles": {loop: dict(per) for loop, per in self.tiles.items()},
                 "metrics": dict(self.metrics), "bound": self.bound, "limits_s": dict(self.limits_s),
-                "trace": [dict(step) for step in self.trace]}
+                "trace": [dict(step) for step in self.trace], "energy_by_level": dict(self.energy_by_level)}
 
     @classmethod
     def from_json(cls, d: Mapping) -> "KernelReport":
@@ -123,7 +125,14 @@ class KernelReport:
                    {k: (tuple(v) if isinstance(v, list) else v) for k, v in (d.get("annotations") or {}).items()},
                    {loop: dict(per) for loop, per in (d.get("tiles") or {}).items()},
                    dict(d.get("metrics") or {}), d.get("bound", ""), dict(d.get("limits_s") or {}),
-                   tuple(dict(step) for step in d.get("trace") or ()))
+                   tuple(dict(step) for step in d.get("trace") or ()), dict(d.get("energy_by_level") or {}))
+
+
+def _energy_by_level(cost: KernelCost) -> dict[str, float]:
+    """Joules per memory level (reads and writes at it), and the rest — MACs and vector
+    operations — as "compute"; they add up to the kernel's energy_j."""
+    levels = dict(cost.energy_by_level)
+    return {**levels, "compute": max(cost.energy_j - sum(levels.values()), 0.0)}
 
 
 @dataclass(frozen=True)

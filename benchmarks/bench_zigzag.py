@@ -7,11 +7,12 @@ and the tables show predicted cycles and energy side by side (energy also per me
 on ZigZag's mapping), the mapping each picks and each one's search time. Then the GEMMs'
 stalls on a 32x32 array with 256 KiB, where their ports saturate (each tool's count on
 ZigZag's mapping, our model against our simulator), and the sweep of 9 designs (PE array
-8x8, 16x16, 32x32 by SRAM 256 KiB, 1 MiB, 4 MiB; `explore` on our side, ZigZag's opt=latency):
-totals side by side with Spearman for latency and energy, each design's energy ratio, and
-per layer ZigZag's mapping priced by our model over ZigZag's own price.
+8x8, 16x16, 32x32 by SRAM 256 KiB, 1 MiB, 4 MiB), once with both tools minimising latency and
+once energy (`explore --objective` on our side, ZigZag's opt): totals side by side with Spearman
+for latency and energy, each design's energy ratio, whether a bigger buffer lowers each tool's
+energy, and per layer ZigZag's mapping priced by our model over ZigZag's own price.
 
-    python benchmarks/bench_zigzag.py [--only default|ports|sweep]
+    python benchmarks/bench_zigzag.py [--only default|ports|sweep] [--objective latency|energy|both]
 
 (prints a note when ZigZag is absent).
 """
@@ -91,8 +92,8 @@ def _unrolled(item: str, n: int) -> str:
     return f"{dim}, {n if int(size) == 32 else size}"
 
 
-def run_zigzag(kind: str, sizes, n: int = 32, sram_kib: int | None = None) -> dict:
-    """ZigZag (opt="latency") on one layer of tpu_like with an n x n array and the SRAM resized."""
+def run_zigzag(kind: str, sizes, n: int = 32, sram_kib: int | None = None, opt: str = "latency") -> dict:
+    """ZigZag (`opt`: latency or energy) on one layer of tpu_like with an n x n array and the SRAM resized."""
     from zigzag.api import get_hardware_performance_zigzag
 
     logging.disable(logging.CRITICAL)
@@ -100,7 +101,7 @@ def run_zigzag(kind: str, sizes, n: int = 32, sram_kib: int | None = None) -> di
     with tempfile.TemporaryDirectory() as tmp:
         hw, mp = _zigzag_inputs(Path(tmp), n, sram_kib)
         energy, latency, cmes = get_hardware_performance_zigzag(
-            _zigzag_layer(kind, sizes), hw, mp, opt="latency", dump_folder=str(Path(tmp) / "dump"),
+            _zigzag_layer(kind, sizes), hw, mp, opt=opt, dump_folder=str(Path(tmp) / "dump"),
             loma_show_progress_bar=False)
     seconds = time.perf_counter() - started
     cme = cmes[0][1][0][0]
@@ -300,9 +301,9 @@ def design_target(n: int, sram_kib: int):
                                           "memory.SRAM.size_bytes": f"{sram_kib}KiB"})
 
 
-def sweep() -> dict:
-    """The 9 designs over LAYERS in both tools (latency objectives: `explore` on ours, ZigZag's
-    opt="latency"), and ZigZag's mapping of every layer priced by our model."""
+def sweep(objective: str = "latency") -> dict:
+    """The 9 designs over LAYERS in both tools, both minimising `objective` (`explore
+    --objective` on ours, ZigZag's opt), and ZigZag's mapping of every layer priced by our model."""
     from autocomp_jupyter.dse import explore
 
     sweeps = ["compute.pe_rows,compute.pe_cols=" + ",".join(f"{n}x{n}" for n in ARRAYS),
@@ -312,19 +313,19 @@ def sweep() -> dict:
     seconds = {"autocomp": 0.0, "zigzag": 0.0}
     for name, kind, sizes in LAYERS:
         started = time.perf_counter()
-        points = explore(_program(kind, sizes), str(TARGET), sweeps).points
+        points = explore(_program(kind, sizes), str(TARGET), sweeps, objective=objective).points
         seconds["autocomp"] += time.perf_counter() - started
         for d, (n, k) in enumerate(DESIGNS):
             point = points[d]
             assert point["valid"] and point["verified"], (name, n, k, point.get("reason"))
-            z = run_zigzag(kind, sizes, n, k)
+            z = run_zigzag(kind, sizes, n, k, opt=objective)
             seconds["zigzag"] += z["seconds"]
             same = autocomp_on_zigzag_mapping(kind, sizes, z, targets[d])
             rows.append({"layer": name, "design": (n, k), "cycles": point["time_s"] * 1e9,   # 1 GHz
                          "pj": point["energy_j"] * 1e12, "zigzag_cycles": z["cycles"], "zigzag_pj": z["pj"],
                          "same_cycles": same["cycles"], "same_pj": same["pj"]})
         print(f"  {name}: done", file=sys.stderr, flush=True)
-    return {"rows": rows, "seconds": seconds}
+    return {"rows": rows, "seconds": seconds, "objective": objective}
 
 
 def sweep_markdown(result: dict) -> str:
@@ -336,7 +337,7 @@ def sweep_markdown(result: dict) -> str:
     rc, rz = ranks(total["cycles"]), ranks(total["zigzag_cycles"])
     ec, ez = ranks(total["pj"]), ranks(total["zigzag_pj"])
     seconds = result["seconds"]
-    out = [f"Designs (PE array x SRAM) over the {len(LAYERS)} layers, latency objectives "
+    out = [f"Designs (PE array x SRAM) over the {len(LAYERS)} layers, {result['objective']} objectives "
            f"(autocomp `explore` {seconds['autocomp']:.0f} s, ZigZag {seconds['zigzag']:.0f} s)", "",
            "| array | SRAM | autocomp cycles | ZigZag cycles | rank a/z | autocomp µJ | ZigZag µJ | "
            "energy a/z | rank a/z |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -348,7 +349,7 @@ def sweep_markdown(result: dict) -> str:
     out += ["", f"Spearman, total latency: {spearman(total['cycles'], total['zigzag_cycles']):+.3f}; "
             f"total energy: {spearman(total['pj'], total['zigzag_pj']):+.3f}. "
             f"Energy autocomp / ZigZag per design: {min(ratios):.2f}-{max(ratios):.2f} "
-            f"({sum(0.5 <= r <= 2.0 for r in ratios)} of {len(ratios)} within 2x).", "",
+            f"({sum(0.5 <= r <= 2.0 for r in ratios)} of {len(ratios)} within 2x). {_buffer_trend(total)}", "",
             "Like for like: ZigZag's mapping of each layer priced by autocomp's model, over ZigZag's own "
             "price (cycles / energy):", "",
             "| array | SRAM | " + " | ".join(name for name, _, _ in LAYERS) + " |",
@@ -363,6 +364,16 @@ def sweep_markdown(result: dict) -> str:
     out += ["", f"Like-for-like ratios: cycles {min(lat):.2f}-{max(lat):.2f}, energy {min(en):.2f}-{max(en):.2f}; "
             f"{within} of {len(rows)} layer x design points within 15% on both."]
     return "\n".join(out)
+
+
+def _buffer_trend(total: dict) -> str:
+    """Whether a bigger buffer lowers (or keeps) each tool's energy at every array size."""
+    def trend(key):
+        per_array = [[total[key][d] for d, (n, _) in enumerate(DESIGNS) if n == a] for a in ARRAYS]
+        lower = sum(all(b < a * (1 - 1e-9) for a, b in zip(row, row[1:])) for row in per_array)
+        never_higher = sum(all(b <= a * (1 + 1e-9) for a, b in zip(row, row[1:])) for row in per_array)
+        return f"{lower} of {len(ARRAYS)} arrays strictly lower, {never_higher} never higher"
+    return f"A bigger buffer's energy, autocomp: {trend('pj')}; ZigZag: {trend('zigzag_pj')}."
 
 
 # ------------------------------------------------------------------ saturated ports
@@ -413,6 +424,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=("default", "sweep", "ports"), default=None,
                     help="one part: tpu_like as bundled, the 9-design sweep, or the saturated ports")
+    ap.add_argument("--objective", choices=("latency", "energy", "both"), default="both",
+                    help="the sweep's objective in both tools (default: both, one table each)")
     args = ap.parse_args(argv)
     if not zigzag_available():
         print("ZigZag comparison skipped: zigzag-dse is not installed (pip install 'autocomp-jupyter[zigzag]').")
@@ -422,7 +435,8 @@ def main(argv=None) -> int:
     if args.only in (None, "ports"):
         print(saturated_markdown(saturated_ports()) + "\n")
     if args.only in (None, "sweep"):
-        print(sweep_markdown(sweep()))
+        for objective in (("latency", "energy") if args.objective == "both" else (args.objective,)):
+            print(sweep_markdown(sweep(objective)) + "\n")
     return 0
 
 

@@ -52,3 +52,12 @@ def test_the_report_names_the_objective_and_energy_never_costs_more_under_the_en
     edp = ac.optimize(GEMM, target="gemmini", tune=0, objective="edp").report["optimized"]
     product = lambda r: r["time_s"] * r["energy_j"]   # noqa: E731
     assert product(edp) <= product(latency.report["optimized"]) * (1 + 1e-9)
+
+
+def test_each_kernel_reports_its_energy_by_memory_level_adding_up_to_its_energy():
+    report = ac.optimize(GEMM, target="npu", tune=0).report
+    for kernel in report["kernels"]:
+        parts = kernel["energy_by_level"]
+        assert {"DRAM", "compute"} <= set(parts) and all(v >= 0 for v in parts.values())
+        assert sum(parts.values()) == pytest.approx(kernel["metrics"]["energy_j"], rel=1e-9)
+        assert parts["DRAM"] > 0
