@@ -188,15 +188,17 @@ class SearchSpace:
 
     # ------------------------------------------------------------------ points and schedules
 
-    def schedule(self, tiles, orders, parallel=None, vectorize=-1, keep: Schedule | None = None) -> Schedule:
+    def schedule(self, tiles, orders, parallel=None, vectorize=-1, keep: Schedule | None = None,
+                 fit_unroll: bool = True) -> Schedule:
         """The schedule of one point; what a point does not hold (unroll, point-loop order,
         staging, and the parallel loops when None) is `keep`'s (the incumbent's by default),
         its unroll capped at what this point's registers hold (`unroll_fitted`: a point's
-        score prices no unroll, which is exact once none spills)."""
+        score prices no unroll, which is exact once none spills; `fit_unroll=False` for a
+        legality check, which unroll does not change)."""
         keep = self.incumbent if keep is None else keep
         vectorize = None if vectorize is None else int(vectorize)
-        return unroll_fitted(Schedule.of_arrays(self.kernel, self.levels, tiles, orders, parallel, vectorize,
-                                                keep=keep), self.target)
+        schedule = Schedule.of_arrays(self.kernel, self.levels, tiles, orders, parallel, vectorize, keep=keep)
+        return unroll_fitted(schedule, self.target) if fit_unroll else schedule
 
     def points(self, schedules: Sequence[Schedule]) -> Points:
         """The points of `schedules` (of this kernel)."""

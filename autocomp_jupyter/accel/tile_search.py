@@ -35,6 +35,7 @@ from .cost import library_schedule
 from .search_space import Points, SearchSpace, vector_loop_index
 
 RANDOM_CANDIDATES = 3000
+ENERGY_ROUNDS = 1             # rounds of the climb that lowers energy within 1% of the fastest (latency)
 PAST_THE_BAND = 100.0         # the energy climb's penalty: energy x e^(100 x how far past 1% of the fastest)
 LOCAL_ROUNDS = 8
 KEEP = 4                      # candidates refined by local search
@@ -171,7 +172,7 @@ def _local_search(s: SearchSpace, tiles, orders, measured, evaluated: int, ranke
                 return np.where(m[2], m[1] * np.exp(past), np.inf)
 
             joined = _joined(every)
-            climb.run(joined[0], joined[1], energy(joined[2]), energy, rounds)
+            climb.run(joined[0], joined[1], energy(joined[2]), energy, ENERGY_ROUNDS)
     joined = _joined(every)
     return s.decide(joined[0], joined[1], joined[2], ranked), climb.evaluated
 

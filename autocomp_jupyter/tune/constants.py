@@ -17,4 +17,4 @@ CONFIRMED_VERDICTS = 4
 PREDICT_LEGALITY = True     # False: every nest is checked before it enters a population
 NEW_ORDERS_PER_GENERATION = 2
 
-TIES_KEPT = 8                  # candidates within 1% of the fastest kept beyond `top` (latency's ties, objective.py)
+TIES_KEPT = 3                  # candidates within 1% of the fastest kept beyond `top` (latency's ties, objective.py)

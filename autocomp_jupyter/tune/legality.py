@@ -73,7 +73,7 @@ class _Legality:
             started = time.perf_counter()
             sp = self.space
             D = sp.D
-            schedule = sp.schedule(tiles, orders, np.ones(D, dtype=bool), -1)
+            schedule = sp.schedule(tiles, orders, np.ones(D, dtype=bool), -1, fit_unroll=False)
             verdict = poly.check_schedule(schedule)
             refused = {v.loop for v in verdict.violated if v.loop is not None}
             order_ok = not any(v.loop is None for v in verdict.violated)

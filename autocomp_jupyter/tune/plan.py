@@ -18,7 +18,7 @@ from .. import objective
 from ..canon import evaluate
 from .constants import DEFAULT_MAX_SPILL, MEASURED_CANDIDATES, TIES_KEPT
 from .scoring import ScoreFn, _Scorer, _arrays, _score_chunk, model_score
-from ..accel.search_space import SearchSpace
+from ..accel.search_space import Points, SearchSpace
 from .legality import _Legality, legal
 from .search import _Search
 from .moves import _kernel_moves
@@ -98,13 +98,9 @@ class KernelResult:
     @staticmethod
     def of(search: "_Search", keep: int, scoring_seconds: float = 0.0) -> "KernelResult":
         inc_key = search.incumbent_key
-        # Under `latency`, candidates within 1% of the fastest are ties the objective breaks
-        # by energy (`_ranked_candidates`): they are kept too, up to TIES_KEPT more.
-        ties = objective.of(search.space.target) == "latency"
         entries: list = []
         for t, key in search.iter_verified():
-            if len(entries) >= keep and not (ties and len(entries) < keep + TIES_KEPT
-                                             and t <= entries[0][0] * (1 + objective.LATENCY_TIES)):
+            if len(entries) >= keep:
                 break
             if entries and t == entries[-1][0]:
                 # The same time as the last kept: an equivalent schedule, not another
@@ -116,9 +112,39 @@ class KernelResult:
             if chosen is not None and not legal(chosen):   # the exact schedule, once more
                 continue
             entries.append((t, chosen))
+        if entries and objective.of(search.space.target) == "latency":
+            entries = sorted(entries + _ties(search, entries, inc_key), key=lambda e: e[0])
         return KernelResult(entries, search.evaluated, entries[0][0] if entries else math.inf,
                             len(search.legality.asked), search.legality.seconds, scoring_seconds,
                             search.rejected, len(search.infeasible))
+
+
+def _ties(search: "_Search", entries: list, inc_key: bytes) -> list:
+    """Under `latency`, the candidates within 1% of the fastest that use less energy than it (the
+    ties the objective breaks: `_ranked_candidates`), up to TIES_KEPT of them, least energy
+    first; their energies are the model's in one batch, and only those kept are checked for
+    legality."""
+    space = search.space
+    best_time = entries[0][0]
+    best = entries[0][1] if entries[0][1] is not None else space.incumbent
+    bar = evaluate(best, space.target).energy_j
+    band = [key for t, key in search.board if t <= best_time * (1 + objective.LATENCY_TIES)
+            and key != inc_key and key not in search.illegal]
+    if not band:
+        return []
+    times = dict((key, t) for t, key in search.board)
+    _, energy, _, _ = space.measure(Points.stack([search.genomes[key] for key in band]))
+    out = []
+    for i in np.argsort(energy, kind="stable"):
+        if len(out) >= TIES_KEPT or energy[i] >= bar * (1 - 1e-9):
+            break
+        genome = search.genomes[band[i]]
+        if not search.legality.admits(*genome[:3], True)[0]:
+            continue
+        schedule = space.schedule(*genome)
+        if legal(schedule):
+            out.append((times[band[i]], schedule))
+    return out
 
 
 def _search_task(schedule: Schedule, target: Target, divisors_only: bool, max_spill: float, seed: int,
