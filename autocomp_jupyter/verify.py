@@ -6,7 +6,8 @@ the reference interpreter (`interp.check_tiled`) on the program itself when it i
 a scaled-down twin of the same structure when it is not (`scaled_twin`: the program's twin,
 else a twin of the kernel's ops alone, `ir.twin.kernel_twin`), with the inner levels merged
 (`_coarsen`) when the twin has too many tiles to run. Passing runs are remembered by the
-canonical schedule and a digest of the inputs (`canon.LRU`).
+canonical schedule and a digest of the inputs (`canon.LRU`); a kernel's twin, and the digest
+of what its kernel reads there, are made once per (program, kernel), not once per schedule.
 """
 from __future__ import annotations
 
