@@ -23,9 +23,15 @@ from .ir.schedule import Schedule, canonical_kernel, canonical_names  # noqa: F4
 
 
 def schedule_key(schedule: Schedule) -> tuple:
-    """The schedule's canonical kernel and everything it sets, as a hashable value."""
-    return (canonical_kernel(schedule.kernel), _freeze(schedule.tiles), _freeze(schedule.order),
-            _freeze(schedule.annotations), tuple(schedule.levels))
+    """The schedule's canonical kernel and everything it sets, as a hashable value (kept on
+    the schedule, which nothing changes once built: the cost, isl's verdict, the tiled-run
+    check and the searches all ask for the key of the same schedule)."""
+    key = schedule.__dict__.get("_key")
+    if key is None:
+        key = (canonical_kernel(schedule.kernel), _freeze(schedule.tiles), _freeze(schedule.order),
+               _freeze(schedule.annotations), tuple(schedule.levels))
+        object.__setattr__(schedule, "_key", key)
+    return key
 
 
 def _freeze(mapping) -> tuple:

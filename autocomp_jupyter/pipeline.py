@@ -22,6 +22,7 @@ from . import objective
 from .objective import check as check_objective
 from .accel.target import Target, load_target
 from .baselines import library_plan, prefetch, textbook_plan
+from .caches import LRU
 from .dsl import load, parse
 from .errors import UserError
 from .ir.program import Program
@@ -161,8 +162,31 @@ def _parse(run: _Run) -> None:
     run.traces = _load_traces(run.schedule)                      # --schedule: checked before any work
     run.program, in_place_log = mark_in_place_updates(program)   # KV-cache updates: one row, in place
     run.ctx = PassContext(run.program, run.target, run.ruleset, run.seed,
-                          equivalence=equivalent_at_scale)       # large programs: on twins
+                          equivalence=remembered_equivalence)    # large programs: on twins
     run.log.extend(in_place_log)
+
+
+# Equivalence verdicts of rewritten programs (`verify.equivalent_at_scale`) across runs: the
+# fusion pass rewrites a program the same way on every target (its inlines and view folds
+# read sizes, not the target), so a sweep's designs (`dse.explore`) or a re-run cell check
+# each rewrite once. A verdict is kept with the programs' weights (which program equality
+# leaves out), its rewrites and the source its twin is built from.
+_EQUIVALENCE = LRU("pipeline.equivalence", 16)
+
+
+def remembered_equivalence(original: Program, candidate: Program, seed: int = 0):
+    """`verify.equivalent_at_scale(original, candidate, seed)`, remembered by value."""
+    key = (original, candidate, seed, original.source, original.filename, candidate.rewrites)
+    try:
+        hash(key)
+    except TypeError:           # a program holding an unhashable attribute: checked every time
+        return equivalent_at_scale(original, candidate, seed)
+    hit = _EQUIVALENCE.get(key)
+    if hit is not None and hit[0] is original.param_values and hit[1] is candidate.param_values:
+        return hit[2]
+    verdict = equivalent_at_scale(original, candidate, seed)
+    _EQUIVALENCE.put(key, (original.param_values, candidate.param_values, verdict))
+    return verdict
 
 
 def _baselines(run: _Run) -> None:

@@ -6,7 +6,8 @@ the reference interpreter (`interp.check_tiled`) on the program itself when it i
 a scaled-down twin of the same structure when it is not (`scaled_twin`: the program's twin,
 else a twin of the kernel's ops alone, `ir.twin.kernel_twin`), with the inner levels merged
 (`_coarsen`) when the twin has too many tiles to run. Passing runs are remembered by the
-canonical schedule and a digest of the inputs (`canon.LRU`).
+canonical schedule and a digest of the inputs (`canon.LRU`); a kernel's twin, and the digest
+of what its kernel reads there, are made once per (program, kernel), not once per schedule.
 """
 from __future__ import annotations
 
@@ -65,14 +66,13 @@ def verify_schedule(schedule: Schedule, program: Program, ctx: PassContext | Non
     if small_program is not program:
         record["twin_max_extent"] = max((d for t in small_program.tensors for d in t.shape), default=1)
     seed = ctx.seed if ctx else seed
-    reference = reference_run(small_program, seed)
-    inputs = hashlib.sha1(b"".join(np.ascontiguousarray(reference[name]).tobytes()
-                                   for name in small_schedule.kernel.inputs)).hexdigest()
+    inputs = _inputs_digest(small_program, small_schedule.kernel, seed)
     for _ in range(len(small_schedule.levels)):
         key = (schedule_key(small_schedule), seed, MAX_CHECK_TILES, inputs)
         if _TILED_OK.get(key) is not None:
             return ""
         try:
+            reference_run(small_program, seed)      # (check_tiled runs against the last program's run)
             eq = check_tiled(small_schedule, small_program, seed=seed, max_boxes=MAX_CHECK_TILES)
             break
         except TooManyTiles:
@@ -106,13 +106,10 @@ def scaled_twin(schedule: Schedule, program: Program):
     kernel = schedule.kernel
     if max(kernel.extents.values()) <= TWIN_EXTENT and max(max(t.shape, default=1) for t in program.tensors) <= 4 * TWIN_EXTENT:
         return schedule, program
-    small = _program_twin(program)
-    small_kernel = _same_structure(kernel, small)
-    if small_kernel is None:      # only then build the kernel's own twin
-        small = kernel_twin(program, kernel.ops, TWIN_EXTENT)
-        small_kernel = _same_structure(kernel, small)
-    if small_kernel is None:
+    twin = _kernel_twin(kernel, program)
+    if twin is None:
         return None
+    small, small_kernel = twin
     big, little = kernel.extents, small_kernel.extents
     sizes = schedule.tile_sizes()
     tiles = {}
@@ -238,13 +235,62 @@ def _scaled_source(program: Program) -> Program | None:
     return _TWINS.get(key)
 
 
+# A kernel's twin by (program, kernel): every schedule of one kernel is checked on the same
+# twin, so it is built once (an imported model's kernel twins were built again for each of
+# MaxViT-T's 1,600 checks, a tenth of its optimisation). Entries hold their program: an id is
+# reused once its object is gone.
+_KERNEL_TWINS = LRU("verify.kernel_twin", 1024)
+# What a twin's kernel reads in the twin's untiled run, as a digest (`verify_schedule`'s key),
+# by (twin, kernel inputs, seed): the run is made once per twin, not once per check.
+_INPUT_DIGESTS = LRU("verify.twin_inputs", 1024)
+
+
+def _kernel_twin(kernel: Kernel, program: Program) -> tuple[Program, Kernel] | None:
+    """(twin program, the kernel on it): the program's own twin where it has the kernel's
+    structure, else the kernel's ops alone (`ir.twin.kernel_twin`); None where neither has."""
+    key = (id(program), kernel)
+    hit = _KERNEL_TWINS.get(key)
+    if hit is not None and hit[0] is program:
+        return hit[1]
+    small = _program_twin(program)
+    small_kernel = _same_structure(kernel, small)
+    if small_kernel is None:      # only then build the kernel's own twin
+        small = kernel_twin(program, kernel.ops, TWIN_EXTENT)
+        small_kernel = _same_structure(kernel, small)
+    found = None if small_kernel is None else (small, small_kernel)
+    _KERNEL_TWINS.put(key, (program, found))
+    return found
+
+
+def _inputs_digest(program: Program, kernel: Kernel, seed: int) -> str:
+    """A digest of the values `kernel` reads in `program`'s untiled run on its random inputs."""
+    key = (id(program), kernel.inputs, seed)
+    hit = _INPUT_DIGESTS.get(key)
+    if hit is not None and hit[0] is program:
+        return hit[1]
+    reference = reference_run(program, seed)
+    digest = hashlib.sha1(b"".join(np.ascontiguousarray(reference[name]).tobytes()
+                                   for name in kernel.inputs)).hexdigest()
+    _INPUT_DIGESTS.put(key, (program, digest))
+    return digest
+
+
 def _program_twin(program: Program) -> Program | None:
     """The program's own twin (cached by source), if one builds with every dimension at
-    most 4 x TWIN_EXTENT."""
+    most 4 x TWIN_EXTENT; one object per program (its kernels' checks share its run)."""
+    hit = _PROGRAM_TWINS.get(id(program))
+    if hit is not None and hit[0] is program:
+        return hit[1]
     small = _scaled_source(program)
     if small is None or max((d for t in small.tensors for d in t.shape), default=1) > 4 * TWIN_EXTENT:
-        return None   # a dimension the source pins (a literal reshape) keeps the twin large
-    return replay_inlines(small, program)     # a fused program's kernels read what its inlines left
+        small = None  # a dimension the source pins (a literal reshape) keeps the twin large
+    else:
+        small = replay_inlines(small, program)     # a fused program's kernels read what its inlines left
+    _PROGRAM_TWINS.put(id(program), (program, small))
+    return small
+
+
+_PROGRAM_TWINS = LRU("verify.program_twin", 16)
 
 
 def _same_structure(kernel: Kernel, small: Program | None) -> Kernel | None:

@@ -20,13 +20,14 @@ from autocomp_jupyter.poly.text import _isl_names_ok, statement_name
 from autocomp_jupyter.poly.violations import Legality, Violation
 
 
-def from_tiled_schedule(schedule) -> KernelSchedule:
+def from_tiled_schedule(schedule, nest=None) -> KernelSchedule:
     """The `KernelSchedule` of an `ir.schedule.Schedule`: the tree `ir.loopnest.lower` builds,
     in 2d+1 form. Along each statement's path from the root, every tree level adds a
     sequence dimension (its position among its siblings) and, for a tile loop, the tile
     index `floor(offset / size)`, the offset taken inside the enclosing tile over the same
     loop, so remainder tiles are exact; the statement's point loops follow, named after the
-    anchor loops they follow (local loops keep their names).
+    anchor loops they follow (local loops keep their names). `nest`: `lower(schedule)`, when
+    the caller has it already.
 
     A statement in a tile loop over a loop it does not follow runs only in that loop's last
     tile (`Compute.last_of`): its dimension there is that tile's index, a constant (named
@@ -35,7 +36,7 @@ def from_tiled_schedule(schedule) -> KernelSchedule:
     """
     from autocomp_jupyter.ir.loopnest import lower
 
-    nest = lower(schedule)
+    nest = lower(schedule) if nest is None else nest
     extents = schedule.kernel.extents
     computed = schedule.kernel.computed_at()
     statements: list[StatementSchedule] = [None] * len(schedule.kernel.statements)  # type: ignore[list-item]
@@ -71,13 +72,13 @@ def from_tiled_schedule(schedule) -> KernelSchedule:
     return KernelSchedule(tuple(statements))
 
 
-def parallel_dims(schedule) -> tuple[str, ...]:
+def parallel_dims(schedule, nest=None) -> tuple[str, ...]:
     """The time dimensions of `from_tiled_schedule(schedule)` that run the loops its
     "parallel" annotation marks: every tile loop over such a loop and its point loops.
     Checking them all is what makes a parallel annotation legal wherever C puts the pragma."""
     from autocomp_jupyter.ir.loopnest import loop_dims, lower
 
-    nest = lower(schedule)
+    nest = lower(schedule) if nest is None else nest
     return tuple(dim for loop in schedule.parallel or () for dim in loop_dims(nest, loop))
 
 
@@ -109,9 +110,12 @@ def check_schedule(schedule) -> "Legality":
         if violations:
             verdict = Legality(False, violations)
         else:
+            from autocomp_jupyter.ir.loopnest import lower
+
             rest = tuple(st for i, st in enumerate(schedule.kernel.statements) if i not in computed)
-            verdict = check_legal(rest, from_tiled_schedule(schedule),
-                                  parallel=parallel_dims(schedule), reduction_reorderable=True)
+            nest = lower(schedule)          # lowered once for both views
+            verdict = check_legal(rest, from_tiled_schedule(schedule, nest),
+                                  parallel=parallel_dims(schedule, nest), reduction_reorderable=True)
     except ValueError as err:
         return Legality(False, (Violation("schedule", "", "", "", message=f"not a valid schedule: {err}"),))
     _VERDICTS.put(key, (Legality(True) if verdict.ok else verdict, tuple(t.name for t in schedule.kernel.tensors)))

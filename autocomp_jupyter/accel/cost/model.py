@@ -352,7 +352,10 @@ def kernel_model(kernel: Kernel, target: Target, staged: tuple[tuple[str, str], 
     return model
 
 
-_MODELS = LRU("cost.kernel_model_by_structure", 512)
+# Compiled models by (kernel structure, target, staging). MaxViT-T on one preset compiles ~850
+# (its library, fused, chain and producer kernels): at 512 a third were evicted and compiled
+# again. A model is ~0.1 MB.
+_MODELS = LRU("cost.kernel_model_by_structure", 1024)
 
 
 def naive_schedule(kernel: Kernel, target) -> Schedule:
