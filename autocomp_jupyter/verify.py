@@ -209,7 +209,14 @@ def _replay_split_k(program: Program, ops: list[str]):
     return replay(program, ops)
 
 
-_REPLAYS = {"online_softmax": _replay_online_softmax, "split_k": _replay_split_k}
+def _replay_implied_domains(program: Program, ops: list[str]):
+    from .rules.domains import implied_domains
+
+    return implied_domains(program, ops)
+
+
+_REPLAYS = {"online_softmax": _replay_online_softmax, "split_k": _replay_split_k,
+            "implied_domains": _replay_implied_domains}
 
 
 def scaled_points(program: Program) -> int:

@@ -346,3 +346,31 @@ def test_computed_at_score_rows_are_held_on_chip_and_overflow_it():
     assert 56 * 512 * 4 <= grown < 2 * 56 * 512 * 4      # one row buffer, not one per tensor
     assert evaluate(schedule(8), target).spill_ratio == 0.0
     assert evaluate(schedule(512), target).spill_ratio > 1.0   # 1 MiB of scores in 256 KiB
+
+
+def test_a_producer_runs_its_unfollowed_loops_whole_where_that_is_faster():
+    from autocomp_jupyter.accel.cost import kernel_model
+
+    # the causal row sum computed at the scores' row tiles: alone its schedule tiles the keys
+    # (its domain skips more with small tiles); in a region of rows it may run them whole
+    program = parse("""input S: f32[64, 256]
+E[s, t] = exp(S[s, t]) where t <= s
+Z[s] += E[s, t] where t <= s
+Y[s, t] = E[s, t] / Z[s]
+output Y
+""")
+    kernel = Kernel.from_ops(program, [op.name for op in program.ops], anchor="Y").with_compute_at("Z", "s", "L2")
+    target = load_target("gpu")
+    model = kernel_model(kernel, target)
+    (producer,) = model.producers
+    tiles, orders, parallel, _ = model.normalise(*model.schedule_arrays(replay(kernel, [
+        {"primitive": "tile", "loop": "s", "level": "L2", "size": 8}], target.tiling_levels)))
+    from autocomp_jupyter.accel.cost.tiles import _tile_counts
+    sub, _ = producer.region_tiles(tiles, orders, _tile_counts(model.extents[None, :], tiles)[0], parallel)
+    cost, _, whole = producer._choose(sub)
+    assert producer.whole and whole[0]          # the keys tiled alone, whole in the region
+    own = producer._choose_order(sub)[0].time_s
+    alt = producer._choose_order(producer._whole(sub))[0].time_s if producer.whole else own
+    assert cost.time_s[0] == pytest.approx(min(own[0], alt[0]))
+    chosen = producer.schedule(sub[0])          # what the simulator replays: the same choice
+    assert evaluate(chosen, target).time_s == pytest.approx(cost.time_s[0])

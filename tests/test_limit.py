@@ -113,3 +113,34 @@ def test_the_hosts_compute_floor_is_what_a_core_sustains(monkeypatch):
     assert physical_limit(program, host)["datapaths_s"]["cores"] == pytest.approx(2 * nominal)
     monkeypatch.undo()
     assert host_peak.compute_ceiling(host) == pytest.approx(max(1.0, described / measured))
+
+
+def test_the_vector_unit_beside_the_array_moves_its_operands_through_the_same_ports():
+    # a softmax on Gemmini: its max, exp and sums read every score through the scratchpad's
+    # one port, the port the PE array's operands cross as well
+    gemmini = load_target("gemmini")
+    program = parse("input X: f32[256, 512]\nP = softmax(X)\n", "<t>")
+    ports = physical_limit(program, gemmini)["ports_s"]
+    scratchpad = next(m for m in gemmini.memory if m.name == "scratchpad")
+    # at least X read once (the max) through the scratchpad port
+    assert ports["scratchpad port"] >= 256 * 512 * 4 / (scratchpad.bandwidth_gbps * 1e9) * 0.999
+    # on a target without a PE array no port term is counted for it
+    assert physical_limit(program, load_target("gpu"))["ports_s"] == {}
+
+
+def test_a_sum_of_a_factor_zero_outside_its_domain_counts_that_domain():
+    # Z sums E over the whole box, but E is 0 above the diagonal: the limit counts the
+    # triangle, as if Z were written over it
+    source = """input S: f32[64, 64]
+E[s, t] = exp(S[s, t]) where t <= s
+Z[s] += E[s, t]
+output Z
+"""
+    explicit = source.replace("E[s, t]\n", "E[s, t] where t <= s\n")
+    boxed = source.replace(" where t <= s", "")
+    npu = load_target("npu")
+    cut, written, box = (physical_limit(parse(s, "<t>"), npu)["datapaths_s"]["vector unit"]
+                         for s in (source, explicit, boxed))
+    assert explicit != source
+    assert cut == pytest.approx(written)
+    assert cut == pytest.approx(box * 2080 / 4096, rel=0.05)

@@ -171,3 +171,32 @@ def test_an_epilogue_after_the_weighted_sum_keeps_its_shape():
     rewritten, anchor = online_softmax(program, [op.name for op in program.ops])
     assert rewritten.tensor("O_sum").shape == program.tensor("O").shape
     assert equivalent(program, rewritten).ok
+
+
+def test_a_causal_softmax_s_sums_take_the_domain_of_their_exps():
+    # Z sums exps that are 0 above the diagonal: the rewrite gives it the triangle, exactly
+    causal = COMPREHENSIONS.replace("[2, 40, 16]", "[2, 48, 16]").replace("[2, 40, 8]", "[2, 48, 8]") \
+        .replace("* 0.25)\n", "* 0.25) where j <= i\n", 1)
+    assert "where j <= i" in causal
+    program, rewritten, kernel = _online(causal)
+    sums = [st for st in kernel.statements if st.reduce == "+" and st.rescale is not None]
+    assert sums and all(st.domain for st in sums)
+    assert equivalent(program, rewritten, seed=3)
+
+
+def test_the_array_s_rescales_are_the_vector_unit_s_work():
+    _, _, kernel = _online(COMPREHENSIONS.replace("48", "128").replace("40", "256"))
+    target = load_target("gemmini")
+    levels = target.tiling_levels
+    key = kernel.loop_names[-1]
+
+    def schedule(inner):
+        steps = [{"primitive": "tile", "loop": key, "level": levels[0], "size": 64},
+                 {"primitive": "tile", "loop": key, "level": levels[1], "size": inner},
+                 {"primitive": "compute_at", "tensor": "S", "loop": key, "level": levels[0]}]
+        return replay(kernel, steps, levels)
+
+    fine, coarse = evaluate(schedule(16), target), evaluate(schedule(64), target)
+    # more key tiles, more rescales: on the vector unit, none on the PE array
+    assert fine.limits["compute (PE array)"] == pytest.approx(coarse.limits["compute (PE array)"])
+    assert fine.limits["compute (vector unit)"] > coarse.limits["compute (vector unit)"]

@@ -20,7 +20,10 @@ flat run for an elementwise statement, as the model streams them). Datapaths run
 floors, not their sum. A PE array is also fed through ports (the innermost level holding
 each operand): its moving operand crosses once per block of the loop it lacks, its partial
 sums once per row block (added on write), its stationary operand once — on Gemmini, whose
-scratchpad port is as fast as the array consumes, that floor, not the MACs, binds. On the
+scratchpad port is as fast as the array consumes, that floor, not the MACs, binds. The
+vector unit beside the array reads and writes through the same ports (the model's one
+channel per level): each tensor crossing between it and the array or memory once (the
+softmax reads the array's scores once and writes the probabilities it feeds back once). On the
 host the cores' work is at the multiply-add rate a core sustains, measured (`host_peak`): the
 preset's lanes x pipes x reported clock can overstate it (1.47x on this machine).
 `limit_fraction` = limit / optimised time: 1.0 is the physical limit.
@@ -31,8 +34,9 @@ import math
 
 import numpy as np
 
-from ..ir.program import Program
+from ..ir.program import Program, domain_points
 from ..ir.schedule import kernels_unfused
+from .cost.domain import zero_outside
 from .cost import _fill_cycles, _stationary_operand, datapath_of, kernel_model
 from .host_model import runs_generated_c, warm_memory_floor
 from .host_peak import compute_ceiling
@@ -47,6 +51,9 @@ def physical_limit(program: Program, target) -> dict:
     clock = target.clock_ghz * 1e9
     datapaths: dict[str, float] = {}
     ports: dict[int, float] = {}          # memory level -> bytes through its port into the PE array
+    writers = {st.target: st for op in program.ops for st in op.statements}
+    vector = []                           # statements on the vector unit beside a PE array
+    on_array: dict[str, set] = {}         # tensor -> how the PE array accesses it
     for kernel in kernels_unfused(program):
         model = kernel_model(kernel, target)
         extents = np.asarray(model.extents, dtype=float)
@@ -75,14 +82,25 @@ def physical_limit(program: Program, target) -> dict:
                 passes = min(along, flat)
                 if winograd and si == kernel.anchor:
                     passes *= 16 / 36
-            # a `where` domain: its points, not its box (the best tiles skip the rest)
+            # a `where` domain: its points, not its box (the best tiles skip the rest); a sum of
+            # a factor that is 0 outside its domain needs only that domain's terms (`zero_outside`)
             box = math.prod(present) * st.local_points
             share = st.points / box if st.domain is not None and box else 1.0
+            stmt = kernel.statements[si]
+            implied = zero_outside(stmt, writers)
+            if implied:
+                share = domain_points(stmt.extents, stmt.domain + implied) / stmt.box_points
             seconds = (passes * share * st.local_points * dp.pass_cycles + fill * share) / compute.units / clock
             datapaths[dp.unit] = datapaths.get(dp.unit, 0.0) + float(seconds)
             if dp.on_array and st.mac:
                 for level, nbytes in _array_operands(model, st, extents, compute).items():
                     ports[level] = ports.get(level, 0.0) + nbytes * share
+                for a in st.accesses:
+                    on_array.setdefault(a.tensor, set()).add(a.kind)
+            elif compute.kind == "systolic":
+                vector.append((model, st, extents, share))
+    for level, nbytes in _vector_crossings(program, vector, on_array).items():
+        ports[level] = ports.get(level, 0.0) + nbytes
     if runs_generated_c(target):
         # The host's cores at what they sustain, measured (`host_peak`), not its description.
         ceiling = compute_ceiling(target)
@@ -112,6 +130,38 @@ def _array_operands(model, st, extents, compute) -> dict[int, float]:
         repeats = math.prod(n for loop, n in blocks.items() if not a.index_mask[loop])
         level = model.mem_index[a.chain[-1]] if a.chain else len(model.level_names) - 1
         out[level] = out.get(level, 0.0) + elements * repeats * a.elem_bytes
+    return out
+
+
+def _vector_crossings(program: Program, vector: list, on_array: dict[str, set]) -> dict[int, float]:
+    """{memory level: bytes} the vector unit beside a PE array must move through the levels'
+    ports (the ones the array's operands cross: one channel per level, as the model): each
+    tensor that crosses between it and the outside once — a program input or a PE array's
+    result it reads, a program output or a PE array's operand it writes — through the
+    innermost level holding it. What passes between its own statements is not counted: a
+    rewrite may fuse or remove those (the online softmax drops the probabilities' pass).
+    `vector`: (model, statement, extents, share of its box) per statement; `on_array`: {tensor:
+    how the PE array's statements access it ('read', 'write', 'accumulate')}."""
+    inputs = {t.name for t in program.inputs}
+    crossing: dict[tuple[str, bool], tuple[int, float]] = {}
+    for model, st, extents, share in vector:
+        for a in st.accesses:
+            read = a.kind == "read"
+            kinds = on_array.get(a.tensor, set())
+            outside = (a.tensor in inputs or bool(kinds - {"read"})) if read \
+                else (a.tensor in program.outputs or "read" in kinds)
+            if not outside:
+                continue
+            used = a.index_mask & st.present
+            elements = min(math.prod(e for i, e in enumerate(extents) if used[i]), float(np.prod(a.dims)))
+            level = model.mem_index[a.chain[-1]] if a.chain else len(model.level_names) - 1
+            nbytes = elements * a.elem_bytes * share
+            key = (a.tensor, read)
+            if key not in crossing or crossing[key][1] < nbytes:
+                crossing[key] = (int(level), nbytes)
+    out: dict[int, float] = {}
+    for level, nbytes in crossing.values():
+        out[level] = out.get(level, 0.0) + nbytes
     return out
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..ir.schedule import Schedule
 from .cost import KernelModel, _chunks, _fill_cycles, _stationary_operand, datapath_of, kernel_model
+from .cost.compute import vector_unit
 from .target import load_target
 
 
@@ -169,6 +170,16 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
         total_bytes += r["bytes"]
         if si == schedule.kernel.anchor:
             group_time, group_bytes = r["time_s"], group_bytes + r["bytes"]
+            if r["rescale_s"]:        # its sums' rescales on the vector unit (as the model's `add_beside`)
+                vector = vector_unit(target.compute)
+                by_unit[vector] = by_unit.get(vector, 0.0) + r["rescale_s"]
+                compute_s += r["rescale_s"]
+                if overlap and vector != anchor_unit:
+                    out_tiles = float(np.prod(np.where(st.present, counts[-1], 1.0)))
+                    beside[vector] = beside.get(vector, 0.0) + r["rescale_s"]
+                    beside_tail += r["rescale_s"] / out_tiles
+                else:
+                    group_time += r["rescale_s"]
         elif st.in_place:
             # Runs on each anchor tile as it completes (as the model): its compute and its
             # last tiles' write-back add to the anchor's, its traffic shares its channels;
@@ -254,6 +265,10 @@ class _StatementReplay:
                 self.lat_par[M - 1 if h == 0 else int(model.mem_index[h - 1])] = active
         self.level_of_source = {int(model.mem_index[h]): h for h in range(self.L)}   # memory index -> tiling level
         self.dp, self.unit = self._datapath_unit(vectorize)
+        # The anchor's PE-array sums are rescaled by the vector unit beside it (as the model):
+        # replayed apart, their seconds in `rescale_s`.
+        self.rescale_beside = self.dp.on_array and si == model.kernel.anchor
+        self.rescale_s = 0.0
         self.datapath_per_point = datapath / max(self._mapped_points(), 1.0)
         # resident[(access, level)] = (tile key, box): the tile that level's buffer holds;
         # visited: tile keys seen before (their partial sums exist outside).
@@ -359,7 +374,8 @@ class _StatementReplay:
             all_points *= st.domain.kept_fraction(tuple(int(self.tiles[d, L - 1]) for d in st.domain.loops))
         scale = all_points / points_done if sampled and points_done else 1.0
         return {"bytes": moved * scale, "time_s": end * scale, "compute_s": compute_total * scale,
-                "drain_s": drain_s, "steps": steps, "total_steps": total_steps, "sampled": sampled}
+                "drain_s": drain_s, "steps": steps, "total_steps": total_steps, "sampled": sampled,
+                "rescale_s": self.rescale_s * scale}
 
     def moves(self, boxes) -> tuple[np.ndarray, list]:
         """Residency and traffic of one step: bytes per source level [M], and the tiles that
@@ -414,6 +430,9 @@ class _StatementReplay:
         if st.rescale_key >= 0:    # online softmax: the sums this tile holds rescaled first (as the model)
             rescale = float(np.prod([inner[d][1] for d in range(self.D) if st.out_mask[d]])) * st.rescale_per_elem \
                 / compute.vector_ops_per_cycle
+            if self.rescale_beside:
+                self.rescale_s += rescale / self.clock / self.active
+                rescale = 0.0       # the vector unit's, beside the anchor's array (`simulate`)
             cycles += rescale
         return cycles, passes, points, rescale
 

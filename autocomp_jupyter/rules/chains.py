@@ -205,10 +205,11 @@ def _online_chain(program: Program, kernels: list[Kernel], times: list[float], b
         log.append(rule_entry(rule.name, PASS, _ops(kernels[:n]), False, found))
         return None
     new_program, schedule, seconds = found
+    # The pipeline also asks the library's own search of the kept kernel
+    # (`pipeline._searched_as_well_as_the_library`): compare so, and keep the faster
+    # schedule (verified below); both lowerings fused, compare the other one so too.
+    schedule, seconds = _library_searched(new_program, schedule, seconds, ctx)
     if best is not None:
-        # Both lowerings fused: the pipeline then also asks the library's own search of
-        # the kept kernel (`pipeline._searched_as_well_as_the_library`): compare so.
-        seconds = _with_library_search(new_program, schedule, seconds, ctx)
         floor = _with_library_search(program, best[2], best[3], ctx) + sum(times[best[0]:n])
     if seconds >= floor * (1 - MIN_GAIN):
         log.append(rule_entry(rule.name, PASS, _ops(kernels[:n]), False,
@@ -371,10 +372,17 @@ def _search_chain(program: Program, kernel: Kernel, ctx: PassContext, alone: flo
 def _with_library_search(program: Program, schedule: Schedule, seconds: float, ctx: PassContext) -> float:
     """The fused kernel's time, or its library search's where that is faster (as the
     pipeline takes it where it verifies)."""
+    return _library_searched(program, schedule, seconds, ctx)[1]
+
+
+def _library_searched(program: Program, schedule: Schedule, seconds: float, ctx: PassContext
+                      ) -> tuple[Schedule, float]:
+    """(schedule, seconds): the fused kernel's, or its library search's where that is faster."""
     from ..baselines import library_schedule
 
     theirs = library_schedule(program, schedule.kernel, ctx)
-    return min(seconds, evaluate(theirs, ctx.target).time_s)
+    time_s = evaluate(theirs, ctx.target).time_s
+    return (theirs, time_s) if time_s < seconds else (schedule, seconds)
 
 
 def _online(program: Program, chain: list[Kernel], ctx: PassContext):

@@ -12,7 +12,9 @@ Steps, each logged into the report:
    in bounds. The rewritten program is checked by the interpreter. Views (`fold_views`):
    a copy with no arithmetic (reshape, transpose, squeeze: `Y[i, j] = X[j, i]`) is folded
    into its readers whatever its size, which then read X through the copy's index map, as
-   TVM fuses injective ops into their consumers; checked once for all views.
+   TVM fuses injective ops into their consumers; checked once for all views. Implied
+   domains (`rules.domains`): a sum of a factor that is 0 outside a `where` domain (a causal
+   softmax's row sum) reduces over that domain only; checked once.
 3. Chains: at each op (program order) every enabled rule for the target is matched against
    the chain starting there; the longest match wins (ties: the rule tried first). A group
    is shortened until its working set fits the fast memory (`shared_mem_kb`, the target's
@@ -35,10 +37,11 @@ from .. import objective
 from ..accel.cost import kernel_model, library_schedule
 from ..caches import LRU
 from ..ir.loopnest import whole_loops
-from ..ir.program import Access, Op, Program, Statement, rename_loops, substitute
+from ..ir.program import Access, Op, Program, Statement, relation_text, rename_loops, substitute
 from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, fault_reason, rollback_entry, rule_entry, transaction
 from ..ir.plan import Plan
+from .domains import implied_domains
 from .engine import Fuse, FusionRule, Replace, chain_from, closed_prefix, sole_reader
 
 PASS = "fusion"
@@ -56,6 +59,8 @@ def fusion_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
     if params.get("fold_views", True):
         with transaction(rollbacks, PASS, "folding the views", then="views kept as copies"):
             program = _fold_views(program, ctx, log, rollbacks, taken)
+    with transaction(rollbacks, PASS, "implied domains", then="the sums keep their boxes"):
+        program = _implied_domains(program, ctx, log, rollbacks)
     groups = _chain_groups(program, ctx, fixed_groups, log, rollbacks)
 
     scheduled = dict(pair for g in groups for pair in _group_kernels(program, g, ctx, plan, rollbacks))
@@ -365,6 +370,29 @@ def _fold_views(program: Program, ctx: PassContext, log, rollbacks, keep: set[st
         return program
     log.extend(entries)
     return folded
+
+
+def _implied_domains(program: Program, ctx: PassContext, log, rollbacks) -> Program:
+    """Step 2's implied domains (`rules.domains`): each sum of a factor that is 0 outside its
+    domain reduces over that domain only; checked once by the interpreter, undone if it differs."""
+    found = implied_domains(program)
+    if isinstance(found, str):
+        return program
+    rewritten, changed = found
+    verdict = ctx.verify(rewritten)
+    if not verdict:
+        log.append(rule_entry("implied_domain", PASS, changed, False, f"rolled back: {verdict.reason}"))
+        rollbacks.append(rollback_entry(PASS, changed[0], f"an implied domain changed the result: {verdict.reason}"))
+        return program
+    for name in changed:
+        before, after = program.op(name), rewritten.op(name)
+        for old, new in zip(before.statements, after.statements):
+            if new.domain != old.domain:
+                cut = ", ".join(relation_text(a) for a in new.domain if a not in old.domain)
+                log.append(rule_entry("implied_domain", PASS, [name], True,
+                                      f"{new.target} sums a factor that is 0 outside `where {cut}`: it reduces over "
+                                      f"that domain only ({new.points} of {new.box_points} points; empty tiles skipped)"))
+    return rewritten
 
 
 def _inline_small(program: Program, ctx: PassContext, threshold: int, log, rollbacks, keep: set[str]) -> Program:

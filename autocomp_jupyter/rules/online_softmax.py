@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..accel.cost.domain import zero_outside
 from ..ir.program import Access, Affine, BinOp, Call, Const, Expr, Op, Program, Rescale, Statement, substitute
 
 
@@ -184,8 +185,9 @@ def _rescaled(statements: list[Statement], m: Statement, e: Statement, scale: fl
             # adds only the terms inside it
             seen = dict(zip((i.single_loop for i in p.target_indices), read.indices))
             domain = s.domain + tuple(c.rename(seen) for c in p.domain if c.rename(seen) not in s.domain)
-            out.append(replace(s, target=total, expr=expr, rescale=Rescale(m.target, r_idx, scale), span=None,
-                               domain=domain))
+            summed = replace(s, target=total, expr=expr, rescale=Rescale(m.target, r_idx, scale), span=None,
+                             domain=domain)
+            out.append(replace(summed, domain=domain + zero_outside(summed, {e.target: e})))   # ... and E's
             z = p.expr.rhs
             outs = s.output_loops
             out.append(Statement(s.target, s.target_indices, None, outs,
@@ -195,7 +197,9 @@ def _rescaled(statements: list[Statement], m: Statement, e: Statement, scale: fl
             r_idx = _through(e, read, m_read.indices)
             if not _per_output(s, r_idx):
                 return f"{s.target} sums over the loops of {m.target}: it cannot be rescaled row by row"
-            out.append(replace(s, rescale=Rescale(m.target, r_idx, scale)))
+            # E is 0 outside its domain (a causal mask's): the sum adds only the terms inside it
+            domain = s.domain + zero_outside(s, {e.target: e})
+            out.append(replace(s, rescale=Rescale(m.target, r_idx, scale), domain=domain))
         else:
             out.append(s)
     if not any(s.rescale and _is_mac(s) for s in out):

@@ -47,18 +47,22 @@ def datapath_of(compute, st: "_StatementModel") -> Datapath:
         return Datapath(True, "PE array", compute.pe_rows * compute.pe_cols,
                         compute.spatial_width / compute.macs(st.dtype))
     width = compute.vector_width(st.dtype)
-    if compute.kind == "systolic":
-        unit = "vector unit"
-    elif compute.kind == "simt":
-        unit = "SIMT lanes"
-    else:
-        unit = "vector lanes" if compute.implicit_parallel else "cores"
+    unit = vector_unit(compute)
     if st.mac and compute.kind != "systolic":   # SIMT / SIMD multiply-add pipes
         return Datapath(False, unit, width, compute.spatial_width / compute.macs(st.dtype))
     # A systolic target's vector unit runs a multiply-add as one FMA; other work costs its
     # operations per point.
     ops = 1.0 if st.mac else max(1, st.flops_per_point)
     return Datapath(False, unit, width, width * ops / compute.vector_ops_per_cycle)
+
+
+def vector_unit(compute) -> str:
+    """The name of the datapath that runs what the PE array does not (`Datapath.unit`)."""
+    if compute.kind == "systolic":
+        return "vector unit"
+    if compute.kind == "simt":
+        return "SIMT lanes"
+    return "vector lanes" if compute.implicit_parallel else "cores"
 
 
 # --------------------------------------------------------------------------- public API
@@ -158,21 +162,29 @@ def statement_cycles(model, grid: TileGrid, si: int, st: "_StatementModel", tile
                      pack_cycles, micro_k) -> np.ndarray:
     """[n] cycles the statement's datapath works over the whole run (all units together):
     its passes, the array's fills (`fill`, from fill.py), host C's issue limits, and an
-    online softmax's rescales."""
-    compute = model.target.compute
-    L = grid.tiles.shape[2]
+    online softmax's rescales where they run on the statement's own datapath (a sum on the
+    vector lanes; a PE array's sums are rescaled by the vector unit beside it: `rescale_cycles`,
+    which model.py charges there)."""
     cycles = tile.passes * tile.dp.pass_cycles
     if st.mac and tile.dp.on_array:
         cycles = cycles + fill
     cycles = _host_cycles(model, grid, si, st, tile, cycles, pack_cycles, micro_k)
-    if st.rescale_key >= 0:
-        # Online softmax: each innermost key tile first rescales the sums it holds
-        # (every element of the target once per key tile over the run).
-        kept = tile.kept
-        elems = float(np.prod(grid.E[0, np.asarray(st.out_mask, dtype=bool)]))
-        cycles = cycles + elems * st.rescale_per_elem * grid.counts[:, L - 1, st.rescale_key] \
-            / compute.vector_ops_per_cycle * (kept[:, L - 1] if kept is not None else 1.0)
+    if not tile.dp.on_array:
+        cycles = cycles + rescale_cycles(model, grid, st, tile)
     return cycles
+
+
+def rescale_cycles(model, grid: TileGrid, st: "_StatementModel", tile: DatapathTile) -> np.ndarray | float:
+    """[n] vector-unit cycles of an online softmax's rescales over the whole run (0.0 for a
+    statement without one): each innermost key tile first rescales the sums it holds (every
+    element of the target once per key tile over the run, in the domain's non-empty tiles)."""
+    if st.rescale_key < 0:
+        return 0.0
+    L = grid.tiles.shape[2]
+    kept = tile.kept
+    elems = float(np.prod(grid.E[0, np.asarray(st.out_mask, dtype=bool)]))
+    return elems * st.rescale_per_elem * grid.counts[:, L - 1, st.rescale_key] \
+        / model.target.compute.vector_ops_per_cycle * (kept[:, L - 1] if kept is not None else 1.0)
 
 
 def _host_cycles(model, grid: TileGrid, si: int, st: "_StatementModel", tile: DatapathTile, cycles,

@@ -2,7 +2,10 @@
 
 `TileDomain` counts, per tile size, the fraction of tiles a statement's `where` relations
 leave non-empty (the only ones computed and fetched); `RowTiles` is the same interface for
-an in-place row update, which runs one row whatever the tiles.
+an in-place row update, which runs one row whatever the tiles. `zero_outside` gives the
+relations a sum inherits from a factor that is 0 outside its own domain (a causal softmax's
+row sum over its exps), which the online-softmax rewrite writes into the sum and the limit
+counts.
 """
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import math
 
 import numpy as np
 
-from ...ir.program import Affine, domain_points
+from ...ir.program import Access, Affine, BinOp, Statement, domain_points
 
 
 class TileDomain:
@@ -83,3 +86,29 @@ class RowTiles:
     def kept(self, T: np.ndarray) -> np.ndarray:
         return np.full((T.shape[0], T.shape[2]), 1.0 / self.extent)
 
+
+
+def zero_outside(s: Statement, writers: dict) -> tuple[Affine, ...]:
+    """The relations sum `s` may add to its own domain, exactly: where a factor of its
+    product reads (at single-loop indices) a tensor written by an `=` statement over a
+    `where` domain, that tensor is 0 outside it, so every term outside adds 0.
+    `writers`: {tensor: the statement writing it}. () when there are none."""
+    if s.reduce != "+":
+        return ()
+    factors, out = _factors(s.expr), []
+    for f in factors:
+        w = writers.get(f.tensor) if isinstance(f, Access) else None
+        if w is None or w.reduce is not None or not w.domain \
+                or any(idx.single_loop is None for idx in w.target_indices):
+            continue
+        if sum(a.tensor == f.tensor for a in s.expr.accesses()) != 1:
+            continue
+        seen = dict(zip((idx.single_loop for idx in w.target_indices), f.indices))
+        out += [c.rename(seen) for c in w.domain if c.rename(seen) not in s.domain and c.rename(seen) not in out]
+    return tuple(out)
+
+
+def _factors(expr) -> list:
+    if isinstance(expr, BinOp) and expr.op == "*":
+        return _factors(expr.lhs) + _factors(expr.rhs)
+    return [expr]

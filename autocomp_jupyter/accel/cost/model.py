@@ -22,7 +22,7 @@ from ...ir.schedule import Kernel, Schedule, canonical_kernel, canonical_names
 from ..host_model import _GEMM_MIN_BLOCK, _GEMM_MR, _GEMM_NR, compute_model
 from ..target import Target, load_target
 from .capacity import _held_regions, footprints, occupy, unroll_pressure
-from .compute import Work, datapath_of, datapath_tile, occupancy, statement_cycles
+from .compute import Work, datapath_of, datapath_tile, occupancy, rescale_cycles, statement_cycles, vector_unit
 from .energy import kernel_energy, level_energies
 from .fill import array_fill
 from .overlap import Timeline
@@ -275,13 +275,19 @@ class KernelModel:
             if pressure is not None:
                 pressures.append(pressure)
                 spill = spill + pressure.traffic
-            st_compute = cycles / active / clock
+            # A PE array's online-softmax sums are rescaled by the vector unit beside it: for
+            # the anchor that work rides its pipeline (overlap.py), else it waits in line.
+            rescale = rescale_cycles(self, grid, st, tile) / active / clock if tile.dp.on_array else 0.0
+            anchor = si == self.kernel.anchor
+            st_compute = cycles / active / clock + (0.0 if anchor else rescale)
             moved = statement_traffic(self, grid, cap, si, st, tile, seq, active)   # traffic.py
             datapath_bytes[:, si, :] = moved.datapath
             times = statement_time(self, moved, cap.double_buffered, bw, seq.tiles_at, st_compute, fill,
                                    active)                                     # ports.py
-            timeline.add_statement(si == self.kernel.anchor, st.in_place, tile.dp.unit, st_compute, moved,
+            timeline.add_statement(anchor, st.in_place, tile.dp.unit, st_compute, moved,
                                    bw, times, seq.tiles_at[:, L - 1])          # overlap.py
+            if anchor and np.any(rescale):
+                timeline.add_beside(vector_unit(compute), rescale, seq.tiles_at[:, L - 1])
         timeline.close_statements()
         for pressure in pressures:      # the report's spill_ratio: the registers' overflow too
             cap.spill = np.maximum(cap.spill, pressure.ratio)

@@ -99,6 +99,18 @@ class Timeline:
         self.bytes_by_level += st_bytes
         self.level_time += t.level
 
+    def add_beside(self, unit: str, seconds: np.ndarray, out_tiles: np.ndarray) -> None:
+        """Work another datapath does on each of the anchor's tiles as it runs (an online
+        softmax's rescales of the PE array's sums by the vector unit): where the anchor's
+        output keeps two tiles, one tile's runs while the anchor computes the other, as an
+        in-place epilogue's; else it adds to the anchor's busy time."""
+        other = self.epilogue_overlap & (unit != self.anchor_unit)
+        self.beside[unit] = self.beside.get(unit, 0.0) + np.where(other, seconds, 0.0)
+        self.beside_tail += np.where(other, seconds / out_tiles, 0.0)
+        self.group_busy += np.where(other, 0.0, seconds)
+        self.compute_s += seconds
+        self.compute_by_unit[unit] = self.compute_by_unit.get(unit, 0.0) + seconds
+
     def close_statements(self) -> None:
         """The kernel's own nest done: the anchor's group bound joins the time."""
         n = self.n

@@ -4,7 +4,8 @@ A statement computed at the anchor's tiles (`Kernel.compute_at`) is costed as it
 over its region: its model alone (`_ProducerModel`, a kernel of its own: `_producer_kernel`),
 with tiles of the region a tile at the compute point reads (`ir.loopnest.regions`: the halo
 included) at that level and outside it, its schedule alone inside (the tile search's),
-clipped to the region; its work, traffic and energy are then scaled by the recompute: the
+clipped to the region (its loops the region does not follow run whole instead where that is
+faster); its work, traffic and energy are then scaled by the recompute: the
 regions' total over every tile at the compute point (halos counted in each) over the
 statement's own points, times the tiles of loops its region does not follow (it runs again
 in each). Along the compute loop itself the halo is carried where that loop runs in order on
@@ -88,6 +89,12 @@ class _ProducerModel:
         on_array = datapath_of(target.compute, self.model.statements[0]).on_array
         followed_own = [d for d, (a, _, _, _) in enumerate(self.spans) if a >= 0 and self.extents[d] > 1 and on_array]
         self.orders = _order_variants(orders[0], followed_own, MAX_PRODUCER_ORDERS)   # [K, L, D_P]
+        # Its loops the region does not follow keep the tiles they have alone; where those do
+        # not suit the region (tiny tiles chosen for a nest the region does not have), each
+        # candidate may run them whole instead, whichever is faster (the simulator replays it).
+        self.whole = {d: float(max(0, min(self.extents[d], hi) - max(0, lo)))
+                      for d, (a, _, lo, hi) in enumerate(self.spans) if a < 0 and self.extents[d] > 1
+                      and (self.inner_tiles[d] < min(self.extents[d], hi) - max(0, lo)).any()}
         alone = self.model.evaluate_batch(*self.model.schedule_arrays(own))
         self.alone_compute = float(alone.compute_s[0])
 
@@ -96,7 +103,28 @@ class _ProducerModel:
         return self.model.evaluate_batch(sub, np.broadcast_to(order, (n,) + order.shape), self.parallel,
                                          np.broadcast_to(self.vectorize, (n,)))
 
-    def _choose(self, sub: np.ndarray) -> tuple["BatchCost", np.ndarray]:
+    def _choose(self, sub: np.ndarray) -> tuple["BatchCost", np.ndarray, np.ndarray]:
+        """(cost, index into self.orders, whether its unfollowed loops run whole) per row of
+        `sub`: its tiles alone, or those loops whole where that is faster (`self.whole`)."""
+        own, choice = self._choose_order(sub)
+        whole = np.zeros(len(sub), dtype=bool)
+        if not self.whole:
+            return own, choice, whole
+        alt, alt_choice = self._choose_order(self._whole(sub))
+        whole = alt.time_s < own.time_s
+        if not whole.any():
+            return own, choice, whole
+        rows = np.nonzero(whole)[0]
+        choice[rows] = alt_choice[rows]
+        return _merge(own, _rows(alt, rows), rows), choice, whole
+
+    def _whole(self, sub: np.ndarray) -> np.ndarray:
+        out = np.array(sub, copy=True)
+        for d, length in self.whole.items():
+            out[:, d, :] = max(1, int(length))
+        return out
+
+    def _choose_order(self, sub: np.ndarray) -> tuple["BatchCost", np.ndarray]:
         """(cost, index into self.orders) per row of `sub`: its own order, or where that
         computes much slower than it does alone (the order refills the array over this
         region), the fastest of the variants. Each row's choice depends on that row alone."""
@@ -129,9 +157,11 @@ class _ProducerModel:
 
     def schedule(self, sub: np.ndarray) -> Schedule:
         """Its nest as a schedule of its own kernel, tiles `sub` [loops, levels], in the inner
-        order the model picks for them (what the simulator replays)."""
-        best = int(self._choose(sub[None])[1][0])
-        return Schedule.of_arrays(self.kernel, self.levels, sub, self.orders[best], keep=self.own)
+        order (and with its unfollowed loops whole or not) as the model picks for them (what
+        the simulator replays)."""
+        _, choice, whole = self._choose(sub[None])
+        tiles = self._whole(sub[None])[0] if whole[0] else sub
+        return Schedule.of_arrays(self.kernel, self.levels, tiles, self.orders[int(choice[0])], keep=self.own)
 
 
     def carries(self, parallel) -> np.ndarray:
