@@ -228,7 +228,7 @@ def _across_layers(run: _Run) -> None:
 def _library_checks(run: _Run) -> None:
     """Never slower than the library: the plan, each fused kernel's search, each fusion."""
     ctx, rollbacks = run.ctx, run.rollbacks
-    plan = _never_slower_than(run.library, run.plan, ctx, rollbacks)
+    plan = _never_slower_than(run.library, run.plan, ctx, rollbacks, run.log)
     plan = _searched_as_well_as_the_library(plan, ctx, run.executor, run.log, rollbacks)
     run.plan = _fusions_that_beat_the_library(plan, ctx, run.log, rollbacks)
 
@@ -364,16 +364,24 @@ def _baseline(label: str, build: Callable[[], Plan], fallback: Plan, rollbacks: 
     return fallback
 
 
-def _never_slower_than(library: Plan, plan: Plan, ctx: PassContext, rollbacks: list) -> Plan:
-    """`plan`, or `library` where the objective prefers it (or the plan cannot be costed)."""
+def _never_slower_than(library: Plan, plan: Plan, ctx: PassContext, rollbacks: list, log: list | None = None) -> Plan:
+    """`plan`, or `library` where the objective prefers it (or the plan cannot be costed). A
+    library plan within 1% of the passes' time that uses less energy (latency's tie) is the
+    objective's choice, logged; one the passes' plan is worse than is a rollback."""
+    goal = ctx.target.objective
     with transaction(rollbacks, "pipeline", "costing the passes' plan", then="keeping the library baseline"):
         ours, theirs = ctx.cost(plan).total, ctx.cost(library).total
-        if not objective.prefers(ctx.target.objective, ours, theirs):
+        if not objective.prefers(goal, ours, theirs):
             return plan
+        numbers = (f"{ours.time_s * 1e6:.1f} us, {ours.energy_j * 1e6:.1f} uJ vs {theirs.time_s * 1e6:.1f} us, "
+                   f"{theirs.energy_j * 1e6:.1f} uJ")
+        if goal == "latency" and ours.time_s <= theirs.time_s * (1 + objective.LATENCY_TIES) and log is not None:
+            log.append(rule_entry("library_check", "pipeline", [op.name for op in plan.program.ops], True,
+                                  f"the library baseline ties with the passes' plan on time (within 1%) and uses "
+                                  f"less energy ({numbers}): taken, as the latency objective breaks ties"))
+            return library
         rollbacks.append(rollback_entry("pipeline", "", f"the passes' plan is worse than the library baseline by the "
-                                        f"{ctx.target.objective} objective ({ours.time_s * 1e6:.1f} us, "
-                                        f"{ours.energy_j * 1e6:.1f} uJ vs {theirs.time_s * 1e6:.1f} us, "
-                                        f"{theirs.energy_j * 1e6:.1f} uJ): keeping the baseline"))
+                                        f"{goal} objective ({numbers}): keeping the baseline"))
     return library
 
 

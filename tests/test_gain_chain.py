@@ -76,7 +76,7 @@ output Pb
 
 def test_no_gain_step_below_099_on_a_chain_whose_library_annotations_misfit_its_tiles():
     report = autocomp.optimize(EXPAND_DEPTHWISE_PROJECT, target="npu", tune=0).report
-    assert report["verified"] is True and [k["name"] for k in report["kernels"]] == ["E_to_B", "P_Pb"]
+    assert report["verified"] is True and len(report["kernels"]) <= 2     # the chain fused on chip
     steps = report["gain_breakdown"]
     assert min(steps.values()) >= 0.99, steps
-    assert steps["tiling"] > 1.1 and steps["fusion"] > 2
+    assert steps["tiling"] > 1.05 and steps["fusion"] > 2 and report["speedup_vs_library"] > 3.5

@@ -55,7 +55,7 @@ def test_report_has_the_design_contract():
 TOP_LEVEL_ORDER = ["version", "target", "verified", "naive", "textbook", "library", "optimized", "gain_breakdown",
                    "gain_chain_time_s", "speedup_vs_naive", "speedup_vs_textbook", "speedup_vs_library",
                    "roofline_fraction", "limit_fraction", "kernels", "rules", "rollbacks", "tuning", "monitor", "roofline", "program",
-                   "seconds", "fell_back", "verification", "limit", "area_mm2", "seconds_by_pass"]
+                   "seconds", "fell_back", "verification", "limit", "area_mm2", "seconds_by_pass", "objective"]
 
 
 def test_report_is_typed_data_whose_json_is_res_report():

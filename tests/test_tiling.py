@@ -150,7 +150,8 @@ def test_gemm_tiles_are_a_loop_by_level_table_in_the_report():
     # The tiling pass explains its choice for the kernel: better tiles, or why it kept the
     # ones it had (on the TPU preset the textbook tiles of a 1024^3 GEMM already reach ~1.0).
     logged = [e for e in report["rules"] if e["pass"] == "tiling" and e["ops"] == kernel["ops"]]
-    assert logged and ("less time than the textbook tiles" in logged[0]["why"]
+    # (under the latency objective a tie within 1% of the fastest goes to less energy)
+    assert logged and ("than the textbook tiles" in logged[0]["why"]
                        or "already the best found" in logged[0]["why"])
     assert kernel["metrics"]["spill_ratio"] <= 0.05 + 1e-12
     assert report["roofline_fraction"] > 0.9
