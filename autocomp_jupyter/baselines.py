@@ -176,7 +176,8 @@ def _tune_alone(program: Program, kernel: Kernel, ctx) -> Schedule:
     legal.reverse()
     best = legal[objective.pick(target.objective, [totals[i].time_s for i in legal],
                                 [totals[i].energy_j for i in legal],
-                                [totals[i].bytes.get(target.dram.name, 0.0) for i in legal])]
+                                [totals[i].bytes.get(target.dram.name, 0.0) for i in legal],
+                                objective.ties(target))]
     return candidates[best].schedules[0]
 
 

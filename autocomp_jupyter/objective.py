@@ -45,7 +45,16 @@ def score(objective: str, time_s, energy_j) -> np.ndarray:
     return time_s * (1.0 + 1e-3 * energy_j / max(float(energy_j.max(initial=0.0)), 1e-30))
 
 
-def order(objective: str, time_s, energy_j, dram_bytes) -> np.ndarray:
+def ties(target) -> float:
+    """How close to the fastest a time ties under `latency` on `target`: LATENCY_TIES, but none
+    on the host, whose generated C is measured: its model floors a kernel's time at its DRAM
+    traffic, so schedules tie there that the machine tells apart (the threads a row is split
+    among), and energy is not what the host is judged on."""
+    compute = target.compute
+    return 0.0 if compute.kind == "vector" and not compute.implicit_parallel else LATENCY_TIES
+
+
+def order(objective: str, time_s, energy_j, dram_bytes, tie: float = LATENCY_TIES) -> np.ndarray:
     """Candidate indices, best first, by the objective's rule: under `latency` the candidates
     within LATENCY_TIES of the fastest come first, by energy then DRAM bytes, then the rest by
     time; under `energy` and `edp`, by their score (ties by time, then DRAM bytes).
@@ -57,16 +66,16 @@ def order(objective: str, time_s, energy_j, dram_bytes) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     if objective == "latency":
         best = float(np.min(time_s))
-        tied = np.isfinite(time_s) & (time_s <= best * (1.0 + LATENCY_TIES))
+        tied = np.isfinite(time_s) & (time_s <= best * (1.0 + tie))
         # lexsort: the last key is the primary one
         return np.lexsort((time_s, dram, np.where(tied, energy_j, time_s), ~tied))
     primary = energy_j if objective == "energy" else energy_j * time_s
     return np.lexsort((dram, time_s, primary, ~np.isfinite(time_s)))
 
 
-def pick(objective: str, time_s, energy_j, dram_bytes) -> int:
+def pick(objective: str, time_s, energy_j, dram_bytes, tie: float = LATENCY_TIES) -> int:
     """The index `order` puts first."""
-    return int(order(objective, time_s, energy_j, dram_bytes)[0])
+    return int(order(objective, time_s, energy_j, dram_bytes, tie)[0])
 
 
 def of(target) -> str:
@@ -74,11 +83,14 @@ def of(target) -> str:
     return getattr(target, "objective", "latency") or "latency"
 
 
-def prefers(objective: str, current, candidate) -> bool:
+def prefers(objective: str, current, candidate, tie: float = LATENCY_TIES) -> bool:
     """Does the objective's rule put `candidate` before `current`? Each is (time, energy,
-    DRAM bytes) or a cost with `time_s`, `energy_j` and `dram_bytes`; a tie keeps `current`."""
+    DRAM bytes) or a cost with `time_s`, `energy_j` and `dram_bytes`; a tie keeps `current`
+    (with `tie` 0, an equal time keeps `current` whatever its energy)."""
     a, b = _triple(current), _triple(candidate)
-    return pick(objective, [a[0], b[0]], [a[1], b[1]], [a[2], b[2]]) == 1 and a != b
+    if objective == "latency" and tie == 0.0:
+        return b[0] < a[0] * (1 - 1e-9)
+    return pick(objective, [a[0], b[0]], [a[1], b[1]], [a[2], b[2]], tie) == 1 and a != b
 
 
 def _triple(cost) -> tuple:

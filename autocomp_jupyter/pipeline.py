@@ -371,11 +371,11 @@ def _never_slower_than(library: Plan, plan: Plan, ctx: PassContext, rollbacks: l
     goal = ctx.target.objective
     with transaction(rollbacks, "pipeline", "costing the passes' plan", then="keeping the library baseline"):
         ours, theirs = ctx.cost(plan).total, ctx.cost(library).total
-        if not objective.prefers(goal, ours, theirs):
+        if not objective.prefers(goal, ours, theirs, objective.ties(ctx.target)):
             return plan
         numbers = (f"{ours.time_s * 1e6:.1f} us, {ours.energy_j * 1e6:.1f} uJ vs {theirs.time_s * 1e6:.1f} us, "
                    f"{theirs.energy_j * 1e6:.1f} uJ")
-        if goal == "latency" and ours.time_s <= theirs.time_s * (1 + objective.LATENCY_TIES) and log is not None:
+        if goal == "latency" and ours.time_s <= theirs.time_s * (1 + objective.ties(ctx.target)) and log is not None:
             log.append(rule_entry("library_check", "pipeline", [op.name for op in plan.program.ops], True,
                                   f"the library baseline ties with the passes' plan on time (within 1%) and uses "
                                   f"less energy ({numbers}): taken, as the latency objective breaks ties"))
@@ -422,7 +422,8 @@ def _searched_as_well_as_the_library(plan: Plan, ctx: PassContext, executor, log
             theirs = evaluate(alone, ctx.target)
             # (a legal schedule: `library_schedule` keeps only those; it may split a row whose
             # tiles then run in their own nests, which the tiling pass keeps whole: checked here)
-            if objective.prefers(ctx.target.objective, own, theirs) and not verify_schedule(alone, plan.program, ctx):
+            if objective.prefers(ctx.target.objective, own, theirs, objective.ties(ctx.target)) \
+                    and not verify_schedule(alone, plan.program, ctx):
                 schedules[-1] = alone
                 log.append(rule_entry("library_search", "tiling", kernel.ops, True,
                                       f"the library's own search of kernel {kernel.name} finds a better schedule "
@@ -472,7 +473,8 @@ def _fusions_that_beat_the_library(plan: Plan, ctx: PassContext, log: list, roll
             times = (f"{t_own * 1e6:.1f} us as scheduled here, {t_library * 1e6:.1f} us as the library schedules it, "
                      f"{t_alone * 1e6:.1f} us for its ops in the library")
             if not objective.prefers(ctx.target.objective, (t_alone, sum(c.energy_j for c in apart),
-                                                            sum(c.dram_bytes for c in apart)), own):
+                                                            sum(c.dram_bytes for c in apart)), own,
+                                     objective.ties(ctx.target)):
                 why = (f"fused, it is no better by the {ctx.target.objective} objective than its ops as the library "
                        f"schedules them ({times}): split back")
                 kernels[-1:], schedules[-1:] = ops, alone
@@ -764,7 +766,8 @@ def _rejection(name: str, before: Plan, after: Plan, ctx: PassContext, runs: _Pa
     min_speedup = float(ctx.rules.rollback.get("min_speedup_by_pass", {}).get(
         name, ctx.rules.rollback.get("min_speedup", 1.0)))
     # (a latency within 1% at less energy is a tie the objective breaks: no gain asked of it)
-    if gain < min_speedup and not (min_speedup <= 1.0 and objective.prefers(goal, old_cost, new_cost)):
+    if gain < min_speedup and not (min_speedup <= 1.0 and objective.prefers(goal, old_cost, new_cost,
+                                                                            objective.ties(ctx.target))):
         after_tiling = " after tiling" if retile is not None else ""
         return "", (f"{objective.FIGURES[goal]} gain {gain:.2f}x{after_tiling} < min_speedup {min_speedup:g}x "
                     f"({old_cost.time_s * 1e6:.1f} us, {old_cost.energy_j * 1e6:.1f} uJ -> "

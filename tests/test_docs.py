@@ -175,7 +175,7 @@ def test_every_magic_flag_is_in_the_notebook_guide():
 
 
 # fields whose keys are data (memory levels, loop, kernel, datapath, term or pass names), not a schema
-DATA_KEYED = {"bytes", "tiles", "extents", "annotations", "limits_s", "order_by_level", "configs_by_kernel",
+DATA_KEYED = {"bytes", "tiles", "extents", "annotations", "limits_s", "order_by_level", "configs_by_kernel", "energy_by_level",
               "kept_rules_schedule", "kernels", "datapaths_s", "ports_s", "tiled_runs", "points"}
 
 

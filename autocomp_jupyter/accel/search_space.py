@@ -115,6 +115,7 @@ class SearchSpace:
     def __post_init__(self):
         self.model = kernel_model(self.kernel, self.target)
         self.objective = objective.of(self.target)
+        self.tie = objective.ties(self.target)
         self.levels = tuple(self.target.tiling_levels)
         self.extents = self.model.extents
         kept = whole_loops(self.kernel)
@@ -293,7 +294,7 @@ class SearchSpace:
         time_s, energy_j, ok, dram = measured
         idx = np.flatnonzero(ok & np.isfinite(time_s))
         picks, seen = [], set()
-        for j in idx[objective.order(self.objective, time_s[idx], energy_j[idx], dram[idx])]:
+        for j in idx[objective.order(self.objective, time_s[idx], energy_j[idx], dram[idx], self.tie)]:
             key = (tiles[j].tobytes(), orders[j].tobytes())
             if key in seen:
                 continue
@@ -382,7 +383,7 @@ def exhaustive(kernel: Kernel, target, max_spill: float, legal) -> Schedule | No
         return None
     time_s, energy_j, ok, dram = space.measure(points)
     fits = np.flatnonzero(ok)
-    for i in fits[objective.order(space.objective, time_s[fits], energy_j[fits], dram[fits])]:   # the best legal one
+    for i in fits[objective.order(space.objective, time_s[fits], energy_j[fits], dram[fits], space.tie)]:   # best legal
         schedule = Schedule.of_arrays(kernel, space.levels, *points.take(i))
         if legal(schedule):
             return schedule

@@ -30,7 +30,6 @@ import numpy as np
 from ..caches import LRU
 from ..canon import canonical_kernel, evaluate, schedule_key
 from ..ir.schedule import Kernel, Schedule
-from .. import objective
 from .cost import library_schedule
 from .search_space import Points, SearchSpace, vector_loop_index
 
@@ -162,10 +161,10 @@ def _local_search(s: SearchSpace, tiles, orders, measured, evaluated: int, ranke
     every = [(tiles, orders, measured)]
     climb = _Climb(s, known, every, evaluated)
     climb.run(tiles, orders, s.rank(*measured[:3]), lambda m: s.rank(*m[:3]), rounds)
-    if s.objective == "latency":
+    if s.objective == "latency" and s.tie > 0:
         fastest = min(float(np.min(np.where(m[2], m[0], np.inf), initial=np.inf)) for _, _, m in every)
         if np.isfinite(fastest):
-            bound = fastest * (1.0 + objective.LATENCY_TIES)
+            bound = fastest * (1.0 + s.tie)
 
             def energy(m):      # with a steep penalty past the band: slower low-energy tilings may climb into it
                 past = np.minimum(PAST_THE_BAND * np.maximum(m[0] / bound - 1.0, 0.0), 50.0)

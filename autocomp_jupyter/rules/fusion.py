@@ -106,7 +106,7 @@ def groups_that_pay(before: Plan, after: Plan, ctx: PassContext, tiled):
     alone_c = {k.ops[0]: _triple(c) for k, c in zip(alone_tiled.kernels, ctx.cost(alone_tiled).kernels)}
     apart = lambda ops: tuple(sum(alone_c[op][j] for op in ops) for j in range(3))   # noqa: E731
     dropped = [(k, fused_c[k.name][0], apart(k.ops)[0]) for k in groups
-               if objective.prefers(goal, fused_c[k.name], apart(k.ops))]
+               if objective.prefers(goal, fused_c[k.name], apart(k.ops), objective.ties(ctx.target))]
     if not dropped:
         return after, [], []
     slower = {k.name for k, _, _ in dropped}
@@ -127,7 +127,7 @@ def groups_that_pay(before: Plan, after: Plan, ctx: PassContext, tiled):
         for name, (ops, rule) in trial.items():
             fused_cost = costs[_kernel_name(ops)]
             fused, alone_time = fused_cost[0], apart(ops)[0]
-            if not objective.prefers(goal, fused_cost, apart(ops)):
+            if not objective.prefers(goal, fused_cost, apart(ops), objective.ties(ctx.target)):
                 chosen[name] = (ops, rule)
                 group = next(k for k, _, _ in dropped if k.name == name)
                 shortened.append((Kernel.from_ops(program, list(ops), name=_kernel_name(ops)), rule.name, fused,

@@ -76,7 +76,7 @@ def tiling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
             continue
         schedule, cost, evaluated = choice
         old = evaluate(current, ctx.target)
-        if not objective.prefers(ctx.target.objective, old, cost):
+        if not objective.prefers(ctx.target.objective, old, cost, objective.ties(ctx.target)):
             log.append(rule_entry(rule, PASS, kernel.ops, False,
                                   f"the current tiles are already the best found ({evaluated} candidates)"))
             schedules.append(current)

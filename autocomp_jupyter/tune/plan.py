@@ -112,7 +112,7 @@ class KernelResult:
             if chosen is not None and not legal(chosen):   # the exact schedule, once more
                 continue
             entries.append((t, chosen))
-        if entries and objective.of(search.space.target) == "latency":
+        if entries and objective.of(search.space.target) == "latency" and search.space.tie > 0:
             entries = sorted(entries + _ties(search, entries, inc_key), key=lambda e: e[0])
         return KernelResult(entries, search.evaluated, entries[0][0] if entries else math.inf,
                             len(search.legality.asked), search.legality.seconds, scoring_seconds,
@@ -128,7 +128,7 @@ def _ties(search: "_Search", entries: list, inc_key: bytes) -> list:
     best_time = entries[0][0]
     best = entries[0][1] if entries[0][1] is not None else space.incumbent
     bar = evaluate(best, space.target).energy_j
-    band = [key for t, key in search.board if t <= best_time * (1 + objective.LATENCY_TIES)
+    band = [key for t, key in search.board if t <= best_time * (1 + space.tie)
             and key != inc_key and key not in search.illegal]
     if not band:
         return []
@@ -376,7 +376,8 @@ def _ranked_candidates(plan: Plan, per_kernel: list, keep: int, rules_time: floa
         times = [sum(c.time_s for c in cs) for cs in costs]
         ranked = objective.order(goal, [t for t, _ in candidates] if goal == "latency" else times,
                                  [sum(c.energy_j for c in cs) for cs in costs],
-                                 [sum(c.bytes.get(target.dram.name, 0.0) for c in cs) for cs in costs])
+                                 [sum(c.bytes.get(target.dram.name, 0.0) for c in cs) for cs in costs],
+                                 objective.ties(target))
         candidates = [(candidates[i][0] if goal == "latency" else times[i], candidates[i][1])
                       for i in ranked[:keep]]
     measured: list[float | None] = [None] * len(candidates)

@@ -31,7 +31,10 @@ import re
 
 small_tune.set("unroll", 1)                                  # then k innermost: each step loads A and B
 small_tune.set("reorder registers", ("i", "j", "k"))
+before = small_tune.last_legal["time_s"]
+first_spilling_factor = None
 for factor in (2, 4, 8, 16):
-    small_tune.set("unroll", factor)
+    moved = small_tune.set("unroll", factor)["time_s"] > before
     print(html.unescape(re.sub("<[^>]+>", "", small_tune.change.value)))
-first_spilling_factor = 8
+    if moved and first_spilling_factor is None:
+        first_spilling_factor = factor
