@@ -205,32 +205,47 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
     if beside:
         group_time = max(group_time, max(beside.values())) + beside_tail
     time_s += max(group_time, float(np.max(group_bytes / bw)))
-    if model.producers:
-        # Each producer nest (compute_at) replayed over its region as a kernel of its own,
-        # times its recompute; nests on different datapaths overlap tile by tile, so the
-        # kernel takes its busiest datapath's replayed time, or its busiest channel's.
-        busy = {anchor_unit: anchor_only - apart_total}    # its statements on other datapaths keep those busy
-        for u, v in by_unit.items():
-            if u != anchor_unit:
-                busy[u] = busy.get(u, 0.0) + v + apart.get(u, 0.0)
-        for producer in model.producers:
-            sub, mult = producer.region_tiles(tiles, orders, all_counts, parallel)
-            r = simulate(producer.schedule(sub[0]), target, max_steps)
-            unit = datapath_of(target.compute, producer.model.statements[0]).unit
-            busy[unit] = busy.get(unit, 0.0) + r.time_s * float(mult[0])
-            for u, v in (r.compute_by_unit or {}).items():   # its own statements on other datapaths
-                if u != unit:
-                    busy[u] = busy.get(u, 0.0) + v * float(mult[0])
-            total_bytes += np.array([r.bytes[n] for n in model.level_names]) * float(mult[0])
-            compute_s += r.compute_s * float(mult[0])
-            steps_done += r.steps
-            total_steps += r.total_steps
-            sampled |= r.sampled
-        time_s = max(max(busy.values()), float(np.max(total_bytes / bw)))
+    result = SimResult(time_s=time_s, cycles=time_s * target.clock_ghz * 1e9,
+                       bytes={n: float(b) for n, b in zip(model.level_names, total_bytes)},
+                       compute_s=compute_s, steps=steps_done, total_steps=total_steps, sampled=sampled,
+                       compute_by_unit=by_unit)
+    if not model.producers:
+        return result
+    # its statements on other datapaths keep those busy
+    busy = {anchor_unit: anchor_only - apart_total}
+    for u, v in by_unit.items():
+        if u != anchor_unit:
+            busy[u] = busy.get(u, 0.0) + v + apart.get(u, 0.0)
+    return _with_producers(result, model, target, (tiles, orders, all_counts, parallel), busy, bw, max_steps)
+
+
+def _with_producers(result: SimResult, model: KernelModel, target, arrays: tuple, busy: dict, bw: np.ndarray,
+                    max_steps: int) -> SimResult:
+    """`result` with each producer nest (compute_at) replayed over its region as a kernel of its
+    own, times its recompute; nests on different datapaths overlap tile by tile, so the kernel
+    takes its busiest datapath's replayed time (`busy`: seconds per datapath so far), or its
+    busiest channel's."""
+    tiles, orders, all_counts, parallel = arrays
+    total_bytes = np.array([result.bytes[n] for n in model.level_names])
+    compute_s, steps, total_steps, sampled = result.compute_s, result.steps, result.total_steps, result.sampled
+    for producer in model.producers:
+        sub, mult = producer.region_tiles(tiles, orders, all_counts, parallel)
+        r = simulate(producer.schedule(sub[0]), target, max_steps)
+        unit = datapath_of(target.compute, producer.model.statements[0]).unit
+        busy[unit] = busy.get(unit, 0.0) + r.time_s * float(mult[0])
+        for u, v in (r.compute_by_unit or {}).items():   # its own statements on other datapaths
+            if u != unit:
+                busy[u] = busy.get(u, 0.0) + v * float(mult[0])
+        total_bytes += np.array([r.bytes[n] for n in model.level_names]) * float(mult[0])
+        compute_s += r.compute_s * float(mult[0])
+        steps += r.steps
+        total_steps += r.total_steps
+        sampled |= r.sampled
+    time_s = max(max(busy.values()), float(np.max(total_bytes / bw)))
     return SimResult(time_s=time_s, cycles=time_s * target.clock_ghz * 1e9,
                      bytes={n: float(b) for n, b in zip(model.level_names, total_bytes)},
-                     compute_s=compute_s, steps=steps_done, total_steps=total_steps, sampled=sampled,
-                     compute_by_unit=by_unit)
+                     compute_s=compute_s, steps=steps, total_steps=total_steps, sampled=sampled,
+                     compute_by_unit=result.compute_by_unit)
 
 
 def _replay_statement(model: KernelModel, si: int, tiles: np.ndarray, orders: np.ndarray,
