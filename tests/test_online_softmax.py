@@ -108,25 +108,27 @@ def test_isl_and_the_placement_check_refuse_what_online_softmax_does_not_allow()
     assert kernel.loop_names[-1] in whole_loops(replace(kernel, statements=unmarked))
 
 
-def test_the_model_charges_each_key_tile_s_rescale_and_the_simulator_agrees():
+def _key_tiled_on_gemmini(inner: int):
+    """The online-softmax kernel on gemmini, keys tiled 64 then `inner`, S computed at the key tiles."""
     _, _, kernel = _online(COMPREHENSIONS.replace("48", "128").replace("40", "256"))
     target = load_target("gemmini")
     levels = target.tiling_levels
     key = kernel.loop_names[-1]
+    steps = [{"primitive": "tile", "loop": key, "level": levels[0], "size": 64},
+             {"primitive": "tile", "loop": key, "level": levels[1], "size": inner},
+             {"primitive": "compute_at", "tensor": "S", "loop": key, "level": levels[0]}]
+    return replay(kernel, steps, levels), target
 
-    def schedule(inner):
-        steps = [{"primitive": "tile", "loop": key, "level": levels[0], "size": 64},
-                 {"primitive": "tile", "loop": key, "level": levels[1], "size": inner},
-                 {"primitive": "compute_at", "tensor": "S", "loop": key, "level": levels[0]}]
-        return replay(kernel, steps, levels)
 
-    fine, coarse = evaluate(schedule(16), target), evaluate(schedule(64), target)
+def test_the_model_charges_each_key_tile_s_rescale_and_the_simulator_agrees():
+    (fine_s, target), (coarse_s, _) = _key_tiled_on_gemmini(16), _key_tiled_on_gemmini(64)
+    fine, coarse = evaluate(fine_s, target), evaluate(coarse_s, target)
     # four times the key tiles, four times the rescales of the 2x128x8 sums and 2x128 row sums
     extra = 2 * 128 * (8 + 1) * (1 + 1 / 8) * (256 // 16 - 256 // 64)
     assert fine.compute_s - coarse.compute_s == pytest.approx(
         extra / target.compute.vector_ops_per_cycle / (target.clock_ghz * 1e9), rel=0.35)
-    for inner in (16, 64):
-        assert compare(schedule(inner), target)["time_error"] < 0.10
+    for tiled in (fine_s, coarse_s):
+        assert compare(tiled, target)["time_error"] < 0.10
 
 
 def test_long_attention_on_gemmini_runs_online_and_verifies():
@@ -185,18 +187,8 @@ def test_a_causal_softmax_s_sums_take_the_domain_of_their_exps():
 
 
 def test_the_array_s_rescales_are_the_vector_unit_s_work():
-    _, _, kernel = _online(COMPREHENSIONS.replace("48", "128").replace("40", "256"))
-    target = load_target("gemmini")
-    levels = target.tiling_levels
-    key = kernel.loop_names[-1]
-
-    def schedule(inner):
-        steps = [{"primitive": "tile", "loop": key, "level": levels[0], "size": 64},
-                 {"primitive": "tile", "loop": key, "level": levels[1], "size": inner},
-                 {"primitive": "compute_at", "tensor": "S", "loop": key, "level": levels[0]}]
-        return replay(kernel, steps, levels)
-
-    fine, coarse = evaluate(schedule(16), target), evaluate(schedule(64), target)
+    (fine_s, target), (coarse_s, _) = _key_tiled_on_gemmini(16), _key_tiled_on_gemmini(64)
+    fine, coarse = evaluate(fine_s, target), evaluate(coarse_s, target)
     # more key tiles, more rescales: on the vector unit, none on the PE array
     assert fine.limits["compute (PE array)"] == pytest.approx(coarse.limits["compute (PE array)"])
     assert fine.limits["compute (vector unit)"] > coarse.limits["compute (vector unit)"]
