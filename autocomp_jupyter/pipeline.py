@@ -233,6 +233,43 @@ def _library_checks(run: _Run) -> None:
     run.plan = _fusions_that_beat_the_library(plan, ctx, run.log, rollbacks)
 
 
+def _energy_ties(run: _Run) -> None:
+    """Under `latency`, each kernel's ties broken by energy once its structure is settled: its
+    tiles searched again around its schedule (`search_tiles(ties=...)`: a climb that lowers
+    energy among the tilings within 1% of the fastest) and taken where the objective prefers
+    them, legal (isl) and verified. Done once, at the end of the passes: taken inside them,
+    a tie would become the next search's starting point and steer it elsewhere."""
+    from . import poly
+    from .canon import evaluate
+    from .passes import rule_entry
+    from .rules.tiling import level_mapping, search_tiles
+    from .verify import verify_schedule
+
+    ctx, target = run.ctx, run.ctx.target
+    tie = objective.ties(target)
+    if target.objective != "latency" or tie == 0.0 or "tiling" not in {name for name, _ in run.selected}:
+        return
+    levels = level_mapping(ctx.rules.tiling.get("levels", ["L2", "L1", "vector"]), target.tiling_levels)
+    schedules = list(run.plan.schedules)
+    for i, (kernel, schedule) in enumerate(zip(run.plan.kernels, schedules)):
+        with transaction(run.rollbacks, "tiling", "breaking latency's ties by energy", kernel=kernel.name,
+                         then="the kernel's schedule kept"):
+            found = search_tiles(kernel, target, schedule, levels, ctx.rules.tiling, seed=ctx.seed, ties=tie)
+            if found is None:
+                continue
+            tied, cost, _ = found
+            old = evaluate(schedule, target)
+            if not objective.prefers("latency", old, cost, tie) or not poly.check_schedule(tied).ok \
+                    or verify_schedule(tied, run.plan.program, ctx):
+                continue
+            schedules[i] = tied
+            run.log.append(rule_entry("energy_tie", "tiling", kernel.ops, True,
+                                      f"within 1% of the fastest, less energy: {old.time_s * 1e6:.1f} -> "
+                                      f"{cost.time_s * 1e6:.1f} us, {old.energy_j * 1e6:.1f} -> "
+                                      f"{cost.energy_j * 1e6:.1f} uJ (the latency objective breaks ties by energy)"))
+    run.plan = Plan(run.plan.program, run.plan.kernels, tuple(schedules), run.plan.label)
+
+
 def _tuning(run: _Run) -> None:
     """The user's traces replayed, then the tuner over what the rules leave open (never
     overriding a given schedule)."""
@@ -287,6 +324,7 @@ STAGES: tuple[tuple[str, Callable[[_Run], None]], ...] = (
     ("", _passes),
     ("chains", _across_layers),
     ("library checks", _library_checks),
+    ("energy ties", _energy_ties),
     ("tuning", _tuning),
     ("verify", _verification),
     ("report", _report),

@@ -115,7 +115,7 @@ class SearchSpace:
     def __post_init__(self):
         self.model = kernel_model(self.kernel, self.target)
         self.objective = objective.of(self.target)
-        self.tie = objective.ties(self.target)
+        self.tie = objective.ties(self.target)          # (the tiling view's searches: 0 unless asked)
         self.levels = tuple(self.target.tiling_levels)
         self.extents = self.model.extents
         kept = whole_loops(self.kernel)

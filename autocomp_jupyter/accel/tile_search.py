@@ -50,19 +50,24 @@ def level_mapping(generic: list[str], target_levels: tuple[str, ...]) -> dict[st
 
 
 def search_tiles(kernel: Kernel, target, current: Schedule | None, levels: dict[str, str], params: dict,
-                 seed: int = 0, n_random: int = RANDOM_CANDIDATES, ranked: int = 1, rounds: int = LOCAL_ROUNDS):
+                 seed: int = 0, n_random: int = RANDOM_CANDIDATES, ranked: int = 1, rounds: int = LOCAL_ROUNDS,
+                 ties: float = 0.0):
     """The best tiles and orders found for `kernel` on `target`.
 
     Returns (schedule, KernelCost, candidates evaluated), or None when every candidate
     spills beyond `max_spill_ratio`. With `ranked > 1`, returns a list of up to `ranked`
     distinct (schedule, cost) pairs, best first, instead (for legality fallbacks).
+    `ties`: under `latency`, how close to the fastest (and to `current`) a candidate ties, the
+    ties broken by less energy after a climb that lowers it (`objective.ties(target)`; the
+    pipeline asks it once, of its final kernels: `pipeline._energy_ties`). 0: the fastest,
+    as every intermediate search returns (a tie taken early would steer the later searches).
     """
     # The search depends on the kernel's structure, not its names: repeated layers share it.
     key = (canonical_kernel(kernel), schedule_key(current) if current is not None else None, target,
-           tuple(levels.items()), repr(sorted(params.items())), seed, n_random, ranked, rounds)
+           tuple(levels.items()), repr(sorted(params.items())), seed, n_random, ranked, rounds, ties)
     found = _SEARCHES.get(key)
     if found is None:
-        found = _search(kernel, target, current, levels, params, seed, n_random, ranked, rounds)
+        found = _search(kernel, target, current, levels, params, seed, n_random, ranked, rounds, ties)
         _SEARCHES.put(key, found)
     picks, evaluated = found
     vec = vector_loop_index(kernel, target)
@@ -97,10 +102,11 @@ def _space(kernel: Kernel, target, levels: dict[str, str], params: dict, seed: i
 
 
 def _search(kernel: Kernel, target, current: Schedule | None, levels: dict[str, str], params: dict,
-            seed: int, n_random: int, ranked: int, rounds: int = LOCAL_ROUNDS) -> tuple[list, int]:
+            seed: int, n_random: int, ranked: int, rounds: int = LOCAL_ROUNDS, ties: float = 0.0) -> tuple[list, int]:
     """search_tiles' search: ([(tiles [D, L], orders [L, D]) best first, up to `ranked`],
     candidates evaluated); an empty list when every candidate spills."""
     s = _space(kernel, target, levels, params, seed, n_random)
+    s.tie = ties if s.objective == "latency" else s.tie
     tiles, orders, measured, evaluated = _draw(kernel, target, current, s, seed, n_random)
     return _local_search(s, tiles, orders, measured, evaluated, ranked, rounds)
 
