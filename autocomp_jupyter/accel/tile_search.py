@@ -156,10 +156,11 @@ def _draw(kernel: Kernel, target, current: Schedule | None, s: SearchSpace, seed
 
 def _local_search(s: SearchSpace, tiles, orders, measured, evaluated: int, ranked: int, rounds: int) -> tuple[list, int]:
     """Local search from the best few distinct candidates by the objective's score; then,
-    under `latency`, a second climb from the objective's picks that lowers energy among the
-    candidates within 1% of the fastest (the ties the objective breaks by energy: a tiling
-    that keeps a tensor in a bigger buffer at equal time). What the search returns is
-    decided by the objective's rule over every candidate it measured (`SearchSpace.decide`)."""
+    under `latency` when ties are asked (`s.tie`: the pipeline's `energy ties` stage), a
+    second climb from the objective's picks that lowers energy among the candidates within 1%
+    of the fastest (a tiling that keeps a tensor in a bigger buffer at equal time). What the
+    search returns is decided by the objective's rule over every candidate it measured
+    (`SearchSpace.decide`)."""
     known = _KNOWN.get((s.structure, s.vector, s.max_spill))
     if known is None:
         known = {}
