@@ -155,10 +155,21 @@ def test_skew_offers_factors_up_to_three_below_the_loops_extent(small):
     assert "skew j by i" in tune.change.value and "factor=2" in tune.change.value
 
 
+# conv+bn+relu's kernel with h's point loop outside the reduction over c and run in parallel
+# (replayed, so that the test does not depend on which schedule the search finds)
+_CONV_TRACE = ([{"primitive": "tile", "loop": loop, "level": level, "size": size}
+                for level, sizes in (("SRAM", (1, 4, 6, 6, 4, 3, 3)), ("accumulator", (1, 4, 6, 2, 4, 3, 2)))
+                for loop, size in zip("nfhwcrs", sizes)]
+               + [{"primitive": "reorder", "level": "SRAM", "order": list("snfhwcr")},
+                  {"primitive": "reorder", "level": "accumulator", "order": list("nfhcrsw")}]
+               + [{"primitive": "parallel", "loop": loop} for loop in "fhw"]
+               + [{"primitive": "vectorize", "loop": "w"}, {"primitive": "unroll", "loop": "w", "factor": 2}])
+
+
 def test_an_illegal_skew_factor_is_refused_with_the_dependence_named():
     res = autocomp.optimize("input X: f32[1, 4, 6, 6]\nparam W: f32[4, 4, 3, 3]\nparam g: f32[4]\nparam b: f32[4]\n"
                             "Y = conv2d(X, W, stride=1, padding=1)\nZ = batchnorm(Y, g, b)\nR = relu(Z)\n",
-                            target="npu", tune=0)
+                            target="npu", tune=0, schedule={"Y_R": _CONV_TRACE})
     tune = ui.widget(res).tune
     tune.background = False
     assert "h" in res.report["kernels"][0]["annotations"]["parallel"]
