@@ -189,3 +189,14 @@ def test_a_control_shows_the_schedules_own_value_where_it_is_not_a_stop():
     assert unroll.choices == (1, 2, 3, 4, 8, 16) and unroll.initial == 3
     unroll.value = 1
     assert not any(s["primitive"] == "unroll" for s in variant_trace(schedule, [unroll]))
+
+
+def test_a_value_no_control_offers_is_refused_in_one_line_and_nothing_changes(small):
+    tune = ui.widget(small).tune
+    tune.background = False
+    legal = tune.last_legal
+    ev = tune.set("unroll", 5)                 # not a stop of the unroll control
+    assert ev["legal"] is False and "not a value this control offers" in ev["reason"]
+    assert "refused" in tune.change.value and tune.last_legal is legal
+    order = tune.set("reorder registers", ["k", "k", "k"])    # not an order at all
+    assert order["legal"] is False and tune.last_legal is legal

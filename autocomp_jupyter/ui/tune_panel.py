@@ -213,6 +213,15 @@ class TunePanel:
         as a click would; the evaluation (or the refusal) it gave."""
         for widget, ctrl in self.widgets.values():
             if ctrl.label() == label:
+                offered = [_shown(c) for c in ctrl.choices]
+                value = tuple(value) if isinstance(value, list) else value
+                if _shown(value) not in offered:      # bad input: refused in one line, nothing changes
+                    refusal = {"legal": False, "primitive": ctrl.primitive,
+                               "reason": f"{value!r} is not a value this control offers "
+                                         f"({', '.join(ctrl.text(_chosen(v)) for v in offered[:8])}"
+                                         f"{', ...' if len(offered) > 8 else ''})"}
+                    self._say_refused(ctrl, value, refusal)
+                    return refusal
                 widget.value = _shown(value)
                 return self.last
         raise KeyError(f"no control {label!r}; the controls are {', '.join(c.label() for c in self.ctrls)}")
