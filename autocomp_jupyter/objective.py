@@ -50,8 +50,9 @@ def ties(target) -> float:
     on the host, whose generated C is measured: its model floors a kernel's time at its DRAM
     traffic, so schedules tie there that the machine tells apart (the threads a row is split
     among), and energy is not what the host is judged on."""
-    compute = target.compute
-    return 0.0 if compute.kind == "vector" and not compute.implicit_parallel else LATENCY_TIES
+    from .accel.host_model import runs_generated_c
+
+    return 0.0 if runs_generated_c(target) else LATENCY_TIES
 
 
 def order(objective: str, time_s, energy_j, dram_bytes, tie: float = LATENCY_TIES) -> np.ndarray:

@@ -132,22 +132,27 @@ class SearchSpace:
     # ------------------------------------------------------------------ the views
 
     @staticmethod
-    def tiling(kernel: Kernel, target, levels: dict[str, str], params: dict, structure: tuple = ()) -> "SearchSpace":
+    def tiling(kernel: Kernel, target, levels: dict[str, str], params: dict, structure: tuple = (),
+               ties: float = 0.0) -> "SearchSpace":
         """The tiling pass's view: `levels` ({generic name: target level}) are searched, the
-        sizes at the generic `vector` level are register tiles (`register_tile_factor`)."""
+        sizes at the generic `vector` level are register tiles (`register_tile_factor`);
+        `ties`: latency's tie band, asked only by the pipeline's energy-ties stage (0: the fastest)."""
         from ..space import TileSpace
 
         target_levels = tuple(target.tiling_levels)
         searched = [target_levels.index(t) for t in levels.values()]
         factor = tuple(params.get("register_tile_factor", [4, 16]))
-        space = TileSpace.of(kernel, target)
+        view = TileSpace.of(kernel, target)
         vector_level = target_levels.index(levels["vector"]) if "vector" in levels else None
         D = len(kernel.loops)
-        sizes = [[space.register(d, factor) if h == vector_level else space.tiling(d) for d in range(D)]
+        sizes = [[view.register(d, factor) if h == vector_level else view.tiling(d) for d in range(D)]
                  for h in range(len(target_levels))]
-        return SearchSpace(kernel, target, sizes, searched, np.array(order_candidates(kernel), dtype=np.int64),
-                           float(params.get("max_spill_ratio", 0.05)), vector_loop_index(kernel, target),
-                           vector_level=vector_level, structure=structure)
+        space = SearchSpace(kernel, target, sizes, searched, np.array(order_candidates(kernel), dtype=np.int64),
+                            float(params.get("max_spill_ratio", 0.05)), vector_loop_index(kernel, target),
+                            vector_level=vector_level, structure=structure)
+        if space.objective == "latency":
+            space.tie = ties
+        return space
 
     @staticmethod
     def tuner(schedule: Schedule, target, divisors_only: bool = False, tune_orders: bool = True,

@@ -96,18 +96,18 @@ _KNOWN = LRU("tiling.local_scores", 1024)
 
 
 
-def _space(kernel: Kernel, target, levels: dict[str, str], params: dict, seed: int, n_random: int) -> SearchSpace:
+def _space(kernel: Kernel, target, levels: dict[str, str], params: dict, seed: int, n_random: int,
+           ties: float = 0.0) -> SearchSpace:
     # The random draw depends on the kernel's structure, not on the schedule it has now.
     structure = (canonical_kernel(kernel), target, tuple(levels.items()), repr(sorted(params.items())), seed, n_random)
-    return SearchSpace.tiling(kernel, target, levels, params, structure)
+    return SearchSpace.tiling(kernel, target, levels, params, structure, ties)
 
 
 def _search(kernel: Kernel, target, current: Schedule | None, levels: dict[str, str], params: dict,
             seed: int, n_random: int, ranked: int, rounds: int = LOCAL_ROUNDS, ties: float = 0.0) -> tuple[list, int]:
     """search_tiles' search: ([(tiles [D, L], orders [L, D]) best first, up to `ranked`],
     candidates evaluated); an empty list when every candidate spills."""
-    s = _space(kernel, target, levels, params, seed, n_random)
-    s.tie = ties if s.objective == "latency" else s.tie
+    s = _space(kernel, target, levels, params, seed, n_random, ties)
     tiles, orders, measured, evaluated = _draw(kernel, target, current, s, seed, n_random)
     return _local_search(s, tiles, orders, measured, evaluated, ranked, rounds)
 
