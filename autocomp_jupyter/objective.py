@@ -50,9 +50,7 @@ def ties(target) -> float:
     on the host, whose generated C is measured: its model floors a kernel's time at its DRAM
     traffic, so schedules tie there that the machine tells apart (the threads a row is split
     among), and energy is not what the host is judged on."""
-    from .accel.host_model import runs_generated_c
-
-    return 0.0 if runs_generated_c(target) else LATENCY_TIES
+    return 0.0 if target.runs_generated_c else LATENCY_TIES
 
 
 def order(objective: str, time_s, energy_j, dram_bytes, tie: float = LATENCY_TIES) -> np.ndarray:

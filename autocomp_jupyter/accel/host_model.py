@@ -37,9 +37,9 @@ _GEMM_MR, _GEMM_NR, _GEMM_MIN_BLOCK = GEMM_MR, GEMM_NR, GEMM_MIN_BLOCK
 
 
 def runs_generated_c(target: Target) -> bool:
-    """Whether `target` is the host running generated C (a vector target whose loops run
-    serially unless annotated parallel), the compute kind this module models."""
-    return target.compute.kind == "vector" and not target.compute.implicit_parallel
+    """Whether `target` is the host running generated C, the compute kind this module models
+    (`Target.runs_generated_c`)."""
+    return target.runs_generated_c
 
 
 class HostModel:

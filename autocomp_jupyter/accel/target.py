@@ -230,6 +230,12 @@ class Target:
         return self.memory[-1]
 
     @property
+    def runs_generated_c(self) -> bool:
+        """Whether this is the host running generated C (a vector target whose loops run
+        serially unless annotated parallel), the compute kind accel/host_model.py models."""
+        return self.compute.kind == "vector" and not self.compute.implicit_parallel
+
+    @property
     def on_chip(self) -> tuple[MemoryLevel, ...]:
         """On-chip levels, outer → inner (the order tiles are listed in)."""
         return tuple(reversed(self.memory[:-1]))
