@@ -8,6 +8,14 @@ write; a result's write-back an SRAM read and a DRAM write; an operand into the 
 read of the innermost level holding it. Every MAC point and vector operation costs the
 target's `energy_pj_per_mac`. A producer nest computed at the anchor's tiles adds its energy
 times its recompute.
+
+Where a PE array keeps its partial sums in a register in every PE (the innermost level
+holding a MAC's output is `per_pe`), each MAC reads its partial sum out of that register and
+writes the new one back, as ZigZag charges its rf_O (`register_accumulation`): one access of
+the register's port each way per MAC point (the output element rounded up to whole accesses
+of `width_bits`; the element itself where no width is given), in place of the traffic the
+statement's results stream into that level. Every other output level sees the array's
+results as they arrive (traffic.py), one transfer a pass.
 """
 from __future__ import annotations
 
@@ -19,6 +27,31 @@ def level_energies(target) -> tuple[np.ndarray, np.ndarray]:
     read = [m.energy_pj_per_byte if m.read_pj_per_byte is None else m.read_pj_per_byte for m in target.memory]
     write = [m.energy_pj_per_byte if m.write_pj_per_byte is None else m.write_pj_per_byte for m in target.memory]
     return np.array(read) * 1e-12, np.array(write) * 1e-12
+
+
+def register_accumulation(model, st, tile, moved) -> tuple[int, np.ndarray, np.ndarray] | None:
+    """(memory level m, [n] bytes read out of it, [n] written into it) that MAC statement `st`
+    adds at the per-PE register holding its partial sums, over what its traffic `moved`
+    (a StatementTraffic) streams into it; None where the partial sums live elsewhere (off the
+    array, no per-PE output level, or that register also feeds the statement an operand)."""
+    if not (st.mac and tile.dp.on_array):
+        return None
+    out = next((a for a in st.accesses if a.kind == "accumulate" and a.chain), None)
+    if out is None:
+        return None
+    m = int(model.mem_index[out.chain[-1]])
+    level = model.target.memory[m]
+    if not level.per_pe or any(a is not out and a.chain and model.mem_index[a.chain[-1]] == m
+                               for a in st.accesses):
+        return None
+    width = level.width_bits / 8 if level.width_bits else out.elem_bytes
+    per_mac = float(np.ceil(out.elem_bytes / width) * width) * st.points   # one read and one write a MAC
+    # A per-PE level moves any number of bytes an access (ports.py), so its datapath bytes in
+    # whole accesses are its datapath bytes: the results streamed into it, which the per-MAC
+    # accesses replace.
+    streamed_reads = moved.datapath_port_reads[:, m]
+    streamed_writes = moved.datapath_port[:, m] - streamed_reads
+    return m, per_mac - streamed_reads, per_mac - streamed_writes
 
 
 def kernel_energy(reads: np.ndarray, writes: np.ndarray, read_j: np.ndarray, write_j: np.ndarray,

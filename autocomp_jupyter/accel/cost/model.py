@@ -23,7 +23,7 @@ from ..host_model import _GEMM_MIN_BLOCK, _GEMM_MR, _GEMM_NR, compute_model
 from ..target import Target, load_target
 from .capacity import _held_regions, footprints, occupy, unroll_pressure
 from .compute import Work, datapath_of, datapath_tile, occupancy, rescale_cycles, statement_cycles, vector_unit
-from .energy import kernel_energy, level_energies
+from .energy import kernel_energy, level_energies, register_accumulation
 from .fill import array_fill
 from .overlap import Timeline
 from .ports import bandwidth, port_shapes, statement_time
@@ -262,6 +262,7 @@ class KernelModel:
         work = Work.zeros(n)
         datapath_bytes = np.zeros((n, len(self.statements), M))
         spill = np.zeros(n)                      # bytes unrolled bodies spill out of the registers
+        registers = np.zeros((2, n, M))          # partial sums read / written in per-PE registers
         pressures = []
         for si, st in enumerate(self.statements):
             if si in self.computed:
@@ -282,6 +283,11 @@ class KernelModel:
             st_compute = cycles / active / clock + (0.0 if anchor else rescale)
             moved = statement_traffic(self, grid, cap, si, st, tile, seq, active)   # traffic.py
             datapath_bytes[:, si, :] = moved.datapath
+            accumulated = register_accumulation(self, st, tile, moved)         # energy.py
+            if accumulated is not None:
+                m, read, written = accumulated
+                registers[0, :, m] += read
+                registers[1, :, m] += written
             times = statement_time(self, moved, cap.double_buffered, bw, seq.tiles_at, st_compute, fill,
                                    active)                                     # ports.py
             timeline.add_statement(anchor, st.in_place, tile.dp.unit, st_compute, moved,
@@ -308,7 +314,7 @@ class KernelModel:
             reads[:, 1] += spill / 2
             writes[:, 1] += spill / 2
         energy, energy_by_level = kernel_energy(
-            reads, writes, self.read_j, self.write_j,
+            reads + registers[0], writes + registers[1], self.read_j, self.write_j,
             work.mac_points + work.vector_ops, target.energy_pj_per_mac, producer_energy,
             timeline.producer_level_energy)                                    # energy.py
         return self._batch_cost(time_s, bytes_by_level, energy, energy_by_level, share, work, cap, datapath_bytes,
