@@ -10,7 +10,8 @@ ZigZag's mapping, our model against our simulator), and the sweep of 9 designs (
 8x8, 16x16, 32x32 by SRAM 256 KiB, 1 MiB, 4 MiB), once with both tools minimising latency and
 once energy (`explore --objective` on our side, ZigZag's opt): totals side by side with Spearman
 for latency and energy, each design's energy ratio, whether a bigger buffer lowers each tool's
-energy, and per layer ZigZag's mapping priced by our model over ZigZag's own price.
+energy, where each design's cycles go in each tool (compute, first tiles in, last tiles out,
+stalls), and per layer ZigZag's mapping priced by our model over ZigZag's own price.
 
     python benchmarks/bench_zigzag.py [--only default|ports|sweep] [--objective latency|energy|both]
 
@@ -19,7 +20,6 @@ energy, and per layer ZigZag's mapping priced by our model over ZigZag's own pri
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import tempfile
 import time
@@ -313,19 +313,36 @@ def sweep(objective: str = "latency") -> dict:
     seconds = {"autocomp": 0.0, "zigzag": 0.0}
     for name, kind, sizes in LAYERS:
         started = time.perf_counter()
-        points = explore(_program(kind, sizes), str(TARGET), sweeps, objective=objective).points
+        found = explore(_program(kind, sizes), str(TARGET), sweeps, objective=objective)
         seconds["autocomp"] += time.perf_counter() - started
         for d, (n, k) in enumerate(DESIGNS):
-            point = points[d]
+            point = found.points[d]
             assert point["valid"] and point["verified"], (name, n, k, point.get("reason"))
             z = run_zigzag(kind, sizes, n, k, opt=objective)
             seconds["zigzag"] += z["seconds"]
             same = autocomp_on_zigzag_mapping(kind, sizes, z, targets[d])
             rows.append({"layer": name, "design": (n, k), "cycles": point["time_s"] * 1e9,   # 1 GHz
                          "pj": point["energy_j"] * 1e12, "zigzag_cycles": z["cycles"], "zigzag_pj": z["pj"],
-                         "same_cycles": same["cycles"], "same_pj": same["pj"]})
+                         "same_cycles": same["cycles"], "same_pj": same["pj"],
+                         **_cycle_parts(found.reports[d], z)})
         print(f"  {name}: done", file=sys.stderr, flush=True)
-    return {"rows": rows, "seconds": seconds, "objective": objective}
+    return {"rows": rows, "seconds": seconds, "objective": objective, "points": len(DESIGNS) * len(LAYERS)}
+
+
+def _cycle_parts(report: dict, z: dict) -> dict:
+    """Where one layer's cycles go in each tool on its own mapping: ours the compute, the cold
+    start (first input tiles in before any compute) and the drain (last output tiles out
+    after it), the rest stalls; ZigZag's its temporal cycles, its stall (SS), on-loading and
+    off-loading (with its systolic drain)."""
+    lim = {}
+    for kernel in report["kernels"]:
+        for key, seconds in kernel["limits_s"].items():
+            lim[key] = lim.get(key, 0.0) + seconds * 1e9
+    return {"compute": max(v for key, v in lim.items() if key.startswith("compute")),
+            "cold": lim.get("cold start", 0.0), "drain": lim.get("drain", 0.0),
+            "zigzag_temporal": z["temporal_cycles"], "zigzag_stall": z["stall"],
+            "zigzag_onloading": z["onloading"],
+            "zigzag_offloading": z["cycles"] - z["temporal_cycles"] - z["stall"] - z["onloading"]}
 
 
 def sweep_markdown(result: dict) -> str:
@@ -338,7 +355,8 @@ def sweep_markdown(result: dict) -> str:
     ec, ez = ranks(total["pj"]), ranks(total["zigzag_pj"])
     seconds = result["seconds"]
     out = [f"Designs (PE array x SRAM) over the {len(LAYERS)} layers, {result['objective']} objectives "
-           f"(autocomp `explore` {seconds['autocomp']:.0f} s, ZigZag {seconds['zigzag']:.0f} s)", "",
+           f"(autocomp `explore` {seconds['autocomp']:.0f} s, {seconds['autocomp'] / result['points']:.2f} s a "
+           f"layer x design point; ZigZag {seconds['zigzag']:.0f} s)", "",
            "| array | SRAM | autocomp cycles | ZigZag cycles | rank a/z | autocomp µJ | ZigZag µJ | "
            "energy a/z | rank a/z |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for d, (n, k) in enumerate(DESIGNS):
@@ -350,6 +368,7 @@ def sweep_markdown(result: dict) -> str:
             f"total energy: {spearman(total['pj'], total['zigzag_pj']):+.3f}. "
             f"Energy autocomp / ZigZag per design: {min(ratios):.2f}-{max(ratios):.2f} "
             f"({sum(0.5 <= r <= 2.0 for r in ratios)} of {len(ratios)} within 2x). {_buffer_trend(total)}", "",
+            *_parts_markdown(rows), "",
             "Like for like: ZigZag's mapping of each layer priced by autocomp's model, over ZigZag's own "
             "price (cycles / energy):", "",
             "| array | SRAM | " + " | ".join(name for name, _, _ in LAYERS) + " |",
@@ -364,6 +383,25 @@ def sweep_markdown(result: dict) -> str:
     out += ["", f"Like-for-like ratios: cycles {min(lat):.2f}-{max(lat):.2f}, energy {min(en):.2f}-{max(en):.2f}; "
             f"{within} of {len(rows)} layer x design points within 15% on both."]
     return "\n".join(out)
+
+
+PARTS = ("compute", "cold", "drain", "zigzag_temporal", "zigzag_stall", "zigzag_onloading", "zigzag_offloading")
+
+
+def _parts_markdown(rows: list[dict]) -> list[str]:
+    """Where each design's cycles go in each tool (`_cycle_parts`), summed over the layers."""
+    out = [f"Where the cycles go, over the {len(LAYERS)} layers on each tool's own mapping (autocomp: stall = "
+           "cycles past compute, cold start and drain; ZigZag: off-loading includes its systolic drain):", "",
+           "| array | SRAM | autocomp compute | cold start | drain | stall | ZigZag temporal | stall (SS) | "
+           "on-loading | off-loading |", "|---|---|" + "---:|" * 8]
+    for n, k in DESIGNS:
+        mine = [r for r in rows if r["design"] == (n, k)]
+        part = {key: sum(r[key] for r in mine) for key in PARTS + ("cycles",)}
+        stall = part["cycles"] - part["compute"] - part["cold"] - part["drain"]
+        stall = stall if abs(stall) >= 0.5 else 0.0        # rounding, not a stall
+        cells = [part["compute"], part["cold"], part["drain"], stall] + [part[key] for key in PARTS[3:]]
+        out.append(f"| {n}x{n} | {k} KiB | " + " | ".join(f"{v:,.0f}" for v in cells) + " |")
+    return out
 
 
 def _buffer_trend(total: dict) -> str:
