@@ -52,7 +52,8 @@ package (`KernelModel._evaluate` in model.py runs them in this order):
   chip at the compute point (capacity.py's `_held_regions`). Producer and consumer run one
   after the other in each tile: their times add, or overlap on different datapaths.
 * Energy (energy.py). Every transfer at both its ends: bytes read out of a level at its read
-  energy, bytes written into it at its write energy; plus MACs and vector ops.
+  energy, bytes written into it at its write energy; plus MACs and vector ops, and where
+  partial sums live in a register in every PE, a read and a write of it per MAC.
 
 The rest: statements.py compiles a kernel's statements (accesses, roles, datapath mapping)
 once per kernel and target; results.py holds `BatchCost` / `KernelCost` / `ProgramCost`;
