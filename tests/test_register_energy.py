@@ -14,14 +14,14 @@ from autocomp_jupyter.dsl import parse
 from autocomp_jupyter.ir.schedule import Schedule, kernels_unfused
 
 
-def target(rf_o: str, width_bits: int = 16, dtype: str = "i8"):
+def target(rf_o: str, width_bits: int = 16, dtype: str = "i8", holds: str = "[outputs]"):
     return parse_target(f"""
 name: toyarray
 clock_ghz: 1.0
 compute: {{kind: systolic, pe_rows: 4, pe_cols: 4, pe_dtype: {dtype}, dataflow: weight_stationary, fill_cycles: 0}}
 energy_pj_per_mac: 0.5
 memory:
-  - {{name: rf_O, {rf_o}, holds: [outputs], latency_cycles: 1, ports: 2, read_pj: 1, write_pj: 2,
+  - {{name: rf_O, {rf_o}, holds: {holds}, latency_cycles: 1, ports: 2, read_pj: 1, write_pj: 2,
       width_bits: {width_bits}}}
   - {{name: SRAM, size_bytes: 64 KiB, bandwidth_gbps: 64, latency_cycles: 1, energy_pj_per_byte: 1}}
   - {{name: DRAM, bandwidth_gbps: 8, latency_cycles: 1, energy_pj_per_byte: 10}}
@@ -58,3 +58,13 @@ def test_a_partial_sum_wider_than_the_port_takes_whole_accesses():
     assert c.energy_by_level["rf_O"] * 1e12 == pytest.approx(by_hand)
     assert c.energy_j * 1e12 == pytest.approx(by_hand + c.energy_by_level["SRAM"] * 1e12
                                               + c.energy_by_level["DRAM"] * 1e12 + 512 * 0.5)
+
+
+
+def test_a_per_pe_register_file_shared_with_weights_still_pays_per_mac():
+    # Weights stream out of the same register file: their reads stay, the per-MAC accesses of
+    # the partial sums come on top of them.
+    mixed = evaluated(target(PER_PE.replace("size_bytes: 4", "size_bytes: 16"), holds="[outputs, weights]"))
+    weights = mixed.energy_by_level["rf_O"] * 1e12 - (512 * (1 + 2) + 64 * 0.5)
+    assert weights == pytest.approx(256 * 1.0 + 256 * 0.5)      # B's tiles: 256 B written in, 256 B read out
+    assert mixed.energy_j * 1e12 == pytest.approx(sum(mixed.energy_by_level.values()) * 1e12 + 512 * 0.5)

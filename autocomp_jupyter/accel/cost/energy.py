@@ -33,7 +33,7 @@ def register_accumulation(model, st, tile, moved) -> tuple[int, np.ndarray, np.n
     """(memory level m, [n] bytes read out of it, [n] written into it) that MAC statement `st`
     adds at the per-PE register holding its partial sums, over what its traffic `moved`
     (a StatementTraffic) streams into it; None where the partial sums live elsewhere (off the
-    array, no per-PE output level, or that register also feeds the statement an operand)."""
+    array, or no per-PE level holds the output innermost)."""
     if not (st.mac and tile.dp.on_array):
         return None
     out = next((a for a in st.accesses if a.kind == "accumulate" and a.chain), None)
@@ -41,17 +41,16 @@ def register_accumulation(model, st, tile, moved) -> tuple[int, np.ndarray, np.n
         return None
     m = int(model.mem_index[out.chain[-1]])
     level = model.target.memory[m]
-    if not level.per_pe or any(a is not out and a.chain and model.mem_index[a.chain[-1]] == m
-                               for a in st.accesses):
+    if not level.per_pe:
         return None
     width = level.width_bits / 8 if level.width_bits else out.elem_bytes
     per_mac = float(np.ceil(out.elem_bytes / width) * width) * st.points   # one read and one write a MAC
-    # A per-PE level moves any number of bytes an access (ports.py), so its datapath bytes in
-    # whole accesses are its datapath bytes: the results streamed into it, which the per-MAC
-    # accesses replace.
-    streamed_reads = moved.datapath_port_reads[:, m]
-    streamed_writes = moved.datapath_port[:, m] - streamed_reads
-    return m, per_mac - streamed_reads, per_mac - streamed_writes
+    # On the array the results stream into the level as writes only (traffic.py: added as they
+    # arrive), and only the output writes there: those writes are what the per-MAC accesses
+    # replace; reads there (operands a shared register file feeds) stay. A per-PE level moves
+    # any number of bytes an access (ports.py), so its accesses in bytes are its bytes.
+    streamed = moved.datapath_port[:, m] - moved.datapath_port_reads[:, m]
+    return m, np.full_like(streamed, per_mac), per_mac - streamed
 
 
 def kernel_energy(reads: np.ndarray, writes: np.ndarray, read_j: np.ndarray, write_j: np.ndarray,
