@@ -14,10 +14,12 @@ each chain is decided on its own, and a longer chain only where it beats the sho
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..accel.host_model import runs_generated_c
 from ..caches import LRU
 from ..canon import canonical_kernel, evaluate, schedule_key
-from ..ir.loopnest import ComputeAtError, regions
+from ..ir.loopnest import ComputeAtError, compute_depth, placement, regions, tile_steps, whole_loops
 from ..ir.plan import Plan
 from ..ir.program import Program
 from ..ir.schedule import Kernel, Schedule
@@ -28,6 +30,8 @@ from ..ir.twin import kernel_twin
 from ..verify import EQUIVALENCE_POINTS, TWIN_EXTENT, scaled_points, verify_schedule
 from .fusion import _kernel_name
 from .online_softmax import online_softmax
+from ..accel.cost import kernel_model
+from ..accel.search_space import SearchSpace
 from .tiling import level_mapping, search_tiles
 
 PASS = "fusion"
@@ -419,7 +423,7 @@ def _online(program: Program, chain: list[Kernel], ctx: PassContext):
     found = _search_chain(rewritten, kernel, ctx, float("inf"))
     if isinstance(found, str):
         return found
-    schedule, seconds = _scheduled_chain(rewritten, found[0], ctx)
+    schedule, seconds = _scheduled_chain(rewritten, _whole_loops_tiled_innermost(found[0], ctx), ctx)
     return rewritten, schedule, seconds
 
 
@@ -464,3 +468,105 @@ def _scheduled(program: Program, schedule: Schedule, ctx: PassContext) -> Schedu
 
     outcome = scheduling_pass(Plan(program, (schedule.kernel,), (schedule,), "chain"), ctx)
     return outcome.plan.schedules[0]
+
+
+INNERMOST_ROUNDS = 4     # rounds of one-size moves around a whole loop tiled innermost
+
+
+def _whole_loops_tiled_innermost(schedule: Schedule, ctx: PassContext) -> Schedule:
+    """`schedule`, or a faster one that tiles a loop the searches keep whole at the innermost
+    level, innermost in that level's order (and the other tiles then moved to suit it).
+
+    The searches keep a loop whole where tiling it could split the nest into one pass per
+    statement group (`loopnest.whole_loops`: an attention kernel's head dimension d, which
+    the max, exp and row sum lack). Tiled at the innermost level as the innermost loop there,
+    it splits nothing: the statements without it run in each tile just outside its tile loop,
+    once, as the cost model scores them; those with it (the weighted sum: one block of PE
+    columns at a time, its accumulator tile a fraction of the row) inside. Each candidate is
+    kept only where the lowered nest runs every statement inside every tile loop over its own
+    loops (`_single_pass`), so the model's time is the nest's."""
+    kernel, target = schedule.kernel, ctx.target
+    names = kernel.loop_names
+    extents = kernel.extents
+    pinned = [names.index(l) for l in sorted(whole_loops(kernel)) if extents[l] > 1]
+    if not pinned:
+        return schedule
+    model = kernel_model(kernel, target)
+    tiles, orders, parallel, vectorize = model.normalise(*model.schedule_arrays(schedule))
+    levels = target.tiling_levels
+    L = len(levels)
+    mapping = level_mapping(ctx.rules.tiling.get("levels", ["L2", "L1", "vector"]), levels)
+    space = SearchSpace.tiling(kernel, target, mapping, ctx.rules.tiling)
+    max_spill = float(ctx.rules.tiling.get("max_spill_ratio", 0.05))
+
+    def scored(t, o):
+        cost = model.evaluate_batch(t, o, parallel[:1], vectorize[:1])
+        return np.where(cost.spill_ratio <= max_spill + 1e-12, cost.time_s, np.inf)
+
+    best_t, best_o = tiles[0], orders[0]
+    best = float(scored(best_t[None], best_o[None])[0])
+    start = best
+    for d in pinned:
+        for v in space.sizes[L - 1][d]:
+            if not 1 <= v < extents[names[d]]:
+                continue
+            t = tiles[0].copy()
+            t[d, L - 1] = v
+            o = orders[0].copy()
+            o[L - 1] = np.concatenate([o[L - 1][o[L - 1] != d], [d]])
+            t, o, time_s = _climb_around(model, space, t, o, d, scored)
+            if time_s < best and _single_pass(Schedule.of_arrays(kernel, levels, t, o, keep=schedule)):
+                best_t, best_o, best = t, o, time_s
+    if best >= start:
+        return schedule
+    return Schedule.of_arrays(kernel, levels, best_t, best_o, keep=schedule)
+
+
+def _climb_around(model, space: SearchSpace, tiles, order, fixed: int, scored):
+    """(tiles, order, time): one-size moves of every loop but `fixed` at every searched level
+    (inner tiles shrinking inside, outer ones growing to hold them), the best kept, for a few
+    rounds; `fixed` keeps its tiles and `order` stays."""
+    D, L = tiles.shape
+    best_t = tiles
+    best = float(scored(tiles[None], order[None])[0])
+    for _ in range(INNERMOST_ROUNDS):
+        moves = []
+        for h in space.searched:
+            for d in range(D):
+                if d == fixed or space.whole[d]:
+                    continue
+                for v in space.sizes[h][d]:
+                    if v == best_t[d, h]:
+                        continue
+                    t = best_t.copy()
+                    t[d, :h] = np.maximum(t[d, :h], v)
+                    t[d, h] = v
+                    t[d, h + 1:] = np.minimum(t[d, h + 1:], v)
+                    moves.append(t)
+        if not moves:
+            break
+        batch = space.monotone(np.array(moves))
+        batch[:, fixed, :] = best_t[fixed]
+        times = scored(batch, np.broadcast_to(order, (len(batch), L, D)))
+        i = int(np.argmin(times))
+        if not times[i] < best:
+            break
+        best_t, best = batch[i], float(times[i])
+    return best_t, order, best
+
+
+def _single_pass(schedule: Schedule) -> bool:
+    """Whether the lowered nest runs every statement of the kernel's own nest inside every
+    tile loop over its own loops (`loopnest.placement`): one pass, as the cost model scores
+    it, not one per statement group over a larger tile."""
+    kernel = schedule.kernel
+    steps = tile_steps(schedule)
+    computed = kernel.computed_at()
+    at_depth = {i: compute_depth(schedule, steps, loop, level) for i, (loop, level) in computed.items()}
+    for s, (_, depth) in enumerate(placement(kernel, steps, at_depth)):
+        if s in computed:
+            continue
+        own = set(kernel.loop_map(s).values())
+        if any(step.anchor in own for step in steps[depth:]):
+            return False
+    return True
