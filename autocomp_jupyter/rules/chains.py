@@ -423,7 +423,7 @@ def _online(program: Program, chain: list[Kernel], ctx: PassContext):
     found = _search_chain(rewritten, kernel, ctx, float("inf"))
     if isinstance(found, str):
         return found
-    schedule, seconds = _scheduled_chain(rewritten, _whole_loops_tiled_innermost(found[0], ctx), ctx)
+    schedule, seconds = _scheduled_chain(rewritten, whole_loops_tiled_innermost(found[0], ctx.target, ctx.rules.tiling), ctx)
     return rewritten, schedule, seconds
 
 
@@ -473,7 +473,7 @@ def _scheduled(program: Program, schedule: Schedule, ctx: PassContext) -> Schedu
 INNERMOST_ROUNDS = 4     # rounds of one-size moves around a whole loop tiled innermost
 
 
-def _whole_loops_tiled_innermost(schedule: Schedule, ctx: PassContext) -> Schedule:
+def whole_loops_tiled_innermost(schedule: Schedule, target, tiling: dict) -> Schedule:
     """`schedule`, or a faster one that tiles a loop the searches keep whole at the innermost
     level, innermost in that level's order (and the other tiles then moved to suit it).
 
@@ -484,8 +484,9 @@ def _whole_loops_tiled_innermost(schedule: Schedule, ctx: PassContext) -> Schedu
     once, as the cost model scores them; those with it (the weighted sum: one block of PE
     columns at a time, its accumulator tile a fraction of the row) inside. Each candidate is
     kept only where the lowered nest runs every statement inside every tile loop over its own
-    loops (`_single_pass`), so the model's time is the nest's."""
-    kernel, target = schedule.kernel, ctx.target
+    loops (`single_pass`), so the model's time is the nest's. `tiling`: the rule file's
+    tiling parameters (levels, max_spill_ratio)."""
+    kernel = schedule.kernel
     names = kernel.loop_names
     extents = kernel.extents
     pinned = [names.index(l) for l in sorted(whole_loops(kernel)) if extents[l] > 1]
@@ -495,9 +496,9 @@ def _whole_loops_tiled_innermost(schedule: Schedule, ctx: PassContext) -> Schedu
     tiles, orders, parallel, vectorize = model.normalise(*model.schedule_arrays(schedule))
     levels = target.tiling_levels
     L = len(levels)
-    mapping = level_mapping(ctx.rules.tiling.get("levels", ["L2", "L1", "vector"]), levels)
-    space = SearchSpace.tiling(kernel, target, mapping, ctx.rules.tiling)
-    max_spill = float(ctx.rules.tiling.get("max_spill_ratio", 0.05))
+    mapping = level_mapping(tiling.get("levels", ["L2", "L1", "vector"]), levels)
+    space = SearchSpace.tiling(kernel, target, mapping, tiling)
+    max_spill = float(tiling.get("max_spill_ratio", 0.05))
 
     def scored(t, o):
         cost = model.evaluate_batch(t, o, parallel[:1], vectorize[:1])
@@ -515,7 +516,7 @@ def _whole_loops_tiled_innermost(schedule: Schedule, ctx: PassContext) -> Schedu
             o = orders[0].copy()
             o[L - 1] = np.concatenate([o[L - 1][o[L - 1] != d], [d]])
             t, o, time_s = _climb_around(model, space, t, o, d, scored)
-            if time_s < best and _single_pass(Schedule.of_arrays(kernel, levels, t, o, keep=schedule)):
+            if time_s < best and single_pass(Schedule.of_arrays(kernel, levels, t, o, keep=schedule)):
                 best_t, best_o, best = t, o, time_s
     if best >= start:
         return schedule
@@ -555,7 +556,7 @@ def _climb_around(model, space: SearchSpace, tiles, order, fixed: int, scored):
     return best_t, order, best
 
 
-def _single_pass(schedule: Schedule) -> bool:
+def single_pass(schedule: Schedule) -> bool:
     """Whether the lowered nest runs every statement of the kernel's own nest inside every
     tile loop over its own loops (`loopnest.placement`): one pass, as the cost model scores
     it, not one per statement group over a larger tile."""
