@@ -17,7 +17,8 @@ from autocomp_jupyter.accel.target import load_target
 from autocomp_jupyter.dsl import parse
 from autocomp_jupyter.interp import check_tiled
 from autocomp_jupyter.ir.schedule import Kernel, Schedule
-from autocomp_jupyter.rules.chains import single_pass, whole_loops_tiled_innermost
+from autocomp_jupyter.ir.loopnest import single_pass
+from autocomp_jupyter.rules.chains import whole_loops_tiled_innermost
 from autocomp_jupyter.rules.online_softmax import online_softmax
 
 ATTENTION = """input Q: f32[1, {n}, 64]
@@ -139,3 +140,13 @@ def test_the_online_softmax_chain_tiles_the_head_dimension_where_the_model_and_t
                     order=dict(tiled.order), levels=tiled.levels)
     assert single_pass(twin) and check_tiled(twin, small).ok
     assert np.isfinite(after.time_s)
+
+
+def test_a_softmax_row_tiled_at_the_outer_level_is_one_pass_per_statement():
+    program = parse("input x: f32[64, 256]\ny = softmax(x)\noutput y\n")
+    kernel = Kernel.from_ops(program, [op.name for op in program.ops])
+    row = kernel.loop_names[-1]
+    levels = load_target("tpu").tiling_levels
+    assert single_pass(Schedule(kernel, tiles={row: {levels[0]: 256}}, levels=levels))
+    # the max, the exp and sum, the division: each its own loop over the row's tiles
+    assert not single_pass(Schedule(kernel, tiles={row: {levels[0]: 64}}, levels=levels))

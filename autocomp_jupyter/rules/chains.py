@@ -19,7 +19,7 @@ import numpy as np
 from ..accel.host_model import runs_generated_c
 from ..caches import LRU
 from ..canon import canonical_kernel, evaluate, schedule_key
-from ..ir.loopnest import ComputeAtError, compute_depth, placement, regions, tile_steps, whole_loops
+from ..ir.loopnest import ComputeAtError, regions, single_pass, whole_loops
 from ..ir.plan import Plan
 from ..ir.program import Program
 from ..ir.schedule import Kernel, Schedule
@@ -554,20 +554,3 @@ def _climb_around(model, space: SearchSpace, tiles, order, fixed: int, scored):
             break
         best_t, best = batch[i], float(times[i])
     return best_t, order, best
-
-
-def single_pass(schedule: Schedule) -> bool:
-    """Whether the lowered nest runs every statement of the kernel's own nest inside every
-    tile loop over its own loops (`loopnest.placement`): one pass, as the cost model scores
-    it, not one per statement group over a larger tile."""
-    kernel = schedule.kernel
-    steps = tile_steps(schedule)
-    computed = kernel.computed_at()
-    at_depth = {i: compute_depth(schedule, steps, loop, level) for i, (loop, level) in computed.items()}
-    for s, (_, depth) in enumerate(placement(kernel, steps, at_depth)):
-        if s in computed:
-            continue
-        own = set(kernel.loop_map(s).values())
-        if any(step.anchor in own for step in steps[depth:]):
-            return False
-    return True
