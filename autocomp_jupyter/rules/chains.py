@@ -11,12 +11,17 @@ search, then the scheduling pass) at each candidate compute point — every anch
 region follows, at each level but the innermost — and the fastest is kept. A chain is kept
 only if, so tiled and verified (isl, tiled runs on twins), it beats its kernels as they are;
 each chain is decided on its own, and a longer chain only where it beats the shorter one.
+An online-softmax chain's searched schedule may then tile a loop the searches keep whole at
+the innermost level, innermost there, where the nest stays one pass
+(`whole_loops_tiled_innermost`: attention's head dimension, one block of PE columns at a time).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..accel.cost import kernel_model
 from ..accel.host_model import runs_generated_c
+from ..accel.search_space import SearchSpace
 from ..caches import LRU
 from ..canon import canonical_kernel, evaluate, schedule_key
 from ..ir.loopnest import ComputeAtError, regions, single_pass, whole_loops
@@ -30,8 +35,6 @@ from ..ir.twin import kernel_twin
 from ..verify import EQUIVALENCE_POINTS, TWIN_EXTENT, scaled_points, verify_schedule
 from .fusion import _kernel_name
 from .online_softmax import online_softmax
-from ..accel.cost import kernel_model
-from ..accel.search_space import SearchSpace
 from .tiling import level_mapping, search_tiles
 
 PASS = "fusion"
@@ -471,6 +474,7 @@ def _scheduled(program: Program, schedule: Schedule, ctx: PassContext) -> Schedu
 
 
 INNERMOST_ROUNDS = 4     # rounds of one-size moves around a whole loop tiled innermost
+INNERMOST_STARTS = 2     # ... from its best sizes there
 
 
 def whole_loops_tiled_innermost(schedule: Schedule, target, tiling: dict) -> Schedule:
@@ -487,11 +491,28 @@ def whole_loops_tiled_innermost(schedule: Schedule, target, tiling: dict) -> Sch
     loops (`single_pass`), so the model's time is the nest's. `tiling`: the rule file's
     tiling parameters (levels, max_spill_ratio)."""
     kernel = schedule.kernel
+    key = (canonical_kernel(kernel), schedule_key(schedule), target, repr(sorted(tiling.items())))
+    hit = _INNERMOST.get(key)
+    if hit is None:
+        hit = _tiled_innermost(schedule, target, tiling)
+        _INNERMOST.put(key, hit)
+    if hit == ():
+        return schedule
+    return Schedule.of_arrays(kernel, target.tiling_levels, hit[0], hit[1], keep=schedule)
+
+
+# The refinements by the searched schedule's kernel structure, schedule, target and rule parameters.
+_INNERMOST = LRU("chains.whole_loops_innermost", 512)
+
+
+def _tiled_innermost(schedule: Schedule, target, tiling: dict) -> tuple:
+    """`whole_loops_tiled_innermost`'s (tiles [D, L], orders [L, D]), or () where nothing is faster."""
+    kernel = schedule.kernel
     names = kernel.loop_names
     extents = kernel.extents
     pinned = [names.index(l) for l in sorted(whole_loops(kernel)) if extents[l] > 1]
     if not pinned:
-        return schedule
+        return ()
     model = kernel_model(kernel, target)
     tiles, orders, parallel, vectorize = model.normalise(*model.schedule_arrays(schedule))
     levels = target.tiling_levels
@@ -508,23 +529,29 @@ def whole_loops_tiled_innermost(schedule: Schedule, target, tiling: dict) -> Sch
     best = float(scored(best_t[None], best_o[None])[0])
     start = best
     for d in pinned:
-        for v in space.sizes[L - 1][d]:
-            if not 1 <= v < extents[names[d]]:
-                continue
-            t = tiles[0].copy()
-            t[d, L - 1] = v
-            o = orders[0].copy()
-            o[L - 1] = np.concatenate([o[L - 1][o[L - 1] != d], [d]])
-            t, o, time_s = _climb_around(model, space, t, o, d, scored)
-            if time_s < best and single_pass(Schedule.of_arrays(kernel, levels, t, o, keep=schedule)):
-                best_t, best_o, best = t, o, time_s
+        # each size of the loop at the innermost level, the loop innermost there; the others
+        # then climb from the best few
+        sizes = [v for v in space.sizes[L - 1][d] if 1 <= v < extents[names[d]]]
+        if not sizes:
+            continue
+        starts = np.repeat(tiles[:1], len(sizes), axis=0)
+        starts[:, d, L - 1] = sizes
+        order = orders[0].copy()
+        order[L - 1] = np.concatenate([order[L - 1][order[L - 1] != d], [d]])
+        first = scored(starts, np.broadcast_to(order, (len(sizes),) + order.shape))
+        for i in np.argsort(first, kind="stable")[:INNERMOST_STARTS]:
+            if not np.isfinite(first[i]):
+                break
+            t, time_s = _climb_around(space, starts[i], order, d, scored)
+            if time_s < best and single_pass(Schedule.of_arrays(kernel, levels, t, order, keep=schedule)):
+                best_t, best_o, best = t, order, time_s
     if best >= start:
-        return schedule
-    return Schedule.of_arrays(kernel, levels, best_t, best_o, keep=schedule)
+        return ()
+    return best_t, best_o
 
 
-def _climb_around(model, space: SearchSpace, tiles, order, fixed: int, scored):
-    """(tiles, order, time): one-size moves of every loop but `fixed` at every searched level
+def _climb_around(space: SearchSpace, tiles, order, fixed: int, scored):
+    """(tiles, time): one-size moves of every loop but `fixed` at every searched level
     (inner tiles shrinking inside, outer ones growing to hold them), the best kept, for a few
     rounds; `fixed` keeps its tiles and `order` stays."""
     D, L = tiles.shape
@@ -553,4 +580,4 @@ def _climb_around(model, space: SearchSpace, tiles, order, fixed: int, scored):
         if not times[i] < best:
             break
         best_t, best = batch[i], float(times[i])
-    return best_t, order, best
+    return best_t, best
