@@ -12,7 +12,10 @@ the ports step times: loads, serial transfers, cold start and drain; and by end 
 energy step charges: every transfer is a read at the level it leaves and a write at the level
 it enters (a DRAM->SRAM fill is a DRAM read and an SRAM write, an output's write-back an SRAM
 read and a DRAM write, an operand into the datapath a read of the innermost level holding it,
-a result out of the datapath a write there).
+a result out of the datapath a write there). The vector unit beside a PE array keeps an
+innermost tile in its registers from one statement of a tile iteration to the next
+(`vector_held`: a softmax's max, exp and row sum read the score tile once): such a read moves
+no bytes into the datapath.
 """
 from __future__ import annotations
 
