@@ -426,7 +426,8 @@ def _online(program: Program, chain: list[Kernel], ctx: PassContext):
     found = _search_chain(rewritten, kernel, ctx, float("inf"))
     if isinstance(found, str):
         return found
-    schedule, seconds = _scheduled_chain(rewritten, whole_loops_tiled_innermost(found[0], ctx.target, ctx.rules.tiling), ctx)
+    searched = whole_loops_tiled_innermost(found[0], ctx.target, ctx.rules.tiling)
+    schedule, seconds = _scheduled_chain(rewritten, searched, ctx)
     return rewritten, schedule, seconds
 
 
@@ -478,7 +479,7 @@ INNERMOST_STARTS = 2     # ... from its best sizes there
 
 
 def whole_loops_tiled_innermost(schedule: Schedule, target, tiling: dict) -> Schedule:
-    """`schedule`, or a faster one that tiles a loop the searches keep whole at the innermost
+    """`schedule`, or a better one by the target's objective that tiles a loop the searches keep whole at the innermost
     level, innermost in that level's order (and the other tiles then moved to suit it).
 
     The searches keep a loop whole where tiling it could split the nest into one pass per
@@ -486,9 +487,9 @@ def whole_loops_tiled_innermost(schedule: Schedule, target, tiling: dict) -> Sch
     the max, exp and row sum lack). Tiled at the innermost level as the innermost loop there,
     it splits nothing: the statements without it run in each tile just outside its tile loop,
     once, as the cost model scores them; those with it (the weighted sum: one block of PE
-    columns at a time, its accumulator tile a fraction of the row) inside. Each candidate is
-    kept only where the lowered nest runs every statement inside every tile loop over its own
-    loops (`single_pass`), so the model's time is the nest's. `tiling`: the rule file's
+    columns at a time, its accumulator tile a fraction of the row) inside. A candidate is kept
+    only where its nest is one pass (`loopnest.single_pass`), so the model's time is the
+    nest's; the chain then verifies it like any schedule (isl, tiled runs). `tiling`: the rule file's
     tiling parameters (levels, max_spill_ratio)."""
     kernel = schedule.kernel
     key = (canonical_kernel(kernel), schedule_key(schedule), target, repr(sorted(tiling.items())))
@@ -506,7 +507,7 @@ _INNERMOST = LRU("chains.whole_loops_innermost", 512)
 
 
 def _tiled_innermost(schedule: Schedule, target, tiling: dict) -> tuple:
-    """`whole_loops_tiled_innermost`'s (tiles [D, L], orders [L, D]), or () where nothing is faster."""
+    """`whole_loops_tiled_innermost`'s (tiles [D, L], orders [L, D]), or () where nothing scores better."""
     kernel = schedule.kernel
     names = kernel.loop_names
     extents = kernel.extents
@@ -521,9 +522,9 @@ def _tiled_innermost(schedule: Schedule, target, tiling: dict) -> tuple:
     space = SearchSpace.tiling(kernel, target, mapping, tiling)
     max_spill = float(tiling.get("max_spill_ratio", 0.05))
 
-    def scored(t, o):
+    def scored(t, o):      # by the target's objective, as the searches score (inf past the spill limit)
         cost = model.evaluate_batch(t, o, parallel[:1], vectorize[:1])
-        return np.where(cost.spill_ratio <= max_spill + 1e-12, cost.time_s, np.inf)
+        return space.rank(cost.time_s, cost.energy_j, cost.spill_ratio <= max_spill + 1e-12)
 
     best_t, best_o = tiles[0], orders[0]
     best = float(scored(best_t[None], best_o[None])[0])
@@ -542,16 +543,16 @@ def _tiled_innermost(schedule: Schedule, target, tiling: dict) -> tuple:
         for i in np.argsort(first, kind="stable")[:INNERMOST_STARTS]:
             if not np.isfinite(first[i]):
                 break
-            t, time_s = _climb_around(space, starts[i], order, d, scored)
-            if time_s < best and single_pass(Schedule.of_arrays(kernel, levels, t, order, keep=schedule)):
-                best_t, best_o, best = t, order, time_s
+            t, score = _climb_around(space, starts[i], order, d, scored)
+            if score < best and single_pass(Schedule.of_arrays(kernel, levels, t, order, keep=schedule)):
+                best_t, best_o, best = t, order, score
     if best >= start:
         return ()
     return best_t, best_o
 
 
 def _climb_around(space: SearchSpace, tiles, order, fixed: int, scored):
-    """(tiles, time): one-size moves of every loop but `fixed` at every searched level
+    """(tiles, score): one-size moves of every loop but `fixed` at every searched level
     (inner tiles shrinking inside, outer ones growing to hold them), the best kept, for a few
     rounds; `fixed` keeps its tiles and `order` stays."""
     D, L = tiles.shape
