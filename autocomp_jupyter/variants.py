@@ -203,12 +203,12 @@ def fission_note(schedule) -> str:
     """'' unless `schedule` tiles a loop the searches keep whole (`loopnest.whole_loops`):
     the nest then makes one pass over that loop per statement group (fission), which the
     cost model, scoring one pass, does not charge — say so next to the time."""
-    from .ir.loopnest import whole_loops
+    from .ir.loopnest import single_pass, whole_loops
 
     kernel = schedule.kernel
     sizes = schedule.tile_sizes()
     split = sorted(l for l in whole_loops(kernel) if any(t < kernel.extents[l] for t in sizes[l]))
-    if not split:
+    if not split or single_pass(schedule):      # tiled innermost there, it splits nothing
         return ""
     return (f"tiling {', '.join(split)} splits the kernel into one pass over {'them' if len(split) > 1 else 'it'} "
             "per statement group (a later statement reads a reduction over it or across its tiles: see the loop "

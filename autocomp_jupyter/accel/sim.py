@@ -10,7 +10,9 @@ tiles twice (double buffering) the loads for step s start as soon as step s-1 be
 computing, otherwise only after it ends; a step computes once its data are in.
 
 What it does not replay: operand streaming inside the PE array / vector lanes (each step
-is charged its share, by points, of the model's datapath traffic) and the split of work
+is charged its share, by points, of the model's datapath traffic — so a read the vector unit
+finds in its registers from the statement before it, `cost.traffic.vector_held`, moves
+nothing in the replay either) and the split of work
 over compute units (rates are scaled by the model's occupancy, as in the model). Huge nests
 are capped: after `max_steps` innermost tiles the totals are scaled up by the points left
 (by points, not steps: the first tiles replayed may all be full ones, and the remainder

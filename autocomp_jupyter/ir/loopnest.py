@@ -732,6 +732,30 @@ def whole_loops(kernel: Kernel) -> frozenset[str]:
     return found
 
 
+def single_pass(schedule: Schedule) -> bool:
+    """Whether the nest of `schedule` is one pass, as the cost model scores it: no statement
+    opens a new instance of a tile loop the statement before it ran in, and each of the
+    kernel's own statements runs inside every tile loop over its own loops (`placement`) —
+    not one pass per statement group, nor over a larger tile. A loop `whole_loops` names may still be
+    tiled so: at the innermost level, as the innermost loop there (the statements without it
+    then run just outside its tile loop)."""
+    kernel = schedule.kernel
+    steps = tile_steps(schedule)
+    computed = kernel.computed_at()
+    at_depth = {i: compute_depth(schedule, steps, loop, level) for i, (loop, level) in computed.items()}
+    previous = None
+    for s, (joined, depth) in enumerate(placement(kernel, steps, at_depth)):
+        if previous is not None and joined < min(previous, depth):
+            return False        # a new instance of a tile loop the statement before it ran in
+        previous = depth
+        if s in computed:
+            continue
+        own = set(kernel.loop_map(s).values())
+        if any(step.anchor in own for step in steps[depth:]):
+            return False        # it runs over a larger tile than a tile loop over its loops
+    return True
+
+
 def lower(schedule: Schedule) -> LoopNest:
     """The loop nest `schedule` runs (see the module docstring).
 

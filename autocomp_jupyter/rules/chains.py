@@ -11,13 +11,20 @@ search, then the scheduling pass) at each candidate compute point — every anch
 region follows, at each level but the innermost — and the fastest is kept. A chain is kept
 only if, so tiled and verified (isl, tiled runs on twins), it beats its kernels as they are;
 each chain is decided on its own, and a longer chain only where it beats the shorter one.
+An online-softmax chain's searched schedule may then tile a loop the searches keep whole at
+the innermost level, innermost there, where the nest stays one pass
+(`whole_loops_tiled_innermost`: attention's head dimension, one block of PE columns at a time).
 """
 from __future__ import annotations
 
+import numpy as np
+
+from ..accel.cost import kernel_model
 from ..accel.host_model import runs_generated_c
+from ..accel.search_space import SearchSpace
 from ..caches import LRU
 from ..canon import canonical_kernel, evaluate, schedule_key
-from ..ir.loopnest import ComputeAtError, regions
+from ..ir.loopnest import ComputeAtError, regions, single_pass, whole_loops
 from ..ir.plan import Plan
 from ..ir.program import Program
 from ..ir.schedule import Kernel, Schedule
@@ -419,7 +426,8 @@ def _online(program: Program, chain: list[Kernel], ctx: PassContext):
     found = _search_chain(rewritten, kernel, ctx, float("inf"))
     if isinstance(found, str):
         return found
-    schedule, seconds = _scheduled_chain(rewritten, found[0], ctx)
+    searched = whole_loops_tiled_innermost(found[0], ctx.target, ctx.rules.tiling)
+    schedule, seconds = _scheduled_chain(rewritten, searched, ctx)
     return rewritten, schedule, seconds
 
 
@@ -464,3 +472,113 @@ def _scheduled(program: Program, schedule: Schedule, ctx: PassContext) -> Schedu
 
     outcome = scheduling_pass(Plan(program, (schedule.kernel,), (schedule,), "chain"), ctx)
     return outcome.plan.schedules[0]
+
+
+INNERMOST_ROUNDS = 4     # rounds of one-size moves around a whole loop tiled innermost
+INNERMOST_STARTS = 2     # ... from its best sizes there
+
+
+def whole_loops_tiled_innermost(schedule: Schedule, target, tiling: dict) -> Schedule:
+    """`schedule`, or a better one by the target's objective that tiles a loop the searches keep whole at the innermost
+    level, innermost in that level's order (and the other tiles then moved to suit it).
+
+    The searches keep a loop whole where tiling it could split the nest into one pass per
+    statement group (`loopnest.whole_loops`: an attention kernel's head dimension d, which
+    the max, exp and row sum lack). Tiled at the innermost level as the innermost loop there,
+    it splits nothing: the statements without it run in each tile just outside its tile loop,
+    once, as the cost model scores them; those with it (the weighted sum: one block of PE
+    columns at a time, its accumulator tile a fraction of the row) inside. A candidate is kept
+    only where its nest is one pass (`loopnest.single_pass`), so the model's time is the
+    nest's; the chain then verifies it like any schedule (isl, tiled runs). `tiling`: the rule file's
+    tiling parameters (levels, max_spill_ratio)."""
+    kernel = schedule.kernel
+    key = (canonical_kernel(kernel), schedule_key(schedule), target, repr(sorted(tiling.items())))
+    hit = _INNERMOST.get(key)
+    if hit is None:
+        hit = _tiled_innermost(schedule, target, tiling)
+        _INNERMOST.put(key, hit)
+    if hit == ():
+        return schedule
+    return Schedule.of_arrays(kernel, target.tiling_levels, hit[0], hit[1], keep=schedule)
+
+
+# The refinements by the searched schedule's kernel structure, schedule, target and rule parameters.
+_INNERMOST = LRU("chains.whole_loops_innermost", 512)
+
+
+def _tiled_innermost(schedule: Schedule, target, tiling: dict) -> tuple:
+    """`whole_loops_tiled_innermost`'s (tiles [D, L], orders [L, D]), or () where nothing scores better."""
+    kernel = schedule.kernel
+    names = kernel.loop_names
+    extents = kernel.extents
+    pinned = [names.index(l) for l in sorted(whole_loops(kernel)) if extents[l] > 1]
+    if not pinned:
+        return ()
+    model = kernel_model(kernel, target)
+    tiles, orders, parallel, vectorize = model.normalise(*model.schedule_arrays(schedule))
+    levels = target.tiling_levels
+    L = len(levels)
+    mapping = level_mapping(tiling.get("levels", ["L2", "L1", "vector"]), levels)
+    space = SearchSpace.tiling(kernel, target, mapping, tiling)
+    max_spill = float(tiling.get("max_spill_ratio", 0.05))
+
+    def scored(t, o):      # by the target's objective, as the searches score (inf past the spill limit)
+        cost = model.evaluate_batch(t, o, parallel[:1], vectorize[:1])
+        return space.rank(cost.time_s, cost.energy_j, cost.spill_ratio <= max_spill + 1e-12)
+
+    best_t, best_o = tiles[0], orders[0]
+    best = float(scored(best_t[None], best_o[None])[0])
+    start = best
+    for d in pinned:
+        # each size of the loop at the innermost level, the loop innermost there; the others
+        # then climb from the best few
+        sizes = [v for v in space.sizes[L - 1][d] if 1 <= v < extents[names[d]]]
+        if not sizes:
+            continue
+        starts = np.repeat(tiles[:1], len(sizes), axis=0)
+        starts[:, d, L - 1] = sizes
+        order = orders[0].copy()
+        order[L - 1] = np.concatenate([order[L - 1][order[L - 1] != d], [d]])
+        first = scored(starts, np.broadcast_to(order, (len(sizes),) + order.shape))
+        for i in np.argsort(first, kind="stable")[:INNERMOST_STARTS]:
+            if not np.isfinite(first[i]):
+                break
+            t, score = _climb_around(space, starts[i], order, d, scored)
+            if score < best and single_pass(Schedule.of_arrays(kernel, levels, t, order, keep=schedule)):
+                best_t, best_o, best = t, order, score
+    if best >= start:
+        return ()
+    return best_t, best_o
+
+
+def _climb_around(space: SearchSpace, tiles, order, fixed: int, scored):
+    """(tiles, score): one-size moves of every loop but `fixed` at every searched level
+    (inner tiles shrinking inside, outer ones growing to hold them), the best kept, for a few
+    rounds; `fixed` keeps its tiles and `order` stays."""
+    D, L = tiles.shape
+    best_t = tiles
+    best = float(scored(tiles[None], order[None])[0])
+    for _ in range(INNERMOST_ROUNDS):
+        moves = []
+        for h in space.searched:
+            for d in range(D):
+                if d == fixed or space.whole[d]:
+                    continue
+                for v in space.sizes[h][d]:
+                    if v == best_t[d, h]:
+                        continue
+                    t = best_t.copy()
+                    t[d, :h] = np.maximum(t[d, :h], v)
+                    t[d, h] = v
+                    t[d, h + 1:] = np.minimum(t[d, h + 1:], v)
+                    moves.append(t)
+        if not moves:
+            break
+        batch = space.monotone(np.array(moves))
+        batch[:, fixed, :] = best_t[fixed]
+        times = scored(batch, np.broadcast_to(order, (len(batch), L, D)))
+        i = int(np.argmin(times))
+        if not times[i] < best:
+            break
+        best_t, best = batch[i], float(times[i])
+    return best_t, best

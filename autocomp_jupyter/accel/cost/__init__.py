@@ -32,7 +32,9 @@ package (`KernelModel._evaluate` in model.py runs them in this order):
   accumulator outputs, a per-PE register file weights); a tensor bypasses levels that do
   not hold its role. On a systolic target's vector unit, along a reduction loop sharing
   the vector loop's input index (a depthwise conv's s in X[.., w + s]), its registers keep
-  the row: no reload per tap.
+  the row: no reload per tap; and from one statement of a tile iteration to the next (a
+  softmax's max, exp and row sum over one score tile), where the register level has room,
+  they keep the tile: it is read once.
 * Ports (ports.py). Levels whose tiles fit twice overlap their transfers with compute;
   others serialise with it. The first input tiles (cold start) and the last output tiles
   (drain) overlap nothing: time = max(max(compute, operand streaming) + serial transfers +

@@ -12,7 +12,10 @@ the ports step times: loads, serial transfers, cold start and drain; and by end 
 energy step charges: every transfer is a read at the level it leaves and a write at the level
 it enters (a DRAM->SRAM fill is a DRAM read and an SRAM write, an output's write-back an SRAM
 read and a DRAM write, an operand into the datapath a read of the innermost level holding it,
-a result out of the datapath a write there).
+a result out of the datapath a write there). The vector unit beside a PE array keeps an
+innermost tile in its registers from one statement of a tile iteration to the next
+(`vector_held`: a softmax's max, exp and row sum read the score tile once): such a read moves
+no bytes into the datapath.
 """
 from __future__ import annotations
 
@@ -132,6 +135,7 @@ def statement_traffic(model, grid: TileGrid, capacity, si: int, st: _StatementMo
     cold start and drain."""
     n, D, L = grid.tiles.shape
     out = StatementTraffic.zeros(n, len(model.level_names), L)
+    held = vector_held(model, grid, capacity, si, st, tile)
     for ai, a in enumerate(st.accesses):
         # the tile fetches into each holding level (the loops outside it), then the datapath
         by_level = _fetches_by_prefix(a.index_mask[seq.loops], seq.moving, seq.prefix,
@@ -139,6 +143,9 @@ def statement_traffic(model, grid: TileGrid, capacity, si: int, st: _StatementMo
         levels = _level_traffic(a, st, grid, capacity.double_buffered, tile.kept, by_level, model.extents)
         datapath, datapath_reads, granule = _datapath_traffic(a, st, model.target.compute.kind, tile.kept, seq,
                                                               by_level[:, -1], L)
+        if ai in held:      # the vector unit still holds it from the statement before: no read
+            datapath = np.where(held[ai], 0.0, datapath)
+            datapath_reads = np.where(held[ai], 0.0, datapath_reads)
         # Spill: blend each level's traffic toward what streams through it.
         through = datapath
         eff = [None] * len(a.chain)
@@ -149,6 +156,43 @@ def statement_traffic(model, grid: TileGrid, capacity, si: int, st: _StatementMo
         _charge(model, out, a, capacity.double_buffered, levels, datapath, eff, capacity.tile_bytes[si, ai], active)
         _charge_ends(model, out, a, levels, datapath, datapath_reads, granule, eff)
     return out
+
+
+def vector_held(model, grid: TileGrid, capacity, si: int, st: _StatementModel, tile: DatapathTile) -> dict:
+    """{access index: [n] bool}: the reads of statement `si` that the vector unit beside a PE
+    array still holds in its registers from the statement before it in the tile iteration,
+    so they do not cross the innermost level's port again (the max, exp and row sum of a
+    softmax each reading the same score tile: read once, kept across the three).
+
+    The statements of a kernel's own nest run one after another on each innermost tile.
+    Where statement `si` and the one before it there (not computed at the anchor's tiles)
+    both run on the vector unit of a systolic target over the same anchor loops (so the same
+    tiles, vectorised along the same loop), a read of `si` of a tensor that statement read at
+    the same indices, or wrote there, finds that innermost tile in the registers — when the
+    tiles so kept fit in the room the register level (the innermost level: registers, vregs,
+    an accumulator) leaves beside its own tiles (twice those where it double-buffers them).
+    SIMT lanes and host cores read every operand from a register level the tiles model."""
+    compute = model.target.compute
+    if compute.kind != "systolic" or tile.dp.on_array or isinstance(st.domain, RowTiles):
+        return {}
+    before = [i for i in range(si) if i not in model.computed]
+    if not before:
+        return {}
+    prev = model.statements[before[-1]]
+    if prev.row_loop >= 0 or not np.array_equal(prev.present, st.present) or isinstance(prev.domain, RowTiles):
+        return {}
+    seen = [(a.tensor, a.coeff.tobytes(), a.local_add.tobytes()) for a in prev.accesses]
+    found = [ai for ai, a in enumerate(st.accesses)
+             if ai and a.kind == "read" and (a.tensor, a.coeff.tobytes(), a.local_add.tobytes()) in seen]
+    if not found:
+        return {}
+    L = grid.tiles.shape[2]
+    inner = grid.T[:, :, L - 1]
+    kept = sum(_footprint(st.accesses[ai], inner) for ai in found)
+    reg = L - 1
+    used = capacity.footprint[:, reg] * np.where(capacity.double_buffered[:, reg], 2.0, 1.0)
+    fits = used + kept <= model.capacity[reg]
+    return {ai: fits for ai in found}
 
 
 def _level_traffic(a: _AccessModel, st: _StatementModel, grid: TileGrid, double_buffered, kept,
