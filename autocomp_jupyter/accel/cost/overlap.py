@@ -155,6 +155,7 @@ class Timeline:
         for u, v in self.compute_by_unit.items():
             if u != anchor_unit:
                 busy[u] = busy.get(u, 0.0) + v + self.apart.get(u, 0.0)
+        level_bw = self.level_bw_s.copy()       # the channels' bytes / bandwidth, all nests
         for producer in producers:      # computed at the anchor's tiles: its own nest, recomputed
             cost, mult = producer.evaluate(grid.tiles, grid.orders, grid.counts, parallel)
             unit = datapath_of(compute, producer.model.statements[0]).unit
@@ -167,11 +168,18 @@ class Timeline:
             self.compute_s += cost.compute_s * mult
             self.bytes_by_level += cost.bytes * mult[:, None]
             self.level_time += cost.level_time_s * mult[:, None]
+            level_bw += cost.level_bw_s * mult[:, None]
             producer_energy += nest_compute_energy(cost) * mult
             self.producer_level_energy += cost.energy_by_level * mult[:, None]
         if self.pipelined:
+            hidden = np.zeros(n)
             for unit, parts in startups.items():
-                busy[unit] = busy[unit] - hidden_startups(parts, n)
+                hidden_here = hidden_startups(parts, n)
+                busy[unit] = busy[unit] - hidden_here
+                hidden += hidden_here
+            # ... and the channels' idle time while those nests started is the nests before
+            # them streaming: each level's bound loses it, down to its bytes / bandwidth
+            self.level_time = self.level_time - np.minimum(hidden[:, None], np.maximum(self.level_time - level_bw, 0.0))
         self.time_s = np.maximum(np.max(np.stack([np.broadcast_to(v, (n,)) for v in busy.values()]), axis=0),
                                  self.level_time.max(axis=1))
         return producer_energy
