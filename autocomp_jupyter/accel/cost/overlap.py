@@ -13,7 +13,9 @@ channel's traffic, whichever is longer (the simulator combines its replays the s
 Nests on one datapath form one pipeline: a nest's first tiles load while the nest before it
 computes (a consumer starts on the producer's first finished tile, not after its whole
 nest), so of their start-ups (`startup`: the cold start a nest waits before its first step,
-no more than its time beyond its busiest channel's bytes) only the longest is paid.
+no more than its time beyond its busiest channel's bytes) only the longest is paid; the
+channels' idle time while the others start is the nests before them streaming, so each level's
+bound loses the same, down to its bytes / bandwidth. Host C runs one nest after another.
 `Timeline` accumulates these and the totals the report shows.
 """
 from __future__ import annotations
