@@ -116,7 +116,7 @@ def test_a_layernorm_finishes_its_elementwise_epilogue_on_chip(tmp_path):
     rules = tmp_path / "off.yaml"
     rules.write_text("fusion:\n  rules:\n    - name: norm_epilogue\n      enabled: false\n")
     off = autocomp.optimize(src, target="npu", tune=0, rules=[str(rules)]).report
-    assert off["optimized"]["time_s"] > r["optimized"]["time_s"] * 1.05
+    assert off["optimized"]["time_s"] > r["optimized"]["time_s"] * 1.03   # 1.04x: the fallback's nests pipeline (overlap.py)
 
 
 def test_an_activation_that_reads_its_input_twice_fuses_as_an_epilogue():

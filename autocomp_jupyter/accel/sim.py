@@ -29,6 +29,7 @@ import numpy as np
 from ..ir.schedule import Schedule
 from .cost import KernelModel, _chunks, _fill_cycles, _stationary_operand, datapath_of, kernel_model
 from .cost.compute import vector_unit
+from .cost.overlap import hidden_startups, startup
 from .target import load_target
 
 
@@ -42,6 +43,7 @@ class SimResult:
     total_steps: int        # innermost tiles in the whole nest
     sampled: bool
     compute_by_unit: dict | None = None   # its own statements' replayed compute by datapath (not its producers')
+    cold_s: float = 0.0     # its nest's cold start: when the anchor's first step computes (overlap.py's start-up)
 
 
 class _Channel:
@@ -161,6 +163,7 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
     by_unit: dict[str, float] = {}
     apart: dict[str, float] = {}      # nests of their own on other datapaths: time beyond compute
     apart_total = 0.0
+    anchor_cold = 0.0
     for si in range(len(model.statements)):
         if si in model.computed:
             continue         # computed at the anchor's tiles: its own nest, replayed below
@@ -172,6 +175,7 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
         total_bytes += r["bytes"]
         if si == schedule.kernel.anchor:
             group_time, group_bytes = r["time_s"], group_bytes + r["bytes"]
+            anchor_cold = r["cold_s"]
             if r["rescale_s"]:        # its sums' rescales on the vector unit (as the model's `add_beside`)
                 vector = vector_unit(target.compute)
                 by_unit[vector] = by_unit.get(vector, 0.0) + r["rescale_s"]
@@ -206,11 +210,12 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
     anchor_only = time_s + max(group_time, float(np.max(group_bytes / bw)))
     if beside:
         group_time = max(group_time, max(beside.values())) + beside_tail
-    time_s += max(group_time, float(np.max(group_bytes / bw)))
+    group_total = max(group_time, float(np.max(group_bytes / bw)))
+    time_s += group_total
     result = SimResult(time_s=time_s, cycles=time_s * target.clock_ghz * 1e9,
                        bytes={n: float(b) for n, b in zip(model.level_names, total_bytes)},
                        compute_s=compute_s, steps=steps_done, total_steps=total_steps, sampled=sampled,
-                       compute_by_unit=by_unit)
+                       compute_by_unit=by_unit, cold_s=anchor_cold)
     if not model.producers:
         return result
     # its statements on other datapaths keep those busy
@@ -218,15 +223,19 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
     for u, v in by_unit.items():
         if u != anchor_unit:
             busy[u] = busy.get(u, 0.0) + v + apart.get(u, 0.0)
-    return _with_producers(result, model, target, (tiles, orders, all_counts, parallel), busy, bw, max_steps)
+    # nests on one datapath overlap their start-ups, as the model's (overlap.py)
+    startups = {anchor_unit: [startup(group_total, anchor_cold, float(np.max(group_bytes / bw)))]}
+    return _with_producers(result, model, target, (tiles, orders, all_counts, parallel), busy, bw, max_steps,
+                           startups)
 
 
 def _with_producers(result: SimResult, model: KernelModel, target, arrays: tuple, busy: dict, bw: np.ndarray,
-                    max_steps: int) -> SimResult:
+                    max_steps: int, startups: dict) -> SimResult:
     """`result` with each producer nest (compute_at) replayed over its region as a kernel of its
     own, times its recompute; nests on different datapaths overlap tile by tile, so the kernel
     takes its busiest datapath's replayed time (`busy`: seconds per datapath so far), or its
-    busiest channel's."""
+    busiest channel's; the nests on one datapath pay only their longest start-up (`startups`:
+    seconds per datapath so far, as overlap.py's)."""
     tiles, orders, all_counts, parallel = arrays
     total_bytes = np.array([result.bytes[n] for n in model.level_names])
     compute_s, steps, total_steps, sampled = result.compute_s, result.steps, result.total_steps, result.sampled
@@ -235,6 +244,8 @@ def _with_producers(result: SimResult, model: KernelModel, target, arrays: tuple
         r = simulate(producer.schedule(sub[0]), target, max_steps)
         unit = datapath_of(target.compute, producer.model.statements[0]).unit
         busy[unit] = busy.get(unit, 0.0) + r.time_s * float(mult[0])
+        channel = float(np.max(np.array([r.bytes[n] for n in model.level_names]) / bw))
+        startups.setdefault(unit, []).append(startup(r.time_s, r.cold_s, channel) * float(mult[0]))
         for u, v in (r.compute_by_unit or {}).items():   # its own statements on other datapaths
             if u != unit:
                 busy[u] = busy.get(u, 0.0) + v * float(mult[0])
@@ -243,6 +254,9 @@ def _with_producers(result: SimResult, model: KernelModel, target, arrays: tuple
         steps += r.steps
         total_steps += r.total_steps
         sampled |= r.sampled
+    if model.host is None:           # host C runs one nest after another
+        for unit, parts in startups.items():
+            busy[unit] -= float(hidden_startups([np.atleast_1d(p) for p in parts], 1)[0])
     time_s = max(max(busy.values()), float(np.max(total_bytes / bw)))
     return SimResult(time_s=time_s, cycles=time_s * target.clock_ghz * 1e9,
                      bytes={n: float(b) for n, b in zip(model.level_names, total_bytes)},
@@ -362,6 +376,7 @@ class _StatementReplay:
         steps = 0
         full_box = [(0, int(E[d])) if st.present[d] else (0, 1) for d in range(D)]
         cut = False
+        first_ready = None      # when the first step computes: the cold start
         for boxes in self.walk(0, full_box, []):
             if steps >= max_steps:
                 cut = True
@@ -375,6 +390,7 @@ class _StatementReplay:
             moved += load + operands
             busy = fill_s + max(step_compute - fill_s, float(np.max(operands / self.bw)))   # no stream while it fills
             ready = self.book(changes, prev_end)
+            first_ready = ready if first_ready is None else first_ready
             prev_end = ready + busy
             compute_total += step_compute
             points_done += points
@@ -391,7 +407,7 @@ class _StatementReplay:
             all_points *= st.domain.kept_fraction(tuple(int(self.tiles[d, L - 1]) for d in st.domain.loops))
         scale = all_points / points_done if sampled and points_done else 1.0
         return {"bytes": moved * scale, "time_s": end * scale, "compute_s": compute_total * scale,
-                "drain_s": drain_s, "steps": steps, "total_steps": total_steps, "sampled": sampled,
+                "drain_s": drain_s, "cold_s": first_ready or 0.0, "steps": steps, "total_steps": total_steps, "sampled": sampled,
                 "rescale_s": self.rescale_s * scale}
 
     def moves(self, boxes) -> tuple[np.ndarray, list]:

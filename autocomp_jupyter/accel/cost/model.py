@@ -258,7 +258,8 @@ class KernelModel:
         n, M, L = grid.n, len(self.level_names), self.n_levels
         clock = target.clock_ghz * 1e9
         anchor_unit = datapath_of(compute, self.statements[self.kernel.anchor]).unit
-        timeline = Timeline(n, M, anchor_unit, self._epilogue_overlap(cap.double_buffered))   # overlap.py
+        timeline = Timeline(n, M, anchor_unit, self._epilogue_overlap(cap.double_buffered),
+                            pipelined=self.host is None)               # overlap.py (host C: one nest after another)
         work = Work.zeros(n)
         datapath_bytes = np.zeros((n, len(self.statements), M))
         spill = np.zeros(n)                      # bytes unrolled bodies spill out of the registers

@@ -10,6 +10,12 @@ Producer nests computed at the anchor's tiles (`producer.py`) alternate with the
 tile by tile: on different datapaths one tile's producer overlaps the previous tile's
 consumer, so the kernel takes its busiest datapath's nests' times added up, or its busiest
 channel's traffic, whichever is longer (the simulator combines its replays the same way).
+Nests on one datapath form one pipeline: a nest's first tiles load while the nest before it
+computes (a consumer starts on the producer's first finished tile, not after its whole
+nest), so of their start-ups (`startup`: the cold start a nest waits before its first step,
+no more than its time beyond its busiest channel's bytes) only the longest is paid; the
+channels' idle time while the others start is the nests before them streaming, so each level's
+bound loses the same, down to its bytes / bandwidth. Host C runs one nest after another.
 `Timeline` accumulates these and the totals the report shows.
 """
 from __future__ import annotations
@@ -27,8 +33,9 @@ class Timeline:
     docstring), and the per-kernel totals: compute by unit, bytes and time per level, and
     the parts `KernelCost.bound` names."""
 
-    def __init__(self, n: int, M: int, anchor_unit: str, epilogue_overlap: np.ndarray):
+    def __init__(self, n: int, M: int, anchor_unit: str, epilogue_overlap: np.ndarray, pipelined: bool = True):
         self.n = n
+        self.pipelined = pipelined      # nests on one datapath overlap their start-ups (not on host C)
         self.anchor_unit = anchor_unit
         self.epilogue_overlap = epilogue_overlap     # [n] bool (KernelModel._epilogue_overlap)
         self.time_s = np.zeros(n)
@@ -50,6 +57,9 @@ class Timeline:
         # The anchor and its in-place epilogues: one max(busy, transfers) bound.
         self.group_busy = np.zeros(n)
         self.group_levels = np.zeros((n, M))
+        self.group_bw = np.zeros((n, M))           # ... its bytes / bandwidth per level
+        self.anchor_cold = np.zeros(n)             # ... the anchor's cold start (`startup`)
+        self.group_time = np.zeros(n)              # ... their bound (close_statements)
         self.beside: dict[str, np.ndarray] = {}    # in-place epilogues' compute on other datapaths
         self.beside_tail = np.zeros(n)             # ... their last output tile's, which nothing hides
         # nests of their own on other datapaths (online softmax's exp): their time beyond their
@@ -73,6 +83,8 @@ class Timeline:
             self.group_busy += t.step + t.serial + t.cold + t.drain
             self.stream_total += t.stream
             self.group_levels += t.level
+            self.group_bw += t.bw_s
+            self.anchor_cold += t.cold
             self.cold_total += t.cold
             self.drain_total += t.drain
         elif in_place:
@@ -84,6 +96,7 @@ class Timeline:
             self.beside_tail += np.where(other, st_compute / out_tiles, 0.0)
             self.group_busy += np.where(other, 0.0, st_compute) + t.drain
             self.group_levels += t.bw_s
+            self.group_bw += t.bw_s
             self.drain_total += t.drain
         else:
             st_time = np.maximum(t.step + t.serial + t.cold + t.drain, t.level.max(axis=1))
@@ -121,7 +134,8 @@ class Timeline:
             group_busy = np.maximum(group_busy, np.max(np.stack([np.broadcast_to(v, (n,))
                                                                  for v in self.beside.values()]), axis=0)) \
                 + self.beside_tail
-        self.time_s += np.maximum(group_busy, self.group_levels.max(axis=1))
+        self.group_time = np.maximum(group_busy, self.group_levels.max(axis=1))
+        self.time_s += self.group_time
 
     def add_producers(self, producers, compute, grid, parallel) -> np.ndarray:
         """Producer nests computed at the anchor's tiles, each costed over its region and
@@ -138,13 +152,17 @@ class Timeline:
         # pipeline too: it keeps its datapath busy for its whole nest, not the anchor's.
         anchor_unit = self.anchor_unit
         busy = {anchor_unit: self.anchor_only - self.apart_total}
+        # each datapath's nests' start-ups (module docstring): the anchor group's, the producers'
+        startups = {anchor_unit: [startup(self.group_time, self.anchor_cold, self.group_bw.max(axis=1))]}
         for u, v in self.compute_by_unit.items():
             if u != anchor_unit:
                 busy[u] = busy.get(u, 0.0) + v + self.apart.get(u, 0.0)
+        level_bw = self.level_bw_s.copy()       # the channels' bytes / bandwidth, all nests
         for producer in producers:      # computed at the anchor's tiles: its own nest, recomputed
             cost, mult = producer.evaluate(grid.tiles, grid.orders, grid.counts, parallel)
             unit = datapath_of(compute, producer.model.statements[0]).unit
             busy[unit] = busy.get(unit, 0.0) + cost.time_s * mult
+            startups.setdefault(unit, []).append(startup(cost.time_s, cost.cold_s, cost.level_bw_s.max(axis=1)) * mult)
             for u, v in (cost.compute_by_unit or {}).items():
                 self.compute_by_unit[u] = self.compute_by_unit.get(u, 0.0) + v * mult
                 if u != unit:           # its own statements on other datapaths (epilogues beside it)
@@ -152,8 +170,35 @@ class Timeline:
             self.compute_s += cost.compute_s * mult
             self.bytes_by_level += cost.bytes * mult[:, None]
             self.level_time += cost.level_time_s * mult[:, None]
+            level_bw += cost.level_bw_s * mult[:, None]
             producer_energy += nest_compute_energy(cost) * mult
             self.producer_level_energy += cost.energy_by_level * mult[:, None]
+        if self.pipelined:
+            hidden = np.zeros(n)
+            for unit, parts in startups.items():
+                hidden_here = hidden_startups(parts, n)
+                busy[unit] = busy[unit] - hidden_here
+                hidden += hidden_here
+            # ... and the channels' idle time while those nests started is the nests before
+            # them streaming: each level's bound loses it, down to its bytes / bandwidth
+            self.level_time = self.level_time - np.minimum(hidden[:, None], np.maximum(self.level_time - level_bw, 0.0))
         self.time_s = np.maximum(np.max(np.stack([np.broadcast_to(v, (n,)) for v in busy.values()]), axis=0),
                                  self.level_time.max(axis=1))
         return producer_energy
+
+
+def startup(time_s, cold_s, channel_s) -> np.ndarray:
+    """[n] seconds of a nest's time before its first step computes that a nest before it on
+    the same datapath can hide: its cold start, but no more than its time beyond its busiest
+    channel's bytes (`channel_s`; once started it still moves those)."""
+    return np.minimum(np.asarray(cold_s, dtype=float), np.maximum(np.asarray(time_s) - channel_s, 0.0))
+
+
+def hidden_startups(parts: list, n: int) -> np.ndarray:
+    """[n] seconds of start-up hidden when nests with start-ups `parts` run as one pipeline on
+    one datapath: all but the longest (the first nest's cold start waits for nothing to
+    overlap; the longest is kept, so a plan is never charged less than its first nest's)."""
+    if len(parts) < 2:
+        return np.zeros(n)
+    stacked = np.stack([np.broadcast_to(p, (n,)) for p in parts])
+    return stacked.sum(axis=0) - stacked.max(axis=0)
