@@ -17,6 +17,8 @@ the innermost level, innermost there, where the nest stays one pass
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..accel.cost import kernel_model
@@ -24,7 +26,7 @@ from ..accel.host_model import runs_generated_c
 from ..accel.search_space import SearchSpace
 from ..caches import LRU
 from ..canon import canonical_kernel, evaluate, schedule_key
-from ..ir.loopnest import ComputeAtError, regions, single_pass, whole_loops
+from ..ir.loopnest import ComputeAtError, in_tile_iteration, regions, single_pass, whole_loops
 from ..ir.plan import Plan
 from ..ir.program import Program
 from ..ir.schedule import Kernel, Schedule
@@ -413,6 +415,7 @@ def _online(program: Program, chain: list[Kernel], ctx: PassContext):
                                                   for x in kernel.statements))
     for st in reversed(kernel.statements[:first]):
         kernel = kernel.with_compute_at(st.target, kernel.loop_names[0], "")
+    kernel = _elementwise_in_nest(kernel, first)
     if not kernel.compute_at:
         return "no scores before the softmax to compute at the key tiles"
     try:
@@ -429,6 +432,21 @@ def _online(program: Program, chain: list[Kernel], ctx: PassContext):
     searched = whole_loops_tiled_innermost(found[0], ctx.target, ctx.rules.tiling)
     schedule, seconds = _scheduled_chain(rewritten, searched, ctx)
     return rewritten, schedule, seconds
+
+
+def _elementwise_in_nest(kernel: Kernel, first: int) -> Kernel:
+    """`kernel` with the elementwise steps just before the softmax (statement `first`) that
+    may run in its tile iteration (`loopnest.in_tile_iteration`: a mask table's add) taken
+    out of `compute_at`: they then run in the max's tiles, on the same tile as the max and
+    the exp, where the vector unit keeps their result (`cost.traffic.vector_held`), rather
+    than as one more pass over the key tile's region that the max reads back."""
+    for i in reversed(range(first)):
+        target = kernel.statements[i].target
+        loose = replace(kernel, compute_at=tuple(c for c in kernel.compute_at if c[0] != target))
+        if not in_tile_iteration(loose, i):
+            break
+        kernel = loose
+    return kernel
 
 
 def _rewrite_verdict(program: Program, ops: list[str], rewritten: Program, ctx: PassContext):
