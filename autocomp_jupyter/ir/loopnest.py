@@ -46,8 +46,10 @@ dimension's reads by its consumers in the tile — the halo of a stencil or a co
 (rows h-1 .. h+T of a 3x3 conv's input), the tile of a contraction's hidden dimension —
 clipped to the tensor; their other loops run in full. A region overlapping the next tile's
 is recomputed there (never carried). A reduction's region restarts from its initial value
-each time (`Compute.recompute`). The consumers (the anchor, or other computed-at
-statements) join the producers' tile loops. A computed-at statement reads only the kernel's
+each time (`Compute.recompute`). The consumers (the anchor, other computed-at statements, or
+statements that run in the anchor's tile iteration: `in_tile_iteration`, such as the online
+softmax's max and exp and a mask table's add before them) join the producers' tile loops.
+A computed-at statement reads only the kernel's
 inputs, other computed-at tensors and tensors computed whole before it (it then starts a
 new instance of the tile loops, after theirs), so every recomputation gives the same values.
 
