@@ -13,7 +13,10 @@ only if, so tiled and verified (isl, tiled runs on twins), it beats its kernels 
 each chain is decided on its own, and a longer chain only where it beats the shorter one.
 An online-softmax chain's searched schedule may then tile a loop the searches keep whole at
 the innermost level, innermost there, where the nest stays one pass
-(`whole_loops_tiled_innermost`: attention's head dimension, one block of PE columns at a time).
+(`whole_loops_tiled_innermost`: attention's head dimension, one block of PE columns at a time;
+latency's ties then broken by energy, as the searches break them). Its scores are computed at
+the key tiles; an elementwise step between them and the softmax (a mask table's add) runs in
+the softmax's own tile iteration instead (`_elementwise_in_nest`).
 """
 from __future__ import annotations
 
