@@ -498,6 +498,7 @@ def _scheduled(program: Program, schedule: Schedule, ctx: PassContext) -> Schedu
 
 INNERMOST_ROUNDS = 4     # rounds of one-size moves around a whole loop tiled innermost
 INNERMOST_STARTS = 2     # ... from its best sizes there
+TIED_CANDIDATES = 2      # least-energy moves checked for one pass per round of the ties' climb
 
 
 def whole_loops_tiled_innermost(schedule: Schedule, target, tiling: dict) -> Schedule:
@@ -642,7 +643,7 @@ def _energy_tied(space: SearchSpace, tiles, order, fixed: int, measured, one_pas
         time_s, energy_j, ok = measured(batch, np.broadcast_to(order, (len(batch), L, D)))
         energy_j = np.where(ok & (time_s <= band) & (energy_j < best_e * (1 - 1e-9)), energy_j, np.inf)
         picked = None
-        for i in np.argsort(energy_j, kind="stable")[:INNERMOST_STARTS]:
+        for i in np.argsort(energy_j, kind="stable")[:TIED_CANDIDATES]:
             if np.isfinite(energy_j[i]) and one_pass(batch[i], order):
                 picked = i
                 break
