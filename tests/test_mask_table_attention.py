@@ -142,3 +142,22 @@ output O
     assert not in_tile_iteration(kernel, 1)     # its reader R sums the row: not in Y's tiles
     with pytest.raises(ComputeAtError, match="neither"):
         regions(kernel)
+
+
+def test_the_head_dimension_refinement_breaks_latency_ties_by_energy(monkeypatch):
+    from autocomp_jupyter import objective
+    from autocomp_jupyter.rules import chains
+
+    _, kernel = _kernel(256)
+    loose = _elementwise_in_nest(kernel, [st.target for st in kernel.statements].index("M"))
+    target = load_target("gemmini")
+    schedule = _schedule(loose, {"h": (1, 1), "s": (64, 16), "d": (16, 16), "t": (32, 16)})
+    tied = chains._tiled_innermost(schedule, target, {})
+    monkeypatch.setattr(objective, "ties", lambda target: 0.0)
+    fastest = chains._tiled_innermost(schedule, target, {})
+    assert tied and fastest
+    as_schedule = lambda found: Schedule.of_arrays(loose, target.tiling_levels, *found, keep=schedule)  # noqa: E731
+    a, b = evaluate(as_schedule(tied), target), evaluate(as_schedule(fastest), target)
+    assert a.time_s <= b.time_s * (1 + objective.LATENCY_TIES)
+    assert a.energy_j < b.energy_j         # the same time here, less energy
+    assert single_pass(as_schedule(tied))
