@@ -46,8 +46,10 @@ dimension's reads by its consumers in the tile — the halo of a stencil or a co
 (rows h-1 .. h+T of a 3x3 conv's input), the tile of a contraction's hidden dimension —
 clipped to the tensor; their other loops run in full. A region overlapping the next tile's
 is recomputed there (never carried). A reduction's region restarts from its initial value
-each time (`Compute.recompute`). The consumers (the anchor, or other computed-at
-statements) join the producers' tile loops. A computed-at statement reads only the kernel's
+each time (`Compute.recompute`). The consumers (the anchor, other computed-at statements, or
+statements that run in the anchor's tile iteration: `in_tile_iteration`, such as the online
+softmax's max and exp and a mask table's add before them) join the producers' tile loops.
+A computed-at statement reads only the kernel's
 inputs, other computed-at tensors and tensors computed whole before it (it then starts a
 new instance of the tile loops, after theirs), so every recomputation gives the same values.
 
@@ -562,6 +564,51 @@ def may_share(kernel: Kernel, producer: int, consumer: int, anchor: str) -> bool
     return True
 
 
+def _against_running_max(kernel: Kernel, index: int) -> bool:
+    """Statement `index` is computed against a running max (`Rescale`), or is that max."""
+    stmt = kernel.statements[index]
+    return stmt.rescale is not None or any(s.rescale is not None and s.rescale.tensor == stmt.target
+                                           for s in kernel.statements)
+
+
+def in_tile_iteration(kernel: Kernel, index: int) -> bool:
+    """Whether statement `index`, before the anchor and not computed at its tiles, runs in the
+    anchor's tile iteration over the current tile of every anchor loop it follows, so that a
+    computed-at tensor it reads is computed over the region that tile reads (`regions`):
+      - it is computed against a running max, or is that max (the online softmax's row max,
+        exp and sums share the anchor's key tiles: `may_share`); or
+      - it is elementwise (no reduction; one loop per dimension of its tensor, each an
+        anchor loop), reads only the kernel's inputs and computed-at tensors (it joins the
+        tile loops they are computed in: `placement`), its tensor stays in the kernel, and
+        every statement reading it runs in the same iteration (after the anchor, or so by
+        this rule) and may share each of its tile loops (`may_share`: each tile reads what
+        the same tile wrote). A mask table's add `Sb = S + B` between the scores (computed
+        at the key tiles) and the softmax's max is one: it then runs in the max's tiles,
+        its result kept there for the max and the exp instead of another pass over the region.
+    poly.py still proves the nest legal and the interpreter checks what it computes."""
+    statements = kernel.statements
+    if _against_running_max(kernel, index):
+        return True
+    stmt = statements[index]
+    at = kernel.computed_at()
+    if index in at or index >= kernel.anchor or stmt.reduce is not None or stmt.rescale is not None:
+        return False
+    follows = kernel.loop_map(index)
+    written = [idx.single_loop for idx in stmt.target_indices]
+    if stmt.target not in kernel.internals or None in written or len(set(written)) != len(written) \
+            or set(written) != {l.name for l in stmt.loops} or any(w not in follows for w in written):
+        return False
+    writer = {st.target: i for i, st in enumerate(statements)}
+    if any(a.tensor in writer and writer[a.tensor] not in at for a in stmt.reads()):
+        return False
+    readers = [c for c in range(index + 1, len(statements))
+               if any(a.tensor == stmt.target for a in statements[c].reads())]
+    return bool(readers) and all(
+        c not in at and (c >= kernel.anchor or in_tile_iteration(kernel, c))
+        and all(may_share(kernel, index, c, a) for a in follows.values())
+        for c in readers)
+
+
 def regions(kernel: Kernel) -> dict[int, dict[str, Region]]:
     """For each computed-at statement, the region each of its loops runs over per tile
     (see the module docstring): derived from its consumers' reads, consumers first, so a
@@ -623,9 +670,9 @@ def regions(kernel: Kernel) -> dict[int, dict[str, Region]]:
             # A statement after the anchor runs on the anchor's tile (an epilogue, a layernorm's
             # variance after its mean): it reads the region over that tile, as the anchor does;
             # so does one computed against a running max (the online softmax's row max and exp,
-            # in the anchor's key tiles).
-            if c not in at and c < kernel.anchor and statements[c].rescale is None and not any(
-                    s.rescale is not None and s.rescale.tensor == statements[c].target for s in statements):
+            # in the anchor's key tiles), and an elementwise step its readers run in the same
+            # tile iteration (`in_tile_iteration`: a mask table's add before that max).
+            if c not in at and c < kernel.anchor and not in_tile_iteration(kernel, c):
                 raise ComputeAtError(f"{where}: {tensor} is read by {statements[c].target}, which is neither "
                                      "the kernel's anchor nor computed at its tiles")
         dims: list[Region | None] = [None] * len(stmt.target_indices)

@@ -13,18 +13,24 @@ only if, so tiled and verified (isl, tiled runs on twins), it beats its kernels 
 each chain is decided on its own, and a longer chain only where it beats the shorter one.
 An online-softmax chain's searched schedule may then tile a loop the searches keep whole at
 the innermost level, innermost there, where the nest stays one pass
-(`whole_loops_tiled_innermost`: attention's head dimension, one block of PE columns at a time).
+(`whole_loops_tiled_innermost`: attention's head dimension, one block of PE columns at a time;
+latency's ties then broken by energy, as the searches break them). Its scores are computed at
+the key tiles; an elementwise step between them and the softmax (a mask table's add) runs in
+the softmax's own tile iteration instead (`_elementwise_in_nest`).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
+from .. import objective
 from ..accel.cost import kernel_model
 from ..accel.host_model import runs_generated_c
 from ..accel.search_space import SearchSpace
 from ..caches import LRU
 from ..canon import canonical_kernel, evaluate, schedule_key
-from ..ir.loopnest import ComputeAtError, regions, single_pass, whole_loops
+from ..ir.loopnest import ComputeAtError, in_tile_iteration, regions, single_pass, whole_loops
 from ..ir.plan import Plan
 from ..ir.program import Program
 from ..ir.schedule import Kernel, Schedule
@@ -413,6 +419,7 @@ def _online(program: Program, chain: list[Kernel], ctx: PassContext):
                                                   for x in kernel.statements))
     for st in reversed(kernel.statements[:first]):
         kernel = kernel.with_compute_at(st.target, kernel.loop_names[0], "")
+    kernel = _elementwise_in_nest(kernel, first)
     if not kernel.compute_at:
         return "no scores before the softmax to compute at the key tiles"
     try:
@@ -429,6 +436,21 @@ def _online(program: Program, chain: list[Kernel], ctx: PassContext):
     searched = whole_loops_tiled_innermost(found[0], ctx.target, ctx.rules.tiling)
     schedule, seconds = _scheduled_chain(rewritten, searched, ctx)
     return rewritten, schedule, seconds
+
+
+def _elementwise_in_nest(kernel: Kernel, first: int) -> Kernel:
+    """`kernel` with the elementwise steps just before the softmax (statement `first`) that
+    may run in its tile iteration (`loopnest.in_tile_iteration`: a mask table's add) taken
+    out of `compute_at`: they then run in the max's tiles, on the same tile as the max and
+    the exp, where the vector unit keeps their result (`cost.traffic.vector_held`), rather
+    than as one more pass over the key tile's region that the max reads back."""
+    for i in reversed(range(first)):
+        target = kernel.statements[i].target
+        loose = replace(kernel, compute_at=tuple(c for c in kernel.compute_at if c[0] != target))
+        if not in_tile_iteration(loose, i):
+            break
+        kernel = loose
+    return kernel
 
 
 def _rewrite_verdict(program: Program, ops: list[str], rewritten: Program, ctx: PassContext):
@@ -476,6 +498,7 @@ def _scheduled(program: Program, schedule: Schedule, ctx: PassContext) -> Schedu
 
 INNERMOST_ROUNDS = 4     # rounds of one-size moves around a whole loop tiled innermost
 INNERMOST_STARTS = 2     # ... from its best sizes there
+TIED_CANDIDATES = 2      # least-energy moves checked for one pass per round of the ties' climb
 
 
 def whole_loops_tiled_innermost(schedule: Schedule, target, tiling: dict) -> Schedule:
@@ -522,13 +545,20 @@ def _tiled_innermost(schedule: Schedule, target, tiling: dict) -> tuple:
     space = SearchSpace.tiling(kernel, target, mapping, tiling)
     max_spill = float(tiling.get("max_spill_ratio", 0.05))
 
-    def scored(t, o):      # by the target's objective, as the searches score (inf past the spill limit)
+    def measured(t, o):    # (time, energy, within the spill limit) of a batch
         cost = model.evaluate_batch(t, o, parallel[:1], vectorize[:1])
-        return space.rank(cost.time_s, cost.energy_j, cost.spill_ratio <= max_spill + 1e-12)
+        return cost.time_s, cost.energy_j, cost.spill_ratio <= max_spill + 1e-12
+
+    def scored(t, o):      # by the target's objective, as the searches score (inf past the spill limit)
+        return space.rank(*measured(t, o))
+
+    def one_pass(t, o) -> bool:
+        return single_pass(Schedule.of_arrays(kernel, levels, t, o, keep=schedule))
 
     best_t, best_o = tiles[0], orders[0]
     best = float(scored(best_t[None], best_o[None])[0])
     start = best
+    fixed = None
     for d in pinned:
         # each size of the loop at the innermost level, the loop innermost there; the others
         # then climb from the best few
@@ -544,41 +574,80 @@ def _tiled_innermost(schedule: Schedule, target, tiling: dict) -> tuple:
             if not np.isfinite(first[i]):
                 break
             t, score = _climb_around(space, starts[i], order, d, scored)
-            if score < best and single_pass(Schedule.of_arrays(kernel, levels, t, order, keep=schedule)):
-                best_t, best_o, best = t, order, score
+            if score < best and one_pass(t, order):
+                best_t, best_o, best, fixed = t, order, score, d
     if best >= start:
         return ()
+    tie = objective.ties(target)
+    if space.objective == "latency" and tie > 0.0:
+        best_t = _energy_tied(space, best_t, best_o, fixed, measured, one_pass, tie)
     return best_t, best_o
 
 
+def _moves(space: SearchSpace, tiles, fixed: int) -> np.ndarray | None:
+    """[m, D, L] one-size moves of every loop but `fixed` at every searched level (inner
+    tiles shrinking inside, outer ones growing to hold them); `fixed` keeps its tiles."""
+    moves = []
+    for h in space.searched:
+        for d in range(tiles.shape[0]):
+            if d == fixed or space.whole[d]:
+                continue
+            for v in space.sizes[h][d]:
+                if v == tiles[d, h]:
+                    continue
+                t = tiles.copy()
+                t[d, :h] = np.maximum(t[d, :h], v)
+                t[d, h] = v
+                t[d, h + 1:] = np.minimum(t[d, h + 1:], v)
+                moves.append(t)
+    if not moves:
+        return None
+    batch = space.monotone(np.array(moves))
+    batch[:, fixed, :] = tiles[fixed]
+    return batch
+
+
 def _climb_around(space: SearchSpace, tiles, order, fixed: int, scored):
-    """(tiles, score): one-size moves of every loop but `fixed` at every searched level
-    (inner tiles shrinking inside, outer ones growing to hold them), the best kept, for a few
-    rounds; `fixed` keeps its tiles and `order` stays."""
-    D, L = tiles.shape
+    """(tiles, score): one-size moves of every loop but `fixed` (`_moves`), the best kept, for a few
+    rounds; `order` stays."""
+    L = tiles.shape[1]
     best_t = tiles
     best = float(scored(tiles[None], order[None])[0])
     for _ in range(INNERMOST_ROUNDS):
-        moves = []
-        for h in space.searched:
-            for d in range(D):
-                if d == fixed or space.whole[d]:
-                    continue
-                for v in space.sizes[h][d]:
-                    if v == best_t[d, h]:
-                        continue
-                    t = best_t.copy()
-                    t[d, :h] = np.maximum(t[d, :h], v)
-                    t[d, h] = v
-                    t[d, h + 1:] = np.minimum(t[d, h + 1:], v)
-                    moves.append(t)
-        if not moves:
+        batch = _moves(space, best_t, fixed)
+        if batch is None:
             break
-        batch = space.monotone(np.array(moves))
-        batch[:, fixed, :] = best_t[fixed]
-        times = scored(batch, np.broadcast_to(order, (len(batch), L, D)))
+        times = scored(batch, np.broadcast_to(order, (len(batch), L, tiles.shape[0])))
         i = int(np.argmin(times))
         if not times[i] < best:
             break
         best_t, best = batch[i], float(times[i])
     return best_t, best
+
+
+def _energy_tied(space: SearchSpace, tiles, order, fixed: int, measured, one_pass, tie: float):
+    """`tiles`, or tiles within `tie` of its time that use less energy (the latency objective's
+    rule, as the searches and the pipeline's energy-ties stage decide): the same one-size
+    moves, each round the least energy among the one-pass candidates within `tie` of the
+    time found (fixed: the band does not drift), for a few rounds. (The fastest tiling of an
+    attention kernel may step through one head per tile where two cost 0.01% more time and
+    reread the mask table half as often.)"""
+    D, L = tiles.shape
+    time0, energy0, _ = measured(tiles[None], order[None])
+    band = float(time0[0]) * (1.0 + tie)
+    best_t, best_e = tiles, float(energy0[0])
+    for _ in range(INNERMOST_ROUNDS):
+        batch = _moves(space, best_t, fixed)
+        if batch is None:
+            break
+        time_s, energy_j, ok = measured(batch, np.broadcast_to(order, (len(batch), L, D)))
+        energy_j = np.where(ok & (time_s <= band) & (energy_j < best_e * (1 - 1e-9)), energy_j, np.inf)
+        picked = None
+        for i in np.argsort(energy_j, kind="stable")[:TIED_CANDIDATES]:
+            if np.isfinite(energy_j[i]) and one_pass(batch[i], order):
+                picked = i
+                break
+        if picked is None:
+            break
+        best_t, best_e = batch[picked], float(energy_j[picked])
+    return best_t
