@@ -29,6 +29,7 @@ import numpy as np
 from ..ir.schedule import Schedule
 from .cost import KernelModel, _chunks, _fill_cycles, _stationary_operand, datapath_of, kernel_model
 from .cost.compute import vector_unit
+from .cost.domain import RowTiles
 from .cost.overlap import hidden_startups, startup
 from .target import load_target
 
@@ -361,6 +362,11 @@ class _StatementReplay:
                 box[d] = piece
             if st.domain is not None and not st.domain.meets(box):
                 continue            # a tile the `where` domain leaves empty: skipped, as in the model
+            if isinstance(st.domain, RowTiles):
+                # an in-place row update addresses its one row directly (as the model): of
+                # the tile holding it, that row alone is loaded, computed and written
+                row = st.domain.loops[0]
+                box[row] = (box[row][0], 1)
             yield from self.walk(level + 1, box, boxes + [box])
 
     def run(self, max_steps: int) -> dict:
