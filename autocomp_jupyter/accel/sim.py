@@ -30,7 +30,7 @@ from ..ir.schedule import Schedule
 from .cost import KernelModel, _chunks, _fill_cycles, _stationary_operand, datapath_of, kernel_model
 from .cost.compute import vector_unit
 from .cost.domain import RowTiles
-from .cost.overlap import hidden_startups, startup
+from .cost.overlap import hidden_startups, rides_anchor, startup
 from .target import load_target
 
 
@@ -187,7 +187,7 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
                     beside_tail += r["rescale_s"] / out_tiles
                 else:
                     group_time += r["rescale_s"]
-        elif st.in_place:
+        elif rides_anchor(st, False):
             # Runs on each anchor tile as it completes (as the model): its compute and its
             # last tiles' write-back add to the anchor's, its traffic shares its channels;
             # on another datapath its compute hides behind the anchor's but the last tile's.
