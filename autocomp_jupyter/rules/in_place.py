@@ -100,8 +100,16 @@ def fold_in_place_writes(plan, ctx, log: list, rollbacks: list):
     """`plan` with each in-place row update that is a kernel of its own folded into the one
     kernel reading its tensor (module docstring), where legal, verified and preferred by the
     objective; a transaction: an internal fault leaves `plan` with a rollback entry."""
-    from ..passes import transaction
+    from ..accel.host_model import runs_generated_c
+    from ..passes import rule_entry, transaction
 
+    if runs_generated_c(ctx.target):
+        rows = [k for k in plan.kernels if _row_update(k) is not None]
+        if rows:    # the C writes the update as the program does (a copy): nothing to fold
+            log.append(rule_entry(FOLD_RULE, PASS, [op for k in rows for op in k.ops], False,
+                                  f"{ctx.target.name} runs the generated C, which writes each update as written "
+                                  "(a whole copy), not one row in place: kept as kernels of their own"))
+        return plan
     with transaction(rollbacks, PASS, FOLD_RULE, then="the row updates stay kernels of their own"):
         for consumer, producers in _foldable(plan).items():
             plan = _fold(plan, consumer, producers, ctx, log)
