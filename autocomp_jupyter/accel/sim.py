@@ -188,9 +188,11 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
                 else:
                     group_time += r["rescale_s"]
         elif rides_anchor(st, False):
-            # Runs on each anchor tile as it completes (as the model): its compute and its
-            # last tiles' write-back add to the anchor's, its traffic shares its channels;
-            # on another datapath its compute hides behind the anchor's but the last tile's.
+            # An in-place epilogue, or a row written in place beside the anchor (a folded
+            # KV-cache write): runs on each anchor tile as it completes (as the model); its
+            # compute and its last tiles' write-back add to the anchor's, its traffic shares
+            # its channels; on another datapath its compute hides behind the anchor's but the
+            # last tile's.
             if overlap and unit != anchor_unit:
                 out_tiles = float(np.prod(np.where(st.present, counts[-1], 1.0)))
                 beside[unit] = beside.get(unit, 0.0) + r["compute_s"]

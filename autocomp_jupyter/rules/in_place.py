@@ -249,5 +249,5 @@ def _folded_why(updates, consumer, kernel, before, after, consumer_cost, row_byt
     return (f"{', '.join(st.target for st in updates)} written in place inside {consumer.name}, which reads "
             f"them: one kernel {kernel.name} writes the rows and reads {reads} (isl: each row written before "
             f"it is read); {replaced} kernels -> 1 ({before[0] * 1e6:.2f} -> {after.time_s * 1e6:.2f} us); DRAM "
-            f"{consumer_cost.dram_bytes:.0f} bytes of the reader plus {after.dram_bytes - consumer_cost.dram_bytes:.0f} "
-            f"for the rows ({row_bytes} bytes written)")
+            f"{consumer_cost.dram_bytes:.0f} bytes of the reader plus "
+            f"{after.dram_bytes - consumer_cost.dram_bytes:.0f} for the rows ({row_bytes} bytes written)")
