@@ -32,7 +32,7 @@ from .ir.plan import Plan
 from .result import Result
 from .rules.engine import load_rules
 from .rules.fusion import fusion_pass
-from .rules.in_place import mark_in_place_updates
+from .rules.in_place import fold_in_place_writes, mark_in_place_updates
 from .rules.split_k_step import split_k_step
 from .verify import equivalent_at_scale
 
@@ -218,11 +218,13 @@ def _passes(run: _Run) -> None:
 
 
 def _across_layers(run: _Run) -> None:
-    """Fusion across layers (compute_at chains), then split-K for decode."""
+    """Fusion across layers (compute_at chains), then split-K for decode, then in-place row
+    updates folded into the kernel reading them."""
     names = [n for n, _ in run.selected]
     if "fusion" in names and "tiling" in names:
         run.plan = _chains(run.plan, run.ctx, run.log, run.rollbacks)
         run.plan = split_k_step(run.plan, run.ctx, run.log, run.rollbacks)   # the cache split across the array
+        run.plan = fold_in_place_writes(run.plan, run.ctx, run.log, run.rollbacks)   # row writes in their reader
 
 
 def _library_checks(run: _Run) -> None:

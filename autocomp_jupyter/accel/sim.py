@@ -29,7 +29,8 @@ import numpy as np
 from ..ir.schedule import Schedule
 from .cost import KernelModel, _chunks, _fill_cycles, _stationary_operand, datapath_of, kernel_model
 from .cost.compute import vector_unit
-from .cost.overlap import hidden_startups, startup
+from .cost.domain import RowTiles
+from .cost.overlap import hidden_startups, rides_anchor, startup
 from .target import load_target
 
 
@@ -186,10 +187,12 @@ def simulate(schedule: Schedule, target, max_steps: int = 200_000) -> SimResult:
                     beside_tail += r["rescale_s"] / out_tiles
                 else:
                     group_time += r["rescale_s"]
-        elif st.in_place:
-            # Runs on each anchor tile as it completes (as the model): its compute and its
-            # last tiles' write-back add to the anchor's, its traffic shares its channels;
-            # on another datapath its compute hides behind the anchor's but the last tile's.
+        elif rides_anchor(st, False):
+            # An in-place epilogue, or a row written in place beside the anchor (a folded
+            # KV-cache write): runs on each anchor tile as it completes (as the model); its
+            # compute and its last tiles' write-back add to the anchor's, its traffic shares
+            # its channels; on another datapath its compute hides behind the anchor's but the
+            # last tile's.
             if overlap and unit != anchor_unit:
                 out_tiles = float(np.prod(np.where(st.present, counts[-1], 1.0)))
                 beside[unit] = beside.get(unit, 0.0) + r["compute_s"]
@@ -361,6 +364,11 @@ class _StatementReplay:
                 box[d] = piece
             if st.domain is not None and not st.domain.meets(box):
                 continue            # a tile the `where` domain leaves empty: skipped, as in the model
+            if isinstance(st.domain, RowTiles):
+                # an in-place row update addresses its one row directly (as the model): of
+                # the tile holding it, that row alone is loaded, computed and written
+                row = st.domain.loops[0]
+                box[row] = (box[row][0], 1)
             yield from self.walk(level + 1, box, boxes + [box])
 
     def run(self, max_steps: int) -> dict:

@@ -32,6 +32,7 @@ from ...ir.loopnest import regions
 from ...ir.schedule import Kernel
 from ..target import Target
 from .compute import DatapathTile
+from .domain import RowTiles
 from .statements import _StatementModel
 from .tiles import TileGrid
 from .traffic import _footprint
@@ -84,6 +85,13 @@ def footprints(model, T: np.ndarray, tile_bytes: dict | None = None, orders=None
                 tile_bytes[si, ai] = fp
             if skip:
                 continue
+            if isinstance(st.domain, RowTiles) and si != model.kernel.anchor and a.chain:
+                # an in-place row update beside the anchor (folded into its reader:
+                # rules/in_place.py) holds its one row, not its tiles (domain.py)
+                row = T[:, :, list(a.chain)].copy()
+                row[:, st.domain.loops[0], :] = 1
+                fp = np.zeros((n, L))
+                fp[:, list(a.chain)] = _footprint(a, row)
             prev = per_tensor.get(a.tensor)
             per_tensor[a.tensor] = fp if prev is None else np.maximum(prev, fp)
     total = sum(per_tensor.values()) if per_tensor else np.zeros((n, L))

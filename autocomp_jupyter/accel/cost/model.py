@@ -25,7 +25,7 @@ from .capacity import _held_regions, footprints, occupy, unroll_pressure
 from .compute import Work, datapath_of, datapath_tile, occupancy, rescale_cycles, statement_cycles, vector_unit
 from .energy import kernel_energy, level_energies, register_accumulation
 from .fill import array_fill
-from .overlap import Timeline
+from .overlap import Timeline, rides_anchor
 from .ports import bandwidth, port_shapes, statement_time
 from .producer import _ProducerModel, _producer_groups
 from .results import BatchCost
@@ -291,7 +291,7 @@ class KernelModel:
                 registers[1, :, m] += written
             times = statement_time(self, moved, cap.double_buffered, bw, seq.tiles_at, st_compute, fill,
                                    active)                                     # ports.py
-            timeline.add_statement(anchor, st.in_place, tile.dp.unit, st_compute, moved,
+            timeline.add_statement(anchor, rides_anchor(st, anchor), tile.dp.unit, st_compute, moved,
                                    bw, times, seq.tiles_at[:, L - 1])          # overlap.py
             if anchor and np.any(rescale):
                 timeline.add_beside(vector_unit(compute), rescale, seq.tiles_at[:, L - 1])

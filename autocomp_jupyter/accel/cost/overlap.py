@@ -3,7 +3,8 @@
 Statements run as a sequence of nests over the same tiles; their times add (each its
 max(step + serial transfers + cold start + drain, its levels' bounds)). An in-place
 epilogue instead runs on each anchor tile as it completes, so its work and traffic overlap
-the anchor's: the two share one max(busy, transfers) bound; on another datapath (the vector
+the anchor's: the two share one max(busy, transfers) bound (as does a row written in place
+beside the anchor: `rides_anchor`); on another datapath (the vector
 unit beside a PE array) it works on each finished output tile while the anchor computes the
 next, where the output's innermost level holds two: then only the last tile's epilogue adds.
 Producer nests computed at the anchor's tiles (`producer.py`) alternate with the consumer
@@ -23,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from .compute import datapath_of
+from .domain import RowTiles
 from .energy import nest_compute_energy
 from .ports import StatementTime
 from .traffic import StatementTraffic
@@ -68,10 +70,11 @@ class Timeline:
         self.apart_total = np.zeros(n)
         self.anchor_only = None
 
-    def add_statement(self, anchor: bool, in_place: bool, unit: str, st_compute: np.ndarray, traffic: StatementTraffic,
+    def add_statement(self, anchor: bool, in_place: str, unit: str, st_compute: np.ndarray, traffic: StatementTraffic,
                       bw: np.ndarray, t: StatementTime, out_tiles: np.ndarray) -> None:
         """One statement of the kernel's own nest (not computed at the anchor's tiles):
-        `unit` its datapath, `out_tiles` [n] its innermost tiles."""
+        `in_place` how it rides the anchor's pipeline (`rides_anchor`), `unit` its datapath,
+        `out_tiles` [n] its innermost tiles."""
         st_bytes = traffic.bytes
         self.reads_by_level += traffic.reads_at
         self.writes_by_level += traffic.writes_at
@@ -110,7 +113,8 @@ class Timeline:
         self.compute_s += st_compute
         self.compute_by_unit[unit] = self.compute_by_unit.get(unit, 0.0) + st_compute
         self.bytes_by_level += st_bytes
-        self.level_time += t.level
+        # a row beside the anchor waits on no latency of its own: its bytes alone
+        self.level_time += t.bw_s if in_place == "row" else t.level
 
     def add_beside(self, unit: str, seconds: np.ndarray, out_tiles: np.ndarray) -> None:
         """Work another datapath does on each of the anchor's tiles as it runs (an online
@@ -185,6 +189,18 @@ class Timeline:
         self.time_s = np.maximum(np.max(np.stack([np.broadcast_to(v, (n,)) for v in busy.values()]), axis=0),
                                  self.level_time.max(axis=1))
         return producer_energy
+
+
+def rides_anchor(st, anchor: bool) -> str:
+    """How statement `st` (a `statements._StatementModel`) of the kernel's own nest rides the
+    anchor's pipeline (`Timeline.add_statement`'s in-place branch): "epilogue" for an in-place
+    epilogue; "row" for a row update written in place beside the anchor (a KV-cache row folded
+    into the attention reading the cache: `rules/in_place.py`), its one row loaded and written
+    while the anchor streams, so its latency hides under the anchor's and only its bytes and
+    compute add; "" for neither."""
+    if anchor:
+        return ""
+    return "epilogue" if st.in_place else "row" if isinstance(st.domain, RowTiles) else ""
 
 
 def startup(time_s, cold_s, channel_s) -> np.ndarray:
