@@ -127,6 +127,10 @@ def _draw(kernel: Kernel, target, current: Schedule | None, s: SearchSpace, seed
             continue
         seeds_t.append(t[0])
         seeds_o.append(o[0])
+    seed_t = seed_o = seed_measured = None
+    if seeds_t:
+        seed_t = s.pin_whole(s.monotone(np.array(seeds_t)))
+        seed_o = np.array(seeds_o)
     # Random candidates: each (loop, level) from its list; levels not tiled inherit. They
     # depend on the kernel's structure, not on the schedule it has now: searches of one
     # kernel from different schedules (the library's, the pipeline's) draw and score them once.
@@ -139,17 +143,22 @@ def _draw(kernel: Kernel, target, current: Schedule | None, s: SearchSpace, seed
         tiles = s.monotone(tiles)
         orders = s.orders[rng.integers(len(s.orders), size=(n_random, L))]
         tiles = s.pin_whole(tiles)
-        drawn = (tiles.astype(np.int32), orders.astype(np.int8), s.measure(Points(tiles, orders)))
+        # The seeds are scored in the draw's batch (each row's score is its own; a call of
+        # the model costs more than a few rows).
+        k = 0 if seed_t is None else len(seed_t)
+        both = s.measure(Points(tiles, orders) if seed_t is None else
+                         Points(np.concatenate([seed_t, tiles]), np.concatenate([seed_o, orders])))
+        if k:
+            seed_measured = tuple(a[:k].copy() for a in both)
+        drawn = (tiles.astype(np.int32), orders.astype(np.int8), tuple(a[k:].copy() for a in both))
         _RANDOM.put(s.structure, drawn)
     tiles, orders, measured = drawn
     tiles, orders = tiles.astype(np.int64), orders.astype(np.int64)
     evaluated = len(tiles)
-    if seeds_t:
-        seed_t = s.pin_whole(s.monotone(np.array(seeds_t)))
-        seed_o = np.array(seeds_o)
+    if seed_t is not None:
         tiles = np.concatenate([seed_t, tiles])
         orders = np.concatenate([seed_o, orders])
-        ms = s.measure(Points(seed_t, seed_o))
+        ms = seed_measured if seed_measured is not None else s.measure(Points(seed_t, seed_o))
         measured = tuple(np.concatenate([a, b]) for a, b in zip(ms, measured))
         evaluated += len(seed_t)
     return tiles, orders, measured, evaluated
