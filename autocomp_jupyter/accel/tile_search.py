@@ -127,6 +127,10 @@ def _draw(kernel: Kernel, target, current: Schedule | None, s: SearchSpace, seed
             continue
         seeds_t.append(t[0])
         seeds_o.append(o[0])
+    seed_t = seed_o = seed_measured = None
+    if seeds_t:
+        seed_t = s.pin_whole(s.monotone(np.array(seeds_t)))
+        seed_o = np.array(seeds_o)
     # Random candidates: each (loop, level) from its list; levels not tiled inherit. They
     # depend on the kernel's structure, not on the schedule it has now: searches of one
     # kernel from different schedules (the library's, the pipeline's) draw and score them once.
@@ -139,17 +143,22 @@ def _draw(kernel: Kernel, target, current: Schedule | None, s: SearchSpace, seed
         tiles = s.monotone(tiles)
         orders = s.orders[rng.integers(len(s.orders), size=(n_random, L))]
         tiles = s.pin_whole(tiles)
-        drawn = (tiles.astype(np.int32), orders.astype(np.int8), s.measure(Points(tiles, orders)))
+        # The seeds are scored in the draw's batch (each row's score is its own; a call of
+        # the model costs more than a few rows).
+        k = 0 if seed_t is None else len(seed_t)
+        both = s.measure(Points(tiles, orders) if seed_t is None else
+                         Points(np.concatenate([seed_t, tiles]), np.concatenate([seed_o, orders])))
+        if k:
+            seed_measured = tuple(a[:k].copy() for a in both)
+        drawn = (tiles.astype(np.int32), orders.astype(np.int8), tuple(a[k:].copy() for a in both))
         _RANDOM.put(s.structure, drawn)
     tiles, orders, measured = drawn
     tiles, orders = tiles.astype(np.int64), orders.astype(np.int64)
     evaluated = len(tiles)
-    if seeds_t:
-        seed_t = s.pin_whole(s.monotone(np.array(seeds_t)))
-        seed_o = np.array(seeds_o)
+    if seed_t is not None:
         tiles = np.concatenate([seed_t, tiles])
         orders = np.concatenate([seed_o, orders])
-        ms = s.measure(Points(seed_t, seed_o))
+        ms = seed_measured if seed_measured is not None else s.measure(Points(seed_t, seed_o))
         measured = tuple(np.concatenate([a, b]) for a, b in zip(ms, measured))
         evaluated += len(seed_t)
     return tiles, orders, measured, evaluated
@@ -199,41 +208,30 @@ class _Climb:
     def __init__(self, s: SearchSpace, known: dict, every: list, evaluated: int):
         self.s, self.known, self.every, self.evaluated = s, known, every, evaluated
         self.counted: set = set()
-        self.moves: dict[bytes, tuple] = {}       # a pool member's neighbours, keys
+        self.counted_members: set = set()         # pool members whose neighbours are all in `counted`
+        self.moves: dict[bytes, list] = {}        # a pool member's neighbours: [tiles, orders, keys, measured]
 
     def run(self, tiles, orders, scores, score, rounds: int) -> None:
         """Climb from the best KEEP of (tiles, orders) by `scores`; `score(measured)` scores a round."""
-        s, known = self.s, self.known
         best_idx = _top_distinct(scores, tiles, orders, KEEP)
         pool_t, pool_o, pool_s = tiles[best_idx], orders[best_idx], scores[best_idx]
         for _ in range(rounds):
             if not len(pool_s) or not np.isfinite(pool_s).any():
                 return
-            parts = []
-            for i, member in enumerate(Points(pool_t, pool_o).keys()):
-                if member not in self.moves:
-                    mt, mo = _neighbours(s, pool_t[i:i + 1], pool_o[i:i + 1])
-                    self.moves[member] = (s.pin_whole(mt), mo, Points(mt, mo).keys())
-                parts.append(self.moves[member])
+            members = Points(pool_t, pool_o).keys()
+            parts = [self._moves_of(member, pool_t[i:i + 1], pool_o[i:i + 1]) for i, member in enumerate(members)]
+            self._measure(parts)
             nt = np.concatenate([p[0] for p in parts])
             no = np.concatenate([p[1] for p in parts])
-            keys = [k for p in parts for k in p[2]]
-            first: dict = {}
-            for i, k in enumerate(keys):
-                if k not in known:
-                    first.setdefault(k, i)       # a candidate repeated within this round is scored once too
-            if first:
-                fresh = np.array(sorted(first.values()), dtype=np.int64)
-                for i, t, e, ok, b in zip(fresh, *s.measure(Points(nt[fresh], no[fresh]))):
-                    known[keys[i]] = (float(t), float(e), bool(ok), float(b))
-            rows = [known[k] for k in keys]
-            measured = (np.array([r[0] for r in rows], dtype=float), np.array([r[1] for r in rows], dtype=float),
-                        np.array([r[2] for r in rows], dtype=bool), np.array([r[3] for r in rows], dtype=float))
+            measured = tuple(np.concatenate([p[3][j] for p in parts]) for j in range(4))
             self.every.append((nt, no, measured))
             ns = score(measured)
-            new_here = set(keys) - self.counted
-            self.evaluated += len(new_here)
-            self.counted |= new_here
+            for member, part in zip(members, parts):
+                if member not in self.counted_members:
+                    new_here = set(part[2]) - self.counted
+                    self.evaluated += len(new_here)
+                    self.counted |= new_here
+                    self.counted_members.add(member)
             all_t = np.concatenate([pool_t, nt])
             all_o = np.concatenate([pool_o, no])
             all_s = np.concatenate([pool_s, ns])
@@ -242,6 +240,39 @@ class _Climb:
                     set(map(float, all_s[keep])) == set(map(float, pool_s)):
                 return
             pool_t, pool_o, pool_s = all_t[keep], all_o[keep], all_s[keep]
+
+    def _moves_of(self, member: bytes, t, o) -> list:
+        part = self.moves.get(member)
+        if part is None:
+            mt, mo = _neighbours(self.s, t, o)
+            mt = self.s.pin_whole(mt)
+            part = self.moves[member] = [mt, mo, Points(mt, mo).keys(), None]
+        return part
+
+    def _measure(self, parts: list) -> None:
+        """Give each part its neighbours' (time, energy, ok, DRAM bytes): those not in `known`
+        measured in one batch (a candidate repeated within it once), the rest looked up."""
+        known = self.known
+        first: dict = {}
+        for pi, part in enumerate(parts):
+            if part[3] is None:
+                for j, k in enumerate(part[2]):
+                    if k not in known:
+                        first.setdefault(k, (pi, j))
+        if first:
+            where = list(first.values())
+            by_part: dict = {}
+            for pi, j in where:
+                by_part.setdefault(pi, []).append(j)
+            ft = np.concatenate([parts[pi][0][rows] for pi, rows in by_part.items()])
+            fo = np.concatenate([parts[pi][1][rows] for pi, rows in by_part.items()])
+            keys = [parts[pi][2][j] for pi, rows in by_part.items() for j in rows]
+            for k, t, e, ok, b in zip(keys, *self.s.measure(Points(ft, fo))):
+                known[k] = (float(t), float(e), bool(ok), float(b))
+        for part in parts:
+            if part[3] is None:
+                rows = np.array([known[k] for k in part[2]], dtype=float).reshape(len(part[2]), 4)
+                part[3] = (rows[:, 0].copy(), rows[:, 1].copy(), rows[:, 2] != 0, rows[:, 3].copy())
 
 
 def _top_distinct(scores, tiles, orders, k: int) -> np.ndarray:
@@ -260,21 +291,18 @@ def _top_distinct(scores, tiles, orders, k: int) -> np.ndarray:
 def _neighbours(s: SearchSpace, pool_t, pool_o):
     """One-step moves from each pool member: one tile size, one order, a factor of two
     moved between two loops at one level (per member and level, in that order)."""
-    values, orders_set = s.sizes, s.orders
+    orders_set = s.orders
     out_t, out_o = [], []
     for t, o in zip(pool_t, pool_o):
         D, L = t.shape
         levels = np.arange(L)
         for h in s.searched:
+            padded, counts = _padded_sizes(s, h)
             # One tile size: loop d at level h set to v; outer tiles grow to hold it, inner
-            # ones shrink inside it.
-            dd, vv = [], []
-            for d in range(D):
-                vals = values[h][d]
-                vals = vals[vals != t[d, h]]
-                dd.append(np.full(len(vals), d, dtype=np.int64))
-                vv.append(vals)
-            dd, vv = np.concatenate(dd), np.concatenate(vv).astype(t.dtype)
+            # ones shrink inside it. (Rows by loop, then by size: masks flatten in that order.)
+            offered = (np.arange(padded.shape[1])[None, :] < counts[:, None]) & (padded != t[:, h][:, None])
+            dd, jj = np.nonzero(offered)
+            vv = padded[dd, jj].astype(t.dtype)
             c = np.repeat(t[None], len(dd), axis=0)
             rows = np.arange(len(dd))
             row = c[rows, dd, :]
@@ -284,17 +312,8 @@ def _neighbours(s: SearchSpace, pool_t, pool_o):
             out_o.append(np.repeat(o[None], len(dd), axis=0))
             # Trade between two loops: one grows by 1-2 candidate steps while another
             # shrinks by 1-2 (what a full level needs to move at all).
-            steps = [np.searchsorted(values[h][d], t[d, h]) for d in range(D)]
-            trades = []
-            for d1 in range(D):
-                up = values[h][d1][steps[d1] + 1: steps[d1] + 3]
-                for d2 in range(D):
-                    if d1 == d2:
-                        continue
-                    down = values[h][d2][max(0, steps[d2] - 2): steps[d2]]
-                    trades.extend((d1, d2, v1, v2) for v1 in up for v2 in down)
-            if trades:
-                tr = np.array(trades, dtype=np.int64)
+            tr = _trades(padded, counts, t[:, h])
+            if len(tr):
                 c = np.repeat(t[None], len(tr), axis=0)
                 rows = np.arange(len(tr))
                 d1, d2, v1, v2 = tr[:, 0], tr[:, 1], tr[:, 2:3].astype(t.dtype), tr[:, 3:4].astype(t.dtype)
@@ -316,6 +335,41 @@ def _neighbours(s: SearchSpace, pool_t, pool_o):
     if not out_t:
         return pool_t[:0], pool_o[:0]
     return s.monotone(np.concatenate(out_t)), np.concatenate(out_o)
+
+
+def _padded_sizes(s: SearchSpace, h: int) -> tuple[np.ndarray, np.ndarray]:
+    """Level h's sizes per loop as one array [D, most sizes] (padded past each loop's count
+    with its largest), and the counts: the moves index them all at once. Kept on the space."""
+    memo = s.__dict__.setdefault("_padded", {})
+    if h not in memo:
+        lists = [np.asarray(v, dtype=np.int64) for v in s.sizes[h]]
+        counts = np.array([len(v) for v in lists], dtype=np.int64)
+        padded = np.zeros((len(lists), max(1, int(counts.max(initial=0)))), dtype=np.int64)
+        for d, v in enumerate(lists):
+            padded[d, :len(v)] = v
+            padded[d, len(v):] = v[-1] if len(v) else 0
+        memo[h] = padded, counts
+    return memo[h]
+
+
+def _trades(padded: np.ndarray, counts: np.ndarray, now: np.ndarray) -> np.ndarray:
+    """[(d1, d2, v1, v2)]: loop d1 up to one of its next two sizes above `now[d1]`, loop d2
+    down to one of its two below `now[d2]`, d1 != d2; ordered by d1, d2, v1, v2 (the sizes
+    ascending)."""
+    D = len(counts)
+    steps = np.array([np.searchsorted(padded[d, :counts[d]], now[d]) for d in range(D)], dtype=np.int64)
+    up_at = steps[:, None] + 1 + np.arange(2)[None, :]                  # [D, 2] indices of the sizes above
+    up_ok = up_at < counts[:, None]
+    low = np.maximum(0, steps - 2)
+    down_at = low[:, None] + np.arange(2)[None, :]                      # [D, 2] indices of the sizes below
+    down_ok = down_at < steps[:, None]
+    d1, d2, i1, i2 = (a.reshape(-1) for a in np.indices((D, D, 2, 2)))
+    keep = (d1 != d2) & up_ok[d1, i1] & down_ok[d2, i2]
+    d1, d2, i1, i2 = d1[keep], d2[keep], i1[keep], i2[keep]
+    width = padded.shape[1] - 1
+    v1 = padded[d1, np.minimum(up_at[d1, i1], width)]
+    v2 = padded[d2, np.minimum(down_at[d2, i2], width)]
+    return np.stack([d1, d2, v1, v2], axis=1) if len(d1) else np.zeros((0, 4), dtype=np.int64)
 
 
 def producer_schedule(kernel: Kernel, target) -> Schedule | None:

@@ -125,7 +125,8 @@ def _split(poly: KernelPolyhedra, kind: str, tensor: str, relation: isl.UnionMap
     return out
 
 
-@cached("poly.exact_dependences", 256)
+# A kernel structure's dependences (isl): MaxViT-T on one preset asks for ~450 structures.
+@cached("poly.exact_dependences", 1024)
 def _exact_dependences(poly: KernelPolyhedra) -> tuple[Dependence, ...]:
     """Value-based dependences: each read's last writer, each write's previous writer, and
     the reads since the previous write for anti. Enough for legality under any schedule,
@@ -146,7 +147,7 @@ def _exact_dependences(poly: KernelPolyhedra) -> tuple[Dependence, ...]:
     return tuple(out)
 
 
-@cached("poly.memory_dependences", 256)
+@cached("poly.memory_dependences", 1024)
 def _memory_dependences(poly: KernelPolyhedra) -> tuple[Dependence, ...]:
     """Memory-based dependences: every ordered pair touching the same element.
 

@@ -51,7 +51,7 @@ def check_legal(statements: Statements, new_schedule: ScheduleLike, *,
     return _check_legal(poly, new_schedule, reduction_reorderable, tuple(parallel))
 
 
-@cached("poly.check_legal_cached", 4096)
+@cached("poly.check_legal_cached", 16384)
 def _check_legal_cached(poly: KernelPolyhedra, schedule: KernelSchedule, reduction_reorderable: bool,
                         parallel: tuple[str | int, ...]) -> Legality:
     return _check_legal(poly, schedule, reduction_reorderable, parallel)

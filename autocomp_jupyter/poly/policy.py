@@ -180,7 +180,9 @@ def _renamed_details(violation: "Violation", old: str, new: str) -> tuple:
 
 
 # Verdicts by canonical schedule key, with the tensor names they were found under (see check_schedule).
-_VERDICTS = LRU("poly.check_schedule", 8192)
+# MaxViT-T on one preset asks ~7,400; a sweep's designs (`dse.explore`) ask many of the same
+# again (a verdict does not depend on the target), so the cache holds several runs' worth.
+_VERDICTS = LRU("poly.check_schedule", 32768)
 
 
 def rescale_violations(schedule) -> tuple["Violation", ...]:

@@ -50,7 +50,11 @@ class _Search:
 
     @property
     def incumbent_key(self) -> bytes:
-        return Points.stack([self.space.incumbent_point]).keys()[0]
+        # (asked every generation; the incumbent never changes)
+        key = self.__dict__.get("_incumbent_key")
+        if key is None:
+            key = self.__dict__["_incumbent_key"] = Points.stack([self.space.incumbent_point]).keys()[0]
+        return key
 
     def best_time(self) -> float:
         """The best legal time so far (checks legality of the leaders as needed)."""

@@ -342,7 +342,9 @@ class KernelModel:
         )
 
 
-@cached("cost.kernel_model", 256)
+# (by kernel object: MaxViT-T asks for ~8,800 models of ~600 structures; each miss finds the
+# compiled model in `_MODELS` and copies it)
+@cached("cost.kernel_model", 1024)
 def kernel_model(kernel: Kernel, target: Target, staged: tuple[tuple[str, str], ...] = ()) -> KernelModel:
     """The compiled cost model of `kernel` on `target` (cached); `staged`: a schedule's
     `stage` annotation, (tensor, level) pairs held at levels their role would bypass.

@@ -99,18 +99,24 @@ class _ProducerModel:
         self.alone_compute = float(alone.compute_s[0])
 
     def _cost(self, sub: np.ndarray, order: np.ndarray) -> "BatchCost":
+        """Its nest's cost for each row of `sub` in `order` ([L, D], or [n, L, D]: one per row)."""
         n = len(sub)
-        return self.model.evaluate_batch(sub, np.broadcast_to(order, (n,) + order.shape), self.parallel,
+        return self.model.evaluate_batch(sub, np.broadcast_to(order, (n,) + order.shape[-2:]), self.parallel,
                                          np.broadcast_to(self.vectorize, (n,)))
 
     def _choose(self, sub: np.ndarray) -> tuple["BatchCost", np.ndarray, np.ndarray]:
         """(cost, index into self.orders, whether its unfollowed loops run whole) per row of
-        `sub`: its tiles alone, or those loops whole where that is faster (`self.whole`)."""
-        own, choice = self._choose_order(sub)
-        whole = np.zeros(len(sub), dtype=bool)
+        `sub`: its tiles alone, or those loops whole where that is faster (`self.whole`).
+        Both are costed in one batch (each row's cost depends on that row alone, and a batch
+        of a few dozen rows costs little more than one row)."""
+        n = len(sub)
+        whole = np.zeros(n, dtype=bool)
         if not self.whole:
+            own, choice = self._choose_order(sub)
             return own, choice, whole
-        alt, alt_choice = self._choose_order(self._whole(sub))
+        both, both_choice = self._choose_order(np.concatenate([sub, self._whole(sub)]))
+        own, choice = _rows(both, np.arange(n)), both_choice[:n]
+        alt, alt_choice = _rows(both, np.arange(n, 2 * n)), both_choice[n:]
         whole = alt.time_s < own.time_s
         if not whole.any():
             return own, choice, whole
@@ -127,7 +133,8 @@ class _ProducerModel:
     def _choose_order(self, sub: np.ndarray) -> tuple["BatchCost", np.ndarray]:
         """(cost, index into self.orders) per row of `sub`: its own order, or where that
         computes much slower than it does alone (the order refills the array over this
-        region), the fastest of the variants. Each row's choice depends on that row alone."""
+        region), the fastest of the variants. Each row's choice depends on that row alone;
+        the variants of every poor row are costed in one batch."""
         own = self._cost(sub, self.orders[0])
         choice = np.zeros(len(sub), dtype=np.int64)
         if len(self.orders) == 1:
@@ -136,7 +143,10 @@ class _ProducerModel:
         poor = np.nonzero(own.compute_s > POOR_ORDER * self.alone_compute)[0]
         if not len(poor):
             return own, choice
-        costs = [_rows(own, poor)] + [self._cost(sub[poor], o) for o in self.orders[1:]]
+        m, variants = len(poor), self.orders[1:]
+        rows = np.tile(sub[poor], (len(variants), 1, 1))                 # variant k: rows k*m ... (k+1)*m - 1
+        tried = self._cost(rows, np.repeat(variants, m, axis=0))
+        costs = [_rows(own, poor)] + [_rows(tried, np.arange(k * m, (k + 1) * m)) for k in range(len(variants))]
         best = np.argmin(np.stack([c.time_s for c in costs]), axis=0)
         choice[poor] = best
         return _merge(own, _pick(costs, best), poor), choice
