@@ -139,13 +139,14 @@ def lane_loop(kernel: Kernel, target) -> str | None:
     channels, as an implicit GEMM maps them, not 7 of 32 threads along w)."""
     loop = contiguous_loop(kernel)
     compute = target.compute
-    if loop is None or compute.kind != "simt" or kernel.extents[loop] >= compute.lanes:
+    if loop is None or compute.kind not in ("simt", "systolic") or kernel.extents[loop] >= compute.lanes:
         return loop
+    lanes = compute.lanes
     outputs = [idx.single_loop for idx in kernel.anchor_statement.target_indices if idx.single_loop]
 
     def waste(name: str) -> float:          # lanes offered per busy lane (1.0: every lane busy)
         extent = kernel.extents[name]
-        return -(-extent // compute.lanes) * compute.lanes / extent
+        return -(-extent // lanes) * lanes / extent
 
     # the least waste; on a tie the stride-1 loop, then the output dimension nearest it
     return min(outputs, key=lambda name: (waste(name), name != loop, -outputs.index(name)))

@@ -302,7 +302,7 @@ def annotate_vectorize(schedule: Schedule, ctx: PassContext, log: list) -> Sched
     target = kernel.anchor_statement.target
     stride_one = contiguous_loop(kernel)
     along = (f"stride-1 in {target}" if lanes == stride_one else
-             f"a warp along it: {target}'s stride-1 loop {stride_one} has {kernel.extents.get(stride_one)} points")
+             f"{'a warp' if ctx.target.compute.kind == 'simt' else 'the vector lanes'} along it: {target}'s stride-1 loop {stride_one} has {kernel.extents.get(stride_one)} points")
     annotations = {k: v for k, v in schedule.annotations.items() if k != "vectorize"}
     without = replace(schedule, annotations=annotations)
     if lanes is None or not schedule.levels:
