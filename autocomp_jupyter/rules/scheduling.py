@@ -18,7 +18,8 @@ When it applies: to every kernel of the plan, after tiling. Steps, each logged:
    last index) loop of the output and carries nothing; if another loop is innermost, moving
    the contiguous loop there is tried (legal and no slower), else nothing is vectorised. On
    SIMT lanes (a GPU's warp) whose stride-1 loop is shorter than a warp, the output loop
-   that fills one best takes its place (`space.lane_loop`).
+   that fills one best takes its place (`space.lane_loop`); so on a vector unit beside a PE
+   array for a kernel it runs, with the stride-1 loop still weighed by the cost model.
 4. `unroll_factor`: the innermost loop is unrolled by it (capped at its tile).
 
 Each new schedule is re-checked (isl; and, when an order changed, the tiled execution check
