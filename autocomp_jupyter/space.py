@@ -136,16 +136,22 @@ def lane_loop(kernel: Kernel, target) -> str | None:
     (`contiguous_loop`). SIMT lanes are a warp's threads, each computing its own output point
     with no contiguous vector load to keep: where the stride-1 loop is shorter than a warp,
     the warp runs along the output loop that fills it best (a 1x1 conv on a 7x7 map along its
-    channels, as an implicit GEMM maps them, not 7 of 32 threads along w)."""
+    channels, as an implicit GEMM maps them, not 7 of 32 threads along w). So does the vector
+    unit beside a PE array, whose lanes load from the on-chip buffers, for a kernel it runs
+    (a depthwise convolution on a 7x7 map along its channels, as the physical limit counts
+    it); a PE array's kernel keeps the stride-1 loop for its epilogue."""
     loop = contiguous_loop(kernel)
     compute = target.compute
-    if loop is None or compute.kind != "simt" or kernel.extents[loop] >= compute.lanes:
+    if loop is None or compute.kind not in ("simt", "systolic") or kernel.extents[loop] >= compute.lanes:
         return loop
+    if compute.kind == "systolic" and datapath_of(compute, kernel_model(kernel, target).statements[kernel.anchor]).on_array:
+        return loop             # the PE array's kernel: its epilogue's lanes keep the stride-1 loop
+    lanes = compute.lanes
     outputs = [idx.single_loop for idx in kernel.anchor_statement.target_indices if idx.single_loop]
 
     def waste(name: str) -> float:          # lanes offered per busy lane (1.0: every lane busy)
         extent = kernel.extents[name]
-        return -(-extent // compute.lanes) * compute.lanes / extent
+        return -(-extent // lanes) * lanes / extent
 
     # the least waste; on a tie the stride-1 loop, then the output dimension nearest it
     return min(outputs, key=lambda name: (waste(name), name != loop, -outputs.index(name)))

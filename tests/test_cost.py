@@ -342,10 +342,10 @@ def test_systolic_vector_unit_is_declared_in_the_target():
 
 
 def test_a_tiny_layer_on_tpu_is_bound_by_dram_latency():
-    # 64x28x28 depthwise on tpu computes for 0.64 us, but its first input tile waits 500
-    # cycles (0.48 us) of DRAM latency, and every later tile as long with one load in flight:
-    # the cold start alone is over a third of the time, so the layer stays below 0.3 of the
-    # (latency-free) roofline, and `bound` says so.
+    # 64x28x28 depthwise on tpu computes for 0.25 us (its lanes along the 64 channels), but
+    # its first input tile waits 500 cycles (0.48 us) of DRAM latency, and every later tile
+    # as long with one load in flight: the cold start alone is over a third of the time, so
+    # the layer stays below 0.35 of the (latency-free) roofline, and `bound` says so.
     import autocomp_jupyter as ac
 
     res = ac.optimize(DEPTHWISE, target="tpu", tune=0)
@@ -353,7 +353,7 @@ def test_a_tiny_layer_on_tpu_is_bound_by_dram_latency():
     assert c.limits["cold start"] > 0.35 * c.time_s
     assert c.bound.startswith("cold start") or c.bound == "DRAM latency"
     assert res.report["kernels"][0]["bound"] == c.bound
-    assert res.report["roofline_fraction"] < 0.3
+    assert res.report["roofline_fraction"] < 0.35
 
 
 def test_host_charges_integer_tensors_the_bytes_of_their_c_buffers():

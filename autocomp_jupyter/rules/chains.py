@@ -174,6 +174,10 @@ def _tried_chain(program: Program, chain: list[Kernel], schedules: list[Schedule
     floor = best[3] + sum(times[best[0]:length]) if best is not None else alone
     if seconds < floor * (1 + UNSCHEDULED_SLACK):
         schedule, seconds = _scheduled_chain(program, schedule, ctx)
+        # the pipeline takes a kernel's library search where it is faster: a chain that
+        # comes close is judged at that time too (its kernels alone already are), at the
+        # compute point where it is fastest
+        schedule, seconds = _library_at_points(program, schedule, seconds, ctx)
     if seconds >= floor * (1 - MIN_GAIN):
         log.append(rule_entry(rule.name, PASS, _ops(chain), False,
                               f"no gain: {seconds * 1e6:.1f} us fused vs {floor * 1e6:.1f} us "
@@ -347,25 +351,13 @@ _SEARCHED = LRU("chains.search", 512)
 
 def _search_chain(program: Program, kernel: Kernel, ctx: PassContext, alone: float):
     target = ctx.target
-    spans = regions(kernel)
-    followed = {a for loops in spans.values() for r in loops.values() for a, _ in r.terms}
-    extents = kernel.extents
-    order = kernel.loop_names      # ties by the kernel's loop order (a set has none)
-    loops = sorted((l for l in followed if extents[l] > 1), key=lambda l: (-extents[l], order.index(l)))
-    levels = target.tiling_levels[:-1] or target.tiling_levels
-    points = [(loop, level) for level in levels for loop in loops][:MAX_POINTS]
+    points = _compute_points(kernel, target)
     if not points:
         return "no loop of the last kernel tiles the regions it reads"
     mapping = level_mapping(ctx.rules.tiling.get("levels", ["L2", "L1", "vector"]), target.tiling_levels)
 
-    def at_point(loop, level):
-        at = kernel
-        for t, _, _ in kernel.compute_at:
-            at = at.with_compute_at(t, loop, level)
-        return at
-
     def searched(point):
-        found = search_tiles(at_point(*point), target, None, mapping, ctx.rules.tiling, seed=ctx.seed,
+        found = search_tiles(_at_point(kernel, *point), target, None, mapping, ctx.rules.tiling, seed=ctx.seed,
                              n_random=CHAIN_CANDIDATES, rounds=CHAIN_ROUNDS)
         return (found[0], found[1].time_s) if found is not None else None
 
@@ -380,6 +372,42 @@ def _search_chain(program: Program, kernel: Kernel, ctx: PassContext, alone: flo
     if best is None:
         return "no tiling of the fused chain fits on chip"
     return best[0], best[1], tried
+
+
+def _compute_points(kernel: Kernel, target) -> list[tuple[str, str]]:
+    """The (loop, level) compute points a chain is searched at: the anchor loops its regions
+    follow, longest first, at each level but the innermost (at most MAX_POINTS)."""
+    spans = regions(kernel)
+    followed = {a for loops in spans.values() for r in loops.values() for a, _ in r.terms}
+    extents = kernel.extents
+    order = kernel.loop_names      # ties by the kernel's loop order (a set has none)
+    loops = sorted((l for l in followed if extents[l] > 1), key=lambda l: (-extents[l], order.index(l)))
+    levels = target.tiling_levels[:-1] or target.tiling_levels
+    return [(loop, level) for level in levels for loop in loops][:MAX_POINTS]
+
+
+def _at_point(kernel: Kernel, loop: str, level: str) -> Kernel:
+    """The chain kernel with every tensor it computes at (loop, level)."""
+    at = kernel
+    for t, _, _ in kernel.compute_at:
+        at = at.with_compute_at(t, loop, level)
+    return at
+
+
+def _library_at_points(program: Program, schedule: Schedule, seconds: float, ctx: PassContext
+                       ) -> tuple[Schedule, float]:
+    """(schedule, seconds): the searched chain, or the library's search of the chain at any
+    of its compute points where that is faster. The pipeline takes a kernel's library
+    search where it beats the passes' (`_searched_as_well_as_the_library`), so a chain is
+    judged at that time too; the search's best point need not be the library's."""
+    from ..baselines import library_schedule
+
+    for point in _compute_points(schedule.kernel, ctx.target):
+        theirs = library_schedule(program, _at_point(schedule.kernel, *point), ctx)
+        time_s = evaluate(theirs, ctx.target).time_s
+        if time_s < seconds:
+            schedule, seconds = theirs, time_s
+    return schedule, seconds
 
 
 def _with_library_search(program: Program, schedule: Schedule, seconds: float, ctx: PassContext) -> float:

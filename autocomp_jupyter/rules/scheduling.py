@@ -18,7 +18,8 @@ When it applies: to every kernel of the plan, after tiling. Steps, each logged:
    last index) loop of the output and carries nothing; if another loop is innermost, moving
    the contiguous loop there is tried (legal and no slower), else nothing is vectorised. On
    SIMT lanes (a GPU's warp) whose stride-1 loop is shorter than a warp, the output loop
-   that fills one best takes its place (`space.lane_loop`).
+   that fills one best takes its place (`space.lane_loop`); so on a vector unit beside a PE
+   array for a kernel it runs, with the stride-1 loop still weighed by the cost model.
 4. `unroll_factor`: the innermost loop is unrolled by it (capped at its tile).
 
 Each new schedule is re-checked (isl; and, when an order changed, the tiled execution check
@@ -291,34 +292,51 @@ def annotate_parallel(schedule: Schedule, ctx: PassContext, log: list) -> Schedu
 
 
 def annotate_vectorize(schedule: Schedule, ctx: PassContext, log: list) -> Schedule:
-    """Vectorise the output's stride-1 loop when it carries nothing (on SIMT lanes, where
-    that loop is shorter than a warp, the output loop that fills one best: `space.lane_loop`).
+    """Vectorise the output's stride-1 loop when it carries nothing (where that loop is
+    shorter than the lanes, on SIMT lanes or a vector unit beside a PE array, the output loop
+    that fills them best: `space.lane_loop`; beside a PE array the stride-1 loop stays a
+    candidate, and the cost model picks the faster).
 
     If it is the innermost loop, it is vectorised there. Otherwise moving it innermost is
     tried (isl-legal); the cost model then picks the cheapest of: moved and vectorised,
     vectorised where it is (outer-loop vectorisation), or not vectorised."""
     kernel = schedule.kernel
     lanes = lane_loop(kernel, ctx.target)
-    target = kernel.anchor_statement.target
     stride_one = contiguous_loop(kernel)
-    along = (f"stride-1 in {target}" if lanes == stride_one else
-             f"a warp along it: {target}'s stride-1 loop {stride_one} has {kernel.extents.get(stride_one)} points")
     annotations = {k: v for k, v in schedule.annotations.items() if k != "vectorize"}
     without = replace(schedule, annotations=annotations)
     if lanes is None or not schedule.levels:
         log.append(_rule("vectorize_inner", kernel, False, "the output has no stride-1 loop"))
         return without
+    found = [_vectorized(schedule, ctx, lanes, stride_one)]
+    if ctx.target.compute.kind == "systolic" and stride_one is not None and stride_one != lanes:
+        found.append(_vectorized(schedule, ctx, stride_one, stride_one))
+    if len(found) > 1:
+        found.sort(key=lambda f: _time(f[0], ctx))     # stable: the fuller lanes on a tie
+    best, applied, why = found[0]
+    log.append(_rule("vectorize_inner", kernel, applied, why))
+    return best
+
+
+def _vectorized(schedule: Schedule, ctx: PassContext, lanes: str, stride_one: str | None
+                ) -> tuple[Schedule, bool, str]:
+    """(schedule, vectorised, why) with `lanes` vectorised where the cost model finds it
+    cheapest (innermost, where it is, or not at all), legal by isl."""
+    kernel = schedule.kernel
+    target = kernel.anchor_statement.target
+    along = (f"stride-1 in {target}" if lanes == stride_one else
+             f"{'a warp' if ctx.target.compute.kind == 'simt' else 'the vector lanes'} along it: "
+             f"{target}'s stride-1 loop {stride_one} has {kernel.extents.get(stride_one)} points")
+    annotations = {k: v for k, v in schedule.annotations.items() if k != "vectorize"}
+    without = replace(schedule, annotations=annotations)
     verdict = parallel_verdict(schedule, lanes)
     if not verdict.ok:
-        log.append(_rule("vectorize_inner", kernel, False, f"{lanes}: {_why_not(verdict, ctx)}"))
-        return without
+        return without, False, f"{lanes}: {_why_not(verdict, ctx)}"
     level = schedule.levels[-1]
     order = list(schedule.order_at(level))
     in_place = replace(schedule, annotations={**annotations, "vectorize": lanes})
     if order[-1] == lanes:
-        log.append(_rule("vectorize_inner", kernel, True,
-                         f"vectorize {lanes}: the innermost loop, {along}, carries no dependence (isl)"))
-        return in_place
+        return in_place, True, f"vectorize {lanes}: the innermost loop, {along}, carries no dependence (isl)"
     options = [(_time(in_place, ctx), "in_place", in_place), (_time(without, ctx), "none", without)]
     moved = _with_order(in_place, level, tuple([l for l in order if l != lanes] + [lanes]))
     moved_verdict = poly.check_schedule(moved)
@@ -336,8 +354,7 @@ def annotate_vectorize(schedule: Schedule, ctx: PassContext, log: list) -> Sched
                   else "moving it innermost is slower") + f"; {detail}")
     else:
         why = f"not vectorised: innermost loop {order[-1]} is not the lanes' loop {lanes} ({along}); {detail}"
-    log.append(_rule("vectorize_inner", kernel, how != "none", why))
-    return best
+    return best, how != "none", why
 
 
 def annotate_unroll(schedule: Schedule, factor: int, log: list, target=None) -> Schedule:
