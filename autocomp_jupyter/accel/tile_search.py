@@ -298,18 +298,9 @@ def _neighbours(s: SearchSpace, pool_t, pool_o):
         levels = np.arange(L)
         for h in s.searched:
             padded, counts = _padded_sizes(s, h)
-            # One tile size: loop d at level h set to v; outer tiles grow to hold it, inner
-            # ones shrink inside it. (Rows by loop, then by size: masks flatten in that order.)
-            offered = (np.arange(padded.shape[1])[None, :] < counts[:, None]) & (padded != t[:, h][:, None])
-            dd, jj = np.nonzero(offered)
-            vv = padded[dd, jj].astype(t.dtype)
-            c = np.repeat(t[None], len(dd), axis=0)
-            rows = np.arange(len(dd))
-            row = c[rows, dd, :]
-            v = vv[:, None]
-            c[rows, dd, :] = np.where(levels < h, np.maximum(row, v), np.where(levels == h, v, np.minimum(row, v)))
+            c, _ = size_moves(s, t, h)
             out_t.append(c)
-            out_o.append(np.repeat(o[None], len(dd), axis=0))
+            out_o.append(np.repeat(o[None], len(c), axis=0))
             # Trade between two loops: one grows by 1-2 candidate steps while another
             # shrinks by 1-2 (what a full level needs to move at all).
             tr = _trades(padded, counts, t[:, h])
@@ -335,6 +326,21 @@ def _neighbours(s: SearchSpace, pool_t, pool_o):
     if not out_t:
         return pool_t[:0], pool_o[:0]
     return s.monotone(np.concatenate(out_t)), np.concatenate(out_o)
+
+
+def size_moves(s: SearchSpace, t: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every one-tile-size move of point `t` ([D, L] tiles) at level h: loop d set to another
+    size the level offers, outer tiles growing to hold it, inner ones shrinking inside it.
+    ([n, D, L] tiles, [n] the loop each row moves), rows by loop, then by size."""
+    padded, counts = _padded_sizes(s, h)
+    offered = (np.arange(padded.shape[1])[None, :] < counts[:, None]) & (padded != t[:, h][:, None])
+    dd, jj = np.nonzero(offered)                          # (masks flatten by loop, then by size)
+    v = padded[dd, jj].astype(t.dtype)[:, None]
+    c = np.repeat(t[None], len(dd), axis=0)
+    rows, levels = np.arange(len(dd)), np.arange(t.shape[1])
+    row = c[rows, dd, :]
+    c[rows, dd, :] = np.where(levels < h, np.maximum(row, v), np.where(levels == h, v, np.minimum(row, v)))
+    return c, dd
 
 
 def _padded_sizes(s: SearchSpace, h: int) -> tuple[np.ndarray, np.ndarray]:

@@ -41,6 +41,7 @@ from ..ir.twin import kernel_twin
 from ..verify import EQUIVALENCE_POINTS, TWIN_EXTENT, scaled_points, verify_schedule
 from .fusion import _kernel_name
 from .online_softmax import online_softmax
+from ..accel.tile_search import size_moves
 from .tiling import level_mapping, search_tiles
 
 PASS = "fusion"
@@ -615,22 +616,14 @@ def _tiled_innermost(schedule: Schedule, target, tiling: dict) -> tuple:
 def _moves(space: SearchSpace, tiles, fixed: int) -> np.ndarray | None:
     """[m, D, L] one-size moves of every loop but `fixed` at every searched level (inner
     tiles shrinking inside, outer ones growing to hold them); `fixed` keeps its tiles."""
+    whole = np.asarray(space.whole, dtype=bool)
     moves = []
     for h in space.searched:
-        for d in range(tiles.shape[0]):
-            if d == fixed or space.whole[d]:
-                continue
-            for v in space.sizes[h][d]:
-                if v == tiles[d, h]:
-                    continue
-                t = tiles.copy()
-                t[d, :h] = np.maximum(t[d, :h], v)
-                t[d, h] = v
-                t[d, h + 1:] = np.minimum(t[d, h + 1:], v)
-                moves.append(t)
-    if not moves:
+        batch, moved = size_moves(space, tiles, h)
+        moves.append(batch[(moved != fixed) & ~whole[moved]])
+    if not sum(len(m) for m in moves):
         return None
-    batch = space.monotone(np.array(moves))
+    batch = space.monotone(np.concatenate(moves))
     batch[:, fixed, :] = tiles[fixed]
     return batch
 
