@@ -8,10 +8,6 @@ import pytest
 
 from autocomp_jupyter import poly
 from autocomp_jupyter.accel.cost import evaluate, kernel_model
-from autocomp_jupyter.accel.cost.capacity import occupy
-from autocomp_jupyter.accel.cost.compute import datapath_tile
-from autocomp_jupyter.accel.cost.tiles import tile_grid
-from autocomp_jupyter.accel.cost.traffic import vector_held
 from autocomp_jupyter.accel.sim import compare
 from autocomp_jupyter.accel.target import load_target
 from autocomp_jupyter.dsl import parse
@@ -20,6 +16,7 @@ from autocomp_jupyter.ir.schedule import Kernel, Schedule
 from autocomp_jupyter.ir.loopnest import single_pass
 from autocomp_jupyter.rules.chains import whole_loops_tiled_innermost
 from autocomp_jupyter.rules.online_softmax import online_softmax
+from vector_registers import held_reads
 
 ATTENTION = """input Q: f32[1, {n}, 64]
 input K: f32[1, {n}, 64]
@@ -49,28 +46,13 @@ def _flash(n: int, target: str, tiles: dict, orders: dict):
     return rewritten, schedule, t
 
 
-def _held(schedule, target) -> dict:
-    """{statement target: {read tensor: kept [bool]}} for the first candidate."""
-    model = kernel_model(schedule.kernel, target)
-    tiles, orders, parallel, vectorize = model.normalise(*model.schedule_arrays(schedule))
-    grid = tile_grid(model.extents, tiles, orders)
-    cap = occupy(model, grid)
-    out = {}
-    for si, st in enumerate(model.statements):
-        if si in model.computed:
-            continue
-        tile = datapath_tile(target.compute, grid, st, vectorize)
-        held = vector_held(model, grid, cap, si, st, tile)
-        out[schedule.kernel.statements[si].target] = {st.accesses[ai].tensor: bool(v[0]) for ai, v in held.items()}
-    return out
-
 
 GEMMINI_TILES = {"h": (1, 1), "s": (128, 32), "d": (64, 64), "t": (16, 16)}
 
 
 def test_the_exp_and_the_row_sum_read_the_score_tile_the_max_left_in_the_registers():
     _, schedule, target = _flash(256, "gemmini", GEMMINI_TILES, ("hstd", "hdst"))
-    held = _held(schedule, target)
+    held = held_reads(schedule, target)
     # the max reads S first; the exp finds S and the max in the registers, the row sum the exp
     assert held["M"] == {}
     assert held["E"] == {"S": True, "M": True}
@@ -97,14 +79,14 @@ def test_a_score_tile_the_registers_cannot_hold_is_read_again():
     # 64 x 256 f32 scores (64 KiB) beside the accumulator's own tiles: no room in its 64 KiB
     tiles = dict(GEMMINI_TILES, s=(64, 64), t=(256, 256))
     _, schedule, target = _flash(256, "gemmini", tiles, ("hstd", "hdst"))
-    held = _held(schedule, target)
+    held = held_reads(schedule, target)
     assert held["E"] == {"S": False, "M": False} and held["Z"] == {"E": False}
 
 
 def test_simt_lanes_keep_nothing_across_statements():
     _, schedule, target = _flash(256, "gpu", {"h": (1, 1, 1), "s": (64, 32, 8), "d": (64, 64, 64),
                                                "t": (64, 32, 8)}, ("hstd", "hstd", "hstd"))
-    assert all(not held for held in _held(schedule, target).values())
+    assert all(not held for held in held_reads(schedule, target).values())
 
 
 NPU_WHOLE_D = {"h": (1, 1), "s": (512, 32), "d": (64, 64), "t": (32, 32)}

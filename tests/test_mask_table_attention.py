@@ -8,10 +8,6 @@ import pytest
 
 from autocomp_jupyter import poly
 from autocomp_jupyter.accel.cost import evaluate, kernel_model
-from autocomp_jupyter.accel.cost.capacity import occupy
-from autocomp_jupyter.accel.cost.compute import datapath_tile
-from autocomp_jupyter.accel.cost.tiles import tile_grid
-from autocomp_jupyter.accel.cost.traffic import vector_held
 from autocomp_jupyter.accel.sim import compare
 from autocomp_jupyter.accel.target import load_target
 from autocomp_jupyter.dsl import parse
@@ -20,6 +16,7 @@ from autocomp_jupyter.ir.loopnest import ComputeAtError, TileLoop, in_tile_itera
 from autocomp_jupyter.ir.schedule import Kernel, Schedule
 from autocomp_jupyter.rules.chains import _elementwise_in_nest
 from autocomp_jupyter.rules.online_softmax import online_softmax
+from vector_registers import held_reads
 
 MASKED = """input Q: f32[2, {n}, 16]
 input K: f32[2, {n}, 16]
@@ -79,20 +76,6 @@ def test_the_add_shares_the_max_tile_loop_and_the_nest_is_legal_and_exact():
     assert check_tiled(schedule, rewritten).ok
 
 
-def _held(schedule: Schedule, target) -> dict:
-    model = kernel_model(schedule.kernel, target)
-    tiles, orders, parallel, vectorize = model.normalise(*model.schedule_arrays(schedule))
-    grid = tile_grid(model.extents, tiles, orders)
-    cap = occupy(model, grid)
-    out = {}
-    for si, st in enumerate(model.statements):
-        if si not in model.computed:
-            tile = datapath_tile(target.compute, grid, st, vectorize)
-            held = vector_held(model, grid, cap, si, st, tile)
-            out[schedule.kernel.statements[si].target] = {st.accesses[ai].tensor: bool(v[0])
-                                                          for ai, v in held.items()}
-    return out
-
 
 def test_the_max_reads_the_masked_scores_from_the_registers_in_model_and_simulator():
     _, kernel = _kernel(128)
@@ -100,8 +83,8 @@ def test_the_max_reads_the_masked_scores_from_the_registers_in_model_and_simulat
     tiles = {"h": (2, 1), "s": (128, 128), "d": (64, 16), "t": (16, 16)}
     loose = _schedule(_elementwise_in_nest(kernel, [st.target for st in kernel.statements].index("M")), tiles)
     computed = _schedule(kernel, tiles)
-    assert _held(loose, target)["M"] == {"Sb": True}
-    assert "M" not in _held(computed, target) or _held(computed, target)["M"] == {}
+    assert held_reads(loose, target)["M"] == {"Sb": True}
+    assert "M" not in held_reads(computed, target) or held_reads(computed, target)["M"] == {}
     model = kernel_model(loose.kernel, target)
     cost = model.evaluate_batch(*model.normalise(*model.schedule_arrays(loose)))
     names = [st.target for st in loose.kernel.statements]
