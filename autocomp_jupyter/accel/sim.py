@@ -6,8 +6,9 @@ memory level the tile of each tensor that is resident in that level's buffer, an
 only when the tile a step needs differs from the resident one (an accumulated output is
 written back when it leaves and read back when it returns). Time comes from an event
 timeline: each step's loads go through the source level's channel; where a level holds its
-tiles twice (double buffering) the loads for step s start as soon as step s-1 begins
-computing, otherwise only after it ends; a step computes once its data are in.
+tiles twice (double buffering) a tile's load starts as soon as the tile two before it was
+last used (its buffer free), otherwise only after the step before it ends; a step computes
+once its data are in.
 
 What it does not replay: operand streaming inside the PE array / vector lanes (each step
 is charged its share, by points, of the model's datapath traffic — so a read the vector unit
@@ -509,7 +510,8 @@ class _StatementReplay:
         are in (the step may compute from then).
 
         A double-buffered level holds each tensor's next tile beside its current one: the
-        next tile is fetched from the moment the current one came into use, and the tile
+        next tile is fetched from the moment the tile before the current one was last used
+        (its buffer is then free: two loads may be in flight), and the tile
         leaving is written back (after the step that last used it) while the next computes.
         A level that holds its tiles once waits for the write-back, then the fetch, after
         the previous step. Each source level is one channel; a double-buffered level's
@@ -544,7 +546,9 @@ class _StatementReplay:
         for channel in channels:
             channel.serve()
         for _, _, slot, _, _ in changes:
-            self.since[slot] = ready
+            # the tile it replaced was last used by the step before: its buffer takes the next
+            # (host C issues no prefetch of its own: the next load waits for this tile's use)
+            self.since[slot] = ready if self.model.host is not None else prev_end
         return ready
 
     def drain(self) -> np.ndarray:

@@ -19,7 +19,9 @@ twice (double buffering) overlap their transfers with compute; others serialise 
 nothing. A level's bound is max(its port time, its reads / bw + loads x latency — one load
 in flight per fed level, the fed levels side by side, posted write-backs in the latency's
 shadow), after the levels outside it delivered their first tiles (every unit's first load a
-whole latency), plus the last tile's compute after its last load. Operands stream into the datapath from
+whole latency), plus the last tile's compute after its last load. Into a double-buffered
+level a load is requested once the tile two before it is used, so two may be in flight
+(`two_buffer_latency`): a source streaming large tiles pays about one latency (not on host C). Operands stream into the datapath from
 the innermost levels (`stream`), and stop while the array fills.
 """
 from __future__ import annotations
@@ -82,9 +84,6 @@ def statement_time(model, traffic: StatementTraffic, double_buffered: np.ndarray
     serial_time = (traffic.serial / bw).sum(axis=1)
     first_wait, src_lat, tail, serial_time = _latency(model, traffic, double_buffered, tiles_at, st_compute,
                                                       active, serial_time)
-    # ... and a load's latency overlaps the channel's other traffic (posted write-backs,
-    # other levels' loads): a level's loads in a chain, its channel shared by all.
-    st_level_time = np.maximum(st_level_time, traffic.read / bw + src_lat)
     # Loads into double-buffered levels overlap the previous tile's compute, but the
     # first tiles have nothing to overlap: a source's cold loads queue on its channel
     # (bytes / bandwidth + one latency), and an inner level waits for its parent's.
@@ -98,6 +97,12 @@ def statement_time(model, traffic: StatementTraffic, double_buffered: np.ndarray
     drain = (traffic.drain / bw).sum(axis=1)
     # Likewise the last tile computes after its loads are in (its drain is in the bytes).
     tail = np.where(np.isfinite(tail), tail, 0.0)
+    if model.host is None:      # host C issues no prefetch of its own: one load in flight
+        src_lat = two_buffer_latency(src_lat, traffic.read / bw, bw_s, st_compute + serial_time, model.latency_s,
+                                     traffic.events, traffic.event_src, double_buffered, model.per_unit, active)
+    # ... and a load's latency overlaps the channel's other traffic (posted write-backs,
+    # other levels' loads): a level's loads in a chain, its channel shared by all.
+    st_level_time = np.maximum(st_level_time, traffic.read / bw + src_lat)
     st_level_time = st_level_time + np.where(st_level_time > 0, outer_cold + first_wait + tail, 0.0)
     # `<level> latency`: what the level's bound adds to its bytes / bandwidth.
     latency_s = st_level_time - bw_s
@@ -111,6 +116,35 @@ def statement_time(model, traffic: StatementTraffic, double_buffered: np.ndarray
     stream = stream + fill / active / clock
     step = np.maximum(st_compute, stream)
     return StatementTime(st_level_time, bw_s, latency_s, serial_time, cold, drain, stream, step)
+
+
+def two_buffer_latency(src_lat, read_s, bw_s, busy, latency_s, events, event_src, double_buffered,
+                       per_unit, active) -> np.ndarray:
+    """[n, M] what latency adds to each source's loads into double-buffered levels, two
+    buffers deep: a load is requested as soon as the tile two before it has been used (its
+    buffer is then free), not when the tile before it arrived, so each load's latency overlaps
+    the other buffer's transfer and the work on its tile — the compute with the transfers in
+    line with it (`busy`), or the levels inside (their loads of the tile's pieces), whichever
+    takes longer. Per load the channel then takes
+    max(transfer, (latency + transfer + work) / 2): over the run, at most the loads x latency
+    of one load in flight (`src_lat`), at least the first load's latency (nothing before it to
+    overlap). A source streaming large tiles pays its latency about once. Sources are taken
+    inner first (memory order): a level's channel time bounds the work of the loads outside it.
+    Where compute alternates between short and long steps (an array refilled every other
+    tile) the mean step is taken: the simulator's pairs are up to ~12% longer there."""
+    out = np.array(src_lat, copy=True)
+    n, M = out.shape
+    first = np.zeros_like(out)
+    for h, src in event_src.items():
+        par = active if per_unit[h] else 1.0
+        first[:, src] = np.maximum(first[:, src], np.where(double_buffered[:, h] & (events[:, h] > 0),
+                                                           latency_s[src] / par, 0.0))
+    work = np.array(busy, dtype=float, copy=True)
+    for m in range(M):
+        paired = (out[:, m] + work - read_s[:, m]) / 2.0
+        out[:, m] = np.where(out[:, m] > 0, np.minimum(out[:, m], np.maximum(first[:, m], paired)), out[:, m])
+        work = np.maximum(work, np.maximum(bw_s[:, m], read_s[:, m] + out[:, m]))
+    return out
 
 
 def _latency(model, traffic: StatementTraffic, double_buffered, tiles_at, st_compute, active, serial_time):
