@@ -19,7 +19,7 @@ def _pair(src_lat, read_s, busy, loads, latency=1.0):
     M = 2
     out = ports.two_buffer_latency(np.array([[0.0, src_lat]]), np.array([[0.0, read_s]]), np.zeros((1, M)),
                                    np.array([busy]), np.array([0.0, latency]), np.array([[loads]]), {0: 1},
-                                   np.array([[True]]), np.array([False]), np.array([1.0]))
+                                   np.array([[True]]), np.array([False]), np.array([1.0]), np.array([0]))
     return float(out[0, 1])
 
 
@@ -37,11 +37,12 @@ def test_small_loads_pair_their_latencies_with_the_work_on_a_tile():
     assert _pair(src_lat=100.0, read_s=10.0, busy=500.0, loads=100) == pytest.approx(100.0)
 
 
-def test_a_gpu_kernel_streaming_large_tiles_from_dram_pays_about_one_latency():
+def test_a_gpu_kernel_streaming_large_tiles_from_dram_overlaps_their_latencies():
     # a row sum reading 8 MB once in 8 L2 tiles of 1 MB (0.67 us each at 1555 GB/s, latency
     # 0.35 us): with one load in flight the model charged 8 latencies beyond the bytes
-    # (11.4 us, the simulator 10.1 us); now the first tiles' and about one more per nest
-    # (6.8 us, the simulator replaying the same issue rule 7.4 us)
+    # (11.4 us, the simulator 10.1 us). Two in flight, each L2 tile's latency overlaps the
+    # other buffer's transfer and the work on its tile, which restarts the shared-memory loads
+    # (a whole L2 latency each): 7.37 us, the simulator replaying the same issue rule 7.37 us.
     t = load_target("gpu")
     prog = parse("input X: f32[2048, 1024]\nY[i] += X[i, j]\noutput Y\n")
     kernel = kernels_unfused(prog)[0]
@@ -50,10 +51,10 @@ def test_a_gpu_kernel_streaming_large_tiles_from_dram_pays_about_one_latency():
                  annotations={"parallel": ("i", "j"), "vectorize": "j"}, levels=t.tiling_levels)
     cost = evaluate(s, t)
     latency = t.memory[-1].latency_cycles / (t.clock_ghz * 1e9)
-    assert cost.limits["DRAM latency"] < 5 * latency
+    assert cost.limits["DRAM latency"] < 6 * latency
     assert cost.time_s < cost.limits["DRAM bandwidth"] + 6 * latency
     c = compare(s, t)
-    assert c["time_error"] < 0.10
+    assert c["time_error"] < 0.02
 
 
 def test_host_c_keeps_one_load_in_flight(monkeypatch):

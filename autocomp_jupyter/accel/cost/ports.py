@@ -99,7 +99,8 @@ def statement_time(model, traffic: StatementTraffic, double_buffered: np.ndarray
     tail = np.where(np.isfinite(tail), tail, 0.0)
     if model.host is None:      # host C issues no prefetch of its own: one load in flight
         src_lat = two_buffer_latency(src_lat, traffic.read / bw, bw_s, st_compute + serial_time, model.latency_s,
-                                     traffic.events, traffic.event_src, double_buffered, model.per_unit, active)
+                                     traffic.events, traffic.event_src, double_buffered, model.per_unit, active,
+                                     model.mem_index)
     # ... and a load's latency overlaps the channel's other traffic (posted write-backs,
     # other levels' loads): a level's loads in a chain, its channel shared by all.
     st_level_time = np.maximum(st_level_time, traffic.read / bw + src_lat)
@@ -119,7 +120,7 @@ def statement_time(model, traffic: StatementTraffic, double_buffered: np.ndarray
 
 
 def two_buffer_latency(src_lat, read_s, bw_s, busy, latency_s, events, event_src, double_buffered,
-                       per_unit, active) -> np.ndarray:
+                       per_unit, active, mem_index) -> np.ndarray:
     """[n, M] what latency adds to each source's loads into double-buffered levels, two
     buffers deep: a load is requested as soon as the tile two before it has been used (its
     buffer is then free), not when the tile before it arrived, so each load's latency overlaps
@@ -129,19 +130,25 @@ def two_buffer_latency(src_lat, read_s, bw_s, busy, latency_s, events, event_src
     max(transfer, (latency + transfer + work) / 2): over the run, at most the loads x latency
     of one load in flight (`src_lat`), at least the first load's latency (nothing before it to
     overlap). A source streaming large tiles pays its latency about once. Sources are taken
-    inner first (memory order): a level's channel time bounds the work of the loads outside it.
+    inner first (memory order): a level's channel time bounds the work of the loads outside it,
+    and each of their tiles restarts the pipeline inside (its first load from the new tile
+    waits that level's whole latency: nothing of it was there to prefetch).
     Where compute alternates between short and long steps (an array refilled every other
     tile) the mean step is taken: the simulator's pairs are up to ~12% longer there."""
     out = np.array(src_lat, copy=True)
     n, M = out.shape
     first = np.zeros_like(out)
+    restart = np.zeros_like(out)
     for h, src in event_src.items():
         par = active if per_unit[h] else 1.0
         first[:, src] = np.maximum(first[:, src], np.where(double_buffered[:, h] & (events[:, h] > 0),
                                                            latency_s[src] / par, 0.0))
+        inner = event_src.get(h + 1)
+        if inner is not None and inner == mem_index[h]:
+            restart[:, src] = np.maximum(restart[:, src], events[:, h] * latency_s[inner])
     work = np.array(busy, dtype=float, copy=True)
     for m in range(M):
-        paired = (out[:, m] + work - read_s[:, m]) / 2.0
+        paired = (out[:, m] + work + restart[:, m] - read_s[:, m]) / 2.0
         out[:, m] = np.where(out[:, m] > 0, np.minimum(out[:, m], np.maximum(first[:, m], paired)), out[:, m])
         work = np.maximum(work, np.maximum(bw_s[:, m], read_s[:, m] + out[:, m]))
     return out
