@@ -40,7 +40,9 @@ package (`KernelModel._evaluate` in model.py runs them in this order):
   (drain) overlap nothing: time = max(max(compute, operand streaming) + serial transfers +
   cold start + drain, each level L's bound). A level's bound is max(its port time, its
   reads / bw_L + loads x latency — one load in flight per fed level, the fed levels side by
-  side, posted write-backs in the latency's shadow), after the levels outside it delivered
+  side, posted write-backs in the latency's shadow; into a double-buffered level two loads
+  in flight, each latency overlapping the other buffer's transfer and its tile's work,
+  `two_buffer_latency`), after the levels outside it delivered
   their first tiles (every unit's first load a whole latency), plus the last tile's compute
   after its last load. Port time: a level given per byte is a channel to the levels inside
   it (its traffic / bw_L); a level given per access (`width_bits`) is timed as ZigZag times
