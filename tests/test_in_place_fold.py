@@ -77,7 +77,9 @@ def test_the_row_writes_fold_into_the_attention_reading_the_cache():
 
 
 def test_row_writes_no_reader_takes_run_as_one_kernel():
-    res = autocomp.optimize(KV_CACHE, target="npu", tune=0)
+    # (on npu and tpu the attention now takes the rows: with two loads in flight its cache
+    # streams in the latency the fold used to add; gemmini's still gains nothing by it)
+    res = autocomp.optimize(KV_CACHE, target="gemmini", tune=0)
     assert res.report["verified"]
     names = [k.name for k in res.after.kernels]
     assert "K2_V2" in names and "K2" not in names and "V2" not in names
@@ -89,7 +91,7 @@ def test_row_writes_no_reader_takes_run_as_one_kernel():
     one = evaluate(res.after.schedules[names.index("K2_V2")], res.target).time_s
     k2 = Kernel.from_ops(res.after.program, ["K2"])
     alone = evaluate(Schedule(k2, tiles=res.after.schedules[names.index("K2_V2")].tiles), res.target).time_s
-    assert one < 1.2 * alone
+    assert one < 1.5 * alone       # (gemmini's rows' bytes add a quarter of a latency)
 
 
 def test_on_the_host_the_updates_stay_as_written():
