@@ -460,10 +460,17 @@ class _StatementReplay:
             if st.present[d]:
                 passes *= -(-inner[d][1] // int(unit[d]))
                 points *= inner[d][1]
+        # a tile on a `where` domain's edge runs only its passes that meet it (as the model)
+        meeting = 1.0
+        if st.domain is not None:
+            cut = st.domain.loops
+            meeting = st.domain.passes_meeting(inner, unit) \
+                / float(np.prod([-(-inner[d][1] // int(unit[d])) for d in cut]))
+            passes *= meeting
         if not dp.on_array and not st.reduce and not st.mac:
             # An elementwise statement streams its tile through the lanes as one flat run
             # (its tile is dense in the on-chip buffer), as the model.
-            passes = float(st.local_points) * -(-int(points) // int(dp.width))
+            passes = float(st.local_points) * -(-int(points) // int(dp.width)) * meeting
         cycles = passes * dp.pass_cycles    # the statement's datapath (cost.datapath), as the model
         if st.mac and dp.on_array:
             cycles = self._fill(cycles, inner)
