@@ -417,7 +417,7 @@ class _StatementReplay:
         # a cut replay is scaled up past its cold start, which the whole run waits for once
         cold = first_ready or 0.0
         return {"bytes": moved * scale, "time_s": cold + (end - cold) * scale, "compute_s": compute_total * scale,
-                "drain_s": drain_s, "cold_s": first_ready or 0.0, "steps": steps, "total_steps": total_steps, "sampled": sampled,
+                "drain_s": drain_s, "cold_s": cold, "steps": steps, "total_steps": total_steps, "sampled": sampled,
                 "rescale_s": self.rescale_s * scale}
 
     def moves(self, boxes) -> tuple[np.ndarray, list]:
