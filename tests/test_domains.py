@@ -174,3 +174,53 @@ def test_the_simulator_agrees_with_the_model_on_a_causal_kernel():
     res = autocomp.optimize(src, target="npu", tune=0)
     for schedule in res.after.schedules:
         assert compare(schedule, res.target)["time_error"] < 0.10     # the simulator's stated tolerance (test_sim)
+
+
+def test_a_tile_on_the_diagonal_runs_only_the_passes_that_meet_the_domain():
+    """Counted exactly per tile (what the simulator replays), and over the run by the pass's
+    sizes (what the model charges): the same number when the tiles hold whole passes."""
+    from autocomp_jupyter.accel.cost.domain import TileDomain
+
+    s, t = 0, 1
+    domain = TileDomain([(np.array([1.0, -1.0]), 0.0), (np.array([0.0, 1.0]), -3.0)], np.array([40, 40]))  # 3 <= t <= s
+    unit = (1, 8)
+    for box in [((8, 16), (16, 16)), ((0, 8), (0, 40)), ((30, 10), (5, 11)), ((16, 8), (0, 16))]:
+        brute = sum(domain.meets([(s0, 1), (t0, min(8, box[t][0] + box[t][1] - t0))])
+                    for s0 in range(box[s][0], box[s][0] + box[s][1])
+                    for t0 in range(box[t][0], box[t][0] + box[t][1], 8))
+        assert domain.passes_meeting(box, unit) == brute
+    # over the run: the non-empty 16 x 16 tiles' passes that meet it, per pass of the whole box
+    tiles = [((a, 16), (b, 16)) for a in range(0, 32, 16) for b in range(0, 32, 16)]
+    inside = TileDomain(domain.relations, np.array([32, 32]))
+    met = sum(inside.passes_meeting(box, unit) for box in tiles if inside.meets(box))
+    assert inside.kept_at(np.array([unit]))[0] == met / (32 * 4) < inside.kept_fraction((16, 16))
+
+
+def test_the_diagonal_tiles_of_causal_attention_cost_their_passes_not_their_boxes():
+    """The softmax's max reads each score of a pass that meets the triangle once, whatever the
+    query tile (a tile on the diagonal skips its rows above it); the simulator agrees."""
+    from autocomp_jupyter.accel.cost import kernel_model
+    from autocomp_jupyter.accel.sim import compare
+    from autocomp_jupyter.ir.schedule import Kernel, Schedule
+    from autocomp_jupyter.rules.online_softmax import online_softmax
+
+    program = parse(CAUSAL.replace("[2, 12, 8]", "[1, 256, 64]"))
+    rewritten, anchor = online_softmax(program, [op.name for op in program.ops])
+    kernel = Kernel.from_ops(rewritten, [op.name for op in rewritten.ops], anchor=anchor)
+    target = load_target("gemmini")
+    kernel = kernel.with_compute_at("S", "t", "scratchpad")
+    levels = target.tiling_levels
+    names = [st.target for st in kernel.statements]
+    passes = 16 * sum(range(1, 17))           # (query row, 16 keys) passes meeting t <= s
+    for queries in (32, 128):
+        tiles = {"h": (1, 1), "s": (128, queries), "d": (64, 64), "t": (16, 16)}
+        schedule = Schedule(kernel, tiles={l: dict(zip(levels, sz)) for l, sz in tiles.items()},
+                            order={lv: tuple(o) for lv, o in zip(levels, ("hstd", "hdst"))}, levels=levels)
+        model = kernel_model(kernel, target)
+        cost = model.evaluate_batch(*model.normalise(*model.schedule_arrays(schedule)))
+        scratchpad = list(model.level_names).index("scratchpad")
+        assert cost.datapath_bytes[0, names.index("M"), scratchpad] == pytest.approx(passes * 16 * 4)
+        check = compare(schedule, target)        # the operands streamed on chip: the same bytes
+        for level in ("scratchpad", "accumulator"):
+            assert check["sim_bytes"][level] == pytest.approx(check["model_bytes"][level])
+        assert check["time_error"] < 0.05

@@ -17,7 +17,7 @@ nothing in the replay either) and the split of work
 over compute units (rates are scaled by the model's occupancy, as in the model). Huge nests
 are capped: after `max_steps` innermost tiles the totals are scaled up by the points left
 (by points, not steps: the first tiles replayed may all be full ones, and the remainder
-tiles that come later smaller).
+tiles that come later smaller), the time past the cold start only (it is paid once).
 """
 from __future__ import annotations
 
@@ -415,8 +415,10 @@ class _StatementReplay:
         if st.domain is not None:     # the points of the tiles the domain leaves non-empty
             all_points *= st.domain.kept_fraction(tuple(int(self.tiles[d, L - 1]) for d in st.domain.loops))
         scale = all_points / points_done if sampled and points_done else 1.0
-        return {"bytes": moved * scale, "time_s": end * scale, "compute_s": compute_total * scale,
-                "drain_s": drain_s, "cold_s": first_ready or 0.0, "steps": steps, "total_steps": total_steps, "sampled": sampled,
+        # a cut replay is scaled up past its cold start, which the whole run waits for once
+        cold = first_ready or 0.0
+        return {"bytes": moved * scale, "time_s": cold + (end - cold) * scale, "compute_s": compute_total * scale,
+                "drain_s": drain_s, "cold_s": cold, "steps": steps, "total_steps": total_steps, "sampled": sampled,
                 "rescale_s": self.rescale_s * scale}
 
     def moves(self, boxes) -> tuple[np.ndarray, list]:
@@ -461,10 +463,17 @@ class _StatementReplay:
             if st.present[d]:
                 passes *= -(-inner[d][1] // int(unit[d]))
                 points *= inner[d][1]
+        # a tile on a `where` domain's edge runs only its passes that meet it (as the model)
+        meeting = 1.0
+        if st.domain is not None:
+            cut = st.domain.loops
+            meeting = st.domain.passes_meeting(inner, unit) \
+                / float(np.prod([-(-inner[d][1] // int(unit[d])) for d in cut]))
+            passes *= meeting
         if not dp.on_array and not st.reduce and not st.mac:
             # An elementwise statement streams its tile through the lanes as one flat run
             # (its tile is dense in the on-chip buffer), as the model.
-            passes = float(st.local_points) * -(-int(points) // int(dp.width))
+            passes = float(st.local_points) * -(-int(points) // int(dp.width)) * meeting
         cycles = passes * dp.pass_cycles    # the statement's datapath (cost.datapath), as the model
         if st.mac and dp.on_array:
             cycles = self._fill(cycles, inner)

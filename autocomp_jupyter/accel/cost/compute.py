@@ -127,10 +127,12 @@ def datapath_tile(compute, grid: TileGrid, st: "_StatementModel", vectorize: np.
         inner_counts = np.where(st.present, counts[:, L - 1, :], 1.0)
         tile_points = np.prod(np.where(st.present, E / inner_counts, 1.0), axis=1)
         passes = np.prod(inner_counts, axis=1) * np.ceil(tile_points / width - 1e-9) * st.local_points
-    # A `where` domain: only its non-empty tiles run (their fraction per level)
+    # A `where` domain: only its non-empty tiles run (their fraction per level), and of a tile
+    # on its edge only the passes that meet it (`TileDomain.passes_meeting`)
     kept = st.domain.kept(grid.T) if st.domain is not None else None
     if kept is not None:
-        passes = passes * kept[:, L - 1]
+        inner = grid.T[:, :, L - 1]
+        passes = passes * np.minimum(st.domain.kept_at(np.minimum(unit, inner)), kept[:, L - 1])
     dp_rel = dp_counts / np.where(st.present, counts[:, L - 1, :], 1.0)
     return DatapathTile(dp, unit, vec_loop, passes, kept, dp_counts, dp_rel)
 

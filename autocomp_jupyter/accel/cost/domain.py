@@ -1,7 +1,9 @@
 """Domains cut by `where` relations: which tiles of a statement are not empty.
 
 `TileDomain` counts, per tile size, the fraction of tiles a statement's `where` relations
-leave non-empty (the only ones computed and fetched); `RowTiles` is the same interface for
+leave non-empty (the only ones computed and fetched), and inside a tile on the domain's edge
+the datapath's passes that meet it (the only ones it runs: `passes_meeting`, and over the
+whole run `kept_at` the pass's sizes); `RowTiles` is the same interface for
 an in-place row update, which runs one row whatever the tiles. `zero_outside` gives the
 relations a sum inherits from a factor that is 0 outside its own domain (a causal softmax's
 row sum over its exps), which the online-softmax rewrite writes into the sum and the limit
@@ -31,6 +33,7 @@ class TileDomain:
         self.loops = sorted({int(d) for coeff, _ in relations for d in np.nonzero(coeff)[0]})
         self.extents = extents
         self._kept: dict[tuple, float] = {}
+        self._passes: dict[tuple, int] = {}
 
     def kept_fraction(self, sizes: tuple[int, ...]) -> float:
         """The fraction of tiles of `sizes` (along `self.loops`) that meet the domain."""
@@ -59,12 +62,48 @@ class TileDomain:
 
     def kept(self, T: np.ndarray) -> np.ndarray:
         """[n, L]: the kept fraction of each level's tiles, for full tiles T [n, D, L]."""
-        n, _, L = T.shape
-        sizes = np.clip(T[:, self.loops, :], 1, None).astype(np.int64).transpose(0, 2, 1)   # [n, L, k]
-        flat = sizes.reshape(n * L, len(self.loops))
-        unique, inverse = np.unique(flat, axis=0, return_inverse=True)
-        values = np.array([self.kept_fraction(tuple(int(v) for v in row)) for row in unique])
-        return values[inverse.reshape(-1)].reshape(n, L)
+        n, D, L = T.shape
+        return self.kept_at(T.transpose(0, 2, 1).reshape(n * L, D)).reshape(n, L)
+
+    def kept_at(self, sizes: np.ndarray) -> np.ndarray:
+        """[n]: the kept fraction of boxes of `sizes` [n, D] points along each anchor loop
+        (a level's tiles, or the datapath's passes: `passes_meeting` over the whole run)."""
+        extents = np.asarray(self.extents, dtype=np.int64)[self.loops]
+        picked = np.clip(sizes[:, self.loops], 1, extents).astype(np.int64)   # [n, k]
+        # one integer per row (a row-wise np.unique sorts far slower)
+        codes = picked @ np.cumprod(np.concatenate([[1], extents[:-1] + 1]))
+        unique, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        values = np.array([self.kept_fraction(tuple(int(v) for v in picked[i])) for i in first])
+        return values[inverse.reshape(-1)]
+
+    def passes_meeting(self, box, unit) -> int:
+        """How many of the datapath's passes over tile `box` (box[d] = (first point, points)
+        along each anchor loop d; a pass covers unit[d] of them, the last one what is left)
+        hold a point of the domain, counted along `self.loops` (each relation checked on its
+        own, as `meets`). A tile on the domain's edge runs only those: the loop over its
+        passes is bounded by the relations, as the points inside a pass are by its mask.
+        Exact; cached by the relations' offsets at the tile and the pieces' sizes."""
+        pieces = tuple((int(box[d][1]), max(1, min(int(unit[d]), int(box[d][1])))) for d in self.loops)
+        shifts = tuple(float(const + sum(coeff[d] * box[d][0] for d in self.loops)) for coeff, const in self.relations)
+        key = (shifts, pieces)
+        cached = self._passes.get(key)
+        if cached is not None:
+            return cached
+        firsts = [np.arange(0, points, u) for points, u in pieces]
+        lasts = [np.minimum(f + u, points) - 1 for f, (points, u) in zip(firsts, pieces)]
+        axes = lambda k, v: v.reshape([-1 if j == k else 1 for j in range(len(pieces))])   # noqa: E731
+        meets = np.ones([len(f) for f in firsts], dtype=bool)
+        for (coeff, _), shift in zip(self.relations, shifts):
+            top = shift
+            for k, d in enumerate(self.loops):
+                if coeff[d]:
+                    top = top + coeff[d] * axes(k, lasts[k] if coeff[d] > 0 else firsts[k])
+            meets &= np.asarray(top) >= 0
+        count = int(np.count_nonzero(meets))
+        if len(self._passes) >= 65536:
+            self._passes.clear()
+        self._passes[key] = count
+        return count
 
 
 class RowTiles:
@@ -85,6 +124,14 @@ class RowTiles:
 
     def kept(self, T: np.ndarray) -> np.ndarray:
         return np.full((T.shape[0], T.shape[2]), 1.0 / self.extent)
+
+    def kept_at(self, sizes: np.ndarray) -> np.ndarray:
+        return np.full(sizes.shape[0], 1.0 / self.extent)
+
+    def passes_meeting(self, box, unit) -> int:
+        """The passes along its loop over the one row the replay cuts the tile to: all of them."""
+        points = int(box[self.loops[0]][1])
+        return -(-points // max(1, min(int(unit[self.loops[0]]), points)))
 
 
 

@@ -141,8 +141,9 @@ def statement_traffic(model, grid: TileGrid, capacity, si: int, st: _StatementMo
         by_level = _fetches_by_prefix(a.index_mask[seq.loops], seq.moving, seq.prefix,
                                       [(h + 1) * D for h in a.chain] + [seq.length])
         levels = _level_traffic(a, st, grid, capacity.double_buffered, tile.kept, by_level, model.extents)
-        datapath, datapath_reads, granule = _datapath_traffic(a, st, model.target.compute.kind, tile.kept, seq,
-                                                              by_level[:, -1], L)
+        datapath, datapath_reads, granule = _datapath_traffic(a, st, model.target.compute.kind,
+                                                              _datapath_kept(a, st, grid, tile, seq), seq,
+                                                              by_level[:, -1])
         if ai in held:      # the vector unit still holds it from the statement before: no read
             datapath = np.where(held[ai], 0.0, datapath)
             datapath_reads = np.where(held[ai], 0.0, datapath_reads)
@@ -236,11 +237,38 @@ def _level_traffic(a: _AccessModel, st: _StatementModel, grid: TileGrid, double_
                          [fps[:, pos] for pos in range(len(a.chain))])
 
 
+def _datapath_kept(a: _AccessModel, st: _StatementModel, grid: TileGrid, tile: DatapathTile,
+                   seq: LoopSequence) -> np.ndarray | None:
+    """[n] the kept fraction of a `where` domain's boxes one transfer of access `a` into the
+    datapath serves (None: no domain). Along each loop the domain cuts, a transfer covers one
+    pass where the access is fetched again as that loop's passes step (it indexes the loop,
+    or it is indexed by a loop the datapath steps inside it), else the whole innermost tile
+    (it stays put across those passes: a stationary block, a row's running max). A transfer
+    whose box misses the domain is skipped with its passes (`TileDomain.passes_meeting`)."""
+    if tile.kept is None:
+        return None
+    L = grid.tiles.shape[2]
+    if isinstance(st.domain, RowTiles):
+        return tile.kept[:, L - 1]
+    D = grid.tiles.shape[1]
+    S = seq.length
+    indexing = a.index_mask[seq.loops] & seq.moving                             # [S, n]
+    last = np.where(indexing.any(axis=0), S - 1 - np.argmax(indexing[::-1], axis=0), -1)
+    inner = grid.T[:, :, L - 1]
+    sizes = inner.copy()
+    for d in st.domain.loops:
+        at = S - D + np.argmax(seq.loops[S - D:] == d, axis=0)                 # its pass loop's position
+        again = a.index_mask[d] | (at < last)
+        sizes[:, d] = np.where(again, np.minimum(tile.unit[:, d], inner[:, d]), inner[:, d])
+    return np.minimum(st.domain.kept_at(sizes), tile.kept[:, L - 1])
+
+
 def _datapath_traffic(a: _AccessModel, st: _StatementModel, compute_kind: str, kept, seq: LoopSequence,
-                      fetches, L: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      fetches) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """[n] bytes of one access streaming between its innermost level and the datapath, [n]
     the part of them read out of that level (an operand; an accumulation's partial sums read
-    back; the rest are results written into it), and [n] the bytes of one transfer (a pass's)."""
+    back; the rest are results written into it), and [n] the bytes of one transfer (a pass's).
+    `kept`: the share of its transfers a `where` domain leaves (`_datapath_kept`), or None."""
     distinct = np.prod(seq.counts[:, a.counted], axis=1)
     # A systolic array's partial sums are added into its accumulator as they arrive
     # (the banks read-modify-write in place: Gemmini's accumulate-on-write, the MXU's
@@ -249,7 +277,7 @@ def _datapath_traffic(a: _AccessModel, st: _StatementModel, compute_kind: str, k
     granule = _footprint(a, seq.mean)
     datapath = _traffic(dp_kind, granule, fetches, distinct)
     if kept is not None:
-        datapath = datapath * _kept_share(a, st.domain, kept[:, L - 1], fetches, distinct)
+        datapath = datapath * _kept_share(a, st.domain, kept, fetches, distinct)
     if dp_kind == "read":
         return datapath, datapath, granule
     if dp_kind == "write":
