@@ -18,6 +18,18 @@ Points run serially, on a Dask LocalCluster (`workers=N`) or on an existing sche
 (`scheduler=ADDRESS`) with the serial results; with `cache=DIR` each finished point is written
 as JSON keyed by the program, the design and the options, so an interrupted sweep resumes (the
 cache resumes one sweep with one build: after an upgrade, start from an empty directory).
+
+What one design reuses from the designs before it is exact: every point's report is the one a
+fresh `optimize` on its target gives. The program is imported once and scattered once to each
+Dask worker, and a process (the caller's, or a worker's) keeps the package's caches warm from
+one point to the next: what does not read the target is found again, not recomputed (the
+fusion pass's rewrites and their equivalence verdicts, scaled twins and reference runs, isl
+legality verdicts by schedule, tiled-run checks by canonical schedule), and within a design
+each kernel structure is searched once (`baselines`, `accel.tile_search`: keyed by the
+canonical kernel). A search's result is keyed by the whole target: every field a sweep can set
+on a design's performance view is read by the cost model the searches compare with (sizes
+decide what fits, bandwidths and latencies the roofline, energies latency's 1% ties), so no
+search result is carried to a design whose view differs.
 """
 from __future__ import annotations
 
