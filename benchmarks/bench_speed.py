@@ -15,7 +15,8 @@ compared point for point: equal hashes, equal reports.
 `--explore SWEEP` times the points of one sweep in one process: the first point, then each
 later one (what a sweep's points after the first cost); `--reuse` adds, per point, each
 cache's misses (what that point computed rather than found from the points before it).
-`--tree` runs the package of that source tree (repeatable: the trees alternate, run by run, so both see the same machine load).
+`--tree` runs the package of that source tree (repeatable: the trees alternate, run by run,
+so both see the same machine load).
 """
 from __future__ import annotations
 
