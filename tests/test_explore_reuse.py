@@ -85,3 +85,24 @@ def test_an_area_only_field_keeps_the_performance_view_but_not_the_point_cache_k
     base, moved = _design_target(raw, filename, {}), _design_target(raw, filename, {"technology_nm": 7})
     assert performance_view(base) == performance_view(moved) and base.area_mm2 != moved.area_mm2
     assert _cache_key(program, raw, {}, 0, None) != _cache_key(program, raw, {"technology_nm": 7}, 0, None)
+
+
+def test_designs_run_with_the_array_outermost_and_are_reported_in_sweep_order():
+    from autocomp_jupyter.dse import design_points, parse_sweep, path_kinds, run_order, typed_sweep
+
+    raw, _ = target_mapping("npu")
+    kinds = path_kinds(raw)
+    designs = lambda *sweeps: design_points([typed_sweep(parse_sweep(s), kinds) for s in sweeps])
+    bandwidth, array = "memory.DRAM.bandwidth_gbps=12.8,25.6", "compute.pe_rows=16,8"
+    sram = "memory.SRAM.size_bytes=1MiB,256KiB"
+    usual = designs(array, sram, bandwidth)
+    assert run_order(usual, list(range(8))) == list(range(8))        # already array, then SRAM, outermost
+    inverted = designs(bandwidth, sram, array)
+    order = run_order(inverted, list(range(8)))
+    assert [(inverted[i]["compute.pe_rows"], inverted[i]["memory.SRAM.size_bytes"]) for i in order] == \
+        [(r, s) for r in (16, 8) for s in (1 << 20, 256 << 10) for _ in range(2)]
+    assert run_order(inverted, [5, 2]) == [2, 5]                       # pending ones only (a resumed sweep)
+    tiny = "input A: f32[16, 16]\ninput B: f32[16, 16]\nC = matmul(A, B)\noutput C\n"
+    res = explore(tiny, "npu", ["clock_ghz=2.0,1.0", "compute.pe_rows=16,8"])
+    assert [p["params"] for p in res.points] == [{"clock_ghz": c, "compute.pe_rows": r}
+                                                 for c in (2.0, 1.0) for r in (16, 8)]
