@@ -13,8 +13,10 @@ compared point for point: equal hashes, equal reports.
 
 `--models` are stems of ~/.cache/autocomp-exports/<stem>.onnx (bench_exports.py writes them);
 `--explore SWEEP` times the points of one sweep in one process: the first point, then each
-later one (what a sweep's points after the first cost). `--tree` runs the package of that
-source tree (repeatable: the trees alternate, run by run, so both see the same machine load).
+later one (what a sweep's points after the first cost); `--reuse` adds, per point, each
+cache's misses (what that point computed rather than found from the points before it).
+`--tree` runs the package of that source tree (repeatable: the trees alternate, run by run,
+so both see the same machine load).
 """
 from __future__ import annotations
 
@@ -69,16 +71,26 @@ def run_one(model: str, target: str, profile: str | None) -> dict:
             "by_pass": {k: round(v, 2) for k, v in (report.get("seconds_by_pass") or {}).items()}}
 
 
-def run_explore(model: str, target: str, sweep: str, profile: str | None) -> dict:
-    """CPU seconds of each point of `sweep` on `target`, in one process."""
+def run_explore(model: str, target: str, sweep: str, profile: str | None, reuse: bool = False) -> dict:
+    """CPU seconds of each point of `sweep` on `target`, in one process; with `reuse`, each
+    cache's misses per point (what a point computed rather than found)."""
     from autocomp_jupyter.cli import _finite
     from autocomp_jupyter.dse import explore
 
+    from autocomp_jupyter import caches
+
     path = str(CACHE / f"{model}.onnx")
-    marks = []
+    marks, misses = [], []
+    before = [caches.stats()]
 
     def progress(done, total, point):
         marks.append(time.process_time())
+        if not reuse:
+            return
+        now = caches.stats()          # what this point computed again: each cache's new misses
+        misses.append({k: v["misses"] - before[0].get(k, {}).get("misses", 0) for k, v in now.items()
+                       if v["misses"] > before[0].get(k, {}).get("misses", 0)})
+        before[0] = now
 
     t0 = time.process_time()
     if profile:
@@ -91,7 +103,8 @@ def run_explore(model: str, target: str, sweep: str, profile: str | None) -> dic
         result = explore(path, target, [sweep], tune=0, progress=progress)
     per_point = [round(b - a, 2) for a, b in zip([t0] + marks[:-1], marks)]
     out = json.loads(json.dumps(_finite(result.to_json()), default=str))
-    return {"cpu": round(time.process_time() - t0, 2), "per_point": per_point, "digest": digest(out)}
+    row = {"cpu": round(time.process_time() - t0, 2), "per_point": per_point, "digest": digest(out)}
+    return {**row, "misses_per_point": misses} if reuse else row
 
 
 def main(argv=None) -> int:
@@ -102,11 +115,12 @@ def main(argv=None) -> int:
     p.add_argument("--tree", action="append", help="source tree to run (repeatable: alternated)")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--profile", help="cProfile output file (one model and target)")
+    p.add_argument("--reuse", action="store_true", help="with --explore: each cache's misses per point")
     p.add_argument("--one", help=argparse.SUPPRESS)      # MODEL:TARGET, run here (the child process)
     args = p.parse_args(argv)
     if args.one:
         model, target = args.one.split(":")
-        row = (run_explore(model, target, args.explore, args.profile) if args.explore
+        row = (run_explore(model, target, args.explore, args.profile, args.reuse) if args.explore
                else run_one(model, target, args.profile))
         print(json.dumps(row))
         return 0
@@ -117,7 +131,7 @@ def main(argv=None) -> int:
                 for tree in trees:
                     command = [sys.executable, str(Path(__file__).resolve()), "--one", f"{model}:{target}"]
                     command += (["--explore", args.explore] if args.explore else []) + \
-                        (["--profile", args.profile] if args.profile else [])
+                        (["--profile", args.profile] if args.profile else []) + (["--reuse"] if args.reuse else [])
                     env = dict(os.environ, PYTHONPATH=tree)
                     done = subprocess.run(command, capture_output=True, text=True, cwd=tree, env=env)
                     if done.returncode:

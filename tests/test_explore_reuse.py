@@ -1,0 +1,108 @@
+"""What a sweep reuses from one design to the next is exact: every point's report is the one a
+fresh `optimize` on that design's target gives (caches emptied first), and the keys the reused
+results are found by change with every field the searches read. Tiny programs, two designs."""
+import gc
+import json
+import re
+
+import pytest
+
+from autocomp_jupyter import baselines, caches
+from autocomp_jupyter.dse import _cache_key, _design_target, explore, performance_view, target_mapping
+from autocomp_jupyter.dsl import parse
+from autocomp_jupyter.ir.schedule import kernels_unfused
+from autocomp_jupyter.passes import PassContext
+from autocomp_jupyter.pipeline import optimize
+from autocomp_jupyter.rules.engine import load_rules
+
+# A small residual block: two convolutions of one structure (searched once), batchnorm and
+# relu epilogues to fuse, a residual add; fusion, tiling, the library and chains all have work.
+SRC = """input X: f32[1, 8, 12, 12]
+param W1: f32[8, 8, 3, 3]
+param s1: f32[8]
+param t1: f32[8]
+param W2: f32[8, 8, 3, 3]
+Y1 = conv2d(X, W1, stride=1, padding=1)
+Z1 = batchnorm(Y1, s1, t1)
+A1 = relu(Z1)
+Y2 = conv2d(A1, W2, stride=1, padding=1)
+S = add(Y2, X)
+R = relu(S)
+output R
+"""
+_SECONDS = re.compile(r" in [0-9.]+ s\b")
+
+
+def _timeless(value):
+    """A report without what a run's clock decides (seconds by pass, a search's seconds)."""
+    if isinstance(value, dict):
+        return {k: _timeless(v) for k, v in value.items() if k not in ("seconds_by_pass", "seconds", "elapsed_s")}
+    if isinstance(value, list):
+        return [_timeless(v) for v in value]
+    if isinstance(value, str):
+        return _SECONDS.sub(" in ? s", value)
+    return value
+
+
+def _same(report) -> str:
+    return json.dumps(_timeless(report), sort_keys=True, default=str)
+
+
+def test_each_point_of_a_warm_sweep_is_the_report_a_fresh_optimize_gives():
+    caches.clear_all()
+    thresholds = gc.get_threshold()
+    # The second design runs on the caches the first left (isl verdicts, twins, reference runs).
+    res = explore(SRC, "npu", ["compute.pe_rows,compute.pe_cols=8x8,16x16", "memory.SRAM.size_bytes=64KiB"])
+    assert gc.get_threshold() == thresholds            # the collector's thresholds restored
+    assert len(res.points) == 2 and all(p["verified"] for p in res.points)
+    assert res.points[0]["time_s"] != res.points[1]["time_s"]
+    for i in range(2):
+        caches.clear_all()
+        fresh = optimize(SRC, target=res.design_target(i), tune=0).report
+        assert _same(res.reports[i]) == _same(fresh), f"design {i} differs from a fresh optimize"
+
+
+@pytest.mark.parametrize("path, value", [
+    ("compute.pe_rows", 16), ("compute.vector_lanes", 64), ("memory.SRAM.size_bytes", 2 << 20),
+    ("memory.SRAM.bandwidth_gbps", 64), ("memory.DRAM.bandwidth_gbps", 51.2),
+    ("memory.DRAM.latency_cycles", 100), ("memory.accumulator.energy_pj_per_byte", 0.2), ("clock_ghz", 2.0),
+])
+def test_a_field_the_searches_read_changes_every_key_a_result_is_reused_by(path, value):
+    program = parse(SRC, "<test>")
+    raw, filename = target_mapping("npu")
+    base, moved = _design_target(raw, filename, {}), _design_target(raw, filename, {path: value})
+    kernel = kernels_unfused(program)[0]
+    rules = load_rules([], "npu")
+    key = lambda target: baselines._cache_key(kernel, PassContext(program, target, rules, 0))
+    assert key(base) != key(moved)                                   # the library schedule
+    assert performance_view(base) != performance_view(moved)         # one pipeline run per view
+    assert _cache_key(program, raw, {}, 0, None) != _cache_key(program, raw, {path: value}, 0, None)   # --cache
+
+
+def test_an_area_only_field_keeps_the_performance_view_but_not_the_point_cache_key():
+    program = parse(SRC, "<test>")
+    raw, filename = target_mapping("npu")
+    base, moved = _design_target(raw, filename, {}), _design_target(raw, filename, {"technology_nm": 7})
+    assert performance_view(base) == performance_view(moved) and base.area_mm2 != moved.area_mm2
+    assert _cache_key(program, raw, {}, 0, None) != _cache_key(program, raw, {"technology_nm": 7}, 0, None)
+
+
+def test_designs_run_with_the_array_outermost_and_are_reported_in_sweep_order():
+    from autocomp_jupyter.dse import design_points, parse_sweep, path_kinds, run_order, typed_sweep
+
+    raw, _ = target_mapping("npu")
+    kinds = path_kinds(raw)
+    designs = lambda *sweeps: design_points([typed_sweep(parse_sweep(s), kinds) for s in sweeps])
+    bandwidth, array = "memory.DRAM.bandwidth_gbps=12.8,25.6", "compute.pe_rows=16,8"
+    sram = "memory.SRAM.size_bytes=1MiB,256KiB"
+    usual = designs(array, sram, bandwidth)
+    assert run_order(usual, list(range(8))) == list(range(8))        # already array, then SRAM, outermost
+    inverted = designs(bandwidth, sram, array)
+    order = run_order(inverted, list(range(8)))
+    assert [(inverted[i]["compute.pe_rows"], inverted[i]["memory.SRAM.size_bytes"]) for i in order] == \
+        [(r, s) for r in (16, 8) for s in (1 << 20, 256 << 10) for _ in range(2)]
+    assert run_order(inverted, [5, 2]) == [2, 5]                       # pending ones only (a resumed sweep)
+    tiny = "input A: f32[16, 16]\ninput B: f32[16, 16]\nC = matmul(A, B)\noutput C\n"
+    res = explore(tiny, "npu", ["clock_ghz=2.0,1.0", "compute.pe_rows=16,8"])
+    assert [p["params"] for p in res.points] == [{"clock_ghz": c, "compute.pe_rows": r}
+                                                 for c in (2.0, 1.0) for r in (16, 8)]
