@@ -65,10 +65,11 @@ class Kernel:
         Its anchor is the statement with the most points, or, given `anchor` (an op name),
         that op's (a chain fused with `compute_at` is anchored at its last contraction)."""
         wanted = set(op_names)
-        missing = wanted - {op.name for op in program.ops}
+        positions = program.op_positions
+        missing = wanted - positions.keys()
         if missing:
             raise KeyError(f"no op named {', '.join(sorted(missing))} in the program")
-        ops = [op for op in program.ops if op.name in wanted]
+        ops = [program.ops[i] for i in sorted(positions[name] for name in wanted)]
         statements = tuple(s for op in ops for s in op.statements)
         written = [s.target for s in statements]
         written_set = set(written)
