@@ -177,24 +177,91 @@ def _replayed(program: Program, name: str, ops: tuple[str, ...]) -> Program | No
     return result
 
 
-# The original's outputs on its random inputs, per (original, seed): every rewrite a pass
-# checks (each inline, the view folds, each chain) is compared with the same original run.
-_REFERENCE_OUTPUTS = LRU("verify.reference_outputs", 4)
+# The original's run on its random inputs, per (original, seed), with every value the checks
+# against it computed (`_Runs`): every rewrite a pass checks (each inline, the view folds,
+# each chain) is compared with the same original run, and changes a few of its statements.
+_REFERENCE_RUNS = LRU("verify.reference_runs", 2)
 
 
 def _equivalent(original: Program, candidate: Program, seed: int):
-    """`interp.equivalent(original, candidate, seed)`, the original's run done once."""
-    from .interp import compare_outputs, random_inputs, run
+    """`interp.equivalent(original, candidate, seed)`, the original's run done once and each
+    statement the candidate shares with it, on the same values, not run again (`_Runs`)."""
+    from .interp import compare_outputs, random_inputs
 
     key = (id(original), seed)
-    memo = _REFERENCE_OUTPUTS.get(key)
+    memo = _REFERENCE_RUNS.get(key)
     if memo is None or memo[0] is not original:          # an id is reused once its object is gone
-        inputs = random_inputs(original, seed)
-        values = run(original, inputs)
-        memo = (original, inputs, {name: values[name] for name in original.outputs})
-        _REFERENCE_OUTPUTS.put(key, memo)
-    _, inputs, expected = memo
-    return compare_outputs(original, expected, run(candidate, inputs))
+        runs = _Runs(random_inputs(original, seed))
+        values = runs.run(original)
+        memo = (original, runs, {name: values[name] for name in original.outputs})
+        _REFERENCE_RUNS.put(key, memo)
+    _, runs, expected = memo
+    return compare_outputs(original, expected, runs.run(candidate))
+
+
+class _Runs:
+    """`interp.run`s of programs on the same inputs that share their statements' values.
+
+    A statement's value depends on the statement, the tensor it writes and the values it
+    reads, nothing else: each computed value is kept by those (the values by identity: every
+    one is kept alive here), and a statement met again on the same values takes it (a
+    rewrite's unchanged statements, before and after the ones it changed). A value computed
+    again that is bit for bit one kept for the same tensor is replaced by that one, so the
+    statements after it are met on the same values too (an inlined op recomputed inside its
+    reader gives the same bits). The outputs are those `interp.run` gives."""
+
+    def __init__(self, inputs: dict):
+        self.inputs = inputs
+        self.values: dict = {}        # (statement, tensor, ids of the values read) -> value
+        self.by_tensor: dict = {}     # tensor name -> the values computed for it (bit-for-bit matches)
+        self.kept: list = []          # every value computed (their ids stay theirs)
+
+    def run(self, program: Program) -> dict:
+        from .interp import run_statement
+
+        env: dict = {}
+        for t in program.inputs:        # as `interp.run` checks them
+            if t.name not in self.inputs:
+                raise ValueError(f"missing value for {t.role} '{t.name}' {list(t.shape)}")
+            value = self.inputs[t.name]
+            if value.dtype != np.float64 or value.shape != t.shape:
+                value = np.asarray(value, dtype=np.float64)
+                if value.shape != t.shape:
+                    raise ValueError(f"'{t.name}' must have shape {list(t.shape)}, got {list(value.shape)}")
+                self.kept.append(value)
+            env[t.name] = value
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            for st in program.statements:
+                tensor = program.tensor(st.target)
+                key = (st, tensor, tuple((name, id(env[name])) for name in _read_names(st) if name in env))
+                value = self.values.get(key)
+                if value is None:
+                    value = self._same_as_before(st.target, run_statement(st, env, tensor))
+                    self.values[key] = value
+                env[st.target] = value
+        return env
+
+    def _same_as_before(self, name: str, value: np.ndarray) -> np.ndarray:
+        """`value`, or a value kept for tensor `name` with the same bits."""
+        seen = self.by_tensor.setdefault(name, [])
+        for old in seen:
+            if old.shape == value.shape and old.dtype == value.dtype and old.tobytes() == value.tobytes():
+                return old
+        seen.append(value)
+        self.kept.append(value)
+        return value
+
+
+def _read_names(st) -> list[str]:
+    """The tensors a statement reads, the integer tensors its indirect indices read included."""
+    names: list[str] = []
+    todo = list(st.reads())
+    while todo:
+        access = todo.pop()
+        if access.tensor not in names:
+            names.append(access.tensor)
+        todo.extend(r for _, r in access.indirect)
+    return sorted(names)
 
 
 def _replay_online_softmax(program: Program, ops: list[str]):

@@ -555,6 +555,19 @@ class Program:
     def _producer_index(self) -> dict[str, Op]:
         return {op.output: op for op in self.ops}
 
+    @cached_property
+    def _readers_index(self) -> dict[str, tuple[Op, ...]]:
+        readers: dict[str, list[Op]] = {}
+        for op in self.ops:
+            for name in dict.fromkeys(op.inputs):
+                readers.setdefault(name, []).append(op)
+        return {name: tuple(ops) for name, ops in readers.items()}
+
+    @cached_property
+    def op_positions(self) -> dict[str, int]:
+        """{op name: its index in `ops`}."""
+        return {op.name: i for i, op in enumerate(self.ops)}
+
     def tensor(self, name: str) -> Tensor:
         return self._tensor_index[name]
 
@@ -570,7 +583,7 @@ class Program:
 
     def readers(self, tensor: str) -> tuple[Op, ...]:
         """Ops that read `tensor`, in program order."""
-        return tuple(op for op in self.ops if tensor in op.inputs)
+        return self._readers_index.get(tensor, ())
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:

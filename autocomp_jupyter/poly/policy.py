@@ -98,8 +98,10 @@ def check_schedule(schedule) -> "Legality":
     label them) as long as every name can be written in isl, which is part of the key. An
     illegal verdict reached through another kernel's names is given back in this kernel's
     names (the violated dependence's tensor; its example pair, distances and message are
-    the same but for that name)."""
-    key = (schedule_key(schedule), _isl_names_ok(schedule.kernel))
+    the same but for that name). The key leaves out the annotations the loop nest carries
+    only as flags (`vectorize`, `unroll`: `ir.loopnest.lower` orders nothing by them), so a
+    schedule and its vectorised or unrolled variants are proved once."""
+    key = (_order_key(schedule), _isl_names_ok(schedule.kernel))
     hit = _VERDICTS.get(key)
     if hit is not None:
         verdict, names = hit
@@ -120,6 +122,16 @@ def check_schedule(schedule) -> "Legality":
         return Legality(False, (Violation("schedule", "", "", "", message=f"not a valid schedule: {err}"),))
     _VERDICTS.put(key, (Legality(True) if verdict.ok else verdict, tuple(t.name for t in schedule.kernel.tensors)))
     return verdict
+
+
+# Annotations that mark loops of the nest without moving any instance in time.
+_FLAGS = ("vectorize", "unroll")
+
+
+def _order_key(schedule) -> tuple:
+    """`canon.schedule_key` without the annotations in `_FLAGS` (what legality reads)."""
+    kernel, tiles, order, annotations, levels = schedule_key(schedule)
+    return kernel, tiles, order, tuple(a for a in annotations if a[0] not in _FLAGS), levels
 
 
 def _compute_at_violations(schedule) -> tuple["Violation", ...]:

@@ -97,6 +97,8 @@ class _ProducerModel:
                       and (self.inner_tiles[d] < min(self.extents[d], hi) - max(0, lo)).any()}
         alone = self.model.evaluate_batch(*self.model.schedule_arrays(own))
         self.alone_compute = float(alone.compute_s[0])
+        self._index: dict[bytes, int] = {}          # region tiles -> row of `_bank` (`_remembered`)
+        self._bank: BatchCost | None = None
 
     def _cost(self, sub: np.ndarray, order: np.ndarray) -> "BatchCost":
         """Its nest's cost for each row of `sub` in `order` ([L, D], or [n, L, D]: one per row)."""
@@ -154,16 +156,35 @@ class _ProducerModel:
     def evaluate(self, tiles, orders, counts, parallel=None) -> tuple["BatchCost", np.ndarray]:
         """(its cost over its whole region once, the recompute factor) per candidate.
         Candidates that differ only outside its region (the anchor's inner tiles, its
-        orders) give it the same region tiles: each distinct one is costed once (a chain's
-        tiling search asks ~5x as many rows as there are distinct regions)."""
+        orders) give it the same region tiles: each distinct one is costed once
+        (`_remembered`: a chain's tiling search asks ~5x as many rows as there are distinct
+        regions, and its scheduling pass and tuner ask the search's regions again)."""
         sub, mult = self.region_tiles(tiles, orders, counts, parallel)
+        return self._remembered(sub), mult
+
+    def _remembered(self, sub: np.ndarray) -> "BatchCost":
+        """`_choose(sub)`'s cost, each distinct row of `sub` costed once across calls: a row's
+        cost depends on that row alone (`_choose`), so the rows costed before are kept in one
+        batch (`_bank`, at most PRODUCER_ROWS, then started again) and read back by index.
+        Shared by the copies of the kernel model (`kernel_model`), whose producers these are."""
         n = len(sub)
-        if n < 2:
-            return self._choose(sub)[0], mult
-        distinct, first, inverse = np.unique(sub.reshape(n, -1), axis=0, return_index=True, return_inverse=True)
-        if len(distinct) == n:
-            return self._choose(sub)[0], mult
-        return _rows(self._choose(sub[first])[0], inverse.reshape(-1)), mult
+        keys = [row.tobytes() for row in np.ascontiguousarray(sub).reshape(n, -1)]
+        missing = dict.fromkeys(k for k in keys if k not in self._index)
+        if len(self._index) + len(missing) > PRODUCER_ROWS:
+            self._index, self._bank = {}, None
+            missing = dict.fromkeys(keys)
+        if missing:
+            first = {}
+            for i, k in enumerate(keys):
+                if k in missing and k not in first:
+                    first[k] = i
+            fresh = self._choose(sub[list(first.values())])[0]
+            base = 0 if self._bank is None else len(self._bank)
+            self._bank = fresh if self._bank is None else _concat(self._bank, fresh)
+            for j, k in enumerate(first):
+                self._index[k] = base + j
+        index = self._index
+        return _rows(self._bank, np.fromiter((index[k] for k in keys), dtype=np.int64, count=n))
 
     def schedule(self, sub: np.ndarray) -> Schedule:
         """Its nest as a schedule of its own kernel, tiles `sub` [loops, levels], in the inner
@@ -225,7 +246,23 @@ class _ProducerModel:
 
 
 MAX_PRODUCER_ORDERS = 4     # inner orders tried for a producer nest over its region
+PRODUCER_ROWS = 4096        # region tilings whose cost a producer nest remembers (`_remembered`)
 POOR_ORDER = 1.5            # ... where its own order computes this much slower than alone
+
+
+def _concat(a: BatchCost, b: BatchCost) -> BatchCost:
+    """The candidates of `a`, then those of `b`, as one BatchCost."""
+    out = {}
+    for f in BatchCost.__dataclass_fields__:
+        v, w = getattr(a, f), getattr(b, f)
+        if isinstance(v, np.ndarray):
+            out[f] = np.concatenate([v, w])
+        elif isinstance(v, dict):
+            out[f] = {k: np.concatenate([np.broadcast_to(x, (len(a),)), np.broadcast_to(w[k], (len(b),))])
+                      for k, x in v.items()}
+        else:
+            out[f] = v
+    return BatchCost(**out)
 
 
 def _order_variants(order: np.ndarray, loops: list[int], limit: int) -> np.ndarray:
