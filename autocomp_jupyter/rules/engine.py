@@ -488,18 +488,27 @@ def sole_reader(program: Program, op: Op) -> Op | None:
 
 def chain_from(program: Program, op: Op, limit: int, taken: set[str]) -> list[Op]:
     """The producer→consumer chain starting at `op`: each op the sole reader of the previous
-    one, or, where the chain's tensors have several readers, the first of them such that the
-    others then read only the chain and that op (SiLU's x·sigmoid(x): the sigmoid, then the
-    multiply that reads x and the sigmoid). Only prefixes that `closed_prefix` keeps may be
-    fused: a later op may still read an earlier tensor."""
+    one, or, where the chain's tensors have several readers, the first of them (program
+    order) such that the others then read only the chain and that op (SiLU's x·sigmoid(x):
+    the sigmoid, then the multiply that reads x and the sigmoid), or, where several readers
+    stay, an elementwise/broadcast op while every pending reader is one too: a pointwise
+    region that meets again further on (GELU as an exporter writes it, x/√2 → erf → +1 → ·0.5
+    and then · x). Only prefixes that `closed_prefix` keeps may be fused: a later op may
+    still read an earlier tensor.
+
+    `limit` (max_fusion_depth) counts the chain's ops, the pointwise ops of a region that
+    meets again as one with the op that closes it (what an exporter writes node by node is
+    one op of the model); the chain never has more than FUSION_DEPTH ops."""
     chain = [op]
-    while len(chain) < limit:
+    counted = 1
+    while counted < limit and len(chain) < FUSION_DEPTH.value():
         nxt = sole_reader(program, chain[-1])
         if nxt is None and chain[-1].output not in program.outputs:
             nxt = _next_in_dag(program, chain)
         if nxt is None or nxt.name in taken:
             break
         chain.append(nxt)
+        counted += 0 if nxt.op_class in POINTWISE and _region_open(program, chain) else 1
     return chain
 
 
@@ -514,13 +523,29 @@ def _outside_readers(program: Program, chain: list[Op]) -> list[Op] | None:
     return sorted(readers.values(), key=lambda r: order[r.name])
 
 
+POINTWISE = ("elementwise", "broadcast")
+
+
 def _next_in_dag(program: Program, chain: list[Op]) -> Op | None:
     readers = _outside_readers(program, chain)
     if not readers:
         return None
     first = readers[0]
     after = _outside_readers(program, chain + [first])
-    return first if after is not None and len(after) <= 1 else None
+    if after is None:
+        return None
+    if len(after) <= 1:
+        return first
+    # Several readers stay: a pointwise region may still meet again at a pointwise op.
+    pointwise = first.op_class in POINTWISE and all(r.op_class in POINTWISE for r in after)
+    return first if pointwise else None
+
+
+def _region_open(program: Program, chain: list[Op]) -> bool:
+    """Whether a tensor of `chain` other than its last op's output is still read outside it:
+    the chain is inside a region that has not met again yet."""
+    names = {o.name for o in chain}
+    return any(r.name not in names for o in chain[:-1] for r in program.readers(o.output))
 
 
 def closed_prefix(program: Program, chain: list[Op], n: int) -> int:
