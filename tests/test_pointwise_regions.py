@@ -1,6 +1,7 @@
 """Pointwise ops as exporters write them fuse with the contraction next to them: a GELU written
 node by node (x/√2 → erf → +1 → ·0.5, then · x: a region that meets again) is one epilogue of
-the GEMM before it, whatever max_fusion_depth; a batchnorm + relu read only by a conv is a
+the GEMM before it, whatever max_fusion_depth, or, where one GEMM alone reads it, a prologue of
+that GEMM; a batchnorm + relu read only by a conv is a
 prologue of that conv (`pointwise_prologue`, computed at its tiles). Both verified."""
 from __future__ import annotations
 
@@ -35,6 +36,13 @@ def test_a_region_waits_only_for_pointwise_readers():
     src = GELU_WRITTEN_OUT.replace("output G\n", "param V: f32[128, 8]\nK = matmul(H, V)\noutput G, K\n")
     program = parse(src)
     assert [o.name for o in chain_from(program, program.op("H"), 4, set())] == ["H"]
+
+
+def test_a_region_one_contraction_alone_reads_is_left_to_its_prologue():
+    # G's one reader is a GEMM: the region stays out of H's chain (pointwise_prologue takes it).
+    program = parse(GELU_WRITTEN_OUT.replace("output G\n", "param V: f32[128, 8]\nK = matmul(G, V)\noutput K\n"))
+    assert [o.name for o in chain_from(program, program.op("H"), 4, set())] == ["H"]
+    assert [o.name for o in chain_from(program, program.op("D"), 5, set())] == ["D", "E", "P", "Q", "G"]
 
 
 def test_gelu_written_out_is_one_epilogue_on_every_depth():
