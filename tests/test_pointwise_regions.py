@@ -75,3 +75,34 @@ def test_batchnorm_relu_is_a_prologue_of_the_conv_that_alone_reads_it(tmp_path):
     apart = autocomp.optimize(BN_RELU_CONV, target="npu", tune=0, rules=[str(off)]).report
     assert [k["name"] for k in apart["kernels"]] == ["B_R", "C"]
     assert apart["optimized"]["time_s"] > r["optimized"]["time_s"] * 1.2
+
+
+DENSE_LAYERS = """input X: f32[1, 8, 10, 10]
+param W1: f32[4, 8, 3, 3]
+param W2: f32[4, 12, 3, 3]
+param g: f32[16]
+param s: f32[16]
+param W3: f32[8, 16, 1, 1]
+A = conv2d(X, W1, padding=1)
+C1 = concat(X, A, axis=1)
+B = conv2d(C1, W2, padding=1)
+C2 = concat(X, A, B, axis=1)
+N = batchnorm(C2, g, s)
+R = relu(N)
+Y = conv2d(R, W3)
+output Y
+"""
+
+
+def test_a_concat_read_once_by_a_pointwise_op_is_read_through():
+    from autocomp_jupyter.rules.fusion import inline, is_join
+
+    program = parse(DENSE_LAYERS)
+    assert is_join(program, program.op("C2"))          # read once by the batchnorm, at its own indices
+    assert not is_join(program, program.op("C1"))      # read by a conv: each element many times
+    folded = inline(program, program.op("C2"))
+    assert not folded.has_tensor("C2") and set(folded.op("N").inputs) >= {"X", "A", "B"}
+    r = autocomp.optimize(DENSE_LAYERS, target="npu", tune=0).report
+    assert r["verified"] and not any("C2" in k["ops"] for k in r["kernels"])
+    entry = next(e for e in r["rules"] if e["rule"] == "fold_joins")
+    assert entry["applied"] and entry["ops"] == ["C2", "N"]
