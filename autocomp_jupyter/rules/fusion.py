@@ -46,7 +46,7 @@ from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, fault_reason, rollback_entry, rule_entry, transaction
 from ..ir.plan import Plan
 from .domains import implied_domains
-from .engine import Fuse, FusionRule, Replace, chain_from, closed_prefix, sole_reader
+from .engine import POINTWISE, Fuse, FusionRule, Replace, chain_from, closed_prefix, sole_reader
 
 PASS = "fusion"
 
@@ -712,6 +712,10 @@ def _log_blocked(program: Program, op: Op, ctx: PassContext, log) -> None:
             if rule.match is not None and rule.applies_to(ctx.target.name) and rule.match.match_chain([op, reader]) >= 2:
                 if op.output in program.outputs:
                     why = f"'{op.output}' is a program output, so it must be written to memory anyway"
+                elif len(readers) > 1 and all(r.op_class in POINTWISE for r in readers):
+                    why = (f"'{op.output}' has {len(readers)} readers ({', '.join(r.name for r in readers)}), a "
+                           "pointwise region that does not meet again within max_fusion_depth, or whose result "
+                           "one contraction alone reads (its prologue then: pointwise_prologue)")
                 else:
                     why = (f"'{op.output}' has {len(readers)} readers ({', '.join(r.name for r in readers)}): "
                            "fusing it into one would leave the others reading it from memory")
