@@ -106,3 +106,29 @@ def test_a_concat_read_once_by_a_pointwise_op_is_read_through():
     assert r["verified"] and not any("C2" in k["ops"] for k in r["kernels"])
     entry = next(e for e in r["rules"] if e["rule"] == "fold_joins")
     assert entry["applied"] and entry["ops"] == ["C2", "N"]
+
+
+SQUEEZE_EXCITE = """input X: f32[1, 16, 12, 12]
+param W1: f32[4, 16, 1, 1]
+param W2: f32[16, 4, 1, 1]
+param W3: f32[8, 16, 1, 1]
+M = global_avgpool(X)
+M4[n, c, h, w] = M[n, c] where h < 1, w < 1
+F = conv2d(M4, W1)
+G = relu(F)
+H = conv2d(G, W2)
+S = sigmoid(H)
+Y[n, c, h, w] = S[n, c, 0, 0] * X[n, c, h, w]
+P = conv2d(Y, W3)
+output P
+"""
+
+
+def test_a_channel_scale_larger_than_its_conv_is_the_projections_prologue():
+    # Y (the whole activation) is no epilogue of H (one value per channel): it is computed
+    # at the projection's tiles instead, and Y never goes to DRAM.
+    r = autocomp.optimize(SQUEEZE_EXCITE, target="npu", tune=0).report
+    assert r["verified"] and [k["name"] for k in r["kernels"]][-1] == "Y_P"
+    cut = next(e for e in r["rules"] if e["rule"] == "epilogue" and e["ops"] == ["H", "Y"])
+    assert not cut["applied"] and "more elements" in cut["why"]
+    assert next(e for e in r["rules"] if e["rule"] == "pointwise_prologue")["applied"]

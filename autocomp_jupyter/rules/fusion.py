@@ -672,9 +672,10 @@ def _chain_groups(program: Program, ctx: PassContext, fixed: list[list[str]], lo
             continue
         group = [op.name]
         with transaction(rollbacks, PASS, "fusion rules", kernel=op.name, then="the op stays alone") as step:
-            chain = chain_from(program, op, depth, taken - {op.name})
+            whole = chain_from(program, op, depth, taken - {op.name})
+            chain = _within_output(program, whole)
             if len(chain) == 1:
-                _log_blocked(program, op, ctx, log)
+                _log_blocked(program, op, ctx, log, larger=whole[1] if len(whole) > 1 else None)
             matches: list[tuple[FusionRule, int]] = []
             for rule in ctx.rules.fusion_rules:
                 if rule.lower != "epilogue":
@@ -704,13 +705,32 @@ def _chain_groups(program: Program, ctx: PassContext, fixed: list[list[str]], lo
     return sorted(groups_by_first.values(), key=lambda g: position[g[0]])
 
 
-def _log_blocked(program: Program, op: Op, ctx: PassContext, log) -> None:
-    """Say why a rule that would match op → reader does not fire: the precondition failed."""
+def _within_output(program: Program, chain: list[Op]) -> list[Op]:
+    """`chain` up to its first op that writes more elements than the contraction starting it:
+    an epilogue runs on each output tile of its contraction, and such an op (a squeeze-excite's
+    channel scale over the whole activation after its 1x1 conv) would instead become the
+    kernel's anchor, reading its large operand from DRAM; it is left to the contraction that
+    reads it (`pointwise_prologue`)."""
+    if chain[0].op_class != "contraction":
+        return chain
+    size = program.tensor(chain[0].output).size
+    for n, op in enumerate(chain[1:], start=1):
+        if op.op_class != "contraction" and program.tensor(op.output).size > size:
+            return chain[:n]
+    return chain
+
+
+def _log_blocked(program: Program, op: Op, ctx: PassContext, log, larger: Op | None = None) -> None:
+    """Say why a rule that would match op → reader does not fire: the precondition failed,
+    or the reader (`larger`) writes more elements than op (`_within_output`)."""
     readers = program.readers(op.output)
     for reader in readers:
         for rule in ctx.rules.fusion_rules:
             if rule.match is not None and rule.applies_to(ctx.target.name) and rule.match.match_chain([op, reader]) >= 2:
-                if op.output in program.outputs:
+                if reader is larger:
+                    why = (f"'{reader.output}' has more elements than '{op.output}': not an epilogue of it (it would "
+                           "anchor the kernel); left to the contraction that reads it")
+                elif op.output in program.outputs:
                     why = f"'{op.output}' is a program output, so it must be written to memory anyway"
                 elif len(readers) > 1 and all(r.op_class in POINTWISE for r in readers):
                     why = (f"'{op.output}' has {len(readers)} readers ({', '.join(r.name for r in readers)}), a "
