@@ -706,16 +706,22 @@ def _chain_groups(program: Program, ctx: PassContext, fixed: list[list[str]], lo
 
 
 def _within_output(program: Program, chain: list[Op]) -> list[Op]:
-    """`chain` up to its first op that writes more elements than the contraction starting it:
-    an epilogue runs on each output tile of its contraction, and such an op (a squeeze-excite's
-    channel scale over the whole activation after its 1x1 conv) would instead become the
-    kernel's anchor, reading its large operand from DRAM; it is left to the contraction that
-    reads it (`pointwise_prologue`)."""
+    """`chain` up to its first op that writes more elements than the contraction starting it
+    has points and reads an operand that large. An epilogue runs on each tile of its
+    contraction (an RMSNorm's scale on its sum of squares' rows stays); such an op (a
+    squeeze-excite's channel scale over the whole activation after its 1x1 conv) would
+    instead become the kernel's anchor and read its large operand from DRAM: it is left to
+    the contraction that reads it (`pointwise_prologue`)."""
     if chain[0].op_class != "contraction":
         return chain
-    size = program.tensor(chain[0].output).size
+    size = max(st.points for st in chain[0].statements)     # the points its tiles cover
+    made = set()
     for n, op in enumerate(chain[1:], start=1):
-        if op.op_class != "contraction" and program.tensor(op.output).size > size:
+        made.add(chain[n - 1].output)
+        larger = op.op_class != "contraction" and program.tensor(op.output).size > size
+        # ... reading a large operand of its own (a broadcast of the chain alone, GQA's repeated
+        # keys, stays: it reads nothing more from DRAM)
+        if larger and any(program.tensor(t).size > size for t in op.inputs if t not in made):
             return chain[:n]
     return chain
 
