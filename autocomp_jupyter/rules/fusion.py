@@ -12,7 +12,11 @@ Steps, each logged into the report:
    in bounds. The rewritten program is checked by the interpreter. Views (`fold_views`):
    a copy with no arithmetic (reshape, transpose, squeeze: `Y[i, j] = X[j, i]`) is folded
    into its readers whatever its size, which then read X through the copy's index map, as
-   TVM fuses injective ops into their consumers; checked once for all views. Implied
+   TVM fuses injective ops into their consumers; checked once for all views. Joins
+   (`fold_joins`): a concat (or any one-statement injective op that is not a view) read
+   once per element by one pointwise op is substituted into it, which then reads the
+   concat's pieces itself (DenseNet's batchnorm reads its layer's inputs, no concatenated
+   copy is made); checked once for all joins. Implied
    domains (`rules.domains`): a sum of a factor that is 0 outside a `where` domain (a causal
    softmax's row sum) reduces over that domain only; checked once.
 3. Chains: at each op (program order) every enabled rule for the target is matched against
@@ -42,7 +46,7 @@ from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, fault_reason, rollback_entry, rule_entry, transaction
 from ..ir.plan import Plan
 from .domains import implied_domains
-from .engine import Fuse, FusionRule, Replace, chain_from, closed_prefix, sole_reader
+from .engine import POINTWISE, Fuse, FusionRule, Replace, chain_from, closed_prefix, sole_reader
 
 PASS = "fusion"
 
@@ -59,6 +63,8 @@ def fusion_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
     if params.get("fold_views", True):
         with transaction(rollbacks, PASS, "folding the views", then="views kept as copies"):
             program = _fold_views(program, ctx, log, rollbacks, taken)
+    with transaction(rollbacks, PASS, "folding the joins", then="joins kept as copies"):
+        program = _fold_joins(program, ctx, log, rollbacks, taken)
     with transaction(rollbacks, PASS, "implied domains", then="the sums keep their boxes"):
         program = _implied_domains(program, ctx, log, rollbacks)
     groups = _chain_groups(program, ctx, fixed_groups, log, rollbacks)
@@ -317,6 +323,10 @@ def _replay(program: Program, fused: Program, keep) -> Program:
         op = program.producer(name)
         if not fused.has_tensor(name) and name not in keep and op is not None and is_view(program, op):
             program = inline(program, op)
+    for name in [op.output for op in program.ops]:
+        op = program.producer(name)
+        if not fused.has_tensor(name) and name not in keep and op is not None and is_join(program, op):
+            program = inline(program, op)
     return program
 
 
@@ -367,6 +377,60 @@ def _fold_views(program: Program, ctx: PassContext, log, rollbacks, keep: set[st
     if not verdict:
         log.append(rule_entry("fold_views", PASS, [e["ops"][0] for e in entries], False, f"rolled back: {verdict.reason}"))
         rollbacks.append(rollback_entry(PASS, entries[0]["ops"][0], f"folding the views changed the result: {verdict.reason}"))
+        return program
+    log.extend(entries)
+    return folded
+
+
+def is_join(program: Program, op: Op) -> bool:
+    """Whether `op` is a join its one reader can read through: one injective statement that
+    is not a view (a concat: `C[n, c, h, w] = A[n, c, h, w] + B[n, c - 64, h, w]`, each piece
+    0 outside its range), each loop one target dimension, no rounding, its output not a
+    program output, and one pointwise reader of one statement reading it once at the same
+    indices as it writes its own target, over the same extents: each element read once, in
+    bounds, so substituting computes the same values with no work repeated."""
+    if op.op_class != "injective" or len(op.statements) != 1 or op.output in program.outputs or is_view(program, op):
+        return False
+    st = op.statements[0]
+    lhs = [i.single_loop for i in st.target_indices]
+    if st.reduce or None in lhs or len(set(lhs)) != len(lhs):
+        return False
+    y = program.tensor(op.output)
+    if any(program.tensor(a.tensor).dtype != y.dtype for a in st.reads() if program.has_tensor(a.tensor)):
+        return False
+    readers = program.readers(op.output)
+    if len(readers) != 1 or readers[0].op_class not in ("elementwise", "broadcast") or len(readers[0].statements) != 1:
+        return False
+    reader = readers[0].statements[0]
+    reads = [a for a in reader.reads() if a.tensor == op.output]
+    if reader.reduce or len(reads) != 1 or tuple(reads[0].indices) != tuple(reader.target_indices):
+        return False
+    return all(i.single_loop is not None and reader.extents[i.single_loop] == dim
+               for i, dim in zip(reader.target_indices, y.shape))
+
+
+def _fold_joins(program: Program, ctx: PassContext, log, rollbacks, keep: set[str]) -> Program:
+    """Step 2's joins: each substituted into its one reader; the result checked once by the
+    interpreter, all undone if it differs."""
+    folded, entries = program, []
+    for name in [op.output for op in program.ops]:
+        op = folded.producer(name)
+        if op is None or op.name in keep or any(r.name in keep for r in folded.readers(name)):
+            continue
+        if not is_join(folded, op):
+            continue
+        reader = folded.readers(name)[0]
+        pieces = ", ".join(dict.fromkeys(a.tensor for a in op.statements[0].reads()))
+        entries.append(rule_entry("fold_joins", PASS, [op.name, reader.name], True,
+                                  f"'{name}' is a {op.kind} of {pieces} read once by {reader.name}: it reads the "
+                                  "pieces itself, no joined copy is made"))
+        folded = inline(folded, op)
+    if not entries:
+        return program
+    verdict = ctx.verify(folded)
+    if not verdict:
+        log.append(rule_entry("fold_joins", PASS, [e["ops"][0] for e in entries], False, f"rolled back: {verdict.reason}"))
+        rollbacks.append(rollback_entry(PASS, entries[0]["ops"][0], f"folding the joins changed the result: {verdict.reason}"))
         return program
     log.extend(entries)
     return folded
@@ -608,9 +672,10 @@ def _chain_groups(program: Program, ctx: PassContext, fixed: list[list[str]], lo
             continue
         group = [op.name]
         with transaction(rollbacks, PASS, "fusion rules", kernel=op.name, then="the op stays alone") as step:
-            chain = chain_from(program, op, depth, taken - {op.name})
+            whole = chain_from(program, op, depth, taken - {op.name})
+            chain = _within_output(program, whole)
             if len(chain) == 1:
-                _log_blocked(program, op, ctx, log)
+                _log_blocked(program, op, ctx, log, larger=whole[1] if len(whole) > 1 else None)
             matches: list[tuple[FusionRule, int]] = []
             for rule in ctx.rules.fusion_rules:
                 if rule.lower != "epilogue":
@@ -640,14 +705,43 @@ def _chain_groups(program: Program, ctx: PassContext, fixed: list[list[str]], lo
     return sorted(groups_by_first.values(), key=lambda g: position[g[0]])
 
 
-def _log_blocked(program: Program, op: Op, ctx: PassContext, log) -> None:
-    """Say why a rule that would match op → reader does not fire: the precondition failed."""
+def _within_output(program: Program, chain: list[Op]) -> list[Op]:
+    """`chain` up to its first op that writes more elements than the contraction starting it
+    has points and reads an operand that large. An epilogue runs on each tile of its
+    contraction (an RMSNorm's scale on its sum of squares' rows stays); such an op (a
+    squeeze-excite's channel scale over the whole activation after its 1x1 conv) would
+    instead become the kernel's anchor and read its large operand from DRAM: it is left to
+    the contraction that reads it (`pointwise_prologue`)."""
+    if chain[0].op_class != "contraction":
+        return chain
+    size = max(st.points for st in chain[0].statements)     # the points its tiles cover
+    made = set()
+    for n, op in enumerate(chain[1:], start=1):
+        made.add(chain[n - 1].output)
+        larger = op.op_class != "contraction" and program.tensor(op.output).size > size
+        # ... reading a large operand of its own (a broadcast of the chain alone, GQA's repeated
+        # keys, stays: it reads nothing more from DRAM)
+        if larger and any(program.tensor(t).size > size for t in op.inputs if t not in made):
+            return chain[:n]
+    return chain
+
+
+def _log_blocked(program: Program, op: Op, ctx: PassContext, log, larger: Op | None = None) -> None:
+    """Say why a rule that would match op → reader does not fire: the precondition failed,
+    or the reader (`larger`) writes more elements than op (`_within_output`)."""
     readers = program.readers(op.output)
     for reader in readers:
         for rule in ctx.rules.fusion_rules:
             if rule.match is not None and rule.applies_to(ctx.target.name) and rule.match.match_chain([op, reader]) >= 2:
-                if op.output in program.outputs:
+                if reader is larger:
+                    why = (f"'{reader.output}' has more elements than '{op.output}': not an epilogue of it (it would "
+                           "anchor the kernel); left to the contraction that reads it")
+                elif op.output in program.outputs:
                     why = f"'{op.output}' is a program output, so it must be written to memory anyway"
+                elif len(readers) > 1 and all(r.op_class in POINTWISE for r in readers):
+                    why = (f"'{op.output}' has {len(readers)} readers ({', '.join(r.name for r in readers)}), a "
+                           "pointwise region that does not meet again within max_fusion_depth, or whose result "
+                           "one contraction alone reads (its prologue then: pointwise_prologue)")
                 else:
                     why = (f"'{op.output}' has {len(readers)} readers ({', '.join(r.name for r in readers)}): "
                            "fusing it into one would leave the others reading it from memory")
