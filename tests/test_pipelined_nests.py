@@ -60,7 +60,7 @@ def test_a_producer_and_its_consumer_on_one_array_overlap_their_start_ups(monkey
     # tpu: H and O both on the PE array; the hidden start-up is H's or O's cold start (~0.6 us)
     assert off - on == pytest.approx(0.585e-6, rel=0.05)
     cold = evaluate(s, tpu).limits["cold start"]
-    assert 0 < off - on <= cold
+    assert 0 < off - on <= cold * (1 + 1e-9)          # at most a whole cold start (equal up to rounding)
 
 
 @pytest.mark.parametrize("target", ["tpu", "npu"])
