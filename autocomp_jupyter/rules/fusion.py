@@ -35,7 +35,6 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-import numpy as np
 
 from .. import objective
 from ..accel.cost import kernel_model, library_schedule
@@ -371,12 +370,19 @@ def _fold_views(program: Program, ctx: PassContext, log, rollbacks, keep: set[st
                                   f"{', '.join(readers)} read{'s' if len(readers) == 1 else ''} through its index map, "
                                   "no copy is made"))
         folded = inline(folded, op)
+    return _checked_folds(program, folded, entries, "fold_views", "views", ctx, log, rollbacks)
+
+
+def _checked_folds(program: Program, folded: Program, entries: list, rule: str, what: str, ctx: PassContext,
+                   log, rollbacks) -> Program:
+    """`folded` if the interpreter finds it equal to `program` (the folds' `entries` logged),
+    else `program`, with one rollback: the folds of one step are checked, and undone, together."""
     if not entries:
         return program
     verdict = ctx.verify(folded)
     if not verdict:
-        log.append(rule_entry("fold_views", PASS, [e["ops"][0] for e in entries], False, f"rolled back: {verdict.reason}"))
-        rollbacks.append(rollback_entry(PASS, entries[0]["ops"][0], f"folding the views changed the result: {verdict.reason}"))
+        log.append(rule_entry(rule, PASS, [e["ops"][0] for e in entries], False, f"rolled back: {verdict.reason}"))
+        rollbacks.append(rollback_entry(PASS, entries[0]["ops"][0], f"folding the {what} changed the result: {verdict.reason}"))
         return program
     log.extend(entries)
     return folded
@@ -425,15 +431,7 @@ def _fold_joins(program: Program, ctx: PassContext, log, rollbacks, keep: set[st
                                   f"'{name}' is a {op.kind} of {pieces} read once by {reader.name}: it reads the "
                                   "pieces itself, no joined copy is made"))
         folded = inline(folded, op)
-    if not entries:
-        return program
-    verdict = ctx.verify(folded)
-    if not verdict:
-        log.append(rule_entry("fold_joins", PASS, [e["ops"][0] for e in entries], False, f"rolled back: {verdict.reason}"))
-        rollbacks.append(rollback_entry(PASS, entries[0]["ops"][0], f"folding the joins changed the result: {verdict.reason}"))
-        return program
-    log.extend(entries)
-    return folded
+    return _checked_folds(program, folded, entries, "fold_joins", "joins", ctx, log, rollbacks)
 
 
 def _implied_domains(program: Program, ctx: PassContext, log, rollbacks) -> Program:
