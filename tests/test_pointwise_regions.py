@@ -94,7 +94,7 @@ output Y
 """
 
 
-def test_a_concat_read_once_by_a_pointwise_op_is_read_through():
+def test_a_concat_read_once_by_a_pointwise_op_is_read_through(tmp_path):
     from autocomp_jupyter.rules.fusion import inline, is_join
 
     program = parse(DENSE_LAYERS)
@@ -106,6 +106,11 @@ def test_a_concat_read_once_by_a_pointwise_op_is_read_through():
     assert r["verified"] and not any("C2" in k["ops"] for k in r["kernels"])
     entry = next(e for e in r["rules"] if e["rule"] == "fold_joins")
     assert entry["applied"] and entry["ops"] == ["C2", "N"]
+    off = tmp_path / "off.yaml"                      # the rule file's switch keeps the copy
+    off.write_text("fusion:\n  params: {fold_joins: false}\n")
+    kept = autocomp.optimize(DENSE_LAYERS, target="npu", tune=0, rules=[str(off)]).report
+    assert kept["verified"] and not any(e["rule"] == "fold_joins" for e in kept["rules"])
+    assert any("C2" in k["ops"] for k in kept["kernels"])
 
 
 SQUEEZE_EXCITE = """input X: f32[1, 16, 12, 12]

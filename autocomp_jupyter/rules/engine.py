@@ -242,7 +242,7 @@ class _LoopTransformsText:
 SCHEMA: dict[str, Any] = {
     "fusion": {
         "params": {"fusion_threshold_gb": _NUMBER, "max_fusion_depth": _INT, "inline_threshold": _INT0,
-                   "shared_mem_kb": _NUMBER, "fold_views": _BOOL},
+                   "shared_mem_kb": _NUMBER, "fold_views": _BOOL, "fold_joins": _BOOL},
         "order": _STR_LIST,
         "rules": "rules",
     },

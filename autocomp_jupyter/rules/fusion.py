@@ -62,8 +62,9 @@ def fusion_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
     if params.get("fold_views", True):
         with transaction(rollbacks, PASS, "folding the views", then="views kept as copies"):
             program = _fold_views(program, ctx, log, rollbacks, taken)
-    with transaction(rollbacks, PASS, "folding the joins", then="joins kept as copies"):
-        program = _fold_joins(program, ctx, log, rollbacks, taken)
+    if params.get("fold_joins", True):
+        with transaction(rollbacks, PASS, "folding the joins", then="joins kept as copies"):
+            program = _fold_joins(program, ctx, log, rollbacks, taken)
     with transaction(rollbacks, PASS, "implied domains", then="the sums keep their boxes"):
         program = _implied_domains(program, ctx, log, rollbacks)
     groups = _chain_groups(program, ctx, fixed_groups, log, rollbacks)
