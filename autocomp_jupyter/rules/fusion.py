@@ -357,10 +357,8 @@ def _fold_views(program: Program, ctx: PassContext, log, rollbacks, keep: set[st
     reshape folds twice); the result checked once by the interpreter, all undone if it differs."""
     folded, entries = program, []
     for name in [op.output for op in program.ops]:
-        op = folded.producer(name)
-        if op is None or op.name in keep or any(r.name in keep for r in folded.readers(name)):
-            continue
-        if not is_view(folded, op):
+        op = _unkept_producer(folded, name, keep)
+        if op is None or not is_view(folded, op):
             continue
         if any(isinstance(_call_rule(rule, op, r, [], rollbacks), Fuse)
                for rule in _python_rules(ctx) for r in folded.readers(name)):
@@ -372,6 +370,15 @@ def _fold_views(program: Program, ctx: PassContext, log, rollbacks, keep: set[st
                                   "no copy is made"))
         folded = inline(folded, op)
     return _checked_folds(program, folded, entries, "fold_views", "views", ctx, log, rollbacks)
+
+
+def _unkept_producer(program: Program, name: str, keep: set[str]):
+    """The op writing `name` in `program`, unless it or one of its readers is in `keep` (a
+    group the user's rules fixed) or it is gone (folded already): what a fold may take."""
+    op = program.producer(name)
+    if op is None or op.name in keep or any(r.name in keep for r in program.readers(name)):
+        return None
+    return op
 
 
 def _checked_folds(program: Program, folded: Program, entries: list, rule: str, what: str, ctx: PassContext,
@@ -421,10 +428,8 @@ def _fold_joins(program: Program, ctx: PassContext, log, rollbacks, keep: set[st
     interpreter, all undone if it differs."""
     folded, entries = program, []
     for name in [op.output for op in program.ops]:
-        op = folded.producer(name)
-        if op is None or op.name in keep or any(r.name in keep for r in folded.readers(name)):
-            continue
-        if not is_join(folded, op):
+        op = _unkept_producer(folded, name, keep)
+        if op is None or not is_join(folded, op):
             continue
         reader = folded.readers(name)[0]
         pieces = ", ".join(dict.fromkeys(a.tensor for a in op.statements[0].reads()))
