@@ -106,3 +106,22 @@ def test_designs_run_with_the_array_outermost_and_are_reported_in_sweep_order():
     res = explore(tiny, "npu", ["clock_ghz=2.0,1.0", "compute.pe_rows=16,8"])
     assert [p["params"] for p in res.points] == [{"clock_ghz": c, "compute.pe_rows": r}
                                                  for c in (2.0, 1.0) for r in (16, 8)]
+
+
+def test_each_worker_runs_a_contiguous_lane_of_the_run_order_and_takes_the_far_half_of_the_longest_when_done():
+    from autocomp_jupyter.dse import _next_design, lanes
+
+    assert lanes(list(range(10)), 2) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    assert lanes(list(range(7)), 3) == [[0, 1], [2, 3, 4], [5, 6]]
+    assert lanes([4, 9], 5) == [[4], [9]]                              # no more lanes than designs
+    queues = lanes(list(range(10)), 2)
+    ran = {0: [], 1: []}
+    for k in (1, 1, 1, 1, 1):          # the second worker is fast: it finishes its lane ...
+        ran[k].append(_next_design(queues[k], queues))
+    assert ran[1] == [5, 6, 7, 8, 9]
+    ran[0].append(_next_design(queues[0], queues))
+    ran[1].append(_next_design(queues[1], queues))  # ... then takes the far end of the other's
+    assert ran == {0: [0], 1: [5, 6, 7, 8, 9, 3]} and queues == [[1, 2], [4]]
+    while (i := _next_design(queues[0], queues)) is not None:
+        ran[0].append(i)
+    assert sorted(ran[0] + ran[1]) == list(range(10)) and _next_design(queues[1], queues) is None
