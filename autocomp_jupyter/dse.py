@@ -611,15 +611,17 @@ def _run_on_dask(program, raw, filename, designs, pending, tune, seed, workers, 
     client, owned = _open_dask(workers, scheduler)
     try:
         shared = client.scatter([program, raw], broadcast=True)
-        addresses = sorted(client.scheduler_info()["workers"])
+        # (a scheduler with no worker yet: one lane, run wherever a worker joins)
+        addresses = sorted(client.scheduler_info()["workers"]) or [None]
         queues = lanes(pending, len(addresses))
         running = {}
 
         def start(k: int) -> None:
             i = _next_design(queues[k], queues)
             if i is not None:
+                where = {} if addresses[k] is None else {"workers": [addresses[k]], "allow_other_workers": True}
                 future = client.submit(run_point, shared[0], shared[1], filename, designs[i], tune, seed, pure=False,
-                                       workers=[addresses[k]], allow_other_workers=True)
+                                       **where)
                 running[future] = (k, i)
 
         for k in range(len(queues)):

@@ -125,3 +125,14 @@ def test_each_worker_runs_a_contiguous_lane_of_the_run_order_and_takes_the_far_h
     while (i := _next_design(queues[0], queues)) is not None:
         ran[0].append(i)
     assert sorted(ran[0] + ran[1]) == list(range(10)) and _next_design(queues[1], queues) is None
+
+
+def test_dask_workers_keep_glibcs_adaptive_mmap_threshold_and_the_rest_of_dasks_environment():
+    pytest.importorskip("dask.distributed")
+    import dask
+
+    from autocomp_jupyter.dse import _worker_environ
+
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": {"MALLOC_TRIM_THRESHOLD_": 65536,
+                                                                  "OMP_NUM_THREADS": 1}}):
+        assert _worker_environ() == {"OMP_NUM_THREADS": 1}
