@@ -57,6 +57,7 @@ ARTIFACTS = ROOT / "test-artifacts"
 EXTENSION_NAME = "autocomp-jupyter-labextension"
 EXTENSION_BUILD = ROOT / "autocomp_jupyter" / "labextension"
 MAGIC = "%%autocomp --target tpu --tune 40 --top 3 --seed 0"
+EXPLORE = '%%autocomp --target npu --explore "compute.pe_rows,compute.pe_cols=8x8,16x16"'
 STATIC_MARKERS = {  # tab title -> what only that tab's static section renders
     "Graph": "svg.autocomp-graph",
     "Tiles": "table.autocomp-tiles",
@@ -115,7 +116,8 @@ def lab(tmp_path_factory):
     """A JupyterLab server on a free port, rooted in a temp dir; its base URL."""
     root = tmp_path_factory.mktemp("lab")
     (root / "demo.ipynb").write_text(json.dumps(_notebook()))
-    (root / "nb7.ipynb").write_text(json.dumps(_notebook(["%%autocomp --target gemmini --tune 0\n" + SOURCE])))
+    (root / "nb7.ipynb").write_text(json.dumps(_notebook(["%%autocomp --target gemmini --tune 0\n" + SOURCE,
+                                                          EXPLORE + "\n" + SOURCE])))
     import shutil
     shutil.copytree(ROOT / "tutorials", root / "tutorials", ignore=shutil.ignore_patterns("*.yaml", "*.onnx", "__pycache__"))
     # No "get notified about Jupyter news?" toast over the screenshots.
@@ -606,7 +608,8 @@ def test_each_tutorial_coaches_a_wrong_answer(lab):
 
 
 def test_notebook7_shows_the_live_widget(lab):
-    """`jupyter notebook` (Notebook 7) renders the cell's output as the live widget."""
+    """`jupyter notebook` (Notebook 7) renders the cell's output as the live widget, and a click
+    on a design in an Explore tab opens that design's report (its tabs) beside the plot."""
     base, _root = lab
     try:
         urllib.request.urlopen(base + "/tree", timeout=5).read()
@@ -633,6 +636,12 @@ def test_notebook7_shows_the_live_widget(lab):
             assert "accumulator" in gemmini.inner_text()
             bad = _overflows(page.locator(".jp-OutputArea-output:has(.widget-tab)").nth(1))
             assert not bad, f"gemmini's Tune tab: {bad}"
+            # the Explore tab: a click on a design's circle opens its full report beside the plot
+            circle = page.locator(".jp-OutputArea svg.autocomp-explore circle[data-point='1']").first
+            circle.wait_for(state="visible", timeout=60_000)
+            circle.click()
+            page.locator(".jp-OutputArea h4", has_text="design #1").first.wait_for(state="visible", timeout=60_000)
+            page.locator(".jp-OutputArea .widget-tab").nth(2).wait_for(state="visible", timeout=60_000)
             page.screenshot(path=str(ARTIFACTS / "notebook7.png"))
         finally:
             browser.close()

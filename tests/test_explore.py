@@ -172,6 +172,23 @@ def test_the_explore_tab_draws_every_valid_design_and_joins_the_front():
     assert 'data-tab="Explore"' in bundle["text/html"] and "application/vnd.jupyter.widget-view+json" not in bundle
 
 
+def test_a_click_on_a_designs_circle_opens_its_report_and_rings_it():
+    pytest.importorskip("anywidget")
+    from autocomp_jupyter.ui.explore import ExploreView
+
+    res = explore(SRC, "npu", ["compute.pe_rows,compute.pe_cols=8x8,16x16", "memory.SRAM.size_bytes=64KiB,0"])
+    view = ExploreView(res)
+    assert view.plot.svg.count('<circle data-point="') == 2 and view.report.children == ()
+    assert [p["valid"] for p in res.points] == [True, False, True, False]
+    view.plot.picked = 1                       # the invalid design (no circle): nothing opens
+    assert view.report.children == () and view.pick.value is None
+    view.plot.picked = 2                       # what the browser sends on a click on circle 2
+    assert view.pick.value == 2 and "design #2" in view.report.children[0].value
+    assert 'stroke="#000"' in view.plot.svg.split('data-point="2"')[1].split(">")[0]   # ringed
+    view.pick.value = 0                        # the menu moves the ring and the click state too
+    assert view.plot.picked == 0 and "design #0" in view.report.children[0].value
+
+
 def test_the_magic_explores_and_keeps_the_sweep_in_out():
     from IPython.utils.capture import capture_output
     from test_ui import ipython_shell

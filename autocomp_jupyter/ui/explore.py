@@ -4,7 +4,7 @@
     explore_table_html(exploration, sort="time_s") -> str
     explore_static_html(exploration) -> str     # what a reopened notebook shows (no kernel)
     ExploreProgress                             # the bar and the scatter growing as designs finish
-    ExploreView(exploration)                    # live: sort the table, open a design's full report
+    ExploreView(exploration)                    # live: sort the table, click a design to open its report
 
 Every design is a circle at (time, energy) whose area follows the design's silicon area;
 designs on the Pareto front (no other beats them on time, energy and area at once) are
@@ -13,6 +13,7 @@ designs are listed in the table with their reason and not drawn.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Mapping, Sequence
 
@@ -51,7 +52,9 @@ def explore_svg(points: Sequence[Mapping], pareto: Sequence[int], width: int = 5
     def Y(e):
         return top + ph - (e - y0) / (y1 - y0) * ph
 
+    # as wide as its pane up to `width` (beside an open report the pane is narrower)
     out = [f'<svg class="autocomp-explore" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'style="width:100%;max-width:{width}px;height:auto" '
            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
            f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#fff" stroke="#999"/>']
     for k in range(5):
@@ -75,7 +78,7 @@ def explore_svg(points: Sequence[Mapping], pareto: Sequence[int], width: int = 5
         out.append(f'<circle data-point="{i}" cx="{X(p["time_s"]):.1f}" cy="{Y(p["energy_j"]):.1f}" r="{r:.1f}" '
                    f'fill="{color}" fill-opacity="0.6"{ring}><title>{esc(tip)}</title></circle>')
         out.append(f'<text x="{X(p["time_s"]):.1f}" y="{Y(p["energy_j"]) + 3:.1f}" text-anchor="middle" '
-                   f'font-size="9">{i}</text>')
+                   f'font-size="9" pointer-events="none">{i}</text>')   # a click on it is the circle's
     out.append("</svg>")
     return "".join(out)
 
@@ -151,15 +154,57 @@ class ExploreProgress:
             display(obj, raw=raw)
 
 
+# The scatter's browser side (an anywidget module): draw the SVG the kernel sends and, on a
+# click on a design's circle, send its index back. ipywidgets' HTML runs no script, so a click
+# on an SVG drawn there could not reach the kernel.
+_SCATTER_ESM = """
+function render({ model, el }) {
+  const draw = () => {
+    el.innerHTML = model.get("svg");
+    for (const circle of el.querySelectorAll("circle[data-point]")) {
+      circle.style.cursor = "pointer";
+      circle.addEventListener("click", () => {
+        model.set("picked", Number(circle.dataset.point));
+        model.save_changes();
+      });
+    }
+  };
+  draw();
+  model.on("change:svg", draw);
+}
+export default { render };
+"""
+
+
+@functools.cache
+def _scatter_class():
+    import anywidget
+    import traitlets
+
+    class ExploreScatter(anywidget.AnyWidget):
+        _esm = _SCATTER_ESM
+        svg = traitlets.Unicode("").tag(sync=True)
+        picked = traitlets.Int(-1).tag(sync=True)
+
+    return ExploreScatter
+
+
+def scatter_widget(svg: str):
+    """The live scatter: an anywidget holding `svg`, whose `picked` trait is the index of the
+    design last clicked (-1: none)."""
+    return _scatter_class()(svg=svg)
+
+
 class ExploreView:
     """The live Explore tab: the scatter and the sortable table on the left, a design's full
-    report (every tab of `ui.view`) on the right once it is picked."""
+    report (every tab of `ui.view`) on the right once it is clicked in the scatter or picked
+    from the menu under the table."""
 
     def __init__(self, exploration):
         import ipywidgets as W
 
         self.exploration = exploration
-        self.plot = W.HTML(explore_svg(exploration.points, exploration.pareto))
+        self.plot = scatter_widget(explore_svg(exploration.points, exploration.pareto))
         self.sort = W.ToggleButtons(options=list(SORT_KEYS), description="sort by")
         self.table = W.HTML(explore_table_html(exploration))
         valid = [i for i, p in enumerate(exploration.points) if p.get("valid")]
@@ -168,10 +213,16 @@ class ExploreView:
         self.report = W.VBox([])
         self.sort.observe(lambda change: self._sorted(change["new"]), names="value")
         self.pick.observe(lambda change: self.open(change["new"]), names="value")
+        # a click on a circle picks that design, as the menu below does (the menu follows)
+        self.plot.observe(lambda change: self._clicked(change["new"]), names="picked")
         left = W.VBox([W.HTML(STYLE + _summary(exploration)), self.plot, self.sort, self.table, self.pick],
-                      layout=W.Layout(min_width="0", flex="1 1 50%"))
+                      layout=W.Layout(min_width="0", flex="1 1 50%", overflow="auto"))
         self.widget = W.HBox([left, self.report], layout=W.Layout(width="100%"))
         self.widget.add_class("autocomp-result")
+
+    def _clicked(self, i: int) -> None:
+        if i >= 0 and self.exploration.points[i].get("valid") and self.pick.value != i:
+            self.pick.value = i         # opens it (the menu's observer)
 
     def _sorted(self, key: str) -> None:
         self.table.value = explore_table_html(self.exploration, SORT_KEYS[key])
@@ -184,8 +235,10 @@ class ExploreView:
 
         if i is None:
             self.report.children = ()
+            self.plot.picked = -1
             return
-        self.plot.value = explore_svg(self.exploration.points, self.exploration.pareto, selected=i)
+        self.plot.picked = i
+        self.plot.svg = explore_svg(self.exploration.points, self.exploration.pareto, selected=i)
         self.report.children = (W.HTML(f"<p>optimising design #{i}…</p>"),)
         result = self.exploration.result(i)
         shown = view(result)
