@@ -122,3 +122,33 @@ def test_blas_runs_on_one_thread_inside_and_as_before_after():
     with blas.one_thread():
         assert all(p["num_threads"] == 1 for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas")
     assert [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"] == before
+
+
+def test_textbook_tiles_are_computed_once_per_structure_and_as_computing_them_again(monkeypatch):
+    from autocomp_jupyter.accel.cost import model as cost_model
+
+    program = parse(MLP)
+    first, second = (k for k in kernels_unfused(program) if k.anchor_statement.target in ("H", "O"))
+    target = load_target("npu")
+    cost_model._TEXTBOOK_TILES.clear()
+    fresh = [cost_model.textbook_schedule(k, target) for k in (first, second)]
+    assert len(cost_model._TEXTBOOK_TILES) == 2     # [8, 6] x [6, 10] and [8, 10] x [10, 4] differ
+    monkeypatch.setattr(cost_model, "_textbook_tiles", lambda *a: pytest.fail("textbook tiles computed again"))
+    again = [cost_model.textbook_schedule(k, target) for k in (first, second)]
+    assert again == fresh and again[0].kernel is first
+    renamed = parse(MLP.replace("W1", "Wa").replace("H", "Q"))   # the same structure, other names
+    kernel = next(k for k in kernels_unfused(renamed) if k.anchor_statement.target == "Q")
+    schedule = cost_model.textbook_schedule(kernel, target)
+    assert schedule.kernel is kernel and schedule.tiles == fresh[0].tiles
+    assert schedule.annotations == fresh[0].annotations
+
+
+def test_statement_schedules_hash_once_and_compare_by_value():
+    from autocomp_jupyter.poly.schedules import ScheduleDim, StatementSchedule
+
+    dims = (ScheduleDim("i_o", "floor(i/4)"), ScheduleDim("i", "i mod 4"))
+    a, b = StatementSchedule("S0", ("i",), dims), StatementSchedule("S0", ("i",), tuple(dims))
+    assert a == b and hash(a) == hash(b) and {a: 1}[b] == 1
+    assert "_hash" in a.__dict__ and a != a._replace(dims[:1])
+    import pickle
+    assert pickle.loads(pickle.dumps(a)) == a and "_hash" not in pickle.loads(pickle.dumps(a)).__dict__

@@ -25,6 +25,9 @@ and every search returns what it would alone.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+from itertools import chain
+
 import numpy as np
 
 from ..caches import LRU
@@ -253,26 +256,26 @@ class _Climb:
         """Give each part its neighbours' (time, energy, ok, DRAM bytes): those not in `known`
         measured in one batch (a candidate repeated within it once), the rest looked up."""
         known = self.known
-        first: dict = {}
-        for pi, part in enumerate(parts):
-            if part[3] is None:
-                for j, k in enumerate(part[2]):
-                    if k not in known:
-                        first.setdefault(k, (pi, j))
-        if first:
-            where = list(first.values())
-            by_part: dict = {}
-            for pi, j in where:
-                by_part.setdefault(pi, []).append(j)
-            ft = np.concatenate([parts[pi][0][rows] for pi, rows in by_part.items()])
-            fo = np.concatenate([parts[pi][1][rows] for pi, rows in by_part.items()])
-            keys = [parts[pi][2][j] for pi, rows in by_part.items() for j in rows]
-            for k, t, e, ok, b in zip(keys, *self.s.measure(Points(ft, fo))):
+        todo = [part for part in parts if part[3] is None]
+        fresh: dict = {}            # key -> None: the unmeasured candidates, first seen first
+        rows_of = []                # per part, the rows of its first sightings
+        for part in todo:
+            rows = []
+            for j, k in enumerate(part[2]):
+                if k not in known and k not in fresh:
+                    fresh[k] = None
+                    rows.append(j)
+            rows_of.append(rows)
+        if fresh:
+            ft = np.concatenate([part[0][rows] for part, rows in zip(todo, rows_of) if rows])
+            fo = np.concatenate([part[1][rows] for part, rows in zip(todo, rows_of) if rows])
+            for k, t, e, ok, b in zip(fresh, *(a.tolist() for a in self.s.measure(Points(ft, fo)))):
                 known[k] = (float(t), float(e), bool(ok), float(b))
-        for part in parts:
-            if part[3] is None:
-                rows = np.array([known[k] for k in part[2]], dtype=float).reshape(len(part[2]), 4)
-                part[3] = (rows[:, 0].copy(), rows[:, 1].copy(), rows[:, 2] != 0, rows[:, 3].copy())
+        for part in todo:
+            keys = part[2]
+            rows = np.fromiter(chain.from_iterable(map(known.__getitem__, keys)), dtype=float,
+                               count=4 * len(keys)).reshape(len(keys), 4)
+            part[3] = (rows[:, 0].copy(), rows[:, 1].copy(), rows[:, 2] != 0, rows[:, 3].copy())
 
 
 def _top_distinct(scores, tiles, orders, k: int) -> np.ndarray:
@@ -363,19 +366,31 @@ def _trades(padded: np.ndarray, counts: np.ndarray, now: np.ndarray) -> np.ndarr
     down to one of its two below `now[d2]`, d1 != d2; ordered by d1, d2, v1, v2 (the sizes
     ascending)."""
     D = len(counts)
-    steps = np.array([np.searchsorted(padded[d, :counts[d]], now[d]) for d in range(D)], dtype=np.int64)
+    # each loop's sizes below `now` (its sizes ascend; past its count the row is padding)
+    steps = ((padded < now[:, None]) & (np.arange(padded.shape[1])[None, :] < counts[:, None])).sum(axis=1)
     up_at = steps[:, None] + 1 + np.arange(2)[None, :]                  # [D, 2] indices of the sizes above
     up_ok = up_at < counts[:, None]
     low = np.maximum(0, steps - 2)
     down_at = low[:, None] + np.arange(2)[None, :]                      # [D, 2] indices of the sizes below
     down_ok = down_at < steps[:, None]
-    d1, d2, i1, i2 = (a.reshape(-1) for a in np.indices((D, D, 2, 2)))
-    keep = (d1 != d2) & up_ok[d1, i1] & down_ok[d2, i2]
+    d1, d2, i1, i2 = _pairs(D)
+    keep = up_ok[d1, i1] & down_ok[d2, i2]
     d1, d2, i1, i2 = d1[keep], d2[keep], i1[keep], i2[keep]
     width = padded.shape[1] - 1
     v1 = padded[d1, np.minimum(up_at[d1, i1], width)]
     v2 = padded[d2, np.minimum(down_at[d2, i2], width)]
     return np.stack([d1, d2, v1, v2], axis=1) if len(d1) else np.zeros((0, 4), dtype=np.int64)
+
+
+@lru_cache(maxsize=64)
+def _pairs(D: int) -> tuple[np.ndarray, ...]:
+    """(d1, d2, i1, i2) over D x D x 2 x 2, d1 != d2, in that order (`_trades`'s grid)."""
+    d1, d2, i1, i2 = (a.reshape(-1) for a in np.indices((D, D, 2, 2)))
+    apart = d1 != d2
+    out = tuple(a[apart] for a in (d1, d2, i1, i2))
+    for a in out:
+        a.setflags(write=False)
+    return out
 
 
 def producer_schedule(kernel: Kernel, target) -> Schedule | None:

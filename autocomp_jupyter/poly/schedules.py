@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, Union
 
 import islpy as isl
 
-from autocomp_jupyter.caches import cached
+from autocomp_jupyter.caches import cached, hash_once, state_without_hash
 from autocomp_jupyter.ir.program import Statement
 from autocomp_jupyter.poly.text import Statements, _bounds_str, _maps, _tuple_str, statement_name
 
@@ -50,6 +50,11 @@ class StatementSchedule:
     name: str
     loops: tuple[str, ...]
     dims: tuple[ScheduleDim, ...]
+
+    # It keys isl's caches (a dependence's levels under two statements' schedules, each
+    # statement's map): hashed once, not once per dimension at every lookup.
+    __hash__ = hash_once
+    __getstate__ = state_without_hash
 
     def dim_names(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.dims)

@@ -391,6 +391,25 @@ def textbook_schedule(kernel: Kernel, target) -> Schedule:
     order, output loops parallel.
     """
     target = load_target(target)
+    # The tiles depend on the kernel's structure, not its names (a network's repeated layers,
+    # every search's seed and every library candidate ask for them again): computed once.
+    key = (canonical_kernel(kernel), target)
+    tiles = _TEXTBOOK_TILES.get(key)
+    if tiles is None:
+        tiles = _textbook_tiles(kernel, target)
+        tiles.setflags(write=False)
+        _TEXTBOOK_TILES.put(key, tiles)
+    outputs = {l.name for l in kernel.anchor_statement.output_loops}
+    return Schedule.of_arrays(kernel, target.tiling_levels, tiles,
+                              parallel=[n in outputs for n in kernel.loop_names])
+
+
+# Textbook tiles [loop, level] by (kernel structure, target).
+_TEXTBOOK_TILES = LRU("cost.textbook_tiles", 2048)
+
+
+def _textbook_tiles(kernel: Kernel, target: Target) -> np.ndarray:
+    """`textbook_schedule`'s tiles [loop, level]."""
     model = kernel_model(kernel, target)
     levels = target.tiling_levels
     L, D = len(levels), len(kernel.loops)
@@ -416,9 +435,7 @@ def textbook_schedule(kernel: Kernel, target) -> Schedule:
             tiles[d, h] = max(1, tiles[d, h] // 2)
             tiles[d, h + 1:] = np.minimum(tiles[d, h + 1:], tiles[d, h])
         # Inner levels must fit inside the (possibly shrunk) outer tile.
-    tiles = np.minimum.accumulate(tiles, axis=1)
-    outputs = {l.name for l in kernel.anchor_statement.output_loops}
-    return Schedule.of_arrays(kernel, levels, tiles, parallel=[n in outputs for n in kernel.loop_names])
+    return np.minimum.accumulate(tiles, axis=1)
 
 
 # The passes' starting tiles (rules/tiling.py, rules/fusion.py) keep their old name.
