@@ -92,3 +92,24 @@ def test_a_stems_max_pool_is_computed_at_the_tiles_of_the_chain(tmp_path):
     entry = [e for e in r["rules"] if e["rule"] == "depth_first_convs" and "P" in e["ops"]]
     assert entry and any(e["applied"] for e in entry)
     assert any({"C", "P"} <= set(k["ops"]) for k in r["kernels"])
+
+
+HEADS = """input Q: f32[1, 4, 5, 8]
+param V: f32[1, 4, 8, 8]
+param W: f32[32, 16]
+tensor O: f32[1, 4, 5, 8]
+O[b, h, i, j] += Q[b, h, i, k] * V[b, h, k, j]
+T = transpose(O, perm=[0, 2, 1, 3])
+R = reshape(T, shape=[1, 5, 32])
+tensor Y: f32[1, 5, 16]
+Y[b, i, j] += R[b, i, k] * W[k, j]
+output Y
+"""
+
+
+def test_a_head_merge_of_a_contractions_result_is_left_to_its_epilogue():
+    program = parse(HEADS)
+    program = inline(program, program.op("T"))
+    r = program.op("R")
+    assert len(r.statements[0].target_indices[2].terms) == 2          # k = 8*h + j: merged
+    assert not is_view(program, r)       # the contraction's epilogue writes this layout; no reader loop split

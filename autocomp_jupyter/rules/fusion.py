@@ -337,7 +337,8 @@ def is_view(program: Program, op: Op) -> bool:
     """Whether `op` is a view its readers can read through: one statement copying its input
     (`Y[loops] = X[affine]`, no arithmetic, in bounds, no rounding), each loop one target
     dimension or a digit of one (a reshape merging loops: `Y[2*a0 + a1] = X[a0 + 58*a1]`,
-    its readers' loops split to match, `merged_views`), its output not a program output,
+    its readers' loops split to match, `merged_views`; not of a contraction's result, which
+    its epilogue stores in the merged layout instead), its output not a program output,
     and every read of it in bounds (a padded read outside Y could land inside X). A copy at the same indices (the first part of an
     ONNX Split, `q[i, j] = qkv[i, j] where j < 768`) is classed elementwise, and is one too."""
     if op.op_class not in ("injective", "elementwise") or len(op.statements) != 1 or op.output in program.outputs:
@@ -345,8 +346,12 @@ def is_view(program: Program, op: Op) -> bool:
     st = op.statements[0]
     if st.reduce or not isinstance(st.expr, Access) or not program.has_tensor(st.expr.tensor):
         return False
-    if view_digits(st) is None:
+    digits = view_digits(st)
+    if digits is None:
         return False
+    source = program.producer(st.expr.tensor)
+    if any(len(d) > 1 for d in digits) and source is not None and source.op_class == "contraction":
+        return False    # the contraction's epilogue stores its tiles in this layout: no loop of a reader split
     y, x = program.tensor(op.output), program.tensor(st.expr.tensor)
     if y.dtype != x.dtype or not _in_bounds(st.expr, st.extents, x.shape):
         return False
