@@ -68,7 +68,7 @@ def test_list_rules_says_where_each_applies():
     rows = {r["rule"]: r for r in list_rules()}
     assert rows["conv_relu"]["targets"] == "gpu, tpu"
     assert rows["bn_add"]["targets"] == "npu"
-    assert rows["epilogue"]["match"] == "contraction → elementwise|broadcast|reshape|transpose+"
+    assert rows["epilogue"]["match"] == "contraction → elementwise|broadcast|reshape|transpose|concat+"
 
 
 @pytest.mark.parametrize("text,key_path,expect", [

@@ -45,6 +45,7 @@ from ..ir.schedule import Kernel, Schedule
 from ..passes import PassContext, PassOutcome, fault_reason, rollback_entry, rule_entry, transaction
 from ..ir.plan import Plan
 from .domains import implied_domains
+from .merged_views import split_for, splittable, view_digits, view_loops
 from .engine import POINTWISE, Fuse, FusionRule, Replace, chain_from, closed_prefix, sole_reader
 
 PASS = "fusion"
@@ -255,13 +256,15 @@ def _in_bounds(acc: Access, extents: dict[str, int], shape: tuple[int, ...]) -> 
 
 
 def _inline_into(stmt: Statement, producer: Statement) -> Statement:
-    """`stmt` with every read of producer's target replaced by producer's expression."""
-    lhs = [i.single_loop for i in producer.target_indices]
+    """`stmt` with every read of producer's target replaced by producer's expression (its
+    loops split first where the producer's target merges loops: `merged_views`)."""
+    stmt = split_for(stmt, producer)
+    extents = stmt.extents
 
     def fn(e):
         if isinstance(e, Access) and e.tensor == producer.target:
             # the producer's domain goes along (its element outside it is 0)
-            return rename_loops(producer.guarded_expr, dict(zip(lhs, e.indices)))
+            return rename_loops(producer.guarded_expr, view_loops(e, producer, extents))
         return None
     return replace(stmt, expr=substitute(stmt.expr, fn))
 
@@ -333,23 +336,29 @@ def _replay(program: Program, fused: Program, keep) -> Program:
 def is_view(program: Program, op: Op) -> bool:
     """Whether `op` is a view its readers can read through: one statement copying its input
     (`Y[loops] = X[affine]`, no arithmetic, in bounds, no rounding), each loop one target
-    dimension, its output not a program output, and every read of it in bounds (a padded
-    read outside Y could land inside X). A copy at the same indices (the first part of an
+    dimension or a digit of one (a reshape merging loops: `Y[2*a0 + a1] = X[a0 + 58*a1]`,
+    its readers' loops split to match, `merged_views`; not of a contraction's result, which
+    its epilogue stores in the merged layout instead), its output not a program output,
+    and every read of it in bounds (a padded read outside Y could land inside X). A copy at the same indices (the first part of an
     ONNX Split, `q[i, j] = qkv[i, j] where j < 768`) is classed elementwise, and is one too."""
     if op.op_class not in ("injective", "elementwise") or len(op.statements) != 1 or op.output in program.outputs:
         return False
     st = op.statements[0]
     if st.reduce or not isinstance(st.expr, Access) or not program.has_tensor(st.expr.tensor):
         return False
-    lhs = [i.single_loop for i in st.target_indices]
-    if None in lhs or len(set(lhs)) != len(lhs):
+    digits = view_digits(st)
+    if digits is None:
         return False
+    source = program.producer(st.expr.tensor)
+    if any(len(d) > 1 for d in digits) and source is not None and source.op_class == "contraction":
+        return False    # the contraction's epilogue stores its tiles in this layout: no loop of a reader split
     y, x = program.tensor(op.output), program.tensor(st.expr.tensor)
     if y.dtype != x.dtype or not _in_bounds(st.expr, st.extents, x.shape):
         return False
     readers = program.readers(op.output)
     return bool(readers) and all(_in_bounds(a, r_st.extents, y.shape) for r in readers for r_st in r.statements
-                                 for a in r_st.reads() if a.tensor == op.output)
+                                 for a in r_st.reads() if a.tensor == op.output) \
+        and all(splittable(r_st, st) for r in readers for r_st in r.statements)
 
 
 def _fold_views(program: Program, ctx: PassContext, log, rollbacks, keep: set[str]) -> Program:
