@@ -11,7 +11,7 @@ per design; `--workers N` runs the designs on a local Dask cluster of N processe
     python benchmarks/bench_dse.py --workers 2
     python benchmarks/bench_dse.py --model mobilenetv2 --target gemmini \\
         --sweep "compute.pe_rows,compute.pe_cols=8x8,16x16,32x32" --sweep "memory.scratchpad.size_bytes=128KiB,512KiB"
-    python benchmarks/bench_dse.py --zigzag       # the same sweep in ZigZag (optional extra `zigzag`)
+    python benchmarks/bench_dse.py --zigzag --out docs/results/dse_zigzag.md   # in ZigZag too (extra `zigzag`)
 
 A 100-design sweep of an exported ResNet-50 (torchvision, rules only) on two Dask workers:
 
@@ -31,7 +31,9 @@ docstring); the rest is the cost of one optimize (benchmarks/bench_speed.py --ex
 mapping YAML with the array, its spatial unrolling and the SRAM edited, autocomp from
 benchmarks/targets/tpu_like.yaml through `explore` (its per-PE register files follow the
 array) — sums each design's latency and energy over the layers, and prints both rankings and
-their Spearman rank correlations.
+their Spearman rank correlations, once with both tools minimising latency and once minimising
+energy. The designs are compared by latency under the latency objectives and by energy under
+the energy objectives, as benchmarks/bench_zigzag.py does.
 """
 from __future__ import annotations
 
@@ -66,8 +68,9 @@ def _unrolled(item: str, n: int) -> str:
     return f"{dim}, {n if int(size) == 32 else size}"
 
 
-def zigzag_design(n: int, sram_kib: int, kind: str, sizes) -> tuple[float, float]:
-    """(cycles, pJ) of one layer on ZigZag's tpu_like with an n x n array and the SRAM resized."""
+def zigzag_design(n: int, sram_kib: int, kind: str, sizes, opt: str = "latency") -> tuple[float, float]:
+    """(cycles, pJ) of one layer on ZigZag's tpu_like with an n x n array and the SRAM resized,
+    ZigZag's mapper minimising `opt` (latency or energy)."""
     import logging
     import tempfile
 
@@ -89,20 +92,20 @@ def zigzag_design(n: int, sram_kib: int, kind: str, sizes) -> tuple[float, float
         hw.write_text(yaml.safe_dump(hardware, sort_keys=False))  # memories innermost first
         mp.write_text(yaml.safe_dump(mapping, sort_keys=False))
         energy, latency, _ = get_hardware_performance_zigzag(_zigzag_layer(kind, sizes), str(hw), str(mp),
-                                                             opt="latency", dump_folder=str(Path(tmp) / "dump"),
+                                                             opt=opt, dump_folder=str(Path(tmp) / "dump"),
                                                              loma_show_progress_bar=False)
     return float(latency), float(energy)
 
 
-def autocomp_designs(kind: str, sizes) -> list[dict]:
+def autocomp_designs(kind: str, sizes, objective: str = "latency") -> list[dict]:
     """One layer through `explore` on benchmarks/targets/tpu_like.yaml, the same 3 x 3 designs:
     the per-PE register files (`per_pe`: 2 B of outputs, 128 B of weights in each PE) and the
-    peak MACs follow the array."""
+    peak MACs follow the array; every search minimising `objective`."""
     from bench_zigzag import TARGET, _program
 
     sweeps = ["compute.pe_rows,compute.pe_cols=" + ",".join(f"{n}x{n}" for n in ARRAYS),
               "memory.SRAM.size_bytes=" + ",".join(f"{k}KiB" for k in SRAM_KIB)]
-    return explore(_program(kind, sizes), str(TARGET), sweeps).points
+    return explore(_program(kind, sizes), str(TARGET), sweeps, objective=objective).points
 
 
 def ranks(values: list[float]) -> list[float]:
@@ -128,42 +131,70 @@ def spearman(a: list[float], b: list[float]) -> float:
     return cov / var if var else 1.0
 
 
-def zigzag_side_by_side() -> int:
+def zigzag_side_by_side(out: str | None = None) -> int:
+    """Both tools minimising latency, then both minimising energy: the designs ranked by latency
+    under the latency objectives and by energy under the energy objectives (a design's energy is
+    what its mapping costs when the mapping is chosen for energy), each with its Spearman.
+    `out`: also write the tables as a Markdown page."""
     try:
         import zigzag.api  # noqa: F401
     except ImportError:
         print("ZigZag comparison skipped: zigzag-dse is not installed (pip install 'autocomp-jupyter[zigzag]').")
         return 0
-    designs = [(n, k) for n in ARRAYS for k in SRAM_KIB]           # explore's order: array outer, SRAM inner
-    ours = {"cycles": [0.0] * len(designs), "pj": [0.0] * len(designs)}
-    theirs = {"cycles": [0.0] * len(designs), "pj": [0.0] * len(designs)}
+    found = {objective: _side_by_side(objective) for objective in ("latency", "energy")}
+    lines = []
+    for objective, (ours, theirs, seconds) in found.items():
+        lines += _side_by_side_lines(objective, ours, theirs, seconds)
+    (lat, zlat, _), (en, zen, _) = found["latency"], found["energy"]
+    lines.append(f"Designs ranked by latency (latency objectives): Spearman "
+                 f"{spearman(lat['cycles'], zlat['cycles']):+.3f}; by energy (energy objectives): "
+                 f"{spearman(en['pj'], zen['pj']):+.3f}.")
+    print("\n".join(lines))
+    if out:
+        Path(out).write_text("# Design-space exploration side by side with ZigZag\n\n"
+                             "Generated by one run of `python benchmarks/bench_dse.py --zigzag --out "
+                             f"{out}`.\n\n" + "\n".join(lines) + "\n")
+    return 0
+
+
+DESIGNS = [(n, k) for n in ARRAYS for k in SRAM_KIB]           # explore's order: array outer, SRAM inner
+
+
+def _side_by_side(objective: str) -> tuple[dict, dict, dict]:
+    """(ours, ZigZag's, seconds): each design's cycles and pJ summed over ZIGZAG_LAYERS, both
+    tools minimising `objective`."""
+    ours = {"cycles": [0.0] * len(DESIGNS), "pj": [0.0] * len(DESIGNS)}
+    theirs = {"cycles": [0.0] * len(DESIGNS), "pj": [0.0] * len(DESIGNS)}
     seconds = {"autocomp": 0.0, "zigzag": 0.0}
     for name, kind, sizes in ZIGZAG_LAYERS:
         started = time.perf_counter()
-        points = autocomp_designs(kind, sizes)
+        points = autocomp_designs(kind, sizes, objective)
         seconds["autocomp"] += time.perf_counter() - started
         started = time.perf_counter()
-        for d, (n, k) in enumerate(designs):
+        for d, (n, k) in enumerate(DESIGNS):
             assert points[d]["valid"] and points[d]["verified"], (name, n, k, points[d].get("reason"))
             ours["cycles"][d] += points[d]["time_s"] * 1e9              # tpu_like runs at 1 GHz
             ours["pj"][d] += points[d]["energy_j"] * 1e12
-            cycles, pj = zigzag_design(n, k, kind, sizes)
+            cycles, pj = zigzag_design(n, k, kind, sizes, objective)
             theirs["cycles"][d] += cycles
             theirs["pj"][d] += pj
         seconds["zigzag"] += time.perf_counter() - started
-        print(f"  {name}: done", file=sys.stderr, flush=True)
-    print(f"PE array x SRAM on tpu_like over {len(ZIGZAG_LAYERS)} ResNet-50 layers "
-          f"(autocomp {seconds['autocomp']:.0f} s, ZigZag {seconds['zigzag']:.0f} s)")
-    print("| array | SRAM | autocomp cycles | ZigZag cycles | rank a/z | autocomp µJ | ZigZag µJ | a/z | rank a/z |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        print(f"  {objective}: {name}: done", file=sys.stderr, flush=True)
+    return ours, theirs, seconds
+
+
+def _side_by_side_lines(objective: str, ours: dict, theirs: dict, seconds: dict) -> list[str]:
+    out = [f"PE array x SRAM on tpu_like over {len(ZIGZAG_LAYERS)} ResNet-50 layers, both minimising {objective} "
+           f"(autocomp {seconds['autocomp']:.0f} s, ZigZag {seconds['zigzag']:.0f} s)", "",
+           "| array | SRAM | autocomp cycles | ZigZag cycles | rank a/z | autocomp µJ | ZigZag µJ | a/z | rank a/z |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     rc = [ranks(ours["cycles"]), ranks(theirs["cycles"]), ranks(ours["pj"]), ranks(theirs["pj"])]
-    for d, (n, k) in enumerate(designs):
-        print(f"| {n}x{n} | {k} KiB | {ours['cycles'][d]:,.0f} | {theirs['cycles'][d]:,.0f} | "
-              f"{rc[0][d]:g}/{rc[1][d]:g} | {ours['pj'][d] / 1e6:,.1f} | {theirs['pj'][d] / 1e6:,.1f} | "
-              f"{ours['pj'][d] / theirs['pj'][d]:.2f} | {rc[2][d]:g}/{rc[3][d]:g} |")
-    print(f"Spearman by latency {spearman(ours['cycles'], theirs['cycles']):.3f}, "
-          f"by energy {spearman(ours['pj'], theirs['pj']):.3f}")
-    return 0
+    for d, (n, k) in enumerate(DESIGNS):
+        out.append(f"| {n}x{n} | {k} KiB | {ours['cycles'][d]:,.0f} | {theirs['cycles'][d]:,.0f} | "
+                   f"{rc[0][d]:g}/{rc[1][d]:g} | {ours['pj'][d] / 1e6:,.1f} | {theirs['pj'][d] / 1e6:,.1f} | "
+                   f"{ours['pj'][d] / theirs['pj'][d]:.2f} | {rc[2][d]:g}/{rc[3][d]:g} |")
+    return out + ["", f"Spearman by latency {spearman(ours['cycles'], theirs['cycles']):+.3f}, "
+                      f"by energy {spearman(ours['pj'], theirs['pj']):+.3f}", ""]
 
 
 def main(argv=None) -> int:
@@ -175,9 +206,10 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--cache", default=None, metavar="DIR")
     ap.add_argument("--zigzag", action="store_true", help="the PE array x SRAM sweep side by side with ZigZag")
+    ap.add_argument("--out", default=None, metavar="FILE.md", help="with --zigzag: also write the tables here")
     args = ap.parse_args(argv)
     if args.zigzag:
-        return zigzag_side_by_side()
+        return zigzag_side_by_side(args.out)
     started = time.perf_counter()
     program = from_onnx(MODELS[args.model]())
     imported = time.perf_counter() - started
