@@ -103,12 +103,11 @@ def test_an_exactly_saturated_dram_port_pays_its_ends(schedule):
 def test_energy_is_charged_at_both_ends_of_every_transfer(schedule):
     # buf: 8 pJ per 16-byte read (0.5 pJ/B), 16 pJ per write (1 pJ/B); DRAM: 80 / 160 pJ per
     # 8-byte access (10 / 20 pJ/B). buf reads its operands (2097152 B) and C's write-back
-    # (16384 B); it is written the A and B tiles (49152 B) and C's results, one 4-byte
-    # element an access: 4096 whole accesses, 16 pJ each however few of their 16 bytes they
-    # carry (ZigZag's energy per access). DRAM reads the tiles and is written C.
+    # (16384 B); it is written the A and B tiles (49152 B) and C's results (16384 B). DRAM
+    # reads the tiles and is written C.
     t = toy(ported(64, 1), dram="read_pj: 80, write_pj: 160, width_bits: 64")
     c = evaluate(schedule, t)
-    buf = (2097152 + 16384) * 0.5 + 49152 * 1.0 + 4096 * 16
+    buf = (2097152 + 16384) * 0.5 + (49152 + 16384) * 1.0
     dram = 49152 * 10 + 16384 * 20
     assert c.energy_by_level == pytest.approx({"buf": buf * 1e-12, "DRAM": dram * 1e-12})
     assert c.energy_j == pytest.approx((buf + dram + 262144 * 1.0) * 1e-12)

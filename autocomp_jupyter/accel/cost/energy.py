@@ -3,10 +3,7 @@
 Every transfer costs at both its ends (as ZigZag charges it): the bytes read out of memory
 level m at its read energy, the bytes written into it at its write energy (`read_pj_per_byte`
 / `write_pj_per_byte` of the target's level: one energy per byte both ways, or a port's read
-and write energies per access over its width). A level described per access (`width_bits`)
-is charged its transfers in whole accesses, as ZigZag charges them: a 16-byte operand vector
-read from a 2048-bit port costs one whole access (model.py counts them as traffic.py rounds
-each transfer up for the port's time). A DRAM->SRAM fill is a DRAM read and an SRAM
+and write energies per access over its width). A DRAM->SRAM fill is a DRAM read and an SRAM
 write; a result's write-back an SRAM read and a DRAM write; an operand into the datapath a
 read of the innermost level holding it. Every MAC point and vector operation costs the
 target's `energy_pj_per_mac`. A producer nest computed at the anchor's tiles adds its energy

@@ -264,7 +264,6 @@ class KernelModel:
         datapath_bytes = np.zeros((n, len(self.statements), M))
         spill = np.zeros(n)                      # bytes unrolled bodies spill out of the registers
         registers = np.zeros((2, n, M))          # partial sums read / written in per-PE registers
-        accesses = np.zeros((2, n, M))           # bytes read / written in whole accesses of each port
         pressures = []
         for si, st in enumerate(self.statements):
             if si in self.computed:
@@ -285,8 +284,6 @@ class KernelModel:
             st_compute = cycles / active / clock + (0.0 if anchor else rescale)
             moved = statement_traffic(self, grid, cap, si, st, tile, seq, active)   # traffic.py
             datapath_bytes[:, si, :] = moved.datapath
-            accesses[0] += moved.port_reads
-            accesses[1] += moved.port_writes
             accumulated = register_accumulation(self, st, tile, moved)         # energy.py
             if accumulated is not None:
                 m, read, written = accumulated
@@ -312,12 +309,6 @@ class KernelModel:
             time_s = np.maximum(time_s, self.compulsory_bytes / self.bw[-1])
         bytes_by_level = timeline.bytes_by_level
         reads, writes = timeline.reads_by_level, timeline.writes_by_level
-        if self.ported.any():
-            # A level described per access spends its access energy however few of the port's
-            # bytes a transfer uses (ZigZag's energy per access): a 16-byte operand vector read
-            # from a 2048-bit SRAM port costs a whole access.
-            reads = np.where(self.ported[None, :], accesses[0], reads)
-            writes = np.where(self.ported[None, :], accesses[1], writes)
         if spill.any():                 # half stored to the next level out, half loaded back
             bytes_by_level, reads, writes = bytes_by_level.copy(), reads.copy(), writes.copy()
             bytes_by_level[:, 1] += spill
