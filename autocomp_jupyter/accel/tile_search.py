@@ -171,7 +171,8 @@ def _local_search(s: SearchSpace, tiles, orders, measured, evaluated: int, ranke
     """Local search from the best few distinct candidates by the objective's score; then,
     under `latency` when ties are asked (`s.tie`: the pipeline's `energy ties` stage), a
     second climb from the objective's picks that lowers energy among the candidates within 1%
-    of the fastest (a tiling that keeps a tensor in a bigger buffer at equal time). What the
+    of the fastest (a tiling that keeps a tensor in a bigger buffer at equal time); under
+    `energy` and `edp`, a second climb by the objective from the fastest candidates. What the
     search returns is decided by the objective's rule over every candidate it measured
     (`SearchSpace.decide`)."""
     known = _KNOWN.get((s.structure, s.vector, s.max_spill))
@@ -192,6 +193,15 @@ def _local_search(s: SearchSpace, tiles, orders, measured, evaluated: int, ranke
 
             joined = _joined(every)
             climb.run(joined[0], joined[1], energy(joined[2]), energy, ENERGY_ROUNDS)
+    if s.objective != "latency":
+        # Energy (or EDP) also climbs from the fastest candidates: the least-energy climb can
+        # settle on tiles that leave the array part idle (a 32x32 array with 8 of its columns
+        # busy), while the tilings that fill it sit in another basin.
+        joined = _joined(every)
+        speed = lambda m: np.where(m[2], m[0], np.inf)
+        fastest = _top_distinct(speed(joined[2]), joined[0], joined[1], KEEP)
+        climb.run(joined[0][fastest], joined[1][fastest], s.rank(*(a[fastest] for a in joined[2][:3])),
+                  lambda m: s.rank(*m[:3]), rounds)
     joined = _joined(every)
     return s.decide(joined[0], joined[1], joined[2], ranked), climb.evaluated
 
