@@ -20,11 +20,11 @@ A 100-design sweep of an exported ResNet-50 (torchvision, rules only) on two Das
         --sweep "memory.SRAM.size_bytes=256KiB,512KiB,1MiB,2MiB,4MiB" \
         --sweep "memory.DRAM.bandwidth_gbps=12.8,25.6,51.2,102.4" --workers 2 --json
 
-ran 100 valid designs, all verified, 69 on the Pareto front, in 2,491 s of wall time on a
-2-core machine other jobs kept at a load of 11-17, using 1,939 CPU s (19.4 per design; on
-two idle cores about 16 minutes). Every design's searches read its whole performance view,
-so what a design reuses from the ones before it is what does not read the target (dse.py's
-docstring); the rest is the cost of one optimize (benchmarks/bench_speed.py --explore).
+ran 100 valid designs, all verified, 69 on the Pareto front, in 654 s of wall time on an
+otherwise idle 2-core machine (1,279 CPU s, 12.8 a design). Every design's searches read its
+whole performance view, so what a design reuses from the ones before it is what does not read
+the target (dse.py's docstring); the rest is the cost of one optimize (benchmarks/bench_speed.py
+--explore).
 
 `--zigzag` sweeps ZigZag's bundled tpu_like (PE array 16x16, 32x32, 64x64 by SRAM 512 KiB,
 2 MiB, 8 MiB) over five ResNet-50 layers in both tools — ZigZag from its own hardware and
