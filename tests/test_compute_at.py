@@ -348,11 +348,11 @@ def test_computed_at_score_rows_are_held_on_chip_and_overflow_it():
     assert evaluate(schedule(512), target).spill_ratio > 1.0   # 1 MiB of scores in 256 KiB
 
 
-def test_a_producer_runs_its_unfollowed_loops_whole_where_that_is_faster():
+def causal_row_sum_producer():
+    """(kernel, target, kernel model, producer): a causal softmax's row sum computed at the
+    scores' row tiles on gpu, the producer nest the memo and region tests cost."""
     from autocomp_jupyter.accel.cost import kernel_model
 
-    # the causal row sum computed at the scores' row tiles: alone its schedule tiles the keys
-    # (its domain skips more with small tiles); in a region of rows it may run them whole
     program = parse("""input S: f32[64, 256]
 E[s, t] = exp(S[s, t]) where t <= s
 Z[s] += E[s, t] where t <= s
@@ -363,6 +363,13 @@ output Y
     target = load_target("gpu")
     model = kernel_model(kernel, target)
     (producer,) = model.producers
+    return kernel, target, model, producer
+
+
+def test_a_producer_runs_its_unfollowed_loops_whole_where_that_is_faster():
+    # the causal row sum computed at the scores' row tiles: alone its schedule tiles the keys
+    # (its domain skips more with small tiles); in a region of rows it may run them whole
+    kernel, target, model, producer = causal_row_sum_producer()
     tiles, orders, parallel, _ = model.normalise(*model.schedule_arrays(replay(kernel, [
         {"primitive": "tile", "loop": "s", "level": "L2", "size": 8}], target.tiling_levels)))
     from autocomp_jupyter.accel.cost.tiles import _tile_counts

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from autocomp_jupyter import interp, poly, verify
-from autocomp_jupyter.accel.cost import kernel_model
 from autocomp_jupyter.accel.cost.tiles import _tile_counts
 from autocomp_jupyter.accel.target import load_target
 from autocomp_jupyter.dsl import parse
 from autocomp_jupyter.ir.schedule import Kernel, kernels_unfused
 from autocomp_jupyter.schedule import replay
+from test_compute_at import causal_row_sum_producer
 
 MLP = """input  X: f32[8, 6]
 param  W1: f32[6, 10]
@@ -29,16 +29,7 @@ output O
 
 
 def _producer_regions():
-    program = parse("""input S: f32[64, 256]
-E[s, t] = exp(S[s, t]) where t <= s
-Z[s] += E[s, t] where t <= s
-Y[s, t] = E[s, t] / Z[s]
-output Y
-""")
-    kernel = Kernel.from_ops(program, [op.name for op in program.ops], anchor="Y").with_compute_at("Z", "s", "L2")
-    target = load_target("gpu")
-    model = kernel_model(kernel, target)
-    (producer,) = model.producers
+    kernel, target, model, producer = causal_row_sum_producer()
     rows = [model.normalise(*model.schedule_arrays(replay(kernel, [
         {"primitive": "tile", "loop": "s", "level": "L2", "size": size},
         {"primitive": "tile", "loop": "t", "level": "L2", "size": 64}], target.tiling_levels)))
@@ -48,7 +39,7 @@ output Y
     return producer, sub
 
 
-def test_a_producer_nest_costs_each_region_once_and_as_computing_it_again():
+def test_a_producer_nest_costs_each_region_once_and_as_computing_it_again(monkeypatch):
     producer, sub = _producer_regions()
     fresh = producer._choose(sub)[0]
     remembered = producer._remembered(sub)
@@ -59,7 +50,8 @@ def test_a_producer_nest_costs_each_region_once_and_as_computing_it_again():
     def refused(_):
         raise AssertionError("a remembered region costed again")
 
-    producer._choose = refused                       # every row known: read back, in the batch's order
+    # every row known: read back, in the batch's order (the model is cached: patched for this test only)
+    monkeypatch.setattr(producer, "_choose", refused)
     again = producer._remembered(sub[::-1])
     assert np.array_equal(again.time_s, fresh.time_s[::-1])
     assert np.array_equal(again.bytes, fresh.bytes[::-1])
