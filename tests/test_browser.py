@@ -637,7 +637,8 @@ def test_notebook7_shows_the_live_widget(lab):
             bad = _overflows(page.locator(".jp-OutputArea-output:has(.widget-tab)").nth(1))
             assert not bad, f"gemmini's Tune tab: {bad}"
             # the Explore tab: a click on a design's circle opens its full report beside the plot
-            circle = page.locator(".jp-OutputArea svg.autocomp-explore circle[data-point='1']").first
+            # (the live scatter's circle: the progress bar's static scatter before it takes no clicks)
+            circle = page.locator(".jp-OutputArea .autocomp-explore-live circle[data-point='1']").first
             circle.wait_for(state="visible", timeout=60_000)
             circle.click()
             page.locator(".jp-OutputArea h4", has_text="design #1").first.wait_for(state="visible", timeout=60_000)

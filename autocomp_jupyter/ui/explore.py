@@ -159,6 +159,8 @@ class ExploreProgress:
 # on an SVG drawn there could not reach the kernel.
 _SCATTER_ESM = """
 function render({ model, el }) {
+  // marks the live scatter apart from the progress bar's static one, which takes no clicks
+  el.classList.add("autocomp-explore-live");
   const draw = () => {
     el.innerHTML = model.get("svg");
     for (const circle of el.querySelectorAll("circle[data-point]")) {
