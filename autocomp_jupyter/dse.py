@@ -293,9 +293,9 @@ def run_point(program, raw: Mapping, filename: str, params: Mapping[str, Any], t
 # Allocations between two young-generation collections while a point runs (Python's default
 # is 700). A warm process holds its caches' hundreds of thousands of objects across points, and
 # the cost model allocates small arrays by the million: at the default, ResNet-50 spent ~0.8 CPU
-# s of each point collecting, at this ~0.2 s. What is collected, and when it can be, does not
-# change any result.
-_YOUNG_THRESHOLD = 50_000
+# s of each point collecting; at 50,000 ~0.4 s (a 64x64-array point), at this ~2% of a point
+# less again. What is collected, and when it can be, does not change any result.
+_YOUNG_THRESHOLD = 200_000
 
 
 @contextlib.contextmanager
