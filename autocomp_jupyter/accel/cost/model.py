@@ -58,6 +58,8 @@ class KernelModel:
         self.latency_s = np.array([m.latency_cycles for m in target.memory]) / (target.clock_ghz * 1e9)
         self.read_j, self.write_j = level_energies(target)      # J per byte read / written at each level
         self.port_bytes, self.ported, self.split_ports = port_shapes(target)   # ports.py
+        self.any_ported = bool(self.ported.any())          # else every level is timed as a channel
+        self.whole_ports = not self.port_bytes.any()       # no transfer is rounded up to a port's width
         self.mem_per_unit = np.array([m.per_unit for m in target.memory])
         per_unit_levels = [h for h in range(L) if on_chip[h].per_unit]
         self.dist_level = per_unit_levels[0] if per_unit_levels else L - 1

@@ -47,6 +47,8 @@ def port_time(model, reads: np.ndarray, writes: np.ndarray, channel: np.ndarray,
     """[n, M] seconds each level is busy: a level timed by its ports with its `reads` /
     `writes` [n, M] (bytes in whole accesses; one port carries both, two ports each their own,
     the busier bounding), any other with the bytes on its `channel` [n, M]."""
+    if not model.any_ported:        # every level a channel
+        return channel / bw
     ports = np.where(model.split_ports[None, :], np.maximum(reads, writes), reads + writes)
     return np.where(model.ported[None, :], ports, channel) / bw
 
@@ -110,8 +112,8 @@ def statement_time(model, traffic: StatementTraffic, double_buffered: np.ndarray
     # A step lasts as long as its compute or its operands' streaming into the datapath
     # (the innermost levels' channels), whichever is longer: the part of the work
     # the cold start and the drain cannot overlap.
-    stream = port_time(model, traffic.datapath_port_reads, traffic.datapath_port - traffic.datapath_port_reads,
-                       traffic.datapath, bw).max(axis=1)
+    stream = (port_time(model, traffic.datapath_port_reads, traffic.datapath_port - traffic.datapath_port_reads,
+                        traffic.datapath, bw) if model.any_ported else traffic.datapath / bw).max(axis=1)
     # While the array fills (the part no double buffering hides) nothing streams: the
     # operands' streaming waits through the fills.
     stream = stream + fill / active / clock

@@ -109,9 +109,17 @@ class StatementTraffic:
     datapath_port_reads: np.ndarray
 
     @classmethod
-    def zeros(cls, n: int, M: int, L: int) -> "StatementTraffic":
-        return cls(*(np.zeros((n, M)) for _ in range(4)), np.zeros((n, L)), np.zeros((n, M)), np.zeros((n, M)), {},
-                   *(np.zeros((n, M)) for _ in range(6)))
+    def zeros(cls, n: int, M: int, L: int, whole_ports: bool = False) -> "StatementTraffic":
+        """All zeros. `whole_ports`: no level's port moves whole accesses (every transfer's
+        granularity is 1), so the port views are the byte views themselves (the same
+        arrays: `_charge_ends` adds to them once)."""
+        out = cls(*(np.zeros((n, M)) for _ in range(4)), np.zeros((n, L)), np.zeros((n, M)), np.zeros((n, M)), {},
+                  *(np.zeros((n, M)) for _ in range(2)), *((None,) * 3 if whole_ports else
+                                                           (np.zeros((n, M)) for _ in range(3))),
+                  np.zeros((n, M)))
+        if whole_ports:
+            out.port_reads, out.port_writes, out.datapath_port = out.reads_at, out.writes_at, out.datapath
+        return out
 
 
 @dataclass
@@ -134,7 +142,7 @@ def statement_traffic(model, grid: TileGrid, capacity, si: int, st: _StatementMo
     spill (an overflowing level's share streams through from its parent) and each level's
     cold start and drain."""
     n, D, L = grid.tiles.shape
-    out = StatementTraffic.zeros(n, len(model.level_names), L)
+    out = StatementTraffic.zeros(n, len(model.level_names), L, model.whole_ports)
     held = vector_held(model, grid, capacity, si, st, tile)
     for ai, a in enumerate(st.accesses):
         # the tile fetches into each holding level (the loops outside it), then the datapath
@@ -320,11 +328,24 @@ def _charge_ends(model, out: StatementTraffic, a: _AccessModel, levels: _LevelTr
     `port_writes`: time), each transfer of `granule` / the tile footprint bytes rounded up."""
     M = len(model.level_names)
     inner = model.mem_index[a.chain[-1]] if a.chain else M - 1
-    g = _granularity(granule, model.port_bytes[inner])
+    datapath_writes = datapath - datapath_reads
     out.reads_at[:, inner] += datapath_reads
-    out.writes_at[:, inner] += datapath - datapath_reads
+    out.writes_at[:, inner] += datapath_writes
+    if model.whole_ports:       # every granularity 1: the port views are the byte views (`zeros`)
+        out.datapath_port_reads[:, inner] += datapath_reads
+        for pos, h in enumerate(a.chain):
+            src = M - 1 if pos == 0 else model.mem_index[a.chain[pos - 1]]
+            dst = model.mem_index[h]
+            down = eff[pos] * levels.down_share[pos]      # parent -> this level
+            up = eff[pos] - down                          # this level -> parent
+            out.reads_at[:, src] += down
+            out.writes_at[:, dst] += down
+            out.reads_at[:, dst] += up
+            out.writes_at[:, src] += up
+        return
+    g = _granularity(granule, model.port_bytes[inner])
     out.port_reads[:, inner] += datapath_reads * g
-    out.port_writes[:, inner] += (datapath - datapath_reads) * g
+    out.port_writes[:, inner] += datapath_writes * g
     out.datapath_port[:, inner] += datapath * g
     out.datapath_port_reads[:, inner] += datapath_reads * g
     for pos, h in enumerate(a.chain):
