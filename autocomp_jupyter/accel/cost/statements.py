@@ -33,6 +33,11 @@ class _AccessModel:
 
     def __post_init__(self):
         self.terms = tuple(tuple((int(d), float(c)) for d, c in enumerate(row) if c != 0.0) for row in self.coeff)
+        # `traffic._footprint`'s rows: (terms, 1 + halo, dimension size) as Python floats
+        self.rows = tuple((terms, float(self.local_add[r] + 1.0), float(self.dims[r]))
+                          for r, terms in enumerate(self.terms))
+        # what its footprint over a tile depends on: accesses equal in it share footprints
+        self.region_key = (self.coeff.tobytes(), self.local_add.tobytes(), self.dims.tobytes(), self.elem_bytes)
 
 
 @dataclass

@@ -56,7 +56,6 @@ def operand_sequence(grid: TileGrid, st: _StatementModel, tile: DatapathTile) ->
     tiles_at = np.prod(counts[:, :, st.present_loops], axis=2)       # [n, L] its tiles per level
     trips = np.where(present_seq, grid.seq_trips, 1.0)
     dp_counts, dp_rel = tile.counts, tile.rel
-    dp_loops = np.concatenate([grid.seq_loops, inner_order], axis=1)
     dp_mean = E / dp_counts
     # Operands reach the datapath per pass; the vector unit beside a PE array keeps a
     # window's taps in registers instead: along a reduction loop that shares an input
@@ -76,8 +75,7 @@ def operand_sequence(grid: TileGrid, st: _StatementModel, tile: DatapathTile) ->
     dp_prefix = np.ones((trips_seq.shape[0] + 1, n))      # products of its first trips
     np.cumprod(trips_seq, axis=0, out=dp_prefix[1:])
     dp_moving = trips_seq > 1.0                          # loops of one trip don't count
-    return LoopSequence(tiles_at, np.ascontiguousarray(dp_loops.T), dp_moving, dp_prefix, dp_trips.shape[1],
-                        ts_counts, ts_mean)
+    return LoopSequence(tiles_at, grid.datapath_loops(), dp_moving, dp_prefix, dp_trips.shape[1], ts_counts, ts_mean)
 
 
 @dataclass
@@ -212,9 +210,9 @@ def _level_traffic(a: _AccessModel, st: _StatementModel, grid: TileGrid, double_
     rows = st.domain.loops[0] if isinstance(st.domain, RowTiles) else None
     # an in-place row update touches one row of its tile (its cold start and drain)
     row_share = [grid.counts[:, h, rows] / extents[rows] if rows is not None else 1.0 for h in a.chain]
-    fps = _footprint(a, grid.mean_tile[:, list(a.chain), :].transpose(0, 2, 1)) if a.chain else None
+    fps = grid.mean_footprint(a, _footprint) if a.chain else None
     # its distinct tiles at each holding level
-    distinct_at = np.prod(grid.counts[:, list(a.chain), :][:, :, a.counted], axis=2)
+    distinct_at = np.prod(grid.counts_at(a.chain)[:, :, a.counted], axis=2)
     for pos, h in enumerate(a.chain):
         fetches = by_level[:, pos]
         distinct = distinct_at[:, pos]
@@ -234,7 +232,7 @@ def _level_traffic(a: _AccessModel, st: _StatementModel, grid: TileGrid, double_
         # Loads that wait a latency: into a double-buffered level only the reads
         # (an output's write-back is posted, and its first visit starts from zero,
         # so only partial sums are read back); into others, every transfer.
-        loads = fetches if a.kind == "read" else np.where(a.kind == "accumulate", fetches - distinct, 0.0)
+        loads = fetches if a.kind == "read" else fetches - distinct if a.kind == "accumulate" else 0.0
         if rows is not None:          # an in-place row update loads only the tile holding its row
             along = grid.counts[:, h, rows]
             loads, fetches = loads / along, fetches / along
@@ -391,19 +389,24 @@ def _fetches_by_prefix(index_seq: np.ndarray, moving: np.ndarray, upto: np.ndarr
     indexes the tensor, `moving` whether its trip exceeds one, `upto[k]` the product of the
     first k trips (shared by a statement's accesses). Returns [n, len(prefixes)]."""
     S, n = moving.shape
-    position = np.where(index_seq & moving, np.arange(1, S + 1, dtype=np.int32)[:, None], np.int32(0))
-    out = np.ones((n, len(prefixes)))
-    last = np.zeros(n, dtype=np.int32)     # the last breaking loop (1-based) seen so far
-    seen = 0
-    candidates = np.arange(n)
-    for k in sorted(range(len(prefixes)), key=prefixes.__getitem__):
-        p = prefixes[k]
-        if p > seen:
-            last = np.maximum(last, position[seen:p].max(axis=0))
-            seen = p
-        if p:
-            out[:, k] = upto[last, candidates]
-    return out
+    position = (index_seq & moving) * _positions(S)       # its 1-based position where it breaks, else 0
+    np.maximum.accumulate(position, axis=0, out=position)   # the last breaking loop (1-based) up to each
+    ends = np.array(prefixes) - 1
+    out = upto[position[np.maximum(ends, 0)], np.arange(n)]          # [len(prefixes), n]
+    if (ends < 0).any():
+        out[ends < 0] = 1.0       # an empty prefix: fetched once
+    return out.T
+
+
+_POSITIONS: dict[int, np.ndarray] = {}
+
+
+def _positions(S: int) -> np.ndarray:
+    """[S, 1] int32: 1, 2, ..., S (the loop sequence's 1-based positions)."""
+    found = _POSITIONS.get(S)
+    if found is None:
+        found = _POSITIONS[S] = np.arange(1, S + 1, dtype=np.int32)[:, None]
+    return found
 
 
 def _footprint(a: _AccessModel, tile: np.ndarray) -> np.ndarray:
@@ -412,16 +415,15 @@ def _footprint(a: _AccessModel, tile: np.ndarray) -> np.ndarray:
     # Row by row over the (few) loops each index uses: cheaper than a matmul on [n, D].
     out = None
     less = tile - 1.0          # each loop's span past its first point
-    for r, terms in enumerate(a.terms):
+    for terms, base, dim in a.rows:
         extent = None
         for d, c in terms:
             part = less[:, d] if c == 1.0 else c * less[:, d]
             extent = part if extent is None else extent + part
-        base = a.local_add[r] + 1.0
         if extent is None:
-            extent = np.full(tile.shape[:1] + tile.shape[2:], min(base, a.dims[r]))
+            extent = np.full(tile.shape[:1] + tile.shape[2:], min(base, dim))
         else:
-            extent = np.minimum(extent + base, a.dims[r])
+            extent = np.minimum(extent + base, dim)
         out = extent if out is None else out * extent
     if out is None:
         return np.full(tile.shape[:1] + tile.shape[2:], float(a.elem_bytes))
