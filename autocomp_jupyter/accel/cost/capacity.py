@@ -71,6 +71,10 @@ def footprints(model, T: np.ndarray, tile_bytes: dict | None = None, orders=None
     n, L = T.shape[0], model.n_levels
     per_tensor: dict[str, np.ndarray] = {}
     held = {h.tensor for h in model.held}
+    # accesses of equal regions over the same levels hold the same bytes: one array for them
+    # (nothing writes into these), and one gather of the tiles per chain of levels
+    shared: dict = {}
+    at_chain: dict = {}
     for si, st in enumerate(model.statements):
         if si in model.computed:
             continue      # its own nest's buffers (`_ProducerModel`)
@@ -78,9 +82,14 @@ def footprints(model, T: np.ndarray, tile_bytes: dict | None = None, orders=None
             skip = st.in_place and (a.internal or a.kind != "read") or a.tensor in held
             if skip and tile_bytes is None:
                 continue  # reuses the buffer of the internal tile it reads
-            fp = np.zeros((n, L))
-            if a.chain:   # every holding level at once (the same arithmetic per level)
-                fp[:, list(a.chain)] = _footprint(a, T[:, :, list(a.chain)])
+            fp = shared.get((a.region_key, a.chain))
+            if fp is None:
+                fp = shared[a.region_key, a.chain] = np.zeros((n, L))
+                if a.chain:   # every holding level at once (the same arithmetic per level)
+                    tiles = at_chain.get(a.chain)
+                    if tiles is None:
+                        tiles = at_chain[a.chain] = T[:, :, list(a.chain)]
+                    fp[:, list(a.chain)] = _footprint(a, tiles)
             if tile_bytes is not None:
                 tile_bytes[si, ai] = fp
             if skip:

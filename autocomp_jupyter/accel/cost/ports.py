@@ -150,8 +150,10 @@ def two_buffer_latency(src_lat, read_s, bw_s, busy, latency_s, events, event_src
             restart[:, src] = np.maximum(restart[:, src], events[:, h] * latency_s[inner])
     work = np.array(busy, dtype=float, copy=True)
     for m in range(M):
-        paired = (out[:, m] + work + restart[:, m] - read_s[:, m]) / 2.0
-        out[:, m] = np.where(out[:, m] > 0, np.minimum(out[:, m], np.maximum(first[:, m], paired)), out[:, m])
+        waits = out[:, m] > 0
+        if waits.any():           # (a source without such loads keeps its zeros)
+            paired = (out[:, m] + work + restart[:, m] - read_s[:, m]) / 2.0
+            out[:, m] = np.where(waits, np.minimum(out[:, m], np.maximum(first[:, m], paired)), out[:, m])
         work = np.maximum(work, np.maximum(bw_s[:, m], read_s[:, m] + out[:, m]))
     return out
 
@@ -169,15 +171,19 @@ def _latency(model, traffic: StatementTraffic, double_buffered, tiles_at, st_com
     src_lat = np.zeros((n, M))
     tail = np.full((n, M), np.inf)   # compute after a source's last load: its last tile's
     for h, src in traffic.event_src.items():
-        par = active if model.per_unit[h] else 1.0
-        lat = events[:, h] * model.latency_s[src] / par
-        src_lat[:, src] = np.maximum(src_lat[:, src], np.where(double_buffered[:, h], lat, 0.0))
+        per_unit = model.per_unit[h]
+        lat = events[:, h] * model.latency_s[src]
+        if per_unit:
+            lat = lat / active
+        double = double_buffered[:, h]
+        waits = double & (events[:, h] > 0)
+        src_lat[:, src] = np.maximum(src_lat[:, src], np.where(double, lat, 0.0))
         # The units' first tiles are requested together, each waiting a whole latency;
-        # only later loads overlap across units (latency / units each).
-        first_wait[:, src] = np.maximum(first_wait[:, src], np.where(
-            double_buffered[:, h] & (events[:, h] > 0), model.latency_s[src] * (1.0 - 1.0 / par), 0.0))
-        serial_time += np.where(double_buffered[:, h], 0.0, lat)
+        # only later loads overlap across units (latency / units each). (One unit: none.)
+        if per_unit:
+            first_wait[:, src] = np.maximum(first_wait[:, src], np.where(
+                waits, model.latency_s[src] * (1.0 - 1.0 / active), 0.0))
+        serial_time += np.where(double, 0.0, lat)
         tiles_h = tiles_at[:, h]
-        tail[:, src] = np.where(double_buffered[:, h] & (events[:, h] > 0),
-                                np.minimum(tail[:, src], st_compute / tiles_h), tail[:, src])
+        tail[:, src] = np.where(waits, np.minimum(tail[:, src], st_compute / tiles_h), tail[:, src])
     return first_wait, src_lat, tail, serial_time
