@@ -44,13 +44,15 @@ class Capacity:
     holding it (`tile_bytes[(statement, access)]` [n, L]), the bytes held per level
     (`footprint` [n, L]), the fraction of a level's traffic that overflows it (`overflow`),
     the worst overflow (`spill` [n], the report's spill_ratio), and the levels whose tiles
-    fit twice (`double_buffered` [n, L])."""
+    fit twice (`double_buffered` [n, L]); `overflowing` [L]: whether any candidate's tiles
+    overflow each level (else its traffic needs no blending toward its parent's)."""
 
     tile_bytes: dict
     footprint: np.ndarray
     overflow: np.ndarray
     spill: np.ndarray
     double_buffered: np.ndarray
+    overflowing: np.ndarray | None = None
 
 
 def occupy(model, grid: TileGrid) -> Capacity:
@@ -60,7 +62,7 @@ def occupy(model, grid: TileGrid) -> Capacity:
     overflow = np.clip(1.0 - model.capacity[None, :] / np.maximum(capacity_fp, 1e-30), 0.0, None)
     spill = np.clip(capacity_fp / model.capacity[None, :] - 1.0, 0.0, None).max(axis=1)
     double_buffered = 2.0 * capacity_fp <= model.capacity[None, :]
-    return Capacity(tile_bytes, capacity_fp, overflow, spill, double_buffered)
+    return Capacity(tile_bytes, capacity_fp, overflow, spill, double_buffered, overflow.any(axis=0))
 
 
 def footprints(model, T: np.ndarray, tile_bytes: dict | None = None, orders=None) -> np.ndarray:

@@ -121,6 +121,14 @@ class TileGrid:
         return found
 
     @property
+    def rows(self) -> np.ndarray:
+        """[n, 1] the candidates' indices (to gather one column per row)."""
+        found = self._shared.get("rows")
+        if found is None:
+            found = self._shared["rows"] = np.arange(self.n)[:, None]
+        return found
+
+    @property
     def inner_order(self) -> np.ndarray:
         """[n, D] the innermost level's loop order."""
         return self.orders[:, -1, :]
@@ -138,5 +146,5 @@ def tile_grid(extents: np.ndarray, tiles: np.ndarray, orders: np.ndarray) -> Til
     T = tiles.astype(float)                               # [n, D, L] full tiles
     # Loop order seen from inside level h: the orders of levels 0..h, outer → inner.
     seq_loops = orders.reshape(n, L * D)
-    seq_trips = np.take_along_axis(rel, orders, axis=2).reshape(n, L * D)
+    seq_trips = rel[np.arange(n)[:, None, None], np.arange(L)[None, :, None], orders].reshape(n, L * D)  # along orders
     return TileGrid(tiles, orders, E, counts, piece_len, piece_mult, rel, mean_tile, T, seq_loops, seq_trips)

@@ -70,7 +70,7 @@ def operand_sequence(grid: TileGrid, st: _StatementModel, tile: DatapathTile) ->
         ts_counts = np.where(wmask, inner, dp_counts)
         ts_rel = np.where(wmask, 1.0, dp_rel)
         ts_mean = E / ts_counts
-    dp_trips = np.concatenate([trips, np.take_along_axis(ts_rel, inner_order, axis=1)], axis=1)
+    dp_trips = np.concatenate([trips, ts_rel[grid.rows, inner_order]], axis=1)   # ts_rel along inner_order
     trips_seq = np.ascontiguousarray(dp_trips.T)
     dp_prefix = np.ones((trips_seq.shape[0] + 1, n))      # products of its first trips
     np.cumprod(trips_seq, axis=0, out=dp_prefix[1:])
@@ -158,7 +158,9 @@ def statement_traffic(model, grid: TileGrid, capacity, si: int, st: _StatementMo
         eff = [None] * len(a.chain)
         for pos in range(len(a.chain) - 1, -1, -1):
             h = a.chain[pos]
-            eff[pos] = levels.fits[pos] + capacity.overflow[:, h] * (through - levels.fits[pos])
+            # (no candidate overflowing it: its own traffic, fits + 0 x (...) exactly)
+            eff[pos] = (levels.fits[pos] + capacity.overflow[:, h] * (through - levels.fits[pos])
+                        if capacity.overflowing is None or capacity.overflowing[h] else levels.fits[pos])
             through = eff[pos]
         _charge(model, out, a, capacity.double_buffered, levels, datapath, eff, capacity.tile_bytes[si, ai], active)
         _charge_ends(model, out, a, levels, datapath, datapath_reads, granule, eff)
@@ -302,7 +304,11 @@ def _charge(model, out: StatementTraffic, a: _AccessModel, double_buffered, leve
         src = M - 1 if pos == 0 else model.mem_index[a.chain[pos - 1]]
         moved = eff[pos]
         out.bytes[:, src] += moved
-        out.read[:, src] += np.where(double_buffered[:, h], moved * levels.read_share[pos], 0.0)
+        # (a read's share is 1, a write's 0: it adds nothing)
+        if a.kind == "read":
+            out.read[:, src] += np.where(double_buffered[:, h], moved, 0.0)
+        elif a.kind != "write":
+            out.read[:, src] += np.where(double_buffered[:, h], moved * levels.read_share[pos], 0.0)
         out.serial[:, src] += np.where(double_buffered[:, h], 0.0, moved)
         if a.kind == "read" and not a.internal:
             # Cold start: the first tile of every input reaches every level
@@ -334,12 +340,15 @@ def _charge_ends(model, out: StatementTraffic, a: _AccessModel, levels: _LevelTr
         for pos, h in enumerate(a.chain):
             src = M - 1 if pos == 0 else model.mem_index[a.chain[pos - 1]]
             dst = model.mem_index[h]
-            down = eff[pos] * levels.down_share[pos]      # parent -> this level
-            up = eff[pos] - down                          # this level -> parent
-            out.reads_at[:, src] += down
-            out.writes_at[:, dst] += down
-            out.reads_at[:, dst] += up
-            out.writes_at[:, src] += up
+            # a read's bytes all move down, a write's all up (the other way adds zeros)
+            if a.kind != "write":
+                down = eff[pos] if a.kind == "read" else eff[pos] * levels.down_share[pos]   # parent -> this level
+                out.reads_at[:, src] += down
+                out.writes_at[:, dst] += down
+            if a.kind != "read":
+                up = eff[pos] if a.kind == "write" else eff[pos] - down                     # this level -> parent
+                out.reads_at[:, dst] += up
+                out.writes_at[:, src] += up
         return
     g = _granularity(granule, model.port_bytes[inner])
     out.port_reads[:, inner] += datapath_reads * g
