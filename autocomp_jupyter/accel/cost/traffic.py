@@ -399,12 +399,18 @@ def _fetches_by_prefix(index_seq: np.ndarray, moving: np.ndarray, upto: np.ndarr
     first k trips (shared by a statement's accesses). Returns [n, len(prefixes)]."""
     S, n = moving.shape
     position = (index_seq & moving) * _positions(S)       # its 1-based position where it breaks, else 0
-    np.maximum.accumulate(position, axis=0, out=position)   # the last breaking loop (1-based) up to each
-    ends = np.array(prefixes) - 1
-    out = upto[position[np.maximum(ends, 0)], np.arange(n)]          # [len(prefixes), n]
-    if (ends < 0).any():
-        out[ends < 0] = 1.0       # an empty prefix: fetched once
-    return out.T
+    out = np.ones((n, len(prefixes)))
+    last = np.zeros(n, dtype=np.int32)     # the last breaking loop (1-based) seen so far
+    seen = 0
+    candidates = np.arange(n)
+    for k in sorted(range(len(prefixes)), key=prefixes.__getitem__):
+        p = prefixes[k]
+        if p > seen:
+            last = np.maximum(last, position[seen:p].max(axis=0))
+            seen = p
+        if p:
+            out[:, k] = upto[last, candidates]
+    return out
 
 
 _POSITIONS: dict[int, np.ndarray] = {}
