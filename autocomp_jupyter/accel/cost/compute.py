@@ -114,8 +114,9 @@ def datapath_tile(compute, grid: TileGrid, st: "_StatementModel", vectorize: np.
         pres_inner = st.present[inner_order]
         last = D - 1 - np.argmax(pres_inner[:, ::-1], axis=1)
         vec_loop = inner_order[rows, last]
-        ok = (vectorize >= 0) & st.present[np.clip(vectorize, 0, D - 1)]
-        vec_loop = np.where(ok, vectorize, vec_loop)
+        if (vectorize >= 0).any():       # annotated (else the innermost present loop)
+            ok = (vectorize >= 0) & st.present[np.clip(vectorize, 0, D - 1)]
+            vec_loop = np.where(ok, vectorize, vec_loop)
         unit[rows, vec_loop] = width
     dp_pieces = sum(m * np.ceil(x / unit - 1e-9) for x, m in zip(grid.piece_len, grid.piece_mult))
     dp_counts = np.where(st.present, dp_pieces, 1.0)  # [n, D]

@@ -52,9 +52,14 @@ def operand_sequence(grid: TileGrid, st: _StatementModel, tile: DatapathTile) ->
     """The LoopSequence of a statement on its datapath tile."""
     n, D, L = grid.tiles.shape
     E, counts, inner_order = grid.E, grid.counts, grid.inner_order
-    present_seq = st.present[grid.seq_loops]
-    tiles_at = np.prod(counts[:, :, st.present_loops], axis=2)       # [n, L] its tiles per level
-    trips = np.where(present_seq, grid.seq_trips, 1.0)
+    # its tiles per level [n, L] and the trips of the tiling levels' loops [L * D, n]: the
+    # same for every statement over the same loops
+    key = ("present", st.present.tobytes())
+    found = grid._shared.get(key)
+    if found is None:
+        found = grid._shared[key] = (np.prod(counts[:, :, st.present_loops], axis=2),
+                                     np.where(st.present[grid.seq_loops], grid.seq_trips, 1.0).T)
+    tiles_at, level_trips = found
     dp_counts, dp_rel = tile.counts, tile.rel
     dp_mean = E / dp_counts
     # Operands reach the datapath per pass; the vector unit beside a PE array keeps a
@@ -70,12 +75,14 @@ def operand_sequence(grid: TileGrid, st: _StatementModel, tile: DatapathTile) ->
         ts_counts = np.where(wmask, inner, dp_counts)
         ts_rel = np.where(wmask, 1.0, dp_rel)
         ts_mean = E / ts_counts
-    dp_trips = np.concatenate([trips, ts_rel[grid.rows, inner_order]], axis=1)   # ts_rel along inner_order
-    trips_seq = np.ascontiguousarray(dp_trips.T)
-    dp_prefix = np.ones((trips_seq.shape[0] + 1, n))      # products of its first trips
+    S = L * D + D
+    trips_seq = np.empty((S, n))                          # the levels' trips, then the passes'
+    trips_seq[:L * D] = level_trips
+    trips_seq[L * D:] = ts_rel[grid.rows, inner_order].T  # ts_rel along inner_order
+    dp_prefix = np.ones((S + 1, n))                       # products of its first trips
     np.cumprod(trips_seq, axis=0, out=dp_prefix[1:])
     dp_moving = trips_seq > 1.0                          # loops of one trip don't count
-    return LoopSequence(tiles_at, grid.datapath_loops(), dp_moving, dp_prefix, dp_trips.shape[1], ts_counts, ts_mean)
+    return LoopSequence(tiles_at, grid.datapath_loops(), dp_moving, dp_prefix, S, ts_counts, ts_mean)
 
 
 @dataclass
@@ -214,7 +221,10 @@ def _level_traffic(a: _AccessModel, st: _StatementModel, grid: TileGrid, double_
     row_share = [grid.counts[:, h, rows] / extents[rows] if rows is not None else 1.0 for h in a.chain]
     fps = grid.mean_footprint(a, _footprint) if a.chain else None
     # its distinct tiles at each holding level
-    distinct_at = np.prod(grid.counts_at(a.chain)[:, :, a.counted], axis=2)
+    key = ("distinct", a.chain, a.counted.tobytes())
+    distinct_at = grid._shared.get(key)
+    if distinct_at is None:
+        distinct_at = grid._shared[key] = np.prod(grid.counts_at(a.chain)[:, :, a.counted], axis=2)
     for pos, h in enumerate(a.chain):
         fetches = by_level[:, pos]
         distinct = distinct_at[:, pos]
