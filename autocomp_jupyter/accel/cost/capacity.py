@@ -60,7 +60,7 @@ def occupy(model, grid: TileGrid) -> Capacity:
     tile_bytes: dict = {}
     capacity_fp = footprints(model, grid.T, tile_bytes, grid.orders)   # [n, L]
     overflow = np.clip(1.0 - model.capacity[None, :] / np.maximum(capacity_fp, 1e-30), 0.0, None)
-    spill = np.clip(capacity_fp / model.capacity[None, :] - 1.0, 0.0, None).max(axis=1)
+    spill = np.maximum.reduce(np.clip(capacity_fp / model.capacity[None, :] - 1.0, 0.0, None), axis=1)
     double_buffered = 2.0 * capacity_fp <= model.capacity[None, :]
     return Capacity(tile_bytes, capacity_fp, overflow, spill, double_buffered, overflow.any(axis=0))
 

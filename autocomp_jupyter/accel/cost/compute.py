@@ -72,7 +72,7 @@ def occupancy(compute, parallel: np.ndarray, dist_counts: np.ndarray) -> tuple[n
     """(occupancy, active units) [n]: the parallel tiles at the distribution level
     (`dist_counts` [n, D] of them along each loop) spread over the compute units in waves."""
     units = compute.units
-    items = np.prod(np.where(parallel, dist_counts, 1.0), axis=1)
+    items = np.multiply.reduce(np.where(parallel, dist_counts, 1.0), axis=1)
     waves = np.ceil(items / units)
     share = items / (waves * units)
     return share, units * share
@@ -120,14 +120,14 @@ def datapath_tile(compute, grid: TileGrid, st: "_StatementModel", vectorize: np.
         unit[rows, vec_loop] = width
     dp_pieces = sum(m * np.ceil(x / unit - 1e-9) for x, m in zip(grid.piece_len, grid.piece_mult))
     dp_counts = np.where(st.present, dp_pieces, 1.0)  # [n, D]
-    passes = np.prod(dp_counts, axis=1) * st.local_points
+    passes = np.multiply.reduce(dp_counts, axis=1) * st.local_points
     if not dp.on_array and not st.reduce and not st.mac:
         # An elementwise statement streams its tile's elements through the lanes as
         # one flat run (a fused epilogue over a 2-wide output tile still fills them):
         # ceil(tile points / lanes) passes per tile, not per innermost row.
         inner_counts = np.where(st.present, counts[:, L - 1, :], 1.0)
-        tile_points = np.prod(np.where(st.present, E / inner_counts, 1.0), axis=1)
-        passes = np.prod(inner_counts, axis=1) * np.ceil(tile_points / width - 1e-9) * st.local_points
+        tile_points = np.multiply.reduce(np.where(st.present, E / inner_counts, 1.0), axis=1)
+        passes = np.multiply.reduce(inner_counts, axis=1) * np.ceil(tile_points / width - 1e-9) * st.local_points
     # A `where` domain: only its non-empty tiles run (their fraction per level), and of a tile
     # on its edge only the passes that meet it (`TileDomain.passes_meeting`)
     kept = st.domain.kept(grid.T) if st.domain is not None else None

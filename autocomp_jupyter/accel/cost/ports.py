@@ -83,7 +83,7 @@ def statement_time(model, traffic: StatementTraffic, double_buffered: np.ndarray
     clock = model.target.clock_ghz * 1e9
     bw_s = port_time(model, traffic.port_reads, traffic.port_writes, traffic.bytes, bw)
     st_level_time = bw_s
-    serial_time = (traffic.serial / bw).sum(axis=1)
+    serial_time = np.add.reduce(traffic.serial / bw, axis=1)
     first_wait, src_lat, tail, serial_time = _latency(model, traffic, double_buffered, tiles_at, st_compute,
                                                       active, serial_time)
     # Loads into double-buffered levels overlap the previous tile's compute, but the
@@ -91,12 +91,12 @@ def statement_time(model, traffic: StatementTraffic, double_buffered: np.ndarray
     # (bytes / bandwidth + one latency), and an inner level waits for its parent's.
     # Likewise the last output tiles drain after the last step (inner level to outer).
     cold_by_source = traffic.cold / bw + (traffic.cold > 0) * model.latency_s[None, :]
-    cold = cold_by_source.sum(axis=1)
+    cold = np.add.reduce(cold_by_source, axis=1)
     # A level's loads begin once the levels outside it delivered their first tiles:
     # its bound waits for the cold start of every source outside it (memory order is
     # inner first, so the sources after it).
     outer_cold = np.cumsum(cold_by_source[:, ::-1], axis=1)[:, ::-1] - cold_by_source
-    drain = (traffic.drain / bw).sum(axis=1)
+    drain = np.add.reduce(traffic.drain / bw, axis=1)
     # Likewise the last tile computes after its loads are in (its drain is in the bytes).
     tail = np.where(np.isfinite(tail), tail, 0.0)
     if model.host is None:      # host C issues no prefetch of its own: one load in flight
@@ -112,8 +112,9 @@ def statement_time(model, traffic: StatementTraffic, double_buffered: np.ndarray
     # A step lasts as long as its compute or its operands' streaming into the datapath
     # (the innermost levels' channels), whichever is longer: the part of the work
     # the cold start and the drain cannot overlap.
-    stream = (port_time(model, traffic.datapath_port_reads, traffic.datapath_port - traffic.datapath_port_reads,
-                        traffic.datapath, bw) if model.any_ported else traffic.datapath / bw).max(axis=1)
+    stream = np.maximum.reduce(port_time(model, traffic.datapath_port_reads,
+                                         traffic.datapath_port - traffic.datapath_port_reads, traffic.datapath, bw)
+                               if model.any_ported else traffic.datapath / bw, axis=1)
     # While the array fills (the part no double buffering hides) nothing streams: the
     # operands' streaming waits through the fills.
     stream = stream + fill / active / clock

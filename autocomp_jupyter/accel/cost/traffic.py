@@ -57,7 +57,7 @@ def operand_sequence(grid: TileGrid, st: _StatementModel, tile: DatapathTile) ->
     key = ("present", st.present.tobytes())
     found = grid._shared.get(key)
     if found is None:
-        found = grid._shared[key] = (np.prod(counts[:, :, st.present_loops], axis=2),
+        found = grid._shared[key] = (np.multiply.reduce(counts[:, :, st.present_loops], axis=2),
                                      np.where(st.present[grid.seq_loops], grid.seq_trips, 1.0).T)
     tiles_at, level_trips = found
     dp_counts, dp_rel = tile.counts, tile.rel
@@ -224,7 +224,7 @@ def _level_traffic(a: _AccessModel, st: _StatementModel, grid: TileGrid, double_
     key = ("distinct", a.chain, a.counted.tobytes())
     distinct_at = grid._shared.get(key)
     if distinct_at is None:
-        distinct_at = grid._shared[key] = np.prod(grid.counts_at(a.chain)[:, :, a.counted], axis=2)
+        distinct_at = grid._shared[key] = np.multiply.reduce(grid.counts_at(a.chain)[:, :, a.counted], axis=2)
     for pos, h in enumerate(a.chain):
         fetches = by_level[:, pos]
         distinct = distinct_at[:, pos]
@@ -287,7 +287,7 @@ def _datapath_traffic(a: _AccessModel, st: _StatementModel, compute_kind: str, k
     the part of them read out of that level (an operand; an accumulation's partial sums read
     back; the rest are results written into it), and [n] the bytes of one transfer (a pass's).
     `kept`: the share of its transfers a `where` domain leaves (`_datapath_kept`), or None."""
-    distinct = np.prod(seq.counts[:, a.counted], axis=1)
+    distinct = np.multiply.reduce(seq.counts[:, a.counted], axis=1)
     # A systolic array's partial sums are added into its accumulator as they arrive
     # (the banks read-modify-write in place: Gemmini's accumulate-on-write, the MXU's
     # result buffers): one transfer each on the port, none read back out.
@@ -416,7 +416,7 @@ def _fetches_by_prefix(index_seq: np.ndarray, moving: np.ndarray, upto: np.ndarr
     for k in sorted(range(len(prefixes)), key=prefixes.__getitem__):
         p = prefixes[k]
         if p > seen:
-            last = np.maximum(last, position[seen:p].max(axis=0))
+            last = np.maximum(last, np.maximum.reduce(position[seen:p], axis=0))
             seen = p
         if p:
             out[:, k] = upto[last, candidates]
