@@ -118,7 +118,12 @@ def datapath_tile(compute, grid: TileGrid, st: "_StatementModel", vectorize: np.
             ok = (vectorize >= 0) & st.present[np.clip(vectorize, 0, D - 1)]
             vec_loop = np.where(ok, vectorize, vec_loop)
         unit[rows, vec_loop] = width
-    dp_pieces = sum(m * np.ceil(x / unit - 1e-9) for x, m in zip(grid.piece_len, grid.piece_mult))
+    # its passes along each loop: the same for statements with the same datapath tile
+    key = ("passes", st.array_units) if dp.on_array else ("passes", width, vec_loop.tobytes())
+    dp_pieces = grid._shared.get(key)
+    if dp_pieces is None:
+        dp_pieces = grid._shared[key] = sum(m * np.ceil(x / unit - 1e-9)
+                                            for x, m in zip(grid.piece_len, grid.piece_mult))
     dp_counts = np.where(st.present, dp_pieces, 1.0)  # [n, D]
     passes = np.multiply.reduce(dp_counts, axis=1) * st.local_points
     if not dp.on_array and not st.reduce and not st.mac:
