@@ -248,7 +248,9 @@ def _level_traffic(a: _AccessModel, st: _StatementModel, grid: TileGrid, double_
         if rows is not None:          # an in-place row update loads only the tile holding its row
             along = grid.counts[:, h, rows]
             loads, fetches = loads / along, fetches / along
-        fetch_counts.append(np.where(double_buffered[:, h], np.maximum(loads, 0.0), fetches))
+        # (a read's loads are its fetches, >= 0: the same either way)
+        fetch_counts.append(fetches if a.kind == "read" else
+                            np.where(double_buffered[:, h], np.maximum(loads, 0.0), fetches))
         read_share.append(1.0 if a.kind == "read" else np.maximum(loads, 0.0) / np.maximum(
             2.0 * fetches - distinct, 1e-30) if a.kind == "accumulate" else 0.0)
     return _LevelTraffic(fits, fetch_counts, read_share, row_share, down_share,
@@ -323,14 +325,26 @@ def _charge(model, out: StatementTraffic, a: _AccessModel, double_buffered, leve
         if a.kind == "read" and not a.internal:
             # Cold start: the first tile of every input reaches every level
             # before the first step computes (each active unit loads its own).
-            first = tile_bytes[:, h] * (active if model.per_unit[h] else 1.0) * levels.row_share[pos]
-            out.cold[:, src] += np.where(double_buffered[:, h], first, 0.0)
+            out.cold[:, src] += np.where(double_buffered[:, h], _unit_tile(model, tile_bytes, h, active, levels, pos),
+                                         0.0)
         elif a.kind != "read" and not (a.internal and (pos == 0 or a.kind != "accumulate")):
             # Drain: the last output tile leaves after the last step computes.
-            last = tile_bytes[:, h] * (active if model.per_unit[h] else 1.0) * levels.row_share[pos]
-            out.drain[:, src] += np.where(double_buffered[:, h], last, 0.0)
+            out.drain[:, src] += np.where(double_buffered[:, h], _unit_tile(model, tile_bytes, h, active, levels, pos),
+                                          0.0)
         out.events[:, h] = np.maximum(out.events[:, h], levels.fetch_counts[pos])
         out.event_src[h] = src
+
+
+def _unit_tile(model, tile_bytes: np.ndarray, h: int, active: np.ndarray, levels: _LevelTraffic, pos: int):
+    """[n] bytes of one access's first (or last) tile at level h: each active unit's own at a
+    per-unit level, one row's of an in-place row update (x 1.0 otherwise: left out)."""
+    out = tile_bytes[:, h]
+    if model.per_unit[h]:
+        out = out * active
+    share = levels.row_share[pos]
+    if not (isinstance(share, float) and share == 1.0):
+        out = out * share
+    return out
 
 
 def _charge_ends(model, out: StatementTraffic, a: _AccessModel, levels: _LevelTraffic, datapath, datapath_reads,
