@@ -452,8 +452,10 @@ def _footprint(a: _AccessModel, tile: np.ndarray) -> np.ndarray:
     """Bytes of X's region an access touches over a tile ([n, D] sizes; or [n, D, H]: H
     tiles per row, one footprint each, [n, H])."""
     # Row by row over the (few) loops each index uses: cheaper than a matmul on [n, D].
-    out = None
     less = tile - 1.0          # each loop's span past its first point
+    if a.stacked is not None:
+        return _stacked_footprint(a, less)
+    out = None
     for terms, base, dim in a.rows:
         extent = None
         for d, c in terms:
@@ -466,6 +468,24 @@ def _footprint(a: _AccessModel, tile: np.ndarray) -> np.ndarray:
         out = extent if out is None else out * extent
     if out is None:
         return np.full(tile.shape[:1] + tile.shape[2:], float(a.elem_bytes))
+    return out * a.elem_bytes
+
+
+def _stacked_footprint(a: _AccessModel, less: np.ndarray) -> np.ndarray:
+    """`_footprint` with its rows side by side ([n, R] or [n, R, H]): the same sums in the same
+    order per row (a row's missing terms add 0 x a span, exactly 0), the same product over rows."""
+    by_depth, base, base_h, dims, dims_h = a.stacked
+    flat = less.ndim == 2
+    extent = None
+    for loops, coeff, coeff_h, plain in by_depth:
+        part = less[:, loops]
+        if not plain:
+            part = part * (coeff if flat else coeff_h)
+        extent = part if extent is None else extent + part
+    extent = np.minimum(extent + (base if flat else base_h), dims if flat else dims_h)
+    out = extent[:, 0]
+    for r in range(1, extent.shape[1]):
+        out = out * extent[:, r]
     return out * a.elem_bytes
 
 
