@@ -59,8 +59,9 @@ def occupy(model, grid: TileGrid) -> Capacity:
     """The Capacity of a batch's tiles on `model`'s levels."""
     tile_bytes: dict = {}
     capacity_fp = footprints(model, grid.T, tile_bytes, grid.orders)   # [n, L]
-    overflow = np.clip(1.0 - model.capacity[None, :] / np.maximum(capacity_fp, 1e-30), 0.0, None)
-    spill = np.maximum.reduce(np.clip(capacity_fp / model.capacity[None, :] - 1.0, 0.0, None), axis=1)
+    # (np.clip with no upper bound is np.maximum: called directly)
+    overflow = np.maximum(1.0 - model.capacity[None, :] / np.maximum(capacity_fp, 1e-30), 0.0)
+    spill = np.maximum.reduce(np.maximum(capacity_fp / model.capacity[None, :] - 1.0, 0.0), axis=1)
     double_buffered = 2.0 * capacity_fp <= model.capacity[None, :]
     return Capacity(tile_bytes, capacity_fp, overflow, spill, double_buffered, overflow.any(axis=0))
 

@@ -139,7 +139,7 @@ class KernelModel:
         if vectorize is None:
             vectorize = np.full(n, -1, dtype=np.int64)
         else:
-            vectorize = np.broadcast_to(np.asarray(vectorize, dtype=np.int64), (n,))
+            vectorize = _read_only(np.asarray(vectorize, dtype=np.int64), (n,))
         return tiles, orders, parallel, vectorize
 
     def _defaults(self, n: int) -> tuple[np.ndarray, np.ndarray]:
