@@ -49,7 +49,18 @@ class LoopSequence:
 
 
 def operand_sequence(grid: TileGrid, st: _StatementModel, tile: DatapathTile) -> LoopSequence:
-    """The LoopSequence of a statement on its datapath tile."""
+    """The LoopSequence of a statement on its datapath tile (statements on the same datapath
+    tile without a register window share it: computed once per grid)."""
+    key = ("sequence", tile.shared) if st.window is None and tile.shared else None
+    found = grid._shared.get(key) if key else None
+    if found is None:
+        found = _operand_sequence(grid, st, tile)
+        if key:
+            grid._shared[key] = found
+    return found
+
+
+def _operand_sequence(grid: TileGrid, st: _StatementModel, tile: DatapathTile) -> LoopSequence:
     n, D, L = grid.tiles.shape
     E, counts, inner_order = grid.E, grid.counts, grid.inner_order
     # its tiles per level [n, L] and the trips of the tiling levels' loops [L * D, n]: the
