@@ -44,23 +44,26 @@ class Capacity:
     holding it (`tile_bytes[(statement, access)]` [n, L]), the bytes held per level
     (`footprint` [n, L]), the fraction of a level's traffic that overflows it (`overflow`),
     the worst overflow (`spill` [n], the report's spill_ratio), and the levels whose tiles
-    fit twice (`double_buffered` [n, L])."""
+    fit twice (`double_buffered` [n, L]); `overflowing` [L]: whether any candidate's tiles
+    overflow each level (else its traffic needs no blending toward its parent's)."""
 
     tile_bytes: dict
     footprint: np.ndarray
     overflow: np.ndarray
     spill: np.ndarray
     double_buffered: np.ndarray
+    overflowing: np.ndarray | None = None
 
 
 def occupy(model, grid: TileGrid) -> Capacity:
     """The Capacity of a batch's tiles on `model`'s levels."""
     tile_bytes: dict = {}
     capacity_fp = footprints(model, grid.T, tile_bytes, grid.orders)   # [n, L]
-    overflow = np.clip(1.0 - model.capacity[None, :] / np.maximum(capacity_fp, 1e-30), 0.0, None)
-    spill = np.clip(capacity_fp / model.capacity[None, :] - 1.0, 0.0, None).max(axis=1)
+    # (np.clip with no upper bound is np.maximum: called directly)
+    overflow = np.maximum(1.0 - model.capacity[None, :] / np.maximum(capacity_fp, 1e-30), 0.0)
+    spill = np.maximum.reduce(np.maximum(capacity_fp / model.capacity[None, :] - 1.0, 0.0), axis=1)
     double_buffered = 2.0 * capacity_fp <= model.capacity[None, :]
-    return Capacity(tile_bytes, capacity_fp, overflow, spill, double_buffered)
+    return Capacity(tile_bytes, capacity_fp, overflow, spill, double_buffered, overflow.any(axis=0))
 
 
 def footprints(model, T: np.ndarray, tile_bytes: dict | None = None, orders=None) -> np.ndarray:
@@ -71,6 +74,10 @@ def footprints(model, T: np.ndarray, tile_bytes: dict | None = None, orders=None
     n, L = T.shape[0], model.n_levels
     per_tensor: dict[str, np.ndarray] = {}
     held = {h.tensor for h in model.held}
+    # accesses of equal regions over the same levels hold the same bytes: one array for them
+    # (nothing writes into these), and one gather of the tiles per chain of levels
+    shared: dict = {}
+    at_chain: dict = {}
     for si, st in enumerate(model.statements):
         if si in model.computed:
             continue      # its own nest's buffers (`_ProducerModel`)
@@ -78,9 +85,14 @@ def footprints(model, T: np.ndarray, tile_bytes: dict | None = None, orders=None
             skip = st.in_place and (a.internal or a.kind != "read") or a.tensor in held
             if skip and tile_bytes is None:
                 continue  # reuses the buffer of the internal tile it reads
-            fp = np.zeros((n, L))
-            if a.chain:   # every holding level at once (the same arithmetic per level)
-                fp[:, list(a.chain)] = _footprint(a, T[:, :, list(a.chain)])
+            fp = shared.get((a.region_key, a.chain))
+            if fp is None:
+                fp = shared[a.region_key, a.chain] = np.zeros((n, L))
+                if a.chain:   # every holding level at once (the same arithmetic per level)
+                    tiles = at_chain.get(a.chain)
+                    if tiles is None:
+                        tiles = at_chain[a.chain] = T[:, :, list(a.chain)]
+                    fp[:, list(a.chain)] = _footprint(a, tiles)
             if tile_bytes is not None:
                 tile_bytes[si, ai] = fp
             if skip:

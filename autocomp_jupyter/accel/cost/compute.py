@@ -72,7 +72,7 @@ def occupancy(compute, parallel: np.ndarray, dist_counts: np.ndarray) -> tuple[n
     """(occupancy, active units) [n]: the parallel tiles at the distribution level
     (`dist_counts` [n, D] of them along each loop) spread over the compute units in waves."""
     units = compute.units
-    items = np.prod(np.where(parallel, dist_counts, 1.0), axis=1)
+    items = np.multiply.reduce(np.where(parallel, dist_counts, 1.0), axis=1)
     waves = np.ceil(items / units)
     share = items / (waves * units)
     return share, units * share
@@ -93,17 +93,51 @@ class DatapathTile:
     kept: np.ndarray | None
     counts: np.ndarray
     rel: np.ndarray
+    shared: tuple = ()      # what it is a function of over its grid (statements alike share it)
 
 
 def datapath_tile(compute, grid: TileGrid, st: "_StatementModel", vectorize: np.ndarray) -> DatapathTile:
     """The statement's datapath tile and its passes (edge waste of non-dividing tiles
     included), and the non-empty share of a `where` domain's tiles."""
     n, D, L = grid.tiles.shape
-    E, counts, rows = grid.E, grid.counts, np.arange(n)
+    E, counts = grid.E, grid.counts
+    dp = datapath_of(compute, st)
+    width = dp.width
+    # Statements over the same loops on the same datapath tile share it and its passes per
+    # loop and per innermost tile (a fused kernel's epilogues): computed once per grid.
+    annotated = bool((vectorize >= 0).any())
+    key = ("tile", dp.on_array, st.array_units, width, st.present.tobytes(),
+           vectorize.tobytes() if annotated else None)
+    found = grid._shared.get(key)
+    if found is None:
+        found = grid._shared[key] = _datapath_unit(grid, st, dp, vectorize, annotated)
+    unit, vec_loop, dp_counts, dp_rel = found
+    if not dp.on_array and not st.reduce and not st.mac:
+        # An elementwise statement streams its tile's elements through the lanes as
+        # one flat run (a fused epilogue over a 2-wide output tile still fills them):
+        # ceil(tile points / lanes) passes per tile, not per innermost row.
+        inner_counts = np.where(st.present, counts[:, L - 1, :], 1.0)
+        tile_points = np.multiply.reduce(np.where(st.present, E / inner_counts, 1.0), axis=1)
+        passes = np.multiply.reduce(inner_counts, axis=1) * np.ceil(tile_points / width - 1e-9) * st.local_points
+    else:
+        passes = np.multiply.reduce(dp_counts, axis=1) * st.local_points
+    # A `where` domain: only its non-empty tiles run (their fraction per level), and of a tile
+    # on its edge only the passes that meet it (`TileDomain.passes_meeting`)
+    kept = st.domain.kept(grid.T) if st.domain is not None else None
+    if kept is not None:
+        inner = grid.T[:, :, L - 1]
+        passes = passes * np.minimum(st.domain.kept_at(np.minimum(unit, inner)), kept[:, L - 1])
+    return DatapathTile(dp, unit, vec_loop, passes, kept, dp_counts, dp_rel, key)
+
+
+def _datapath_unit(grid: TileGrid, st: "_StatementModel", dp: Datapath, vectorize: np.ndarray, annotated: bool):
+    """(the datapath tile [n, D], the vectorised loop [n] or None, the passes along each
+    loop over the run [n, D] and per innermost tile [n, D]) of `datapath_tile`."""
+    n, D, L = grid.tiles.shape
+    rows = np.arange(n)
     # The datapath tile: PE array on the mapped loops, or one vector on the
     # vectorised loop (the innermost present loop unless annotated).
     unit = np.ones((n, D), dtype=np.int64)
-    dp = datapath_of(compute, st)
     width = dp.width
     vec_loop = None
     if dp.on_array:
@@ -114,27 +148,19 @@ def datapath_tile(compute, grid: TileGrid, st: "_StatementModel", vectorize: np.
         pres_inner = st.present[inner_order]
         last = D - 1 - np.argmax(pres_inner[:, ::-1], axis=1)
         vec_loop = inner_order[rows, last]
-        ok = (vectorize >= 0) & st.present[np.clip(vectorize, 0, D - 1)]
-        vec_loop = np.where(ok, vectorize, vec_loop)
+        if annotated:       # (else the innermost present loop)
+            ok = (vectorize >= 0) & st.present[np.clip(vectorize, 0, D - 1)]
+            vec_loop = np.where(ok, vectorize, vec_loop)
         unit[rows, vec_loop] = width
-    dp_pieces = sum(m * np.ceil(x / unit - 1e-9) for x, m in zip(grid.piece_len, grid.piece_mult))
+    # its passes along each loop: the same for statements with the same datapath tile
+    key = ("passes", st.array_units) if dp.on_array else ("passes", width, vec_loop.tobytes())
+    dp_pieces = grid._shared.get(key)
+    if dp_pieces is None:
+        dp_pieces = grid._shared[key] = sum(m * np.ceil(x / unit - 1e-9)
+                                            for x, m in zip(grid.piece_len, grid.piece_mult))
     dp_counts = np.where(st.present, dp_pieces, 1.0)  # [n, D]
-    passes = np.prod(dp_counts, axis=1) * st.local_points
-    if not dp.on_array and not st.reduce and not st.mac:
-        # An elementwise statement streams its tile's elements through the lanes as
-        # one flat run (a fused epilogue over a 2-wide output tile still fills them):
-        # ceil(tile points / lanes) passes per tile, not per innermost row.
-        inner_counts = np.where(st.present, counts[:, L - 1, :], 1.0)
-        tile_points = np.prod(np.where(st.present, E / inner_counts, 1.0), axis=1)
-        passes = np.prod(inner_counts, axis=1) * np.ceil(tile_points / width - 1e-9) * st.local_points
-    # A `where` domain: only its non-empty tiles run (their fraction per level), and of a tile
-    # on its edge only the passes that meet it (`TileDomain.passes_meeting`)
-    kept = st.domain.kept(grid.T) if st.domain is not None else None
-    if kept is not None:
-        inner = grid.T[:, :, L - 1]
-        passes = passes * np.minimum(st.domain.kept_at(np.minimum(unit, inner)), kept[:, L - 1])
-    dp_rel = dp_counts / np.where(st.present, counts[:, L - 1, :], 1.0)
-    return DatapathTile(dp, unit, vec_loop, passes, kept, dp_counts, dp_rel)
+    dp_rel = dp_counts / np.where(st.present, grid.counts[:, L - 1, :], 1.0)
+    return unit, vec_loop, dp_counts, dp_rel
 
 
 @dataclass

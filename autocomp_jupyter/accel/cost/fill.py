@@ -36,13 +36,13 @@ def array_fill(compute, grid: TileGrid, st: _StatementModel, tile: DatapathTile,
     stationary = _stationary_operand(st)
     if stationary is not None:
         weight = stationary.index_mask & st.present
-        blocks = np.prod(np.where(weight, tile.rel, 1.0), axis=1)
+        blocks = np.multiply.reduce(np.where(weight, tile.rel, 1.0), axis=1)
         # Only a tile holding a single block (a piece no longer than the array
         # along every weight loop: remainder tiles may, full ones not) can
         # keep it for the next tile; a tile of several refills each.
         one = sum(m * (x <= tile.unit + 1e-9) for x, m in zip(grid.piece_len, grid.piece_mult)) \
             / sum(grid.piece_mult)
-        single = np.prod(np.where(weight, one, 1.0), axis=1)
+        single = np.multiply.reduce(np.where(weight, one, 1.0), axis=1)
         kept_blocks = np.minimum(inner_tiles, _fetches_by_prefix(
             stationary.index_mask[seq.loops], seq.moving, seq.prefix, [L * D])[:, 0])
         fills = inner_tiles * np.maximum(blocks - single, 0.0) + kept_blocks * single

@@ -34,6 +34,17 @@ from .tiles import tile_grid
 from .traffic import operand_sequence, statement_traffic
 
 SINGLE_SCHEDULES = 1024    # single-schedule costs a kernel model remembers
+_INHERIT = np.iinfo(np.int64).max // 4    # a tile <= 0 (inherit): larger than any extent, clipped to it
+
+
+def _read_only(a: np.ndarray, shape: tuple) -> np.ndarray:
+    """`a` broadcast to `shape`, read-only as `np.broadcast_to` returns it (an array already
+    of that shape is viewed: cheaper than broadcasting it)."""
+    if a.shape != shape:
+        return np.broadcast_to(a, shape)
+    view = a.view()
+    view.flags.writeable = False
+    return view
 
 
 class KernelModel:
@@ -58,6 +69,8 @@ class KernelModel:
         self.latency_s = np.array([m.latency_cycles for m in target.memory]) / (target.clock_ghz * 1e9)
         self.read_j, self.write_j = level_energies(target)      # J per byte read / written at each level
         self.port_bytes, self.ported, self.split_ports = port_shapes(target)   # ports.py
+        self.any_ported = bool(self.ported.any())          # else every level is timed as a channel
+        self.whole_ports = not self.port_bytes.any()       # no transfer is rounded up to a port's width
         self.mem_per_unit = np.array([m.per_unit for m in target.memory])
         per_unit_levels = [h for h in range(L) if on_chip[h].per_unit]
         self.dist_level = per_unit_levels[0] if per_unit_levels else L - 1
@@ -89,6 +102,7 @@ class KernelModel:
         # Host C runs a tiled GEMM-like kernel as a packed BLIS-style GEMM, not the tile nest.
         self.host_packed = self.host_pk = self.host_scalar = None
         self._single: dict = {}       # one schedule's cost by its arrays (`evaluate_batch`)
+        self._default_arrays: dict = {}   # `normalise`'s default orders and parallel mask by batch size
         if host_c:
             self.host_packed, self.host_pk = self.host.packed_gemm, self.host.pk
             self.host_scalar, self.host_strided = self.host.scalar, self.host.strided
@@ -106,28 +120,39 @@ class KernelModel:
         n = tiles.shape[0]
         if tiles.shape[1:] != (D, L):
             raise ValueError(f"tiles must have shape [n, {D} loops, {L} levels], got {tiles.shape}")
-        big = np.iinfo(np.int64).max // 4
-        tiles = np.where(tiles <= 0, big, tiles)
+        tiles = np.where(tiles <= 0, _INHERIT, tiles)
         tiles = np.minimum(tiles, self.extents[None, :, None])
         tiles = np.minimum.accumulate(tiles, axis=2)
         if orders is None:
-            orders = np.broadcast_to(np.arange(D), (n, L, D))
+            orders = self._defaults(n)[0]
         else:
             orders = np.asarray(orders, dtype=np.int64)
             if orders.ndim == 1:
                 orders = orders[None]
             if orders.ndim == 2:
                 orders = np.broadcast_to(orders[:, None, :], (orders.shape[0], L, D))
-            orders = np.broadcast_to(orders, (n, L, D))
+            orders = _read_only(orders, (n, L, D))
         if parallel is None:
-            parallel = np.broadcast_to(self.default_parallel, (n, D))
+            parallel = self._defaults(n)[1]
         else:
-            parallel = np.broadcast_to(np.asarray(parallel, dtype=bool), (n, D))
+            parallel = _read_only(np.asarray(parallel, dtype=bool), (n, D))
         if vectorize is None:
             vectorize = np.full(n, -1, dtype=np.int64)
         else:
-            vectorize = np.broadcast_to(np.asarray(vectorize, dtype=np.int64), (n,))
+            vectorize = _read_only(np.asarray(vectorize, dtype=np.int64), (n,))
         return tiles, orders, parallel, vectorize
+
+    def _defaults(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The default orders [n, L, D] (source order) and parallel mask [n, D] of n
+        candidates, as read-only views (kept for the batch sizes seen last)."""
+        found = self._default_arrays.get(n)
+        if found is None:
+            if len(self._default_arrays) >= 64:
+                self._default_arrays.clear()
+            D, L = len(self.extents), self.n_levels
+            found = self._default_arrays[n] = (np.broadcast_to(np.arange(D), (n, L, D)),
+                                               np.broadcast_to(self.default_parallel, (n, D)))
+        return found
 
     def schedule_arrays(self, schedule: Schedule):
         """One schedule as batch arrays (tiles at levels the target lacks are an error)."""

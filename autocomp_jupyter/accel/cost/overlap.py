@@ -102,7 +102,7 @@ class Timeline:
             self.group_bw += t.bw_s
             self.drain_total += t.drain
         else:
-            st_time = np.maximum(t.step + t.serial + t.cold + t.drain, t.level.max(axis=1))
+            st_time = np.maximum(t.step + t.serial + t.cold + t.drain, np.maximum.reduce(t.level, axis=1))
             self.time_s += st_time
             if unit != self.anchor_unit:     # its own nest on another datapath (see `apart`)
                 self.apart[unit] = self.apart.get(unit, 0.0) + st_time - st_compute
@@ -132,13 +132,13 @@ class Timeline:
         """The kernel's own nest done: the anchor's group bound joins the time."""
         n = self.n
         # The anchor's datapath alone (what producers on other datapaths overlap) ...
-        self.anchor_only = self.time_s + np.maximum(self.group_busy, self.group_levels.max(axis=1))
+        self.anchor_only = self.time_s + np.maximum(self.group_busy, np.maximum.reduce(self.group_levels, axis=1))
         group_busy = self.group_busy
         if self.beside:
             group_busy = np.maximum(group_busy, np.max(np.stack([np.broadcast_to(v, (n,))
                                                                  for v in self.beside.values()]), axis=0)) \
                 + self.beside_tail
-        self.group_time = np.maximum(group_busy, self.group_levels.max(axis=1))
+        self.group_time = np.maximum(group_busy, np.maximum.reduce(self.group_levels, axis=1))
         self.time_s += self.group_time
 
     def add_producers(self, producers, compute, grid, parallel) -> np.ndarray:

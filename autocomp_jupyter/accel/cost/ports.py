@@ -47,6 +47,8 @@ def port_time(model, reads: np.ndarray, writes: np.ndarray, channel: np.ndarray,
     """[n, M] seconds each level is busy: a level timed by its ports with its `reads` /
     `writes` [n, M] (bytes in whole accesses; one port carries both, two ports each their own,
     the busier bounding), any other with the bytes on its `channel` [n, M]."""
+    if not model.any_ported:        # every level a channel
+        return channel / bw
     ports = np.where(model.split_ports[None, :], np.maximum(reads, writes), reads + writes)
     return np.where(model.ported[None, :], ports, channel) / bw
 
@@ -81,7 +83,7 @@ def statement_time(model, traffic: StatementTraffic, double_buffered: np.ndarray
     clock = model.target.clock_ghz * 1e9
     bw_s = port_time(model, traffic.port_reads, traffic.port_writes, traffic.bytes, bw)
     st_level_time = bw_s
-    serial_time = (traffic.serial / bw).sum(axis=1)
+    serial_time = np.add.reduce(traffic.serial / bw, axis=1)
     first_wait, src_lat, tail, serial_time = _latency(model, traffic, double_buffered, tiles_at, st_compute,
                                                       active, serial_time)
     # Loads into double-buffered levels overlap the previous tile's compute, but the
@@ -89,12 +91,12 @@ def statement_time(model, traffic: StatementTraffic, double_buffered: np.ndarray
     # (bytes / bandwidth + one latency), and an inner level waits for its parent's.
     # Likewise the last output tiles drain after the last step (inner level to outer).
     cold_by_source = traffic.cold / bw + (traffic.cold > 0) * model.latency_s[None, :]
-    cold = cold_by_source.sum(axis=1)
+    cold = np.add.reduce(cold_by_source, axis=1)
     # A level's loads begin once the levels outside it delivered their first tiles:
     # its bound waits for the cold start of every source outside it (memory order is
     # inner first, so the sources after it).
     outer_cold = np.cumsum(cold_by_source[:, ::-1], axis=1)[:, ::-1] - cold_by_source
-    drain = (traffic.drain / bw).sum(axis=1)
+    drain = np.add.reduce(traffic.drain / bw, axis=1)
     # Likewise the last tile computes after its loads are in (its drain is in the bytes).
     tail = np.where(np.isfinite(tail), tail, 0.0)
     if model.host is None:      # host C issues no prefetch of its own: one load in flight
@@ -110,8 +112,9 @@ def statement_time(model, traffic: StatementTraffic, double_buffered: np.ndarray
     # A step lasts as long as its compute or its operands' streaming into the datapath
     # (the innermost levels' channels), whichever is longer: the part of the work
     # the cold start and the drain cannot overlap.
-    stream = port_time(model, traffic.datapath_port_reads, traffic.datapath_port - traffic.datapath_port_reads,
-                       traffic.datapath, bw).max(axis=1)
+    stream = np.maximum.reduce(port_time(model, traffic.datapath_port_reads,
+                                         traffic.datapath_port - traffic.datapath_port_reads, traffic.datapath, bw)
+                               if model.any_ported else traffic.datapath / bw, axis=1)
     # While the array fills (the part no double buffering hides) nothing streams: the
     # operands' streaming waits through the fills.
     stream = stream + fill / active / clock
@@ -148,8 +151,10 @@ def two_buffer_latency(src_lat, read_s, bw_s, busy, latency_s, events, event_src
             restart[:, src] = np.maximum(restart[:, src], events[:, h] * latency_s[inner])
     work = np.array(busy, dtype=float, copy=True)
     for m in range(M):
-        paired = (out[:, m] + work + restart[:, m] - read_s[:, m]) / 2.0
-        out[:, m] = np.where(out[:, m] > 0, np.minimum(out[:, m], np.maximum(first[:, m], paired)), out[:, m])
+        waits = out[:, m] > 0
+        if waits.any():           # (a source without such loads keeps its zeros)
+            paired = (out[:, m] + work + restart[:, m] - read_s[:, m]) / 2.0
+            out[:, m] = np.where(waits, np.minimum(out[:, m], np.maximum(first[:, m], paired)), out[:, m])
         work = np.maximum(work, np.maximum(bw_s[:, m], read_s[:, m] + out[:, m]))
     return out
 
@@ -167,15 +172,19 @@ def _latency(model, traffic: StatementTraffic, double_buffered, tiles_at, st_com
     src_lat = np.zeros((n, M))
     tail = np.full((n, M), np.inf)   # compute after a source's last load: its last tile's
     for h, src in traffic.event_src.items():
-        par = active if model.per_unit[h] else 1.0
-        lat = events[:, h] * model.latency_s[src] / par
-        src_lat[:, src] = np.maximum(src_lat[:, src], np.where(double_buffered[:, h], lat, 0.0))
+        per_unit = model.per_unit[h]
+        lat = events[:, h] * model.latency_s[src]
+        if per_unit:
+            lat = lat / active
+        double = double_buffered[:, h]
+        waits = double & (events[:, h] > 0)
+        src_lat[:, src] = np.maximum(src_lat[:, src], np.where(double, lat, 0.0))
         # The units' first tiles are requested together, each waiting a whole latency;
-        # only later loads overlap across units (latency / units each).
-        first_wait[:, src] = np.maximum(first_wait[:, src], np.where(
-            double_buffered[:, h] & (events[:, h] > 0), model.latency_s[src] * (1.0 - 1.0 / par), 0.0))
-        serial_time += np.where(double_buffered[:, h], 0.0, lat)
+        # only later loads overlap across units (latency / units each). (One unit: none.)
+        if per_unit:
+            first_wait[:, src] = np.maximum(first_wait[:, src], np.where(
+                waits, model.latency_s[src] * (1.0 - 1.0 / active), 0.0))
+        serial_time += np.where(double, 0.0, lat)
         tiles_h = tiles_at[:, h]
-        tail[:, src] = np.where(double_buffered[:, h] & (events[:, h] > 0),
-                                np.minimum(tail[:, src], st_compute / tiles_h), tail[:, src])
+        tail[:, src] = np.where(waits, np.minimum(tail[:, src], st_compute / tiles_h), tail[:, src])
     return first_wait, src_lat, tail, serial_time

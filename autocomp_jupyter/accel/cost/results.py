@@ -194,12 +194,14 @@ def combine(costs: Sequence[KernelCost], target: Target) -> KernelCost:
 def _rows(cost: "BatchCost", idx: np.ndarray) -> "BatchCost":
     """The BatchCost of candidates `idx` of `cost`."""
     out = {}
+    n = len(cost.time_s)
     for f in BatchCost.__dataclass_fields__:
         v = getattr(cost, f)
         if isinstance(v, np.ndarray):
             out[f] = v[idx]
-        elif isinstance(v, dict):
-            out[f] = {k: np.broadcast_to(x, (len(cost.time_s),))[idx] for k, x in v.items()}
+        elif isinstance(v, dict):      # (an [n] array is taken as is; a scalar broadcast first)
+            out[f] = {k: x[idx] if isinstance(x, np.ndarray) and x.shape == (n,) and not isinstance(idx, slice)
+                      else np.broadcast_to(x, (n,))[idx] for k, x in v.items()}
         else:
             out[f] = v
     return BatchCost(**out)

@@ -33,6 +33,26 @@ class _AccessModel:
 
     def __post_init__(self):
         self.terms = tuple(tuple((int(d), float(c)) for d, c in enumerate(row) if c != 0.0) for row in self.coeff)
+        # `traffic._footprint`'s rows: (terms, 1 + halo, dimension size) as Python floats
+        self.rows = tuple((terms, float(self.local_add[r] + 1.0), float(self.dims[r]))
+                          for r, terms in enumerate(self.terms))
+        # ... and stacked over its rows (`traffic._footprint`, several rows with terms): per term
+        # depth k, each row's k-th loop and coefficient (a row with fewer terms adds 0 x a loop),
+        # whether all are 1 (no multiply); each row's 1 + halo and dimension size.
+        depth = max((len(t) for t in self.terms), default=0)
+        self.stacked = None
+        if len(self.terms) >= 2 and depth:
+            by_depth = []
+            for k in range(depth):
+                picked = [t[k] if k < len(t) else (0, 0.0) for t in self.terms]
+                loops = np.array([d for d, _ in picked], dtype=np.intp)
+                coeff = np.array([c for _, c in picked])
+                by_depth.append((loops, coeff, coeff[:, None], bool((coeff == 1.0).all())))
+            base = np.array([b for _, b, _ in self.rows])
+            dims = np.array([m for _, _, m in self.rows])
+            self.stacked = (tuple(by_depth), base, base[:, None], dims, dims[:, None])
+        # what its footprint over a tile depends on: accesses equal in it share footprints
+        self.region_key = (self.coeff.tobytes(), self.local_add.tobytes(), self.dims.tobytes(), self.elem_bytes)
 
 
 @dataclass

@@ -6,7 +6,7 @@ level, their mean sizes and the loop sequence seen from inside each level.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -84,10 +84,49 @@ class TileGrid:
     T: np.ndarray            # [n, D, L] float
     seq_loops: np.ndarray    # [n, L * D]
     seq_trips: np.ndarray    # [n, L * D]
+    # what several statements' accesses read of the same grid, computed once (below)
+    _shared: dict = field(default_factory=dict, repr=False)
 
     @property
     def n(self) -> int:
         return self.tiles.shape[0]
+
+    def counts_at(self, chain: tuple[int, ...]) -> np.ndarray:
+        """[n, H, D] the counts at the levels of `chain` (a tuple of tiling levels)."""
+        key = ("counts", chain)
+        found = self._shared.get(key)
+        if found is None:
+            found = self._shared[key] = self.counts[:, list(chain), :]
+        return found
+
+    def mean_footprint(self, a, footprint) -> np.ndarray:
+        """[n, H] `footprint(a, mean tiles)` of access `a` (a `_AccessModel`) at each level of its
+        chain: accesses of the same region over the same levels share it."""
+        key = ("footprint", a.region_key, a.chain)
+        found = self._shared.get(key)
+        if found is None:
+            mean = self._shared.get(("mean", a.chain))
+            if mean is None:
+                mean = self._shared["mean", a.chain] = self.mean_tile[:, list(a.chain), :].transpose(0, 2, 1)
+            found = self._shared[key] = footprint(a, mean)
+        return found
+
+    def datapath_loops(self) -> np.ndarray:
+        """[L * D + D, n] the loop at each position of the sequence from the outermost level
+        down to the datapath (every statement's `LoopSequence.loops`)."""
+        found = self._shared.get("loops")
+        if found is None:
+            found = self._shared["loops"] = np.ascontiguousarray(
+                np.concatenate([self.seq_loops, self.inner_order], axis=1).T)
+        return found
+
+    @property
+    def rows(self) -> np.ndarray:
+        """[n, 1] the candidates' indices (to gather one column per row)."""
+        found = self._shared.get("rows")
+        if found is None:
+            found = self._shared["rows"] = np.arange(self.n)[:, None]
+        return found
 
     @property
     def inner_order(self) -> np.ndarray:
@@ -107,5 +146,5 @@ def tile_grid(extents: np.ndarray, tiles: np.ndarray, orders: np.ndarray) -> Til
     T = tiles.astype(float)                               # [n, D, L] full tiles
     # Loop order seen from inside level h: the orders of levels 0..h, outer → inner.
     seq_loops = orders.reshape(n, L * D)
-    seq_trips = np.take_along_axis(rel, orders, axis=2).reshape(n, L * D)
+    seq_trips = rel[np.arange(n)[:, None, None], np.arange(L)[None, :, None], orders].reshape(n, L * D)  # along orders
     return TileGrid(tiles, orders, E, counts, piece_len, piece_mult, rel, mean_tile, T, seq_loops, seq_trips)

@@ -49,14 +49,29 @@ class LoopSequence:
 
 
 def operand_sequence(grid: TileGrid, st: _StatementModel, tile: DatapathTile) -> LoopSequence:
-    """The LoopSequence of a statement on its datapath tile."""
+    """The LoopSequence of a statement on its datapath tile (statements on the same datapath
+    tile without a register window share it: computed once per grid)."""
+    key = ("sequence", tile.shared) if st.window is None and tile.shared else None
+    found = grid._shared.get(key) if key else None
+    if found is None:
+        found = _operand_sequence(grid, st, tile)
+        if key:
+            grid._shared[key] = found
+    return found
+
+
+def _operand_sequence(grid: TileGrid, st: _StatementModel, tile: DatapathTile) -> LoopSequence:
     n, D, L = grid.tiles.shape
     E, counts, inner_order = grid.E, grid.counts, grid.inner_order
-    present_seq = st.present[grid.seq_loops]
-    tiles_at = np.prod(counts[:, :, st.present_loops], axis=2)       # [n, L] its tiles per level
-    trips = np.where(present_seq, grid.seq_trips, 1.0)
+    # its tiles per level [n, L] and the trips of the tiling levels' loops [L * D, n]: the
+    # same for every statement over the same loops
+    key = ("present", st.present.tobytes())
+    found = grid._shared.get(key)
+    if found is None:
+        found = grid._shared[key] = (np.multiply.reduce(counts[:, :, st.present_loops], axis=2),
+                                     np.where(st.present[grid.seq_loops], grid.seq_trips, 1.0).T)
+    tiles_at, level_trips = found
     dp_counts, dp_rel = tile.counts, tile.rel
-    dp_loops = np.concatenate([grid.seq_loops, inner_order], axis=1)
     dp_mean = E / dp_counts
     # Operands reach the datapath per pass; the vector unit beside a PE array keeps a
     # window's taps in registers instead: along a reduction loop that shares an input
@@ -71,13 +86,14 @@ def operand_sequence(grid: TileGrid, st: _StatementModel, tile: DatapathTile) ->
         ts_counts = np.where(wmask, inner, dp_counts)
         ts_rel = np.where(wmask, 1.0, dp_rel)
         ts_mean = E / ts_counts
-    dp_trips = np.concatenate([trips, np.take_along_axis(ts_rel, inner_order, axis=1)], axis=1)
-    trips_seq = np.ascontiguousarray(dp_trips.T)
-    dp_prefix = np.ones((trips_seq.shape[0] + 1, n))      # products of its first trips
+    S = L * D + D
+    trips_seq = np.empty((S, n))                          # the levels' trips, then the passes'
+    trips_seq[:L * D] = level_trips
+    trips_seq[L * D:] = ts_rel[grid.rows, inner_order].T  # ts_rel along inner_order
+    dp_prefix = np.ones((S + 1, n))                       # products of its first trips
     np.cumprod(trips_seq, axis=0, out=dp_prefix[1:])
     dp_moving = trips_seq > 1.0                          # loops of one trip don't count
-    return LoopSequence(tiles_at, np.ascontiguousarray(dp_loops.T), dp_moving, dp_prefix, dp_trips.shape[1],
-                        ts_counts, ts_mean)
+    return LoopSequence(tiles_at, grid.datapath_loops(), dp_moving, dp_prefix, S, ts_counts, ts_mean)
 
 
 @dataclass
@@ -109,9 +125,17 @@ class StatementTraffic:
     datapath_port_reads: np.ndarray
 
     @classmethod
-    def zeros(cls, n: int, M: int, L: int) -> "StatementTraffic":
-        return cls(*(np.zeros((n, M)) for _ in range(4)), np.zeros((n, L)), np.zeros((n, M)), np.zeros((n, M)), {},
-                   *(np.zeros((n, M)) for _ in range(6)))
+    def zeros(cls, n: int, M: int, L: int, whole_ports: bool = False) -> "StatementTraffic":
+        """All zeros. `whole_ports`: no level's port moves whole accesses (every transfer's
+        granularity is 1), so the port views are the byte views themselves (the same
+        arrays: `_charge_ends` adds to them once)."""
+        out = cls(*(np.zeros((n, M)) for _ in range(4)), np.zeros((n, L)), np.zeros((n, M)), np.zeros((n, M)), {},
+                  *(np.zeros((n, M)) for _ in range(2)), *((None,) * 3 if whole_ports else
+                                                           (np.zeros((n, M)) for _ in range(3))),
+                  np.zeros((n, M)))
+        if whole_ports:
+            out.port_reads, out.port_writes, out.datapath_port = out.reads_at, out.writes_at, out.datapath
+        return out
 
 
 @dataclass
@@ -134,7 +158,7 @@ def statement_traffic(model, grid: TileGrid, capacity, si: int, st: _StatementMo
     spill (an overflowing level's share streams through from its parent) and each level's
     cold start and drain."""
     n, D, L = grid.tiles.shape
-    out = StatementTraffic.zeros(n, len(model.level_names), L)
+    out = StatementTraffic.zeros(n, len(model.level_names), L, model.whole_ports)
     held = vector_held(model, grid, capacity, si, st, tile)
     for ai, a in enumerate(st.accesses):
         # the tile fetches into each holding level (the loops outside it), then the datapath
@@ -152,7 +176,9 @@ def statement_traffic(model, grid: TileGrid, capacity, si: int, st: _StatementMo
         eff = [None] * len(a.chain)
         for pos in range(len(a.chain) - 1, -1, -1):
             h = a.chain[pos]
-            eff[pos] = levels.fits[pos] + capacity.overflow[:, h] * (through - levels.fits[pos])
+            # (no candidate overflowing it: its own traffic, fits + 0 x (...) exactly)
+            eff[pos] = (levels.fits[pos] + capacity.overflow[:, h] * (through - levels.fits[pos])
+                        if capacity.overflowing is None or capacity.overflowing[h] else levels.fits[pos])
             through = eff[pos]
         _charge(model, out, a, capacity.double_buffered, levels, datapath, eff, capacity.tile_bytes[si, ai], active)
         _charge_ends(model, out, a, levels, datapath, datapath_reads, granule, eff)
@@ -204,9 +230,12 @@ def _level_traffic(a: _AccessModel, st: _StatementModel, grid: TileGrid, double_
     rows = st.domain.loops[0] if isinstance(st.domain, RowTiles) else None
     # an in-place row update touches one row of its tile (its cold start and drain)
     row_share = [grid.counts[:, h, rows] / extents[rows] if rows is not None else 1.0 for h in a.chain]
-    fps = _footprint(a, grid.mean_tile[:, list(a.chain), :].transpose(0, 2, 1)) if a.chain else None
+    fps = grid.mean_footprint(a, _footprint) if a.chain else None
     # its distinct tiles at each holding level
-    distinct_at = np.prod(grid.counts[:, list(a.chain), :][:, :, a.counted], axis=2)
+    key = ("distinct", a.chain, a.counted.tobytes())
+    distinct_at = grid._shared.get(key)
+    if distinct_at is None:
+        distinct_at = grid._shared[key] = np.multiply.reduce(grid.counts_at(a.chain)[:, :, a.counted], axis=2)
     for pos, h in enumerate(a.chain):
         fetches = by_level[:, pos]
         distinct = distinct_at[:, pos]
@@ -226,11 +255,13 @@ def _level_traffic(a: _AccessModel, st: _StatementModel, grid: TileGrid, double_
         # Loads that wait a latency: into a double-buffered level only the reads
         # (an output's write-back is posted, and its first visit starts from zero,
         # so only partial sums are read back); into others, every transfer.
-        loads = fetches if a.kind == "read" else np.where(a.kind == "accumulate", fetches - distinct, 0.0)
+        loads = fetches if a.kind == "read" else fetches - distinct if a.kind == "accumulate" else 0.0
         if rows is not None:          # an in-place row update loads only the tile holding its row
             along = grid.counts[:, h, rows]
             loads, fetches = loads / along, fetches / along
-        fetch_counts.append(np.where(double_buffered[:, h], np.maximum(loads, 0.0), fetches))
+        # (a read's loads are its fetches, >= 0: the same either way)
+        fetch_counts.append(fetches if a.kind == "read" else
+                            np.where(double_buffered[:, h], np.maximum(loads, 0.0), fetches))
         read_share.append(1.0 if a.kind == "read" else np.maximum(loads, 0.0) / np.maximum(
             2.0 * fetches - distinct, 1e-30) if a.kind == "accumulate" else 0.0)
     return _LevelTraffic(fits, fetch_counts, read_share, row_share, down_share,
@@ -269,7 +300,7 @@ def _datapath_traffic(a: _AccessModel, st: _StatementModel, compute_kind: str, k
     the part of them read out of that level (an operand; an accumulation's partial sums read
     back; the rest are results written into it), and [n] the bytes of one transfer (a pass's).
     `kept`: the share of its transfers a `where` domain leaves (`_datapath_kept`), or None."""
-    distinct = np.prod(seq.counts[:, a.counted], axis=1)
+    distinct = np.multiply.reduce(seq.counts[:, a.counted], axis=1)
     # A systolic array's partial sums are added into its accumulator as they arrive
     # (the banks read-modify-write in place: Gemmini's accumulate-on-write, the MXU's
     # result buffers): one transfer each on the port, none read back out.
@@ -296,19 +327,35 @@ def _charge(model, out: StatementTraffic, a: _AccessModel, double_buffered, leve
         src = M - 1 if pos == 0 else model.mem_index[a.chain[pos - 1]]
         moved = eff[pos]
         out.bytes[:, src] += moved
-        out.read[:, src] += np.where(double_buffered[:, h], moved * levels.read_share[pos], 0.0)
+        # (a read's share is 1, a write's 0: it adds nothing)
+        if a.kind == "read":
+            out.read[:, src] += np.where(double_buffered[:, h], moved, 0.0)
+        elif a.kind != "write":
+            out.read[:, src] += np.where(double_buffered[:, h], moved * levels.read_share[pos], 0.0)
         out.serial[:, src] += np.where(double_buffered[:, h], 0.0, moved)
         if a.kind == "read" and not a.internal:
             # Cold start: the first tile of every input reaches every level
             # before the first step computes (each active unit loads its own).
-            first = tile_bytes[:, h] * (active if model.per_unit[h] else 1.0) * levels.row_share[pos]
-            out.cold[:, src] += np.where(double_buffered[:, h], first, 0.0)
+            out.cold[:, src] += np.where(double_buffered[:, h], _unit_tile(model, tile_bytes, h, active, levels, pos),
+                                         0.0)
         elif a.kind != "read" and not (a.internal and (pos == 0 or a.kind != "accumulate")):
             # Drain: the last output tile leaves after the last step computes.
-            last = tile_bytes[:, h] * (active if model.per_unit[h] else 1.0) * levels.row_share[pos]
-            out.drain[:, src] += np.where(double_buffered[:, h], last, 0.0)
+            out.drain[:, src] += np.where(double_buffered[:, h], _unit_tile(model, tile_bytes, h, active, levels, pos),
+                                          0.0)
         out.events[:, h] = np.maximum(out.events[:, h], levels.fetch_counts[pos])
         out.event_src[h] = src
+
+
+def _unit_tile(model, tile_bytes: np.ndarray, h: int, active: np.ndarray, levels: _LevelTraffic, pos: int):
+    """[n] bytes of one access's first (or last) tile at level h: each active unit's own at a
+    per-unit level, one row's of an in-place row update (x 1.0 otherwise: left out)."""
+    out = tile_bytes[:, h]
+    if model.per_unit[h]:
+        out = out * active
+    share = levels.row_share[pos]
+    if not (isinstance(share, float) and share == 1.0):
+        out = out * share
+    return out
 
 
 def _charge_ends(model, out: StatementTraffic, a: _AccessModel, levels: _LevelTraffic, datapath, datapath_reads,
@@ -320,11 +367,27 @@ def _charge_ends(model, out: StatementTraffic, a: _AccessModel, levels: _LevelTr
     `port_writes`: time), each transfer of `granule` / the tile footprint bytes rounded up."""
     M = len(model.level_names)
     inner = model.mem_index[a.chain[-1]] if a.chain else M - 1
-    g = _granularity(granule, model.port_bytes[inner])
+    datapath_writes = datapath - datapath_reads
     out.reads_at[:, inner] += datapath_reads
-    out.writes_at[:, inner] += datapath - datapath_reads
+    out.writes_at[:, inner] += datapath_writes
+    if model.whole_ports:       # every granularity 1: the port views are the byte views (`zeros`)
+        out.datapath_port_reads[:, inner] += datapath_reads
+        for pos, h in enumerate(a.chain):
+            src = M - 1 if pos == 0 else model.mem_index[a.chain[pos - 1]]
+            dst = model.mem_index[h]
+            # a read's bytes all move down, a write's all up (the other way adds zeros)
+            if a.kind != "write":
+                down = eff[pos] if a.kind == "read" else eff[pos] * levels.down_share[pos]   # parent -> this level
+                out.reads_at[:, src] += down
+                out.writes_at[:, dst] += down
+            if a.kind != "read":
+                up = eff[pos] if a.kind == "write" else eff[pos] - down                     # this level -> parent
+                out.reads_at[:, dst] += up
+                out.writes_at[:, src] += up
+        return
+    g = _granularity(granule, model.port_bytes[inner])
     out.port_reads[:, inner] += datapath_reads * g
-    out.port_writes[:, inner] += (datapath - datapath_reads) * g
+    out.port_writes[:, inner] += datapath_writes * g
     out.datapath_port[:, inner] += datapath * g
     out.datapath_port_reads[:, inner] += datapath_reads * g
     for pos, h in enumerate(a.chain):
@@ -370,7 +433,7 @@ def _fetches_by_prefix(index_seq: np.ndarray, moving: np.ndarray, upto: np.ndarr
     indexes the tensor, `moving` whether its trip exceeds one, `upto[k]` the product of the
     first k trips (shared by a statement's accesses). Returns [n, len(prefixes)]."""
     S, n = moving.shape
-    position = np.where(index_seq & moving, np.arange(1, S + 1, dtype=np.int32)[:, None], np.int32(0))
+    position = (index_seq & moving) * _positions(S)       # its 1-based position where it breaks, else 0
     out = np.ones((n, len(prefixes)))
     last = np.zeros(n, dtype=np.int32)     # the last breaking loop (1-based) seen so far
     seen = 0
@@ -378,32 +441,62 @@ def _fetches_by_prefix(index_seq: np.ndarray, moving: np.ndarray, upto: np.ndarr
     for k in sorted(range(len(prefixes)), key=prefixes.__getitem__):
         p = prefixes[k]
         if p > seen:
-            last = np.maximum(last, position[seen:p].max(axis=0))
+            last = np.maximum(last, np.maximum.reduce(position[seen:p], axis=0))
             seen = p
         if p:
             out[:, k] = upto[last, candidates]
     return out
 
 
+_POSITIONS: dict[int, np.ndarray] = {}
+
+
+def _positions(S: int) -> np.ndarray:
+    """[S, 1] int32: 1, 2, ..., S (the loop sequence's 1-based positions)."""
+    found = _POSITIONS.get(S)
+    if found is None:
+        found = _POSITIONS[S] = np.arange(1, S + 1, dtype=np.int32)[:, None]
+    return found
+
+
 def _footprint(a: _AccessModel, tile: np.ndarray) -> np.ndarray:
     """Bytes of X's region an access touches over a tile ([n, D] sizes; or [n, D, H]: H
     tiles per row, one footprint each, [n, H])."""
     # Row by row over the (few) loops each index uses: cheaper than a matmul on [n, D].
-    out = None
     less = tile - 1.0          # each loop's span past its first point
-    for r, terms in enumerate(a.terms):
+    if a.stacked is not None:
+        return _stacked_footprint(a, less)
+    out = None
+    for terms, base, dim in a.rows:
         extent = None
         for d, c in terms:
             part = less[:, d] if c == 1.0 else c * less[:, d]
             extent = part if extent is None else extent + part
-        base = a.local_add[r] + 1.0
         if extent is None:
-            extent = np.full(tile.shape[:1] + tile.shape[2:], min(base, a.dims[r]))
+            extent = np.full(tile.shape[:1] + tile.shape[2:], min(base, dim))
         else:
-            extent = np.minimum(extent + base, a.dims[r])
+            extent = np.minimum(extent + base, dim)
         out = extent if out is None else out * extent
     if out is None:
         return np.full(tile.shape[:1] + tile.shape[2:], float(a.elem_bytes))
+    return out * a.elem_bytes
+
+
+def _stacked_footprint(a: _AccessModel, less: np.ndarray) -> np.ndarray:
+    """`_footprint` with its rows side by side ([n, R] or [n, R, H]): the same sums in the same
+    order per row (a row's missing terms add 0 x a span, exactly 0), the same product over rows."""
+    by_depth, base, base_h, dims, dims_h = a.stacked
+    flat = less.ndim == 2
+    extent = None
+    for loops, coeff, coeff_h, plain in by_depth:
+        part = less[:, loops]
+        if not plain:
+            part = part * (coeff if flat else coeff_h)
+        extent = part if extent is None else extent + part
+    extent = np.minimum(extent + (base if flat else base_h), dims if flat else dims_h)
+    out = extent[:, 0]
+    for r in range(1, extent.shape[1]):
+        out = out * extent[:, r]
     return out * a.elem_bytes
 
 
