@@ -186,7 +186,7 @@ def _held_peak(held: list[_HeldRegion], T: np.ndarray, orders, extents) -> np.nd
         point = at_point[r.level, r.loop]
         length = np.ones(n)
         for loops, scales, fixed, ext in r.dims:
-            span = np.full(n, float(fixed))
+            span = float(fixed)     # (a scalar: the same sums as an [n] array of it)
             for a, k in zip(loops, scales):
                 span = span + k * point[:, a]
             length = length * np.clip(span, 1.0, ext)

@@ -30,7 +30,7 @@ def _chunks(extent: np.ndarray, tiles: np.ndarray, unit: np.ndarray) -> np.ndarr
     return split(extent, 0)
 
 
-def _tile_counts(extent: np.ndarray, tiles: np.ndarray):
+def _tile_counts(extent: np.ndarray, tiles: np.ndarray, T: np.ndarray | None = None):
     """`_chunks` for every tiling level in one pass: counts [n, L, D] of level-h tiles along
     each loop over the whole run, and the innermost tiles as L + 1 lengths with
     multiplicities (lists of [n, D] arrays; zero multiplicities are padding).
@@ -43,7 +43,7 @@ def _tile_counts(extent: np.ndarray, tiles: np.ndarray):
     are exact.
     """
     n, D, L = tiles.shape
-    T = tiles.astype(float)
+    T = tiles.astype(float) if T is None else T     # (`T`: the tiles as floats, when the caller has them)
     lengths = [np.broadcast_to(extent.astype(float), (n, D))]
     mult = [np.ones((n, D))]
     counts = np.empty((n, L, D))
@@ -139,11 +139,11 @@ def tile_grid(extents: np.ndarray, tiles: np.ndarray, orders: np.ndarray) -> Til
     n, D, L = tiles.shape
     E = extents[None, :].astype(np.int64)
     # Tiles of each level along each loop over the whole run, and per enclosing tile.
-    counts, piece_len, piece_mult = _tile_counts(E, tiles)
+    T = tiles.astype(float)                               # [n, D, L] full tiles
+    counts, piece_len, piece_mult = _tile_counts(E, tiles, T)
     rel = counts.copy()
     rel[:, 1:, :] /= counts[:, :-1, :]
     mean_tile = E[:, None, :] / counts                    # [n, L, D]
-    T = tiles.astype(float)                               # [n, D, L] full tiles
     # Loop order seen from inside level h: the orders of levels 0..h, outer → inner.
     seq_loops = orders.reshape(n, L * D)
     seq_trips = rel[np.arange(n)[:, None, None], np.arange(L)[None, :, None], orders].reshape(n, L * D)  # along orders
