@@ -308,10 +308,10 @@ def cmd_explore(args) -> int:
 
     from .dse import explore
 
-    progress = None
-    if sys.stderr.isatty() and not args.json:
-        def progress(done, total, point):
-            print(f"\r{done}/{total} designs", end="" if done < total else "\n", file=sys.stderr, flush=True)
+    def counted(done, total, point):
+        print(f"\r{done}/{total} designs", end="" if done < total else "\n", file=sys.stderr, flush=True)
+
+    progress = counted if sys.stderr.isatty() and not args.json else None
     source = args.file if args.file.endswith(".onnx") else Path(args.file)
     result = explore(source, args.target, args.sweep, tune=args.tune, seed=args.seed, workers=args.workers,
                      scheduler=args.scheduler, max_points=args.max_points, cache=args.cache, progress=progress,

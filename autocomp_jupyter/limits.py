@@ -21,7 +21,6 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 from .errors import Diagnostic, UserError

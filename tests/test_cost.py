@@ -1,6 +1,5 @@
 """The analytic cost model: hand-computed numbers on a toy target, metamorphic checks,
 batch = single evaluation, baselines, kernels and schedules."""
-import math
 from pathlib import Path
 
 import numpy as np

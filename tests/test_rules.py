@@ -6,7 +6,7 @@ import pytest
 import autocomp_jupyter as ac
 from autocomp_jupyter.dsl import parse
 from autocomp_jupyter.errors import UserError
-from autocomp_jupyter.ir.program import BinOp, Call, Const, Op
+from autocomp_jupyter.ir.program import Call, Op
 from autocomp_jupyter.rules.engine import Fuse, Pattern, Replace, adrs_rule, list_rules, load_rules
 from autocomp_jupyter.rules.fusion import _in_dependence_order
 from autocomp_jupyter.ir.schedule import Kernel

@@ -4,7 +4,6 @@ Each refusal has a legal twin next to it, so a check that refuses everything fai
 """
 import re
 
-import pytest
 
 import autocomp_jupyter as autocomp
 from autocomp_jupyter.dsl import parse

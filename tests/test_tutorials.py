@@ -15,7 +15,6 @@ import copy
 import io
 import os
 import re
-import shutil
 import sys
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path

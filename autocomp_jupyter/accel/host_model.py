@@ -17,6 +17,7 @@ loops, which the C does not run).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +33,10 @@ from ..host_strategy.winograd import WINOGRAD_PANEL, winograd
 from ..ir.program import Access
 from ..ir.schedule import Kernel
 from .target import Target
+
+if TYPE_CHECKING:     # the cost model imports this module: only its types, for the annotations
+    from .cost.model import KernelModel
+    from .cost.statements import _StatementModel
 
 _GEMM_MR, _GEMM_NR, _GEMM_MIN_BLOCK = GEMM_MR, GEMM_NR, GEMM_MIN_BLOCK
 

@@ -8,12 +8,12 @@ once: `compulsory_traffic`): 1.0 is the physical limit.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping
+from typing import Mapping
 
 import numpy as np
 
 from ..ir.program import Program
-from .target import Target, load_target
+from .target import load_target
 
 
 def attainable_flops(ai: float, target, dtype: str = "f32", level: str | None = None) -> float:

@@ -17,7 +17,6 @@ read), written for the target's memory hierarchy:
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from ..ir.program import Access, BinOp, Call, Const, Expr, Statement, relation_text

@@ -14,7 +14,6 @@ the last tile of a loop is a remainder tile. Both classes are frozen; passes bui
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 

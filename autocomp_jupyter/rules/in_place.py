@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..ir.program import Access, Call, Expr, IndexValue, InPlace, Op, Program, Statement
+from ..ir.program import Access, Call, Expr, IndexValue, InPlace, Program, Statement
 
 RULE = "in_place_update"
 FOLD_RULE = "in_place_fold"
