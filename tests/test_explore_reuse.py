@@ -136,3 +136,22 @@ def test_dask_workers_keep_glibcs_adaptive_mmap_threshold_and_the_rest_of_dasks_
     with dask.config.set({"distributed.nanny.pre-spawn-environ": {"MALLOC_TRIM_THRESHOLD_": 65536,
                                                                   "OMP_NUM_THREADS": 1}}):
         assert _worker_environ() == {"OMP_NUM_THREADS": 1}
+
+
+def test_a_local_sweeps_workers_run_without_dasks_frequent_wakes():
+    """The workers `--workers N` starts have Dask's 20 ms tick, 500 ms system monitor, 100 ms
+    memory poll and 10 ms profiler slowed or off: each wake takes the GIL from a design."""
+    pytest.importorskip("dask.distributed")
+    import dask
+
+    from autocomp_jupyter.dse import _QUIET_WORKERS, _open_dask
+
+    client, owned = _open_dask(1, None)
+    try:
+        keys = sorted(_QUIET_WORKERS)
+        seen = client.run(lambda: [dask.config.get(k) for k in keys])
+        assert list(seen.values()) == [[_QUIET_WORKERS[k] for k in keys]]
+        assert _QUIET_WORKERS["distributed.admin.tick.interval"] != dask.config.get("distributed.admin.tick.interval")
+    finally:
+        for thing in owned:
+            thing.close()
