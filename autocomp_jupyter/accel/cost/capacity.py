@@ -52,7 +52,7 @@ class Capacity:
     overflow: np.ndarray
     spill: np.ndarray
     double_buffered: np.ndarray
-    overflowing: np.ndarray | None = None
+    overflowing: np.ndarray
 
 
 def occupy(model, grid: TileGrid) -> Capacity:

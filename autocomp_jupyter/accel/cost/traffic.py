@@ -178,7 +178,7 @@ def statement_traffic(model, grid: TileGrid, capacity, si: int, st: _StatementMo
             h = a.chain[pos]
             # (no candidate overflowing it: its own traffic, fits + 0 x (...) exactly)
             eff[pos] = (levels.fits[pos] + capacity.overflow[:, h] * (through - levels.fits[pos])
-                        if capacity.overflowing is None or capacity.overflowing[h] else levels.fits[pos])
+                        if capacity.overflowing[h] else levels.fits[pos])
             through = eff[pos]
         _charge(model, out, a, capacity.double_buffered, levels, datapath, eff, capacity.tile_bytes[si, ai], active)
         _charge_ends(model, out, a, levels, datapath, datapath_reads, granule, eff)
