@@ -12,6 +12,7 @@ inputs), so a second run only optimises.
     python benchmarks/bench_exports.py --torch-python /work/torchenv/bin/python --targets npu
     python benchmarks/bench_exports.py --torch-python /work/torchenv/bin/python --models tv:resnet18,timm:efficientnet_b0
     python benchmarks/bench_exports.py --list                  # every model name the script knows
+    python benchmarks/bench_exports.py --markdown docs/results/exports.md --from-json npu.json,tpu.json
 
 Model names are `tv:<torchvision name>` (every classification model of
 `torchvision.models.list_models(module=torchvision.models)`), `timm:<name>` (TIMM_MODELS) and
@@ -32,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -334,10 +334,17 @@ def main(argv=None) -> int:
     ap.add_argument("--reexport", action="store_true", help="export again even when cached")
     ap.add_argument("--json", default="", help="also write the rows to this JSON file")
     ap.add_argument("--list", action="store_true", help="print the model names and stop")
+    ap.add_argument("--markdown", default="", metavar="OUT",
+                    help="write the results page from the JSON files of earlier runs (--from-json) and stop")
+    ap.add_argument("--from-json", default="", metavar="FILES", help="comma-separated --json files, for --markdown")
     ap.add_argument("--export-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.export_only:
         return export_main(args)
+    if args.markdown:
+        results = [row for f in args.from_json.split(",") if f for row in json.loads(Path(f).read_text())]
+        Path(args.markdown).write_text(markdown(results))
+        return 0
     names = model_names(args.models, args.torch_python)
     if args.list:
         print("\n".join(names))
@@ -355,6 +362,59 @@ def main(argv=None) -> int:
         print(line)
     bad = [r for r in results if r.get("error") or r.get("verified") is False]
     return 1 if bad else 0
+
+
+SLOW_S = 20.0       # the bar: a model optimises in this many seconds per preset
+
+
+def markdown(results: list[dict]) -> str:
+    """The results page of one or more runs (their JSON rows): per preset, how many models
+    verified, the median limit fraction, the lowest gain step and how many took over SLOW_S
+    CPU seconds, then each preset's rows as `row_text` prints them (the error column kept
+    only where a row has one)."""
+    import statistics
+
+    targets = list(dict.fromkeys(r["target"] for r in results if r.get("target")))
+    models = list(dict.fromkeys(r["model"] for r in results))
+    kinds = {k: sum(m.startswith(k + ":") for m in models) for k in ("tv", "timm", "hf")}
+    out = ["# Exported models", "",
+           f"{kinds['tv']} torchvision classification models, {kinds['timm']} timm and {kinds['hf']} transformers "
+           "models, exported by `torch.onnx.export(dynamo=True, opset_version=18)` with random weights, checked "
+           "against onnxruntime and optimised (`optimize`, tune 0, cold caches) on each preset. One run of "
+           "`python benchmarks/bench_exports.py --models <names> --targets <preset> --json <preset>.json` per "
+           "preset on a 2-core machine, some side by side (the CPU seconds are the steadier number); this page is "
+           "`python benchmarks/bench_exports.py --markdown docs/results/exports.md --from-json <their JSON>`.", "",
+           "Columns: `numerics` max |interpreter - onnxruntime| / max |y| (`const`: the random weights make the "
+           "output independent of the input); `seconds` wall and `cpu` CPU seconds of the optimisation; "
+           "`slowest pass` the pass that took longest; `vs_lib` the speedup over the tuned per-op library; "
+           "`limit` the limit fraction; `chain` the smallest step of the gain chain.", "",
+           "| preset | models | verified | errors | median limit | lowest gain step | over "
+           f"{SLOW_S:g} s | slowest |", "|---|---:|---:|---:|---:|---|---:|---|"]
+    for target in targets:
+        rows = [r for r in results if r.get("target") == target]
+        ok = [r for r in rows if r.get("verified")]
+        low = min(ok, key=lambda r: r["chain"]) if ok else None
+        slow = max(ok, key=lambda r: r["cpu"]) if ok else None
+        out.append(f"| {target} | {len(rows)} | {len(ok)} | {sum(bool(r.get('error')) for r in rows)} | "
+                   + (f"{statistics.median(r['limit'] for r in ok):.2f} | {low['chain']:.3f} ({low['model']}) | "
+                      f"{sum(r['cpu'] > SLOW_S for r in ok)} | {slow['cpu']:.1f} s ({slow['model']}) |"
+                      if ok else "- | - | - | - |"))
+    unimported = [r for r in results if not r.get("target")]
+    if unimported:
+        out += ["", "Not imported: " + "; ".join(f"{r['model']}: {r.get('error', '')}" for r in unimported)]
+    errors = any(r.get("error") for r in results)
+    for target in targets:
+        out += ["", f"## {target}", ""]
+        head = HEADER if errors else HEADER.rsplit(" error |", 1)[0]
+        out += ["| " + " | ".join(c.strip() for c in head.strip("|").split("|")) + " |",
+                "|---|---|---:|---:|---|---:|---:|---|---:|---:|---:|" + ("---|" if errors else "")]
+        for name in models:
+            for r in results:
+                if r.get("model") == name and r.get("target") == target:
+                    text = row_text(name, target, r.get("nodes", 0), r.get("numerics"), r)
+                    cells = [c.strip() for c in text.strip("|").split("|")]
+                    out.append("| " + " | ".join(cells if errors else cells[:-1]) + " |")
+    return "\n".join(out) + "\n"
 
 
 def summary(results: list[dict], targets) -> list[str]:
