@@ -399,6 +399,10 @@ def markdown(results: list[dict]) -> str:
                    + (f"{statistics.median(r['limit'] for r in ok):.2f} | {low['chain']:.3f} ({low['model']}) | "
                       f"{sum(r['cpu'] > SLOW_S for r in ok)} | {slow['cpu']:.1f} s ({slow['model']}) |"
                       if ok else "- | - | - | - |"))
+    counts = {t: sum(r.get("target") == t for r in results) for t in targets}
+    if len(set(counts.values())) > 1:
+        out += ["", f"A preset with fewer than {max(counts.values())} models: its run was stopped before the rest "
+                "(the models run in the order listed below)."]
     unimported = [r for r in results if not r.get("target")]
     if unimported:
         out += ["", "Not imported: " + "; ".join(f"{r['model']}: {r.get('error', '')}" for r in unimported)]
