@@ -372,8 +372,6 @@ def markdown(results: list[dict]) -> str:
     verified, the median limit fraction, the lowest gain step and how many took over SLOW_S
     CPU seconds, then each preset's rows as `row_text` prints them (the error column kept
     only where a row has one)."""
-    import statistics
-
     targets = list(dict.fromkeys(r["target"] for r in results if r.get("target")))
     models = list(dict.fromkeys(r["model"] for r in results))
     kinds = {k: sum(m.startswith(k + ":") for m in models) for k in ("tv", "timm", "hf")}
@@ -390,49 +388,58 @@ def markdown(results: list[dict]) -> str:
            "`limit` the limit fraction; `chain` the smallest step of the gain chain.", "",
            "| preset | models | verified | errors | median limit | lowest gain step | over "
            f"{SLOW_S:g} s | slowest |", "|---|---:|---:|---:|---:|---|---:|---|"]
+    counts = []
     for target in targets:
-        rows = [r for r in results if r.get("target") == target]
-        ok = [r for r in rows if r.get("verified")]
-        low = min(ok, key=lambda r: r["chain"]) if ok else None
+        rows, ok, median, low = _preset_stats(results, target)
+        counts.append(len(rows))
         slow = max(ok, key=lambda r: r["cpu"]) if ok else None
         out.append(f"| {target} | {len(rows)} | {len(ok)} | {sum(bool(r.get('error')) for r in rows)} | "
-                   + (f"{statistics.median(r['limit'] for r in ok):.2f} | {low['chain']:.3f} ({low['model']}) | "
+                   + (f"{median:.2f} | {low['chain']:.3f} ({low['model']}) | "
                       f"{sum(r['cpu'] > SLOW_S for r in ok)} | {slow['cpu']:.1f} s ({slow['model']}) |"
                       if ok else "- | - | - | - |"))
-    counts = {t: sum(r.get("target") == t for r in results) for t in targets}
-    if len(set(counts.values())) > 1:
-        out += ["", f"A preset with fewer than {max(counts.values())} models: its run was stopped before the rest "
+    if len(set(counts)) > 1:
+        out += ["", f"A preset with fewer than {max(counts)} models: its run was stopped before the rest "
                 "(the models run in the order listed below)."]
     unimported = [r for r in results if not r.get("target")]
     if unimported:
         out += ["", "Not imported: " + "; ".join(f"{r['model']}: {r.get('error', '')}" for r in unimported)]
     errors = any(r.get("error") for r in results)
+    by_cell = {(r["model"], r["target"]): r for r in results if r.get("target")}
     for target in targets:
         out += ["", f"## {target}", ""]
         head = HEADER if errors else HEADER.rsplit(" error |", 1)[0]
         out += ["| " + " | ".join(c.strip() for c in head.strip("|").split("|")) + " |",
                 "|---|---|---:|---:|---|---:|---:|---|---:|---:|---:|" + ("---|" if errors else "")]
         for name in models:
-            for r in results:
-                if r.get("model") == name and r.get("target") == target:
-                    text = row_text(name, target, r.get("nodes", 0), r.get("numerics"), r)
-                    cells = [c.strip() for c in text.strip("|").split("|")]
-                    out.append("| " + " | ".join(cells if errors else cells[:-1]) + " |")
+            r = by_cell.get((name, target))
+            if r is not None:
+                cells = [c.strip() for c in row_text(name, target, r.get("nodes", 0), r.get("numerics"), r)
+                         .strip("|").split("|")]
+                out.append("| " + " | ".join(cells if errors else cells[:-1]) + " |")
     return "\n".join(out) + "\n"
+
+
+def _preset_stats(results: list[dict], target: str):
+    """(its rows, the verified ones, their median limit fraction, the row of the lowest gain
+    step) of one preset; the last two None where none verified."""
+    import statistics
+
+    rows = [r for r in results if r.get("target") == target]
+    ok = [r for r in rows if r.get("verified")]
+    if not ok:
+        return rows, ok, None, None
+    return rows, ok, statistics.median(r["limit"] for r in ok), min(ok, key=lambda r: r["chain"])
 
 
 def summary(results: list[dict], targets) -> list[str]:
     """Per target: verified rows, median limit_fraction, the lowest gain step, the slowest run."""
-    import statistics
-
     lines = []
     for target in targets:
-        rows = [r for r in results if r.get("target") == target and r.get("verified")]
+        _, rows, median, low = _preset_stats(results, target)
         if not rows:
             continue
-        low = min(rows, key=lambda r: r["chain"])
         slow = max(rows, key=lambda r: r["seconds"])
-        lines.append(f"# {target}: {len(rows)} verified, median limit {statistics.median(r['limit'] for r in rows):.2f}, "
+        lines.append(f"# {target}: {len(rows)} verified, median limit {median:.2f}, "
                      f"lowest gain step {low['chain']:.3f} ({low['model']}), slowest {slow['seconds']:.1f} s "
                      f"({slow['model']}, cpu {slow['cpu']:.1f} s)")
     return lines

@@ -350,7 +350,7 @@ def sweep_markdown(result: dict) -> str:
 
     rows = result["rows"]
     total = {key: [sum(r[key] for r in rows if r["design"] == d) for d in DESIGNS]
-             for key in ("cycles", "pj", "zigzag_cycles", "zigzag_pj")}
+             for key in ("cycles", "pj", "zigzag_cycles", "zigzag_pj", "same_cycles")}
     rc, rz = ranks(total["cycles"]), ranks(total["zigzag_cycles"])
     ec, ez = ranks(total["pj"]), ranks(total["zigzag_pj"])
     seconds = result["seconds"]
@@ -394,19 +394,14 @@ def _mapper_or_model(rows: list[dict], total: dict, objective: str) -> str:
     is at least as good by the objective (faster, or less energy), by our model, as ZigZag's."""
     from bench_dse import spearman
 
-    same = [sum(r["same_cycles"] for r in rows if r["design"] == d) for d in DESIGNS]
-
     def spread(key):
-        cells = []
-        for a in ARRAYS:
-            row = [total[key][d] for d, (n, _) in enumerate(DESIGNS) if n == a]
-            cells.append(f"{a}x{a} {100 * (max(row) / min(row) - 1):.1f}%")
-        return ", ".join(cells)
+        return ", ".join(f"{a}x{a} {100 * (max(row) / min(row) - 1):.1f}%"
+                         for a, row in zip(ARRAYS, _per_array(total[key])))
     mine, theirs, better = (("cycles", "same_cycles", "fast") if objective == "latency" else
                             ("pj", "same_pj", "low in energy"))
     good = sum(r[mine] <= r[theirs] * (1 + 1e-9) for r in rows)
     return (f"Model or mapper: ZigZag's own mappings priced by our model rank the designs' latency with "
-            f"Spearman {spearman(same, total['zigzag_cycles']):+.3f} against ZigZag's price of them. Latency "
+            f"Spearman {spearman(total['same_cycles'], total['zigzag_cycles']):+.3f} against ZigZag's price of them. Latency "
             f"spread over the buffer sizes within an array, autocomp: {spread('cycles')}; ZigZag: "
             f"{spread('zigzag_cycles')}. Our mapping is at least as {better} as ZigZag's (both priced by our "
             f"model) on {good} of {len(rows)} layer x design points.")
@@ -431,10 +426,15 @@ def _parts_markdown(rows: list[dict]) -> list[str]:
     return out
 
 
+def _per_array(values: list) -> list[list]:
+    """Per-design values (DESIGNS order) grouped by array, the buffer sizes in order."""
+    return [[v for v, (n, _) in zip(values, DESIGNS) if n == a] for a in ARRAYS]
+
+
 def _buffer_trend(total: dict) -> str:
     """Whether a bigger buffer lowers (or keeps) each tool's energy at every array size."""
     def trend(key):
-        per_array = [[total[key][d] for d, (n, _) in enumerate(DESIGNS) if n == a] for a in ARRAYS]
+        per_array = _per_array(total[key])
         lower = sum(all(b < a * (1 - 1e-9) for a, b in zip(row, row[1:])) for row in per_array)
         never_higher = sum(all(b <= a * (1 + 1e-9) for a, b in zip(row, row[1:])) for row in per_array)
         return f"{lower} of {len(ARRAYS)} arrays strictly lower, {never_higher} never higher"
