@@ -402,13 +402,14 @@ def _save_reload_with_new_kernel(page, base: str, kept_names: list[str], root: P
 
 
 def _saved_notebook(base: str, name: str) -> dict:
-    """The notebook as saved; read again while a save in flight leaves the file empty or half
-    written (the server answers 400 or 500 then)."""
-    for attempt in range(10):
+    """The notebook as saved; read again while a save in flight leaves the file empty, half
+    written or, for a moment, missing (the server answers 400, 500 or 404 then)."""
+    deadline = time.monotonic() + 10
+    while True:
         try:
             return json.loads(urllib.request.urlopen(f"{base}/api/contents/{name}", timeout=5).read())["content"]
         except urllib.error.HTTPError as err:
-            if err.code not in (400, 500) or attempt == 9:
+            if err.code not in (400, 404, 500) or time.monotonic() > deadline:
                 raise
             time.sleep(0.3)
 
