@@ -79,6 +79,8 @@ def library_plan(program: Program, ctx, executor=None) -> Plan:
     """Each op's kernel tuned alone (fusion off): the tuned per-op library baseline.
     `executor` (see `prefetch`) tunes the distinct kernels in parallel; the plan is the same."""
     kernels = kernels_unfused(program)
+    if executor is None or executor == "serial":
+        return Plan(program, kernels, tuple(library_schedules(program, kernels, ctx)), "library")
     prefetch(program, kernels, ctx, executor)
     return Plan(program, kernels, tuple(library_schedule(program, k, ctx) for k in kernels), "library")
 
@@ -111,6 +113,60 @@ def prefetch(program: Program, kernels, ctx, executor=None) -> int:
     finally:
         close_executor(owned)
     return len(misses)
+
+
+def library_schedules(program: Program, kernels, ctx) -> list[Schedule]:
+    """`library_schedule` of each of `kernels` (kernels of `program`), those not cached yet
+    searched side by side: this process takes them from the back of the list, each spare
+    core (`workers`) from the front, one at a time. Each search depends only on its kernel's
+    structure, the target, the rules and the seed, so the schedules are those a serial run
+    finds, wherever they were searched."""
+    from collections import deque
+
+    from . import workers
+
+    found: dict = {}                       # key -> the schedule by loop position
+    todo: dict = {}
+    keys = [_cache_key(kernel, ctx) for kernel in kernels]
+    for kernel, key in zip(kernels, keys):
+        if key not in found and key not in todo:
+            hit = _CACHE.get(key)
+            if hit is None:
+                todo[key] = kernel
+            else:
+                found[key] = hit
+    queue = deque(todo.items())
+    spare = workers.spare_cores() if len(queue) > 1 else 0
+    running: dict = {}
+    while queue or running:
+        while queue and len(running) < spare:
+            key, kernel = queue.popleft()
+            future = workers.submit(_tune_alone_task, _kernel_program(program, kernel), kernel, ctx.target,
+                                    ctx.rules, int(ctx.seed or 0))
+            if future is None:          # no worker after all: this process does the rest
+                queue.appendleft((key, kernel))
+                spare = 0
+                break
+            running[future] = (key, kernel)
+        if queue:
+            key, kernel = queue.pop()
+            found[key] = by_position(_tune_alone(program, kernel, ctx))
+        for future in [f for f in running if f.done()] if queue else list(running)[:1]:
+            key, kernel = running.pop(future)
+            # a search that failed there (its rules cannot be sent: a rule written in the
+            # notebook; or it raised) runs here: the same search, so the same outcome
+            found[key] = workers.result(future, lambda k=kernel: by_position(_tune_alone(program, k, ctx)))
+    for key in todo:
+        _CACHE.put(key, found[key])
+    return [from_positions(kernel, found[key]) for kernel, key in zip(kernels, keys)]
+
+
+def _kernel_program(program: Program, kernel: Kernel) -> Program:
+    """`program` cut to `kernel`'s ops, without weights or source text: all a library search
+    reads of it, and a fiftieth of the whole program to send to a worker (a DenseNet's
+    program takes 50 ms to unpickle, more than the search of one of its ops)."""
+    names = set(kernel.ops)
+    return replace(program, ops=tuple(op for op in program.ops if op.name in names), param_values={}, source="")
 
 
 def _tune_alone_task(program: Program, kernel: Kernel, target: Target, rules, seed: int) -> tuple:

@@ -421,10 +421,11 @@ def _library_at_points(program: Program, schedule: Schedule, seconds: float, ctx
     of its compute points where that is faster. The pipeline takes a kernel's library
     search where it beats the passes' (`_searched_as_well_as_the_library`), so a chain is
     judged at that time too; the search's best point need not be the library's."""
-    from ..baselines import library_schedule
+    from ..baselines import library_schedules
 
-    for point in _compute_points(schedule.kernel, ctx.target):
-        theirs = library_schedule(program, _at_point(schedule.kernel, *point), ctx)
+    # every point's search at once: on a machine with a spare core they run side by side
+    points = [_at_point(schedule.kernel, *point) for point in _compute_points(schedule.kernel, ctx.target)]
+    for theirs in library_schedules(program, points, ctx):
         time_s = evaluate(theirs, ctx.target).time_s
         if time_s < seconds:
             schedule, seconds = theirs, time_s

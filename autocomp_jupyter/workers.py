@@ -1,0 +1,95 @@
+"""The spare cores: worker processes a run uses besides its own, for searches that do not
+depend on each other.
+
+A search the pipeline asks for (a kernel's library schedule, `baselines.library_schedules`)
+depends only on what it is given — the kernel's structure, the target, the rules and the
+seed — so it returns the same schedule wherever it runs. Where a pass needs several such
+searches at once (a chain at each of its compute points), the first runs in this process
+and the others on the spare cores, and the pass gets what a serial run gets, sooner.
+
+One worker per core beyond this process's own (`os.sched_getaffinity`), forked on first use
+(each starts with the imports and caches this process had then, so nothing is imported
+again) and kept for the life of the process: a notebook's later cells reuse them. A
+worker that dies (killed, out of memory) is not an error: the pool is dropped and the
+search runs here. `AUTOCOMP_WORKERS=0` turns the workers off (`=N`: at most N).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+_POOL: ProcessPoolExecutor | None = None
+_BROKEN = False
+
+
+def spare_cores() -> int:
+    """How many worker processes a run may use besides its own: the cores it may use, less
+    one, capped by `AUTOCOMP_WORKERS`."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:      # not Linux
+        cores = os.cpu_count() or 1
+    spare = max(0, cores - 1)
+    cap = os.environ.get("AUTOCOMP_WORKERS", "").strip()
+    if cap:
+        try:
+            spare = min(spare, max(0, int(cap)))
+        except ValueError:
+            raise ValueError(f"AUTOCOMP_WORKERS must be a whole number of worker processes, got {cap!r}") from None
+    return spare
+
+
+def pool() -> ProcessPoolExecutor | None:
+    """The spare cores' pool, or None where there is no spare core, the workers are turned
+    off, fork is not available, or a worker has died in this process."""
+    global _POOL
+    if _POOL is not None or _BROKEN:
+        return _POOL
+    spare = spare_cores()
+    if spare < 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    _POOL = ProcessPoolExecutor(max_workers=spare, mp_context=multiprocessing.get_context("fork"))
+    return _POOL
+
+
+def submit(fn, *args) -> Future | None:
+    """`fn(*args)` on a spare core, or None where there is none (the caller runs it)."""
+    executor = pool()
+    if executor is None:
+        return None
+    try:
+        return executor.submit(fn, *args)
+    except (BrokenProcessPool, RuntimeError):
+        _drop()
+        return None
+
+
+def result(future: Future, fallback):
+    """The future's result, or `fallback()` here where it failed there: its worker died,
+    its arguments could not be sent (a function defined in a notebook cell), or it raised
+    (the same call here raises the same, where the caller's transaction catches it)."""
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        _drop()
+        return fallback()
+    except Exception:  # noqa: BLE001 - run here: the caller sees what this process would
+        return fallback()
+
+
+def _drop() -> None:
+    """Forget a pool whose worker died: the rest of this process's searches run here."""
+    global _POOL, _BROKEN
+    if _POOL is not None:
+        _POOL.shutdown(wait=False, cancel_futures=True)
+    _POOL, _BROKEN = None, True
+
+
+def shutdown() -> None:
+    """Stop the workers (tests; a process that forks for other reasons)."""
+    global _POOL
+    if _POOL is not None:
+        _POOL.shutdown(wait=True, cancel_futures=True)
+    _POOL = None

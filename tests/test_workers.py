@@ -1,0 +1,65 @@
+"""The spare cores (autocomp_jupyter/workers.py): searches run there give what a serial
+run gives, and a call that cannot run there runs here."""
+from pathlib import Path
+
+import pytest
+
+import autocomp_jupyter as autocomp
+from autocomp_jupyter import baselines, caches, workers
+from autocomp_jupyter.accel.target import load_target
+from autocomp_jupyter.dsl import parse
+from autocomp_jupyter.ir.schedule import kernels_unfused
+from autocomp_jupyter.passes import PassContext
+from autocomp_jupyter.pipeline import load_rules
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "shared" / "examples" / "depthwise_separable.acir"
+
+
+@pytest.fixture
+def one_worker(monkeypatch):
+    monkeypatch.setenv("AUTOCOMP_WORKERS", "1")
+    monkeypatch.setattr(workers, "spare_cores", lambda: 1)   # a worker even on a one-core machine
+    workers.shutdown()
+    yield
+    workers.shutdown()
+
+
+def _outcome(report: dict) -> tuple:
+    return (report["verified"], report["speedup_vs_library"], report["limit_fraction"],
+            [(k["name"], k.get("tiles"), k.get("order")) for k in report["kernels"]])
+
+
+def test_searches_on_a_spare_core_give_what_a_serial_run_gives(one_worker, monkeypatch):
+    source = EXAMPLE.read_text()
+    caches.clear_all()
+    with monkeypatch.context() as serial:
+        serial.setattr(workers, "spare_cores", lambda: 0)
+        alone = autocomp.optimize(source, target="npu", tune=0).report
+    sent = []
+    submit = workers.submit
+    monkeypatch.setattr(workers, "submit", lambda fn, *a: sent.append(a[1].name) or submit(fn, *a))
+    caches.clear_all()
+    side_by_side = autocomp.optimize(source, target="npu", tune=0).report
+    assert sent, "no search was sent to the worker"
+    assert workers._POOL is not None
+    assert _outcome(side_by_side) == _outcome(alone)
+
+
+def test_a_call_that_cannot_be_sent_runs_here(one_worker):
+    local = lambda: 1          # noqa: E731 - a local function cannot be pickled to a worker
+    future = workers.submit(local)
+    assert future is not None
+    assert workers.result(future, lambda: 2) == 2
+    assert workers.pool() is not None      # the pool survives a call it could not take
+
+
+def test_library_schedules_matches_library_schedule_kernel_by_kernel(one_worker):
+    program = parse(EXAMPLE.read_text(), "<example>")
+    target = load_target("tpu")
+    ctx = PassContext(program, target, load_rules([], target.name), 0)
+    kernels = kernels_unfused(program)
+    caches.clear_all()
+    together = baselines.library_schedules(program, kernels, ctx)
+    caches.clear_all()
+    one_by_one = [baselines.library_schedule(program, k, ctx) for k in kernels]
+    assert together == one_by_one
