@@ -79,8 +79,6 @@ def library_plan(program: Program, ctx, executor=None) -> Plan:
     """Each op's kernel tuned alone (fusion off): the tuned per-op library baseline.
     `executor` (see `prefetch`) tunes the distinct kernels in parallel; the plan is the same."""
     kernels = kernels_unfused(program)
-    if executor is None or executor == "serial":
-        return Plan(program, kernels, tuple(library_schedules(program, kernels, ctx)), "library")
     prefetch(program, kernels, ctx, executor)
     return Plan(program, kernels, tuple(library_schedule(program, k, ctx) for k in kernels), "library")
 
@@ -88,12 +86,17 @@ def library_plan(program: Program, ctx, executor=None) -> Plan:
 def prefetch(program: Program, kernels, ctx, executor=None) -> int:
     """Tune the library schedules of `kernels` (kernels of `program`) not cached yet, each
     distinct one once, as tasks on `executor` (a concurrent.futures Executor, "processes[:N]"
-    or "tcp://host:port"; None: nothing is done here, `library_schedule` tunes on demand).
+    or "tcp://host:port"; None: this process and its spare cores, `library_schedules`;
+    "serial": nothing is done here, `library_schedule` tunes on demand).
     Each task runs `library_schedule`'s own procedure, which depends only on the kernel's
     structure, the target, the rules and the seed, so the schedules are those a serial run
     finds. Returns how many kernels were tuned."""
-    if executor is None or executor == "serial":
+    if executor == "serial":
         return 0
+    if executor is None:
+        before = _CACHE.misses
+        library_schedules(program, kernels, ctx)
+        return _CACHE.misses - before
     misses: dict = {}
     for kernel in kernels:
         key = _cache_key(kernel, ctx)
@@ -117,12 +120,9 @@ def prefetch(program: Program, kernels, ctx, executor=None) -> int:
 
 def library_schedules(program: Program, kernels, ctx) -> list[Schedule]:
     """`library_schedule` of each of `kernels` (kernels of `program`), those not cached yet
-    searched side by side: this process takes them from the back of the list, each spare
-    core (`workers`) from the front, one at a time. Each search depends only on its kernel's
-    structure, the target, the rules and the seed, so the schedules are those a serial run
-    finds, wherever they were searched."""
-    from collections import deque
-
+    searched side by side, here and on the spare cores (`workers.run_all`). Each search
+    depends only on its kernel's structure, the target, the rules and the seed, so the
+    schedules are those a serial run finds, wherever they were searched."""
     from . import workers
 
     found: dict = {}                       # key -> the schedule by loop position
@@ -135,29 +135,13 @@ def library_schedules(program: Program, kernels, ctx) -> list[Schedule]:
                 todo[key] = kernel
             else:
                 found[key] = hit
-    queue = deque(todo.items())
-    spare = workers.spare_cores() if len(queue) > 1 else 0
-    running: dict = {}
-    while queue or running:
-        while queue and len(running) < spare:
-            key, kernel = queue.popleft()
-            future = workers.submit(_tune_alone_task, _kernel_program(program, kernel), kernel, ctx.target,
-                                    ctx.rules, int(ctx.seed or 0))
-            if future is None:          # no worker after all: this process does the rest
-                queue.appendleft((key, kernel))
-                spare = 0
-                break
-            running[future] = (key, kernel)
-        if queue:
-            key, kernel = queue.pop()
-            found[key] = by_position(_tune_alone(program, kernel, ctx))
-        for future in [f for f in running if f.done()] if queue else list(running)[:1]:
-            key, kernel = running.pop(future)
-            # a search that failed there (its rules cannot be sent: a rule written in the
-            # notebook; or it raised) runs here: the same search, so the same outcome
-            found[key] = workers.result(future, lambda k=kernel: by_position(_tune_alone(program, k, ctx)))
-    for key in todo:
-        _CACHE.put(key, found[key])
+    seed = int(ctx.seed or 0)
+    # (a call a worker cannot take — rules written in a notebook cannot be sent — runs here)
+    done = workers.run_all([(_tune_alone_task, _kernel_program(program, kernel), kernel, ctx.target, ctx.rules, seed)
+                            for kernel in todo.values()])
+    for key, positions in zip(todo, done):
+        found[key] = positions
+        _CACHE.put(key, positions)
     return [from_positions(kernel, found[key]) for kernel, key in zip(kernels, keys)]
 
 

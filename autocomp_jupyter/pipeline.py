@@ -494,6 +494,10 @@ def _fusions_that_beat_the_library(plan: Plan, ctx: PassContext, log: list, roll
 
     kernels, schedules = [], []
     absorbed = _absorbed_ops(ctx.program, plan.program)
+    fused = [k for k in plan.kernels if len(k.ops) > 1]
+    with transaction(rollbacks, "fusion", "the library's search of the fused kernels and their ops"):
+        # all at once, on the spare cores too (each is retried alone below)
+        prefetch(plan.program, [Kernel.from_ops(plan.program, [op]) for k in fused for op in k.ops] + fused, ctx)
     for kernel, schedule in zip(plan.kernels, plan.schedules):
         kernels.append(kernel)
         schedules.append(schedule)

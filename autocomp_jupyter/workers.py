@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -52,6 +53,35 @@ def pool() -> ProcessPoolExecutor | None:
         return None
     _POOL = ProcessPoolExecutor(max_workers=spare, mp_context=multiprocessing.get_context("fork"))
     return _POOL
+
+
+def run_all(calls: list[tuple]) -> list:
+    """[fn(*args) for (fn, *args) in calls], side by side: this process takes calls from the
+    back of the list, each spare core from the front, one at a time, so that every core stays
+    busy until the list is done. A call that fails on a spare core runs here
+    (`result`). The calls must not depend on each other."""
+    results: list = [None] * len(calls)
+    queue = deque(range(len(calls)))
+    spare = spare_cores() if len(calls) > 1 else 0
+    running: dict = {}
+    while queue or running:
+        while queue and len(running) < spare:
+            i = queue.popleft()
+            future = submit(*calls[i])
+            if future is None:                 # no worker after all: the rest run here
+                queue.appendleft(i)
+                spare = 0
+                break
+            running[future] = i
+        if queue:
+            i = queue.pop()
+            fn, *args = calls[i]
+            results[i] = fn(*args)
+        for future in [f for f in running if f.done()] if queue else list(running)[:1]:
+            i = running.pop(future)
+            fn, *args = calls[i]
+            results[i] = result(future, lambda: fn(*args))
+    return results
 
 
 def submit(fn, *args) -> Future | None:

@@ -65,9 +65,7 @@ def search_tiles(kernel: Kernel, target, current: Schedule | None, levels: dict[
     pipeline asks it once, of its final kernels: `pipeline._energy_ties`). 0: the fastest,
     as every intermediate search returns (a tie taken early would steer the later searches).
     """
-    # The search depends on the kernel's structure, not its names: repeated layers share it.
-    key = (canonical_kernel(kernel), schedule_key(current) if current is not None else None, target,
-           tuple(levels.items()), repr(sorted(params.items())), seed, n_random, ranked, rounds, ties)
+    key = _search_key(kernel, target, current, levels, params, seed, n_random, ranked, rounds, ties)
     found = _SEARCHES.get(key)
     if found is None:
         found = _search(kernel, target, current, levels, params, seed, n_random, ranked, rounds, ties)
@@ -85,6 +83,32 @@ def search_tiles(kernel: Kernel, target, current: Schedule | None, levels: dict[
     if not results:
         return None
     return results[0][0], results[0][1], evaluated
+
+
+def _search_key(kernel: Kernel, target, current: Schedule | None, levels: dict[str, str], params: dict, seed: int,
+                n_random: int, ranked: int, rounds: int, ties: float) -> tuple:
+    # The search depends on the kernel's structure, not its names: repeated layers share it.
+    return (canonical_kernel(kernel), schedule_key(current) if current is not None else None, target,
+            tuple(levels.items()), repr(sorted(params.items())), seed, n_random, ranked, rounds, ties)
+
+
+def search_all(requests, target, levels: dict[str, str], params: dict, seed: int = 0) -> None:
+    """Run the searches `search_tiles` makes of each (kernel, current schedule) of `requests`
+    (with its default candidates and rounds) that are not remembered yet, side by side here
+    and on the spare cores (`workers.run_all`): the tiling pass asks it of all its kernels
+    before it takes them one by one. A search depends only on what it is given, so
+    `search_tiles` then returns what it finds alone."""
+    from .. import workers
+
+    todo: dict = {}
+    for kernel, current in requests:
+        key = _search_key(kernel, target, current, levels, params, seed, RANDOM_CANDIDATES, 1, LOCAL_ROUNDS, 0.0)
+        if key not in todo and key not in _SEARCHES:
+            todo[key] = (_search, kernel, target, current, levels, params, seed, RANDOM_CANDIDATES, 1, LOCAL_ROUNDS)
+    if len(todo) < 2 or workers.spare_cores() < 1:
+        return
+    for key, found in zip(todo, workers.run_all(list(todo.values()))):
+        _SEARCHES.put(key, found)
 
 
 # Search results by canonical kernel, incumbent schedule, target, rule parameters and seed.

@@ -43,7 +43,7 @@ import time
 
 from .. import objective
 from ..accel.cost import library_schedule
-from ..accel.tile_search import level_mapping, search_tiles
+from ..accel.tile_search import level_mapping, search_all, search_tiles
 from ..canon import evaluate
 from ..ir.schedule import Schedule
 from ..passes import PassContext, PassOutcome, rollback_entry, rule_entry
@@ -62,6 +62,8 @@ def tiling_pass(plan: Plan, ctx: PassContext) -> PassOutcome:
                               f"tile_heuristic is {params.get('tile_heuristic')!r}: textbook tiles kept"))
         return PassOutcome(plan, tuple(log), ())
     levels = level_mapping(params.get("levels", ["L2", "L1", "vector"]), ctx.target.tiling_levels)
+    # every kernel's search first, side by side on the spare cores; then each is judged alone
+    search_all(list(zip(plan.kernels, plan.schedules)), ctx.target, levels, params, seed=ctx.seed)
     schedules = []
     for kernel, current in zip(plan.kernels, plan.schedules):
         started = time.perf_counter()

@@ -162,7 +162,7 @@ def _search_task(schedule: Schedule, target: Target, divisors_only: bool, max_sp
         return KernelResult.of(search, keep, scorer.seconds)
 
 
-_SEARCH_LOCK = threading.Lock()
+_SEARCH_LOCK = threading.RLock()   # re-entrant: a search may ask a library schedule, searched alike
 
 
 def _tune_in_parallel(plan: Plan, target: Target, gains, order, configs: int, keep: int, seed: int,
