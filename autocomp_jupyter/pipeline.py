@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from .accel.cost import naive_schedule
-from . import blas, objective
+from . import blas, objective, workers
 from .objective import check as check_objective
 from .accel.target import Target, load_target
 from .baselines import library_plan, prefetch, textbook_plan
@@ -160,6 +160,7 @@ def _parse(run: _Run) -> None:
     run.tune_cfg = run.ruleset.tune
     run.seed = run.tune_cfg.get("seed", 0) if run.seed is None else run.seed
     _check_flags(run.tune, run.top, run.seed, run.budget)
+    workers.spare_cores()                                        # AUTOCOMP_WORKERS checked before any work
     run.traces = _load_traces(run.schedule)                      # --schedule: checked before any work
     run.program, in_place_log = mark_in_place_updates(program)   # KV-cache updates: one row, in place
     run.ctx = PassContext(run.program, run.target, run.ruleset, run.seed,

@@ -35,10 +35,12 @@ def spare_cores() -> int:
     spare = max(0, cores - 1)
     cap = os.environ.get("AUTOCOMP_WORKERS", "").strip()
     if cap:
-        try:
-            spare = min(spare, max(0, int(cap)))
-        except ValueError:
-            raise ValueError(f"AUTOCOMP_WORKERS must be a whole number of worker processes, got {cap!r}") from None
+        if not cap.isdigit():
+            from .errors import UserError
+
+            raise UserError(f"environment variable AUTOCOMP_WORKERS={cap!r}: expected the most worker processes "
+                            f"to use besides this one, a whole number (0: none)")
+        spare = min(spare, int(cap))
     return spare
 
 
@@ -107,6 +109,23 @@ def result(future: Future, fallback):
         return fallback()
     except Exception:  # noqa: BLE001 - run here: the caller sees what this process would
         return fallback()
+
+
+def cpu_seconds() -> float:
+    """The CPU seconds the live workers have used so far (benchmarks add it to their own
+    process's: a run's whole CPU time); 0 where there are none or the OS does not say."""
+    if _POOL is None:
+        return 0.0
+    total = 0.0
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for pid in list(getattr(_POOL, "_processes", None) or {}):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks     # utime, stime
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
 
 
 def _drop() -> None:

@@ -63,3 +63,9 @@ def test_library_schedules_matches_library_schedule_kernel_by_kernel(one_worker)
     caches.clear_all()
     one_by_one = [baselines.library_schedule(program, k, ctx) for k in kernels]
     assert together == one_by_one
+
+
+def test_a_bad_worker_count_is_a_clear_error_before_any_work(monkeypatch):
+    monkeypatch.setenv("AUTOCOMP_WORKERS", "two")
+    with pytest.raises(autocomp.UserError, match="AUTOCOMP_WORKERS='two': expected"):
+        autocomp.optimize(EXAMPLE.read_text(), target="npu", tune=0)
