@@ -440,11 +440,14 @@ def _worker_environ() -> dict:
     all also fixes glibc's mmap threshold, so every numpy temporary over 128 KiB is mapped and
     unmapped afresh. The cost model makes millions of them: a point ran ~30% slower in a worker
     than in the caller's process (ResNet-50, 7 million page faults against 0.7 million). A
-    sweep's worker keeps its caches for the next point anyway."""
+    sweep's worker keeps its caches for the next point anyway. `AUTOCOMP_WORKERS` is 0 there:
+    the workers are the sweep's cores."""
     import dask
 
     environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
     environ.pop("MALLOC_TRIM_THRESHOLD_", None)
+    # the sweep spreads its points over the workers: none forks spare-core workers of its own
+    environ["AUTOCOMP_WORKERS"] = "0"
     return environ
 
 

@@ -53,8 +53,21 @@ def pool() -> ProcessPoolExecutor | None:
     spare = spare_cores()
     if spare < 1 or "fork" not in multiprocessing.get_all_start_methods():
         return None
-    _POOL = ProcessPoolExecutor(max_workers=spare, mp_context=multiprocessing.get_context("fork"))
+    if multiprocessing.current_process().daemon:
+        return None             # a daemonic process (a Dask worker) may not have children
+    _POOL = ProcessPoolExecutor(max_workers=spare, mp_context=multiprocessing.get_context("fork"),
+                                initializer=_quiet)
     return _POOL
+
+
+def _quiet() -> None:
+    """A worker's start: nothing it might print reaches the parent's streams (a notebook
+    kernel's stdout is a channel served by a thread the fork did not copy)."""
+    import sys
+    import warnings
+
+    warnings.simplefilter("ignore")
+    sys.stdout = sys.stderr = open(os.devnull, "w")
 
 
 def run_all(calls: list[tuple]) -> list:
@@ -93,7 +106,7 @@ def submit(fn, *args) -> Future | None:
         return None
     try:
         return executor.submit(fn, *args)
-    except (BrokenProcessPool, RuntimeError):
+    except Exception:  # noqa: BLE001 - no worker can start (a broken pool, a process that may not fork): run here
         _drop()
         return None
 

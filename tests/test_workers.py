@@ -69,3 +69,41 @@ def test_a_bad_worker_count_is_a_clear_error_before_any_work(monkeypatch):
     monkeypatch.setenv("AUTOCOMP_WORKERS", "two")
     with pytest.raises(autocomp.UserError, match="AUTOCOMP_WORKERS='two': expected"):
         autocomp.optimize(EXAMPLE.read_text(), target="npu", tune=0)
+
+
+def test_a_daemonic_process_searches_alone():
+    """A Dask worker is daemonic and may not have children: its searches run in it."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    answer = context.Queue()
+
+    def ask():
+        workers._POOL, workers._BROKEN = None, False
+        answer.put(workers.pool() is None and workers.submit(sum, [1, 2]) is None)
+
+    child = context.Process(target=ask, daemon=True)
+    child.start()
+    child.join(30)
+    assert answer.get(timeout=5) is True
+
+
+def test_a_notebook_kernel_uses_the_spare_cores(tmp_path, monkeypatch):
+    """In a notebook kernel (threads serving its channels) the workers fork, search and stay
+    quiet; the cell's result verifies."""
+    from test_magics import kernel_imports_this_checkout
+
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    kernel_imports_this_checkout(monkeypatch)
+    monkeypatch.delenv("AUTOCOMP_WORKERS", raising=False)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("%load_ext autocomp_jupyter\nfrom autocomp_jupyter import workers\n"
+                                          "workers.spare_cores = lambda: 1"),
+                nbformat.v4.new_code_cell("%%autocomp --target npu --tune 0 --out res\n" + EXAMPLE.read_text()),
+                nbformat.v4.new_code_cell("print(res.report['verified'], workers._POOL is not None)")]
+    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", shutdown_kernel="immediate",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    assert nb.cells[2].outputs[0]["text"].split() == ["True", "True"]
+    assert not [o for o in nb.cells[1].outputs if o.get("name") == "stderr"]
