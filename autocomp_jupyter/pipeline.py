@@ -246,6 +246,7 @@ def _energy_ties(run: _Run) -> None:
     from . import poly
     from .canon import evaluate
     from .passes import rule_entry
+    from .accel.tile_search import search_all
     from .rules.tiling import level_mapping, search_tiles
     from .verify import verify_schedule
 
@@ -255,6 +256,9 @@ def _energy_ties(run: _Run) -> None:
         return
     levels = level_mapping(ctx.rules.tiling.get("levels", ["L2", "L1", "vector"]), target.tiling_levels)
     schedules = list(run.plan.schedules)
+    with transaction(run.rollbacks, "tiling", "breaking latency's ties by energy"):
+        # every kernel's search first, side by side on the spare cores (each is asked again below)
+        search_all(list(zip(run.plan.kernels, schedules)), target, levels, ctx.rules.tiling, seed=ctx.seed, ties=tie)
     for i, (kernel, schedule) in enumerate(zip(run.plan.kernels, schedules)):
         with transaction(run.rollbacks, "tiling", "breaking latency's ties by energy", kernel=kernel.name,
                          then="the kernel's schedule kept"):

@@ -92,19 +92,20 @@ def _search_key(kernel: Kernel, target, current: Schedule | None, levels: dict[s
             tuple(levels.items()), repr(sorted(params.items())), seed, n_random, ranked, rounds, ties)
 
 
-def search_all(requests, target, levels: dict[str, str], params: dict, seed: int = 0) -> None:
+def search_all(requests, target, levels: dict[str, str], params: dict, seed: int = 0, ties: float = 0.0,
+               n_random: int = RANDOM_CANDIDATES, rounds: int = LOCAL_ROUNDS) -> None:
     """Run the searches `search_tiles` makes of each (kernel, current schedule) of `requests`
-    (with its default candidates and rounds) that are not remembered yet, side by side here
-    and on the spare cores (`workers.run_all`): the tiling pass asks it of all its kernels
-    before it takes them one by one. A search depends only on what it is given, so
-    `search_tiles` then returns what it finds alone."""
+    (with these candidates, rounds and `ties`) that are not remembered yet, side by side here
+    and on the spare cores (`workers.run_all`): the tiling pass, the energy tie-break and a
+    chain's compute points ask it of all theirs before they take them one by one. A search
+    depends only on what it is given, so `search_tiles` then returns what it finds alone."""
     from .. import workers
 
     todo: dict = {}
     for kernel, current in requests:
-        key = _search_key(kernel, target, current, levels, params, seed, RANDOM_CANDIDATES, 1, LOCAL_ROUNDS, 0.0)
+        key = _search_key(kernel, target, current, levels, params, seed, n_random, 1, rounds, ties)
         if key not in todo and key not in _SEARCHES:
-            todo[key] = (_search, kernel, target, current, levels, params, seed, RANDOM_CANDIDATES, 1, LOCAL_ROUNDS)
+            todo[key] = (_search, kernel, target, current, levels, params, seed, n_random, 1, rounds, ties)
     if len(todo) < 2 or workers.spare_cores() < 1:
         return
     for key, found in zip(todo, workers.run_all(list(todo.values()))):

@@ -41,7 +41,7 @@ from ..ir.twin import kernel_twin
 from ..verify import EQUIVALENCE_POINTS, TWIN_EXTENT, scaled_points, verify_schedule
 from .fusion import _kernel_name
 from .online_softmax import online_softmax
-from ..accel.tile_search import size_moves
+from ..accel.tile_search import search_all, size_moves
 from .tiling import level_mapping, search_tiles
 
 PASS = "fusion"
@@ -382,6 +382,10 @@ def _search_chain(program: Program, kernel: Kernel, ctx: PassContext, alone: flo
                              n_random=CHAIN_CANDIDATES, rounds=CHAIN_ROUNDS)
         return (found[0], found[1].time_s) if found is not None else None
 
+    # every point's search at once, side by side on the spare cores (a point the walk below
+    # does not reach costs a spare core's time only)
+    search_all([(_at_point(kernel, *point), None) for point in points], target, mapping, ctx.rules.tiling,
+               seed=ctx.seed, n_random=CHAIN_CANDIDATES, rounds=CHAIN_ROUNDS)
     best, tried = None, 0
     for point in points:
         if best is not None and best[1] >= alone * (1 + POINT_SLACK):
