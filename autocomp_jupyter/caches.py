@@ -57,6 +57,22 @@ class LRU:
         while len(self.data) > self.size:
             self.data.popitem(last=False)
 
+    def new_since(self, keys: set) -> list:
+        """[(key, value)] of the entries whose key is not in `keys` (a worker's new entries,
+        sent back to the process that asked: `workers`)."""
+        return [(k, v) for k, v in self.data.items() if k not in keys]
+
+    def absorb(self, entries) -> None:
+        """Take another process's entries: those this cache lacks, and for a dict it holds
+        already (a memo of scores filled as a search goes), the items it lacks."""
+        for key, value in entries:
+            mine = self.data.get(key)
+            if mine is None:
+                self.put(key, value)
+            elif isinstance(mine, dict) and isinstance(value, dict):
+                for k, v in value.items():
+                    mine.setdefault(k, v)
+
     def __contains__(self, key) -> bool:
         return key in self.data
 
@@ -79,6 +95,14 @@ def cached(name: str, maxsize: int):
         _FUNCTIONS.append((name, memo))
         return memo
     return wrap
+
+
+def named(name: str) -> LRU:
+    """The registered LRU called `name` (KeyError where there is none)."""
+    for cache in _REGISTRY:
+        if cache.name == name:
+            return cache
+    raise KeyError(name)
 
 
 def clear_all() -> None:

@@ -70,6 +70,34 @@ def _quiet() -> None:
     sys.stdout = sys.stderr = open(os.devnull, "w")
 
 
+# The caches whose new entries a worker sends back with a result: a tile search's random draw
+# and its local scores, by kernel structure. The process that asked searches the same structure
+# again later (the energy tie-break, the tiling pass from another schedule) and would draw
+# again without them: sent back, a search on a spare core costs this process nothing later.
+CARRIED = ("tiling.random_draw", "tiling.local_scores")
+
+
+def _carrying(fn, *args):
+    """(fn(*args), [(cache name, its new entries)]): a call on a worker, with what it added
+    to the CARRIED caches."""
+    from . import caches
+
+    lrus = [caches.named(name) for name in CARRIED]
+    before = [set(c.data) for c in lrus]
+    value = fn(*args)
+    return value, [(c.name, c.new_since(keys)) for c, keys in zip(lrus, before)]
+
+
+def _absorbed(carried) -> object:
+    """The value of a `_carrying` call, its cache entries taken into this process's caches."""
+    from . import caches
+
+    value, entries = carried
+    for name, items in entries:
+        caches.named(name).absorb(items)
+    return value
+
+
 def run_all(calls: list[tuple]) -> list:
     """[fn(*args) for (fn, *args) in calls], side by side: this process takes calls from the
     back of the list, each spare core from the front, one at a time, so that every core stays
@@ -82,7 +110,7 @@ def run_all(calls: list[tuple]) -> list:
     while queue or running:
         while queue and len(running) < spare:
             i = queue.popleft()
-            future = submit(*calls[i])
+            future = submit(_carrying, *calls[i])
             if future is None:                 # no worker after all: the rest run here
                 queue.appendleft(i)
                 spare = 0
@@ -95,7 +123,7 @@ def run_all(calls: list[tuple]) -> list:
         for future in [f for f in running if f.done()] if queue else list(running)[:1]:
             i = running.pop(future)
             fn, *args = calls[i]
-            results[i] = result(future, lambda: fn(*args))
+            results[i] = _absorbed(result(future, lambda: (fn(*args), [])))
     return results
 
 

@@ -37,10 +37,11 @@ def test_searches_on_a_spare_core_give_what_a_serial_run_gives(one_worker, monke
         alone = autocomp.optimize(source, target="npu", tune=0).report
     sent = []
     submit = workers.submit
-    monkeypatch.setattr(workers, "submit", lambda fn, *a: sent.append(a[1].name) or submit(fn, *a))
+    monkeypatch.setattr(workers, "submit", lambda fn, *a: sent.append(a[0].__name__) or submit(fn, *a))
     caches.clear_all()
     side_by_side = autocomp.optimize(source, target="npu", tune=0).report
-    assert sent, "no search was sent to the worker"
+    assert {"_tune_alone_task", "_search"} <= set(sent), sent      # library and tile searches went there
+    assert not side_by_side["rollbacks"]
     assert workers._POOL is not None
     assert _outcome(side_by_side) == _outcome(alone)
 
@@ -107,3 +108,23 @@ def test_a_notebook_kernel_uses_the_spare_cores(tmp_path, monkeypatch):
     client.execute()
     assert nb.cells[2].outputs[0]["text"].split() == ["True", "True"]
     assert not [o for o in nb.cells[1].outputs if o.get("name") == "stderr"]
+
+
+def test_a_search_on_a_spare_core_leaves_its_draw_here(one_worker):
+    """A tile search's random draw comes back with its result: the next search of that
+    structure here (from another schedule) does not draw again."""
+    from autocomp_jupyter.accel import tile_search
+
+    program = parse(EXAMPLE.read_text(), "<example>")
+    target = load_target("npu")
+    levels = tile_search.level_mapping(["L2", "L1", "vector"], target.tiling_levels)
+    kernels = [k for k in kernels_unfused(program) if len(k.loop_names) > 3][:2]
+    caches.clear_all()
+    tile_search.search_all([(k, None) for k in kernels], target, levels, {}, seed=0)
+    draws = caches.named("tiling.random_draw")
+    assert len(draws) == 2 and draws.misses == 1       # one drawn here, one there and sent back
+    from autocomp_jupyter.accel.cost import naive_schedule
+
+    for kernel in kernels:          # from another schedule: a search of its own, the same draw
+        tile_search.search_tiles(kernel, target, naive_schedule(kernel, target), levels, {}, seed=0)
+    assert draws.misses == 1 and draws.hits == 2
