@@ -136,9 +136,11 @@ def library_schedules(program: Program, kernels, ctx) -> list[Schedule]:
             else:
                 found[key] = hit
     seed = int(ctx.seed or 0)
-    # (a call a worker cannot take — rules written in a notebook cannot be sent — runs here)
-    done = workers.run_all([(_tune_alone_task, _kernel_program(program, kernel), kernel, ctx.target, ctx.rules, seed)
-                            for kernel in todo.values()])
+    if len(todo) < 2 or workers.spare_cores() < 1:          # one process: each searched here, in order
+        done = [by_position(_tune_alone(program, kernel, ctx)) for kernel in todo.values()]
+    else:   # (a call a worker cannot take — rules written in a notebook cannot be sent — runs here)
+        done = workers.run_all([(_tune_alone_task, _kernel_program(program, kernel), kernel, ctx.target, ctx.rules,
+                                 seed) for kernel in todo.values()])
     for key, positions in zip(todo, done):
         found[key] = positions
         _CACHE.put(key, positions)

@@ -135,7 +135,8 @@ def test_dask_workers_keep_glibcs_adaptive_mmap_threshold_and_the_rest_of_dasks_
 
     with dask.config.set({"distributed.nanny.pre-spawn-environ": {"MALLOC_TRIM_THRESHOLD_": 65536,
                                                                   "OMP_NUM_THREADS": 1}}):
-        assert _worker_environ() == {"OMP_NUM_THREADS": 1}
+        # (and no spare-core workers of their own: the sweep's workers are its cores)
+        assert _worker_environ() == {"OMP_NUM_THREADS": 1, "AUTOCOMP_WORKERS": "0"}
 
 
 def test_a_local_sweeps_workers_run_without_dasks_frequent_wakes():
