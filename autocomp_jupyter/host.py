@@ -259,11 +259,10 @@ def run_compiled(compiled: Compiled, inputs: Mapping[str, np.ndarray], repeats: 
 
 
 def default_threads() -> int:
-    """The cores this process may use (os.sched_getaffinity where the OS has it)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:      # not Linux
-        return max(1, os.cpu_count() or 1)
+    """The cores this process may use: one thread each."""
+    from .workers import cores
+
+    return cores()
 
 
 def predicted_time(plan, target=None, threads: int | None = None) -> float:

@@ -25,14 +25,18 @@ _POOL: ProcessPoolExecutor | None = None
 _BROKEN = False
 
 
+def cores() -> int:
+    """The cores this process may use (os.sched_getaffinity where the OS has it)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:      # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def spare_cores() -> int:
     """How many worker processes a run may use besides its own: the cores it may use, less
     one, capped by `AUTOCOMP_WORKERS`."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:      # not Linux
-        cores = os.cpu_count() or 1
-    spare = max(0, cores - 1)
+    spare = cores() - 1
     cap = os.environ.get("AUTOCOMP_WORKERS", "").strip()
     if cap:
         if not cap.isdigit():
