@@ -12,7 +12,7 @@ from autocomp_jupyter.ir.schedule import kernels_unfused
 from autocomp_jupyter.passes import PassContext
 from autocomp_jupyter.pipeline import load_rules
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "shared" / "examples" / "depthwise_separable.acir"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "depthwise_separable.acir"
 
 
 @pytest.fixture

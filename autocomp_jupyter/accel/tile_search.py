@@ -101,12 +101,14 @@ def search_all(requests, target, levels: dict[str, str], params: dict, seed: int
     depends only on what it is given, so `search_tiles` then returns what it finds alone."""
     from .. import workers
 
+    if workers.spare_cores() < 1:
+        return                  # one process: each search runs when it is asked
     todo: dict = {}
     for kernel, current in requests:
         key = _search_key(kernel, target, current, levels, params, seed, n_random, 1, rounds, ties)
         if key not in todo and key not in _SEARCHES:
             todo[key] = (_search, kernel, target, current, levels, params, seed, n_random, 1, rounds, ties)
-    if len(todo) < 2 or workers.spare_cores() < 1:
+    if len(todo) < 2:
         return
     for key, found in zip(todo, workers.run_all(list(todo.values()))):
         _SEARCHES.put(key, found)
