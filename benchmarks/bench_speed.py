@@ -2,6 +2,8 @@
 and of explore points after the first, each run in a fresh process (cold caches).
 
 CPU seconds (this process's user + system time) rather than wall time: the machine is shared.
+Each run is one process (`AUTOCOMP_WORKERS=0`: no spare-core workers), so its CPU seconds are
+all the work; wall seconds on every core are `bench_exports.py`'s.
 Each run's report, less its timings, is hashed, so two trees (before and after a change) can be
 compared point for point: equal hashes, equal reports.
 
@@ -132,7 +134,8 @@ def main(argv=None) -> int:
                     command = [sys.executable, str(Path(__file__).resolve()), "--one", f"{model}:{target}"]
                     command += (["--explore", args.explore] if args.explore else []) + \
                         (["--profile", args.profile] if args.profile else []) + (["--reuse"] if args.reuse else [])
-                    env = dict(os.environ, PYTHONPATH=tree)
+                    # one process: its CPU seconds are the whole work (no spare-core workers)
+                    env = dict(os.environ, PYTHONPATH=tree, AUTOCOMP_WORKERS="0")
                     done = subprocess.run(command, capture_output=True, text=True, cwd=tree, env=env)
                     if done.returncode:
                         print(f"{model} {target} {tree}: failed\n{done.stderr[-2000:]}", flush=True)
