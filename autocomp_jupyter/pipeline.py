@@ -499,10 +499,14 @@ def _fusions_that_beat_the_library(plan: Plan, ctx: PassContext, log: list, roll
 
     kernels, schedules = [], []
     absorbed = _absorbed_ops(ctx.program, plan.program)
-    fused = [k for k in plan.kernels if len(k.ops) > 1]
+    ops_of: dict = {}         # fused kernel name -> its ops, each a kernel of its own
     with transaction(rollbacks, "fusion", "the library's search of the fused kernels and their ops"):
         # all at once, on the spare cores too (each is retried alone below)
-        prefetch(plan.program, [Kernel.from_ops(plan.program, [op]) for k in fused for op in k.ops] + fused, ctx)
+        for k in plan.kernels:
+            if len(k.ops) > 1:
+                ops_of[k.name] = [Kernel.from_ops(plan.program, [op]) for op in k.ops]
+        prefetch(plan.program, [op for ops in ops_of.values() for op in ops]
+                 + [k for k in plan.kernels if k.name in ops_of], ctx)
     for kernel, schedule in zip(plan.kernels, plan.schedules):
         kernels.append(kernel)
         schedules.append(schedule)
@@ -513,7 +517,7 @@ def _fusions_that_beat_the_library(plan: Plan, ctx: PassContext, log: list, roll
             continue
         with transaction(rollbacks, "fusion", "judging the fusion against the library", kernel=kernel.name,
                          then="kept as it is"):
-            ops = [Kernel.from_ops(plan.program, [op]) for op in kernel.ops]
+            ops = ops_of.get(kernel.name) or [Kernel.from_ops(plan.program, [op]) for op in kernel.ops]
             alone = [library_schedule(plan.program, k, ctx) for k in ops]
             apart = [evaluate(s, ctx.target) for s in alone]
             t_alone = sum(c.time_s for c in apart)

@@ -1,11 +1,15 @@
 """The spare cores: worker processes a run uses besides its own, for searches that do not
 depend on each other.
 
-A search the pipeline asks for (a kernel's library schedule, `baselines.library_schedules`)
-depends only on what it is given — the kernel's structure, the target, the rules and the
-seed — so it returns the same schedule wherever it runs. Where a pass needs several such
-searches at once (a chain at each of its compute points), the first runs in this process
-and the others on the spare cores, and the pass gets what a serial run gets, sooner.
+A search the pipeline asks for (a kernel's library schedule, `baselines.library_schedules`;
+a tile search, `accel.tile_search.search_all`) depends only on what it is given — the
+kernel's structure, the target, the rules and the seed — so it returns the same schedule
+wherever it runs. Where a stage needs several such searches at once (`run_all`: the library
+baseline's ops, a chain at each of its compute points, the tiling pass's kernels), this
+process takes them from the back of the list and each spare core from the front, and the
+stage gets what a serial run gets, sooner. A search on a spare core sends back the random
+draw and scores it added to the tile search's caches (`CARRIED`), which this process would
+otherwise compute again.
 
 One worker per core beyond this process's own (`os.sched_getaffinity`), forked on first use
 (each starts with the imports and caches this process had then, so nothing is imported
