@@ -12,7 +12,8 @@ inputs), so a second run only optimises.
     python benchmarks/bench_exports.py --torch-python /work/torchenv/bin/python --targets npu
     python benchmarks/bench_exports.py --torch-python /work/torchenv/bin/python --models tv:resnet18,timm:efficientnet_b0
     python benchmarks/bench_exports.py --list                  # every model name the script knows
-    python benchmarks/bench_exports.py --markdown docs/results/exports.md --from-json npu.json,tpu.json
+    python benchmarks/bench_exports.py --markdown docs/results/exports.md \
+        --from-json docs/results/exports.json,npu.json --json docs/results/exports.json
 
 Model names are `tv:<torchvision name>` (every classification model of
 `torchvision.models.list_models(module=torchvision.models)`), `timm:<name>` (TIMM_MODELS) and
@@ -320,7 +321,8 @@ def run_model(name: str, targets, args, results: list) -> None:
         if error and not row["error"]:
             row["error"] = error
         print(row_text(name, target, nodes, err, row), flush=True)
-        results.append({"model": name, "target": target, "nodes": nodes, "numerics": err, **row})
+        results.append({"model": name, "target": target, "nodes": nodes, "numerics": err, **row,
+                        "machine_s": getattr(args, "machine_s", None)})
 
 
 def main(argv=None) -> int:
@@ -336,7 +338,7 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per optimise before it counts as a hang")
     ap.add_argument("--export-timeout", type=float, default=1800.0, help="seconds per export")
     ap.add_argument("--reexport", action="store_true", help="export again even when cached")
-    ap.add_argument("--json", default="", help="also write the rows to this JSON file")
+    ap.add_argument("--json", default="", help="also write the rows to this JSON file (with --markdown: the merged rows)")
     ap.add_argument("--list", action="store_true", help="print the model names and stop")
     ap.add_argument("--markdown", default="", metavar="OUT",
                     help="write the results page from the JSON files of earlier runs (--from-json) and stop")
@@ -346,8 +348,10 @@ def main(argv=None) -> int:
     if args.export_only:
         return export_main(args)
     if args.markdown:
-        results = [row for f in args.from_json.split(",") if f for row in json.loads(Path(f).read_text())]
-        Path(args.markdown).write_text(markdown(results))
+        rows = latest([row for f in args.from_json.split(",") if f for row in json.loads(Path(f).read_text())])
+        Path(args.markdown).write_text(markdown(rows))
+        if args.json:           # the merged rows, for the next run to add to
+            Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
         return 0
     names = model_names(args.models, args.torch_python)
     if args.list:
@@ -358,6 +362,8 @@ def main(argv=None) -> int:
     print(HEADER)
     print("|" + "|".join("-" * len(c) for c in HEADER.split("|")[1:-1]) + "|")
     results: list[dict] = []
+    args.machine_s = reference_seconds()
+    print(f"# reference workload: {args.machine_s:.2f} s on this machine (bench_exports.reference_seconds)")
     for name in names:
         run_model(name, targets, args, results)
         if args.json:
@@ -385,7 +391,8 @@ def markdown(results: list[dict]) -> str:
            "against onnxruntime and optimised (`optimize`, tune 0, cold caches) on each preset. One run of "
            "`python benchmarks/bench_exports.py --models <names> --targets <preset> --json <preset>.json` per "
            "preset on a 2-core machine; this page is "
-           "`python benchmarks/bench_exports.py --markdown docs/results/exports.md --from-json <their JSON>`. "
+           "`python benchmarks/bench_exports.py --markdown docs/results/exports.md --from-json "
+           "docs/results/exports.json` (every run's rows, a later run of a model replacing an earlier one). "
            "A run on every core (its spare-core workers column above 0) ran alone, and its wall seconds are the "
            "time to compare with 20 s; a run in one process (workers 0) shared the machine with another, and its "
            "CPU seconds are the time one quiet core takes: `over 20 s` counts the one or the other.", "",
@@ -394,8 +401,11 @@ def markdown(results: list[dict]) -> str:
            "process's and its workers'); "
            "`slowest pass` the pass that took longest; `vs_lib` the speedup over the tuned per-op library; "
            "`limit` the limit fraction; `chain` the smallest step of the gain chain.", "",
-           "| preset | models | verified | errors | median limit | lowest gain step | workers | over "
-           f"{SLOW_S:g} s | slowest |", "|---|---:|---:|---:|---:|---|---:|---:|---|"]
+           "`machine` is the seconds the run's machine took for a fixed workload "
+           "(`bench_exports.reference_seconds`; `-`: a run before it was recorded): an optimisation's seconds "
+           "scale with it, so rows from machines of different speed compare through it.", "",
+           "| preset | models | verified | errors | median limit | lowest gain step | workers | machine | over "
+           f"{SLOW_S:g} s | slowest |", "|---|---:|---:|---:|---:|---|---:|---|---:|---|"]
     counts = []
     for target in targets:
         rows, ok, median, low = _preset_stats(results, target)
@@ -403,9 +413,9 @@ def markdown(results: list[dict]) -> str:
         slow = max(ok, key=_time) if ok else None
         spare = max((r.get("workers", 0) for r in ok), default=0)
         out.append(f"| {target} | {len(rows)} | {len(ok)} | {sum(bool(r.get('error')) for r in rows)} | "
-                   + (f"{median:.2f} | {low['chain']:.3f} ({low['model']}) | {spare} | "
+                   + (f"{median:.2f} | {low['chain']:.3f} ({low['model']}) | {spare} | {_machines(rows)} | "
                       f"{sum(_time(r) > SLOW_S for r in ok)} | {_time(slow):.1f} s ({slow['model']}) |"
-                      if ok else "- | - | - | - | - |"))
+                      if ok else "- | - | - | - | - | - |"))
     if len(set(counts)) > 1:
         out += ["", f"A preset with fewer than {max(counts)} models: its run was stopped before the rest "
                 "(the models run in the order listed below)."]
@@ -417,15 +427,53 @@ def markdown(results: list[dict]) -> str:
     for target in targets:
         out += ["", f"## {target}", ""]
         head = HEADER if errors else HEADER.rsplit(" error |", 1)[0]
-        out += ["| " + " | ".join(c.strip() for c in head.strip("|").split("|")) + " |",
-                "|---|---|---:|---:|---|---:|---:|---|---:|---:|---:|" + ("---|" if errors else "")]
+        names = [c.strip() for c in head.strip("|").split("|")]
+        out += ["| " + " | ".join(names[:7] + ["machine"] + names[7:]) + " |",
+                "|---|---|---:|---:|---|---:|---:|---|---|---:|---:|---:|" + ("---|" if errors else "")]
         for name in models:
             r = by_cell.get((name, target))
             if r is not None:
                 cells = [c.strip() for c in row_text(name, target, r.get("nodes", 0), r.get("numerics"), r)
                          .strip("|").split("|")]
+                cells = cells[:7] + [_machines([r])] + cells[7:]
                 out.append("| " + " | ".join(cells if errors else cells[:-1]) + " |")
     return "\n".join(out) + "\n"
+
+
+def latest(rows: list[dict]) -> list[dict]:
+    """`rows` with one row per model and preset, the last given (a later run of a model
+    replaces an earlier one), in the order the models first appear."""
+    last = {(r["model"], r.get("target")): r for r in rows}
+    seen, out = set(), []
+    for r in rows:
+        key = (r["model"], r.get("target"))
+        if key not in seen:
+            seen.add(key)
+            out.append(last[key])
+    return out
+
+
+def reference_seconds(repeats: int = 3) -> float:
+    """Seconds this machine takes for a fixed workload (a pure-Python loop and a small numpy
+    product; the fastest of `repeats`): stored with each row, so the seconds of runs made on
+    different machines compare (an optimisation's time scales with it)."""
+    best = float("inf")
+    for _ in range(repeats):
+        a = np.linspace(-1.0, 1.0, 64).reshape(8, 8)
+        t0 = time.perf_counter()
+        total = 0
+        for i in range(5_000_000):
+            total += i & 7
+        for _ in range(50_000):
+            a = np.tanh(a @ a)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _machines(rows: list[dict]) -> str:
+    """The reference seconds of the machines `rows` ran on, as the page shows them."""
+    seen = sorted({f"{r['machine_s']:.2f} s" if r.get("machine_s") else "-" for r in rows})
+    return ", ".join(seen) if seen else "-"
 
 
 def _time(row: dict) -> float:
