@@ -28,23 +28,23 @@ _SOURCE = r"""
 #include <time.h>
 #include <immintrin.h>
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
-double fma_peak(long iterations) {
 #if WIDTH == 16
-    typedef __m512 vec;
-    #define SET1 _mm512_set1_ps
-    #define FMA _mm512_fmadd_ps
-    #define SUM(v) _mm512_reduce_add_ps(v)
+typedef __m512 vec;
+#define SET1 _mm512_set1_ps
+#define FMA _mm512_fmadd_ps
+#define SUM(v) _mm512_reduce_add_ps(v)
 #elif WIDTH == 8
-    typedef __m256 vec;
-    #define SET1 _mm256_set1_ps
-    #define FMA _mm256_fmadd_ps
-    static float SUM(__m256 v) { float x[8]; _mm256_storeu_ps(x, v); float s = 0; for (int i = 0; i < 8; ++i) s += x[i]; return s; }
+typedef __m256 vec;
+#define SET1 _mm256_set1_ps
+#define FMA _mm256_fmadd_ps
+static float SUM(__m256 v) { float x[8]; _mm256_storeu_ps(x, v); float s = 0; for (int i = 0; i < 8; ++i) s += x[i]; return s; }
 #else
-    typedef __m128 vec;
-    #define SET1 _mm_set1_ps
-    #define FMA(a, b, c) _mm_add_ps(_mm_mul_ps(a, b), c)
-    static float SUM(__m128 v) { float x[4]; _mm_storeu_ps(x, v); return x[0] + x[1] + x[2] + x[3]; }
+typedef __m128 vec;
+#define SET1 _mm_set1_ps
+#define FMA(a, b, c) _mm_add_ps(_mm_mul_ps(a, b), c)
+static float SUM(__m128 v) { float x[4]; _mm_storeu_ps(x, v); return x[0] + x[1] + x[2] + x[3]; }
 #endif
+double fma_peak(long iterations) {
     vec a[12], b = SET1(1.0000001f), c = SET1(1e-7f);
     for (int i = 0; i < 12; ++i) a[i] = SET1((float)i);
     double best = 0.0;
