@@ -69,3 +69,32 @@ def test_inlines_the_library_schedules_slower_are_explained():
         assert entry["ops"] == ["y", "w", "A"] and "recomputes the inlined w, A" in entry["why"]
         assert "as the library schedules it" in entry["why"]
     assert report["verified"] and report["gain_breakdown"]["fusion"] > 0.95
+
+
+def test_a_kernel_takes_the_librarys_annotations_on_its_tiles_where_they_are_faster():
+    """The scheduling pass annotates step by step and can miss what the library's search
+    found for the same kernel: the pipeline checks the library's annotations on each
+    kernel's own tiles (the gain chain's tiled plan) and takes them where faster, legal and
+    verified, so the chain's scheduling step is not below 1 for that reason."""
+    from autocomp_jupyter.ir.plan import Plan
+    from autocomp_jupyter.pipeline import _annotated_as_well_as_the_library
+
+    program = parse("input A: f32[256, 256]\nparam B: f32[256, 256]\nC[m, n] += A[m, k] * B[k, n]\n"
+                    "output C\n", "<test>")
+    target = load_target("host")     # its C runs serially and scalar unless annotated
+    ctx = PassContext(program, target, load_rules([], target.name), 0)
+    kernel = Kernel.from_ops(program, ["C"])
+    library = baselines.library_schedule(program, kernel, ctx)
+    assert library.annotations.get("parallel")
+    bare = library.__class__(kernel, tiles=library.tiles, order=library.order, annotations={}, levels=library.levels)
+    log, rollbacks = [], []
+    plan = _annotated_as_well_as_the_library(Plan(program, (kernel,), (bare,), "t"), ctx, log, rollbacks)
+    taken = plan.schedules[0]
+    assert evaluate(taken, target).time_s < 0.99 * evaluate(bare, target).time_s     # its cores used
+    assert taken.annotations == library.annotations
+    assert taken.tiles == bare.tiles and poly.check_schedule(taken).ok
+    assert [e["rule"] for e in log] == ["library_annotations"] and not rollbacks
+    # a kernel already so annotated is left as it is, with nothing logged
+    log = []
+    again = _annotated_as_well_as_the_library(plan, ctx, log, rollbacks)
+    assert again.schedules[0] is taken and not log
