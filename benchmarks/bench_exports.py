@@ -444,10 +444,14 @@ def latest(rows: list[dict]) -> list[dict]:
     """`rows` with one row per model and preset, the last given (a later run of a model
     replaces an earlier one), in the order the models first appear."""
     last = {(r["model"], r.get("target")): r for r in rows}
+    refused = {r["model"]: i for i, r in enumerate(rows) if not r.get("target")}    # its last refusal
+    for model, i in refused.items():    # a model refused, then imported by a later run
+        if any(s["model"] == model and s.get("target") for s in rows[i + 1:]):
+            del last[(model, None)]
     seen, out = set(), []
     for r in rows:
         key = (r["model"], r.get("target"))
-        if key not in seen:
+        if key not in seen and key in last:
             seen.add(key)
             out.append(last[key])
     return out
