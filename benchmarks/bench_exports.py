@@ -417,8 +417,8 @@ def markdown(results: list[dict]) -> str:
                       f"{sum(_time(r) > SLOW_S for r in ok)} | {_time(slow):.1f} s ({slow['model']}) |"
                       if ok else "- | - | - | - | - | - |"))
     if len(set(counts)) > 1:
-        out += ["", f"A preset with fewer than {max(counts)} models: its run was stopped before the rest "
-                "(the models run in the order listed below)."]
+        out += ["", f"A preset with fewer than {max(counts)} models has not been run on the others yet: its "
+                "section lists the ones it has."]
     unimported = [r for r in results if not r.get("target")]
     if unimported:
         out += ["", "Not imported: " + "; ".join(f"{r['model']}: {r.get('error', '')}" for r in unimported)]
