@@ -273,9 +273,8 @@ def _energy_ties(run: _Run) -> None:
                 continue
             schedules[i] = tied
             run.log.append(rule_entry("energy_tie", "tiling", kernel.ops, True,
-                                      f"within 1% of the fastest, less energy: {old.time_s * 1e6:.1f} -> "
-                                      f"{cost.time_s * 1e6:.1f} us, {old.energy_j * 1e6:.1f} -> "
-                                      f"{cost.energy_j * 1e6:.1f} uJ (the latency objective breaks ties by energy)"))
+                                      f"within 1% of the fastest, less energy: {_moved(old, cost)} "
+                                      f"(the latency objective breaks ties by energy)"))
     tied = {i for i, (a, b) in enumerate(zip(run.plan.schedules, schedules)) if a is not b}
     run.plan = Plan(run.plan.program, run.plan.kernels, tuple(schedules), run.plan.label)
     if tied:        # new tiles under the old annotations: the library's may suit them better
@@ -477,9 +476,7 @@ def _searched_as_well_as_the_library(plan: Plan, ctx: PassContext, executor, log
                 schedules[-1] = alone
                 log.append(rule_entry("library_search", "tiling", kernel.ops, True,
                                       f"the library's own search of kernel {kernel.name} finds a better schedule "
-                                      f"by the {ctx.target.objective} objective ({own.time_s * 1e6:.1f} -> "
-                                      f"{theirs.time_s * 1e6:.1f} us, {own.energy_j * 1e6:.1f} -> "
-                                      f"{theirs.energy_j * 1e6:.1f} uJ): taken"))
+                                      f"by the {ctx.target.objective} objective ({_moved(own, theirs)}): taken"))
     return Plan(plan.program, plan.kernels, tuple(schedules), plan.label)
 
 
@@ -512,10 +509,14 @@ def _annotated_as_well_as_the_library(plan: Plan, ctx: PassContext, log: list, r
                 schedules[i] = theirs
                 log.append(rule_entry("library_annotations", "scheduling", kernel.ops, True,
                                       f"the library's annotations on these tiles are better by the "
-                                      f"{ctx.target.objective} objective ({own.time_s * 1e6:.1f} -> "
-                                      f"{other.time_s * 1e6:.1f} us, {own.energy_j * 1e6:.1f} -> "
-                                      f"{other.energy_j * 1e6:.1f} uJ): taken"))
+                                      f"{ctx.target.objective} objective ({_moved(own, other)}): taken"))
     return Plan(plan.program, plan.kernels, tuple(schedules), plan.label)
+
+
+def _moved(old, new) -> str:
+    """'a -> b us, c -> d uJ': a kernel's time and energy before and after (the log's words)."""
+    return (f"{old.time_s * 1e6:.1f} -> {new.time_s * 1e6:.1f} us, "
+            f"{old.energy_j * 1e6:.1f} -> {new.energy_j * 1e6:.1f} uJ")
 
 
 # A fused kernel the library's own schedule runs this much slower than its ops (as the
