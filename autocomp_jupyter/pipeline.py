@@ -257,6 +257,7 @@ def _energy_ties(run: _Run) -> None:
         return
     levels = level_mapping(ctx.rules.tiling.get("levels", ["L2", "L1", "vector"]), target.tiling_levels)
     schedules = list(run.plan.schedules)
+    retiled: set[int] = set()       # the kernels whose tiles the tie-break moved
     with transaction(run.rollbacks, "tiling", "breaking latency's ties by energy"):
         # every kernel's search first, side by side on the spare cores (each is asked again below)
         search_all(list(zip(run.plan.kernels, schedules)), target, levels, ctx.rules.tiling, seed=ctx.seed, ties=tie)
@@ -272,13 +273,13 @@ def _energy_ties(run: _Run) -> None:
                     or verify_schedule(tied, run.plan.program, ctx):
                 continue
             schedules[i] = tied
+            retiled.add(i)
             run.log.append(rule_entry("energy_tie", "tiling", kernel.ops, True,
                                       f"within 1% of the fastest, less energy: {_moved(old, cost)} "
                                       f"(the latency objective breaks ties by energy)"))
-    tied = {i for i, (a, b) in enumerate(zip(run.plan.schedules, schedules)) if a is not b}
     run.plan = Plan(run.plan.program, run.plan.kernels, tuple(schedules), run.plan.label)
-    if tied:        # new tiles under the old annotations: the library's may suit them better
-        run.plan = _annotated_as_well_as_the_library(run.plan, ctx, run.log, run.rollbacks, only=tied)
+    if retiled:     # new tiles under the old annotations: the library's may suit them better
+        run.plan = _annotated_as_well_as_the_library(run.plan, ctx, run.log, run.rollbacks, only=retiled)
 
 
 def _tuning(run: _Run) -> None:
