@@ -26,7 +26,7 @@ def run_suite():
 def smoke(run_suite, tmp_path_factory):
     out = tmp_path_factory.mktemp("suite")
     data = run_suite.main(["--quick", "--workloads", "gemm_small_64", "--targets", "npu", "--tune", "20",
-                           "--skip", "search", "host", "zigzag", "--sim-max-steps", "2000", "--quiet",
+                           "--skip", "search", "host", "zigzag", "llm", "--sim-max-steps", "2000", "--quiet",
                            "--out", str(out)])
     return run_suite, out, data
 
@@ -75,6 +75,21 @@ def test_markdown_has_the_tables(smoke):
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
     assert len(cells) == len(run_suite.COLUMNS)
     assert cells[3].endswith("x") and float(cells[3][:-1]) >= 1.0
+
+
+def test_llm_table_gives_each_workload_and_the_ratios(run_suite):
+    # The smoke run skips the LLM section (its workloads are real-sized: minutes); its table
+    # is made from rows as `llm_inference` writes them.
+    def row(workload, time_s, verified=True, flops=0.0):
+        return {"workload": workload, "target": "npu", "vs_library": 1.5, "limit_fraction": 0.8,
+                "time_s": time_s, "verified": verified, "flops": flops}
+    section = {"targets": ["npu", "tpu"],
+               "rows": [row("attention_2048", 4e-3), row("attention_2048_causal", 2.2e-3, verified=False),
+                        row("embedding_32000x2048", 1e-5, flops=64 * 2048 * 0.25)]}
+    text = "\n".join(run_suite.llm_markdown(section, "##"))
+    assert "| attention_2048 | 1.50 / 0.80 | - |" in text
+    assert "| attention_2048_causal | 1.50 / 0.80 (NOT verified) | - |" in text
+    assert "| npu | 0.55 | - | 0.25 |" in text and "| tpu | - | - | - |" in text
 
 
 def test_plots_are_svg(smoke):
