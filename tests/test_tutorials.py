@@ -3,8 +3,8 @@ tutorials/checks.py accepts the intended answer and refuses a wrong one.
 
 The exercises ship blank (`groups = ...`); their solutions are in tutorials/solutions/. Each
 notebook runs blank (every CHECK says `✗ not yet: fill in ...`, no cell raises: Run All
-completes for a student who has answered nothing) and with its solutions injected (every CHECK
-says `✓ correct`). The blank run's executed copy is kept in build/tutorials/ for the
+completes for a student who has answered nothing), then, in the same kernel, each solution
+and its CHECK again (every CHECK says `✓ correct`). The blank run's executed copy is kept in build/tutorials/ for the
 documentation site. Notebooks run with nbclient in a scratch copy of tutorials/ (they import
 `checks` and write small YAML files); they are stored without outputs. The check helpers are
 tested directly in Python, which is fast; each refusal is tested next to its acceptance.
@@ -101,13 +101,15 @@ def test_notebook_is_stored_clean_and_has_exercises_and_checks(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_blank_and_every_check_says_not_yet(path, tmp_path):
+def test_notebook_runs_blank_then_each_solution_checks_correct(path, tmp_path):
     """A student's Run All before answering anything: no cell raises, each CHECK cell of an
     exercise says `✗ not yet: fill in ...` in one line (a CHECK with nothing to fill in still
-    checks). The executed copy is what the documentation shows."""
+    checks). The executed copy is what the documentation shows. Then, in the same kernel,
+    each exercise's solution and its CHECK again: every one says `✓ correct`."""
     import nbformat
 
-    nb = fill.execute(nbformat.read(path, as_version=4), tmp_path / "tutorials")  # raises naming a failing cell
+    nb, solved = fill.execute_blank_then_solved(nbformat.read(path, as_version=4), path.stem,
+                                                tmp_path / "tutorials")   # raises naming a failing cell
     verdicts = fill.check_lines(nb)
     blanks = [v for v in verdicts if v.startswith("✗ not yet: fill in `")]
     assert len(blanks) == len(fill.exercise_ids(nb)), verdicts
@@ -117,15 +119,8 @@ def test_notebook_runs_blank_and_every_check_says_not_yet(path, tmp_path):
                      for o in c.outputs)
     assert "Traceback" not in text
     fill.save_executed(nb, path)
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_with_its_solutions_and_every_check_says_correct(path, tmp_path):
-    import nbformat
-
-    nb = fill.execute(fill.filled(nbformat.read(path, as_version=4), path.stem), tmp_path / "tutorials")
-    verdicts = fill.check_lines(nb)
-    assert verdicts and all(v.startswith("✓ correct: ") and "\n" not in v for v in verdicts), verdicts
+    assert len(solved) == len(fill.exercise_ids(nb)), solved
+    assert all(v.startswith("✓ correct: ") and "\n" not in v for v in solved), solved
 
 
 def test_a_blank_answer_is_one_line_naming_the_variable():

@@ -102,6 +102,34 @@ def execute(nb, workdir: Path, timeout: int = 300):
     return nb
 
 
+def execute_blank_then_solved(nb, stem: str, workdir: Path, timeout: int = 300):
+    """Run notebook `nb` (blank) as `execute` does, then, in the same kernel, each exercise's
+    solution followed by its CHECK cell again: (the blank run, as `execute` returns it, and
+    the verdict each CHECK gave the solution, in order). One kernel instead of a second Run
+    All: the notebook's slow cells (optimisations, sweeps) run once. Each CHECK cell follows
+    its exercise cell directly, so a solution is checked in the state its CHECK sees."""
+    import nbformat
+
+    answers = solutions(stem)
+    ids = exercise_ids(nb)
+    if sorted(ids) != sorted(answers):
+        filled(nb, stem)                 # raises naming the exercise or solution left over
+    run = copy.deepcopy(nb)
+    blank = len(run.cells)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and cell.id in answers:
+            check = next((c for c in nb.cells[i + 1:] if c.cell_type == "code" and c.source.startswith("# CHECK")),
+                         None)
+            run.cells.append(nbformat.v4.new_code_cell(answers[cell.id]))
+            if check is not None:
+                run.cells.append(nbformat.v4.new_code_cell(check.source))
+    execute(run, workdir, timeout)
+    solved = copy.deepcopy(run)
+    solved.cells = run.cells[blank:]
+    run.cells = run.cells[:blank]
+    return run, check_lines(solved)
+
+
 def kernel_path() -> None:
     """Kernels started from here import this checkout's package: it goes first on PYTHONPATH
     (set once for the process, so notebooks may run side by side in threads)."""
