@@ -239,6 +239,12 @@ def _systolic_mapping(stmt, loop_map, index, compute) -> tuple[tuple[tuple[int, 
     weight_idx = _weight_read(stmt)
     if weight_idx is None:
         return None
+    if not any(l in outs for a in reads[weight_idx].indices for l in a.loops):
+        # An operand with no output loop is a vector, not the weight (no column loop to put it
+        # on): x[k] · W[k, j], or x[0, k] · W[k, j] where a batch-1 flatten was read through.
+        weight_idx = 1 - weight_idx
+    if _matrix_vector(stmt, reads[1 - weight_idx], outs) and _vector_unit_faster_per_weight(compute):
+        return None
     weight_loops = [l for a in reads[weight_idx].indices for l in a.loops]
     other_loops = dict.fromkeys(l for a in reads[1 - weight_idx].indices for l in a.loops)
     col_choices = [l for l in weight_loops if l in outs and l not in other_loops]
@@ -269,6 +275,26 @@ def _systolic_mapping(stmt, loop_map, index, compute) -> tuple[tuple[tuple[int, 
             rows.append((index[loop_map[loop]], take))
             free //= take
     return tuple(rows), index[loop_map[col]]
+
+
+def _matrix_vector(stmt, streamed, outs) -> bool:
+    """Whether a contraction is a matrix-vector product: the operand streamed past the weight
+    indexes no output loop longer than 1 (x[k], x[0, k], x[i, k] with i < 1, a 1x1 conv of a
+    pooled 1x1 map), so each weight element is used once."""
+    ext = stmt.extents
+    return not any(l in outs and ext[l] > 1 for a in streamed.indices for l in a.loops)
+
+
+def _vector_unit_faster_per_weight(compute) -> bool:
+    """Whether the vector unit multiplies a weight element in fewer cycles than the PE array
+    takes to load it: a matrix-vector product streams one row past each weight block, so the
+    array is filling for all of its time (`fill_cycles` per pe_rows x pe_cols block; the next
+    fill hides behind no stream), while the vector unit makes `vector_ops_per_cycle`
+    multiply-adds a cycle. On the presets it is faster (tpu 16x, npu and gemmini 2x): the
+    three ways to write one matrix-vector product (x[k], x[0, k], x[i, k] with i < 1) run on
+    it alike, and the physical limit (accel/limit.py) counts them there too."""
+    array_cycles = compute.fill_cycles / (compute.pe_rows * compute.pe_cols)
+    return 1.0 / compute.vector_ops_per_cycle < array_cycles
 
 
 def _weight_read(stmt) -> int | None:
