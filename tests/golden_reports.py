@@ -85,6 +85,25 @@ def run_case(case: dict) -> dict:
         return kept(optimize(case["source"], target=case["preset"], tune=case["tune"], seed=0).report)
 
 
+def assert_report_invariants(label, r: dict, ops: int) -> None:
+    """What every report holds whatever its numbers (`ops`: the program's op count): verified,
+    every version's time finite, never slower than the library, the gain chain multiplying to
+    the speedup, fusion gaining exactly nothing where nothing fused, and a fusion that cut DRAM
+    traffic without a rollback faster. `r`: a report or its kept part."""
+    import pytest
+
+    assert r["verified"], (label, r["rollbacks"])
+    for block in ("naive", "textbook", "library", "optimized"):
+        assert math.isfinite(r[block]["time_s"]) and r[block]["time_s"] > 0, (label, block)
+    assert r["speedup_vs_library"] >= 1.0 - 1e-9, (label, r["rollbacks"])
+    assert math.prod(r["gain_breakdown"].values()) == pytest.approx(r["speedup_vs_library"]), label
+    if len(r["kernels"]) == ops:        # nothing fused: fusion gains exactly nothing
+        assert r["gain_breakdown"]["fusion"] == pytest.approx(1.0), label
+    fused = len(r["kernels"]) < ops
+    if fused and r["optimized"]["bytes"]["DRAM"] < r["library"]["bytes"]["DRAM"] and not r["rollbacks"]:
+        assert r["speedup_vs_library"] > 1.0, label
+
+
 def differences(expected, actual, path: str = "", rel: float = 1e-9) -> list[str]:
     """Where `actual` departs from `expected` (numbers within `rel` relative error agree)."""
     if isinstance(expected, dict) and isinstance(actual, dict):

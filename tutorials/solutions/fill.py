@@ -124,10 +124,9 @@ def execute_blank_then_solved(nb, stem: str, workdir: Path, timeout: int = 300):
             if check is not None:
                 run.cells.append(nbformat.v4.new_code_cell(check.source))
     execute(run, workdir, timeout)
-    solved = copy.deepcopy(run)
-    solved.cells = run.cells[blank:]
+    solved = check_lines(nbformat.v4.new_notebook(cells=run.cells[blank:]))
     run.cells = run.cells[:blank]
-    return run, check_lines(solved)
+    return run, solved
 
 
 def kernel_path() -> None:
