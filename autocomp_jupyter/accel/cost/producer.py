@@ -20,8 +20,9 @@ from typing import Mapping
 
 import numpy as np
 
+from ...caches import LRU
 from ...ir.loopnest import regions
-from ...ir.schedule import Kernel, Schedule, _map_loops
+from ...ir.schedule import Kernel, Schedule, _map_loops, canonical_kernel
 from ..target import Target
 from .capacity import _inside_point, _tiles_at_point
 from .compute import datapath_of
@@ -97,8 +98,13 @@ class _ProducerModel:
                       and (self.inner_tiles[d] < min(self.extents[d], hi) - max(0, lo)).any()}
         alone = self.model.evaluate_batch(*self.model.schedule_arrays(own))
         self.alone_compute = float(alone.compute_s[0])
-        self._index: dict[bytes, int] = {}          # region tiles -> row of `_bank` (`_remembered`)
-        self._bank: BatchCost | None = None
+        # What `_choose` reads, as a key: nests equal in it cost every region tiling alike, so
+        # they share one bank of costed rows (`_remembered`): MobileNetV2's chains build ~380
+        # producer nests of ~55 forms (each chain at each compute point, the library's too),
+        # and a third of the rows they cost had been costed by a nest of the same form.
+        self._bank_key = (canonical_kernel(self.kernel), target, self.orders.tobytes(), self.orders.shape,
+                          tuple(sorted(self.whole.items())), np.asarray(self.parallel).tobytes(),
+                          np.asarray(self.vectorize).tobytes(), self.alone_compute)
 
     def _cost(self, sub: np.ndarray, order: np.ndarray) -> "BatchCost":
         """Its nest's cost for each row of `sub` in `order` ([L, D], or [n, L, D]: one per row)."""
@@ -165,13 +171,19 @@ class _ProducerModel:
     def _remembered(self, sub: np.ndarray) -> "BatchCost":
         """`_choose(sub)`'s cost, each distinct row of `sub` costed once across calls: a row's
         cost depends on that row alone (`_choose`), so the rows costed before are kept in one
-        batch (`_bank`, at most PRODUCER_ROWS, then started again) and read back by index.
-        Shared by the copies of the kernel model (`kernel_model`), whose producers these are."""
+        batch (a bank: at most PRODUCER_ROWS, then started again) and read back by index.
+        Shared by every producer nest of the same form (`_bank_key`), in any kernel model."""
         n = len(sub)
         keys = [row.tobytes() for row in np.ascontiguousarray(sub).reshape(n, -1)]
-        missing = dict.fromkeys(k for k in keys if k not in self._index)
-        if len(self._index) + len(missing) > PRODUCER_ROWS:
-            self._index, self._bank = {}, None
+        bank = _BANKS.get(self._bank_key)
+        if bank is None:
+            bank = [{}, None]                    # region tiles -> row of the costs; the costs
+            _BANKS.put(self._bank_key, bank)
+        index = bank[0]
+        missing = dict.fromkeys(k for k in keys if k not in index)
+        if len(index) + len(missing) > PRODUCER_ROWS:
+            index = bank[0] = {}
+            bank[1] = None
             missing = dict.fromkeys(keys)
         if missing:
             first = {}
@@ -179,12 +191,11 @@ class _ProducerModel:
                 if k in missing and k not in first:
                     first[k] = i
             fresh = self._choose(sub[list(first.values())])[0]
-            base = 0 if self._bank is None else len(self._bank)
-            self._bank = fresh if self._bank is None else _concat(self._bank, fresh)
+            base = 0 if bank[1] is None else len(bank[1])
+            bank[1] = fresh if bank[1] is None else _concat(bank[1], fresh)
             for j, k in enumerate(first):
-                self._index[k] = base + j
-        index = self._index
-        return _rows(self._bank, np.fromiter((index[k] for k in keys), dtype=np.int64, count=n))
+                index[k] = base + j
+        return _rows(bank[1], np.fromiter((index[k] for k in keys), dtype=np.int64, count=n))
 
     def schedule(self, sub: np.ndarray) -> Schedule:
         """Its nest as a schedule of its own kernel, tiles `sub` [loops, levels], in the inner
@@ -245,8 +256,11 @@ class _ProducerModel:
         return sub, mult
 
 
+# Costed region tilings by producer nest form (`_ProducerModel._bank_key`); a bank holds up
+# to PRODUCER_ROWS rows (~1 MB).
+_BANKS = LRU("cost.producer_rows", 64)
 MAX_PRODUCER_ORDERS = 4     # inner orders tried for a producer nest over its region
-PRODUCER_ROWS = 4096        # region tilings whose cost a producer nest remembers (`_remembered`)
+PRODUCER_ROWS = 16384       # region tilings whose cost a producer nest form remembers (`_remembered`)
 POOR_ORDER = 1.5            # ... where its own order computes this much slower than alone
 
 
