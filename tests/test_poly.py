@@ -390,3 +390,50 @@ def test_lazily_explained_violations_pickle_with_their_explanation():
     result = poly.check_legal(kernel, poly.original_schedule(kernel).reverse("k"))
     copied = pickle.loads(pickle.dumps(result))
     assert copied == result and copied.reason == result.reason
+
+
+# --------------------------------------------------------------------------- the plain kernels' shortcut
+
+PLAIN_PROGRAMS = {
+    "matmul": "input A: f32[12, 10]\ninput B: f32[10, 6]\nC = matmul(A, B)\n",
+    "conv": "input X: f32[1, 4, 6, 6]\nparam W: f32[5, 4, 3, 3]\nY = conv2d(X, W, stride=2, padding=1)\n",
+    "max pool": "input X: f32[1, 3, 8, 8]\nY = maxpool2d(X, kernel=2, stride=2)\n",
+    "elementwise": "input X: f32[6, 8]\nY = relu(X)\n",
+    "transpose": "input X: f32[6, 8]\nY = transpose(X, perm=[1, 0])\n",
+}
+
+
+@pytest.mark.parametrize("name", PLAIN_PROGRAMS)
+def test_a_plain_kernel_is_legal_without_isl_only_where_isl_says_so(name, monkeypatch):
+    """`check_schedule`'s shortcut (`policy._plainly_legal`) against isl on random tiles,
+    orders and parallel loops: every schedule it calls legal, isl proves legal; and isl
+    refuses some the shortcut leaves to it (a reduction loop run in parallel)."""
+    import numpy as np
+    from dataclasses import replace
+
+    from autocomp_jupyter.dsl import parse
+    from autocomp_jupyter.ir.schedule import Kernel, Schedule
+    from autocomp_jupyter.poly import policy
+
+    program = parse(PLAIN_PROGRAMS[name])
+    kernel = Kernel.from_ops(program, [program.ops[0].name])
+    assert policy._plain_output_loops(kernel) is not None, "the kernel is one the shortcut decides"
+    rng, levels = np.random.default_rng(3), ("L2", "L1")
+    D, shortcut, refused = len(kernel.loops), 0, 0
+    for _ in range(40):
+        tiles = np.array([sorted(rng.integers(1, l.extent + 1, size=2), reverse=True) for l in kernel.loops])
+        orders = np.array([rng.permutation(D) for _ in levels])
+        parallel = tuple(l.name for l in kernel.loops if rng.random() < 0.4)
+        schedule = Schedule.of_arrays(kernel, levels, tiles, orders)
+        schedule = replace(schedule, annotations={**schedule.annotations, "parallel": parallel})
+        fast = policy._plainly_legal(schedule)
+        with monkeypatch.context() as m:
+            m.setattr(policy, "_plainly_legal", lambda s: False)
+            m.setattr(policy, "_VERDICTS", policy.LRU("test.verdicts", 16))
+            exact = policy.check_schedule(schedule)
+        assert not fast or exact.ok, (name, tiles.tolist(), orders.tolist(), parallel, exact.reason)
+        shortcut += fast
+        refused += not exact.ok
+    assert shortcut >= 10
+    if kernel.statements[0].reduction_loops:
+        assert refused >= 1

@@ -100,7 +100,15 @@ def check_schedule(schedule) -> "Legality":
     names (the violated dependence's tensor; its example pair, distances and message are
     the same but for that name). The key leaves out the annotations the loop nest carries
     only as flags (`vectorize`, `unroll`: `ir.loopnest.lower` orders nothing by them), so a
-    schedule and its vectorised or unrolled variants are proved once."""
+    schedule and its vectorised or unrolled variants are proved once.
+
+    A schedule of a kernel whose only dependences are its reduction's (`_plainly_legal`: one
+    statement writing each element from one point of its output loops) and whose parallel
+    loops are all output loops is legal without asking isl: most of what the library's
+    per-op searches and the tuner ask. Every other schedule, and every illegal verdict with
+    its reasons, is isl's."""
+    if _plainly_legal(schedule):
+        return _LEGAL
     key = (_order_key(schedule), _isl_names_ok(schedule.kernel))
     hit = _VERDICTS.get(key)
     if hit is not None:
@@ -122,6 +130,52 @@ def check_schedule(schedule) -> "Legality":
         return Legality(False, (Violation("schedule", "", "", "", message=f"not a valid schedule: {err}"),))
     _VERDICTS.put(key, (Legality(True) if verdict.ok else verdict, tuple(t.name for t in schedule.kernel.tensors)))
     return verdict
+
+
+_LEGAL = Legality(True)
+
+
+def _plainly_legal(schedule) -> bool:
+    """Whether `schedule` is legal by the shape of its kernel alone: the kernel is one
+    statement that reads none of what it writes, indexes its target by distinct plain loops
+    (each element written from one point of the output loops), and reduces with '+' or
+    'max' over every other loop (or has none of length > 1); no point loop is skewed or
+    reversed, and every parallel loop is an output loop (or of length 1).
+
+    Why that is enough: the only instances touching one element are the updates of one
+    output point, which differ in reduction loops alone. With reductions reorderable (the
+    policy) those updates may run in any order, so no loop order can break a dependence;
+    and every time dimension of an output loop (its tile loops, its point loop) is a
+    function of that loop's value, so two updates of one element never differ there, and
+    a parallel output loop carries nothing."""
+    kernel = schedule.kernel
+    outputs = kernel.__dict__.get("_plain_output_loops", ...)
+    if outputs is ...:
+        outputs = _plain_output_loops(kernel)
+        object.__setattr__(kernel, "_plain_output_loops", outputs)
+    if outputs is None or schedule.affine_points:
+        return False
+    return all(loop in outputs for loop in schedule.parallel or ())
+
+
+def _plain_output_loops(kernel) -> frozenset | None:
+    """The loops that may run in parallel in any schedule of `kernel` under
+    `_plainly_legal`'s conditions (its output loops and its loops of length 1), or None where
+    the kernel does not meet them."""
+    if len(kernel.statements) != 1 or kernel.compute_at:
+        return None
+    st = kernel.statements[0]
+    if st.rescale is not None or st.domain or st.in_place is not None or st.reduce not in (None, "+", "max"):
+        return None
+    if any(a.tensor == st.target for a in st.reads()):
+        return None
+    plain = [a.terms[0][0] for a in st.target_indices if len(a.terms) == 1 and a.terms[0][1] == 1 and not a.const]
+    if len(plain) != len(st.target_indices) or len(set(plain)) != len(plain):
+        return None
+    long = {l.name for l in st.loops if l.extent > 1}
+    if st.reduce is None and not long <= set(plain):
+        return None            # an '=' written from several points: the last write must stay last
+    return frozenset(plain) | {l.name for l in st.loops if l.extent <= 1}
 
 
 # Annotations that mark loops of the nest without moving any instance in time.
