@@ -74,8 +74,9 @@ def test_an_average_pool_runs_on_its_twin_although_its_divisor_is_the_twins():
 
 
 def gemm_kernel(a: str, b: str, c: str) -> Kernel:
-    program = parse(f"input {a}: f32[16, 8]\ninput {b}: f32[8, 12]\n{c} = matmul({a}, {b})\n", "<t>")
-    return Kernel.from_ops(program, [c])
+    # with its relu: two statements, which isl proves (one alone is `_plainly_legal`)
+    program = parse(f"input {a}: f32[16, 8]\ninput {b}: f32[8, 12]\n{c} = matmul({a}, {b})\nR = relu({c})\n", "<t>")
+    return Kernel.from_ops(program, [c, "R"])
 
 
 @pytest.mark.parametrize("loop", ["k", "i"])
