@@ -95,11 +95,11 @@ def _levels_under(poly: KernelPolyhedra, schedule: ScheduleLike, validate: bool 
     cached on its two statements' schedules (a tuner varying one nest reuses the rest)."""
     if isinstance(schedule, KernelSchedule):
         by_name = {s.name: s for s in schedule.statements}
+        width = schedule.width
         for name, statement in zip(poly.names, poly.statements):
-            error = _statement_schedule_error(statement, name, by_name.get(name)) if validate else None
+            error = _statement_schedule_error(statement, name, by_name.get(name), width) if validate else None
             if error:
                 raise ValueError(error)
-        width = schedule.width
         memo: dict = {}   # per check: each dependence is asked once per parallel loop
 
         def kernel_levels(dep: "Dependence") -> Levels:

@@ -64,9 +64,13 @@ class StatementSchedule:
         return names.index(dim) if dim in names else None
 
     def to_isl(self, width: int | None = None) -> isl.Map:
+        return _parse_schedule(self.isl_text(width))[0]
+
+    def isl_text(self, width: int | None = None) -> str:
+        """Its map as isl text, padded with zeros to `width` time dimensions."""
         exprs = [d.expr for d in self.dims]
         exprs += ["0"] * ((width or len(exprs)) - len(exprs))
-        return _parse_schedule(f"{{ {_tuple_str(self.name, self.loops)} -> [{', '.join(exprs)}] }}")[0]
+        return f"{{ {_tuple_str(self.name, self.loops)} -> [{', '.join(exprs)}] }}"
 
     def _replace(self, dims: Iterable[ScheduleDim]) -> "StatementSchedule":
         return replace(self, dims=tuple(dims))
@@ -304,19 +308,22 @@ def _check_schedule(poly: KernelPolyhedra, schedule_map: isl.UnionMap) -> None:
             raise ValueError(error)
 
 
-def _statement_schedule_error(statement: Statement, name: str, schedule: StatementSchedule | None) -> str | None:
-    """`_check_schedule` for one statement of a `KernelSchedule` (cached on its schedule)."""
+def _statement_schedule_error(statement: Statement, name: str, schedule: StatementSchedule | None,
+                               width: int | None = None) -> str | None:
+    """`_check_schedule` for one statement of a `KernelSchedule` (cached on its schedule).
+    `width`: the kernel schedule's, to which the map is padded (zeros change no verdict; the
+    legality check then parses the same text once)."""
     # Only the statement's domain matters (its loops and extents), not what it reads or
     # writes: equal domains in other kernels share the answer.
-    return _domain_schedule_error(statement.loops, name, schedule)
+    return _domain_schedule_error(statement.loops, name, schedule, width)
 
 
 @cached("poly.domain_schedule_error", 8192)
-def _domain_schedule_error(loops: tuple, name: str, schedule: StatementSchedule | None) -> str | None:
+def _domain_schedule_error(loops: tuple, name: str, schedule: StatementSchedule | None,
+                           width: int | None = None) -> str | None:
     if schedule is None:
         return f"the schedule does not cover every instance of {name}"
-    exprs = ", ".join(d.expr for d in schedule.dims)
-    m, function = _parse_schedule(f"{{ {_tuple_str(schedule.name, schedule.loops)} -> [{exprs}] }}")
+    m, function = _parse_schedule(schedule.isl_text(width))
     return _schedule_error(Statement("", (), None, loops, None), name, isl.UnionMap(m), function)
 
 
