@@ -437,3 +437,33 @@ def test_a_plain_kernel_is_legal_without_isl_only_where_isl_says_so(name, monkey
     assert shortcut >= 10
     if kernel.statements[0].reduction_loops:
         assert refused >= 1
+
+
+@pytest.mark.parametrize("name", ["matmul", "conv", "max pool"])
+def test_the_tuners_verdict_on_a_plain_kernel_is_isls(name, monkeypatch):
+    """The tuner's per-nest verdict (orders legal, loops free to run in parallel) on a kernel
+    `_plainly_legal` decides is the one isl gives, nest by nest (random tiles and orders)."""
+    import numpy as np
+
+    from autocomp_jupyter.accel.cost import textbook_schedule
+    from autocomp_jupyter.accel.search_space import SearchSpace
+    from autocomp_jupyter.accel.target import load_target
+    from autocomp_jupyter.dsl import parse
+    from autocomp_jupyter.ir.schedule import Kernel
+    from autocomp_jupyter.tune import legality
+    from autocomp_jupyter.tune.search import _Search
+
+    program = parse(PLAIN_PROGRAMS[name])
+    kernel, target = Kernel.from_ops(program, [program.ops[0].name]), load_target("npu")
+    space = SearchSpace.tuner(textbook_schedule(kernel, target), target, False, max_spill=0.05)
+    assert legality._plain_verdict(space) is not None
+    points = _Search(space, np.random.default_rng(5), 64, legality._Legality(space))._random(12)
+    for tiles, orders in zip(points[0], points[1]):
+        legality._LEGALITY_CACHE.data.clear()
+        fast = legality._Legality(space).verdict(tiles, orders)
+        with monkeypatch.context() as m:
+            m.setattr(legality, "_plain_verdict", lambda space: None)
+            legality._LEGALITY_CACHE.data.clear()
+            exact = legality._Legality(space).verdict(tiles, orders)
+        assert fast[0] == exact[0] and np.array_equal(fast[1], exact[1]), (tiles.tolist(), orders.tolist())
+        assert not exact[1].all()             # a reduction loop is never free to run in parallel

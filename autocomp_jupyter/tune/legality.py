@@ -70,6 +70,8 @@ class _Legality:
         key = (canonical_kernel(self.space.kernel), poly._isl_names_ok(self.space.kernel), self.space.levels, nest)
         found = self.cache.get(key)
         if found is None:
+            found = _plain_verdict(self.space)
+        if found is None:
             started = time.perf_counter()
             sp = self.space
             D = sp.D
@@ -106,6 +108,22 @@ class _Legality:
         within the loops that verdict lets run in parallel."""
         (order_ok, may), predicted = self.judge(tiles, orders, exact)
         return order_ok and not np.any(np.asarray(parallel, dtype=bool) & ~may), predicted
+
+
+def _plain_verdict(space: SearchSpace) -> tuple[bool, np.ndarray] | None:
+    """The verdict of any nest of the space, where its kernel's schedules are legal by its
+    shape (`poly.policy._plainly_legal`) and its points run no loop skewed or reversed (the
+    incumbent's, which every point keeps): every order legal, and exactly the output loops
+    (and the loops of length 1) free to run in parallel, since a reduction loop of length > 1
+    carries its updates at whichever of its tile or point loops two of them first differ.
+    None for any other space (isl decides)."""
+    from ..poly.policy import _plain_output_loops
+
+    kernel = space.kernel
+    outputs = _plain_output_loops(kernel)
+    if outputs is None or (space.incumbent is not None and space.incumbent.affine_points):
+        return None
+    return True, np.array([name in outputs for name in kernel.loop_names])
 
 
 def legal(schedule: Schedule) -> bool:
