@@ -148,11 +148,7 @@ def _plainly_legal(schedule) -> bool:
     and every time dimension of an output loop (its tile loops, its point loop) is a
     function of that loop's value, so two updates of one element never differ there, and
     a parallel output loop carries nothing."""
-    kernel = schedule.kernel
-    outputs = kernel.__dict__.get("_plain_output_loops", ...)
-    if outputs is ...:
-        outputs = _plain_output_loops(kernel)
-        object.__setattr__(kernel, "_plain_output_loops", outputs)
+    outputs = _plain_output_loops(schedule.kernel)
     if outputs is None or schedule.affine_points:
         return False
     return all(loop in outputs for loop in schedule.parallel or ())
@@ -161,7 +157,15 @@ def _plainly_legal(schedule) -> bool:
 def _plain_output_loops(kernel) -> frozenset | None:
     """The loops that may run in parallel in any schedule of `kernel` under
     `_plainly_legal`'s conditions (its output loops and its loops of length 1), or None where
-    the kernel does not meet them."""
+    the kernel does not meet them. Kept on the kernel (the searches ask it of every schedule)."""
+    found = kernel.__dict__.get("_plain_output_loops", ...)
+    if found is ...:
+        found = _plain_output_loops_of(kernel)
+        object.__setattr__(kernel, "_plain_output_loops", found)
+    return found
+
+
+def _plain_output_loops_of(kernel) -> frozenset | None:
     if len(kernel.statements) != 1 or kernel.compute_at:
         return None
     st = kernel.statements[0]

@@ -51,6 +51,7 @@ class _Legality:
         self.seconds = 0.0
         self.predicting = PREDICT_LEGALITY if predict is None else predict
         self._agreed: tuple | None = None   # (True, may) every verdict asked so far agrees on
+        self._plain = _plain_verdict(space)  # every nest's verdict, where the kernel's shape decides it
 
     def _key(self, tiles, orders) -> bytes:
         # Which loops iterate at which level shapes the nest (fission, tile loops), so it is
@@ -61,16 +62,24 @@ class _Legality:
         return np.asarray(orders, dtype=np.int64).tobytes() + iterates.tobytes()
 
     def verdict(self, tiles, orders) -> tuple[bool, np.ndarray]:
-        """(orders legal, bool [D]: loops that may be parallel under them), from poly."""
+        """(orders legal, bool [D]: loops that may be parallel under them), from poly (or from the
+        kernel's shape, `_plain_verdict`)."""
         nest = self._key(tiles, orders)
         found = self.asked.get(nest)
         if found is not None:
             return found
+        found = self._plain if self._plain is not None else self._from_poly(tiles, orders, nest)
+        self.asked[nest] = found
+        if self._agreed is None:
+            self._agreed = found
+        if not found[0] or not np.array_equal(found[1], self._agreed[1]):
+            self.predicting = False          # the verdicts differ: check every nest from now on
+        return found
+
+    def _from_poly(self, tiles, orders, nest: bytes) -> tuple[bool, np.ndarray]:
         # Keyed by the kernel's canonical form: a network's repeated layers share verdicts.
         key = (canonical_kernel(self.space.kernel), poly._isl_names_ok(self.space.kernel), self.space.levels, nest)
         found = self.cache.get(key)
-        if found is None:
-            found = _plain_verdict(self.space)
         if found is None:
             started = time.perf_counter()
             sp = self.space
@@ -84,11 +93,6 @@ class _Legality:
             found = (order_ok, may)
             self.cache.put(key, found)
             self.seconds += time.perf_counter() - started
-        self.asked[nest] = found
-        if self._agreed is None:
-            self._agreed = found
-        if not found[0] or not np.array_equal(found[1], self._agreed[1]):
-            self.predicting = False          # the verdicts differ: check every nest from now on
         return found
 
     def judge(self, tiles, orders, exact: bool) -> tuple[tuple[bool, np.ndarray], bool]:

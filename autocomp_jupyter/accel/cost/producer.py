@@ -257,7 +257,7 @@ class _ProducerModel:
 
 
 # Costed region tilings by producer nest form (`_ProducerModel._bank_key`); a bank holds up
-# to PRODUCER_ROWS rows (~1 MB).
+# to PRODUCER_ROWS rows (MobileNetV2's largest: 10k rows, 3 MB).
 _BANKS = LRU("cost.producer_rows", 64)
 MAX_PRODUCER_ORDERS = 4     # inner orders tried for a producer nest over its region
 PRODUCER_ROWS = 16384       # region tilings whose cost a producer nest form remembers (`_remembered`)
