@@ -9,7 +9,9 @@ baseline's ops, a chain at each of its compute points, the tiling pass's kernels
 process takes them from the back of the list and each spare core from the front, and the
 stage gets what a serial run gets, sooner. A search on a spare core sends back the random
 draw and scores it added to the tile search's caches (`CARRIED`), which this process would
-otherwise compute again.
+otherwise compute again. A stage may also send one long task (`submit_carrying`: the chain
+pass's second half) and hold its worker meanwhile (`held`), so that its own searches do
+not queue behind it.
 
 One worker per core beyond this process's own (`os.sched_getaffinity`), forked on first use
 (each starts with the imports and caches this process had then, so nothing is imported
@@ -27,6 +29,8 @@ from concurrent.futures.process import BrokenProcessPool
 
 _POOL: ProcessPoolExecutor | None = None
 _BROKEN = False
+_IN_WORKER = False      # this process is a worker: its searches run here (it has no spare cores)
+_HELD = 0               # workers busy with a long task (`held`): not counted as spare meanwhile
 
 
 def cores() -> int:
@@ -39,8 +43,11 @@ def cores() -> int:
 
 def spare_cores() -> int:
     """How many worker processes a run may use besides its own: the cores it may use, less
-    one, capped by `AUTOCOMP_WORKERS`."""
-    spare = cores() - 1
+    one, capped by `AUTOCOMP_WORKERS`, less those busy with a long task (`held`); none in a
+    worker."""
+    if _IN_WORKER:
+        return 0
+    spare = cores() - 1 - _HELD
     cap = os.environ.get("AUTOCOMP_WORKERS", "").strip()
     if cap:
         if not cap.isdigit():
@@ -48,17 +55,17 @@ def spare_cores() -> int:
 
             raise UserError(f"environment variable AUTOCOMP_WORKERS={cap!r}: expected the most worker processes "
                             f"to use besides this one, a whole number (0: none)")
-        spare = min(spare, int(cap))
-    return spare
+        spare = min(spare, int(cap) - _HELD)
+    return max(spare, 0)
 
 
 def pool() -> ProcessPoolExecutor | None:
     """The spare cores' pool, or None where there is no spare core, the workers are turned
     off, fork is not available, or a worker has died in this process."""
     global _POOL
-    if _POOL is not None or _BROKEN:
+    if _POOL is not None or _BROKEN or _IN_WORKER:
         return _POOL
-    spare = spare_cores()
+    spare = spare_cores() + _HELD
     if spare < 1 or "fork" not in multiprocessing.get_all_start_methods():
         return None
     if multiprocessing.current_process().daemon:
@@ -70,9 +77,13 @@ def pool() -> ProcessPoolExecutor | None:
 
 def _quiet() -> None:
     """A worker's start: nothing it might print reaches the parent's streams (a notebook
-    kernel's stdout is a channel served by a thread the fork did not copy)."""
+    kernel's stdout is a channel served by a thread the fork did not copy), and its own
+    searches run in it (the pool it was forked with belongs to the parent)."""
     import sys
     import warnings
+
+    global _POOL, _IN_WORKER
+    _POOL, _IN_WORKER = None, True
 
     warnings.simplefilter("ignore")
     sys.stdout = sys.stderr = open(os.devnull, "w")
@@ -85,12 +96,12 @@ def _quiet() -> None:
 CARRIED = ("tiling.random_draw", "tiling.local_scores")
 
 
-def _carrying(fn, *args):
+def _carrying(fn, *args, carried: tuple[str, ...] = CARRIED):
     """(fn(*args), [(cache name, its new entries)]): a call on a worker, with what it added
-    to the CARRIED caches."""
+    to the `carried` caches."""
     from . import caches
 
-    lrus = [caches.named(name) for name in CARRIED]
+    lrus = [caches.named(name) for name in carried]
     before = [set(c.data) for c in lrus]
     value = fn(*args)
     return value, [(c.name, c.new_since(keys)) for c, keys in zip(lrus, before)]
@@ -133,6 +144,42 @@ def run_all(calls: list[tuple]) -> list:
             fn, *args = calls[i]
             results[i] = _absorbed(result(future, lambda: (fn(*args), [])))
     return results
+
+
+class held:
+    """`with held(future):` one worker counted busy with `future` (a long task: a stage's
+    second half) until the block ends, so that the searches this process runs meanwhile
+    (`run_all`) do not queue behind it; nothing where `future` is None."""
+
+    def __init__(self, future: Future | None):
+        self.future = future
+
+    def __enter__(self):
+        global _HELD
+        if self.future is not None:
+            _HELD += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        global _HELD
+        if self.future is not None:
+            _HELD -= 1
+
+
+def submit_carrying(fn, *args, carried: tuple[str, ...] = CARRIED) -> Future | None:
+    """`submit(fn, *args)` sending back, with its value, the entries the call added to the
+    `carried` caches (`value_carried` takes them in)."""
+    return submit(_carried_call, carried, fn, *args)
+
+
+def _carried_call(carried: tuple[str, ...], fn, *args):
+    return _carrying(fn, *args, carried=carried)
+
+
+def value_carried(future: Future, fallback):
+    """A `submit_carrying` call's value, its cache entries taken into this process's caches;
+    `fallback()` (run here, nothing carried) where it failed there (`result`)."""
+    return _absorbed(result(future, lambda: (fallback(), [])))
 
 
 def submit(fn, *args) -> Future | None:

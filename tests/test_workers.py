@@ -1,5 +1,6 @@
 """The spare cores (autocomp_jupyter/workers.py): searches run there give what a serial
 run gives, and a call that cannot run there runs here."""
+import re
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,45 @@ def test_a_search_on_a_spare_core_leaves_its_draw_here(one_worker):
     for kernel in kernels:          # from another schedule: a search of its own, the same draw
         tile_search.search_tiles(kernel, target, naive_schedule(kernel, target), levels, {}, seed=0)
     assert draws.misses == 1 and draws.hits == 2
+
+
+def _separable_blocks(blocks: int) -> str:
+    """`blocks` depthwise-separable blocks in a row: a plan of 2 x `blocks` kernels whose
+    depthwise and pointwise convolutions chain."""
+    lines = ["input  X0: f32[1, 16, 8, 8]"]
+    for b in range(blocks):
+        lines += [f"param  Wd{b}: f32[16, 1, 3, 3]", f"param  Wp{b}: f32[16, 16, 1, 1]",
+                  f"D{b} = depthwise_conv2d(X{b}, Wd{b}, stride=1, padding=1)", f"A{b} = relu6(D{b})",
+                  f"P{b} = conv2d(A{b}, Wp{b})", f"X{b + 1} = relu6(P{b})"]
+    return "\n".join(lines + [f"output X{blocks}"]) + "\n"
+
+
+def test_the_chain_scan_in_halves_gives_the_serial_scan(one_worker, monkeypatch):
+    """The chain pass scans a plan's second half on a spare core while this process scans
+    the first; where the two scans meet at a kernel, the other's steps are taken, and the
+    plan, log and rollbacks are the serial scan's."""
+    from autocomp_jupyter.rules import chains
+
+    monkeypatch.setattr(chains, "SPLIT_KERNELS", 4)     # split a plan of 8 kernels ...
+    monkeypatch.setattr(chains, "MAX_CHAIN", 2)         # ... into chains of two: the halves meet at kernel 4
+    source = _separable_blocks(4)
+    caches.clear_all()
+    with monkeypatch.context() as serial:
+        serial.setattr(workers, "spare_cores", lambda: 0)
+        alone = autocomp.optimize(source, target="npu", tune=0).report
+    taken = []
+    value_carried = workers.value_carried
+    monkeypatch.setattr(workers, "value_carried", lambda future, fallback: taken.append(
+        value_carried(future, lambda: None)) or taken[-1] or fallback())
+    caches.clear_all()
+    halves = autocomp.optimize(source, target="npu", tune=0).report
+    assert [[s.at for s in steps] for steps in taken] == [[4, 6]]     # the second half's steps came back
+    fused = [e["ops"] for e in alone["rules"] if e["applied"] and "kernels in one" in e["why"]]
+    assert len(fused) == 4                                           # every pair chains, in both runs
+    assert _outcome(halves) == _outcome(alone)
+    assert _untimed(halves["rules"]) == _untimed(alone["rules"]) and halves["rollbacks"] == alone["rollbacks"]
+
+
+def _untimed(entries: list[dict]) -> list[dict]:
+    """The log without the seconds a search took ('... candidates in 0.06 s')."""
+    return [dict(e, why=re.sub(r" in [0-9.]+ s", "", e["why"])) for e in entries]

@@ -17,10 +17,14 @@ the innermost level, innermost there, where the nest stays one pass
 latency's ties then broken by energy, as the searches break them). Its scores are computed at
 the key tiles; an elementwise step between them and the softmax (a mask table's add) runs in
 the softmax's own tile iteration instead (`_elementwise_in_nest`).
+
+The chains are found by one walk over the plan, left to right, each step the best chain
+from one kernel; on a large plan a spare core walks the second half at once and the two
+walks meet where both start a step (`_scanned`): the result is the serial walk's.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -89,38 +93,114 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
         # that make them fast there: not worth it until those paths take regions.
         log.append(rule_entry(rules_all[0].name, PASS, [], False, "host C: chains stay per kernel (packed paths)"))
         return plan, log, rollbacks
-    kernels, schedules = list(plan.kernels), list(plan.schedules)
-    whole_s = sum(evaluate(s, ctx.target).time_s for s in schedules)
     out_k: list[Kernel] = []
     out_s: list[Schedule] = []
-    i = 0
-    while i < len(kernels):
-        times = [evaluate(s, ctx.target).time_s for s in schedules[i:i + MAX_CHAIN]]
-        # best: (length, kernel, schedule, time, rule, time unfused)
-        best = _best_compute_at(program, kernels[i:i + MAX_CHAIN], schedules[i:i + MAX_CHAIN], times, whole_s,
-                                rules, ctx, log, rollbacks)
-        best, rewritten = _best_online(program, kernels[i:i + MAX_CHAIN], times, best, online, ctx, log, rollbacks)
-        if best is None:
-            out_k.append(kernels[i])
-            out_s.append(schedules[i])
-            i += 1
-            continue
-        length, kernel, schedule, seconds, rule, alone = best
-        if rewritten is not None:
-            program = rewritten
-            log.append(rule_entry(rule.name, PASS, [op for k in kernels[i:i + length] for op in k.ops], True,
-                                  f"{length} kernels in one ({alone / seconds:.2f}x: {alone * 1e6:.1f} -> "
-                                  f"{seconds * 1e6:.1f} us): the softmax against a running max, the key loop "
-                                  f"tiled; no score row stays whole on chip"))
-        else:
-            points = ", ".join(f"{t} at {loop}@{level}" for t, loop, level in kernel.compute_at)
-            log.append(rule_entry(rule.name, PASS, list(kernel.ops), True,
-                                  f"{length} kernels in one ({alone / seconds:.2f}x: {alone * 1e6:.1f} -> "
-                                  f"{seconds * 1e6:.1f} us): {points}; no intermediate leaves the chip"))
-        out_k.append(kernel)
-        out_s.append(schedule)
-        i += length
+    for step in _scanned(program, list(plan.kernels), list(plan.schedules), ctx):
+        log.extend(step.log)
+        rollbacks.extend(step.rollbacks)
+        program = step.program or program
+        out_k.append(step.kernel)
+        out_s.append(step.schedule)
     return Plan(program, tuple(out_k), tuple(out_s), plan.label), log, rollbacks
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One step of the left-to-right scan: from kernel `at`, `length` kernels became `kernel`
+    (1: the kernel as it was), with the log and rollback entries deciding it made, and the
+    program an online-softmax chain rewrote (else None)."""
+    at: int
+    length: int
+    kernel: Kernel
+    schedule: Schedule
+    program: Program | None
+    log: tuple
+    rollbacks: tuple
+
+
+def _scanned(program: Program, kernels: list[Kernel], schedules: list[Schedule], ctx: PassContext) -> list[_Step]:
+    """The scan's steps over the whole plan. Where a spare core is free and the plan has
+    SPLIT_KERNELS kernels or more, the second half is scanned there from its middle kernel
+    while this process scans the first half, then goes on from where its last chain ended
+    until it meets a kernel the other scan started a step at: from there on both scans are
+    in the same state (a step depends only on where it starts and the program), so the
+    other's steps are the serial scan's. Where either half rewrote the program, or the
+    other half failed, this process scans the rest itself."""
+    from .. import workers
+
+    whole_s = sum(evaluate(s, ctx.target).time_s for s in schedules)
+    n = len(kernels)
+    if n < SPLIT_KERNELS or workers.spare_cores() < 1:
+        return _scan(program, kernels, schedules, 0, n, whole_s, ctx)
+    middle = n // 2
+    slim = replace(program, param_values={})     # the weights: nothing a scan reads (it runs random inputs)
+    other_ctx = replace(ctx, program=replace(ctx.program, param_values={}), _costs={}, _verdicts={})
+    future = workers.submit_carrying(_scan, slim, kernels, schedules, middle, n, whole_s, other_ctx,
+                                     carried=_CARRIED)
+    with workers.held(future):
+        first = _scan(program, kernels, schedules, 0, middle if future is not None else n, whole_s, ctx)
+    at = first[-1].at + first[-1].length if first else 0
+    program = next((s.program for s in reversed(first) if s.program is not None), program)
+    if at >= n:
+        return first
+    second = workers.value_carried(future, lambda: None)
+    if second is None or any(s.program is not None for s in first + second):
+        return first + _scan(program, kernels, schedules, at, n, whole_s, ctx)
+    starts = {s.at: j for j, s in enumerate(second)}
+    bridge = _scan(program, kernels, schedules, at, n, whole_s, ctx, until=set(starts))
+    at = bridge[-1].at + bridge[-1].length if bridge else at
+    return first + bridge + (second[starts[at]:] if at in starts else [])
+
+
+# A plan of this many kernels or more has its chains scanned in two halves at once where a
+# spare core is free (`_scanned`); a smaller one's scan is not worth sending a program for.
+SPLIT_KERNELS = 16
+# The caches a half scanned on a spare core sends back: the library's searches of the chains
+# (the library checks and the gain breakdown ask for them again) and the chains' searches.
+_CARRIED = ("library_schedule", "chains.search", "chains.scheduled", "tiling.random_draw", "tiling.local_scores")
+
+
+def _scan(program: Program, kernels: list[Kernel], schedules: list[Schedule], start: int, stop: int,
+          whole_s: float, ctx: PassContext, until: set[int] | None = None) -> list[_Step]:
+    """The scan's steps from kernel `start` until one ends at or past `stop` (or starts at a
+    kernel in `until`): at each kernel the best chain from it that pays, or the kernel as it
+    is. `whole_s`: the whole plan's time."""
+    steps: list[_Step] = []
+    i = start
+    while i < stop and not (until and i in until):
+        step = _step(program, kernels, schedules, i, whole_s, ctx)
+        program = step.program or program
+        steps.append(step)
+        i += step.length
+    return steps
+
+
+def _step(program: Program, kernels: list[Kernel], schedules: list[Schedule], i: int, whole_s: float,
+          ctx: PassContext) -> _Step:
+    """The scan's step at kernel `i`: the best chain from it that pays, or the kernel as it is."""
+    rules = [r for r in ctx.rules.fusion_rules if r.lower == "compute_at"]
+    online = [r for r in ctx.rules.fusion_rules if r.lower == "online_softmax"]
+    log: list[dict] = []
+    rollbacks: list[dict] = []
+    times = [evaluate(s, ctx.target).time_s for s in schedules[i:i + MAX_CHAIN]]
+    # best: (length, kernel, schedule, time, rule, time unfused)
+    best = _best_compute_at(program, kernels[i:i + MAX_CHAIN], schedules[i:i + MAX_CHAIN], times, whole_s,
+                            rules, ctx, log, rollbacks)
+    best, rewritten = _best_online(program, kernels[i:i + MAX_CHAIN], times, best, online, ctx, log, rollbacks)
+    if best is None:
+        return _Step(i, 1, kernels[i], schedules[i], None, tuple(log), tuple(rollbacks))
+    length, kernel, schedule, seconds, rule, alone = best
+    if rewritten is not None:
+        log.append(rule_entry(rule.name, PASS, [op for k in kernels[i:i + length] for op in k.ops], True,
+                              f"{length} kernels in one ({alone / seconds:.2f}x: {alone * 1e6:.1f} -> "
+                              f"{seconds * 1e6:.1f} us): the softmax against a running max, the key loop "
+                              f"tiled; no score row stays whole on chip"))
+    else:
+        points = ", ".join(f"{t} at {loop}@{level}" for t, loop, level in kernel.compute_at)
+        log.append(rule_entry(rule.name, PASS, list(kernel.ops), True,
+                              f"{length} kernels in one ({alone / seconds:.2f}x: {alone * 1e6:.1f} -> "
+                              f"{seconds * 1e6:.1f} us): {points}; no intermediate leaves the chip"))
+    return _Step(i, length, kernel, schedule, rewritten, tuple(log), tuple(rollbacks))
 
 
 def _best_compute_at(program: Program, kernels: list[Kernel], schedules: list[Schedule], times: list[float],
