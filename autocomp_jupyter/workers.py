@@ -9,9 +9,9 @@ baseline's ops, a chain at each of its compute points, the tiling pass's kernels
 process takes them from the back of the list and each spare core from the front, and the
 stage gets what a serial run gets, sooner. A search on a spare core sends back the random
 draw and scores it added to the tile search's caches (`CARRIED`), which this process would
-otherwise compute again. A stage may also send one long task (`submit_carrying`: the chain
-pass's second half) and hold its worker meanwhile (`held`), so that its own searches do
-not queue behind it.
+otherwise compute again. A stage may also give a worker long tasks one at a time (`submit_carrying`:
+the chain walk's segments) and hold it meanwhile (`held`), so that its own searches do not
+queue behind them.
 
 One worker per core beyond this process's own (`os.sched_getaffinity`), forked on first use
 (each starts with the imports and caches this process had then, so nothing is imported
@@ -30,7 +30,7 @@ from concurrent.futures.process import BrokenProcessPool
 _POOL: ProcessPoolExecutor | None = None
 _BROKEN = False
 _IN_WORKER = False      # this process is a worker: its searches run here (it has no spare cores)
-_HELD = 0               # workers busy with a long task (`held`): not counted as spare meanwhile
+_HELD = 0               # workers a stage holds for its long tasks (`held`): not spare meanwhile
 
 
 def cores() -> int:
@@ -43,7 +43,7 @@ def cores() -> int:
 
 def spare_cores() -> int:
     """How many worker processes a run may use besides its own: the cores it may use, less
-    one, capped by `AUTOCOMP_WORKERS`, less those busy with a long task (`held`); none in a
+    one, capped by `AUTOCOMP_WORKERS`, less those a stage holds (`held`); none in a
     worker."""
     if _IN_WORKER:
         return 0
@@ -147,23 +147,18 @@ def run_all(calls: list[tuple]) -> list:
 
 
 class held:
-    """`with held(future):` one worker counted busy with `future` (a long task: a stage's
-    second half) until the block ends, so that the searches this process runs meanwhile
-    (`run_all`) do not queue behind it; nothing where `future` is None."""
-
-    def __init__(self, future: Future | None):
-        self.future = future
+    """`with held():` one worker counted busy until the block ends (a stage giving it long
+    tasks one after another: the chain walk's segments), so that the searches this process
+    runs meanwhile (`run_all`) do not queue behind them."""
 
     def __enter__(self):
         global _HELD
-        if self.future is not None:
-            _HELD += 1
+        _HELD += 1
         return self
 
     def __exit__(self, *exc) -> None:
         global _HELD
-        if self.future is not None:
-            _HELD -= 1
+        _HELD -= 1
 
 
 def submit_carrying(fn, *args, carried: tuple[str, ...] = CARRIED) -> Future | None:

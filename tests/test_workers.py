@@ -142,30 +142,31 @@ def _separable_blocks(blocks: int) -> str:
     return "\n".join(lines + [f"output X{blocks}"]) + "\n"
 
 
-def test_the_chain_scan_in_halves_gives_the_serial_scan(one_worker, monkeypatch):
-    """The chain pass scans a plan's second half on a spare core while this process scans
-    the first; where the two scans meet at a kernel, the other's steps are taken, and the
-    plan, log and rollbacks are the serial scan's."""
+def test_the_chain_walk_shared_with_a_spare_core_gives_the_serial_walk(one_worker, monkeypatch):
+    """The chain pass gives a spare core segments of the plan's walk from the back while this
+    process walks from the front; where this process reaches a kernel a segment's walk
+    started a step at, it takes that walk's steps, and the plan, log and rollbacks are the
+    serial walk's."""
     from autocomp_jupyter.rules import chains
 
-    monkeypatch.setattr(chains, "SPLIT_KERNELS", 4)     # split a plan of 8 kernels ...
-    monkeypatch.setattr(chains, "MAX_CHAIN", 2)         # ... into chains of two: the halves meet at kernel 4
+    monkeypatch.setattr(chains, "SPLIT_KERNELS", 4)     # share the walk of a plan of 8 kernels ...
+    monkeypatch.setattr(chains, "MAX_CHAIN", 2)         # ... in 4 segments of two kernels, each one chain
     source = _separable_blocks(4)
     caches.clear_all()
     with monkeypatch.context() as serial:
         serial.setattr(workers, "spare_cores", lambda: 0)
         alone = autocomp.optimize(source, target="npu", tune=0).report
-    taken = []
+    walked = []
     value_carried = workers.value_carried
-    monkeypatch.setattr(workers, "value_carried", lambda future, fallback: taken.append(
-        value_carried(future, lambda: None)) or taken[-1] or fallback())
+    monkeypatch.setattr(workers, "value_carried", lambda future, fallback: walked.append(
+        value_carried(future, lambda: None)) or walked[-1] or fallback())
     caches.clear_all()
-    halves = autocomp.optimize(source, target="npu", tune=0).report
-    assert [[s.at for s in steps] for steps in taken] == [[4, 6]]     # the second half's steps came back
+    shared = autocomp.optimize(source, target="npu", tune=0).report
+    assert walked and walked[0] is not None and [s.at for s in walked[0]] == [6]   # the last segment, there
     fused = [e["ops"] for e in alone["rules"] if e["applied"] and "kernels in one" in e["why"]]
     assert len(fused) == 4                                           # every pair chains, in both runs
-    assert _outcome(halves) == _outcome(alone)
-    assert _untimed(halves["rules"]) == _untimed(alone["rules"]) and halves["rollbacks"] == alone["rollbacks"]
+    assert _outcome(shared) == _outcome(alone)
+    assert _untimed(shared["rules"]) == _untimed(alone["rules"]) and shared["rollbacks"] == alone["rollbacks"]
 
 
 def _untimed(entries: list[dict]) -> list[dict]:

@@ -19,8 +19,9 @@ the key tiles; an elementwise step between them and the softmax (a mask table's 
 the softmax's own tile iteration instead (`_elementwise_in_nest`).
 
 The chains are found by one walk over the plan, left to right, each step the best chain
-from one kernel; on a large plan a spare core walks the second half at once and the two
-walks meet where both start a step (`_scanned`): the result is the serial walk's.
+from one kernel; on a large plan a spare core walks segments of it from the back, and this
+process takes their steps where both walks start a step at one kernel (`_scanned`): the
+result is the serial walk's.
 """
 from __future__ import annotations
 
@@ -119,45 +120,105 @@ class _Step:
 
 
 def _scanned(program: Program, kernels: list[Kernel], schedules: list[Schedule], ctx: PassContext) -> list[_Step]:
-    """The scan's steps over the whole plan. Where a spare core is free and the plan has
-    SPLIT_KERNELS kernels or more, the second half is scanned there from its middle kernel
-    while this process scans the first half, then goes on from where its last chain ended
-    until it meets a kernel the other scan started a step at: from there on both scans are
-    in the same state (a step depends only on where it starts and the program), so the
-    other's steps are the serial scan's. Where either half rewrote the program, or the
-    other half failed, this process scans the rest itself."""
+    """The walk's steps over the whole plan: this process walks it from the first kernel and,
+    where a spare core is free and the plan has SPLIT_KERNELS kernels or more, the spare core
+    walks segments of it from the back (`_Shared`). A step depends only on the kernel it
+    starts at and the program, so where this process reaches a kernel a segment's walk
+    started a step at, that walk's steps from there are the serial walk's."""
     from .. import workers
 
     whole_s = sum(evaluate(s, ctx.target).time_s for s in schedules)
     n = len(kernels)
     if n < SPLIT_KERNELS or workers.spare_cores() < 1:
         return _scan(program, kernels, schedules, 0, n, whole_s, ctx)
-    middle = n // 2
-    slim = replace(program, param_values={})     # the weights: nothing a scan reads (it runs random inputs)
-    other_ctx = replace(ctx, program=replace(ctx.program, param_values={}), _costs={}, _verdicts={})
-    future = workers.submit_carrying(_scan, slim, kernels, schedules, middle, n, whole_s, other_ctx,
-                                     carried=_CARRIED)
-    with workers.held(future):
-        first = _scan(program, kernels, schedules, 0, middle if future is not None else n, whole_s, ctx)
-    at = first[-1].at + first[-1].length if first else 0
-    program = next((s.program for s in reversed(first) if s.program is not None), program)
-    if at >= n:
-        return first
-    second = workers.value_carried(future, lambda: None)
-    if second is None or any(s.program is not None for s in first + second):
-        return first + _scan(program, kernels, schedules, at, n, whole_s, ctx)
-    starts = {s.at: j for j, s in enumerate(second)}
-    bridge = _scan(program, kernels, schedules, at, n, whole_s, ctx, until=set(starts))
-    at = bridge[-1].at + bridge[-1].length if bridge else at
-    return first + bridge + (second[starts[at]:] if at in starts else [])
+    shared = _Shared(program, kernels, schedules, whole_s, ctx)
+    steps: list[_Step] = []
+    at, rewritten = 0, False
+    with workers.held():            # the spare core is the walk's while it lasts
+        try:
+            while at < n:
+                theirs = shared.steps_at(at) if not rewritten else None
+                if theirs:          # the rest of a segment the spare core walked
+                    steps.extend(theirs)
+                    at = theirs[-1].at + theirs[-1].length
+                    continue
+                step = _step(program, kernels, schedules, at, whole_s, ctx)
+                steps.append(step)
+                if step.program is not None:    # the program rewritten: the other walks' steps no longer hold
+                    program, rewritten = step.program, True
+                at += step.length
+        finally:
+            shared.close()
+    return steps
 
 
-# A plan of this many kernels or more has its chains scanned in two halves at once where a
-# spare core is free (`_scanned`); a smaller one's scan is not worth sending a program for.
+# A plan of this many kernels or more has its walk shared with a spare core (`_scanned`); a
+# smaller one's is not worth sending a program for.
 SPLIT_KERNELS = 16
-# The caches a half scanned on a spare core sends back: the library's searches of the chains
+# The segments a shared walk is cut into: at most this many, each at least MAX_CHAIN kernels
+# long (no chain spans a whole one). The spare core takes them from the back, one at a time,
+# while this process walks from the front: they meet with at most a segment's work to one.
+SEGMENTS = 8
+# The caches a segment walked on a spare core sends back: the library's searches of the chains
 # (the library checks and the gain breakdown ask for them again) and the chains' searches.
 _CARRIED = ("library_schedule", "chains.search", "chains.scheduled", "tiling.random_draw", "tiling.local_scores")
+
+
+class _Shared:
+    """The segments of a plan's walk a spare core makes. Whenever this process asks for steps
+    and the spare core is idle, it is given the last segment not yet reached; this process
+    takes a segment's steps when it reaches that segment (waiting where the spare core is
+    still on it) and walks the segments the spare core never got to itself."""
+
+    def __init__(self, program: Program, kernels, schedules, whole_s: float, ctx: PassContext):
+        self.args = (replace(program, param_values={}), kernels, schedules)   # (no walk reads the weights)
+        self.whole_s = whole_s
+        self.ctx = replace(ctx, program=replace(ctx.program, param_values={}), _costs={}, _verdicts={})
+        n = len(kernels)
+        count = max(1, min(SEGMENTS, n // max(MAX_CHAIN, 1)))
+        self.bounds = [n * j // count for j in range(count + 1)]
+        self.back = count - 1              # the next segment to give the spare core
+        self.running = None                # (segment, future) on the spare core
+        self.walked: dict[int, list | None] = {}     # segment -> its steps (None: it failed there)
+
+    def steps_at(self, at: int) -> list[_Step] | None:
+        """The spare core's steps from kernel `at` to the end of its segment, where its walk
+        started a step there; else None (this process makes the step)."""
+        here = max(j for j in range(len(self.bounds) - 1) if self.bounds[j] <= at)
+        self._give(here)
+        if self.running is not None and self.running[0] == here:
+            self._collect()                # the spare core is on this segment: waited for
+        steps = self.walked.get(here)
+        if not steps or any(s.program is not None for s in steps):
+            return None
+        starts = [k for k, s in enumerate(steps) if s.at == at]
+        return steps[starts[0]:] if starts else None
+
+    def _give(self, here: int) -> None:
+        """Take the spare core's finished segment; give it the last segment past `here`."""
+        from .. import workers
+
+        if self.running is not None and self.running[1].done():
+            self._collect()
+        if self.running is None and self.back > here:
+            j = self.back
+            future = workers.submit_carrying(_scan, *self.args, self.bounds[j], self.bounds[j + 1], self.whole_s,
+                                             self.ctx, carried=_CARRIED)
+            self.back = j - 1 if future is not None else -1     # (no worker after all: this process walks on)
+            if future is not None:
+                self.running = (j, future)
+
+    def _collect(self) -> None:
+        from .. import workers
+
+        j, future = self.running
+        self.running = None
+        self.walked[j] = workers.value_carried(future, lambda: None)
+
+    def close(self) -> None:
+        """The segment still on the spare core, waited for (its caches are wanted later)."""
+        if self.running is not None:
+            self._collect()
 
 
 def _scan(program: Program, kernels: list[Kernel], schedules: list[Schedule], start: int, stop: int,
