@@ -30,12 +30,17 @@ def _outcome(report: dict) -> tuple:
             [(k["name"], k.get("tiles"), k.get("order")) for k in report["kernels"]])
 
 
-def test_searches_on_a_spare_core_give_what_a_serial_run_gives(one_worker, monkeypatch):
-    source = EXAMPLE.read_text()
+def _serially(source: str, monkeypatch) -> dict:
+    """The report of `source` on npu optimised with no spare core, from cold caches."""
     caches.clear_all()
     with monkeypatch.context() as serial:
         serial.setattr(workers, "spare_cores", lambda: 0)
-        alone = autocomp.optimize(source, target="npu", tune=0).report
+        return autocomp.optimize(source, target="npu", tune=0).report
+
+
+def test_searches_on_a_spare_core_give_what_a_serial_run_gives(one_worker, monkeypatch):
+    source = EXAMPLE.read_text()
+    alone = _serially(source, monkeypatch)
     sent = []
     submit = workers.submit
     monkeypatch.setattr(workers, "submit", lambda fn, *a: sent.append(a[0].__name__) or submit(fn, *a))
@@ -152,10 +157,7 @@ def test_the_chain_walk_shared_with_a_spare_core_gives_the_serial_walk(one_worke
     monkeypatch.setattr(chains, "SPLIT_KERNELS", 4)     # share the walk of a plan of 8 kernels ...
     monkeypatch.setattr(chains, "MAX_CHAIN", 2)         # ... in 4 segments of two kernels, each one chain
     source = _separable_blocks(4)
-    caches.clear_all()
-    with monkeypatch.context() as serial:
-        serial.setattr(workers, "spare_cores", lambda: 0)
-        alone = autocomp.optimize(source, target="npu", tune=0).report
+    alone = _serially(source, monkeypatch)
     walked = []
     value_carried = workers.value_carried
     monkeypatch.setattr(workers, "value_carried", lambda future, fallback: walked.append(
