@@ -3,6 +3,7 @@
 with its recompute, and used by the chain rules to fuse conv → conv and MLP chains."""
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -206,8 +207,15 @@ output Y
 BLOCK = inverted_residual(28)
 
 
+@functools.lru_cache(maxsize=4)
+def _optimized(src: str, target: str):
+    """`optimize(src, target, tune=0)` once per worker: the tests below read the same block's
+    plan on npu (two tests) and on gemmini (two tests) and change nothing in it."""
+    return autocomp.optimize(src, target=target, tune=0)
+
+
 def test_an_inverted_residual_is_fused_into_one_kernel_and_replays(tmp_path):
-    res = autocomp.optimize(BLOCK, target="npu", tune=0)
+    res = _optimized(BLOCK, "npu")
     r = res.report
     assert r["verified"]
     assert [k["name"] for k in r["kernels"]] == ["E_to_Y"]
@@ -231,7 +239,7 @@ def test_an_inverted_residual_is_fused_into_one_kernel_and_replays(tmp_path):
 def test_the_simulator_replays_the_producer_nests_and_agrees_with_the_model(target):
     from autocomp_jupyter.accel.sim import compare
 
-    res = autocomp.optimize(BLOCK, target=target, tune=0)
+    res = _optimized(BLOCK, target)
     (schedule,) = [s for k, s in zip(res.after.kernels, res.after.schedules) if k.compute_at]
     c = compare(schedule, target, max_steps=20000)
     assert c["time_error"] < 0.10, c
@@ -249,7 +257,7 @@ def test_the_tuner_moves_a_poorly_placed_compute_point():
 
     assert [m.step for m in KERNEL_MOVES] == ["compute_at"]
     for block, target in ((inverted_residual(56), "npu"), (inverted_residual(14), "gemmini"), (BLOCK, "gemmini")):
-        res = autocomp.optimize(block, target=target, tune=0)
+        res = _optimized(block, target)
         if len(res.after.schedules) != 1:
             continue                     # not fused into one kernel there
         (schedule,) = res.after.schedules
