@@ -33,18 +33,20 @@ def _cli(*args, cwd=None):
                           cwd=cwd or ROOT)
 
 
+# One test per (target, example), not a loop over the examples: pytest-xdist spreads them
+# over the workers (the loop was one 25-30 s test per target, often the last to finish).
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 @pytest.mark.parametrize("target", ["tpu", "host"])
-def test_every_kernel_of_every_plan_replays_to_the_same_nest_and_cost(target):
-    for path in EXAMPLES:
-        res = autocomp.optimize(path, target=target, tune=8)
-        assert [k["trace"] for k in res.report["kernels"]] == [s.trace for s in res.after.schedules]
-        for plan in (res.after, res.library, res.before):
-            for kernel, schedule in zip(plan.kernels, plan.schedules):
-                assert schedule.levels == res.target.tiling_levels
-                again = replay(kernel, schedule.trace, schedule.levels)
-                assert lower(again).pretty() == lower(schedule).pretty(), (path.name, kernel.name)
-                assert canon.evaluate(again, target).time_s == canon.evaluate(schedule, target).time_s
-                assert {s["primitive"] for s in schedule.trace} <= set(PRIMITIVES)
+def test_every_kernel_of_every_plan_replays_to_the_same_nest_and_cost(target, path):
+    res = autocomp.optimize(path, target=target, tune=8)
+    assert [k["trace"] for k in res.report["kernels"]] == [s.trace for s in res.after.schedules]
+    for plan in (res.after, res.library, res.before):
+        for kernel, schedule in zip(plan.kernels, plan.schedules):
+            assert schedule.levels == res.target.tiling_levels
+            again = replay(kernel, schedule.trace, schedule.levels)
+            assert lower(again).pretty() == lower(schedule).pretty(), (path.name, kernel.name)
+            assert canon.evaluate(again, target).time_s == canon.evaluate(schedule, target).time_s
+            assert {s["primitive"] for s in schedule.trace} <= set(PRIMITIVES)
 
 
 def test_replaying_a_report_reproduces_its_optimised_time_exactly(tmp_path):
