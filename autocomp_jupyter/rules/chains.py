@@ -25,6 +25,7 @@ result is the serial walk's.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -165,10 +166,11 @@ _CARRIED = ("library_schedule", "chains.search", "chains.scheduled", "tiling.ran
 
 
 class _Shared:
-    """The segments of a plan's walk a spare core makes. Whenever this process asks for steps
-    and the spare core is idle, it is given the last segment not yet reached; this process
-    takes a segment's steps when it reaches that segment (waiting where the spare core is
-    still on it) and walks the segments the spare core never got to itself."""
+    """The segments of a plan's walk a spare core makes: it is given the last segment this
+    process has not reached, one at a time, the next as soon as it finishes one (from the
+    pool's thread: `_next`); this process takes a segment's steps when it reaches that
+    segment (waiting where the spare core is still on it) and walks the segments the spare
+    core never got to itself. What a segment sends back is taken in here, in this thread."""
 
     def __init__(self, program: Program, kernels, schedules, whole_s: float, ctx: PassContext):
         self.args = (replace(program, param_values={}), kernels, schedules)   # (no walk reads the weights)
@@ -177,48 +179,55 @@ class _Shared:
         n = len(kernels)
         count = max(1, min(SEGMENTS, n // max(MAX_CHAIN, 1)))
         self.bounds = [n * j // count for j in range(count + 1)]
+        self.lock = threading.RLock()      # this thread and the pool's (a segment done) give segments
         self.back = count - 1              # the next segment to give the spare core
-        self.running = None                # (segment, future) on the spare core
+        self.here = 0                      # the segment this process is walking
+        self.given: dict[int, object] = {}           # segment -> its future
         self.walked: dict[int, list | None] = {}     # segment -> its steps (None: it failed there)
 
     def steps_at(self, at: int) -> list[_Step] | None:
         """The spare core's steps from kernel `at` to the end of its segment, where its walk
         started a step there; else None (this process makes the step)."""
+        from .. import workers
+
         here = max(j for j in range(len(self.bounds) - 1) if self.bounds[j] <= at)
-        self._give(here)
-        if self.running is not None and self.running[0] == here:
-            self._collect()                # the spare core is on this segment: waited for
+        with self.lock:
+            self.here = here
+            self._next()
+        if here in self.given and here not in self.walked:     # (waited for where the spare core is on it)
+            self.walked[here] = workers.value_carried(self.given[here], lambda: None)
         steps = self.walked.get(here)
         if not steps or any(s.program is not None for s in steps):
             return None
         starts = [k for k, s in enumerate(steps) if s.at == at]
         return steps[starts[0]:] if starts else None
 
-    def _give(self, here: int) -> None:
-        """Take the spare core's finished segment; give it the last segment past `here`."""
+    def _next(self, _done=None) -> None:
+        """Give the spare core the last segment past the one this process walks, where it
+        has none (also called from the pool's thread as a segment finishes)."""
         from .. import workers
 
-        if self.running is not None and self.running[1].done():
-            self._collect()
-        if self.running is None and self.back > here:
+        with self.lock:
+            if self.back <= self.here or any(not f.done() for f in self.given.values()):
+                return
             j = self.back
             future = workers.submit_carrying(_scan, *self.args, self.bounds[j], self.bounds[j + 1], self.whole_s,
                                              self.ctx, carried=_CARRIED)
             self.back = j - 1 if future is not None else -1     # (no worker after all: this process walks on)
             if future is not None:
-                self.running = (j, future)
-
-    def _collect(self) -> None:
-        from .. import workers
-
-        j, future = self.running
-        self.running = None
-        self.walked[j] = workers.value_carried(future, lambda: None)
+                self.given[j] = future
+                future.add_done_callback(self._next)
 
     def close(self) -> None:
-        """The segment still on the spare core, waited for (its caches are wanted later)."""
-        if self.running is not None:
-            self._collect()
+        """No more segments given; those given, waited for and taken in (their caches are
+        wanted later)."""
+        from .. import workers
+
+        with self.lock:
+            self.back = -1
+        for j, future in self.given.items():
+            if j not in self.walked:
+                self.walked[j] = workers.value_carried(future, lambda: None)
 
 
 def _scan(program: Program, kernels: list[Kernel], schedules: list[Schedule], start: int, stop: int,
