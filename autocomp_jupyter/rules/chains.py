@@ -147,6 +147,7 @@ def _scanned(program: Program, kernels: list[Kernel], schedules: list[Schedule],
                 steps.append(step)
                 if step.program is not None:    # the program rewritten: the other walks' steps no longer hold
                     program, rewritten = step.program, True
+                    shared.stop()
                 at += step.length
         finally:
             shared.close()
@@ -218,13 +219,17 @@ class _Shared:
                 self.given[j] = future
                 future.add_done_callback(self._next)
 
+    def stop(self) -> None:
+        """No more segments given."""
+        with self.lock:
+            self.back = -1
+
     def close(self) -> None:
         """No more segments given; those given, waited for and taken in (their caches are
         wanted later)."""
         from .. import workers
 
-        with self.lock:
-            self.back = -1
+        self.stop()
         for j, future in self.given.items():
             if j not in self.walked:
                 self.walked[j] = workers.value_carried(future, lambda: None)
