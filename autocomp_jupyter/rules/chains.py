@@ -25,6 +25,7 @@ result is the serial walk's.
 """
 from __future__ import annotations
 
+import bisect
 import threading
 from dataclasses import dataclass, replace
 
@@ -82,9 +83,7 @@ def chain_fusion(plan: Plan, ctx: PassContext) -> tuple[Plan, list[dict], list[d
     Each chain a rule tries is a transaction: an internal fault while searching, scheduling
     or verifying it is a rollback entry naming the rule and the chain, and the kernels stay
     as the chains tried before it left them."""
-    rules = [r for r in ctx.rules.fusion_rules if r.lower == "compute_at"]
-    online = [r for r in ctx.rules.fusion_rules if r.lower == "online_softmax"]
-    rules_all = rules + online
+    rules_all = [r for group in _chain_rules(ctx) for r in group]
     log: list[dict] = []
     rollbacks: list[dict] = []
     if not rules_all:
@@ -191,7 +190,7 @@ class _Shared:
         started a step there; else None (this process makes the step)."""
         from .. import workers
 
-        here = max(j for j in range(len(self.bounds) - 1) if self.bounds[j] <= at)
+        here = bisect.bisect_right(self.bounds, at) - 1
         with self.lock:
             self.here = here
             self._next()
@@ -236,13 +235,12 @@ class _Shared:
 
 
 def _scan(program: Program, kernels: list[Kernel], schedules: list[Schedule], start: int, stop: int,
-          whole_s: float, ctx: PassContext, until: set[int] | None = None) -> list[_Step]:
-    """The scan's steps from kernel `start` until one ends at or past `stop` (or starts at a
-    kernel in `until`): at each kernel the best chain from it that pays, or the kernel as it
-    is. `whole_s`: the whole plan's time."""
+          whole_s: float, ctx: PassContext) -> list[_Step]:
+    """The scan's steps from kernel `start` until one ends at or past `stop`: at each kernel
+    the best chain from it that pays, or the kernel as it is. `whole_s`: the whole plan's time."""
     steps: list[_Step] = []
     i = start
-    while i < stop and not (until and i in until):
+    while i < stop:
         step = _step(program, kernels, schedules, i, whole_s, ctx)
         program = step.program or program
         steps.append(step)
@@ -253,8 +251,7 @@ def _scan(program: Program, kernels: list[Kernel], schedules: list[Schedule], st
 def _step(program: Program, kernels: list[Kernel], schedules: list[Schedule], i: int, whole_s: float,
           ctx: PassContext) -> _Step:
     """The scan's step at kernel `i`: the best chain from it that pays, or the kernel as it is."""
-    rules = [r for r in ctx.rules.fusion_rules if r.lower == "compute_at"]
-    online = [r for r in ctx.rules.fusion_rules if r.lower == "online_softmax"]
+    rules, online = _chain_rules(ctx)
     log: list[dict] = []
     rollbacks: list[dict] = []
     times = [evaluate(s, ctx.target).time_s for s in schedules[i:i + MAX_CHAIN]]
@@ -276,6 +273,12 @@ def _step(program: Program, kernels: list[Kernel], schedules: list[Schedule], i:
                               f"{length} kernels in one ({alone / seconds:.2f}x: {alone * 1e6:.1f} -> "
                               f"{seconds * 1e6:.1f} us): {points}; no intermediate leaves the chip"))
     return _Step(i, length, kernel, schedule, rewritten, tuple(log), tuple(rollbacks))
+
+
+def _chain_rules(ctx: PassContext) -> tuple[list, list]:
+    """(the `compute_at` chain rules, the `online_softmax` ones), in the rules' order."""
+    rules = ctx.rules.fusion_rules
+    return [r for r in rules if r.lower == "compute_at"], [r for r in rules if r.lower == "online_softmax"]
 
 
 def _best_compute_at(program: Program, kernels: list[Kernel], schedules: list[Schedule], times: list[float],
