@@ -119,30 +119,51 @@ def _absorbed(carried) -> object:
 
 def run_all(calls: list[tuple]) -> list:
     """[fn(*args) for (fn, *args) in calls], side by side: this process takes calls from the
-    back of the list, each spare core from the front, one at a time, so that every core stays
-    busy until the list is done. A call that fails on a spare core runs here
-    (`result`). The calls must not depend on each other."""
+    back of the list, each spare core from the front, the next one as soon as it finishes one
+    (from the pool's thread), so that no core waits for another's call to end while calls
+    are left. A call that fails on a spare core runs here (`result`). The calls must not
+    depend on each other."""
+    import threading
+
     results: list = [None] * len(calls)
     queue = deque(range(len(calls)))
-    spare = spare_cores() if len(calls) > 1 else 0
-    running: dict = {}
-    while queue or running:
-        while queue and len(running) < spare:
+    given: dict[int, Future] = {}            # call -> its future on a spare core, until taken in
+    lock = threading.RLock()                 # this thread and the pool's (a call done) take calls
+
+    def give(_done=None) -> None:
+        """One more call from the front to a spare core (at the start, and as one finishes)."""
+        with lock:
+            if not queue:
+                return
             i = queue.popleft()
             future = submit(_carrying, *calls[i])
             if future is None:                 # no worker after all: the rest run here
                 queue.appendleft(i)
-                spare = 0
-                break
-            running[future] = i
-        if queue:
-            i = queue.pop()
-            fn, *args = calls[i]
-            results[i] = fn(*args)
-        for future in [f for f in running if f.done()] if queue else list(running)[:1]:
-            i = running.pop(future)
+                return
+            given[i] = future
+        future.add_done_callback(give)
+
+    def take_in(done_only: bool) -> None:
+        """The spare cores' results taken in here, in this thread (their cache entries too)."""
+        with lock:
+            ready = [(i, f) for i, f in given.items() if f.done() or not done_only]
+            for i, _ in ready:
+                del given[i]
+        for i, future in ready:
             fn, *args = calls[i]
             results[i] = _absorbed(result(future, lambda: (fn(*args), [])))
+
+    for _ in range(spare_cores() if len(calls) > 1 else 0):
+        give()
+    while True:
+        with lock:
+            if not queue:
+                break
+            i = queue.pop()
+        fn, *args = calls[i]
+        results[i] = fn(*args)
+        take_in(done_only=True)
+    take_in(done_only=False)
     return results
 
 
