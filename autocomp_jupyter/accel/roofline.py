@@ -76,7 +76,9 @@ def _read_bytes(tensor, reads) -> int:
             floor = max(floor, math.prod(len(v) for v in values))
         else:   # dimensions tied by a loop (a diagonal): its largest projection, a floor
             floor = max(floor, max((len(v) for v in values if v is not None), default=0))
-    if boxes and tensor.size <= _MASK_ELEMENTS and len(boxes) == len(reads):
+    if any(all(len(v) == n for v, n in zip(values, tensor.shape)) for values in boxes):
+        count = tensor.size         # one access reads it whole (a weight): no mask to mark
+    elif boxes and tensor.size <= _MASK_ELEMENTS and len(boxes) == len(reads):
         mask = np.zeros(tensor.shape, dtype=bool)
         for values in boxes:
             mask[np.ix_(*values)] = True
