@@ -162,9 +162,15 @@ def test_the_chain_walk_shared_with_a_spare_core_gives_the_serial_walk(one_worke
     value_carried = workers.value_carried
     monkeypatch.setattr(workers, "value_carried", lambda future, fallback: walked.append(
         value_carried(future, lambda: None)) or walked[-1] or fallback())
+    taken = []
+    steps_at = chains._Shared.steps_at
+    monkeypatch.setattr(chains._Shared, "steps_at", lambda self, at: taken.append((at, steps_at(self, at))) or
+                        taken[-1][1])
     caches.clear_all()
     shared = autocomp.optimize(source, target="npu", tune=0).report
     assert [[s.at for s in w] for w in walked if w] and [6] in [[s.at for s in w] for w in walked if w]  # walked there
+    # ... and taken here: this process lands on kernel 6, the first of the last segment, given first
+    assert [6] in [[s.at for s in steps] for at, steps in taken if steps]
     fused = [e["ops"] for e in alone["rules"] if e["applied"] and "kernels in one" in e["why"]]
     assert len(fused) == 4                                           # every pair chains, in both runs
     assert _outcome(shared) == _outcome(alone)

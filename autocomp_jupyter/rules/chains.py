@@ -160,6 +160,10 @@ SPLIT_KERNELS = 16
 # long (no chain spans a whole one). The spare core takes them from the back, one at a time,
 # while this process walks from the front: they meet with at most a segment's work to one.
 SEGMENTS = 8
+# The fewest kernels of this process's own segment the spare core is given (`_Shared`):
+# fewer are walked here (sent, a segment costs a pickled program; its first step is often
+# wasted).
+MIN_SPLIT = 2
 # The caches a segment walked on a spare core sends back: the library's searches of the chains
 # (the library checks and the gain breakdown ask for them again) and the chains' searches.
 _CARRIED = ("library_schedule", "chains.search", "chains.scheduled", "tiling.random_draw", "tiling.local_scores")
@@ -168,60 +172,84 @@ _CARRIED = ("library_schedule", "chains.search", "chains.scheduled", "tiling.ran
 class _Shared:
     """The segments of a plan's walk a spare core makes: it is given the last segment this
     process has not reached, one at a time, the next as soon as it finishes one (from the
-    pool's thread: `_next`); this process takes a segment's steps when it reaches that
-    segment (waiting where the spare core is still on it) and walks the segments the spare
-    core never got to itself. What a segment sends back is taken in here, in this thread."""
+    pool's thread: `_next`); with none left, the back half of the rest of this process's
+    own segment (a network's first layers cost several times its last: the spare core
+    would wait while this process walks its segment). This process takes a segment's steps
+    where its own walk lands on one of their starts: once the segment is done, or waiting
+    for it where it lands on the segment's first kernel (the spare core's walk from there is
+    its own, begun earlier); elsewhere it walks on meanwhile. It walks the segments the
+    spare core never got to itself. What a segment sends back is taken in here, in this
+    thread. Segments are named by their first kernel."""
 
     def __init__(self, program: Program, kernels, schedules, whole_s: float, ctx: PassContext):
         self.args = (replace(program, param_values={}), kernels, schedules)   # (no walk reads the weights)
         self.whole_s = whole_s
         self.ctx = replace(ctx, program=replace(ctx.program, param_values={}), _costs={}, _verdicts={})
-        n = len(kernels)
+        self.n = n = len(kernels)
         count = max(1, min(SEGMENTS, n // max(MAX_CHAIN, 1)))
-        self.bounds = [n * j // count for j in range(count + 1)]
+        self.starts = [n * j // count for j in range(count)]     # each segment's first kernel, in order
         self.lock = threading.RLock()      # this thread and the pool's (a segment done) give segments
-        self.back = count - 1              # the next segment to give the spare core
-        self.here = 0                      # the segment this process is walking
+        self.stopped = False
+        self.at = 0                        # the kernel this process's walk is at
         self.given: dict[int, object] = {}           # segment -> its future
         self.walked: dict[int, list | None] = {}     # segment -> its steps (None: it failed there)
+
+    def _segment(self, at: int) -> tuple[int, int]:
+        """(first kernel, end) of the segment holding kernel `at`."""
+        j = bisect.bisect_right(self.starts, at) - 1
+        return self.starts[j], self.starts[j + 1] if j + 1 < len(self.starts) else self.n
 
     def steps_at(self, at: int) -> list[_Step] | None:
         """The spare core's steps from kernel `at` to the end of its segment, where its walk
         started a step there; else None (this process makes the step)."""
         from .. import workers
 
-        here = bisect.bisect_right(self.bounds, at) - 1
         with self.lock:
-            self.here = here
+            self.at = at
+            here = self._segment(at)[0]
             self._next()
-        if here in self.given and here not in self.walked:     # (waited for where the spare core is on it)
+            if here not in self.given or (here not in self.walked and here != at and not self.given[here].done()):
+                return None
+        if here not in self.walked:
             self.walked[here] = workers.value_carried(self.given[here], lambda: None)
-        steps = self.walked.get(here)
+        steps = self.walked[here]
         if not steps or any(s.program is not None for s in steps):
             return None
         starts = [k for k, s in enumerate(steps) if s.at == at]
         return steps[starts[0]:] if starts else None
 
     def _next(self, _done=None) -> None:
-        """Give the spare core the last segment past the one this process walks, where it
-        has none (also called from the pool's thread as a segment finishes)."""
+        """Give the spare core the last segment past the one this process walks, or else the
+        back half of the rest of this process's own, where it has none (also called from the
+        pool's thread as a segment finishes)."""
+        with self.lock:
+            if self.stopped or any(not f.done() for f in self.given.values()):
+                return
+            here, end = self._segment(self.at)
+            later = [j for j in self.starts if j > here and j not in self.given]
+            if later:
+                self._give(later[-1])
+                return
+            mid = max((self.at + end) // 2, self.at + 1)
+            if here not in self.given and end - mid >= MIN_SPLIT:
+                bisect.insort(self.starts, mid)
+                self._give(mid)
+
+    def _give(self, j: int) -> None:
         from .. import workers
 
-        with self.lock:
-            if self.back <= self.here or any(not f.done() for f in self.given.values()):
-                return
-            j = self.back
-            future = workers.submit_carrying(_scan, *self.args, self.bounds[j], self.bounds[j + 1], self.whole_s,
-                                             self.ctx, carried=_CARRIED)
-            self.back = j - 1 if future is not None else -1     # (no worker after all: this process walks on)
-            if future is not None:
-                self.given[j] = future
-                future.add_done_callback(self._next)
+        future = workers.submit_carrying(_scan, *self.args, j, self._segment(j)[1], self.whole_s, self.ctx,
+                                         carried=_CARRIED)
+        if future is None:                 # no worker after all: this process walks on
+            self.stopped = True
+            return
+        self.given[j] = future
+        future.add_done_callback(self._next)
 
     def stop(self) -> None:
         """No more segments given."""
         with self.lock:
-            self.back = -1
+            self.stopped = True
 
     def close(self) -> None:
         """No more segments given; those given, waited for and taken in (their caches are
@@ -229,7 +257,7 @@ class _Shared:
         from .. import workers
 
         self.stop()
-        for j, future in self.given.items():
+        for j, future in list(self.given.items()):
             if j not in self.walked:
                 self.walked[j] = workers.value_carried(future, lambda: None)
 
