@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -123,8 +124,6 @@ def run_all(calls: list[tuple]) -> list:
     (from the pool's thread), so that no core waits for another's call to end while calls
     are left. A call that fails on a spare core runs here (`result`). The calls must not
     depend on each other."""
-    import threading
-
     results: list = [None] * len(calls)
     queue = deque(range(len(calls)))
     given: dict[int, Future] = {}            # call -> its future on a spare core, until taken in
