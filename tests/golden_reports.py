@@ -74,7 +74,8 @@ PINNED_HOST = {"cores": 2, "lanes": 8, "fma_units": 2,
                "clock_ghz": 2.445, "dram_gbps": 20.0}
 
 
-def run_case(case: dict) -> dict:
+def optimized(case: dict):
+    """The case's `Result` (on the pinned host description)."""
     from unittest import mock
 
     from autocomp_jupyter.pipeline import optimize
@@ -82,7 +83,30 @@ def run_case(case: dict) -> dict:
     with mock.patch("autocomp_jupyter.accel.target.detect_host",
                     lambda: {**PINNED_HOST, "caches": dict(PINNED_HOST["caches"])}), \
             mock.patch("autocomp_jupyter.accel.limit.compute_ceiling", lambda target: 1.0):
-        return kept(optimize(case["source"], target=case["preset"], tune=case["tune"], seed=0).report)
+        return optimize(case["source"], target=case["preset"], tune=case["tune"], seed=0)
+
+
+def run_case(case: dict) -> dict:
+    return kept(optimized(case).report)
+
+
+def assert_every_kernel_replays(label, res) -> None:
+    """Every kernel of the optimised, library and naive plans is its trace: replaying the
+    trace on the kernel gives the same loop nest and the same cost, with the primitives of
+    `schedule.PRIMITIVES` only, and the report's kernels carry those traces."""
+    from autocomp_jupyter import canon
+    from autocomp_jupyter.ir.loopnest import lower
+    from autocomp_jupyter.schedule import PRIMITIVES, replay
+
+    assert [k["trace"] for k in res.report["kernels"]] == [s.trace for s in res.after.schedules], label
+    for plan in (res.after, res.library, res.before):
+        for kernel, schedule in zip(plan.kernels, plan.schedules):
+            assert schedule.levels == res.target.tiling_levels, (label, kernel.name)
+            again = replay(kernel, schedule.trace, schedule.levels)
+            assert lower(again).pretty() == lower(schedule).pretty(), (label, kernel.name)
+            assert canon.evaluate(again, res.target).time_s == canon.evaluate(schedule, res.target).time_s, \
+                (label, kernel.name)
+            assert {s["primitive"] for s in schedule.trace} <= set(PRIMITIVES), (label, kernel.name)
 
 
 def assert_report_invariants(label, r: dict, ops: int) -> None:

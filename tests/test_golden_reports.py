@@ -1,7 +1,9 @@
 """Report numbers are unchanged by refactors: every example, fuzz reproducer and a set of generated
 programs, on the presets and tuning budgets of tests/golden_reports.py, against tests/golden/reports.json.
 Each report also holds what every report must, whatever its numbers (`golden_reports.assert_report_invariants`):
-verified, never slower than the library, a gain chain multiplying to the speedup.
+verified, never slower than the library, a gain chain multiplying to the speedup; and every kernel of its
+optimised, library and naive plans replays from its trace to the same nest and cost
+(`golden_reports.assert_every_kernel_replays`).
 
 `UPDATE_GOLDEN=1` rewrites the file (review the diff: a number moves only when a change means it to).
 """
@@ -13,7 +15,8 @@ import os
 import pytest
 
 from autocomp_jupyter.dsl import parse
-from golden_reports import GOLDEN, assert_report_invariants, differences, run_case, write_golden
+from golden_reports import (GOLDEN, assert_every_kernel_replays, assert_report_invariants, differences, kept, optimized,
+                            write_golden)
 
 if os.environ.get("UPDATE_GOLDEN"):
     write_golden()
@@ -24,7 +27,9 @@ _RECORDS = json.loads(GOLDEN.read_text())
 @pytest.mark.parametrize("case_id", sorted(_RECORDS))
 def test_report_numbers_unchanged(case_id):
     record = _RECORDS[case_id]
-    report = run_case(record)
+    res = optimized(record)
+    assert_every_kernel_replays(case_id, res)
+    report = kept(res.report)
     assert_report_invariants(case_id, report, len(parse(record["source"], case_id).ops))
     assert 0 < report["limit_fraction"] <= 1 + 1e-9, case_id
     diffs = differences(record["report"], report)
