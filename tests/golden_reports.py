@@ -90,6 +90,19 @@ def run_case(case: dict) -> dict:
     return kept(optimized(case).report)
 
 
+def assert_within_the_limit(label, r: dict) -> None:
+    """No version of a report beats its physical limit, and the report carries the limit:
+    its fraction of the optimised time and what bounds it (DRAM, a datapath or a port)."""
+    import pytest
+
+    limit = r["limit"]["time_s"]
+    for version in ("naive", "textbook", "library", "optimized"):
+        assert limit <= r[version]["time_s"] * (1 + 1e-9), (label, version)
+    assert r["limit_fraction"] == pytest.approx(limit / r["optimized"]["time_s"]), label
+    assert 0 < r["limit_fraction"] <= 1 + 1e-9, label
+    assert r["limit"]["bound"] in {"DRAM", *r["limit"]["datapaths_s"], *r["limit"]["ports_s"]}, label
+
+
 def assert_every_kernel_replays(label, res) -> None:
     """Every kernel of the optimised, library and naive plans is its trace: replaying the
     trace on the kernel gives the same loop nest and the same cost, with the primitives of

@@ -2,6 +2,7 @@
 model costs goes below, taken at the array fill the loop extents allow."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,17 +15,14 @@ from autocomp_jupyter.dsl import parse
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("target", ["tpu", "npu", "gpu", "gemmini", "host"])
-def test_no_plan_beats_the_limit_and_the_report_carries_it(target):
+def test_no_plan_beats_the_limit_on_this_host():
+    """On the host as detected here (its measured FMA rate: the golden cases pin one host and
+    check the limit on every preset, `golden_reports.assert_within_the_limit`)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from golden_reports import assert_within_the_limit
+
     for path in sorted((ROOT / "examples").glob("*.acir"))[:3]:
-        res = autocomp.optimize(path, target=target, tune=0)
-        r = res.report
-        limit = r["limit"]["time_s"]
-        for label in ("naive", "textbook", "library", "optimized"):
-            assert limit <= r[label]["time_s"] * (1 + 1e-9), (path.name, label)
-        assert r["limit_fraction"] == pytest.approx(limit / r["optimized"]["time_s"])
-        assert 0 < r["limit_fraction"] <= 1
-        assert r["limit"]["bound"] in {"DRAM", *r["limit"]["datapaths_s"], *r["limit"]["ports_s"]}
+        assert_within_the_limit(path.name, autocomp.optimize(path, target="host", tune=0).report)
 
 
 def test_an_array_half_filled_by_its_loops_doubles_the_compute_floor():
