@@ -1,9 +1,11 @@
 """Throughput of the batch cost model, and how far the simulator and the model disagree.
 
-    python benchmarks/bench_cost_model.py [--n 100000] [--max-steps 200000]
+    python benchmarks/bench_cost_model.py [--n 100000] [--max-steps 200000] [--batch-sizes 1,8,64,512]
 
 Prints schedules/s of `evaluate_batch` on a 1024^3 GEMM per preset (one core, random
-tiles and orders), then model vs simulator time on library and hand schedules, and on the
+tiles and orders); what one call costs by the number of schedules it scores (a fixed cost
+per call, then a little per schedule: why the searches score whole batches); then model vs
+simulator time on library and hand schedules, and on the
 fused (compute_at) kernels the pipeline makes of an inverted residual and of attention (at 1024 keys,
 the online-softmax kernel with its key loop tiled).
 """
@@ -46,6 +48,25 @@ def throughput(target_name: str, n: int, batch: int = 10_000, cpu: bool = False)
     for lo in range(0, n, batch):
         model.evaluate_batch(tiles[lo:lo + batch], orders[lo:lo + batch])
     return n / (clock() - start)
+
+
+def per_call(target_name: str, kernel: Kernel, size: int, calls: int = 20) -> float:
+    """CPU seconds of one `evaluate_batch` call scoring `size` distinct random tilings of
+    `kernel` (loop orders as the kernel's), median of `calls` calls."""
+    target = load_target(target_name)
+    model = kernel_model(kernel, target)
+    rng = np.random.default_rng(size)
+    extents = np.array([l.extent for l in kernel.loops])
+    times = []
+    for _ in range(calls + 1):
+        outer = rng.integers(1, extents + 1, size=(size, len(extents)))
+        tiles = np.stack([outer] + [np.minimum(outer, rng.integers(1, extents + 1, size=outer.shape))
+                                    for _ in range(model.n_levels - 1)], axis=2)
+        orders = np.repeat(np.arange(len(extents))[None, None], size, axis=0).repeat(model.n_levels, axis=1)
+        start = time.process_time()
+        model.evaluate_batch(tiles, orders)
+        times.append(time.process_time() - start)
+    return float(np.median(times[1:]))        # (the first call builds the model's tables)
 
 
 def disagreement(max_steps: int) -> list[tuple]:
@@ -94,11 +115,24 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--max-steps", type=int, default=200_000)
+    ap.add_argument("--batch-sizes", default="1,8,64,512", help="schedules per call for the per-call table")
     args = ap.parse_args()
     print(f"batch cost model, GEMM 1024x1024x1024, {args.n} random schedules, batches of 10000")
     for name in ("tpu", "gpu", "npu", "gemmini", "host"):
         print(f"  {name:8s} {throughput(name, args.n):12,.0f} schedules/s   "
               f"{throughput(name, args.n, cpu=True):12,.0f} per CPU second")
+    sizes = [int(v) for v in args.batch_sizes.split(",")]
+    kernels = {"matmul 128x256x512": kernels_unfused(gemm_program(128, 512, 256))[0],
+               "conv 32ch 3x3 28x28": kernels_unfused(conv_program(C=32, F=32, H=28, W=28))[0]}
+    print("\none call by schedules scored (CPU ms per call; us per schedule)")
+    print(f"  {'target':8s} {'kernel':22s} " + " ".join(f"{f'n={n}':>18s}" for n in sizes))
+    for target in ("tpu", "npu"):
+        for label, kernel in kernels.items():
+            cells = []
+            for n in sizes:
+                seconds = per_call(target, kernel, n)
+                cells.append(f"{seconds * 1e3:7.2f} ms {seconds / n * 1e6:5.0f} us")
+            print(f"  {target:8s} {label:22s} " + " ".join(f"{c:>18s}" for c in cells))
     print("\nsimulator vs model (library schedules)")
     print(f"  {'target':8s} {'kernel':8s} {'shape':22s} {'model s':>10s} {'sim s':>10s} {'error':>7s}")
     errors = []
