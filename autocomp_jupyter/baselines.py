@@ -207,6 +207,16 @@ def _tune_alone(program: Program, kernel: Kernel, ctx) -> Schedule:
     exhaustive = _exhaustive(kernel, ctx)          # a space small enough to score whole
     if exhaustive is not None:
         candidates.append(Plan(program, (kernel,), (exhaustive,), "exhaustive"))
+    if kernel.compute_at:
+        # A chain computed at its last kernel's tiles: the chain pass's own tiling search of
+        # it at that compute point as well, then the scheduling pass. From textbook tiles the
+        # passes and the tuner can miss the tiles a fused nest needs by far (VGG's conv →
+        # relu → maxpool on gemmini: 16.0 ms against the 3.9 ms that search finds), and the
+        # gain chain's fusion step would then read the library's miss as fusion's loss.
+        plan = _chain_searched(program, kernel, ctx)
+        if plan is not None:
+            candidates.append(plan)
+            candidates.append(scheduling_pass(plan, ctx).plan)
     if len(kernel.ops) > 1 and not kernel.compute_at:
         # A fused epilogue searched from its anchor op's own library schedule as well (the
         # search from textbook tiles alone can miss the good tiles: a grouped conv + batchnorm
@@ -249,6 +259,20 @@ def _from_bare_textbook(program: Program, kernel: Kernel, ctx) -> list[Plan]:
         plan = run(plan, ctx).plan
         found.append(plan)
     return found
+
+
+def _chain_searched(program: Program, kernel: Kernel, ctx) -> Plan | None:
+    """`kernel` (a chain with its compute point) with the tiles the chain pass's search finds
+    at that point (`rules.chains`: its random candidates and local rounds; remembered, so
+    the chain the pipeline searched is not searched again), or None where none fits."""
+    from .accel.tile_search import search_tiles
+    from .rules.chains import CHAIN_CANDIDATES, CHAIN_ROUNDS
+    from .rules.tiling import level_mapping
+
+    mapping = level_mapping(ctx.rules.tiling.get("levels", ["L2", "L1", "vector"]), ctx.target.tiling_levels)
+    found = search_tiles(kernel, ctx.target, None, mapping, ctx.rules.tiling, seed=ctx.seed,
+                         n_random=CHAIN_CANDIDATES, rounds=CHAIN_ROUNDS)
+    return Plan(program, (kernel,), (found[0],), "chain search") if found is not None else None
 
 
 def _on_the_anchors_schedule(program: Program, kernel: Kernel, ctx) -> Schedule:
