@@ -41,6 +41,10 @@ ENERGY_ROUNDS = 1             # rounds of the climb that lowers energy within 1%
 PAST_THE_BAND = 100.0         # the energy climb's penalty: energy x e^(100 x how far past 1% of the fastest)
 LOCAL_ROUNDS = 8
 KEEP = 4                      # candidates refined by local search
+# The search of a chain computed at its last kernel's tiles (rules/chains.py, at each compute
+# point; baselines.py, the library's search of such a kernel, at its own point)
+CHAIN_CANDIDATES = 40         # random tile candidates per compute point (then the local search)
+CHAIN_ROUNDS = 2              # rounds of the local refinement per compute point
 
 
 def level_mapping(generic: list[str], target_levels: tuple[str, ...]) -> dict[str, str]:

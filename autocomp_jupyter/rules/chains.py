@@ -48,14 +48,12 @@ from ..ir.twin import kernel_twin
 from ..verify import EQUIVALENCE_POINTS, TWIN_EXTENT, scaled_points, verify_schedule
 from .fusion import _kernel_name
 from .online_softmax import online_softmax
-from ..accel.tile_search import search_all, size_moves
+from ..accel.tile_search import CHAIN_CANDIDATES, CHAIN_ROUNDS, search_all, size_moves
 from .tiling import level_mapping, search_tiles
 
 PASS = "fusion"
 MAX_CHAIN = 8            # kernels in one chain (attention as comprehensions: six; with a mask table and a scale, eight)
 MAX_POINTS = 2           # compute points searched per chain (the longest loops, outer levels first)
-CHAIN_CANDIDATES = 40    # random tile candidates per compute point (then the local search)
-CHAIN_ROUNDS = 2         # rounds of the tiling search's local refinement per compute point
 MIN_GAIN = 0.01          # a chain must save at least this fraction of its kernels' time
 # The scheduling pass (parallel loops, the vector loop) runs on a searched chain only when
 # its tiles alone come within this fraction of what it must beat: on the networks it changed
