@@ -265,11 +265,9 @@ def _chain_searched(program: Program, kernel: Kernel, ctx) -> Plan | None:
     """`kernel` (a chain with its compute point) with the tiles the chain pass's search finds
     at that point (`rules.chains`: its random candidates and local rounds; remembered, so
     the chain the pipeline searched is not searched again), or None where none fits."""
-    from .accel.tile_search import CHAIN_CANDIDATES, CHAIN_ROUNDS, level_mapping, search_tiles
+    from .accel.tile_search import chain_tiles
 
-    mapping = level_mapping(ctx.rules.tiling.get("levels", ["L2", "L1", "vector"]), ctx.target.tiling_levels)
-    found = search_tiles(kernel, ctx.target, None, mapping, ctx.rules.tiling, seed=ctx.seed,
-                         n_random=CHAIN_CANDIDATES, rounds=CHAIN_ROUNDS)
+    found = chain_tiles(kernel, ctx.target, ctx.rules.tiling, ctx.seed)
     return Plan(program, (kernel,), (found[0],), "chain search") if found is not None else None
 
 

@@ -2,7 +2,6 @@
 model costs goes below, taken at the array fill the loop extents allow."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import autocomp_jupyter as autocomp
 from autocomp_jupyter.accel.limit import physical_limit
 from autocomp_jupyter.accel.target import load_target
 from autocomp_jupyter.dsl import parse
+from golden_reports import assert_within_the_limit
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,9 +18,6 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_no_plan_beats_the_limit_on_this_host():
     """On the host as detected here (its measured FMA rate: the golden cases pin one host and
     check the limit on every preset, `golden_reports.assert_within_the_limit`)."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    from golden_reports import assert_within_the_limit
-
     for path in sorted((ROOT / "examples").glob("*.acir"))[:3]:
         assert_within_the_limit(path.name, autocomp.optimize(path, target="host", tune=0).report)
 

@@ -47,6 +47,15 @@ CHAIN_CANDIDATES = 40         # random tile candidates per compute point (then t
 CHAIN_ROUNDS = 2              # rounds of the local refinement per compute point
 
 
+def chain_tiles(kernel: Kernel, target, params: dict, seed: int = 0):
+    """`search_tiles` of a chain at the compute point `kernel` holds, with the chain search's
+    budget (CHAIN_CANDIDATES, CHAIN_ROUNDS) and the rules' levels on the target's: the one
+    call the chain pass and the library's search of a chain make, so they share its entry."""
+    mapping = level_mapping(params.get("levels", ["L2", "L1", "vector"]), target.tiling_levels)
+    return search_tiles(kernel, target, None, mapping, params, seed=seed, n_random=CHAIN_CANDIDATES,
+                        rounds=CHAIN_ROUNDS)
+
+
 def level_mapping(generic: list[str], target_levels: tuple[str, ...]) -> dict[str, str]:
     """{generic name: target level}, outer → inner; extra generic names are dropped."""
     return {g: t for g, t in zip(generic, target_levels)}

@@ -48,8 +48,8 @@ from ..ir.twin import kernel_twin
 from ..verify import EQUIVALENCE_POINTS, TWIN_EXTENT, scaled_points, verify_schedule
 from .fusion import _kernel_name
 from .online_softmax import online_softmax
-from ..accel.tile_search import CHAIN_CANDIDATES, CHAIN_ROUNDS, search_all, size_moves
-from .tiling import level_mapping, search_tiles
+from ..accel.tile_search import CHAIN_CANDIDATES, CHAIN_ROUNDS, chain_tiles, search_all, size_moves
+from .tiling import level_mapping
 
 PASS = "fusion"
 MAX_CHAIN = 8            # kernels in one chain (attention as comprehensions: six; with a mask table and a scale, eight)
@@ -574,8 +574,7 @@ def _search_chain(program: Program, kernel: Kernel, ctx: PassContext, alone: flo
     mapping = level_mapping(ctx.rules.tiling.get("levels", ["L2", "L1", "vector"]), target.tiling_levels)
 
     def searched(point):
-        found = search_tiles(_at_point(kernel, *point), target, None, mapping, ctx.rules.tiling, seed=ctx.seed,
-                             n_random=CHAIN_CANDIDATES, rounds=CHAIN_ROUNDS)
+        found = chain_tiles(_at_point(kernel, *point), target, ctx.rules.tiling, ctx.seed)
         return (found[0], found[1].time_s) if found is not None else None
 
     # every point's search at once, side by side on the spare cores (a point the walk below
