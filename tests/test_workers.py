@@ -180,3 +180,49 @@ def test_the_chain_walk_shared_with_a_spare_core_gives_the_serial_walk(one_worke
 def _untimed(entries: list[dict]) -> list[dict]:
     """The log without the seconds a search took ('... candidates in 0.06 s')."""
     return [dict(e, why=re.sub(r" in [0-9.]+ s", "", e["why"])) for e in entries]
+
+
+def _attention_blocks(blocks: int, tokens: int = 64) -> str:
+    """`blocks` attentions in a row, each written as comprehensions (six kernels: scores, max,
+    exp, sum, probabilities, weighted sum), the next one's queries the last one's output."""
+    lines = [f"input Q0: f32[1, {tokens}, 16]", f"input K: f32[1, {tokens}, 16]", f"input V: f32[1, {tokens}, 16]"]
+    for b in range(blocks):
+        lines += [f"S{b}[h, i, j] += Q{b}[h, i, d] * K[h, j, d]", f"M{b}[h, i] max= S{b}[h, i, j]",
+                  f"E{b}[h, i, j] = exp(S{b}[h, i, j] * 0.25 - M{b}[h, i] * 0.25)", f"Z{b}[h, i] += E{b}[h, i, j]",
+                  f"P{b}[h, i, j] = E{b}[h, i, j] / Z{b}[h, i]", f"Q{b + 1}[h, i, e] += P{b}[h, i, j] * V[h, j, e]"]
+    return "\n".join(lines + [f"output Q{blocks}"]) + "\n"
+
+
+def test_a_shared_walk_takes_a_segments_online_softmax_rewrite_as_the_serial_walk_makes_it(one_worker, monkeypatch,
+                                                                                         tmp_path):
+    """An online-softmax chain rewrites the program. The spare core's segment rewrote the
+    program as it had it (the second attention's chain); this process, which rewrote the
+    first one meanwhile, takes that segment's step and makes its rewrite again on its own
+    program: both attentions run online, and the plan, log and rollbacks are the serial walk's."""
+    from autocomp_jupyter.rules import chains
+
+    # Gemmini with a 16 KiB scratchpad and a 4 KiB accumulator: 64 keys' score rows are long
+    # enough there that the softmax runs against a running max (a small, quick program).
+    preset = (Path(autocomp.__file__).parent / "accel" / "presets" / "gemmini.yaml").read_text()
+    target = tmp_path / "small_gemmini.yaml"
+    target.write_text(preset.replace("name: gemmini", "name: small_gemmini")
+                      .replace("size_bytes: 256 KiB", "size_bytes: 16 KiB").replace("size_bytes: 64 KiB", "size_bytes: 4 KiB"))
+    monkeypatch.setattr(chains, "SPLIT_KERNELS", 4)     # share the walk of a plan of 12 kernels ...
+    monkeypatch.setattr(chains, "MAX_CHAIN", 6)         # ... in 2 segments of six, each one attention
+    source = _attention_blocks(2)
+    caches.clear_all()
+    with monkeypatch.context() as serial:
+        serial.setattr(workers, "spare_cores", lambda: 0)
+        alone = autocomp.optimize(source, target=str(target), tune=0).report
+    taken = []
+    steps_at = chains._Shared.steps_at
+    monkeypatch.setattr(chains._Shared, "steps_at", lambda self, at: taken.append((at, steps_at(self, at))) or
+                        taken[-1][1])
+    caches.clear_all()
+    shared = autocomp.optimize(source, target=str(target), tune=0).report
+    # this process took the spare core's step at kernel 6: the second attention, rewritten there
+    assert any(at == 6 and steps and steps[0].program is not None for at, steps in taken)
+    online = [e["ops"] for e in alone["rules"] if e["applied"] and "running max" in e["why"]]
+    assert len(online) == 2                                       # both attentions online, in both runs
+    assert shared["verified"] and _outcome(shared) == _outcome(alone)
+    assert _untimed(shared["rules"]) == _untimed(alone["rules"]) and shared["rollbacks"] == alone["rollbacks"]

@@ -121,8 +121,10 @@ def _scanned(program: Program, kernels: list[Kernel], schedules: list[Schedule],
     """The walk's steps over the whole plan: this process walks it from the first kernel and,
     where a spare core is free and the plan has SPLIT_KERNELS kernels or more, the spare core
     walks segments of it from the back (`_Shared`). A step depends only on the kernel it
-    starts at and the program, so where this process reaches a kernel a segment's walk
-    started a step at, that walk's steps from there are the serial walk's."""
+    starts at and the ops of the program it reads, which an online-softmax rewrite of
+    another chain leaves as they were, so where this process reaches a kernel a segment's
+    walk started a step at, that walk's steps from there are the serial walk's (their
+    rewrites made again on this walk's program: `_taken`)."""
     from .. import workers
 
     whole_s = sum(evaluate(s, ctx.target).time_s for s in schedules)
@@ -131,24 +133,48 @@ def _scanned(program: Program, kernels: list[Kernel], schedules: list[Schedule],
         return _scan(program, kernels, schedules, 0, n, whole_s, ctx)
     shared = _Shared(program, kernels, schedules, whole_s, ctx)
     steps: list[_Step] = []
-    at, rewritten = 0, False
+    at = 0
     with workers.held():            # the spare core is the walk's while it lasts
         try:
             while at < n:
-                theirs = shared.steps_at(at) if not rewritten else None
-                if theirs:          # the rest of a segment the spare core walked
-                    steps.extend(theirs)
-                    at = theirs[-1].at + theirs[-1].length
+                taken = _taken(program, kernels, shared.steps_at(at) or [])
+                if taken:           # the rest of a segment the spare core walked
+                    steps.extend(taken)
+                    program = next((s.program for s in reversed(taken) if s.program is not None), program)
+                    at = taken[-1].at + taken[-1].length
                     continue
                 step = _step(program, kernels, schedules, at, whole_s, ctx)
                 steps.append(step)
-                if step.program is not None:    # the program rewritten: the other walks' steps no longer hold
-                    program, rewritten = step.program, True
-                    shared.stop()
+                program = step.program or program
                 at += step.length
         finally:
             shared.close()
     return steps
+
+
+def _taken(program: Program, kernels: list[Kernel], theirs: list[_Step]) -> list[_Step]:
+    """The steps of a segment walked elsewhere as this walk takes them, on its own program:
+    an online-softmax step's rewrite (made there on the program as that walk had it) made
+    again here on this walk's, in the walk's order; its kernel and schedule stand, as every
+    other step's do (a rewrite replaces only its chain's ops by one op computing the
+    chain's output, read by the same readers: no other chain sees a difference). Up to a
+    rewrite that does not give the same op here (this walk then makes that step itself)."""
+    out = []
+    for step in theirs:
+        if step.program is not None:
+            ops = [op for k in kernels[step.at:step.at + step.length] for op in k.ops]
+            found = online_softmax(program, ops)
+            if isinstance(found, str) or _op(found[0], found[1]) != _op(step.program, found[1]):
+                break
+            program = found[0]
+            step = replace(step, program=program)
+        out.append(step)
+    return out
+
+
+def _op(program: Program, output: str):
+    """The op of `program` writing `output` (None: none)."""
+    return next((op for op in program.ops if op.output == output), None)
 
 
 # A plan of this many kernels or more has its walk shared with a spare core (`_scanned`); a
@@ -211,7 +237,7 @@ class _Shared:
         if here not in self.walked:
             self.walked[here] = workers.value_carried(self.given[here], lambda: None)
         steps = self.walked[here]
-        if not steps or any(s.program is not None for s in steps):
+        if not steps:
             return None
         starts = [k for k, s in enumerate(steps) if s.at == at]
         return steps[starts[0]:] if starts else None
