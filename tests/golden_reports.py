@@ -122,24 +122,6 @@ def assert_every_kernel_replays(label, res) -> None:
             assert {s["primitive"] for s in schedule.trace} <= set(PRIMITIVES), (label, kernel.name)
 
 
-def assert_every_tile_in_the_space(label, res) -> None:
-    """Every tile of every kernel of the optimised plan, the library baseline and the tuner's
-    versions is one of the candidate space's sizes (`space.TileSpace`): the passes, the
-    tuner and the library all draw from it."""
-    from autocomp_jupyter.rules.engine import load_rules
-    from autocomp_jupyter.space import TileSpace
-
-    factor = tuple(load_rules([], res.target.name).tiling.get("register_tile_factor", [4, 16]))
-    for plan in (res.after, res.library, *res.versions.values()):
-        for schedule in plan.schedules:
-            space = TileSpace.of(schedule.kernel, res.target)
-            sizes = schedule.tile_sizes(schedule.levels or tuple(res.target.tiling_levels))
-            for d, loop in enumerate(schedule.kernel.loops):
-                allowed = set(space.candidates(d, factor).tolist())
-                outside = [int(s) for s in sizes[loop.name] if int(s) not in allowed]
-                assert not outside, (label, schedule.kernel.name, loop.name, outside)
-
-
 def assert_report_invariants(label, r: dict, ops: int) -> None:
     """What every report holds whatever its numbers (`ops`: the program's op count): verified,
     every version's time finite, never slower than the library, the gain chain multiplying to

@@ -2,10 +2,9 @@
 programs, on the presets and tuning budgets of tests/golden_reports.py, against tests/golden/reports.json.
 Each report also holds what every report must, whatever its numbers (`golden_reports.assert_report_invariants`):
 verified, never slower than the library, a gain chain multiplying to the speedup, no version faster than the
-physical limit (`golden_reports.assert_within_the_limit`); every kernel of its
+physical limit (`golden_reports.assert_within_the_limit`); and every kernel of its
 optimised, library and naive plans replays from its trace to the same nest and cost
-(`golden_reports.assert_every_kernel_replays`); and every tile of those plans and of the
-tuner's versions is in the candidate space (`golden_reports.assert_every_tile_in_the_space`).
+(`golden_reports.assert_every_kernel_replays`).
 
 `UPDATE_GOLDEN=1` rewrites the file (review the diff: a number moves only when a change means it to).
 """
@@ -17,8 +16,8 @@ import os
 import pytest
 
 from autocomp_jupyter.dsl import parse
-from golden_reports import (GOLDEN, assert_every_kernel_replays, assert_every_tile_in_the_space, assert_report_invariants,
-                            assert_within_the_limit, differences, kept, optimized, write_golden)
+from golden_reports import (GOLDEN, assert_every_kernel_replays, assert_report_invariants, assert_within_the_limit,
+                            differences, kept, optimized, write_golden)
 
 if os.environ.get("UPDATE_GOLDEN"):
     write_golden()
@@ -32,7 +31,6 @@ def test_report_numbers_unchanged(case_id):
     res = optimized(record)
     assert_every_kernel_replays(case_id, res)
     assert_within_the_limit(case_id, res.report)
-    assert_every_tile_in_the_space(case_id, res)
     report = kept(res.report)
     assert_report_invariants(case_id, report, len(parse(record["source"], case_id).ops))
     diffs = differences(record["report"], report)
