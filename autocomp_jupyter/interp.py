@@ -47,6 +47,28 @@ def round_to_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
     raise ValueError(f"unknown dtype {dtype}")
 
 
+def _rounded_in_place(values: np.ndarray, dtype: str) -> np.ndarray:
+    """`round_to_dtype` of a float64 array this module just made, written over it: the same
+    values, without a second array of the tensor's size (a network's statements write
+    hundreds of thousands of elements each, and a fresh array costs its page faults)."""
+    if dtype in ("f32", "f16"):
+        np.copyto(values, values.astype(np.float32 if dtype == "f32" else np.float16))
+    elif dtype in ("i8", "i32"):
+        np.rint(values, out=values)
+        np.clip(values, -128 if dtype == "i8" else -(2 ** 31), 127 if dtype == "i8" else 2 ** 31 - 1, out=values)
+    else:
+        np.copyto(values, round_to_dtype(values, dtype))
+    return values
+
+
+def _fresh(values, shape: tuple) -> bool:
+    """Whether `values` is an array of `shape` this evaluation made (float64, C order, its own
+    memory): one it may return, or write over, without a copy. A tensor's values are never
+    one: an access reads them as a view (`_eval_expr` reshapes what `_gather` gives)."""
+    return (isinstance(values, np.ndarray) and values.shape == shape and values.dtype == np.float64
+            and values.base is None and values.flags.c_contiguous and values.flags.writeable)
+
+
 def index_ranges(program: Program) -> dict[str, int]:
     """Integer tensors read as indices, each with the number of rows it may address (the
     smallest dimension it indexes)."""
@@ -105,18 +127,21 @@ def run_statement(st: Statement, env: Mapping[str, np.ndarray], target: Tensor) 
     """One comprehension over its whole domain, into a fresh array for `target`."""
     ranges = tuple((0, l.extent) for l in st.loops)
     result = _evaluate_box(st, env, ranges)
+    n_out = len(st.output_loops)
+    direct = all(idx.single_loop == st.loops[k].name for k, idx in enumerate(st.target_indices)) \
+        and len(st.target_indices) == n_out
+    if direct and _fresh(result, tuple(target.shape)):
+        return _rounded_in_place(result, target.dtype)      # it is the whole fresh array
     init = {None: 0.0, "+": 0.0, "max": -math.inf}[st.reduce]
     out = np.full(target.shape, init if st.reduce == "max" else 0.0)
-    n_out = len(st.output_loops)
-    if all(idx.single_loop == st.loops[k].name for k, idx in enumerate(st.target_indices)) \
-            and len(st.target_indices) == n_out:
+    if direct:
         out[...] = result
     else:
         grids = np.ix_(*[np.arange(l.extent) for l in st.loops[:n_out]])
         env_idx = {l.name: g for l, g in zip(st.loops[:n_out], grids)}
         index = tuple(np.broadcast_to(idx.evaluate(env_idx), result.shape) for idx in st.target_indices)
         out[index] = result
-    return round_to_dtype(out, target.dtype)
+    return _rounded_in_place(out, target.dtype)
 
 
 def _box_points(ranges) -> int:
@@ -339,12 +364,15 @@ def _evaluate_box(st: Statement, env, ranges) -> np.ndarray:
         result = np.einsum(spec, *operands, optimize=order)
         shape = tuple(ranges[a][1] - ranges[a][0] for a in range(n_out))
         result = result.reshape(tuple(shape[a] if a in kept else 1 for a in range(n_out)))
-        return np.broadcast_to(result * scale, shape).copy()
+        scaled = result * scale
+        return scaled if _fresh(scaled, shape) else np.broadcast_to(scaled, shape).copy()
     rank = len(ranges)
     values = _eval_expr(st.expr, st, env, ranges, rank)
     full = tuple(b - a for a, b in ranges)
-    values = np.broadcast_to(values, full)
     red_axes = tuple(range(n_out, rank))
+    if not red_axes and _fresh(values, full):
+        return values               # an expression's own result: no copy of it
+    values = np.broadcast_to(values, full)
     if st.reduce == "+":
         return values.sum(axis=red_axes) if red_axes else values.copy()
     if st.reduce == "max":
