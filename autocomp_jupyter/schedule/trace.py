@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..caches import cached
 from ..errors import Diagnostic, UserError
 from ..ir.schedule import Kernel, Schedule
 from .errors import IllegalStepError, ScheduleError
@@ -96,6 +97,10 @@ def by_position(schedule: Schedule) -> tuple:
             tuple(schedule.levels))
 
 
+# (by the kernel and the record: a network's searches and checks ask the library's schedule of
+# one kernel again and again — ViT-B/16 on npu replays 2,218 records on 732 distinct kernels —
+# and each replay makes a schedule per step)
+@cached("schedule.from_positions", 4096)
 def from_positions(kernel: Kernel, record: tuple) -> Schedule:
     """The schedule a `by_position` record builds on `kernel` (of the recorded kernel's
     canonical form). Its steps were legal where recorded, and legality follows the form."""
