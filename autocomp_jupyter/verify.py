@@ -149,6 +149,9 @@ def equivalent_at_scale(original: Program, candidate: Program, seed: int = 0):
     rewrite does not replay on it."""
     if sum(st.box_points for st in original.statements) <= EQUIVALENCE_POINTS:
         return _equivalent(original, candidate, seed)
+    local = _equivalent_where_changed(original, candidate, seed)
+    if local:
+        return local
     small = _scaled_source(original)
     if small is None:
         return _equivalent(original, candidate, seed)
@@ -158,6 +161,58 @@ def equivalent_at_scale(original: Program, candidate: Program, seed: int = 0):
         if rewritten is None:
             return _equivalent(original, candidate, seed)
     return _equivalent(small, rewritten, seed)
+
+
+def _equivalent_where_changed(original: Program, candidate: Program, seed: int):
+    """The rewrites that made `candidate` from `original`, checked on a small twin of the ops
+    they changed alone (`ir.twin.kernel_twin`: their inputs random, every loop cut to
+    TWIN_EXTENT) with the same rewrites replayed on it — each reads only the structure of the
+    ops it rewrites, which the twin keeps; None where that twin does not build, a rewrite
+    does not replay on it as it made `candidate`, or it finds a difference (the caller then
+    checks at scale or at full size, and decides). An imported transformer's literal
+    reshapes keep its own scaled twin at full size: ViT-B/16's checks ran the whole network
+    in the interpreter, a quarter of its optimisation."""
+    mine = {op.name: op for op in candidate.ops}
+    rewritten_ops = {op for _, ops in candidate.rewrites for op in ops}
+    changed = tuple(op.name for op in original.ops if mine.get(op.name) != op or op.name in rewritten_ops)
+    if not changed or len(changed) == len(original.ops):
+        return None
+    try:
+        small = _changed_twin(original, changed)
+        if small is None:
+            return None
+        rewritten = replay_inlines(small, candidate, keep=rewritten_ops)
+        for name, ops in candidate.rewrites:
+            rewritten = _replayed(rewritten, name, tuple(ops))
+            if rewritten is None:
+                return None
+    except (ValueError, KeyError, IndexError):      # a twin the ops do not make: checked as before
+        return None
+    # The replay made on the twin what the rewrites made of the program: the ops they removed
+    # are gone from it, and every op they changed is changed there too.
+    replayed = {op.name: op for op in rewritten.ops}
+    for name in changed:
+        if (name in mine) != (name in replayed) or (name in mine and replayed[name] == small.producer(name)):
+            return None
+    verdict = _equivalent(small, rewritten, seed)
+    return verdict if verdict else None
+
+
+def _changed_twin(original: Program, changed: tuple[str, ...]) -> Program | None:
+    """`kernel_twin` of the ops `changed` of `original`, made once: a pass checks its
+    candidates one after another against the same original (and the replays on the twin
+    are remembered by the twin)."""
+    key = (id(original), changed)
+    hit = _CHANGED_TWINS.get(key)
+    if hit is not None and hit[0] is original:          # an id is reused once its object is gone
+        return hit[1]
+    small = kernel_twin(original, changed, TWIN_EXTENT)
+    _CHANGED_TWINS.put(key, (original, small))
+    return small
+
+
+# Twins of the ops rewrites changed, by (the original, those ops).
+_CHANGED_TWINS = LRU("verify.changed_twin", 64)
 
 
 # A rewrite replayed on a twin, by (the twin it was replayed on, the rewrite): a pass checks

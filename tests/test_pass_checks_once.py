@@ -145,3 +145,35 @@ def test_an_online_softmax_is_checked_on_its_ops_when_the_programs_twin_is_not_s
 
     monkeypatch.setattr(chains, "EQUIVALENCE_POINTS", verify.scaled_points(program) - 1)   # the twin too large
     assert chains._rewrite_verdict(program, ops, rewritten, NoWholeProgramRuns())
+
+
+INLINE_INTO_A_MATMUL = """input A: f32[64, 48]
+param W: f32[48, 40]
+B[i, k] = A[i, k] * 0.5
+C[i, j] += B[i, k] * W[k, j]
+D[i, j] = max(C[i, j], 0.0)
+"""
+
+
+def test_a_large_programs_rewrite_is_checked_on_a_twin_of_the_ops_it_changed(monkeypatch):
+    """A large program whose own twin does not build small (an imported model's literal
+    reshapes): an inline is checked on a twin of the ops it changed alone, never the whole
+    program at full size; a change no rewrite explains is checked at full size and found."""
+    from autocomp_jupyter.rules.fusion import inline
+
+    program = parse(INLINE_INTO_A_MATMUL, "<test>")
+    inlined = inline(program, program.producer("B"))
+    assert [op.name for op in inlined.ops] == ["C", "D"]
+    monkeypatch.setattr(verify, "EQUIVALENCE_POINTS", 0)                     # large ...
+    monkeypatch.setattr(verify, "_scaled_source", lambda p: None)             # ... with no twin of its own
+    runs = []                                          # (tensor, its largest dimension) of each statement run
+    real_statement = interp.run_statement
+    monkeypatch.setattr(interp, "run_statement", lambda st, env, tensor, *a, **k:
+                        runs.append((st.target, max(tensor.shape))) or real_statement(st, env, tensor, *a, **k))
+    assert verify.equivalent_at_scale(program, inlined)
+    assert runs and {t for t, _ in runs} <= {"B", "C"} and max(n for _, n in runs) <= verify.TWIN_EXTENT
+    scaled = parse(INLINE_INTO_A_MATMUL.replace("max(C[i, j], 0.0)", "max(C[i, j], 0.0) * 2.0"), "<test>")
+    runs.clear()
+    verdict = verify.equivalent_at_scale(program, scaled)
+    assert not verdict and "D" in verdict.reason
+    assert ("D", 64) in runs                           # the whole program, at full size
