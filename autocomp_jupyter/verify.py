@@ -349,19 +349,26 @@ def scaled_points(program: Program) -> int:
     return sum(st.box_points for st in (small or program).statements)
 
 
-def _scaled_source(program: Program) -> Program | None:
-    """The scaled twin of the program's source (cached), or None."""
+def _scaled_source(program: Program, up_to: int | None = None) -> Program | None:
+    """The scaled twin of the program's source (cached), or None; with `up_to`, only a twin
+    built at an extent up to that (`dsl.scaled_twin`: no parses at larger extents for a twin
+    the caller would not take), or the one already made."""
     if not program.source:
         return None
     key = (program.source, program.filename)
-    if key not in _TWINS:
-        from .dsl import scaled_twin as program_twin
-        from .errors import UserError
-        try:
-            _TWINS.put(key, program_twin(program.source, program.filename, max_extent=TWIN_EXTENT))
-        except UserError:
-            _TWINS.put(key, None)
-    return _TWINS.get(key)
+    if key in _TWINS:
+        return _TWINS.get(key)
+    bounded = key + (up_to,)
+    if up_to is not None and bounded in _TWINS:
+        return _TWINS.get(bounded)
+    from .dsl import scaled_twin as program_twin
+    from .errors import UserError
+    try:
+        small = program_twin(program.source, program.filename, max_extent=TWIN_EXTENT, up_to=up_to)
+    except UserError:
+        small = None
+    _TWINS.put(key if up_to is None else bounded, small)
+    return small
 
 
 # A kernel's twin by (program, kernel): every schedule of one kernel is checked on the same
@@ -410,7 +417,7 @@ def _program_twin(program: Program) -> Program | None:
     hit = _PROGRAM_TWINS.get(id(program))
     if hit is not None and hit[0] is program:
         return hit[1]
-    small = _scaled_source(program)
+    small = _scaled_source(program, up_to=4 * TWIN_EXTENT)
     if small is None or max((d for t in small.tensors for d in t.shape), default=1) > 4 * TWIN_EXTENT:
         small = None  # a dimension the source pins (a literal reshape) keeps the twin large
     else:

@@ -33,23 +33,27 @@ def parse(source: str, filename: str = "<program>", max_extent: int | None = Non
     return build_program(source, filename, max_extent)
 
 
-def scaled_twin(source: str, filename: str = "<program>", max_extent: int = 8) -> Program:
+def scaled_twin(source: str, filename: str = "<program>", max_extent: int = 8,
+                up_to: int | None = None) -> Program | None:
     """The program with its dimensions shrunk to about `max_extent`, for equivalence runs.
 
     Shrinking each declared dimension on its own can break shapes that strided ops derive
     (a stride-2 conv makes width 5 into 3 but width 4 into 2, no longer the declared 3 of a
     tensor it is added to); then the extent doubles until the twin builds. At worst the twin
-    is the program itself. Errors of the program itself are raised as they are.
+    is the program itself; with `up_to`, the extent doubles no further than that, and None
+    says no twin built within it (an imported transformer's literal reshapes fail at every
+    extent: each try parses the whole program). Errors of the program itself are raised as
+    they are.
     """
     program = parse(source, filename)
     largest = max((d for t in program.tensors for d in t.shape), default=1)
     extent = max_extent
-    while extent < largest:
+    while extent < largest and (up_to is None or extent <= up_to):
         try:
             return parse(source, filename, extent)
         except UserError:
             extent *= 2
-    return program
+    return program if up_to is None or largest <= up_to else None
 
 
 def load(path: str | Path, max_extent: int | None = None) -> Program:
