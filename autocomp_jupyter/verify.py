@@ -20,7 +20,7 @@ from . import poly
 from .caches import LRU
 from .canon import schedule_key
 from .interp import TooManyTiles, check_tiled, reference_run
-from .ir.program import Const, Program, substitute
+from .ir.program import Const, Loop, Program, substitute
 from .ir.schedule import Kernel, Schedule
 from .ir.twin import kernel_twin
 from .passes import PassContext
@@ -189,13 +189,20 @@ def _equivalent_where_changed(original: Program, candidate: Program, seed: int):
     except (ValueError, KeyError, IndexError):      # a twin the ops do not make: checked as before
         return None
     # The replay made on the twin what the rewrites made of the program: the ops they removed
-    # are gone from it, and every op they changed is changed there too.
+    # are gone from it, and every op they changed is there as `candidate` has it, but for
+    # its loops' extents (so the twin checks the candidate's own statements).
     replayed = {op.name: op for op in rewritten.ops}
     for name in changed:
-        if (name in mine) != (name in replayed) or (name in mine and replayed[name] == small.producer(name)):
+        if (name in mine) != (name in replayed) or (name in mine and _unsized(replayed[name]) != _unsized(mine[name])):
             return None
     verdict = _equivalent(small, rewritten, seed)
     return verdict if verdict else None
+
+
+def _unsized(op) -> tuple:
+    """An op's statements with their loops' extents left out: what a twin's copy of it shares
+    with it."""
+    return tuple(replace(st, loops=tuple(Loop(l.name, 0) for l in st.loops)) for st in op.statements)
 
 
 def _changed_twin(original: Program, changed: tuple[str, ...]) -> Program | None:
