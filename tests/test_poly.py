@@ -467,3 +467,63 @@ def test_the_tuners_verdict_on_a_plain_kernel_is_isls(name, monkeypatch):
             exact = legality._Legality(space).verdict(tiles, orders)
         assert fast[0] == exact[0] and np.array_equal(fast[1], exact[1]), (tiles.tolist(), orders.tolist())
         assert not exact[1].all()             # a reduction loop is never free to run in parallel
+
+
+# --------------------------------------------------------------------------- loop by loop
+
+
+SEPARABLE_PROGRAM = """input X: f32[1, 8, 12, 12]
+param W: f32[6, 8, 3, 3]
+param D: f32[6, 1, 3, 3]
+C = conv2d(X, W, stride=1, padding=1)
+R = relu(C)
+G = conv2d(R, D, stride=1, padding=1, groups=6)
+M[n, c, h] max= G[n, c, h, w]
+output M
+"""
+
+
+def test_dependence_levels_loop_by_loop_equal_the_whole_sets_on_random_tilings():
+    """`poly.separable` decides a dependence loop by loop where the relation and the time
+    vectors separate; on 3-level tilings, orders and reversals of a convolution, a fused
+    convolution + relu, a grouped convolution and a row reduction, each answer equals the
+    one from the whole set of time differences, and most pairs take the loop-by-loop path."""
+    import random
+
+    from autocomp_jupyter.dsl import parse
+    from autocomp_jupyter.ir.schedule import Kernel, Schedule, kernels_unfused
+    from autocomp_jupyter.poly.legality import _delta_levels, _padded, _statement_map
+    from autocomp_jupyter.poly.separable import dependence_levels
+
+    program = parse(SEPARABLE_PROGRAM, "<test>")
+    kernels = list(kernels_unfused(program)) + [Kernel.from_ops(program, ["C", "R"])]
+    rng = random.Random(7)
+    separated = total = 0
+    for kernel in kernels:
+        polyhedra = poly.kernel_polyhedra(kernel.statements)
+        deps = poly.dependences(kernel.statements) + poly.dependences(kernel.statements, reduction_reorderable=True)
+        for _ in range(10):
+            tiles = {}
+            for loop, extent in kernel.extents.items():
+                outer = rng.randint(1, extent)
+                tiles[loop] = {"L2": outer, "L1": rng.randint(1, outer), "vector": rng.randint(1, 3)}
+            loops = list(kernel.loop_names)
+            order = {level: tuple(rng.sample(loops, len(loops))) for level in ("L2", "L1")}
+            schedule = Schedule(kernel, tiles=tiles, order=order, levels=("L2", "L1", "vector"))
+            kernel_schedule = poly.from_tiled_schedule(schedule)
+            if rng.random() < 0.3:
+                kernel_schedule = kernel_schedule.reverse(rng.choice(kernel_schedule.loop_dims()))
+            by_name = {s.name: s for s in kernel_schedule.statements}
+            width = kernel_schedule.width
+            for dep in deps:
+                source, sink = by_name[dep.source], by_name[dep.sink]
+                pairs = dep.relation.apply_domain(_statement_map(source, width)).apply_range(
+                    _statement_map(sink, width))
+                whole = _delta_levels(pairs.deltas())
+                found = dependence_levels(dep.relation, dep.relation_text, source.loops, _padded(source, width),
+                                          sink.loops, _padded(sink, width))
+                total += 1
+                if found is not None:
+                    separated += 1
+                    assert found == whole, (kernel.name, dep.describe(polyhedra), str(kernel_schedule))
+    assert total > 120 and separated >= total * 0.6, (separated, total)
