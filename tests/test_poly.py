@@ -527,3 +527,31 @@ def test_dependence_levels_loop_by_loop_equal_the_whole_sets_on_random_tilings()
                     separated += 1
                     assert found == whole, (kernel.name, dep.describe(polyhedra), str(kernel_schedule))
     assert total > 120 and separated >= total * 0.6, (separated, total)
+
+
+def test_a_schedule_valid_by_its_form_is_one_isl_finds_valid_and_the_rest_go_to_isl():
+    """`schedules._valid_by_form` skips isl's parse for the schedules the transformations
+    write (every loop a position of its own, floors and mods by constants); each it accepts
+    isl finds valid too, and what it does not accept is still checked, and refused, by isl."""
+    from autocomp_jupyter.poly.schedules import ScheduleDim, StatementSchedule, _schedule_error, _valid_by_form
+
+    s = gemm(8)
+    loops = ("i", "j", "k")
+
+    def schedule(*exprs):
+        return StatementSchedule("S0", loops, tuple(ScheduleDim(f"d{n}", e) for n, e in enumerate(exprs)))
+
+    def isl_error(sched):
+        return _schedule_error(s, "S0", isl.UnionMap(sched.to_isl()))
+
+    by_form = [schedule("0", "floor(k/4)", "floor(((i) mod 8)/2)", "-(j)", "i", "j", "k"),
+               schedule("(i) + 2*(j)", "(k) mod 3", "k", "j", "i")]
+    for sched in by_form:
+        assert _valid_by_form(loops, sched) and isl_error(sched) is None
+    not_by_form = [schedule("floor(i/2)", "j", "k"),            # two instances at one time
+                   schedule("i", "j", "floor(k/2)"),
+                   schedule("i", "j", "k", "i j")]              # no expression
+    for sched in not_by_form:
+        assert not _valid_by_form(loops, sched)
+    assert "at the same time" in isl_error(not_by_form[0])
+    assert "at the same time" in isl_error(not_by_form[1])

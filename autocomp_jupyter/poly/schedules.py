@@ -11,6 +11,7 @@ instances of a statement distinct times (`_check_schedule`, `_statement_schedule
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, Union
 
@@ -323,8 +324,53 @@ def _domain_schedule_error(loops: tuple, name: str, schedule: StatementSchedule 
                            width: int | None = None) -> str | None:
     if schedule is None:
         return f"the schedule does not cover every instance of {name}"
+    if _valid_by_form(tuple(l.name for l in loops), schedule):
+        return None
     m, function = _parse_schedule(schedule.isl_text(width))
     return _schedule_error(Statement("", (), None, loops, None), name, isl.UnionMap(m), function)
+
+
+_TOKEN = re.compile(r"\d+|[A-Za-z_]\w*|\S")
+_OPERAND_END = re.compile(r"\d+$|[A-Za-z_]\w*$|\)$")
+
+
+def _valid_by_form(loops: tuple[str, ...], schedule: StatementSchedule) -> bool:
+    """Whether the schedule is valid by its form alone, as the transformations write it:
+    each of the statement's loops is a time position of its own (so distinct instances run
+    at distinct times), and every position is an expression of its loops in isl's syntax
+    with `floor(.../n)`, `mod n` and `n*(...)` by integer constants, a quasi-affine function
+    defined on every instance. Anything else is parsed and checked by isl."""
+    if schedule.loops != loops or not {d.expr for d in schedule.dims} >= set(loops):
+        return False
+    for d in schedule.dims:
+        tokens = _TOKEN.findall(d.expr)
+        depth = 0
+        for i, t in enumerate(tokens):
+            after = tokens[i + 1] if i + 1 < len(tokens) else ""
+            if t == "(":
+                depth += 1
+            elif t == ")":
+                depth -= 1
+                if depth < 0:
+                    return False
+            elif t in ("/", "mod"):
+                if not after.isdigit() or int(after) == 0:
+                    return False
+            elif t == "*":
+                if not (i and tokens[i - 1].isdigit()):
+                    return False
+            elif t == "floor":
+                if after != "(":
+                    return False
+            elif not (t.isdigit() or t in loops or t in "+-"):
+                return False
+            # two operands side by side (`i j`, `2 (i)`) are no expression
+            if _OPERAND_END.match(t) and t not in ("floor", "mod") and after \
+                    and (after[0].isalnum() or after in ("(", "_")) and after != "mod":
+                return False
+        if depth:
+            return False
+    return True
 
 
 def _schedule_error(s: Statement, name: str, schedule_map: isl.UnionMap, function: bool = False) -> str | None:
