@@ -53,6 +53,10 @@ class Capacity:
     spill: np.ndarray
     double_buffered: np.ndarray
     overflowing: np.ndarray
+    # per level, whether every candidate's tiles fit it twice, and whether none's do: the
+    # traffic's buckets then take each transfer whole, or none of it, with no mask
+    buffered_all: tuple = ()
+    buffered_none: tuple = ()
 
 
 def occupy(model, grid: TileGrid) -> Capacity:
@@ -63,7 +67,8 @@ def occupy(model, grid: TileGrid) -> Capacity:
     overflow = np.maximum(1.0 - model.capacity[None, :] / np.maximum(capacity_fp, 1e-30), 0.0)
     spill = np.maximum.reduce(np.maximum(capacity_fp / model.capacity[None, :] - 1.0, 0.0), axis=1)
     double_buffered = 2.0 * capacity_fp <= model.capacity[None, :]
-    return Capacity(tile_bytes, capacity_fp, overflow, spill, double_buffered, overflow.any(axis=0))
+    return Capacity(tile_bytes, capacity_fp, overflow, spill, double_buffered, overflow.any(axis=0),
+                    tuple(double_buffered.all(axis=0).tolist()), tuple((~double_buffered.any(axis=0)).tolist()))
 
 
 def footprints(model, T: np.ndarray, tile_bytes: dict | None = None, orders=None) -> np.ndarray:
