@@ -484,10 +484,11 @@ output M
 
 
 def test_dependence_levels_loop_by_loop_equal_the_whole_sets_on_random_tilings():
-    """`poly.separable` decides a dependence loop by loop where the relation and the time
-    vectors separate; on 3-level tilings, orders and reversals of a convolution, a fused
-    convolution + relu, a grouped convolution and a row reduction, each answer equals the
-    one from the whole set of time differences, and most pairs take the loop-by-loop path."""
+    """`poly.separable` decides a dependence group of loops by group where the relation and
+    the time vectors separate; on 3-level tilings, orders and reversals of a convolution, a
+    fused convolution + relu (its epilogue's dependences on the convolution), a grouped
+    convolution and a row reduction, each answer equals the one from the whole set of time
+    differences, and nearly all pairs take the group-by-group path."""
     import random
 
     from autocomp_jupyter.dsl import parse
@@ -526,7 +527,7 @@ def test_dependence_levels_loop_by_loop_equal_the_whole_sets_on_random_tilings()
                 if found is not None:
                     separated += 1
                     assert found == whole, (kernel.name, dep.describe(polyhedra), str(kernel_schedule))
-    assert total > 120 and separated >= total * 0.6, (separated, total)
+    assert total > 120 and separated >= total * 0.9, (separated, total)
 
 
 def test_a_schedule_valid_by_its_form_is_one_isl_finds_valid_and_the_rest_go_to_isl():
