@@ -73,6 +73,19 @@ class LRU:
                 for k, v in value.items():
                     mine.setdefault(k, v)
 
+    def of(self, obj, extra, make):
+        """The value kept for the object `obj`, by identity, and `extra` (hashable), made by
+        `make()` the first time. For objects compared by value at great cost (a program of a
+        thousand ops) that a pass asks about again and again: the entry holds `obj` itself, so
+        the id it is keyed on is not reused by another object while the entry lives."""
+        key = (id(obj), extra)
+        hit = self.get(key)
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        value = make()
+        self.put(key, (obj, value))
+        return value
+
     def __contains__(self, key) -> bool:
         return key in self.data
 

@@ -209,13 +209,7 @@ def _changed_twin(original: Program, changed: tuple[str, ...]) -> Program | None
     """`kernel_twin` of the ops `changed` of `original`, made once: a pass checks its
     candidates one after another against the same original (and the replays on the twin
     are remembered by the twin)."""
-    key = (id(original), changed)
-    hit = _CHANGED_TWINS.get(key)
-    if hit is not None and hit[0] is original:          # an id is reused once its object is gone
-        return hit[1]
-    small = kernel_twin(original, changed, TWIN_EXTENT)
-    _CHANGED_TWINS.put(key, (original, small))
-    return small
+    return _CHANGED_TWINS.of(original, changed, lambda: kernel_twin(original, changed, TWIN_EXTENT))
 
 
 # Twins of the ops rewrites changed, by (the original, those ops).
@@ -229,14 +223,11 @@ _REWRITES_REPLAYED = LRU("verify.rewrites_replayed", 64)
 
 def _replayed(program: Program, name: str, ops: tuple[str, ...]) -> Program | None:
     """`program` with the rewrite `name` of `ops` replayed, or None where it does not replay."""
-    key = (id(program), name, ops)
-    hit = _REWRITES_REPLAYED.get(key)
-    if hit is not None and hit[0] is program:          # an id is reused once its object is gone
-        return hit[1]
-    replayed = _REPLAYS[name](program, list(ops)) if name in _REPLAYS else "unknown rewrite"
-    result = None if isinstance(replayed, str) else replayed[0]
-    _REWRITES_REPLAYED.put(key, (program, result))
-    return result
+    def replay():
+        replayed = _REPLAYS[name](program, list(ops)) if name in _REPLAYS else "unknown rewrite"
+        return None if isinstance(replayed, str) else replayed[0]
+
+    return _REWRITES_REPLAYED.of(program, (name, ops), replay)
 
 
 # The original's run on its random inputs, per (original, seed), with every value the checks
@@ -250,14 +241,12 @@ def _equivalent(original: Program, candidate: Program, seed: int):
     statement the candidate shares with it, on the same values, not run again (`_Runs`)."""
     from .interp import compare_outputs, random_inputs
 
-    key = (id(original), seed)
-    memo = _REFERENCE_RUNS.get(key)
-    if memo is None or memo[0] is not original:          # an id is reused once its object is gone
+    def reference():
         runs = _Runs(random_inputs(original, seed))
         values = runs.run(original)
-        memo = (original, runs, {name: values[name] for name in original.outputs})
-        _REFERENCE_RUNS.put(key, memo)
-    _, runs, expected = memo
+        return runs, {name: values[name] for name in original.outputs}
+
+    runs, expected = _REFERENCE_RUNS.of(original, seed, reference)
     return compare_outputs(original, expected, runs.run(candidate))
 
 
@@ -391,46 +380,37 @@ _INPUT_DIGESTS = LRU("verify.twin_inputs", 1024)
 def _kernel_twin(kernel: Kernel, program: Program) -> tuple[Program, Kernel] | None:
     """(twin program, the kernel on it): the program's own twin where it has the kernel's
     structure, else the kernel's ops alone (`ir.twin.kernel_twin`); None where neither has."""
-    key = (id(program), kernel)
-    hit = _KERNEL_TWINS.get(key)
-    if hit is not None and hit[0] is program:
-        return hit[1]
-    small = _program_twin(program)
-    small_kernel = _same_structure(kernel, small)
-    if small_kernel is None:      # only then build the kernel's own twin
-        small = kernel_twin(program, kernel.ops, TWIN_EXTENT)
+    def twin():
+        small = _program_twin(program)
         small_kernel = _same_structure(kernel, small)
-    found = None if small_kernel is None else (small, small_kernel)
-    _KERNEL_TWINS.put(key, (program, found))
-    return found
+        if small_kernel is None:      # only then build the kernel's own twin
+            small = kernel_twin(program, kernel.ops, TWIN_EXTENT)
+            small_kernel = _same_structure(kernel, small)
+        return None if small_kernel is None else (small, small_kernel)
+
+    return _KERNEL_TWINS.of(program, kernel, twin)
 
 
 def _inputs_digest(program: Program, kernel: Kernel, seed: int) -> str:
     """A digest of the values `kernel` reads in `program`'s untiled run on its random inputs."""
-    key = (id(program), kernel.inputs, seed)
-    hit = _INPUT_DIGESTS.get(key)
-    if hit is not None and hit[0] is program:
-        return hit[1]
-    reference = reference_run(program, seed)
-    digest = hashlib.sha1(b"".join(np.ascontiguousarray(reference[name]).tobytes()
-                                   for name in kernel.inputs)).hexdigest()
-    _INPUT_DIGESTS.put(key, (program, digest))
-    return digest
+    def digest():
+        reference = reference_run(program, seed)
+        return hashlib.sha1(b"".join(np.ascontiguousarray(reference[name]).tobytes()
+                                     for name in kernel.inputs)).hexdigest()
+
+    return _INPUT_DIGESTS.of(program, (kernel.inputs, seed), digest)
 
 
 def _program_twin(program: Program) -> Program | None:
     """The program's own twin (cached by source), if one builds with every dimension at
     most 4 x TWIN_EXTENT; one object per program (its kernels' checks share its run)."""
-    hit = _PROGRAM_TWINS.get(id(program))
-    if hit is not None and hit[0] is program:
-        return hit[1]
-    small = _scaled_source(program, up_to=4 * TWIN_EXTENT)
-    if small is None or max((d for t in small.tensors for d in t.shape), default=1) > 4 * TWIN_EXTENT:
-        small = None  # a dimension the source pins (a literal reshape) keeps the twin large
-    else:
-        small = replay_inlines(small, program)     # a fused program's kernels read what its inlines left
-    _PROGRAM_TWINS.put(id(program), (program, small))
-    return small
+    def twin():
+        small = _scaled_source(program, up_to=4 * TWIN_EXTENT)
+        if small is None or max((d for t in small.tensors for d in t.shape), default=1) > 4 * TWIN_EXTENT:
+            return None  # a dimension the source pins (a literal reshape) keeps the twin large
+        return replay_inlines(small, program)     # a fused program's kernels read what its inlines left
+
+    return _PROGRAM_TWINS.of(program, None, twin)
 
 
 _PROGRAM_TWINS = LRU("verify.program_twin", 16)

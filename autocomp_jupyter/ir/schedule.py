@@ -149,12 +149,7 @@ class Kernel:
 def kernels_unfused(program: Program) -> tuple[Kernel, ...]:
     """One kernel per op, in program order (the library baseline's grouping); made once per
     program (the baselines and the physical limit each ask: MaxViT-T's 1,142 took 1.5 s each)."""
-    hit = _UNFUSED.get(id(program))
-    if hit is not None and hit[0] is program:          # an id is reused once its object is gone
-        return hit[1]
-    kernels = tuple(Kernel.from_ops(program, [op.name]) for op in program.ops)
-    _UNFUSED.put(id(program), (program, kernels))
-    return kernels
+    return _UNFUSED.of(program, None, lambda: tuple(Kernel.from_ops(program, [op.name]) for op in program.ops))
 
 
 _UNFUSED = LRU("schedule.kernels_unfused", 8)

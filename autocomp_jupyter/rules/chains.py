@@ -513,14 +513,13 @@ def _anchor_op(program: Program, kernel: Kernel):
 def _op_places(program: Program) -> dict[str, int]:
     """{op name: its index in `program.ops}` (the first of a name), made once per program: the
     chains ask every kernel's anchor op at each kernel of a network (MaxViT-T: 27,000 times)."""
-    hit = _PLACES.get(id(program))
-    if hit is not None and hit[0] is program:          # an id is reused once its object is gone
-        return hit[1]
-    places: dict[str, int] = {}
-    for i, op in enumerate(program.ops):
-        places.setdefault(op.name, i)
-    _PLACES.put(id(program), (program, places))
-    return places
+    def places() -> dict[str, int]:
+        found: dict[str, int] = {}
+        for i, op in enumerate(program.ops):
+            found.setdefault(op.name, i)
+        return found
+
+    return _PLACES.of(program, None, places)
 
 
 _PLACES = LRU("chains.op_places", 8)

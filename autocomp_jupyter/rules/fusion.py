@@ -300,13 +300,7 @@ def replay_inlines(program: Program, fused: Program, keep=()) -> Program:
     so (each equivalence check and tiled run of a pass asks for the same twin; a network's
     replay is hundreds of rewrites of the whole program)."""
     gone = tuple(op.output for op in program.ops if not fused.has_tensor(op.output) and op.output not in keep)
-    key = (id(program), gone)
-    hit = _REPLAYED.get(key)
-    if hit is not None and hit[0] is program:          # an id is reused once its object is gone
-        return hit[1]
-    replayed = _replay(program, fused, keep)
-    _REPLAYED.put(key, (program, replayed))
-    return replayed
+    return _REPLAYED.of(program, gone, lambda: _replay(program, fused, keep))
 
 
 # Replayed programs by (the program replayed on, the tensors the fused program lacks).
