@@ -40,7 +40,9 @@ current size and `every`, which are what the user or the exhaustive search put t
 `candidates(d)` is the union of the tiling, register, tuner and slider views: every size
 the passes and the tuner propose for loop d; a schedule they produce has each tile in it,
 or took it from the schedule it started from (the textbook's, a user's, the exhaustive
-search's). Each view is exactly the list its consumer had before this module held them,
+search's: any size of a small space). A chain kernel's tiles come from the space of the
+kernel at a compute point (`rules.chains`), whose loops differ from the finished kernel's:
+they need not be in the finished kernel's views. Each view is exactly the list its consumer had before this module held them,
 so results do not move (benchmarks/compare_examples.py: every example × preset × tune 0
 and 100 the same).
 """
