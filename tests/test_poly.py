@@ -493,7 +493,7 @@ def test_dependence_levels_loop_by_loop_equal_the_whole_sets_on_random_tilings()
 
     from autocomp_jupyter.dsl import parse
     from autocomp_jupyter.ir.schedule import Kernel, Schedule, kernels_unfused
-    from autocomp_jupyter.poly.legality import _delta_levels, _padded, _statement_map
+    from autocomp_jupyter.poly.legality import _delta_levels, _statement_map
     from autocomp_jupyter.poly.separable import dependence_levels
 
     program = parse(SEPARABLE_PROGRAM, "<test>")
@@ -521,8 +521,8 @@ def test_dependence_levels_loop_by_loop_equal_the_whole_sets_on_random_tilings()
                 pairs = dep.relation.apply_domain(_statement_map(source, width)).apply_range(
                     _statement_map(sink, width))
                 whole = _delta_levels(pairs.deltas())
-                found = dependence_levels(dep.relation, dep.relation_text, source.loops, _padded(source, width),
-                                          sink.loops, _padded(sink, width))
+                found = dependence_levels(dep.relation, dep.relation_text, source.loops, source.exprs(width),
+                                          sink.loops, sink.exprs(width))
                 total += 1
                 if found is not None:
                     separated += 1

@@ -6,8 +6,9 @@ a lexicographically non-positive vector, and carried at a position iff it holds 
 on every outer position and non-zero there (`_delta_levels`). Differences are cached per
 dependence and per schedule of its two statements, so a tuner changing one statement's nest
 recomputes only the dependences that touch it, and a loop-by-loop parallel query reuses them.
-Where the relation and the two time vectors separate by loop (a tiled nest's digits), the
-same answer comes loop by loop from small sets, each loop's kept (`poly.separable`).
+Where the relation and the two time vectors split into groups of loops (a tiled nest's
+digits), the same answer comes group by group from small sets, each group's kept
+(`poly.separable`).
 """
 from __future__ import annotations
 
@@ -138,20 +139,15 @@ def _kernel_levels(dep: "Dependence", source: StatementSchedule, sink: Statement
     key = (dep.relation_text, source, sink, width)
     levels = _RELATION_LEVELS.get(key)
     if levels is None:
-        # loop by loop where the relation and the two time vectors separate (a tiled nest's
-        # digits): the same answer from sets of a few dimensions, each loop's kept
-        levels = dependence_levels(dep.relation, dep.relation_text, source.loops, _padded(source, width),
-                                   sink.loops, _padded(sink, width))
+        # group of loops by group where the relation and the two time vectors split (a tiled
+        # nest's digits): the same answer from sets of a few dimensions, each group's kept
+        levels = dependence_levels(dep.relation, dep.relation_text, source.loops, source.exprs(width),
+                                   sink.loops, sink.exprs(width))
         if levels is None:
             pairs = dep.relation.apply_domain(_statement_map(source, width)).apply_range(_statement_map(sink, width))
             levels = _delta_levels(pairs.deltas())
         _RELATION_LEVELS.put(key, levels)
     return levels
-
-
-def _padded(schedule: StatementSchedule, width: int) -> tuple[str, ...]:
-    exprs = tuple(d.expr for d in schedule.dims)
-    return exprs + ("0",) * (width - len(exprs))
 
 
 _RELATION_LEVELS = LRU("poly.relation_levels", 16384)

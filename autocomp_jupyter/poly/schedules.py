@@ -67,11 +67,14 @@ class StatementSchedule:
     def to_isl(self, width: int | None = None) -> isl.Map:
         return _parse_schedule(self.isl_text(width))[0]
 
+    def exprs(self, width: int | None = None) -> tuple[str, ...]:
+        """Its time expressions, padded with zeros to `width` time dimensions."""
+        exprs = tuple(d.expr for d in self.dims)
+        return exprs + ("0",) * ((width or len(exprs)) - len(exprs))
+
     def isl_text(self, width: int | None = None) -> str:
         """Its map as isl text, padded with zeros to `width` time dimensions."""
-        exprs = [d.expr for d in self.dims]
-        exprs += ["0"] * ((width or len(exprs)) - len(exprs))
-        return f"{{ {_tuple_str(self.name, self.loops)} -> [{', '.join(exprs)}] }}"
+        return f"{{ {_tuple_str(self.name, self.loops)} -> [{', '.join(self.exprs(width))}] }}"
 
     def _replace(self, dims: Iterable[ScheduleDim]) -> "StatementSchedule":
         return replace(self, dims=tuple(dims))

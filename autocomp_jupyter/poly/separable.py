@@ -39,12 +39,13 @@ from typing import Sequence
 import islpy as isl
 
 from autocomp_jupyter.caches import LRU
+from autocomp_jupyter.poly.text import _ISL_RESERVED
 
 Levels = tuple[bool, frozenset]
 
-_NOT_LOOPS = frozenset({"floor", "mod", "ceil", "min", "max"})
-_NAME = re.compile(r"[A-Za-z_]\w*")
+_NAME = re.compile(r"[A-Za-z_]\w*")        # a loop, or a word isl reserves (floor, mod)
 _INT = re.compile(r"-?\d+$")
+_VARIABLE = re.compile(r"\b[xy](\d+)\b")     # x<k> / y<k>: a source / sink loop
 
 
 def dependence_levels(relation: isl.Map, relation_text: str, source_loops: Sequence[str], source_exprs: Sequence[str],
@@ -150,8 +151,8 @@ def _positions(source_loops, source_exprs, sink_loops, sink_exprs):
     sink_at = {name: len(source_loops) + j for j, name in enumerate(sink_loops)}
     out = []
     for a, b in zip(source_exprs, sink_exprs):
-        names_a = set(_NAME.findall(a)) - _NOT_LOOPS
-        names_b = set(_NAME.findall(b)) - _NOT_LOOPS
+        names_a = set(_NAME.findall(a)) - _ISL_RESERVED
+        names_b = set(_NAME.findall(b)) - _ISL_RESERVED
         if not names_a and not names_b:
             if not (_INT.match(a.strip()) and _INT.match(b.strip())):
                 return None
@@ -166,17 +167,17 @@ def _positions(source_loops, source_exprs, sink_loops, sink_exprs):
 
 def _over(expr: str, at: dict, prefix: str) -> str:
     """`expr` written over the variables x<k> (or y<k>)."""
-    return _NAME.sub(lambda m: m.group(0) if m.group(0) in _NOT_LOOPS else f"{prefix}{at[m.group(0)]}", expr)
+    return _NAME.sub(lambda m: m.group(0) if m.group(0) in _ISL_RESERVED else f"{prefix}{at[m.group(0)]}", expr)
 
 
 def _pieces(relation: isl.Map, relation_text: str, source_loops, sink_loops):
     """The relation's basic maps, each as its constraints ((variables, isl text over x<k>,
     y<k>), ...); None where one has existential variables. Remembered by the relation's text."""
     key = (relation_text, source_loops, sink_loops)
-    if key in _PIECES:
-        return _PIECES.get(key)
-    pieces = _constraints(relation, len(source_loops), len(sink_loops))
-    _PIECES.put(key, pieces)
+    pieces = _PIECES.get(key, _UNSEEN)
+    if pieces is _UNSEEN:                       # (None, a relation that does not split, is kept too)
+        pieces = _constraints(relation, len(source_loops), len(sink_loops))
+        _PIECES.put(key, pieces)
     return pieces
 
 
@@ -211,10 +212,9 @@ def _canonical(constraints: list, positions: list) -> tuple:
     equal groups of other kernels, or of other tilings, share their answers."""
     variables = sorted({v for vs, _ in constraints for v in vs} | {v for vs, _, _ in positions for v in vs})
     local = {v: f"v{k}" for k, v in enumerate(variables)}
-    rename = re.compile(r"\b[xy](\d+)\b")
 
     def renamed(text: str) -> str:
-        return rename.sub(lambda m: local[int(m.group(1))], text)
+        return _VARIABLE.sub(lambda m: local[int(m.group(1))], text)
 
     return (len(variables), tuple(renamed(t) for _, t in constraints),
             tuple((renamed(a), renamed(b)) for _, a, b in positions))
@@ -251,5 +251,6 @@ def _answers(key: tuple) -> tuple[tuple[bool, bool, bool], ...]:
     return found
 
 
+_UNSEEN = object()
 _PIECES = LRU("poly.separable_pieces", 4096)
 _ANSWERS = LRU("poly.separable_answers", 65536)
