@@ -164,3 +164,29 @@ def test_an_onnx_embedding_imports_as_a_gather():
     np.testing.assert_allclose(interp.run(program, inputs)[program.outputs[0]], expected, rtol=1e-6)
     report = autocomp.optimize(model, target="npu", tune=0).report
     assert report["verified"] and report["optimized"]["bytes"]["DRAM"] < 3 * 16 * 64 * 4
+
+
+# A view or a small elementwise op read at indices from an integer tensor (Swin's
+# `as_strided[j] = mean_flat[index[j]]`) cannot be substituted: its loops have no affine index.
+READ_THROUGH_IDS = """
+input X: f32[2, 64]
+input ids: i32[4]
+V[a] = X[1, a]
+B[a] = X[0, a] + 1
+Y[s] = V[ids[s]] * 2 + B[ids[s]]
+output Y
+"""
+
+
+def test_an_op_read_through_an_index_tensor_is_neither_folded_nor_inlined():
+    from autocomp_jupyter.rules.fusion import is_view, read_through_indices
+
+    p = parse(READ_THROUGH_IDS)
+    assert read_through_indices(p, "V") and read_through_indices(p, "B")
+    assert not is_view(p, p.op("V"))
+    result = autocomp.optimize(p, target="npu", tune=0)
+    report = result.report
+    assert report["verified"]
+    assert not [rb for rb in report["rollbacks"] if "changed the result" in rb["reason"]]
+    folded = {op for r in report["rules"] if r["applied"] and r["rule"] in ("fold_views", "inline") for op in r["ops"]}
+    assert not folded & {"V", "B"}

@@ -250,6 +250,15 @@ def _kernel_name(ops) -> str:
 # --------------------------------------------------------------------------- inlining
 
 
+def read_through_indices(program: Program, name: str) -> bool:
+    """Whether a reader of `name` reads it at an index taken from an integer tensor
+    (`Y[ids[s]]`, an ONNX Gather or as_strided). Substitution maps the producer's loops to the
+    reader's affine indices, and such an index is none: an op read so is never inlined or
+    folded (folding Swin's `Y[a0] = mean[0, a0, 0, 0]` into `Y[index[j]]` read mean[0, 0, 0, 0])."""
+    return any(a.tensor == name and a.indirect for r in program.readers(name) for s in r.statements
+               for a in s.reads())
+
+
 def _in_bounds(acc: Access, extents: dict[str, int], shape: tuple[int, ...]) -> bool:
     box = {l: (0, e) for l, e in extents.items()}
     return all(0 <= lo and hi < dim for (lo, hi), dim in ((idx.bounds(box), dim) for idx, dim in zip(acc.indices, shape)))
@@ -314,7 +323,7 @@ def _replay(program: Program, fused: Program, keep) -> Program:
         if (not fused.has_tensor(name) and name not in keep and op is not None and op.op_class in ("elementwise", "broadcast")
                 and len(op.statements) == 1 and not op.statements[0].reduce
                 and all(i.single_loop is not None for i in op.statements[0].target_indices)
-                and program.readers(name)):
+                and program.readers(name) and not read_through_indices(program, name)):
             program = inline(program, op)
     for name in [op.output for op in program.ops]:
         op = program.producer(name)
@@ -335,7 +344,8 @@ def is_view(program: Program, op: Op) -> bool:
     its epilogue stores in the merged layout instead), its output not a program output,
     and every read of it in bounds (a padded read outside Y could land inside X). A copy at the same indices (the first part of an
     ONNX Split, `q[i, j] = qkv[i, j] where j < 768`) is classed elementwise, and is one too."""
-    if op.op_class not in ("injective", "elementwise") or len(op.statements) != 1 or op.output in program.outputs:
+    if op.op_class not in ("injective", "elementwise") or len(op.statements) != 1 or op.output in program.outputs \
+            or read_through_indices(program, op.output):
         return False
     st = op.statements[0]
     if st.reduce or not isinstance(st.expr, Access) or not program.has_tensor(st.expr.tensor):
@@ -406,7 +416,8 @@ def is_join(program: Program, op: Op) -> bool:
     program output, and one pointwise reader of one statement reading it once at the same
     indices as it writes its own target, over the same extents: each element read once, in
     bounds, so substituting computes the same values with no work repeated."""
-    if op.op_class != "injective" or len(op.statements) != 1 or op.output in program.outputs or is_view(program, op):
+    if op.op_class != "injective" or len(op.statements) != 1 or op.output in program.outputs or is_view(program, op) \
+            or read_through_indices(program, op.output):
         return False
     st = op.statements[0]
     lhs = [i.single_loop for i in st.target_indices]
@@ -496,7 +507,7 @@ def _inline_each(program: Program, ctx: PassContext, threshold: int, log, rollba
             t = program.tensor(op.output)
             readers = program.readers(op.output)
             if (op.op_class not in ("elementwise", "broadcast") or len(op.statements) != 1 or t.size > threshold
-                    or op.output in program.outputs or not readers):
+                    or op.output in program.outputs or not readers or read_through_indices(program, op.output)):
                 continue
             producer = op.statements[0]
             if producer.reduce or any(i.single_loop is None for i in producer.target_indices):
