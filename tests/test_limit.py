@@ -164,3 +164,42 @@ def test_a_matrix_vector_product_runs_alike_however_it_is_written_and_never_beat
         assert 0 < r["limit_fraction"] <= 1, form
         times[form] = kernel["limits_s"]["compute (vector unit)"]
     assert len(set(times.values())) == 1, times
+
+
+KV_UPDATE = """
+input Kc: f32[2, 16, 8]
+input kn: f32[2, 8]
+input q: f32[2, 8]
+input pos: i32[1]
+K2[h, t, d] = select(equal(t, pos[0]), kn[h, d], Kc[h, t, d])
+S[h, t] += q[h, d] * K2[h, t, d]
+output S, K2
+"""
+
+
+def test_a_cache_written_in_place_is_read_by_its_readers_and_not_by_its_update():
+    """K2 is Kc's storage with one row replaced: the update moves that row only, and what
+    reads K2 reads Kc (once, however many read it)."""
+    from dataclasses import replace as _replace
+
+    from autocomp_jupyter.accel.cost import evaluate
+    from autocomp_jupyter.accel.cost.model import textbook_schedule
+    from autocomp_jupyter.accel.roofline import compulsory_traffic
+    from autocomp_jupyter.ir.program import Program
+    from autocomp_jupyter.ir.schedule import Kernel
+    from autocomp_jupyter.rules.in_place import mark_in_place_updates
+
+    program, _ = mark_in_place_updates(parse(KV_UPDATE, "<t>"))
+    assert program.op("K2").statements[0].in_place is not None
+    kc = program.tensor("Kc")
+    whole = compulsory_traffic(program)
+    assert whole["Kc"] == kc.nbytes and whole["K2"] == kc.nbytes // 16
+    update = Program(tuple(_replace(t, role="input") if t.name in ("Kc", "kn", "pos") else t
+                           for t in program.tensors if t.name in ("Kc", "kn", "pos", "K2")),
+                     (program.op("K2"),), ("K2",))
+    alone = compulsory_traffic(update)
+    assert alone["Kc"] == 0 and alone["K2"] == kc.nbytes // 16
+    for preset in ("npu", "gpu"):
+        kernel = Kernel.from_ops(update, ["K2"])
+        assert evaluate(textbook_schedule(kernel, preset), load_target(preset)).time_s \
+            >= physical_limit(update, preset)["time_s"]

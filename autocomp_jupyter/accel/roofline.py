@@ -43,10 +43,15 @@ def compulsory_traffic(program: Program) -> dict[str, int]:
     if memo is not None:
         return memo
     reads: dict[str, list] = {}            # tensor -> [(access, its statement's extents)]
+    # A tensor written in place of an input (a KV-cache update) is that input's storage: its
+    # update reads none of the rows it keeps, and what reads the tensor reads the input.
+    storage = {st.target: st.in_place.source for st in program.statements if st.in_place is not None}
     for st in program.statements:
         ext = st.extents
         for access in st.reads():
-            reads.setdefault(access.tensor, []).append((access, ext))
+            if st.in_place is not None and access.tensor == st.in_place.source:
+                continue
+            reads.setdefault(storage.get(access.tensor, access.tensor), []).append((access, ext))
     out = {t.name: _read_bytes(t, reads.get(t.name, [])) for t in program.inputs}
     for name in program.outputs:
         if name not in out:
