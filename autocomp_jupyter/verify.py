@@ -209,7 +209,7 @@ def _changed_twin(original: Program, changed: tuple[str, ...]) -> Program | None
     """`kernel_twin` of the ops `changed` of `original`, made once: a pass checks its
     candidates one after another against the same original (and the replays on the twin
     are remembered by the twin)."""
-    return _CHANGED_TWINS.of(original, changed, lambda: kernel_twin(original, changed, TWIN_EXTENT))
+    return _CHANGED_TWINS.of(original, changed, lambda: kernel_twin(original, changed, TWIN_EXTENT, folds=True))
 
 
 # Twins of the ops rewrites changed, by (the original, those ops).

@@ -71,6 +71,27 @@ def test_a_twin_channel_shuffle_reads_what_it_wrote():
         np.testing.assert_allclose(got[0, k], c[0, g * 58 + t])
 
 
+def test_window_partition_folds_are_checked_on_a_twin_they_replay_on():
+    """Swin's window partition (reshape → transpose → reshape into windows) folded into the
+    projection reading it: the twin of the ops the folds changed keeps the window digits
+    whole, so the folds replay on it and it decides (not the program at full size)."""
+    from autocomp_jupyter import verify
+    from autocomp_jupyter.rules.fusion import inline, is_view
+
+    program = parse("input X: f32[1, 56, 56, 32]\nparam W: f32[32, 16]\n"
+                    "V = reshape(X, shape=[1, 8, 7, 8, 7, 32])\nP = transpose(V, perm=[0, 1, 3, 2, 4, 5])\n"
+                    "R = reshape(P, shape=[64, 49, 32])\nY[b, i, j] += R[b, i, k] * W[k, j]\n"
+                    "Z[b, i, j] = Y[b, i, j] * 2\noutput Z\n")
+    folded = program
+    for name in ("V", "P", "R"):
+        assert is_view(folded, folded.producer(name))
+        folded = inline(folded, folded.producer(name))
+    verdict = verify._equivalent_where_changed(program, folded, 0)
+    assert verdict is not None and verdict.ok
+    twin = verify._changed_twin(program, ("V", "P", "R", "Y"))
+    assert twin.tensor("R").shape[:2] == (64, 49) and twin.tensor("R").shape[2] < 32
+
+
 # --------------------------------------------------------------------------- ONNX blocks
 
 onnx = pytest.importorskip("onnx")

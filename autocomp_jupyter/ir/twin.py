@@ -24,17 +24,19 @@ def _accesses(statement: Statement):
         yield access.tensor, access.indices
 
 
-def kernel_twin(program: Program, op_names, max_extent: int) -> Program | None:
+def kernel_twin(program: Program, op_names, max_extent: int, folds: bool = False) -> Program | None:
     """The ops `op_names` of `program` alone, every loop extent cut to `max_extent`: a
     program whose inputs are what the ops read and do not write and whose outputs are what
     they write. Each dimension keeps its overhang (the highest index an access reaches past
     or short of the dimension's end), so padding, strides and slices read as before. None
-    when nothing would shrink."""
+    when nothing would shrink. `folds`: every dimension written as several digits stays
+    whole, where written and where read (`_pin_merged_writes`), so that the view folds made
+    on the program replay on the twin."""
     ops = [program.producer(name) for name in op_names]
     if any(op is None for op in ops):
         return None
     everything = [s for op in ops for s in op.statements]
-    cuts = iter(_twin_extents(everything, max_extent, _written_shapes(program, everything)))
+    cuts = iter(_twin_extents(everything, max_extent, _written_shapes(program, everything), folds))
     new_ops, pairs = [], []            # pairs: (full-size statement, its cut copy)
     for op in ops:
         statements = tuple(replace(s, loops=tuple(Loop(l.name, cut[l.name]) for l in s.loops))
@@ -106,12 +108,15 @@ def _written_shapes(program: Program, statements: list[Statement]) -> dict[str, 
     return dims
 
 
-def _twin_extents(statements: list[Statement], max_extent: int, dims: dict[str, tuple[int, ...]]) -> list[dict[str, int]]:
+def _twin_extents(statements: list[Statement], max_extent: int, dims: dict[str, tuple[int, ...]],
+                  folds: bool = False) -> list[dict[str, int]]:
     """Per statement, its loops' extents in the twin: each cut to `max_extent`, then grown
     where the kernel's own reads need more (`_pin_digits`, `_cover_reads`). `dims`: the
     full-size shape of each tensor the statements write."""
     cut = [{l.name: min(l.extent, max_extent) for l in s.loops} for s in statements]
     _pin_digits(statements, cut)
+    if folds:
+        _pin_merged_writes(statements, cut)
     _cover_reads(statements, cut, dims)
     return cut
 
@@ -131,6 +136,28 @@ def _pin_digits(statements: list[Statement], cut: list[dict[str, int]]) -> None:
                 for l, c in terms.items():
                     if c == 1 and any(m != l and abs(c2) == full[l] for m, c2 in terms.items()):
                         cut[k][l] = full[l]
+
+
+def _pin_merged_writes(statements: list[Statement], cut: list[dict[str, int]]) -> None:
+    """A dimension the kernel writes as several digits (a reshape `Y[8*a0 + a1, c] =
+    X[a0, a1, c]`) keeps its full extent, in the writer's digits and in every loop that
+    reads it: a view folds into its reader only where the reader's loop splits into the
+    view's digits, which a cut loop does not, and a twin on which the program's folds do not
+    replay checks nothing (Swin's window reshapes sent every fold check to full size)."""
+    merged: dict[str, set[int]] = {}        # tensor -> its dimensions written mixed-radix
+    for k, s in enumerate(statements):
+        full = s.extents
+        for d, index in enumerate(s.target_indices):
+            if len(index.terms) > 1:
+                merged.setdefault(s.target, set()).add(d)
+                for loop in index.loops:
+                    cut[k][loop] = full[loop]
+    for k, s in enumerate(statements):
+        full = s.extents
+        for access in s.reads():
+            for d in merged.get(access.tensor, ()):
+                for loop in access.indices[d].loops:
+                    cut[k][loop] = full[loop]
 
 
 def _cover_reads(statements: list[Statement], cut: list[dict[str, int]], dims: dict[str, tuple[int, ...]]) -> None:
